@@ -1,0 +1,65 @@
+# servestack: `make local` runs the whole local topology, `make test` runs every check.
+# Both set up .venv (uv, from uv.lock) and node_modules (npm ci, from package-lock.json) when missing.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV := .venv
+PY := $(VENV)/bin/python
+UV := .tools/bin/uv
+UV_VERSION := 0.13.8
+CDK := node_modules/.bin/cdk
+
+export UV_PYTHON ?= python3
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export CDK_DISABLE_CLI_TELEMETRY := true
+export PYTHONDONTWRITEBYTECODE ?=
+
+.PHONY: help setup local test lint typecheck pytest synth bench models clean
+
+help:
+	@echo "make local   set up, then run the whole local topology (servestack local up)"
+	@echo "make test    set up, then run ruff, mypy and every test"
+	@echo "make synth   synthesize the CDK app into cdk.out (offline)"
+	@echo "make bench   print benchmark figures (needs wrk: apt-get install wrk)"
+	@echo "make models  rebuild the bundled model artifacts"
+
+$(UV):
+	python3 -m venv .tools
+	.tools/bin/pip install -q uv==$(UV_VERSION)
+
+$(VENV)/.synced: pyproject.toml uv.lock | $(UV)
+	$(UV) sync --frozen
+	touch $@
+
+node_modules/.synced: package.json package-lock.json
+	npm ci --no-audit --no-fund
+	touch $@
+
+setup: $(VENV)/.synced node_modules/.synced
+
+local: setup
+	$(VENV)/bin/servestack local up
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: setup
+	$(VENV)/bin/mypy
+
+pytest: setup
+	$(PY) -m pytest
+
+test: lint typecheck pytest
+
+synth: setup
+	$(CDK) synth --no-notices --quiet
+
+bench: setup
+	$(PY) -m bench.realtime
+
+models: setup
+	$(PY) -m models.build
+
+clean:
+	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache
