@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from models.manifest import read_manifest
 from models.packaging import create_package
 from models.runtime import ModelRuntime
-from models.manifest import read_manifest
 from models.settings import BUNDLED_ARTIFACTS
 
 SAMPLE_ROWS = 4
@@ -44,9 +44,7 @@ def train_digits() -> tuple[Any, np.ndarray, np.ndarray, list[str]]:
 
     data = load_digits()
     features = data.data.astype(np.float32)
-    estimator = make_pipeline(
-        StandardScaler(), MLPClassifier(hidden_layer_sizes=(64,), max_iter=400, random_state=0)
-    )
+    estimator = make_pipeline(StandardScaler(), MLPClassifier(hidden_layer_sizes=(64,), max_iter=400, random_state=0))
     estimator.fit(features, data.target)
     return estimator, features, data.target, [str(name) for name in data.target_names]
 
@@ -65,7 +63,10 @@ def train_breast_cancer() -> tuple[Any, np.ndarray, np.ndarray, list[str]]:
 RECIPES = {
     "digits": Recipe("digits", "1", "MLP on scikit-learn's 8x8 digits; 64 pixel intensities 0..16", train_digits),
     "breast-cancer": Recipe(
-        "breast-cancer", "1", "Gradient boosting on scikit-learn's breast cancer data; 30 features", train_breast_cancer
+        "breast-cancer",
+        "1",
+        "Gradient boosting on scikit-learn's breast cancer data; 30 features",
+        train_breast_cancer,
     ),
 }
 
@@ -92,7 +93,11 @@ def build(recipe: Recipe, root: Path) -> Path:
         onnx_path = Path(scratch) / "model.onnx"
         onnx_path.write_bytes(to_onnx(estimator, features.shape[1]))
         manifest = create_package(
-            onnx_path, destination, name=recipe.name, version=recipe.version, labels=labels,
+            onnx_path,
+            destination,
+            name=recipe.name,
+            version=recipe.version,
+            labels=labels,
             description=recipe.description,
         )
     runtime = ModelRuntime(read_manifest(destination), destination / manifest.file, providers="CPUExecutionProvider")

@@ -104,13 +104,16 @@ def _parse_csv(body: bytes) -> list[list[str]]:
 def _parse_npy(body: bytes) -> np.ndarray:
     try:
         # allow_pickle=False: an .npy body is data, never code.
-        return np.load(io.BytesIO(body), allow_pickle=False)
+        loaded = np.load(io.BytesIO(body), allow_pickle=False)
     except ValueError as exc:
         raise InvalidInput(
             f"body: not a readable .npy array ({exc})", field="body", allowed="numpy .npy, no object dtype"
         ) from None
     except (OSError, EOFError) as exc:
         raise InvalidInput(f"body: not a readable .npy array ({exc})", field="body", allowed="numpy .npy") from None
+    if not isinstance(loaded, np.ndarray):
+        raise InvalidInput("body: an .npz archive, not one .npy array", field="body", allowed="numpy .npy")
+    return loaded
 
 
 def payload_to_arrays(payload: Any, content_type: str, manifest: Manifest) -> dict[str, tuple[str, Any]]:
@@ -158,9 +161,7 @@ def _single_input(manifest: Manifest, form: str) -> TensorSpec:
     return manifest.inputs[0]
 
 
-def validate_inputs(
-    raw: Mapping[str, tuple[str, Any]], manifest: Manifest, *, max_batch_rows: int
-) -> Arrays:
+def validate_inputs(raw: Mapping[str, tuple[str, Any]], manifest: Manifest, *, max_batch_rows: int) -> Arrays:
     """Turn raw values into arrays of the manifest's dtype and shape, or raise `InvalidInput`."""
     expected = {spec.name: spec for spec in manifest.inputs}
     unknown = sorted(set(raw) - set(expected))
@@ -305,7 +306,7 @@ def _check_finite(field: str, array: np.ndarray) -> None:
         index = tuple(int(i) for i in np.argwhere(~finite)[0])
         path = field + "".join(f"[{i}]" for i in index)
         raise InvalidInput(
-            f"{path}: {array[index]!r} is not allowed; this model takes finite numbers only",
+            f"{path}: {float(array[index])!r} is not allowed; this model takes finite numbers only",
             field=path,
             value=str(array[index]),
             allowed="finite numbers (no NaN or Infinity)",

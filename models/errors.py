@@ -128,3 +128,10 @@ class ConfigurationError(ServingError):
 
     status_code = 500
     error_type = "ConfigurationError"
+
+
+class InternalError(ServingError):
+    """Something failed that is neither the caller's mistake nor a known failure; details go to the log."""
+
+    status_code = 500
+    error_type = "InternalError"

@@ -45,7 +45,6 @@ class Hooks:
         return dict(fields)
 
 
-
 def load_hooks(path: Path, model_key: str) -> Hooks:
     """Import `process.py` under a name unique to the model, so two models' hooks never collide."""
     if not path.exists():
@@ -74,6 +73,4 @@ def _guarded(model_key: str, hook: str, function: Callable[..., Any], *args: Any
     except ValueError as exc:
         raise InvalidInput(f"model {model_key}: {hook} rejected the request: {exc}", field="body") from exc
     except Exception as exc:
-        raise UserCodeError(
-            f"model {model_key}: process.py {hook} failed: {type(exc).__name__}: {exc}"
-        ) from exc
+        raise UserCodeError(f"model {model_key}: process.py {hook} failed: {type(exc).__name__}: {exc}") from exc

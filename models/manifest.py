@@ -92,8 +92,7 @@ def read_manifest(package_dir: Path) -> Manifest:
         raise ModelLoadError(f"{path}: no manifest; a model package needs {MANIFEST_FILE}") from exc
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(part) for part in error['loc']) or '<root>'}: {error['msg']}"
-            for error in exc.errors()
+            f"{'.'.join(str(part) for part in error['loc']) or '<root>'}: {error['msg']}" for error in exc.errors()
         )
         raise ModelLoadError(f"{path}: invalid manifest: {problems}") from exc
 

@@ -30,7 +30,7 @@ def _spec(node: Any) -> TensorSpec:
     if node.type not in _ORT_TYPES:
         raise ModelLoadError(f"tensor {node.name!r} has type {node.type}, supported: {sorted(_ORT_TYPES)}")
     shape = tuple(size if isinstance(size, int) and size > 0 else None for size in node.shape)
-    return TensorSpec(name=node.name, dtype=_ORT_TYPES[node.type], shape=shape)  # type: ignore[arg-type]
+    return TensorSpec(name=node.name, dtype=_ORT_TYPES[node.type], shape=shape)
 
 
 def signature_of(model_path: Path) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
