@@ -50,6 +50,10 @@ def _printable(value: Any) -> Any:
     if isinstance(value, float):
         return value if value == value and value not in (float("inf"), float("-inf")) else repr(value)
     text = repr(value)
+    if isinstance(value, list | tuple) and len(text) <= 80:
+        return [_printable(item) for item in value]
+    if isinstance(value, dict) and len(text) <= 80:
+        return {str(key): _printable(item) for key, item in value.items()}
     return text if len(text) <= 80 else text[:77] + "..."
 
 
