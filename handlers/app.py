@@ -108,7 +108,7 @@ def create_app(repository: ModelRepository, *, load_in_background: bool = False)
 
     @app.exception_handler(ServingError)
     async def serving_error(_: Request, exc: ServingError) -> ORJSONResponse:
-        if exc.status_code >= 500:
+        if exc.status_code >= 500 and not exc.retryable:
             logger.error("%s: %s", exc.error_type, exc.message)
         return error_response(exc)
 

@@ -5,20 +5,17 @@ from __future__ import annotations
 import base64
 import copy
 import json
-import os
-import signal
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import pytest
+
+from servestack.local.processes import RealtimeProcess, free_port, http_status
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO_ROOT / "models" / "artifacts"
@@ -26,43 +23,31 @@ EVENTS = Path(__file__).resolve().parent / "events"
 HOOKS_SOURCE = Path(__file__).resolve().parent / "fixtures" / "digit_words_process.py"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @dataclass
 class RealtimeServer:
     """`python -m handlers.realtime serve`, exactly as the container runs it, on a free local port."""
 
-    process: subprocess.Popen[bytes]
-    url: str
+    child: RealtimeProcess
     log_path: Path
+
+    @property
+    def url(self) -> str:
+        return self.child.url
+
+    @property
+    def process(self) -> subprocess.Popen[bytes]:
+        return self.child.process
 
     @classmethod
     def start(cls, log_dir: Path, *, env: dict[str, str] | None = None, wait_ready: bool = True) -> RealtimeServer:
         port = free_port()
         log_path = log_dir / f"realtime-{port}.log"
-        full_env = {
-            **os.environ,
-            "SAGEMAKER_BIND_TO_PORT": str(port),
-            "SERVESTACK_HOST": "127.0.0.1",
-            "SERVESTACK_WORKERS": "1",
-            **(env or {}),
-        }
         with log_path.open("wb") as log:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "handlers.realtime", "serve"],
-                cwd=REPO_ROOT,
-                env=full_env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        server = cls(process, f"http://127.0.0.1:{port}", log_path)
+            child = RealtimeProcess.start("test", port, env=env, output=log)
+        server = cls(child, log_path)
         server.wait_listening()
         if wait_ready:
-            server.wait_ready()
+            child.wait_ready(timeout_sec=30)
         return server
 
     def wait_listening(self, timeout_sec: float = 30) -> None:
@@ -70,30 +55,16 @@ class RealtimeServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"server exited early:\n{self.log_path.read_text()}")
-            try:
-                httpx.get(f"{self.url}/ping", timeout=1)
-                return
-            except httpx.TransportError:
-                time.sleep(0.05)
-        raise TimeoutError(f"server not listening after {timeout_sec}s:\n{self.log_path.read_text()}")
-
-    def wait_ready(self, timeout_sec: float = 30) -> None:
-        deadline = time.monotonic() + timeout_sec
-        while time.monotonic() < deadline:
-            if httpx.get(f"{self.url}/ping", timeout=2).status_code == 200:
+            if http_status(f"{self.url}/ping") is not None:
                 return
             time.sleep(0.05)
-        raise TimeoutError(f"server not ready after {timeout_sec}s:\n{self.log_path.read_text()}")
+        raise TimeoutError(f"server not listening after {timeout_sec}s:\n{self.log_path.read_text()}")
+
+    def wait_ready(self) -> None:
+        self.child.wait_ready(timeout_sec=30)
 
     def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return self.child.stop()
 
 
 @pytest.fixture(scope="session")

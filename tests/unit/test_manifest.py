@@ -86,5 +86,5 @@ def test_invalid_manifest_names_the_field(digits_copy: Path, change: dict[str, o
 
 
 def test_missing_manifest_says_what_a_package_needs(tmp_path: Path) -> None:
-    with pytest.raises(ModelLoadError, match="manifest.json"):
+    with pytest.raises(ModelLoadError, match=r"manifest\.json"):
         read_manifest(tmp_path)
