@@ -1,188 +1,207 @@
-"""The FastAPI app shared by the SageMaker container (realtime.py) and Lambda (serverless.py).
+"""The ASGI app shared by the SageMaker container (realtime.py) and Lambda (serverless.py).
 
-SageMaker contract: `GET /ping`, `POST /invocations`. REST surface: `/v1/models...`. Every error is JSON
-`{"error": {"type", "message", "field", "value", "allowed"}}` with the status its `ServingError` carries.
+A thin dispatcher answers the hot routes itself: `POST /invocations`, `POST /v1/models/{name}/predict`
+and `GET /ping`. FastAPI's per-request machinery would halve the throughput of a small model, and importing
+it would double a Lambda cold start. Every other route (`/v1/models`, `/docs`, `/openapi.json`) goes to a
+FastAPI app built on first use, which also documents the hot routes. Errors are JSON
+`{"error": {"type", "message", "field", "value", "allowed"}}` with the status their `ServingError` carries.
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import Response
-from pydantic import BaseModel
-from starlette.exceptions import HTTPException
 
-from models.errors import InternalError, InvalidInput, PayloadTooLarge, ServingError
-from models.service import ModelRepository
-from models.settings import ServingSettings
+from models import codecs
+from models.batching import BatchingConfig, MicroBatcher
+from models.errors import InternalError, Overloaded, PayloadTooLarge, ServingError
+from models.service import ModelRepository, ServedModel
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 logger = logging.getLogger("servestack.handlers")
 
-TARGET_MODEL = "X-Amzn-SageMaker-Target-Model"
-CUSTOM_ATTRIBUTES = "X-Amzn-SageMaker-Custom-Attributes"
-BODY_TYPES = {
-    "application/json": {"schema": {"type": "object", "example": {"instances": [[0.0] * 64]}}},
-    "text/csv": {"schema": {"type": "string"}},
-    "application/x-npy": {"schema": {"type": "string", "format": "binary"}},
-}
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+TARGET_MODEL = b"x-amzn-sagemaker-target-model"
+CUSTOM_ATTRIBUTES = b"x-amzn-sagemaker-custom-attributes"
+VARIANT = b"x-amzn-invoked-production-variant"
+WANTED_HEADERS = (b"content-type", b"accept", b"content-length", TARGET_MODEL, CUSTOM_ATTRIBUTES)
+PREDICT_PREFIX, PREDICT_SUFFIX = "/v1/models/", "/predict"
 
 
-class ORJSONResponse(Response):
-    """JSON through orjson, numpy-aware (FastAPI deprecated its own orjson class)."""
-
-    media_type = "application/json"
-
-    def render(self, content: Any) -> bytes:
-        return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
+class ClientDisconnected(Exception):
+    """The caller went away before sending its whole body; nobody is left to answer."""
 
 
-class PredictionResponse(BaseModel):
-    """What a JSON prediction looks like (documentation only: responses are encoded by the core codecs)."""
-
-    model: str
-    version: str
-    predictions: list[Any]
-    probabilities: list[list[float]] | None = None
-    labels: list[str] | None = None
+def error_body(error: ServingError) -> bytes:
+    return orjson.dumps({"error": error.to_dict()})
 
 
-class ErrorResponse(BaseModel):
-    error: dict[str, Any]
-
-
-def error_response(error: ServingError) -> ORJSONResponse:
-    return ORJSONResponse({"error": error.to_dict()}, status_code=error.status_code)
-
-
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_body(receive: Receive, limit: int, declared_length: bytes | None) -> bytes:
     """Read the body, refusing it as soon as it is known to be over `limit` bytes."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared_length is not None and declared_length.isdigit() and int(declared_length) > limit:
         raise PayloadTooLarge(
-            f"body of {declared} bytes is over the limit",
+            f"body of {int(declared_length)} bytes is over the limit",
             field="body",
-            value=int(declared),
+            value=int(declared_length),
             allowed=f"<= {limit} bytes",
         )
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnected
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise PayloadTooLarge(
-                "body is over the limit", field="body", value=f"> {limit} bytes", allowed=f"<= {limit} bytes"
+                "body is over the limit", field="body", value=f"> {limit} bytes", allowed=f"<= {limit}"
             )
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def create_app(repository: ModelRepository, *, load_in_background: bool = False) -> FastAPI:
-    """Build the app around a repository. With `load_in_background`, models load after start-up so that
-    `/ping` answers 503 while they load (the container contract); otherwise the caller has loaded them."""
-    settings: ServingSettings = repository.settings
+class ServingApp:
+    """The ASGI callable. With `load_in_background`, models load after start-up so `/ping` answers 503
+    while they load (the container contract); otherwise the caller has loaded them (Lambda init)."""
 
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        if load_in_background:
-            threading.Thread(target=_load_quietly, args=(repository,), name="model-loader", daemon=True).start()
-        yield
+    def __init__(self, repository: ModelRepository, *, load_in_background: bool = False) -> None:
+        self.repository = repository
+        self.settings = repository.settings
+        self.load_in_background = load_in_background
+        self._batchers: dict[str, MicroBatcher] = {}
+        self._fastapi: FastAPI | None = None
 
-    app = FastAPI(
-        title="servestack",
-        summary="ONNX inference: the SageMaker container contract and a REST surface",
-        version="0.1.0",
-        lifespan=lifespan,
-        default_response_class=ORJSONResponse,
-    )
-    error_docs: dict[int | str, dict[str, Any]] = {
-        code: {"model": ErrorResponse} for code in (400, 404, 406, 413, 415, 503)
-    }
+    # ------------------------------------------------------------------------------------------ dispatch
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            path, method = scope["path"], scope["method"]
+            if method == "POST":
+                if path == "/invocations":
+                    return await self._predict(scope, receive, send, None)
+                if path.startswith(PREDICT_PREFIX) and path.endswith(PREDICT_SUFFIX):
+                    name = path[len(PREDICT_PREFIX) : -len(PREDICT_SUFFIX)]
+                    if name and "/" not in name:
+                        return await self._predict(scope, receive, send, name)
+            elif method == "GET" and path == "/ping":
+                status, body = self.ping()
+                return await _respond(send, status, body, b"application/json")
+        elif scope["type"] == "lifespan":
+            return await self._lifespan(receive, send)
+        return await self.fastapi(scope, receive, send)
 
-    @app.exception_handler(ServingError)
-    async def serving_error(_: Request, exc: ServingError) -> ORJSONResponse:
-        if exc.status_code >= 500 and not exc.retryable:
-            logger.error("%s: %s", exc.error_type, exc.message)
-        return error_response(exc)
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                if self.load_in_background:
+                    threading.Thread(target=self._load_quietly, name="model-loader", daemon=True).start()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                for batcher in self._batchers.values():
+                    batcher.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
 
-    @app.exception_handler(RequestValidationError)
-    async def validation_error(_: Request, exc: RequestValidationError) -> ORJSONResponse:
-        first = exc.errors()[0] if exc.errors() else {"loc": ("request",), "msg": "invalid request"}
-        where = ".".join(str(part) for part in first["loc"])
-        return error_response(InvalidInput(f"{where}: {first['msg']}", field=where, value=first.get("input")))
-
-    @app.exception_handler(HTTPException)
-    async def http_error(_: Request, exc: HTTPException) -> ORJSONResponse:
-        return ORJSONResponse({"error": {"type": "HTTPError", "message": str(exc.detail)}}, status_code=exc.status_code)
-
-    @app.exception_handler(Exception)
-    async def unexpected_error(request: Request, exc: Exception) -> ORJSONResponse:
-        logger.exception("unhandled error on %s %s", request.method, request.url.path)
-        return ORJSONResponse(
-            {"error": {"type": "InternalError", "message": "internal error; see the server log"}},
-            status_code=500,
-        )
-
-    @app.get("/ping", summary="Health check: 200 once every model is loaded and warmed")
-    async def ping() -> ORJSONResponse:
-        body: dict[str, Any] = {"status": repository.state}
-        if repository.error:
-            body["error"] = repository.error
-        return ORJSONResponse(body, status_code=200 if repository.ready else 503)
-
-    async def predict(request: Request, target: str | None) -> Response:
-        model = repository.resolve(target)
-        body = await read_body(request, settings.max_payload_bytes)
+    def _load_quietly(self) -> None:
         try:
-            encoded = model.infer(body, request.headers.get("content-type"), request.headers.get("accept"))
+            self.repository.load_all()
         except ServingError:
+            return  # the state and the error stay on the repository: /ping reports them, the log has them
+
+    # ------------------------------------------------------------------------------------------ routes
+    def ping(self) -> tuple[int, bytes]:
+        body: dict[str, Any] = {"status": self.repository.state}
+        if self.repository.error:
+            body["error"] = self.repository.error
+        return (200 if self.repository.ready else 503), orjson.dumps(body)
+
+    def batcher(self, model: ServedModel) -> MicroBatcher:
+        key = model.manifest.key
+        batcher = self._batchers.get(key)
+        if batcher is None:
+            config = BatchingConfig(
+                max_batch_size=self.settings.max_batch_size,
+                max_delay_ms=self.settings.max_delay_ms,
+                max_queue_rows=self.settings.max_queue_rows,
+                use_thread="CUDAExecutionProvider" in model.runtime.providers,
+            )
+            batcher = self._batchers[key] = MicroBatcher(model.predict, config)
+        return batcher
+
+    async def predict(
+        self, target: str | None, headers: dict[bytes, bytes], receive: Receive
+    ) -> tuple[bytes, bytes, str]:
+        """Decode, batch, predict, encode: returns (body, content type, model key)."""
+        model = self.repository.resolve(target)
+        media_type = codecs.negotiate(_text(headers.get(b"accept")))
+        body = await read_body(receive, self.settings.max_payload_bytes, headers.get(b"content-length"))
+        arrays = model.decode(body, codecs.media_type_of(_text(headers.get(b"content-type"))))
+        rows = next(iter(arrays.values())).shape[0]
+        outputs = await self.batcher(model).submit(arrays, rows, self.settings.request_timeout_sec)
+        encoded = codecs.encode_response(model.respond(outputs), media_type)
+        return encoded.body, encoded.media_type.encode(), model.manifest.key
+
+    async def _predict(self, scope: Scope, receive: Receive, send: Send, name: str | None) -> None:
+        headers = {key: value for key, value in scope["headers"] if key in WANTED_HEADERS}
+        target = name if name is not None else _text(headers.get(TARGET_MODEL))
+        extra: list[tuple[bytes, bytes]] = []
+        if CUSTOM_ATTRIBUTES in headers:
+            extra.append((CUSTOM_ATTRIBUTES, headers[CUSTOM_ATTRIBUTES]))
+        try:
+            body, content_type, _ = await self.predict(target, headers, receive)
+            status = 200
+        except ServingError as error:
+            status, body, content_type = error.status_code, error_body(error), b"application/json"
+            if isinstance(error, Overloaded):
+                extra.append((b"retry-after", str(error.retry_after_sec).encode()))
+            elif status >= 500 and not error.retryable:
+                logger.error("%s: %s", error.error_type, error.message)
+        except ClientDisconnected:
+            return
+        except (asyncio.CancelledError, KeyboardInterrupt):
             raise
-        except Exception as exc:
+        except Exception:
             # Never let a bug escape as an exception: under Mangum it would fail the whole invocation.
-            logger.exception("unexpected failure in model %s", model.manifest.key)
-            raise InternalError(f"model {model.manifest.key}: internal error; see the server log") from exc
-        headers = {}
-        if (attributes := request.headers.get(CUSTOM_ATTRIBUTES)) is not None:
-            headers[CUSTOM_ATTRIBUTES] = attributes
-        return Response(encoded.body, media_type=encoded.media_type, headers=headers)
+            logger.exception("unexpected failure serving %s", target or self.settings.default_model)
+            internal = InternalError("internal error; see the server log")
+            status, body, content_type = 500, error_body(internal), b"application/json"
+        await _respond(send, status, body, content_type, extra)
 
-    @app.post(
-        "/invocations",
-        summary="SageMaker inference: the default model, or the one in X-Amzn-SageMaker-Target-Model",
-        openapi_extra={"requestBody": {"required": True, "content": BODY_TYPES}},
-        responses={200: {"model": PredictionResponse}, **error_docs},
-    )
-    async def invocations(request: Request) -> Response:
-        return await predict(request, request.headers.get(TARGET_MODEL))
+    @property
+    def fastapi(self) -> FastAPI:
+        if self._fastapi is None:
+            from handlers.docs import create_fastapi
 
-    @app.get("/v1/models", summary="Every served model")
-    async def list_models() -> dict[str, Any]:
-        return {"models": [model.describe() for model in repository.models()]}
-
-    @app.get("/v1/models/{name}", summary="One model's signature", responses={404: {"model": ErrorResponse}})
-    async def describe_model(name: str) -> dict[str, Any]:
-        return repository.resolve(name).describe()
-
-    @app.post(
-        "/v1/models/{name}/predict",
-        summary="Predict with a model by name (`name` or `name@version`)",
-        openapi_extra={"requestBody": {"required": True, "content": BODY_TYPES}},
-        responses={200: {"model": PredictionResponse}, **error_docs},
-    )
-    async def predict_named(name: str, request: Request) -> Response:
-        return await predict(request, name)
-
-    return app
+            self._fastapi = create_fastapi(self)
+        return self._fastapi
 
 
-def _load_quietly(repository: ModelRepository) -> None:
-    # The state and the error stay on the repository: /ping reports them and the log has them.
-    with contextlib.suppress(ServingError):
-        repository.load_all()
+async def _respond(
+    send: Send, status: int, body: bytes, content_type: bytes, extra: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    if extra:
+        headers.extend(extra)
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _text(value: bytes | None) -> str | None:
+    return value.decode("latin-1") if value is not None else None
+
+
+def create_app(repository: ModelRepository, *, load_in_background: bool = False) -> ServingApp:
+    return ServingApp(repository, load_in_background=load_in_background)

@@ -10,38 +10,28 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import Annotated, Literal
 
-from fastapi import FastAPI
-from pydantic import AliasChoices, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+import msgspec
 
-from handlers.app import create_app
+from handlers.app import ServingApp, create_app
 from models.service import ModelRepository
-from models.settings import ServingSettings
+from models.settings import EnvironmentSettings, ServingSettings
 
 
-class ContainerSettings(BaseSettings):
+class ContainerSettings(EnvironmentSettings, frozen=True, kw_only=True):
     """The container's own knobs; SageMaker's variable names win over ours."""
 
-    model_config = SettingsConfigDict(extra="ignore", frozen=True)
-
     # 0.0.0.0: inside a container SageMaker reaches the server from outside its network namespace.
-    host: str = Field(default="0.0.0.0", validation_alias=AliasChoices("SERVESTACK_HOST"))  # noqa: S104
-    port: int = Field(
-        default=8080,
-        ge=1,
-        le=65535,
-        validation_alias=AliasChoices("SAGEMAKER_BIND_TO_PORT", "SERVESTACK_PORT"),
-    )
-    workers: int | None = Field(
-        default=None,
-        ge=1,
-        validation_alias=AliasChoices("SAGEMAKER_MODEL_SERVER_WORKERS", "SERVESTACK_WORKERS"),
-    )
-    graceful_shutdown_sec: int = Field(
-        default=30, ge=0, validation_alias=AliasChoices("SERVESTACK_GRACEFUL_SHUTDOWN_SEC")
-    )
-    log_level: str = Field(default="info", validation_alias=AliasChoices("SERVESTACK_LOG_LEVEL"))
+    host: str = "0.0.0.0"  # noqa: S104
+    port: Annotated[int, msgspec.Meta(ge=1, le=65535)] = 8080
+    workers: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    graceful_shutdown_sec: Annotated[int, msgspec.Meta(ge=0)] = 30
+    log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
+
+    @classmethod
+    def aliases(cls) -> dict[str, tuple[str, ...]]:
+        return {"port": ("SAGEMAKER_BIND_TO_PORT",), "workers": ("SAGEMAKER_MODEL_SERVER_WORKERS",)}
 
 
 def gpu_count() -> int:
@@ -63,9 +53,9 @@ def default_workers(providers: str) -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def create_server_app() -> FastAPI:
+def create_server_app() -> ServingApp:
     """uvicorn's factory: each worker process builds its own app and loads its own sessions."""
-    return create_app(ModelRepository(ServingSettings()), load_in_background=True)
+    return create_app(ModelRepository(ServingSettings.from_environment()), load_in_background=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -74,8 +64,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.parse_args(argv)
     import uvicorn
 
-    container = ContainerSettings()
-    serving = ServingSettings()
+    container = ContainerSettings.from_environment()
+    serving = ServingSettings.from_environment()
     uvicorn.run(
         "handlers.realtime:create_server_app",
         factory=True,
@@ -86,6 +76,7 @@ def main(argv: list[str] | None = None) -> None:
         log_level=container.log_level,
         access_log=False,
         server_header=False,
+        lifespan="on",
     )
 
 

@@ -1,28 +1,20 @@
-"""The Lambda entry: Mangum over the shared app. Models load during init (import), not per request.
+"""The Lambda entry: Mangum over the shared ASGI app. Models load during init (import), not per request.
 
-Mangum answers API Gateway HTTP API (v2), REST API (v1), Function URL and ALB events alike.
+Mangum answers API Gateway HTTP API (v2), REST API (v1), Function URL and ALB events alike. Init imports
+only what the first prediction needs (no FastAPI: it loads on the first docs or listing request), and
+logs go through the standard library: with the function's log format set to JSON, Lambda adds the
+request id and level itself, at no import cost.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from aws_lambda_powertools import Logger
 from mangum import Mangum
 
 from handlers.app import create_app
 from models.service import ModelRepository
 from models.settings import ServingSettings
 
-logger = Logger(service="servestack")
-
-repository = ModelRepository(ServingSettings())
+repository = ModelRepository(ServingSettings.from_environment())
 repository.load_all()
 app = create_app(repository)
-asgi_handler = Mangum(app, lifespan="off")
-
-
-@logger.inject_lambda_context(clear_state=True)
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    response: dict[str, Any] = asgi_handler(event, context)
-    return response
+handler = Mangum(app, lifespan="off")

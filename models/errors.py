@@ -139,3 +139,23 @@ class InternalError(ServingError):
 
     status_code = 500
     error_type = "InternalError"
+
+
+class Overloaded(ServingError):
+    """Too much work is queued in this worker; retry after `retry_after_sec` (HTTP 429 with Retry-After)."""
+
+    status_code = 429
+    retryable = True
+    error_type = "Overloaded"
+
+    def __init__(self, message: str, *, retry_after_sec: int = 1, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.retry_after_sec = retry_after_sec
+
+
+class DeadlineExceeded(ServingError):
+    """The request's deadline passed before an answer was ready; work not yet started was dropped."""
+
+    status_code = 504
+    retryable = True
+    error_type = "DeadlineExceeded"

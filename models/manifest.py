@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
+import msgspec
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from models.errors import ChecksumMismatch, ModelLoadError
 
@@ -16,19 +16,18 @@ HOOKS_FILE = "process.py"
 
 # The ONNX tensor element types the codecs can fill from JSON, CSV and .npy.
 TensorDType = Literal["float32", "float64", "float16", "int64", "int32", "int8", "uint8", "bool", "string"]
+Sha256 = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
 
 
-class TensorSpec(BaseModel):
+class TensorSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One input or output: `shape` has None for free dimensions; the first is the batch dimension."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     dtype: TensorDType
     shape: tuple[int | None, ...]
 
     @property
-    def numpy_dtype(self) -> np.dtype[np.generic]:
+    def numpy_dtype(self) -> np.dtype[Any]:
         return np.dtype(object) if self.dtype == "string" else np.dtype(self.dtype)
 
     @property
@@ -36,19 +35,21 @@ class TensorSpec(BaseModel):
         """The shape of one row: everything after the batch dimension."""
         return self.shape[1:]
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
 
-class Manifest(BaseModel):
-    """What a model package declares about itself; `manifest.json` on disk."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+    """What a model package declares about itself; `manifest.json` on disk. Parsed with msgspec, which
+    validates as strictly as pydantic but keeps a Lambda cold start free of pydantic's import."""
 
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
-    version: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+    name: Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")]
+    version: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
     file: str = "model.onnx"
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    process_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    inputs: tuple[TensorSpec, ...] = Field(min_length=1)
-    outputs: tuple[TensorSpec, ...] = Field(min_length=1)
+    sha256: Sha256
+    process_sha256: Sha256 | None = None
+    inputs: Annotated[tuple[TensorSpec, ...], msgspec.Meta(min_length=1)]
+    outputs: Annotated[tuple[TensorSpec, ...], msgspec.Meta(min_length=1)]
     # Which output is "the" prediction, and which carries class probabilities, if any.
     prediction_output: str | None = None
     probability_output: str | None = None
@@ -57,14 +58,12 @@ class Manifest(BaseModel):
     allow_non_finite: bool = False
     description: str = ""
 
-    @model_validator(mode="after")
-    def _outputs_exist(self) -> Manifest:
+    def __post_init__(self) -> None:
         names = {output.name for output in self.outputs}
         for role in ("prediction_output", "probability_output"):
             chosen = getattr(self, role)
             if chosen is not None and chosen not in names:
                 raise ValueError(f"{role}: {chosen!r} is not one of the outputs {sorted(names)}")
-        return self
 
     @property
     def primary_output(self) -> str:
@@ -73,6 +72,9 @@ class Manifest(BaseModel):
     @property
     def key(self) -> str:
         return f"{self.name}@{self.version}"
+
+    def to_json(self) -> bytes:
+        return msgspec.json.format(msgspec.json.encode(self), indent=2) + b"\n"
 
 
 def sha256_of(path: Path) -> str:
@@ -87,14 +89,11 @@ def read_manifest(package_dir: Path) -> Manifest:
     """Parse `manifest.json`; a bad manifest is a load failure that says which field is wrong."""
     path = package_dir / MANIFEST_FILE
     try:
-        return Manifest.model_validate_json(path.read_bytes())
+        return msgspec.json.decode(path.read_bytes(), type=Manifest)
     except FileNotFoundError as exc:
         raise ModelLoadError(f"{path}: no manifest; a model package needs {MANIFEST_FILE}") from exc
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in error['loc']) or '<root>'}: {error['msg']}" for error in exc.errors()
-        )
-        raise ModelLoadError(f"{path}: invalid manifest: {problems}") from exc
+    except msgspec.DecodeError as exc:  # ValidationError too: its message names the path, e.g. `$.inputs`
+        raise ModelLoadError(f"{path}: invalid manifest: {exc}") from exc
 
 
 def verify_checksums(package_dir: Path, manifest: Manifest) -> None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import onnxruntime as ort
 
 from models.errors import ModelLoadError
@@ -30,7 +30,7 @@ def _spec(node: Any) -> TensorSpec:
     if node.type not in _ORT_TYPES:
         raise ModelLoadError(f"tensor {node.name!r} has type {node.type}, supported: {sorted(_ORT_TYPES)}")
     shape = tuple(size if isinstance(size, int) and size > 0 else None for size in node.shape)
-    return TensorSpec(name=node.name, dtype=_ORT_TYPES[node.type], shape=shape)
+    return msgspec.convert({"name": node.name, "dtype": _ORT_TYPES[node.type], "shape": shape}, TensorSpec)
 
 
 def signature_of(model_path: Path) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
@@ -63,23 +63,25 @@ def create_package(
         probability_output = "probabilities"
     if prediction_output is None and "label" in output_names:
         prediction_output = "label"
-    manifest = Manifest(
-        name=name,
-        version=version,
-        file=target.name,
-        sha256=sha256_of(target),
-        process_sha256=sha256_of(destination / HOOKS_FILE) if (destination / HOOKS_FILE).exists() else None,
-        inputs=inputs,
-        outputs=outputs,
-        prediction_output=prediction_output,
-        probability_output=probability_output,
-        labels=tuple(labels) if labels is not None else None,
-        description=description,
+    manifest = msgspec.convert(
+        {
+            "name": name,
+            "version": version,
+            "file": target.name,
+            "sha256": sha256_of(target),
+            "process_sha256": sha256_of(destination / HOOKS_FILE) if (destination / HOOKS_FILE).exists() else None,
+            "inputs": [spec.to_dict() for spec in inputs],
+            "outputs": [spec.to_dict() for spec in outputs],
+            "prediction_output": prediction_output,
+            "probability_output": probability_output,
+            "labels": tuple(labels) if labels is not None else None,
+            "description": description,
+        },
+        Manifest,
     )
     write_manifest(destination, manifest)
     return manifest
 
 
 def write_manifest(destination: Path, manifest: Manifest) -> None:
-    text = json.dumps(manifest.model_dump(mode="json", exclude_none=True), indent=2) + "\n"
-    (destination / MANIFEST_FILE).write_text(text)
+    (destination / MANIFEST_FILE).write_bytes(manifest.to_json())

@@ -96,8 +96,8 @@ class ServedModel:
             "version": manifest.version,
             "ready": self.runtime.warmed_up,
             "providers": self.runtime.providers,
-            "inputs": [spec.model_dump() for spec in manifest.inputs],
-            "outputs": [spec.model_dump() for spec in manifest.outputs],
+            "inputs": [spec.to_dict() for spec in manifest.inputs],
+            "outputs": [spec.to_dict() for spec in manifest.outputs],
             "labels": list(manifest.labels) if manifest.labels else None,
             "has_hooks": self.hooks.preprocess is not None or self.hooks.postprocess is not None,
         }

@@ -1,0 +1,123 @@
+"""The FastAPI side of the app: the model listing routes, OpenAPI docs, and JSON errors for everything else.
+
+Built on first use by `handlers.app.ServingApp`, which answers the hot routes before they reach FastAPI;
+the predict routes here document them and serve the same pipeline when this app is mounted on its own.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException
+
+from models.errors import InvalidInput, ServingError
+
+if TYPE_CHECKING:
+    from handlers.app import ServingApp
+
+logger = logging.getLogger("servestack.handlers")
+
+BODY_TYPES = {
+    "application/json": {"schema": {"type": "object", "example": {"instances": [[0.0] * 64]}}},
+    "text/csv": {"schema": {"type": "string"}},
+    "application/x-npy": {"schema": {"type": "string", "format": "binary"}},
+}
+HEADER_DOCS = [
+    {"name": "X-Amzn-SageMaker-Target-Model", "in": "header", "required": False, "schema": {"type": "string"}},
+    {"name": "X-Amzn-SageMaker-Custom-Attributes", "in": "header", "required": False, "schema": {"type": "string"}},
+]
+
+
+class JSONBody(Response):
+    """JSON through orjson, numpy-aware."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+class PredictionResponse(BaseModel):
+    """What a JSON prediction looks like (documentation only: the core codecs encode responses)."""
+
+    model: str
+    version: str
+    predictions: list[Any]
+    probabilities: list[list[float]] | None = None
+    labels: list[str] | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: dict[str, Any]
+
+
+def create_fastapi(serving: ServingApp) -> FastAPI:
+    repository = serving.repository
+    app = FastAPI(
+        title="servestack",
+        summary="ONNX inference: the SageMaker container contract and a REST surface",
+        version="0.1.0",
+        default_response_class=JSONBody,
+    )
+    error_docs: dict[int | str, dict[str, Any]] = {
+        code: {"model": ErrorResponse} for code in (400, 404, 406, 413, 415, 429, 503, 504)
+    }
+
+    @app.exception_handler(ServingError)
+    async def serving_error(_: Request, exc: ServingError) -> JSONBody:
+        return JSONBody({"error": exc.to_dict()}, status_code=exc.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> JSONBody:
+        first = exc.errors()[0] if exc.errors() else {"loc": ("request",), "msg": "invalid request"}
+        where = ".".join(str(part) for part in first["loc"])
+        error = InvalidInput(f"{where}: {first['msg']}", field=where, value=first.get("input"))
+        return JSONBody({"error": error.to_dict()}, status_code=400)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_: Request, exc: HTTPException) -> JSONBody:
+        return JSONBody({"error": {"type": "HTTPError", "message": str(exc.detail)}}, status_code=exc.status_code)
+
+    @app.get("/ping", summary="Health check: 200 once every model is loaded and warmed, 503 before")
+    async def ping() -> Response:
+        status, body = serving.ping()
+        return Response(body, status_code=status, media_type="application/json")
+
+    async def predict(request: Request, target: str | None) -> Response:
+        headers = {key.encode(): value.encode("latin-1") for key, value in request.headers.items()}
+        body, content_type, _ = await serving.predict(target, headers, request.receive)
+        return Response(body, media_type=content_type.decode())
+
+    @app.post(
+        "/invocations",
+        summary="SageMaker inference: the default model, or the one in X-Amzn-SageMaker-Target-Model",
+        openapi_extra={"requestBody": {"required": True, "content": BODY_TYPES}, "parameters": HEADER_DOCS},
+        responses={200: {"model": PredictionResponse}, **error_docs},
+    )
+    async def invocations(request: Request) -> Response:
+        return await predict(request, request.headers.get("x-amzn-sagemaker-target-model"))
+
+    @app.get("/v1/models", summary="Every served model")
+    async def list_models() -> dict[str, Any]:
+        return {"models": [model.describe() for model in repository.models()]}
+
+    @app.get("/v1/models/{name}", summary="One model's signature", responses={404: {"model": ErrorResponse}})
+    async def describe_model(name: str) -> dict[str, Any]:
+        return repository.resolve(name).describe()
+
+    @app.post(
+        "/v1/models/{name}/predict",
+        summary="Predict with a model by name (`name` or `name@version`)",
+        openapi_extra={"requestBody": {"required": True, "content": BODY_TYPES}},
+        responses={200: {"model": PredictionResponse}, **error_docs},
+    )
+    async def predict_named(name: str, request: Request) -> Response:
+        return await predict(request, name)
+
+    return app
