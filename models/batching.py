@@ -32,11 +32,12 @@ Predict = Callable[[Mapping[str, np.ndarray]], Arrays]
 class BatchingConfig:
     max_batch_size: int = 64
     max_delay_ms: float = 0.0
-    max_queue_rows: int = 1024
+    max_queue_rows: int = 8192
+    max_queue_requests: int = 128
     use_thread: bool = False
 
     def __post_init__(self) -> None:
-        for name, low in (("max_batch_size", 1), ("max_queue_rows", 1)):
+        for name, low in (("max_batch_size", 1), ("max_queue_rows", 1), ("max_queue_requests", 1)):
             if getattr(self, name) < low:
                 raise ValueError(f"{name}: {getattr(self, name)} is not >= {low}")
         if not 0 <= self.max_delay_ms <= 1000:
@@ -50,11 +51,10 @@ class _Pending:
     future: asyncio.Future[Arrays]
     deadline: float
     enqueued: float = field(default_factory=time.monotonic)
-    signature: tuple[tuple[str, tuple[int, ...], str], ...] = ()
 
-    def __post_init__(self) -> None:
-        # Only requests whose rows have the same shape and dtype can share one concatenated batch.
-        self.signature = tuple((name, value.shape[1:], value.dtype.str) for name, value in self.arrays.items())
+    def signature(self) -> tuple[tuple[str, tuple[int, ...], str], ...]:
+        """Only requests whose rows have the same shape and dtype can share one concatenated batch."""
+        return tuple((name, value.shape[1:], value.dtype.str) for name, value in self.arrays.items())
 
 
 @dataclass
@@ -79,6 +79,7 @@ class MicroBatcher:
         self._queue: deque[_Pending] = deque()
         self._queued_rows = 0
         self._draining = False
+        self._in_flight = 0  # requests queued or in the running batch
         self._drain_task: asyncio.Task[None] | None = None
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="inference") if self.config.use_thread else None
         self._service_time_sec = 0.001  # running estimate of one batch's time, for Retry-After
@@ -92,84 +93,138 @@ class MicroBatcher:
         batches_ahead = self._queued_rows / self.config.max_batch_size + 1
         return max(1, int(batches_ahead * self._service_time_sec + 0.999))
 
+    def admit(self) -> None:
+        """Refuse new work before reading or decoding it when the worker already holds its limit."""
+        if self._in_flight >= self.config.max_queue_requests or self._queued_rows >= self.config.max_queue_rows:
+            self.stats.rejected += 1
+            raise self._overloaded()
+
+    def _overloaded(self) -> Overloaded:
+        return Overloaded(
+            f"worker is full ({self._in_flight} requests, {self._queued_rows} rows waiting); "
+            f"retry after {self.retry_after_sec()}s",
+            field="queue",
+            value=self._in_flight,
+            allowed=f"<= {self.config.max_queue_requests} requests and {self.config.max_queue_rows} rows per worker",
+            retry_after_sec=self.retry_after_sec(),
+        )
+
     async def submit(self, arrays: Mapping[str, np.ndarray], rows: int, timeout_sec: float) -> Arrays:
         """Queue one request's rows and wait for its slice of the batch outputs."""
         if self._queued_rows + rows > self.config.max_queue_rows and self._queued_rows > 0:
             self.stats.rejected += 1
-            raise Overloaded(
-                f"queue is full ({self._queued_rows} rows waiting); retry after {self.retry_after_sec()}s",
-                field="queue",
-                value=self._queued_rows,
-                allowed=f"<= {self.config.max_queue_rows} queued rows per worker",
-                retry_after_sec=self.retry_after_sec(),
-            )
+            raise self._overloaded()
         loop = asyncio.get_running_loop()
         pending = _Pending(arrays, rows, loop.create_future(), time.monotonic() + timeout_sec)
         self._queue.append(pending)
         self._queued_rows += rows
+        self._in_flight += 1
         if not self._draining:
             self._draining = True
-            self._drain_task = loop.create_task(self._drain())
+            if self._executor is None:
+                loop.call_soon(self._drain_inline, loop)
+            else:
+                self._drain_task = loop.create_task(self._drain_in_thread())
+        # CPU mode needs no timer: nothing runs while a batch holds the loop, so the deadline is checked when
+        # the request's batch is formed. With a thread, a timer (not asyncio.wait_for, which wraps every
+        # request in a task of its own) answers 504 on time even while a batch is still running.
+        timer = (
+            None
+            if self._executor is None
+            else loop.call_at(loop.time() + timeout_sec, _expire, pending.future, timeout_sec)
+        )
         try:
-            return await asyncio.wait_for(asyncio.shield(pending.future), timeout_sec)
-        except TimeoutError:
-            raise DeadlineExceeded(
-                f"no answer within {timeout_sec:g}s", field="deadline", value=timeout_sec, allowed="a longer deadline"
-            ) from None
+            return await pending.future
+        finally:
+            self._in_flight -= 1
+            if timer is not None:
+                timer.cancel()
 
     def _take_batch(self) -> list[_Pending]:
         batch: list[_Pending] = []
         rows = 0
         now = time.monotonic()
+        signature = None
         while self._queue:
             head = self._queue[0]
-            if batch and (rows + head.rows > self.config.max_batch_size or head.signature != batch[0].signature):
-                break
+            if batch:
+                if rows + head.rows > self.config.max_batch_size:
+                    break
+                signature = signature or batch[0].signature()
+                if head.signature() != signature:
+                    break
             self._queue.popleft()
             self._queued_rows -= head.rows
-            if head.future.done():
+            if head.future.done():  # its caller timed out or went away: drop the work
                 continue
-            if head.deadline <= now:  # expired before it started: drop the work, answer 504
+            if head.deadline <= now:
                 self.stats.expired += 1
-                head.future.set_exception(DeadlineExceeded("deadline passed while queued", field="deadline"))
+                _expire(head.future, 0.0)
                 continue
             batch.append(head)
             rows += head.rows
         return batch
 
-    async def _gather_more(self) -> None:
-        """With `max_delay_ms`, let a short queue fill a little, bounded by the oldest item's age."""
-        if not self._queue or self.config.max_delay_ms <= 0:
-            return
-        limit = self._queue[0].enqueued + self.config.max_delay_ms / 1000
-        while self._queued_rows < self.config.max_batch_size and (wait := limit - time.monotonic()) > 0:
-            await asyncio.sleep(min(wait, 0.0005))
+    def _gather_delay_sec(self) -> float:
+        """With `max_delay_ms`, how much longer a short queue may wait to fill (bounded by the oldest item)."""
+        if not self._queue or self.config.max_delay_ms <= 0 or self._queued_rows >= self.config.max_batch_size:
+            return 0.0
+        return max(0.0, self._queue[0].enqueued + self.config.max_delay_ms / 1000 - time.monotonic())
 
-    async def _drain(self) -> None:
+    def _drain_inline(self, loop: asyncio.AbstractEventLoop) -> None:
+        """CPU mode: run one batch in this loop callback, then yield to the loop before the next one, so the
+        requests that arrived meanwhile are read and decoded and join the next batch."""
+        delay = self._gather_delay_sec()
+        if delay > 0:
+            loop.call_later(min(delay, 0.0005), self._drain_inline, loop)
+            return
+        batch = self._take_batch()
+        if batch:
+            started = time.perf_counter()
+            outcome = _run_batch(self.predict, batch)
+            self._record(batch, outcome, time.perf_counter() - started)
+        if self._queue:
+            loop.call_soon(self._drain_inline, loop)
+        else:
+            self._draining = False
+
+    async def _drain_in_thread(self) -> None:
+        """GPU mode: batches run in one worker thread while the loop keeps decoding requests."""
         loop = asyncio.get_running_loop()
         try:
             while self._queue:
-                await self._gather_more()
-                batch = self._take_batch()
-                if not batch:
+                if (delay := self._gather_delay_sec()) > 0:
+                    await asyncio.sleep(min(delay, 0.0005))
                     continue
-                started = time.perf_counter()
-                if self._executor is not None:
+                batch = self._take_batch()
+                if batch:
+                    started = time.perf_counter()
                     outcome = await loop.run_in_executor(self._executor, _run_batch, self.predict, batch)
-                else:
-                    outcome = _run_batch(self.predict, batch)
-                self._service_time_sec = 0.8 * self._service_time_sec + 0.2 * (time.perf_counter() - started)
-                self.stats.batches += 1
-                self.stats.rows += sum(item.rows for item in batch)
-                _deliver(batch, outcome)
-                # Yield so the loop can read and decode the requests that arrived meanwhile.
-                await asyncio.sleep(0)
+                    self._record(batch, outcome, time.perf_counter() - started)
         finally:
             self._draining = False
+
+    def _record(self, batch: list[_Pending], outcome: list[Arrays] | BaseException, elapsed_sec: float) -> None:
+        self._service_time_sec = 0.8 * self._service_time_sec + 0.2 * elapsed_sec
+        self.stats.batches += 1
+        self.stats.rows += sum(item.rows for item in batch)
+        _deliver(batch, outcome)
 
     def close(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _expire(future: asyncio.Future[Arrays], timeout_sec: float) -> None:
+    if not future.done():
+        future.set_exception(
+            DeadlineExceeded(
+                f"no answer within {timeout_sec:g}s" if timeout_sec else "deadline passed while queued",
+                field="deadline",
+                value=timeout_sec,
+                allowed="a longer deadline, or less load",
+            )
+        )
 
 
 def _run_batch(predict: Predict, batch: list[_Pending]) -> list[Arrays] | BaseException:

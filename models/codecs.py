@@ -196,13 +196,14 @@ def validate_inputs(raw: Mapping[str, tuple[str, Any]], manifest: Manifest, *, m
 
 
 _NUMERIC_KINDS = {"f": "fiu", "i": "iu", "u": "u", "b": "b"}
+_SEQUENCES = (list, np.ndarray)
 
 
 def _to_array(field: str, value: Any, spec: TensorSpec, manifest: Manifest) -> np.ndarray:
     """Validate one input as a whole array; walk the elements only to explain a failure."""
     if field == "csv":
         return _csv_to_array(value, spec, manifest)
-    if not isinstance(value, list | np.ndarray):
+    if not isinstance(value, _SEQUENCES):
         raise InvalidInput(
             f"{field}: expected a list of rows, got {type(value).__name__}",
             field=field,
@@ -320,7 +321,7 @@ def _explain(field: str, value: Any, spec: TensorSpec) -> InvalidInput:
 
     def walk(node: Any, path: str, depth: int) -> InvalidInput | None:
         if depth < len(spec.shape):
-            if not isinstance(node, list | np.ndarray):
+            if not isinstance(node, _SEQUENCES):
                 return InvalidInput(
                     f"{path}: expected a list, got {type(node).__name__} {node!r}",
                     field=path,

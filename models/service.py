@@ -121,6 +121,7 @@ class ModelRepository:
     settings: ServingSettings
     _models: dict[str, dict[str, ServedModel]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _newest: dict[str, ServedModel] = field(default_factory=dict)
     state: str = "loading"
     error: str | None = None
     load_seconds: float | None = None
@@ -144,7 +145,9 @@ class ModelRepository:
             for package_dir in packages:
                 model = ServedModel.load(package_dir, self.settings)
                 with self._lock:
-                    self._models.setdefault(model.manifest.name, {})[model.manifest.version] = model
+                    versions = self._models.setdefault(model.manifest.name, {})
+                    versions[model.manifest.version] = model
+                    self._newest[model.manifest.name] = versions[max(versions, key=_version_order)]
                 logger.info("loaded %s from %s", model.manifest.key, package_dir)
             if self.settings.default_model not in self._models:
                 raise ModelLoadError(
@@ -178,7 +181,7 @@ class ModelRepository:
                 allowed=", ".join(sorted(self._models)),
             )
         if version is None:
-            return versions[max(versions, key=_version_order)]
+            return self._newest[wanted]
         if version not in versions:
             raise ModelNotFound(
                 f"model {wanted!r} has no version {version!r}",
@@ -192,6 +195,8 @@ class ModelRepository:
         """A SageMaker target-model value or a REST name: `name`, `name@version`, `name/version`, `*.tar.gz`."""
         if target is None or not target.strip():
             return self.get()
+        if target in self._newest and self.ready:  # the common case: a plain name
+            return self._newest[target]
         cleaned = target.strip().removesuffix(".tar.gz").strip("/")
         separator = "@" if "@" in cleaned else "/"
         name, _, version = cleaned.partition(separator)

@@ -89,7 +89,8 @@ class ServingSettings(EnvironmentSettings, frozen=True, kw_only=True):
     # Micro-batching and admission control, per worker process.
     max_batch_size: Annotated[int, msgspec.Meta(ge=1, le=65_536)] = 64
     max_delay_ms: Annotated[float, msgspec.Meta(ge=0, le=1000)] = 0.0
-    max_queue_rows: Annotated[int, msgspec.Meta(ge=1)] = 1024
+    max_queue_rows: Annotated[int, msgspec.Meta(ge=1)] = 8192
+    max_queue_requests: Annotated[int, msgspec.Meta(ge=1)] = 128
     request_timeout_sec: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 60.0
 
     def __post_init__(self) -> None:
