@@ -1,14 +1,18 @@
-"""Realtime benchmark: raw onnxruntime vs our realtime server vs a naive FastAPI server, plus Lambda init.
+"""Realtime benchmark, one run, same model and payloads: raw onnxruntime, the HTTP ceiling (a raw ASGI app
+returning a constant), a naive FastAPI + onnxruntime server, and ours; then overload and Lambda init.
 
     make bench            (or: .venv/bin/python -m bench.realtime --runs 3 --duration-sec 5)
 
-The server is pinned to core 0 and wrk to core 1 (taskset); onnxruntime uses one intra-op thread. Every
-figure is the median of --runs runs. Prints figures and ratios; it never passes or fails on time.
+Servers are pinned to core 0, load generators to core 1 (taskset); onnxruntime uses one intra-op thread.
+Throughput and latency come from wrk; the overload run uses servestack's own load generator, which splits
+latency by status. Every figure is the median of --runs runs. It prints figures and ratios; it never passes
+or fails on time.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import re
@@ -17,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +31,7 @@ import numpy as np
 
 from servestack.local.processes import REPO_ROOT, free_port, http_status
 
-SAMPLE = REPO_ROOT / "models" / "artifacts" / "digits" / "1" / "sample-request.json"
+ARTIFACT = REPO_ROOT / "models" / "artifacts" / "digits" / "1"
 SERVER_CORE, LOAD_CORE = "0", "1"
 
 
@@ -47,7 +52,7 @@ def raw_onnxruntime_rows_per_sec(batch: int, seconds: float) -> float:
     code = f"""
 import time, numpy as np, onnxruntime as ort
 o = ort.SessionOptions(); o.intra_op_num_threads = 1
-s = ort.InferenceSession({str(SAMPLE.parent / "model.onnx")!r}, sess_options=o, providers=["CPUExecutionProvider"])
+s = ort.InferenceSession({str(ARTIFACT / "model.onnx")!r}, sess_options=o, providers=["CPUExecutionProvider"])
 x = np.random.default_rng(0).random(({batch}, 64), dtype=np.float32) * 16
 for _ in range(200): s.run(None, {{"input": x}})
 n = 0; t = time.perf_counter()
@@ -61,12 +66,20 @@ print(n * {batch} / (time.perf_counter() - t))
 
 WRK_SCRIPT = """
 wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Content-Type"] = os.getenv("CONTENT_TYPE")
 local f = io.open(os.getenv("BODY_FILE"), "rb"); wrk.body = f:read("*a"); f:close()
 """
 
 
-def wrk(url: str, connections: int, seconds: float, body_file: Path, script: Path) -> LoadResult:
+@dataclass(frozen=True)
+class Payload:
+    name: str
+    body_file: Path
+    content_type: str
+    rows: int
+
+
+def wrk(url: str, connections: int, seconds: float, payload: Payload, script: Path) -> LoadResult:
     out = subprocess.run(
         [
             "taskset",
@@ -83,8 +96,8 @@ def wrk(url: str, connections: int, seconds: float, body_file: Path, script: Pat
         ],
         capture_output=True,
         text=True,
-        env={**os.environ, "BODY_FILE": str(body_file)},
         check=True,
+        env={**os.environ, "BODY_FILE": str(payload.body_file), "CONTENT_TYPE": payload.content_type},
     ).stdout
 
     def latency_ms(label: str) -> float:
@@ -115,9 +128,19 @@ class PinnedServer:
                 raise RuntimeError(f"server {argv} did not start")
             time.sleep(0.1)
 
+    def rss_mib(self) -> float:
+        # taskset execs the server, so the pid is the server's own.
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        match = re.search(r"VmRSS:\s+(\d+) kB", status)
+        return int(match.group(1)) / 1024 if match else float("nan")
+
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(timeout=20)
+
+
+def uvicorn_argv(app: str, port: int) -> list[str]:
+    return [sys.executable, "-m", "uvicorn", app, "--port", str(port), "--log-level", "warning", "--no-access-log"]
 
 
 def ours(port: int) -> PinnedServer:
@@ -131,82 +154,147 @@ def ours(port: int) -> PinnedServer:
 
 
 def naive(port: int) -> PinnedServer:
-    argv = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "bench.naive_server:app",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-        "--no-access-log",
-    ]
-    return PinnedServer(argv, {}, port)
+    return PinnedServer(uvicorn_argv("bench.naive_server:app", port), {}, port)
 
 
-def lambda_init_sec(runs: int) -> list[float]:
-    """Import of handlers.serverless (FastAPI app + Mangum + model load) in a fresh interpreter, .pyc present."""
-    code = "import time; t = time.perf_counter(); import handlers.serverless; print('INIT', time.perf_counter() - t)"
-    subprocess.run([sys.executable, "-m", "compileall", "-q", "handlers", "models"], cwd=REPO_ROOT, check=True)
-    subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, check=True)  # warm the pyc/FS
-    outputs = [
-        (
-            subprocess.run(
-                ["taskset", "-c", SERVER_CORE, sys.executable, "-c", code],
-                cwd=REPO_ROOT,
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
-        )
-        for _ in range(runs)
-    ]
-    return [float(out.rsplit("INIT ", 1)[1]) for out in outputs]
+def ceiling(port: int) -> PinnedServer:
+    return PinnedServer(uvicorn_argv("bench.ceiling_server:app", port), {}, port)
 
 
 def measure(
     name: str,
     start: Callable[[int], PinnedServer],
-    connections: list[int],
+    cases: list[tuple[Payload, int]],
+    path: str,
     runs: int,
     seconds: float,
-    body_file: Path,
     script: Path,
-) -> dict[int, LoadResult]:
-    samples: dict[int, list[LoadResult]] = {c: [] for c in connections}
+) -> dict[tuple[str, int], LoadResult]:
+    samples: dict[tuple[str, int], list[LoadResult]] = {(p.name, c): [] for p, c in cases}
     for _ in range(runs):
         port = free_port()
         server = start(port)
         try:
-            url = f"http://127.0.0.1:{port}/invocations"
-            wrk(url, 8, 1, body_file, script)  # warm up
-            for c in connections:
-                samples[c].append(wrk(url, c, seconds, body_file, script))
+            url = f"http://127.0.0.1:{port}{path}"
+            wrk(url, 8, 1, cases[0][0], script)  # warm up
+            for payload, connections in cases:
+                samples[(payload.name, connections)].append(wrk(url, connections, seconds, payload, script))
         finally:
             server.stop()
-    results = {
-        c: LoadResult(
-            median([r.requests_per_sec for r in rs]),
-            median([r.p50_ms for r in rs]),
-            median([r.p99_ms for r in rs]),
-            sum(r.non_2xx for r in rs),
+    results = {}
+    for (payload_name, connections), found in samples.items():
+        result = LoadResult(
+            median([r.requests_per_sec for r in found]),
+            median([r.p50_ms for r in found]),
+            median([r.p99_ms for r in found]),
+            sum(r.non_2xx for r in found),
         )
-        for c, rs in samples.items()
-    }
-    for c, r in results.items():
+        results[(payload_name, connections)] = result
+        rows = next(p.rows for p, _ in cases if p.name == payload_name)
         print(
-            f"  {name:<22} c={c:<3} {r.requests_per_sec:>9.0f} req/s  p50 {r.p50_ms:6.2f} ms  p99 {r.p99_ms:6.2f} ms"
-            f"  non-2xx {r.non_2xx}",
+            f"  {name:<20} {payload_name:<16} c={connections:<3} {result.requests_per_sec:>8.0f} req/s "
+            f"{result.requests_per_sec * rows:>9.0f} rows/s  p50 {result.p50_ms:6.2f} ms  p99 {result.p99_ms:6.2f} ms"
+            f"  non-2xx {result.non_2xx}",
             flush=True,
         )
     return results
+
+
+def overload(payload: Payload, seconds: float) -> dict[str, float | dict[str, int]]:
+    """512 connections for `seconds` against one worker, measured by servestack's load generator on core 1."""
+    port = free_port()
+    server = ours(port)
+    code = (
+        "import json, sys; from servestack.loadtest import Target, run; "
+        f"t = Target.from_url('http://127.0.0.1:{port}/invocations', open({str(payload.body_file)!r}, 'rb').read(), "
+        f"{payload.content_type!r}); "
+        "warm, _ = run(t, duration_sec=3, concurrency=8); "
+        f"base, _ = run(t, duration_sec={seconds / 2}, concurrency=64); "
+        f"over, _ = run(t, duration_sec={seconds}, concurrency=512, timeout_sec=10); "
+        "print(json.dumps({'base': base.__dict__, 'over': over.__dict__}))"
+    )
+    rss: list[float] = []
+    stop = threading.Event()
+
+    def sample_rss() -> None:
+        while not stop.wait(0.5):
+            rss.append(server.rss_mib())
+
+    try:
+        sampler = threading.Thread(target=sample_rss, daemon=True)
+        sampler.start()
+        out = subprocess.run(
+            ["taskset", "-c", LOAD_CORE, sys.executable, "-c", code],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        stop.set()
+        sampler.join()
+    finally:
+        server.stop()
+    figures = json.loads(out.strip().splitlines()[-1])
+    base, over = figures["base"], figures["over"]
+    # RSS at the end of the 64-connection phase vs the range seen during overload.
+    split = max(1, int(len(rss) * (3 + seconds / 2) / (3 + seconds / 2 + seconds)))
+    before = rss[split - 1]
+    during = rss[split:] or [before]
+    return {
+        "base_qps": base["ok_qps"],
+        "base_p99_ms": base["ok_latency_ms"]["p99"],
+        "over_ok_qps": over["ok_qps"],
+        "over_ok_p99_ms": over["ok_latency_ms"].get("p99", float("nan")),
+        "over_statuses": over["statuses"],
+        "over_errors": over["errors"],
+        "retry_after_seen": over["retry_after_seen"],
+        "rss_before_mib": before,
+        "rss_min_mib": min(during),
+        "rss_max_mib": max(during),
+    }
+
+
+def lambda_init_sec(module: str, runs: int) -> list[float]:
+    """Import of a Lambda handler module (model load included) in a fresh interpreter, .pyc present."""
+    code = f"import time; t = time.perf_counter(); import {module}; print('INIT', time.perf_counter() - t)"
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "handlers", "models", "bench"], cwd=REPO_ROOT, check=True)
+    subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, check=True)  # warm the FS cache
+    outputs = [
+        subprocess.run(
+            ["taskset", "-c", SERVER_CORE, sys.executable, "-c", code],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for _ in range(runs)
+    ]
+    return [float(out.rsplit("INIT ", 1)[1]) for out in outputs]
+
+
+def payloads(scratch: Path) -> dict[str, Payload]:
+    rows = np.asarray(json.loads((ARTIFACT / "sample-request.json").read_text())["instances"], dtype=np.float32)
+    batch = np.tile(rows, (8, 1))[:32]
+    single = scratch / "single.json"
+    single.write_text(json.dumps({"instances": rows[:1].tolist()}))
+    many = scratch / "batch32.json"
+    many.write_text(json.dumps({"instances": batch.tolist()}))
+    npy = scratch / "batch32.npy"
+    buffer = io.BytesIO()
+    np.save(buffer, batch)
+    npy.write_bytes(buffer.getvalue())
+    return {
+        "single": Payload("1-row JSON", single, "application/json", 1),
+        "json32": Payload("32-row JSON", many, "application/json", 32),
+        "npy32": Payload("32-row npy", npy, "application/x-npy", 32),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--duration-sec", type=float, default=5.0)
+    parser.add_argument("--overload-sec", type=float, default=20.0)
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None or shutil.which("taskset") is None:
@@ -214,41 +302,83 @@ def main(argv: list[str] | None = None) -> None:
     if len(os.sched_getaffinity(0)) < 2:
         print("warning: fewer than 2 cores; server and load generator will share a core", file=sys.stderr)
 
-    row = json.loads(SAMPLE.read_text())["instances"][:1]
-    with tempfile.TemporaryDirectory() as scratch:
-        body_file, script = Path(scratch) / "body.json", Path(scratch) / "post.lua"
-        body_file.write_text(json.dumps({"instances": row}))
+    with tempfile.TemporaryDirectory() as scratch_dir:
+        scratch = Path(scratch_dir)
+        script = scratch / "post.lua"
         script.write_text(WRK_SCRIPT)
-
-        print(f"runs={args.runs} duration={args.duration_sec}s; server on core {SERVER_CORE}, wrk on core {LOAD_CORE}")
+        p = payloads(scratch)
+        print(
+            f"runs={args.runs} duration={args.duration_sec}s; servers on core {SERVER_CORE}, load on core {LOAD_CORE}"
+        )
         print("raw onnxruntime (one thread, one core):")
         raw = {b: median([raw_onnxruntime_rows_per_sec(b, 2.0) for _ in range(args.runs)]) for b in (1, 32, 128)}
         for batch, rows in raw.items():
             print(f"  batch {batch:<4} {rows:>10.0f} rows/s")
-        print("HTTP, single-row JSON to /invocations:")
-        ours_results = measure("servestack realtime", ours, [1, 64], args.runs, args.duration_sec, body_file, script)
-        naive_results = measure("naive FastAPI", naive, [1, 64], args.runs, args.duration_sec, body_file, script)
+        print("HTTP (wrk, one server core):")
+        single = p["single"]
+        ceil = measure(
+            "raw ASGI constant", ceiling, [(single, 64)], "/invocations", args.runs, args.duration_sec, script
+        )
+        base = measure(
+            "naive FastAPI", naive, [(single, 1), (single, 64)], "/invocations", args.runs, args.duration_sec, script
+        )
+        mine = measure(
+            "servestack",
+            ours,
+            [(single, 1), (single, 64), (p["json32"], 64), (p["npy32"], 64)],
+            "/invocations",
+            args.runs,
+            args.duration_sec,
+            script,
+        )
+        print(f"overload (servestack load generator, 512 connections for {args.overload_sec:g}s, one worker):")
+        over = overload(single, args.overload_sec)
+        print(f"  64 connections first: {over['base_qps']:.0f} req/s 2xx, p99 {over['base_p99_ms']:.2f} ms")
+        print(
+            f"  512 connections: {over['over_ok_qps']:.0f} req/s 2xx, 2xx p99 {over['over_ok_p99_ms']:.2f} ms; "
+            f"statuses {over['over_statuses']}; errors/timeouts {over['over_errors'] or 0}; "
+            f"429s with Retry-After {over['retry_after_seen']}"
+        )
+        print(
+            f"  RSS {over['rss_before_mib']:.1f} MiB before, {over['rss_min_mib']:.1f}..{over['rss_max_mib']:.1f} "
+            "MiB during"
+        )
 
-    init = lambda_init_sec(max(args.runs, 5))
-    print(
-        f"Lambda init (import handlers.serverless + model load, .pyc present): median {median(init) * 1000:.0f} ms "
-        f"over {len(init)} runs"
-    )
-    ratio = ours_results[64].requests_per_sec / naive_results[64].requests_per_sec
+    ours_init = lambda_init_sec("handlers.serverless", max(args.runs, 5))
+    naive_init = lambda_init_sec("bench.naive_lambda", max(args.runs, 5))
+    print("Lambda init (import + model load, .pyc present), median:")
+    print(f"  servestack {median(ours_init) * 1000:.0f} ms; naive FastAPI + Mangum {median(naive_init) * 1000:.0f} ms")
+
+    s64, n64, c64 = mine[("1-row JSON", 64)], base[("1-row JSON", 64)], ceil[("1-row JSON", 64)]
     print("ratios:")
-    print(f"  ours / naive FastAPI at 64 connections: {ratio:.2f}x")
     print(
-        f"  ours at 64 connections / raw onnxruntime batch 1: "
-        f"{ours_results[64].requests_per_sec / raw[1]:.3f} (HTTP + codec cost dominates a small model)"
+        f"  ours / naive FastAPI, 1-row JSON at 64 connections: {s64.requests_per_sec / n64.requests_per_sec:.2f}x "
+        f"(p99 {s64.p99_ms:.2f} ms vs {n64.p99_ms:.2f} ms)"
     )
+    print(f"  ours / raw ASGI ceiling at 64 connections: {s64.requests_per_sec / c64.requests_per_sec:.2f}")
+    print(f"  ours 1-connection p50: {mine[('1-row JSON', 1)].p50_ms:.2f} ms")
+    print(
+        f"  ours 32-row npy rows/s: {mine[('32-row npy', 64)].requests_per_sec * 32:.0f} "
+        f"({mine[('32-row npy', 64)].requests_per_sec * 32 / raw[32]:.2f} of raw onnxruntime at batch 32)"
+    )
+    print(
+        f"  overload 2xx p99 / 64-connection p99: {over['over_ok_p99_ms'] / over['base_p99_ms']:.2f}x; "
+        f"RSS change {100 * (over['rss_max_mib'] / over['rss_before_mib'] - 1):+.1f}% max, "
+        f"{100 * (over['rss_min_mib'] / over['rss_before_mib'] - 1):+.1f}% min"
+    )
+    print(f"  Lambda init ours / naive: {median(ours_init) / median(naive_init):.2f}")
     if args.json:
         args.json.write_text(
             json.dumps(
                 {
                     "raw_rows_per_sec": raw,
-                    "ours": {c: vars(r) for c, r in ours_results.items()},
-                    "naive": {c: vars(r) for c, r in naive_results.items()},
-                    "lambda_init_sec": init,
+                    "http": {
+                        f"{name} {payload} c={c}": vars(r)
+                        for name, results in (("ceiling", ceil), ("naive", base), ("ours", mine))
+                        for (payload, c), r in results.items()
+                    },
+                    "overload": over,
+                    "lambda_init_sec": {"ours": ours_init, "naive": naive_init},
                 },
                 indent=2,
             )
@@ -256,5 +386,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    np.seterr(all="ignore")
     main()

@@ -14,9 +14,10 @@ computes (onnxruntime releases the GIL inside `run`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -79,7 +80,7 @@ class MicroBatcher:
         self._queue: deque[_Pending] = deque()
         self._queued_rows = 0
         self._draining = False
-        self._in_flight = 0  # requests queued or in the running batch
+        self._in_flight = 0  # admitted requests not yet answered
         self._drain_task: asyncio.Task[None] | None = None
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="inference") if self.config.use_thread else None
         self._service_time_sec = 0.001  # running estimate of one batch's time, for Retry-After
@@ -93,11 +94,19 @@ class MicroBatcher:
         batches_ahead = self._queued_rows / self.config.max_batch_size + 1
         return max(1, int(batches_ahead * self._service_time_sec + 0.999))
 
-    def admit(self) -> None:
-        """Refuse new work before reading or decoding it when the worker already holds its limit."""
+    @contextlib.contextmanager
+    def admission(self) -> Iterator[None]:
+        """Hold one of the worker's request slots from before the body is read until the answer is ready,
+        or refuse at once with `Overloaded` when they are all taken. The slot is taken before any await, so
+        requests that arrive together cannot all pass the check before any of them counts."""
         if self._in_flight >= self.config.max_queue_requests or self._queued_rows >= self.config.max_queue_rows:
             self.stats.rejected += 1
             raise self._overloaded()
+        self._in_flight += 1
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
 
     def _overloaded(self) -> Overloaded:
         return Overloaded(
@@ -118,7 +127,6 @@ class MicroBatcher:
         pending = _Pending(arrays, rows, loop.create_future(), time.monotonic() + timeout_sec)
         self._queue.append(pending)
         self._queued_rows += rows
-        self._in_flight += 1
         if not self._draining:
             self._draining = True
             if self._executor is None:
@@ -136,7 +144,6 @@ class MicroBatcher:
         try:
             return await pending.future
         finally:
-            self._in_flight -= 1
             if timer is not None:
                 timer.cancel()
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -71,6 +73,15 @@ RECIPES = {
 }
 
 
+def train(recipe: Recipe) -> tuple[Any, np.ndarray, np.ndarray, list[str]]:
+    """Train single-threaded: BLAS splits sums across threads as load allows, which changes the last bits
+    of the weights from one build to the next; one thread makes a rebuild byte-identical."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1):
+        return recipe.train()
+
+
 def to_onnx(estimator: Any, n_features: int) -> bytes:
     from skl2onnx import to_onnx as convert
     from skl2onnx.common.data_types import FloatTensorType
@@ -87,7 +98,7 @@ def to_onnx(estimator: Any, n_features: int) -> bytes:
 
 
 def build(recipe: Recipe, root: Path) -> Path:
-    estimator, features, _target, labels = recipe.train()
+    estimator, features, _target, labels = train(recipe)
     destination = root / recipe.name / recipe.version
     with tempfile.TemporaryDirectory() as scratch:
         onnx_path = Path(scratch) / "model.onnx"
@@ -111,6 +122,13 @@ def build(recipe: Recipe, root: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        # skl2onnx's tree converter walks sets, so node order in the ONNX graph follows the hash seed.
+        os.execve(
+            sys.executable,
+            [sys.executable, "-m", "models.build", *(argv or sys.argv[1:])],
+            {**os.environ, "PYTHONHASHSEED": "0"},
+        )
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=BUNDLED_ARTIFACTS, help="artifact root")
     parser.add_argument("names", nargs="*", choices=[*RECIPES, []], help="models to build (default: all)")

@@ -19,6 +19,19 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--model", default="digits", help="model that /invocations serves (default: digits)")
     up.add_argument("--workers", type=int, default=1, help="server worker processes (default: 1)")
 
+    load = commands.add_parser("loadtest", help="drive an endpoint and report QPS, latency and what to provision")
+    load.add_argument("target", help="an http:// URL (e.g. http://127.0.0.1:8080/invocations)")
+    load.add_argument("--data", type=Path, default=None, help="request body (default: the digits sample request)")
+    load.add_argument("--content-type", default=None, help="default: from the file extension (.json, .csv, .npy)")
+    mode = load.add_mutually_exclusive_group()
+    mode.add_argument("--concurrency", type=int, default=None, help="closed loop with this many connections")
+    mode.add_argument("--rate", type=float, default=None, help="open loop at this many requests per second")
+    load.add_argument("--duration", type=float, default=10.0, help="seconds (default 10)")
+    load.add_argument("--timeout", type=float, default=10.0, help="per-request timeout in seconds (default 10)")
+    load.add_argument("--target-qps", type=float, default=None, help="QPS to provision for (default: measured)")
+    load.add_argument("--report", type=Path, default=Path("loadtest.json"), help="JSON report (default loadtest.json)")
+    load.add_argument("--plot", type=Path, default=Path("loadtest.png"), help="PNG plot (default loadtest.png)")
+
     serve = commands.add_parser("serve", help="run the realtime container entry in the foreground (as `serve`)")
     serve.set_defaults(command="serve")
     return parser
@@ -30,12 +43,51 @@ def main(argv: list[str] | None = None) -> int:
         from servestack.local.up import run
 
         return run(args.port, args.model_dir, args.model, args.workers)
+    if args.command == "loadtest":
+        return loadtest(args)
     if args.command == "serve":
         from handlers.realtime import main as serve_main
 
         serve_main(["serve"])
         return 0
     raise AssertionError(f"unhandled command {args.command}")  # argparse rejects unknown commands first
+
+
+CONTENT_TYPES = {".json": "application/json", ".csv": "text/csv", ".npy": "application/x-npy"}
+
+
+def loadtest(args: argparse.Namespace) -> int:
+    from servestack import loadtest as engine
+    from servestack.local.processes import REPO_ROOT
+
+    data: Path = args.data or REPO_ROOT / "models" / "artifacts" / "digits" / "1" / "sample-request.json"
+    content_type = args.content_type or CONTENT_TYPES.get(data.suffix.lower())
+    if content_type is None:
+        print(
+            f"--content-type: cannot tell from {data.name!r}; give one of {sorted(CONTENT_TYPES.values())}",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        target = engine.Target.from_url(args.target, data.read_bytes(), content_type)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    concurrency = args.concurrency if args.concurrency or args.rate else 64
+    report, samples = engine.run(
+        target,
+        duration_sec=args.duration,
+        concurrency=concurrency,
+        rate=args.rate,
+        timeout_sec=args.timeout,
+        target_qps=args.target_qps,
+    )
+    print(report.summary())
+    args.report.write_text(report.to_json())
+    if samples:
+        engine.plot(samples, args.plot, f"{args.target} - {report.mode}")
+    print(f"wrote {args.report} and {args.plot}")
+    return 0 if report.statuses else 1
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import copy
 import json
@@ -85,9 +86,9 @@ def digits() -> tuple[np.ndarray, np.ndarray]:
 @pytest.fixture(scope="session")
 def sklearn_digits(digits: tuple[np.ndarray, np.ndarray]) -> Any:
     """The scikit-learn model the committed ONNX file was converted from, retrained (seeded) from the recipe."""
-    from models.build import train_digits
+    from models.build import RECIPES, train
 
-    estimator, *_ = train_digits()
+    estimator, *_ = train(RECIPES["digits"])
     return estimator
 
 
@@ -151,6 +152,33 @@ def lambda_event(
         else:
             event["headers"].update(extra)
     return event
+
+
+@dataclass
+class LambdaHandler:
+    """`handlers.serverless.handler` with the event loop Mangum created at import, as in a Lambda process."""
+
+    handler: Any
+    loop: asyncio.AbstractEventLoop
+
+    def __call__(self, event: dict[str, Any]) -> dict[str, Any]:
+        # Other tests' asyncio.run() clears the current loop; put Mangum's back for the call.
+        asyncio.set_event_loop(self.loop)
+        try:
+            result: dict[str, Any] = self.handler(event, LambdaContext())
+            return result
+        finally:
+            asyncio.set_event_loop(None)
+
+
+@pytest.fixture(scope="session")
+def lambda_handler() -> Iterator[LambdaHandler]:
+    from handlers import serverless
+
+    loop = asyncio.get_event_loop_policy().get_event_loop()  # the loop Mangum set up during init
+    asyncio.set_event_loop(None)
+    yield LambdaHandler(serverless.handler, loop)
+    loop.close()
 
 
 def response_body(response: dict[str, Any]) -> bytes:

@@ -12,16 +12,16 @@ import pytest
 
 from models.service import ModelRepository
 from models.settings import ServingSettings
-from tests.conftest import LambdaContext, RealtimeServer, lambda_event, response_body
+from tests.conftest import LambdaHandler, RealtimeServer, lambda_event, response_body
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize(("model", "dataset"), [("digits", "load_digits"), ("breast-cancer", "load_breast_cancer")])
-def test_core_realtime_and_lambda_agree_exactly(realtime_server: RealtimeServer, model: str, dataset: str) -> None:
+def test_core_realtime_and_lambda_agree_exactly(
+    realtime_server: RealtimeServer, lambda_handler: LambdaHandler, model: str, dataset: str
+) -> None:
     import sklearn.datasets
-
-    from handlers.serverless import handler
 
     rows = getattr(sklearn.datasets, dataset)().data.astype(np.float32)[::7]
     body = orjson.dumps({"instances": rows.tolist()})
@@ -33,7 +33,7 @@ def test_core_realtime_and_lambda_agree_exactly(realtime_server: RealtimeServer,
     served = httpx.post(
         f"{realtime_server.url}/v1/models/{model}/predict", content=body, headers={"content-type": "application/json"}
     )
-    lambda_response = handler(lambda_event("http-api-v2", body, path=f"/v1/models/{model}/predict"), LambdaContext())
+    lambda_response = lambda_handler(lambda_event("http-api-v2", body, path=f"/v1/models/{model}/predict"))
 
     assert served.status_code == 200
     assert lambda_response["statusCode"] == 200

@@ -10,7 +10,7 @@ import numpy as np
 import orjson
 import pytest
 
-from tests.conftest import ARTIFACTS, LambdaContext, lambda_event, response_body
+from tests.conftest import ARTIFACTS, LambdaHandler, lambda_event, response_body
 
 SAMPLE = (ARTIFACTS / "digits" / "1" / "sample-request.json").read_bytes()
 EXPECTED = json.loads((ARTIFACTS / "digits" / "1" / "sample-response.json").read_text())
@@ -18,14 +18,12 @@ KINDS = ["http-api-v2", "rest-v1", "function-url", "alb"]
 
 
 @pytest.fixture(scope="module")
-def handler() -> Any:
-    from handlers.serverless import handler
-
-    return handler
+def handler(lambda_handler: LambdaHandler) -> LambdaHandler:
+    return lambda_handler
 
 
 def invoke(handler: Any, event: dict[str, Any]) -> tuple[int, bytes, dict[str, str]]:
-    response = handler(event, LambdaContext())
+    response = handler(event)
     headers = {name.lower(): value for name, value in (response.get("headers") or {}).items()}
     for name, values in (response.get("multiValueHeaders") or {}).items():
         headers[name.lower()] = values[0]

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.build import RECIPES
+from models.build import RECIPES, train
 from models.service import ServedModel
 from models.settings import ServingSettings
 from tests.conftest import ARTIFACTS
@@ -16,7 +16,7 @@ from tests.conftest import ARTIFACTS
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_committed_onnx_predicts_what_scikit_learn_predicts(name: str) -> None:
     # GIVEN the scikit-learn model retrained by the seeded recipe, and the committed ONNX package
-    estimator, features, _, labels = RECIPES[name].train()
+    estimator, features, _, labels = train(RECIPES[name])
     model = ServedModel.load(ARTIFACTS / name / RECIPES[name].version, ServingSettings())
     # WHEN both predict the whole dataset
     outputs = model.predict({"input": features})

@@ -1,0 +1,314 @@
+"""Clients for servestack deployments, sync and async, with pooled connections and retries.
+
+    client = ServingClient("http://127.0.0.1:8080")
+    client.predict([[0.0] * 64])                         # {"predictions": [...], "probabilities": ...}
+    client.predict_many(rows, batch_size=256)            # split, sent in batches, merged in order
+
+Targets: a realtime URL, a Lambda Function URL or HTTP API (SigV4-signed when IAM auth is on), and a
+SageMaker endpoint through boto3's `sagemaker-runtime`. 429, 503 and connection errors are retried with
+exponential backoff and full jitter, honouring `Retry-After`; every call has a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import io
+import random
+import time
+from collections.abc import Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import numpy as np
+import orjson
+
+JSON = "application/json"
+NPY = "application/x-npy"
+RETRY_STATUSES = frozenset({429, 503})
+
+
+class ServingClientError(Exception):
+    """A request failed for good: a non-retryable status, or retries exhausted. Carries the error body."""
+
+    def __init__(self, status_code: int, body: Any, attempts: int) -> None:
+        detail = body.get("error", body) if isinstance(body, dict) else body
+        super().__init__(f"HTTP {status_code} after {attempts} attempt(s): {detail}")
+        self.status_code = status_code
+        self.body = body
+        self.attempts = attempts
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with full jitter (sleep uniformly in [0, min(cap, base * 2**attempt)])."""
+
+    max_attempts: int = 5
+    base_delay_sec: float = 0.05
+    max_delay_sec: float = 5.0
+    statuses: frozenset[int] = RETRY_STATUSES
+    rng: random.Random = field(default_factory=random.Random, compare=False)
+
+    def delay_sec(self, attempt: int, retry_after: str | None) -> float:
+        backoff = self.rng.uniform(0, min(self.max_delay_sec, self.base_delay_sec * 2**attempt))
+        honoured = parse_retry_after(retry_after)
+        return max(backoff, honoured) if honoured is not None else backoff
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Retry-After is either delta-seconds or an HTTP date."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+class SigV4(httpx.Auth):
+    """Signs requests for IAM-authenticated Function URLs (`lambda`) and HTTP APIs (`execute-api`)."""
+
+    requires_request_body = True
+
+    def __init__(self, region: str, service: str = "lambda", session: Any = None) -> None:
+        import boto3
+
+        self.region, self.service = region, service
+        self.session = session or boto3.Session()
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        from botocore.auth import SigV4Auth
+        from botocore.awsrequest import AWSRequest
+
+        credentials = self.session.get_credentials()
+        if credentials is None:
+            raise ServingClientError(0, "no AWS credentials found for SigV4 signing", 0)
+        signed = AWSRequest(
+            method=request.method,
+            url=str(request.url),
+            data=request.content,
+            headers={"content-type": request.headers.get("content-type", JSON)},
+        )
+        SigV4Auth(credentials.get_frozen_credentials(), self.service, self.region).add_auth(signed)
+        for name, value in signed.headers.items():
+            request.headers[name] = value
+        yield request
+
+
+def encode_rows(rows: Any, content_type: str) -> bytes:
+    if content_type == NPY:
+        buffer = io.BytesIO()
+        np.save(buffer, np.asarray(rows), allow_pickle=False)
+        return buffer.getvalue()
+    if isinstance(rows, np.ndarray):
+        return orjson.dumps({"instances": rows}, option=orjson.OPT_SERIALIZE_NUMPY)
+    return orjson.dumps({"instances": rows})
+
+
+def decode_answer(content: bytes, content_type: str) -> dict[str, Any]:
+    if content_type.startswith(NPY):
+        return {"predictions": np.load(io.BytesIO(content), allow_pickle=False).tolist()}
+    answer: dict[str, Any] = orjson.loads(content)
+    return answer
+
+
+def merge_answers(answers: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Concatenate the per-row fields of several answers, in order; keep the rest from the first."""
+    if not answers:
+        return {"predictions": []}
+    merged = dict(answers[0])
+    for name, value in answers[0].items():
+        if isinstance(value, list):
+            merged[name] = [item for answer in answers for item in answer.get(name, [])]
+    return merged
+
+
+def batches(rows: Any, batch_size: int) -> list[Any]:
+    if batch_size < 1:
+        raise ValueError(f"batch_size: {batch_size} is not >= 1")
+    return [rows[start : start + batch_size] for start in range(0, len(rows), batch_size)]
+
+
+@dataclass
+class _Request:
+    path: str
+    body: bytes
+    headers: dict[str, str]
+
+
+class _Base:
+    def __init__(
+        self,
+        url: str,
+        *,
+        model: str | None = None,
+        timeout_sec: float = 10.0,
+        retry: RetryPolicy | None = None,
+        auth: httpx.Auth | None = None,
+        headers: dict[str, str] | None = None,
+        content_type: str = JSON,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.model = model
+        self.timeout = httpx.Timeout(timeout_sec)
+        self.retry = retry or RetryPolicy()
+        self.auth = auth
+        self.headers = headers or {}
+        self.content_type = content_type
+        self.limits = httpx.Limits(max_connections=100, max_keepalive_connections=20)
+
+    def _request(self, rows: Any, model: str | None, accept: str | None) -> _Request:
+        chosen = model or self.model
+        path = f"/v1/models/{chosen}/predict" if chosen else "/invocations"
+        headers = {"content-type": self.content_type, "accept": accept or JSON, **self.headers}
+        return _Request(path, encode_rows(rows, self.content_type), headers)
+
+    def _outcome(self, response: httpx.Response, attempt: int) -> tuple[dict[str, Any] | None, float | None]:
+        """The answer, or how long to wait before the next attempt; raises when it is final."""
+        if response.is_success:
+            return decode_answer(response.content, response.headers.get("content-type", JSON)), None
+        try:
+            body: Any = response.json()
+        except ValueError:
+            body = response.text
+        if response.status_code in self.retry.statuses and attempt + 1 < self.retry.max_attempts:
+            return None, self.retry.delay_sec(attempt, response.headers.get("retry-after"))
+        raise ServingClientError(response.status_code, body, attempt + 1)
+
+
+class ServingClient(_Base):
+    """Synchronous client over one pooled `httpx.Client`."""
+
+    def __init__(self, url: str, **options: Any) -> None:
+        transport: httpx.BaseTransport | None = options.pop("transport", None)
+        super().__init__(url, **options)
+        self.http = httpx.Client(
+            base_url=self.url, timeout=self.timeout, limits=self.limits, auth=self.auth, transport=transport
+        )
+        self.sleep: Callable[[float], None] = time.sleep
+
+    def predict(self, rows: Any, *, model: str | None = None, accept: str | None = None) -> dict[str, Any]:
+        request = self._request(rows, model, accept)
+        for attempt in range(self.retry.max_attempts):
+            try:
+                response = self.http.post(request.path, content=request.body, headers=request.headers)
+            except httpx.TransportError:
+                if attempt + 1 == self.retry.max_attempts:
+                    raise
+                self.sleep(self.retry.delay_sec(attempt, None))
+                continue
+            answer, wait = self._outcome(response, attempt)
+            if answer is not None:
+                return answer
+            assert wait is not None
+            self.sleep(wait)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def predict_many(self, rows: Any, *, batch_size: int = 256, model: str | None = None) -> dict[str, Any]:
+        return merge_answers([self.predict(chunk, model=model) for chunk in batches(rows, batch_size)])
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> ServingClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+class AsyncServingClient(_Base):
+    """Asynchronous client over one pooled `httpx.AsyncClient`; `predict_many` sends batches concurrently."""
+
+    def __init__(self, url: str, **options: Any) -> None:
+        transport: httpx.AsyncBaseTransport | None = options.pop("transport", None)
+        super().__init__(url, **options)
+        self.http = httpx.AsyncClient(
+            base_url=self.url, timeout=self.timeout, limits=self.limits, auth=self.auth, transport=transport
+        )
+
+    async def predict(self, rows: Any, *, model: str | None = None, accept: str | None = None) -> dict[str, Any]:
+        request = self._request(rows, model, accept)
+        for attempt in range(self.retry.max_attempts):
+            try:
+                response = await self.http.post(request.path, content=request.body, headers=request.headers)
+            except httpx.TransportError:
+                if attempt + 1 == self.retry.max_attempts:
+                    raise
+                await asyncio.sleep(self.retry.delay_sec(attempt, None))
+                continue
+            answer, wait = self._outcome(response, attempt)
+            if answer is not None:
+                return answer
+            assert wait is not None
+            await asyncio.sleep(wait)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def predict_many(
+        self, rows: Any, *, batch_size: int = 256, model: str | None = None, concurrency: int = 8
+    ) -> dict[str, Any]:
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(chunk: Any) -> dict[str, Any]:
+            async with gate:
+                return await self.predict(chunk, model=model)
+
+        return merge_answers(await asyncio.gather(*(one(chunk) for chunk in batches(rows, batch_size))))
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    async def __aenter__(self) -> AsyncServingClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+
+class SageMakerClient:
+    """`sagemaker-runtime.invoke_endpoint` with the same predict interface; botocore's adaptive retry mode
+    retries throttles and 5xx (set `endpoint_url` to reach `servestack local up`)."""
+
+    def __init__(
+        self,
+        endpoint_name: str,
+        *,
+        region: str | None = None,
+        endpoint_url: str | None = None,
+        timeout_sec: float = 60.0,
+        max_attempts: int = 5,
+        target_model: str | None = None,
+        session: Any = None,
+    ) -> None:
+        import boto3
+        from botocore.config import Config
+
+        config = Config(
+            read_timeout=timeout_sec,
+            connect_timeout=min(timeout_sec, 10),
+            retries={"mode": "adaptive", "max_attempts": max_attempts},
+        )
+        self.runtime = (session or boto3.Session()).client(
+            "sagemaker-runtime", region_name=region, endpoint_url=endpoint_url, config=config
+        )
+        self.endpoint_name = endpoint_name
+        self.target_model = target_model
+
+    def predict(self, rows: Any, *, custom_attributes: str | None = None) -> dict[str, Any]:
+        options: dict[str, str] = {}
+        if self.target_model:
+            options["TargetModel"] = self.target_model
+        if custom_attributes:
+            options["CustomAttributes"] = custom_attributes
+        response = self.runtime.invoke_endpoint(
+            EndpointName=self.endpoint_name, Body=encode_rows(rows, JSON), ContentType=JSON, Accept=JSON, **options
+        )
+        return decode_answer(response["Body"].read(), response.get("ContentType", JSON))
+
+    def predict_many(self, rows: Iterable[Any] | Any, *, batch_size: int = 256) -> dict[str, Any]:
+        return merge_answers([self.predict(chunk) for chunk in batches(rows, batch_size)])
