@@ -306,6 +306,8 @@ class RealtimeDeployment(_DeploymentBase):
         for name in names:
             if names.count(name) > 1:
                 _fail("variants", repr(name), "a unique variant name")
+        if self.shadow and len(self.variants) > 1:
+            _fail("shadow", "a shadow variant", "combinable with more than one production variant")
         if self.serverless and self.shadow:
             _fail("shadow", "a shadow variant", "supported with serverless (SageMaker has no shadow for it)")
         if self.multi_model and (self.variants or self.shadow):
