@@ -29,7 +29,7 @@ from constructs import Construct
 
 from servestack.spec import AlarmSettings
 from stacks import guardrails
-from stacks.realtime import CONTAINER_MODEL_DIR
+from stacks.realtime import CONTAINER_MODEL_DIR, sagemaker_scaling_role
 from stacks.serverless import runtime_environment, servestack_function
 from stacks.shared import IamHttpApi, acknowledge, check_choice, check_range, log_group
 
@@ -345,6 +345,7 @@ class AsyncEndpoint(Construct):
             scalable_dimension="sagemaker:variant:DesiredInstanceCount",
             min_capacity=0,
             max_capacity=max_instances,
+            role=sagemaker_scaling_role(self, "ScalingRole"),
         )
         target.node.add_dependency(endpoint)
         target.scale_to_track_metric(

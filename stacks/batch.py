@@ -206,13 +206,19 @@ class BatchJob(Construct):
     ) -> tuple[scheduler.IScheduleTarget, cw.IMetric]:
         check_choice("BatchJob", "fargate_cpu", cpu, (256, 512, 1024, 2048, 4096, 8192, 16384))
         # Public subnets only: the task pulls its image and reaches S3 without NAT gateways (no idle cost).
+        flow_logs = log_group(self, "FlowLogs", retention_days=log_retention_days)
         vpc = ec2.Vpc(
             self,
             "Vpc",
             max_azs=2,
             nat_gateways=0,
             subnet_configuration=[ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC)],
-            flow_logs={"Rejected": ec2.FlowLogOptions(traffic_type=ec2.FlowLogTrafficType.REJECT)},
+            flow_logs={
+                "Rejected": ec2.FlowLogOptions(
+                    traffic_type=ec2.FlowLogTrafficType.REJECT,
+                    destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_logs),
+                )
+            },
         )
         vpc.add_gateway_endpoint("S3", service=ec2.GatewayVpcEndpointAwsService.S3)
         cluster = ecs.Cluster(

@@ -81,6 +81,7 @@ class DeploymentStack(Stack):
             data = {
                 m.key: s3_assets.Asset(self, f"ModelData{i}", path=str(model_data_archive(root, [m])))
                 for i, m in enumerate(models)
+                if not d.multi_model  # multi-model endpoints load from their S3 prefix instead
             }
             rt = RealtimeEndpoint(
                 self,
@@ -245,8 +246,8 @@ class DeploymentStack(Stack):
                 model_name=primary.name,
                 schedule=d.schedule,
                 timezone=d.timezone,
-                input_prefix=d.input_prefix,
-                output_prefix=d.output_prefix,
+                input_prefix=d.input_prefix or f"batch/{deployment}/input/",
+                output_prefix=d.output_prefix or f"batch/{deployment}/output/",
                 runner=d.runner,
                 code=None if fargate else self._code(models, d.architecture),
                 image=self._image("CpuImage", False) if fargate else None,

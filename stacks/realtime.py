@@ -91,6 +91,18 @@ def model_data_archive(root: Path, models: Sequence[ModelSpec], cache_dir: Path 
     return out
 
 
+def sagemaker_scaling_role(scope: Construct, id: str) -> iam.IRole:
+    """Application Auto Scaling's service-linked role for SageMaker variants (created by AWS on first use)."""
+    arn = Stack.of(scope).format_arn(
+        service="iam",
+        region="",
+        resource="role",
+        resource_name="aws-service-role/sagemaker.application-autoscaling.amazonaws.com/"
+        "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint",
+    )
+    return iam.Role.from_role_arn(scope, id, arn, mutable=False)
+
+
 class RealtimeEndpoint(Construct):
     """A SageMaker realtime endpoint with blue/green releases, auto-rollback alarms and autoscaling.
 
@@ -157,7 +169,7 @@ class RealtimeEndpoint(Construct):
                 conditions={"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/Endpoints*"}},
             )
         )
-        for asset in model_data.values():
+        for asset in model_data.values() if multi_model_bucket is None else ():
             self.role.add_to_policy(
                 iam.PolicyStatement(
                     actions=["s3:GetObject"], resources=[asset.bucket.arn_for_objects(asset.s3_object_key)]
@@ -277,6 +289,7 @@ class RealtimeEndpoint(Construct):
                     scalable_dimension="sagemaker:variant:DesiredInstanceCount",
                     min_capacity=min_instances,
                     max_capacity=max_instances,
+                    role=sagemaker_scaling_role(self, f"ScalingRole{v.name.title().replace('-', '')}"),
                 )
                 target.node.add_dependency(self.endpoint)
                 target.scale_to_track_metric(
