@@ -11,7 +11,7 @@ Handler contract: the scheduled payload is {"deployment", "bucket", "input_prefi
 
 from __future__ import annotations
 
-from aws_cdk import Duration, Stack, TimeZone
+from aws_cdk import Duration, TimeZone
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
@@ -25,7 +25,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from stacks.serverless import runtime_environment, servestack_function
-from stacks.shared import acknowledge, check_choice, check_range, log_group
+from stacks.shared import acknowledge, check_choice, check_range, log_group, logical_id
 
 HANDLER = "handlers.batch.handler"
 FARGATE_COMMAND = ["python", "-m", "handlers.batch"]
@@ -92,10 +92,9 @@ class BatchJob(Construct):
         )
         acknowledge(
             self.dead_letters,
-            {"AwsSolutions-SQS3": "This queue is the schedule target's dead-letter queue; it needs none itself."},
+            {"AwsSolutions-SQS3": "This queue is the schedule target's dead-letter queue; it has no DLQ."},
         )
-        bucket_ref = Stack.of(self).resolve(bucket.bucket_arn)
-        bucket_id = bucket_ref["Fn::GetAtt"][0] if isinstance(bucket_ref, dict) and "Fn::GetAtt" in bucket_ref else "?"
+        bucket_id = logical_id(bucket)
         prefix_findings = {
             f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{self.input_prefix}*]": _PREFIX_REASON,
             f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{self.output_prefix}*]": _PREFIX_REASON,
@@ -132,13 +131,15 @@ class BatchJob(Construct):
                 self.function.add_to_role_policy(statement)
             assert self.function.role is not None
             acknowledge(self.function.role, prefix_findings)
-            scheduler_role = iam.Role(self, "SchedulerRole", assumed_by=iam.ServicePrincipal("scheduler.amazonaws.com"))
+            scheduler_role = iam.Role(
+                self, "SchedulerRole", assumed_by=iam.ServicePrincipal("scheduler.amazonaws.com")
+            )
             acknowledge(
                 scheduler_role,
                 {
-                    f"AwsSolutions-IAM5[Resource::<{Stack.of(self).get_logical_id(self.function.node.default_child)}.Arn>:*]": (  # type: ignore[arg-type]
-                        "CDK's invoke grant also covers this one function's versions and aliases (`<arn>:*`); "
-                        "the role can invoke nothing else."
+                    f"AwsSolutions-IAM5[Resource::<{logical_id(self.function)}.Arn>:*]": (
+                        "CDK's invoke grant also covers this one function's versions and aliases "
+                        "(`<arn>:*`); the role can invoke nothing else."
                     )
                 },
             )
@@ -221,9 +222,7 @@ class BatchJob(Construct):
             },
         )
         vpc.add_gateway_endpoint("S3", service=ec2.GatewayVpcEndpointAwsService.S3)
-        cluster = ecs.Cluster(
-            self, "Cluster", vpc=vpc, container_insights_v2=ecs.ContainerInsights.ENABLED
-        )
+        cluster = ecs.Cluster(self, "Cluster", vpc=vpc, container_insights_v2=ecs.ContainerInsights.ENABLED)
         task = ecs.FargateTaskDefinition(
             self,
             "Task",
@@ -262,7 +261,11 @@ class BatchJob(Construct):
         )
         self.task_definition = task
         security_group = ec2.SecurityGroup(
-            self, "TaskSecurityGroup", vpc=vpc, allow_all_outbound=True, description=f"{name} batch task: egress only"
+            self,
+            "TaskSecurityGroup",
+            vpc=vpc,
+            allow_all_outbound=True,
+            description=f"{name} batch task: egress only",
         )
         target = targets.EcsRunFargateTask(
             cluster,

@@ -96,7 +96,9 @@ def find_uv(root: Path) -> str:
 
 def find_python(version: str = PYTHON_VERSION) -> str | None:
     """An interpreter of the Lambda runtime's version, to byte-compile for it (uv's or pyenv's count)."""
-    candidates = sorted((Path.home() / ".pyenv" / "versions").glob(f"{version}.*/bin/python{version}"), reverse=True)
+    candidates = sorted(
+        (Path.home() / ".pyenv" / "versions").glob(f"{version}.*/bin/python{version}"), reverse=True
+    )
     found = shutil.which(f"python{version}")
     for candidate in [*map(str, candidates), *([found] if found else [])]:
         probe = subprocess.run([candidate, "-c", "pass"], capture_output=True, check=False)
@@ -123,7 +125,9 @@ class LocalPythonBundler:
         self.artifacts = tuple(artifacts)
         self.architecture = architecture
         self.python_version = python_version
-        default_cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "servestack" / "lambda-deps"
+        default_cache = (
+            Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "servestack" / "lambda-deps"
+        )
         self.cache_dir = cache_dir or Path(os.environ.get("SERVESTACK_BUNDLE_CACHE", default_cache))
 
     # --- hashing --------------------------------------------------------------------------------
@@ -250,7 +254,11 @@ def tree_size_bytes(tree: Path) -> int:
 
 
 def lambda_code(
-    *, root: Path, artifacts: Sequence[str], architecture: str = "x86_64", python_version: str = PYTHON_VERSION
+    *,
+    root: Path,
+    artifacts: Sequence[str],
+    architecture: str = "x86_64",
+    python_version: str = PYTHON_VERSION,
 ) -> lambda_.Code:
     """`lambda_.Code` for a servestack function, bundled locally (never with Docker)."""
     bundler = LocalPythonBundler(

@@ -58,7 +58,9 @@ class DeploymentStack(Stack):
         env: Environment | None = None,
     ) -> None:
         d = spec.deployments[deployment]
-        super().__init__(scope, id, env=env, description=f"servestack deployment {deployment} ({d.mode}, model {d.model})")
+        super().__init__(
+            scope, id, env=env, description=f"servestack deployment {deployment} ({d.mode}, model {d.model})"
+        )
         Tags.of(self).add("servestack:deployment", deployment)
         Tags.of(self).add("servestack:mode", d.mode)
         self.deployment = deployment
@@ -74,10 +76,14 @@ class DeploymentStack(Stack):
         if isinstance(d, RealtimeDeployment):
             image = self._image("GpuImage" if d.serverless is None else "CpuImage", d.serverless is None)
             variants = d.variants or [Variant(name="primary", model=primary.name, version=primary.version)]
-            resolved = [v.model_copy(update={"version": spec.model(v.model, v.version).version}) for v in variants]
+            resolved = [
+                v.model_copy(update={"version": spec.model(v.model, v.version).version}) for v in variants
+            ]
             shadow = d.shadow
             if shadow is not None:
-                shadow = shadow.model_copy(update={"version": spec.model(shadow.model, shadow.version).version})
+                shadow = shadow.model_copy(
+                    update={"version": spec.model(shadow.model, shadow.version).version}
+                )
             data = {
                 m.key: s3_assets.Asset(self, f"ModelData{i}", path=str(model_data_archive(root, [m])))
                 for i, m in enumerate(models)
@@ -157,7 +163,10 @@ class DeploymentStack(Stack):
                 Panel(
                     "Invocations, errors, throttles",
                     [alias.metric_invocations(period=PERIOD, statistic="Sum")],
-                    [alias.metric_errors(period=PERIOD, statistic="Sum"), alias.metric_throttles(period=PERIOD)],
+                    [
+                        alias.metric_errors(period=PERIOD, statistic="Sum"),
+                        alias.metric_throttles(period=PERIOD),
+                    ],
                 ),
                 Panel(
                     "HTTP API 4xx / 5xx and p99 latency",
@@ -219,11 +228,16 @@ class DeploymentStack(Stack):
                     ],
                     [ae.dead_letters.metric_approximate_number_of_messages_visible(period=PERIOD)],
                 ),
-                Panel("Oldest job age (s)", [ae.queue.metric_approximate_age_of_oldest_message(period=PERIOD)]),
+                Panel(
+                    "Oldest job age (s)", [ae.queue.metric_approximate_age_of_oldest_message(period=PERIOD)]
+                ),
                 Panel("Worker duration (ms)", percentiles(ae.worker.metric_duration(), "worker")),
                 Panel(
                     "Submissions and errors",
-                    [ae.submit.metric_invocations(period=PERIOD), ae.worker.metric_invocations(period=PERIOD)],
+                    [
+                        ae.submit.metric_invocations(period=PERIOD),
+                        ae.worker.metric_invocations(period=PERIOD),
+                    ],
                     [
                         ae.submit.metric_errors(period=PERIOD),
                         ae.worker.metric_errors(period=PERIOD),
@@ -263,7 +277,12 @@ class DeploymentStack(Stack):
             )
             self.construct = bj
             alarms = bj.alarms
-            panels = [Panel("Batch failures and dead letters", [bj.dead_letters.metric_approximate_number_of_messages_visible(period=PERIOD)])]
+            panels = [
+                Panel(
+                    "Batch failures and dead letters",
+                    [bj.dead_letters.metric_approximate_number_of_messages_visible(period=PERIOD)],
+                )
+            ]
             if bj.function is not None:
                 panels += [
                     Panel("Run duration (ms)", percentiles(bj.function.metric_duration(), "run")),
@@ -280,10 +299,14 @@ class DeploymentStack(Stack):
 
         CfnOutput(self, "Bucket", value=bucket.bucket_name)
         self.alarms = alarms
-        self.dashboard = DeploymentDashboard(self, "Dashboard", dashboard_name=name, panels=panels, alarms=alarms)
+        self.dashboard = DeploymentDashboard(
+            self, "Dashboard", dashboard_name=name, panels=panels, alarms=alarms
+        )
 
     def _code(self, models: list[ModelSpec], architecture: str) -> Any:
-        return lambda_code(root=self.root, artifacts=[m.artifact_path for m in models], architecture=architecture)
+        return lambda_code(
+            root=self.root, artifacts=[m.artifact_path for m in models], architecture=architecture
+        )
 
     def _image(self, id: str, gpu: bool) -> ecr_assets.DockerImageAsset:
         existing = self.node.try_find_child(id)
@@ -291,7 +314,9 @@ class DeploymentStack(Stack):
             return existing
         dockerfile = GPU_DOCKERFILE if gpu else CPU_DOCKERFILE
         if not (self.root / dockerfile).is_file():
-            raise FileNotFoundError(f"{self.root / dockerfile} not found: the realtime/Fargate image is built from it")
+            raise FileNotFoundError(
+                f"{self.root / dockerfile} not found: the realtime/Fargate image is built from it"
+            )
         return ecr_assets.DockerImageAsset(
             self,
             id,
@@ -317,6 +342,8 @@ def add_deployments(
     if unknown:
         raise ValueError(f"deployments {unknown} are not in serving.yaml ({', '.join(spec.deployments)})")
     return [
-        DeploymentStack(scope, f"{name_prefix}{n}", spec=spec, deployment=n, root=root, name_prefix=name_prefix, env=env)
+        DeploymentStack(
+            scope, f"{name_prefix}{n}", spec=spec, deployment=n, root=root, name_prefix=name_prefix, env=env
+        )
         for n in wanted
     ]

@@ -29,9 +29,17 @@ from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
-from servestack.spec import AlarmSettings, Batching, ModelSpec, RealtimeServerless, ShadowVariant, Strategy, Variant
+from servestack.spec import (
+    AlarmSettings,
+    Batching,
+    ModelSpec,
+    RealtimeServerless,
+    ShadowVariant,
+    Strategy,
+    Variant,
+)
 from stacks import guardrails
-from stacks.shared import acknowledge, check_range, log_group
+from stacks.shared import acknowledge, check_range, log_group, logical_id
 
 CONTAINER_MODEL_DIR = "/opt/ml/model"
 # Paths never sent to Docker as build context.
@@ -50,7 +58,7 @@ DOCKER_EXCLUDE = [
     ".servestack",
     "models/artifacts",
 ]
-_ECR_TOKEN_REASON = (
+_ECR_AUTH_REASON = (
     "ecr:GetAuthorizationToken has no resource-level permissions (AWS requires Resource '*'); image pulls "
     "themselves are scoped to the asset repository."
 )
@@ -61,7 +69,7 @@ _METRICS_REASON = (
 
 
 def model_data_archive(root: Path, models: Sequence[ModelSpec], cache_dir: Path | None = None) -> Path:
-    """A reproducible `model.tar.gz` holding `<name>/<version>/<files>` for `models` (same input, same bytes)."""
+    """A reproducible `model.tar.gz` holding `<name>/<version>/<files>` (same input, same bytes)."""
     members: list[tuple[str, Path]] = []
     for m in models:
         base = root / m.artifact_path
@@ -70,7 +78,9 @@ def model_data_archive(root: Path, models: Sequence[ModelSpec], cache_dir: Path 
                 f"{base / 'model.onnx'} not found for model {m.name}@{m.version}: run `make models` "
                 "(or fix `path` in serving.yaml)"
             )
-        members += [(f"{m.name}/{m.version}/{p.relative_to(base)}", p) for p in sorted(base.rglob("*")) if p.is_file()]
+        members += [
+            (f"{m.name}/{m.version}/{p.relative_to(base)}", p) for p in sorted(base.rglob("*")) if p.is_file()
+        ]
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for arcname, path in members:
@@ -158,7 +168,7 @@ class RealtimeEndpoint(Construct):
             self,
             "ExecutionRole",
             assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
-            description=f"SageMaker endpoint {endpoint_name}: pull its image, read its model data, write its logs",
+            description=f"SageMaker endpoint {endpoint_name}: pull its image, read its model, write its logs",
         )
         image.repository.grant_pull(self.role)
         self.logs.grant_write(self.role)
@@ -252,7 +262,12 @@ class RealtimeEndpoint(Construct):
             weight = float(variants[0].weight) * shadow.sample_percent / 100
             shadows.append(
                 production_variant(
-                    shadow.name, f"{shadow.model}@{shadow.version}", shadow.model, weight, shadow.instance_type, 1
+                    shadow.name,
+                    f"{shadow.model}@{shadow.version}",
+                    shadow.model,
+                    weight,
+                    shadow.instance_type,
+                    1,
                 )
             )
         self.endpoint_config = sagemaker.CfnEndpointConfig(
@@ -301,17 +316,18 @@ class RealtimeEndpoint(Construct):
                 )
                 self.scaling.append(target)
 
-        findings = {"AwsSolutions-IAM5[Resource::*]": f"{_ECR_TOKEN_REASON} {_METRICS_REASON}"}
+        findings = {"AwsSolutions-IAM5[Resource::*]": f"{_ECR_AUTH_REASON} {_METRICS_REASON}"}
         if multi_model_bucket is not None:
-            bucket_ref = Stack.of(self).resolve(multi_model_bucket.bucket_arn)
-            logical = bucket_ref["Fn::GetAtt"][0] if isinstance(bucket_ref, dict) and "Fn::GetAtt" in bucket_ref else "?"
+            logical = logical_id(multi_model_bucket)
             findings[f"AwsSolutions-IAM5[Resource::<{logical}.Arn>/{self.multi_model_prefix}*]"] = (
                 "Multi-model mode loads any model under the endpoint's own prefix; the set of models changes "
                 "at runtime, so the prefix cannot be narrowed further."
             )
         acknowledge(self.role, findings)
 
-    def metric(self, name: str, statistic: str, variant: str | None = None, namespace: str | None = None) -> cw.Metric:
+    def metric(
+        self, name: str, statistic: str, variant: str | None = None, namespace: str | None = None
+    ) -> cw.Metric:
         return guardrails.sagemaker_variant_metric(
             self.endpoint_name,
             variant or self.variant_names[0],

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,9 +40,23 @@ EXTRA_DEPLOYMENTS: dict[str, dict[str, Any]] = {
         "shadow": {"model": "breast-cancer", "sample_percent": 20},
         "strategy": {"type": "all_at_once", "bake_minutes": 0},
     },
-    "digits-mme": {"mode": "realtime", "model": "digits", "multi_model": True, "instance_type": "ml.c6i.xlarge"},
-    "digits-sls": {"mode": "realtime", "model": "digits", "serverless": {"memory_mib": 3072, "max_concurrency": 5}},
-    "cancer-gpu-async": {"mode": "async", "model": "breast-cancer", "backend": "sagemaker", "max_instances": 3},
+    "digits-mme": {
+        "mode": "realtime",
+        "model": "digits",
+        "multi_model": True,
+        "instance_type": "ml.c6i.xlarge",
+    },
+    "digits-sls": {
+        "mode": "realtime",
+        "model": "digits",
+        "serverless": {"memory_mib": 3072, "max_concurrency": 5},
+    },
+    "cancer-gpu-async": {
+        "mode": "async",
+        "model": "breast-cancer",
+        "backend": "sagemaker",
+        "max_instances": 3,
+    },
     "digits-weekly": {
         "mode": "batch",
         "model": "digits",
@@ -96,7 +109,7 @@ def make_project(root: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
+def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     import app as cdk_app
 
     root = make_project(tmp_path_factory.mktemp("project"))
@@ -114,7 +127,7 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synth]:
         for p in outdir.glob("*.template.json")
     }
     spec = yaml.safe_load((root / "serving.yaml").read_text(encoding="utf-8"))
-    yield Synth(
+    return Synth(
         outdir=outdir,
         templates=templates,
         validation_error=error,

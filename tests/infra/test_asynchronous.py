@@ -26,7 +26,11 @@ def test_jobs_queue_is_encrypted_tls_only_and_redrives_to_the_dlq(synth: Synth) 
         {
             "PolicyDocument": {
                 "Statement": Match.array_with(
-                    [Match.object_like({"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}})]
+                    [
+                        Match.object_like(
+                            {"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}}
+                        )
+                    ]
                 )
             }
         },
@@ -122,7 +126,10 @@ def test_gpu_backend_is_a_sagemaker_async_endpoint_scaled_to_zero_on_backlog(syn
                         "S3OutputPath": Match.any_value(),
                         "S3FailurePath": Match.any_value(),
                         "NotificationConfig": Match.object_like(
-                            {"SuccessTopic": {"Ref": Match.any_value()}, "ErrorTopic": {"Ref": Match.any_value()}}
+                            {
+                                "SuccessTopic": {"Ref": Match.any_value()},
+                                "ErrorTopic": {"Ref": Match.any_value()},
+                            }
                         ),
                     }
                 ),
@@ -133,7 +140,11 @@ def test_gpu_backend_is_a_sagemaker_async_endpoint_scaled_to_zero_on_backlog(syn
     )
     t.has_resource_properties(
         "AWS::ApplicationAutoScaling::ScalableTarget",
-        {"ResourceId": "endpoint/servestack-cancer-gpu-async/variant/AllTraffic", "MinCapacity": 0, "MaxCapacity": 3},
+        {
+            "ResourceId": "endpoint/servestack-cancer-gpu-async/variant/AllTraffic",
+            "MinCapacity": 0,
+            "MaxCapacity": 3,
+        },
     )
     t.has_resource_properties(
         "AWS::ApplicationAutoScaling::ScalingPolicy",
@@ -149,9 +160,7 @@ def test_gpu_backend_is_a_sagemaker_async_endpoint_scaled_to_zero_on_backlog(syn
         },
     )
     t.has_resource_properties("AWS::SNS::Topic", {"KmsMasterKeyId": Match.any_value()})
-    t.has_resource_properties(
-        "AWS::SNS::Subscription", {"Protocol": "sqs", "RawMessageDelivery": True}
-    )
+    t.has_resource_properties("AWS::SNS::Subscription", {"Protocol": "sqs", "RawMessageDelivery": True})
     t.has_resource_properties(
         "AWS::Lambda::Function",
         {"Environment": {"Variables": Match.object_like({"SERVESTACK_ASYNC_BACKEND": "sagemaker"})}},

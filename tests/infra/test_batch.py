@@ -46,7 +46,9 @@ def test_batch_function_reads_input_prefix_and_writes_output_prefix_only(synth: 
                         {
                             "Action": "s3:GetObject",
                             "Effect": "Allow",
-                            "Resource": {"Fn::Join": ["", [Match.any_value(), "/batch/cancer-nightly/input/*"]]},
+                            "Resource": {
+                                "Fn::Join": ["", [Match.any_value(), "/batch/cancer-nightly/input/*"]]
+                            },
                         },
                         {
                             "Action": "s3:ListBucket",
@@ -57,7 +59,9 @@ def test_batch_function_reads_input_prefix_and_writes_output_prefix_only(synth: 
                         {
                             "Action": "s3:PutObject",
                             "Effect": "Allow",
-                            "Resource": {"Fn::Join": ["", [Match.any_value(), "/batch/cancer-nightly/output/*"]]},
+                            "Resource": {
+                                "Fn::Join": ["", [Match.any_value(), "/batch/cancer-nightly/output/*"]]
+                            },
                         },
                     ]
                 )
@@ -87,7 +91,11 @@ def test_fargate_runner_runs_the_same_code_in_the_cpu_container(synth: Synth) ->
         {
             "ScheduleExpression": "rate(7 days)",
             "Target": Match.object_like(
-                {"EcsParameters": Match.object_like({"LaunchType": "FARGATE", "TaskDefinitionArn": {"Ref": Match.any_value()}})}
+                {
+                    "EcsParameters": Match.object_like(
+                        {"LaunchType": "FARGATE", "TaskDefinitionArn": {"Ref": Match.any_value()}}
+                    )
+                }
             ),
         },
     )
@@ -97,7 +105,9 @@ def test_fargate_runner_runs_the_same_code_in_the_cpu_container(synth: Synth) ->
             "Cpu": "2048",
             "RuntimePlatform": {"CpuArchitecture": "ARM64", "OperatingSystemFamily": "LINUX"},
             "ContainerDefinitions": [
-                Match.object_like({"Command": ["python", "-m", "handlers.batch"], "LogConfiguration": Match.any_value()})
+                Match.object_like(
+                    {"Command": ["python", "-m", "handlers.batch"], "LogConfiguration": Match.any_value()}
+                )
             ],
         },
     )

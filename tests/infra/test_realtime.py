@@ -1,4 +1,4 @@
-"""Realtime (SageMaker) endpoints: GPU instances, blue/green strategy, rollback alarms, autoscaling, options."""
+"""Realtime (SageMaker) endpoints: GPU instances, blue/green, rollback alarms, autoscaling, options."""
 
 from __future__ import annotations
 
@@ -74,7 +74,10 @@ def test_canary_strategy_shifts_the_spec_percent_and_rolls_back_on_its_alarms(sy
 
     alarms = synth.resources("digits-realtime", "AWS::CloudWatch::Alarm")
     names = {alarms[a["AlarmName"]["Ref"]]["Properties"]["AlarmName"] for a in alarm_refs.as_array()}
-    assert names == {"servestack-digits-realtime-primary-5xx-rate", "servestack-digits-realtime-primary-p99-latency"}
+    assert names == {
+        "servestack-digits-realtime-primary-5xx-rate",
+        "servestack-digits-realtime-primary-p99-latency",
+    }
 
 
 def test_rollback_alarms_watch_the_endpoints_5xx_rate_and_p99_latency(synth: Synth) -> None:
@@ -104,7 +107,11 @@ def test_rollback_alarms_watch_the_endpoints_5xx_rate_and_p99_latency(synth: Syn
                 [
                     Match.object_like({"Expression": "IF(total > 0, 100 * errors / total, 0)"}),
                     Match.object_like(
-                        {"MetricStat": Match.object_like({"Metric": Match.object_like({"MetricName": "Invocation5XXErrors"})})}
+                        {
+                            "MetricStat": Match.object_like(
+                                {"Metric": Match.object_like({"MetricName": "Invocation5XXErrors"})}
+                            )
+                        }
                     ),
                 ]
             ),
@@ -186,7 +193,9 @@ def test_autoscaling_tracks_invocations_per_instance_within_min_max(synth: Synth
             "PolicyType": "TargetTrackingScaling",
             "TargetTrackingScalingPolicyConfiguration": Match.object_like(
                 {
-                    "PredefinedMetricSpecification": {"PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"},
+                    "PredefinedMetricSpecification": {
+                        "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"
+                    },
                     "TargetValue": target,
                 }
             ),
@@ -207,7 +216,10 @@ def test_execution_role_reads_only_its_own_model_data(synth: Synth) -> None:
             key = resource["Fn::Join"][1][-1]
             assert re.fullmatch(r"/[0-9a-f]{64}\.gz", key)  # the model.tar.gz asset object, no wildcard
     wildcard = [s for s in statements if s["Resource"] == "*"]
-    assert {a for s in wildcard for a in _list(s["Action"])} <= {"ecr:GetAuthorizationToken", "cloudwatch:PutMetricData"}
+    assert {a for s in wildcard for a in _list(s["Action"])} <= {
+        "ecr:GetAuthorizationToken",
+        "cloudwatch:PutMetricData",
+    }
 
 
 def test_multi_model_mode_reads_models_from_its_own_prefix(synth: Synth) -> None:
@@ -227,7 +239,10 @@ def test_multi_model_mode_reads_models_from_its_own_prefix(synth: Synth) -> None
                             {
                                 "Action": "s3:GetObject",
                                 "Resource": {
-                                    "Fn::Join": ["", [Match.any_value(), "/sagemaker/servestack-digits-mme/models/*"]]
+                                    "Fn::Join": [
+                                        "",
+                                        [Match.any_value(), "/sagemaker/servestack-digits-mme/models/*"],
+                                    ]
                                 },
                             }
                         )

@@ -1,4 +1,4 @@
-"""Serverless (Lambda) deployments: function, live alias, CodeDeploy guardrails, pre-traffic hook, HTTP API."""
+"""Serverless (Lambda) deployments: function, live alias, CodeDeploy, pre-traffic hook, HTTP API."""
 
 from __future__ import annotations
 
@@ -116,11 +116,19 @@ def test_pre_traffic_hook_checks_the_new_version_with_the_sample_request(synth: 
 
     t.has_resource(
         "AWS::Lambda::Alias",
-        {"UpdatePolicy": {"CodeDeployLambdaAliasUpdate": Match.object_like({"BeforeAllowTrafficHook": {"Ref": hook}})}},
+        {
+            "UpdatePolicy": {
+                "CodeDeployLambdaAliasUpdate": Match.object_like({"BeforeAllowTrafficHook": {"Ref": hook}})
+            }
+        },
     )
     t.has_resource_properties(
         "AWS::Lambda::Function",
-        {"Handler": "index.handler", "Environment": {"Variables": env}, "Code": {"ZipFile": Match.string_like_regexp("put_lifecycle_event_hook_execution_status")}},
+        {
+            "Handler": "index.handler",
+            "Environment": {"Variables": env},
+            "Code": {"ZipFile": Match.string_like_regexp("put_lifecycle_event_hook_execution_status")},
+        },
     )
     variables = env.as_object()
     assert json.loads(variables["SAMPLE_REQUEST"]) == SAMPLE_REQUEST
@@ -134,7 +142,9 @@ def test_pre_traffic_hook_checks_the_new_version_with_the_sample_request(synth: 
 def test_http_api_requires_iam_auth_and_is_throttled(synth: Synth) -> None:
     t = synth.template("digits-api")
 
-    t.has_resource_properties("AWS::ApiGatewayV2::Route", {"RouteKey": "$default", "AuthorizationType": "AWS_IAM"})
+    t.has_resource_properties(
+        "AWS::ApiGatewayV2::Route", {"RouteKey": "$default", "AuthorizationType": "AWS_IAM"}
+    )
     t.resource_properties_count_is("AWS::ApiGatewayV2::Route", {"AuthorizationType": "NONE"}, 0)
     t.has_resource_properties(
         "AWS::ApiGatewayV2::Stage",
@@ -153,11 +163,28 @@ def test_function_role_can_only_write_its_own_logs(synth: Synth) -> None:
     roles = synth.resources("digits-api", "AWS::IAM::Role")
     for role in roles.values():
         assert "ManagedPolicyArns" not in role["Properties"] or role["Properties"]["ManagedPolicyArns"] == [
-            {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":iam::aws:policy/service-role/AWSCodeDeployRoleForLambdaLimited"]]}
+            {
+                "Fn::Join": [
+                    "",
+                    [
+                        "arn:",
+                        {"Ref": "AWS::Partition"},
+                        ":iam::aws:policy/service-role/AWSCodeDeployRoleForLambdaLimited",
+                    ],
+                ]
+            }
         ]
     functions = synth.resources("digits-api", "AWS::Lambda::Function")
-    main_role = next(f["Properties"]["Role"]["Fn::GetAtt"][0] for f in functions.values() if f["Properties"]["Handler"] == "handlers.serverless.handler")
-    policies = [p for p in synth.resources("digits-api", "AWS::IAM::Policy").values() if {"Ref": main_role} in p["Properties"]["Roles"]]
+    main_role = next(
+        f["Properties"]["Role"]["Fn::GetAtt"][0]
+        for f in functions.values()
+        if f["Properties"]["Handler"] == "handlers.serverless.handler"
+    )
+    policies = [
+        p
+        for p in synth.resources("digits-api", "AWS::IAM::Policy").values()
+        if {"Ref": main_role} in p["Properties"]["Roles"]
+    ]
     (policy,) = policies
     (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
     assert set(statement["Action"]) == {"logs:CreateLogStream", "logs:PutLogEvents"}

@@ -31,7 +31,9 @@ def test_artifact_bucket_is_encrypted_versioned_private_and_tls_only(synth: Synt
                     "IgnorePublicAcls": True,
                     "RestrictPublicBuckets": True,
                 },
-                "LoggingConfiguration": Match.object_like({"DestinationBucketName": {"Ref": Match.any_value()}}),
+                "LoggingConfiguration": Match.object_like(
+                    {"DestinationBucketName": {"Ref": Match.any_value()}}
+                ),
             },
         )
         buckets = synth.resources(deployment, "AWS::S3::Bucket")
