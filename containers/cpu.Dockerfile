@@ -1,0 +1,26 @@
+# servestack realtime container, CPU: the same `serve` entry and SageMaker contract as gpu.Dockerfile.
+# Build from the repository root: docker build -f containers/cpu.Dockerfile .
+FROM python:3.12-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
+    VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH \
+    SERVESTACK_PROVIDERS=CPUExecutionProvider
+
+RUN python -m venv $VIRTUAL_ENV && pip install --no-cache-dir uv==0.13.8
+
+WORKDIR /opt/program
+COPY pyproject.toml uv.lock README.md ./
+RUN uv export --frozen --no-dev --extra server --no-emit-project --no-hashes --format requirements-txt \
+      > /tmp/requirements.txt \
+ && uv pip install --no-cache -r /tmp/requirements.txt
+
+COPY models ./models
+COPY handlers ./handlers
+COPY servestack ./servestack
+RUN uv pip install --no-cache --no-deps . && python -m compileall -q /opt/program
+
+# SageMaker mounts model data at /opt/ml/model; the bundled models serve when nothing is mounted.
+EXPOSE 8080
+USER 1000
+ENTRYPOINT ["serve"]
+CMD ["serve"]

@@ -1,0 +1,33 @@
+# servestack realtime container, GPU: SageMaker runs `docker run <image> serve` and calls :8080/ping and
+# /invocations. Build from the repository root: docker build -f containers/gpu.Dockerfile .
+# onnxruntime-gpu 1.2x/1.3x wheels are built against CUDA 12 and cuDNN 9, which this base image carries.
+FROM nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
+
+ARG ORT_GPU_VERSION=1.31.1
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
+    VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH \
+    SERVESTACK_PROVIDERS=auto
+
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends python3 python3-venv ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && python3 -m venv $VIRTUAL_ENV \
+ && pip install --no-cache-dir uv==0.13.8
+
+WORKDIR /opt/program
+# Dependencies first (a layer that changes only with the lock), CPU onnxruntime swapped for the GPU build.
+COPY pyproject.toml uv.lock README.md ./
+RUN uv export --frozen --no-dev --extra server --no-emit-project --no-hashes --format requirements-txt \
+      | grep -v '^onnxruntime==' > /tmp/requirements.txt \
+ && uv pip install --no-cache -r /tmp/requirements.txt "onnxruntime-gpu==${ORT_GPU_VERSION}"
+
+COPY models ./models
+COPY handlers ./handlers
+COPY servestack ./servestack
+RUN uv pip install --no-cache --no-deps . && python -m compileall -q /opt/program
+
+# SageMaker mounts model data at /opt/ml/model; the bundled models serve when nothing is mounted.
+EXPOSE 8080
+USER 1000
+ENTRYPOINT ["serve"]
+CMD ["serve"]

@@ -1,0 +1,123 @@
+"""Rebuild the bundled model artifacts from data that ships inside scikit-learn (no downloads).
+
+    python -m models.build [--out models/artifacts]
+
+`digits`: a scaled MLP on `load_digits` (64 float32 features -> 10 classes).
+`breast-cancer`: gradient boosting on `load_breast_cancer` (30 features -> 2 classes).
+Training is seeded, so a rebuild reproduces the same predictions. Needs the dev dependencies
+(scikit-learn, skl2onnx), never the serving runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from models.manifest import read_manifest
+from models.packaging import create_package
+from models.runtime import ModelRuntime
+from models.settings import BUNDLED_ARTIFACTS
+
+SAMPLE_ROWS = 4
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    version: str
+    description: str
+    train: Callable[[], tuple[Any, np.ndarray, np.ndarray, list[str]]]
+
+
+def train_digits() -> tuple[Any, np.ndarray, np.ndarray, list[str]]:
+    from sklearn.datasets import load_digits
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    data = load_digits()
+    features = data.data.astype(np.float32)
+    estimator = make_pipeline(StandardScaler(), MLPClassifier(hidden_layer_sizes=(64,), max_iter=400, random_state=0))
+    estimator.fit(features, data.target)
+    return estimator, features, data.target, [str(name) for name in data.target_names]
+
+
+def train_breast_cancer() -> tuple[Any, np.ndarray, np.ndarray, list[str]]:
+    from sklearn.datasets import load_breast_cancer
+    from sklearn.ensemble import GradientBoostingClassifier
+
+    data = load_breast_cancer()
+    features = data.data.astype(np.float32)
+    estimator = GradientBoostingClassifier(n_estimators=50, max_depth=3, random_state=0)
+    estimator.fit(features, data.target)
+    return estimator, features, data.target, [str(name) for name in data.target_names]
+
+
+RECIPES = {
+    "digits": Recipe("digits", "1", "MLP on scikit-learn's 8x8 digits; 64 pixel intensities 0..16", train_digits),
+    "breast-cancer": Recipe(
+        "breast-cancer",
+        "1",
+        "Gradient boosting on scikit-learn's breast cancer data; 30 features",
+        train_breast_cancer,
+    ),
+}
+
+
+def to_onnx(estimator: Any, n_features: int) -> bytes:
+    from skl2onnx import to_onnx as convert
+    from skl2onnx.common.data_types import FloatTensorType
+
+    model = convert(
+        estimator,
+        initial_types=[("input", FloatTensorType([None, n_features]))],
+        options={"zipmap": False},
+        target_opset={"": 17, "ai.onnx.ml": 3},
+    )
+    # Strip the producer version so a rebuild with a newer skl2onnx differs only where the graph does.
+    model.producer_version = ""
+    return bytes(model.SerializeToString())
+
+
+def build(recipe: Recipe, root: Path) -> Path:
+    estimator, features, _target, labels = recipe.train()
+    destination = root / recipe.name / recipe.version
+    with tempfile.TemporaryDirectory() as scratch:
+        onnx_path = Path(scratch) / "model.onnx"
+        onnx_path.write_bytes(to_onnx(estimator, features.shape[1]))
+        manifest = create_package(
+            onnx_path,
+            destination,
+            name=recipe.name,
+            version=recipe.version,
+            labels=labels,
+            description=recipe.description,
+        )
+    runtime = ModelRuntime(read_manifest(destination), destination / manifest.file, providers="CPUExecutionProvider")
+    sample = features[:SAMPLE_ROWS]
+    predicted = runtime.predict({"input": sample})["label"]
+    (destination / "sample-request.json").write_text(json.dumps({"instances": sample.tolist()}) + "\n")
+    (destination / "sample-response.json").write_text(
+        json.dumps({"predictions": predicted.tolist(), "labels": [labels[i] for i in predicted]}) + "\n"
+    )
+    return destination
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=BUNDLED_ARTIFACTS, help="artifact root")
+    parser.add_argument("names", nargs="*", choices=[*RECIPES, []], help="models to build (default: all)")
+    args = parser.parse_args(argv)
+    for name in args.names or RECIPES:
+        print(f"built {build(RECIPES[name], args.out)}")
+
+
+if __name__ == "__main__":
+    main()

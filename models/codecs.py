@@ -1,0 +1,422 @@
+"""Wire formats shared by every mode: JSON (`instances` or named `inputs`), CSV rows and `.npy`.
+
+Decoding turns a body into arrays that match the manifest, validating a whole batch at once as an array;
+only when that fails do we walk the rows to name the offending element. Encoding turns model outputs into
+the response type the caller accepts. The runtime never sees JSON.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+
+from models.errors import InvalidInput, NotAcceptable, UnsupportedMediaType
+from models.manifest import Manifest, TensorSpec
+
+JSON = "application/json"
+CSV = "text/csv"
+NPY = "application/x-npy"
+READABLE_TYPES = (JSON, CSV, NPY)
+WRITABLE_TYPES = (JSON, CSV, NPY)
+
+Arrays = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    body: bytes
+    media_type: str
+
+
+def media_type_of(header: str | None) -> str:
+    """`application/json; charset=utf-8` -> `application/json`; a missing header means JSON."""
+    if not header:
+        return JSON
+    return header.split(";", 1)[0].strip().lower() or JSON
+
+
+def negotiate(accept: str | None) -> str:
+    """Pick the first type in `Accept` that we can write; no header or a wildcard means JSON."""
+    if not accept:
+        return JSON
+    for part in accept.split(","):
+        media_type = part.split(";", 1)[0].strip().lower()
+        if media_type in WRITABLE_TYPES:
+            return media_type
+        if media_type in ("*/*", "application/*", ""):
+            return JSON
+        if media_type == "text/*":
+            return CSV
+    raise NotAcceptable(
+        f"Accept: {accept!r} names no type this server can write",
+        field="Accept",
+        value=accept,
+        allowed=", ".join(WRITABLE_TYPES),
+    )
+
+
+# ---------------------------------------------------------------------------------------------- decoding
+
+
+def decode_body(body: bytes, content_type: str) -> Any:
+    """Parse the body into its natural Python shape: a JSON document, CSV rows of strings, or an ndarray."""
+    if content_type == JSON:
+        return _parse_json(body)
+    if content_type == CSV:
+        return _parse_csv(body)
+    if content_type == NPY:
+        return _parse_npy(body)
+    raise UnsupportedMediaType(
+        f"Content-Type: {content_type!r} is not supported",
+        field="Content-Type",
+        value=content_type,
+        allowed=", ".join(READABLE_TYPES),
+    )
+
+
+def _parse_json(body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as strict_error:
+        # Python's json module writes NaN/Infinity literals; parse them so validation can name the element.
+        try:
+            return json.loads(body)
+        except (ValueError, UnicodeDecodeError):
+            raise InvalidInput(
+                f"body: malformed JSON ({strict_error})", field="body", allowed="a JSON document"
+            ) from None
+
+
+def _parse_csv(body: bytes) -> list[list[str]]:
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput("body: CSV must be UTF-8 text", field="body", allowed="UTF-8 CSV rows") from None
+    return [line.split(",") for line in text.splitlines() if line.strip()]
+
+
+def _parse_npy(body: bytes) -> np.ndarray:
+    try:
+        # allow_pickle=False: an .npy body is data, never code.
+        loaded = np.load(io.BytesIO(body), allow_pickle=False)
+    except ValueError as exc:
+        raise InvalidInput(
+            f"body: not a readable .npy array ({exc})", field="body", allowed="numpy .npy, no object dtype"
+        ) from None
+    except (OSError, EOFError) as exc:
+        raise InvalidInput(f"body: not a readable .npy array ({exc})", field="body", allowed="numpy .npy") from None
+    if not isinstance(loaded, np.ndarray):
+        raise InvalidInput("body: an .npz archive, not one .npy array", field="body", allowed="numpy .npy")
+    return loaded
+
+
+def payload_to_arrays(payload: Any, content_type: str, manifest: Manifest) -> dict[str, tuple[str, Any]]:
+    """Map a decoded payload to `{input name: (field path for errors, raw value)}`."""
+    if content_type == CSV:
+        return {_single_input(manifest, "CSV").name: ("csv", payload)}
+    if content_type == NPY:
+        return {_single_input(manifest, ".npy").name: ("body", payload)}
+    if not isinstance(payload, dict):
+        raise InvalidInput(
+            f"body: expected a JSON object, got {type(payload).__name__}",
+            field="body",
+            value=type(payload).__name__,
+            allowed='{"instances": [[...], ...]} or {"inputs": {"<name>": [...]}}',
+        )
+    if ("instances" in payload) == ("inputs" in payload):
+        raise InvalidInput(
+            "body: give exactly one of 'instances' or 'inputs'",
+            field="body",
+            value=sorted(payload)[:5],
+            allowed='{"instances": [[...], ...]} or {"inputs": {"<name>": [...]}}',
+        )
+    if "instances" in payload:
+        return {_single_input(manifest, "'instances'").name: ("instances", payload["instances"])}
+    named = payload["inputs"]
+    if not isinstance(named, dict):
+        raise InvalidInput(
+            "inputs: expected an object of input name to rows",
+            field="inputs",
+            value=type(named).__name__,
+            allowed=f"an object with keys {[spec.name for spec in manifest.inputs]}",
+        )
+    return {name: (f"inputs.{name}", value) for name, value in named.items()}
+
+
+def _single_input(manifest: Manifest, form: str) -> TensorSpec:
+    if len(manifest.inputs) != 1:
+        names = [spec.name for spec in manifest.inputs]
+        raise InvalidInput(
+            f"{form} needs a single-input model; {manifest.key} has inputs {names}: send JSON 'inputs'",
+            field="body",
+            value=form,
+            allowed='{"inputs": {"<name>": [...]}}',
+        )
+    return manifest.inputs[0]
+
+
+def validate_inputs(raw: Mapping[str, tuple[str, Any]], manifest: Manifest, *, max_batch_rows: int) -> Arrays:
+    """Turn raw values into arrays of the manifest's dtype and shape, or raise `InvalidInput`."""
+    expected = {spec.name: spec for spec in manifest.inputs}
+    unknown = sorted(set(raw) - set(expected))
+    missing = sorted(set(expected) - set(raw))
+    if unknown or missing:
+        raise InvalidInput(
+            f"inputs: unknown {unknown} / missing {missing}",
+            field="inputs",
+            value=sorted(raw),
+            allowed=str(sorted(expected)),
+        )
+    arrays = {name: _to_array(field, value, expected[name], manifest) for name, (field, value) in raw.items()}
+    batch_sizes = {name: array.shape[0] for name, array in arrays.items()}
+    if len(set(batch_sizes.values())) > 1:
+        raise InvalidInput(
+            f"inputs: every input needs the same number of rows, got {batch_sizes}",
+            field="inputs",
+            value=batch_sizes,
+            allowed="equal row counts",
+        )
+    rows = next(iter(batch_sizes.values()))
+    if rows == 0:
+        raise InvalidInput("empty batch: send at least one row", field="instances", value=[], allowed="1 or more rows")
+    if rows > max_batch_rows:
+        raise InvalidInput(
+            f"batch of {rows} rows is over the limit",
+            field="instances",
+            value=rows,
+            allowed=f"1..{max_batch_rows} rows",
+        )
+    return arrays
+
+
+_NUMERIC_KINDS = {"f": "fiu", "i": "iu", "u": "u", "b": "b"}
+
+
+def _to_array(field: str, value: Any, spec: TensorSpec, manifest: Manifest) -> np.ndarray:
+    """Validate one input as a whole array; walk the elements only to explain a failure."""
+    if field == "csv":
+        return _csv_to_array(value, spec, manifest)
+    if not isinstance(value, list | np.ndarray):
+        raise InvalidInput(
+            f"{field}: expected a list of rows, got {type(value).__name__}",
+            field=field,
+            value=value,
+            allowed=f"rows of shape {_shape_text(spec.row_shape)}",
+        )
+    try:
+        array = np.asarray(value)
+    except ValueError:  # ragged nesting: numpy refuses to build the array
+        raise _explain(field, value, spec) from None
+    if array.dtype == object:
+        raise _explain(field, value, spec)
+    target = spec.numpy_dtype
+    if spec.dtype == "string":
+        if array.dtype.kind != "U":
+            raise _explain(field, value, spec)
+        array = array.astype(object)
+    elif array.dtype.kind not in _NUMERIC_KINDS[target.kind]:
+        raise _explain(field, value, spec)
+    _check_shape(field, array, spec)
+    if spec.dtype != "string":
+        array = array.astype(target, copy=False)
+        if array.dtype.kind == "f" and not manifest.allow_non_finite:
+            _check_finite(field, array)
+    return array
+
+
+def _csv_to_array(rows: list[list[str]], spec: TensorSpec, manifest: Manifest) -> np.ndarray:
+    width = spec.row_shape[0] if len(spec.row_shape) == 1 else None
+    values: list[list[float]] = []
+    for line_number, cells in enumerate(rows, start=1):
+        if width is not None and len(cells) != width:
+            raise InvalidInput(
+                f"csv line {line_number}: {len(cells)} columns, the model takes {width}",
+                field=f"csv line {line_number}",
+                value=f"{len(cells)} columns",
+                allowed=f"{width} columns",
+            )
+        row: list[float] = []
+        for column_number, cell in enumerate(cells, start=1):
+            try:
+                row.append(float(cell))
+            except ValueError:
+                raise InvalidInput(
+                    f"csv line {line_number}, column {column_number}: {cell.strip()!r} is not a number",
+                    field=f"csv line {line_number} column {column_number}",
+                    value=cell.strip(),
+                    allowed=f"{spec.dtype} numbers",
+                ) from None
+        values.append(row)
+    if spec.dtype == "string" or np.dtype(spec.dtype).kind not in "f":
+        raise InvalidInput(
+            f"CSV carries numbers; input {spec.name!r} takes {spec.dtype}",
+            field="Content-Type",
+            value=CSV,
+            allowed="application/json or application/x-npy",
+        )
+    array = np.asarray(values, dtype=spec.numpy_dtype).reshape(len(values), -1) if values else np.empty((0,))
+    if array.size:
+        _check_shape("csv", array, spec)
+        if not manifest.allow_non_finite:
+            _check_finite("csv", array)
+    return array
+
+
+def _check_shape(field: str, array: np.ndarray, spec: TensorSpec) -> None:
+    if array.ndim == len(spec.shape) - 1 and array.ndim >= 1 and array.size > 0:
+        raise InvalidInput(
+            f"{field}: got a single row of shape {list(array.shape)}; send a list of rows, e.g. [[...]]",
+            field=field,
+            value=f"shape {list(array.shape)}",
+            allowed=f"rows of shape {_shape_text(spec.row_shape)}",
+        )
+    if array.shape[:1] == (0,):
+        return
+    if array.ndim != len(spec.shape) or any(
+        expected is not None and expected != actual for expected, actual in zip(spec.shape, array.shape, strict=False)
+    ):
+        where = field
+        if array.ndim == len(spec.shape):
+            for axis, (expected, actual) in enumerate(zip(spec.row_shape, array.shape[1:], strict=True), start=1):
+                if expected is not None and expected != actual:
+                    where = f"{field}[0]" if axis == 1 else field
+                    raise InvalidInput(
+                        f"{where}: each row needs {expected} values on axis {axis}, got {actual}",
+                        field=where,
+                        value=actual,
+                        allowed=f"{expected} (rows of shape {_shape_text(spec.row_shape)})",
+                    )
+        raise InvalidInput(
+            f"{field}: shape {list(array.shape)} does not fit the model input {spec.name!r}",
+            field=field,
+            value=f"shape {list(array.shape)}",
+            allowed=f"[batch, {', '.join(_dim_text(d) for d in spec.row_shape)}]",
+        )
+
+
+def _check_finite(field: str, array: np.ndarray) -> None:
+    finite = np.isfinite(array)
+    if not finite.all():
+        index = tuple(int(i) for i in np.argwhere(~finite)[0])
+        path = field + "".join(f"[{i}]" for i in index)
+        raise InvalidInput(
+            f"{path}: {float(array[index])!r} is not allowed; this model takes finite numbers only",
+            field=path,
+            value=str(array[index]),
+            allowed="finite numbers (no NaN or Infinity)",
+        )
+
+
+def _explain(field: str, value: Any, spec: TensorSpec) -> InvalidInput:
+    """Find the first element that stops `value` from being an array of `spec`, and say what it is."""
+    wanted = "strings" if spec.dtype == "string" else ("integers" if spec.numpy_dtype.kind in "iu" else "numbers")
+    row_shape = spec.row_shape
+
+    def walk(node: Any, path: str, depth: int) -> InvalidInput | None:
+        if depth < len(spec.shape):
+            if not isinstance(node, list | np.ndarray):
+                return InvalidInput(
+                    f"{path}: expected a list, got {type(node).__name__} {node!r}",
+                    field=path,
+                    value=node,
+                    allowed=f"rows of shape {_shape_text(row_shape)}",
+                )
+            expected = spec.shape[depth] if depth > 0 else None
+            if expected is not None and len(node) != expected:
+                return InvalidInput(
+                    f"{path}: {len(node)} values, the model takes {expected}",
+                    field=path,
+                    value=len(node),
+                    allowed=f"{expected} values",
+                )
+            for index, child in enumerate(node):
+                problem = walk(child, f"{path}[{index}]", depth + 1)
+                if problem is not None:
+                    return problem
+            return None
+        ok = (
+            isinstance(node, str)
+            if spec.dtype == "string"
+            else isinstance(node, int | float | np.number) and not isinstance(node, bool)
+        )
+        if spec.numpy_dtype.kind in "iu" and isinstance(node, float):
+            ok = False
+        if not ok:
+            return InvalidInput(
+                f"{path}: {node!r} ({type(node).__name__}) is not allowed; input {spec.name!r} takes {wanted}",
+                field=path,
+                value=node,
+                allowed=f"{spec.dtype} {wanted}",
+            )
+        return None
+
+    problem = walk(value, field, 0)
+    if problem is not None:
+        return problem
+    lengths = sorted({len(row) for row in value if isinstance(row, list)})
+    return InvalidInput(
+        f"{field}: rows of different lengths {lengths}",
+        field=field,
+        value=lengths,
+        allowed=f"rows of shape {_shape_text(row_shape)}",
+    )
+
+
+def _dim_text(size: int | None) -> str:
+    return "any" if size is None else str(size)
+
+
+def _shape_text(shape: Sequence[int | None]) -> str:
+    return "[" + ", ".join(_dim_text(size) for size in shape) + "]"
+
+
+# ---------------------------------------------------------------------------------------------- encoding
+
+
+def default_response(manifest: Manifest, outputs: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """Predictions, probabilities and class labels when the manifest names them; other outputs by name."""
+    response: dict[str, Any] = {"predictions": outputs[manifest.primary_output]}
+    if manifest.probability_output is not None:
+        response["probabilities"] = outputs[manifest.probability_output]
+    if manifest.labels is not None:
+        predictions = np.asarray(outputs[manifest.primary_output]).reshape(-1)
+        labels = manifest.labels
+        response["labels"] = [labels[int(i)] if 0 <= int(i) < len(labels) else str(i) for i in predictions]
+    named = {"predictions", "probabilities"}
+    extra = {
+        name: value
+        for name, value in outputs.items()
+        if name not in (manifest.primary_output, manifest.probability_output)
+    }
+    if extra and not named.intersection(extra):
+        response["outputs"] = extra
+    return response
+
+
+def encode_response(fields: Mapping[str, Any], media_type: str) -> Encoded:
+    """Write the response fields in the negotiated type. CSV and .npy carry the `predictions` field."""
+    if media_type == JSON:
+        return Encoded(orjson.dumps(fields, option=orjson.OPT_SERIALIZE_NUMPY), JSON)
+    predictions = np.asarray(fields.get("predictions"))
+    if media_type == NPY:
+        buffer = io.BytesIO()
+        np.save(buffer, predictions, allow_pickle=False)
+        return Encoded(buffer.getvalue(), NPY)
+    table = predictions.reshape(predictions.shape[0], -1) if predictions.ndim else predictions.reshape(1, 1)
+    probabilities = fields.get("probabilities")
+    if probabilities is not None:
+        table = np.hstack([table.astype(np.float64), np.asarray(probabilities, dtype=np.float64)])
+    lines = (",".join(_csv_cell(v) for v in row) for row in table)
+    return Encoded(("\n".join(lines) + "\n").encode(), CSV)
+
+
+def _csv_cell(value: Any) -> str:
+    if isinstance(value, float | np.floating) and float(value).is_integer():
+        return str(int(value))
+    return str(value.item() if isinstance(value, np.generic) else value)

@@ -1,0 +1,123 @@
+"""The model package: `model.onnx` + `manifest.json` (+ optional `process.py`), and its checksum."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from models.errors import ChecksumMismatch, ModelLoadError
+
+MANIFEST_FILE = "manifest.json"
+HOOKS_FILE = "process.py"
+
+# The ONNX tensor element types the codecs can fill from JSON, CSV and .npy.
+TensorDType = Literal["float32", "float64", "float16", "int64", "int32", "int8", "uint8", "bool", "string"]
+
+
+class TensorSpec(BaseModel):
+    """One input or output: `shape` has None for free dimensions; the first is the batch dimension."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    dtype: TensorDType
+    shape: tuple[int | None, ...]
+
+    @property
+    def numpy_dtype(self) -> np.dtype[np.generic]:
+        return np.dtype(object) if self.dtype == "string" else np.dtype(self.dtype)
+
+    @property
+    def row_shape(self) -> tuple[int | None, ...]:
+        """The shape of one row: everything after the batch dimension."""
+        return self.shape[1:]
+
+
+class Manifest(BaseModel):
+    """What a model package declares about itself; `manifest.json` on disk."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")
+    version: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+    file: str = "model.onnx"
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    process_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    inputs: tuple[TensorSpec, ...] = Field(min_length=1)
+    outputs: tuple[TensorSpec, ...] = Field(min_length=1)
+    # Which output is "the" prediction, and which carries class probabilities, if any.
+    prediction_output: str | None = None
+    probability_output: str | None = None
+    # Class labels indexed by the predicted class id.
+    labels: tuple[str, ...] | None = None
+    allow_non_finite: bool = False
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _outputs_exist(self) -> Manifest:
+        names = {output.name for output in self.outputs}
+        for role in ("prediction_output", "probability_output"):
+            chosen = getattr(self, role)
+            if chosen is not None and chosen not in names:
+                raise ValueError(f"{role}: {chosen!r} is not one of the outputs {sorted(names)}")
+        return self
+
+    @property
+    def primary_output(self) -> str:
+        return self.prediction_output or self.outputs[0].name
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_manifest(package_dir: Path) -> Manifest:
+    """Parse `manifest.json`; a bad manifest is a load failure that says which field is wrong."""
+    path = package_dir / MANIFEST_FILE
+    try:
+        return Manifest.model_validate_json(path.read_bytes())
+    except FileNotFoundError as exc:
+        raise ModelLoadError(f"{path}: no manifest; a model package needs {MANIFEST_FILE}") from exc
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or '<root>'}: {error['msg']}" for error in exc.errors()
+        )
+        raise ModelLoadError(f"{path}: invalid manifest: {problems}") from exc
+
+
+def verify_checksums(package_dir: Path, manifest: Manifest) -> None:
+    """Refuse a model file (or hooks file) whose bytes are not the ones the manifest was written for."""
+    expected_files = [(manifest.file, manifest.sha256)]
+    hooks = package_dir / HOOKS_FILE
+    if hooks.exists():
+        if manifest.process_sha256 is None:
+            raise ChecksumMismatch(
+                f"{hooks}: the package carries {HOOKS_FILE} but the manifest has no process_sha256; "
+                f"rebuild the manifest so the hooks are covered by a checksum"
+            )
+        expected_files.append((HOOKS_FILE, manifest.process_sha256))
+    for file_name, expected in expected_files:
+        path = package_dir / file_name
+        if not path.is_file():
+            raise ModelLoadError(f"{path}: file named by the manifest does not exist")
+        actual = sha256_of(path)
+        if actual != expected:
+            raise ChecksumMismatch(
+                f"{path}: sha256 mismatch, manifest expects {expected} but the file has {actual}; "
+                f"refusing to load an altered or corrupted model",
+                field="sha256",
+                value=actual,
+                allowed=expected,
+            )

@@ -1,0 +1,202 @@
+"""Served models: load and verify packages, then turn request bodies into encoded responses.
+
+This is the one inference pipeline every adapter calls: decode -> (preprocess) -> validate -> predict ->
+(postprocess) -> encode. Adapters only parse their transport and map errors.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from models import codecs
+from models.errors import InvalidInput, ModelLoadError, ModelNotFound, ModelNotReady, ServingError
+from models.hooks import Hooks, load_hooks
+from models.manifest import HOOKS_FILE, MANIFEST_FILE, Manifest, read_manifest, verify_checksums
+from models.runtime import Arrays, ModelRuntime
+from models.settings import ServingSettings
+
+logger = logging.getLogger("servestack.models")
+
+
+@dataclass
+class ServedModel:
+    """A verified, loaded and warmed model package."""
+
+    manifest: Manifest
+    runtime: ModelRuntime
+    hooks: Hooks
+    package_dir: Path
+    max_batch_rows: int
+
+    @classmethod
+    def load(cls, package_dir: Path, settings: ServingSettings) -> ServedModel:
+        manifest = read_manifest(package_dir)
+        verify_checksums(package_dir, manifest)
+        runtime = ModelRuntime(
+            manifest,
+            package_dir / manifest.file,
+            providers=settings.providers,
+            intra_op_threads=settings.intra_op_threads,
+        )
+        hooks = load_hooks(package_dir / HOOKS_FILE, manifest.key)
+        model = cls(manifest, runtime, hooks, package_dir, settings.max_batch_rows)
+        if settings.warmup:
+            runtime.warm_up()
+        return model
+
+    def decode(self, body: bytes, content_type: str) -> Arrays:
+        """Request body -> validated input arrays (through `preprocess` when the package has one)."""
+        payload = codecs.decode_body(body, content_type)
+        if self.hooks.preprocess is not None:
+            produced = self.hooks.run_preprocess(payload, content_type)
+            if isinstance(produced, np.ndarray):
+                produced = {self.manifest.inputs[0].name: produced}
+            if not isinstance(produced, Mapping):
+                raise InvalidInput(
+                    f"model {self.manifest.key}: preprocess returned {type(produced).__name__}",
+                    field="body",
+                    allowed="an ndarray or a dict of input name to ndarray",
+                )
+            raw = {name: (f"inputs.{name}", value) for name, value in produced.items()}
+        else:
+            raw = codecs.payload_to_arrays(payload, content_type, self.manifest)
+        return codecs.validate_inputs(raw, self.manifest, max_batch_rows=self.max_batch_rows)
+
+    def predict(self, arrays: Mapping[str, np.ndarray]) -> Arrays:
+        return self.runtime.predict(arrays)
+
+    def respond(self, outputs: Arrays) -> dict[str, Any]:
+        """Model outputs -> response fields, identical in every mode."""
+        fields = (
+            self.hooks.run_postprocess(outputs)
+            if self.hooks.postprocess is not None
+            else codecs.default_response(self.manifest, outputs)
+        )
+        return {"model": self.manifest.name, "version": self.manifest.version, **fields}
+
+    def infer(self, body: bytes, content_type: str | None, accept: str | None) -> codecs.Encoded:
+        """The whole pipeline for one request. Raises only `ServingError`s."""
+        media_type = codecs.negotiate(accept)  # refuse an impossible Accept before doing any work
+        arrays = self.decode(body, codecs.media_type_of(content_type))
+        return codecs.encode_response(self.respond(self.predict(arrays)), media_type)
+
+    def describe(self) -> dict[str, Any]:
+        manifest = self.manifest
+        return {
+            "name": manifest.name,
+            "version": manifest.version,
+            "ready": self.runtime.warmed_up,
+            "providers": self.runtime.providers,
+            "inputs": [spec.model_dump() for spec in manifest.inputs],
+            "outputs": [spec.model_dump() for spec in manifest.outputs],
+            "labels": list(manifest.labels) if manifest.labels else None,
+            "has_hooks": self.hooks.preprocess is not None or self.hooks.postprocess is not None,
+        }
+
+
+_VERSION_PART = re.compile(r"(\d+)|(\D+)")
+
+
+def _version_order(version: str) -> tuple[tuple[int, str], ...]:
+    """'10' sorts after '9'; '1.10' after '1.9'."""
+    return tuple((int(num), "") if num else (-1, text) for num, text in _VERSION_PART.findall(version))
+
+
+@dataclass
+class ModelRepository:
+    """Every model package under `settings.model_dir`, loaded once per process.
+
+    Layouts: `<dir>/manifest.json` (one model, as SageMaker mounts it) or `<dir>/<name>/<version>/`.
+    """
+
+    settings: ServingSettings
+    _models: dict[str, dict[str, ServedModel]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    state: str = "loading"
+    error: str | None = None
+    load_seconds: float | None = None
+
+    def package_dirs(self) -> list[Path]:
+        root = self.settings.model_dir
+        if (root / MANIFEST_FILE).exists():
+            return [root]
+        return sorted(path.parent for path in root.glob(f"*/*/{MANIFEST_FILE}"))
+
+    def load_all(self) -> None:
+        """Load, verify and warm every package; readiness flips only when all of them are good."""
+        started = time.perf_counter()
+        try:
+            packages = self.package_dirs()
+            if not packages:
+                raise ModelLoadError(
+                    f"{self.settings.model_dir}: no model packages found "
+                    f"(expected {MANIFEST_FILE} there or in <name>/<version>/ below it)"
+                )
+            for package_dir in packages:
+                model = ServedModel.load(package_dir, self.settings)
+                with self._lock:
+                    self._models.setdefault(model.manifest.name, {})[model.manifest.version] = model
+                logger.info("loaded %s from %s", model.manifest.key, package_dir)
+            if self.settings.default_model not in self._models:
+                raise ModelLoadError(
+                    f"default_model: {self.settings.default_model!r} is not among the loaded models "
+                    f"{sorted(self._models)}"
+                )
+        except ServingError as exc:
+            self.state, self.error = "failed", exc.message
+            logger.error("model loading failed: %s", exc.message)
+            raise
+        self.load_seconds = time.perf_counter() - started
+        self.state = "ready"
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready"
+
+    def get(self, name: str | None = None, version: str | None = None) -> ServedModel:
+        """A model by name (default model when None) and version (newest when None)."""
+        if not self.ready:
+            if self.state == "failed":
+                raise ModelLoadError(f"models failed to load: {self.error}")
+            raise ModelNotReady("models are still loading; retry shortly", field="model", allowed="retry later")
+        wanted = name or self.settings.default_model
+        versions = self._models.get(wanted)
+        if versions is None:
+            raise ModelNotFound(
+                f"model {wanted!r} is not served here",
+                field="model",
+                value=wanted,
+                allowed=", ".join(sorted(self._models)),
+            )
+        if version is None:
+            return versions[max(versions, key=_version_order)]
+        if version not in versions:
+            raise ModelNotFound(
+                f"model {wanted!r} has no version {version!r}",
+                field="version",
+                value=version,
+                allowed=", ".join(sorted(versions, key=_version_order)),
+            )
+        return versions[version]
+
+    def resolve(self, target: str | None) -> ServedModel:
+        """A SageMaker target-model value or a REST name: `name`, `name@version`, `name/version`, `*.tar.gz`."""
+        if target is None or not target.strip():
+            return self.get()
+        cleaned = target.strip().removesuffix(".tar.gz").strip("/")
+        separator = "@" if "@" in cleaned else "/"
+        name, _, version = cleaned.partition(separator)
+        return self.get(name, version or None)
+
+    def models(self) -> list[ServedModel]:
+        with self._lock:
+            return [model for versions in self._models.values() for model in versions.values()]

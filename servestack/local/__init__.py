@@ -1,0 +1,1 @@
+"""`servestack local ...`: the serving topology on this machine, no Docker and no AWS."""

@@ -1,0 +1,106 @@
+"""Child processes of `local up`: started, health-checked and stopped the way an orchestrator would."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def http_status(url: str, timeout_sec: float = 2.0) -> int | None:
+    """The status of a GET, or None when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_sec) as response:  # noqa: S310 - our own local URL
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+@dataclass
+class RealtimeProcess:
+    """The realtime container entry (`python -m handlers.realtime serve`) as a child process."""
+
+    name: str
+    port: int
+    process: subprocess.Popen[bytes]
+    host: str = "127.0.0.1"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @classmethod
+    def start(
+        cls,
+        name: str,
+        port: int,
+        *,
+        env: dict[str, str] | None = None,
+        workers: int = 1,
+        output: IO[bytes] | int | None = None,
+    ) -> RealtimeProcess:
+        child_env = {
+            **os.environ,
+            "SAGEMAKER_BIND_TO_PORT": str(port),
+            "SERVESTACK_HOST": "127.0.0.1",
+            "SERVESTACK_WORKERS": str(workers),
+            **(env or {}),
+        }
+        process = subprocess.Popen(
+            [sys.executable, "-m", "handlers.realtime", "serve"],
+            cwd=REPO_ROOT,
+            env=child_env,
+            stdout=output,
+            stderr=subprocess.STDOUT if output is not None else None,
+        )
+        return cls(name, port, process)
+
+    def wait_ready(self, timeout_sec: float = 60.0) -> None:
+        """Block until `/ping` is 200; raise if the process dies or the time runs out."""
+        deadline = time.monotonic() + timeout_sec
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name}: the server exited with code {self.process.returncode}")
+            if http_status(f"{self.url}/ping") == 200:
+                return
+            time.sleep(0.1)
+        raise TimeoutError(f"{self.name}: /ping not ready after {timeout_sec:.0f}s")
+
+    def stop(self, grace_sec: float = 15.0) -> int:
+        """SIGTERM (the server drains in-flight requests), then SIGKILL after the grace period."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=grace_sec)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode

@@ -1,0 +1,158 @@
+"""Shared fixtures: real models, real servers as subprocesses, real Lambda event shapes."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from servestack.local.processes import RealtimeProcess, free_port, http_status
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = REPO_ROOT / "models" / "artifacts"
+EVENTS = Path(__file__).resolve().parent / "events"
+HOOKS_SOURCE = Path(__file__).resolve().parent / "fixtures" / "digit_words_process.py"
+
+
+@dataclass
+class RealtimeServer:
+    """`python -m handlers.realtime serve`, exactly as the container runs it, on a free local port."""
+
+    child: RealtimeProcess
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return self.child.url
+
+    @property
+    def process(self) -> subprocess.Popen[bytes]:
+        return self.child.process
+
+    @classmethod
+    def start(cls, log_dir: Path, *, env: dict[str, str] | None = None, wait_ready: bool = True) -> RealtimeServer:
+        port = free_port()
+        log_path = log_dir / f"realtime-{port}.log"
+        with log_path.open("wb") as log:
+            child = RealtimeProcess.start("test", port, env=env, output=log)
+        server = cls(child, log_path)
+        server.wait_listening()
+        if wait_ready:
+            child.wait_ready(timeout_sec=30)
+        return server
+
+    def wait_listening(self, timeout_sec: float = 30) -> None:
+        deadline = time.monotonic() + timeout_sec
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited early:\n{self.log_path.read_text()}")
+            if http_status(f"{self.url}/ping") is not None:
+                return
+            time.sleep(0.05)
+        raise TimeoutError(f"server not listening after {timeout_sec}s:\n{self.log_path.read_text()}")
+
+    def wait_ready(self) -> None:
+        self.child.wait_ready(timeout_sec=30)
+
+    def stop(self) -> int:
+        return self.child.stop()
+
+
+@pytest.fixture(scope="session")
+def realtime_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealtimeServer]:
+    server = RealtimeServer.start(tmp_path_factory.mktemp("realtime"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def digits() -> tuple[np.ndarray, np.ndarray]:
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    return data.data.astype(np.float32), data.target
+
+
+@pytest.fixture(scope="session")
+def sklearn_digits(digits: tuple[np.ndarray, np.ndarray]) -> Any:
+    """The scikit-learn model the committed ONNX file was converted from, retrained (seeded) from the recipe."""
+    from models.build import train_digits
+
+    estimator, *_ = train_digits()
+    return estimator
+
+
+# ------------------------------------------------------------------------------------------ Lambda events
+
+
+class LambdaContext:
+    """The attributes of the context object the Lambda Python runtime passes to a handler."""
+
+    function_name = "servestack-digits-api"
+    function_version = "$LATEST"
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:servestack-digits-api:live"
+    memory_limit_in_mb = 2048
+    aws_request_id = "52fdfc07-2182-454f-963f-5f0f9a621d72"
+    log_group_name = "/aws/lambda/servestack-digits-api"
+    log_stream_name = "2026/11/30/[$LATEST]a1b2c3d4e5f6"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 30_000
+
+
+EVENT_FILES = {
+    "http-api-v2": "apiGatewayHttpApiV2Event.json",
+    "rest-v1": "apiGatewayRestV1Event.json",
+    "function-url": "lambdaFunctionUrlEvent.json",
+    "alb": "albEvent.json",
+}
+
+
+def lambda_event(
+    kind: str,
+    body: bytes | str,
+    *,
+    path: str = "/invocations",
+    method: str = "POST",
+    headers: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A real event of `kind` from tests/events/, carrying this request."""
+    event: dict[str, Any] = copy.deepcopy(json.loads((EVENTS / EVENT_FILES[kind]).read_text()))
+    raw = body.encode() if isinstance(body, str) else body
+    try:
+        text: str = raw.decode("utf-8")
+        binary = False
+    except UnicodeDecodeError:
+        text, binary = base64.b64encode(raw).decode(), True
+    event["body"], event["isBase64Encoded"] = text, binary
+    extra = {name.lower(): value for name, value in (headers or {}).items()}
+    if kind in ("http-api-v2", "function-url"):
+        event["rawPath"] = event["requestContext"]["http"]["path"] = path
+        event["requestContext"]["http"]["method"] = method
+        event["headers"].update(extra)
+        event["headers"]["content-length"] = str(len(raw))
+    else:
+        event["path"], event["httpMethod"] = path, method
+        if kind == "rest-v1":
+            event["requestContext"]["httpMethod"] = method
+            for name, value in extra.items():
+                canonical = "-".join(part.capitalize() for part in name.split("-"))
+                event["headers"][canonical] = value
+                event["multiValueHeaders"][canonical] = [value]
+        else:
+            event["headers"].update(extra)
+    return event
+
+
+def response_body(response: dict[str, Any]) -> bytes:
+    body = response.get("body") or ""
+    return base64.b64decode(body) if response.get("isBase64Encoded") else body.encode()

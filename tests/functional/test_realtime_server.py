@@ -1,0 +1,208 @@
+"""The SageMaker container entry as a real process over real HTTP: the contract, the REST surface, errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from models.packaging import create_package
+from tests.conftest import ARTIFACTS, RealtimeServer
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def client(realtime_server: RealtimeServer) -> httpx.Client:
+    with httpx.Client(base_url=realtime_server.url, timeout=10) as client:
+        yield client  # type: ignore[misc]
+
+
+def post(client: httpx.Client, body: bytes, content_type: str = "application/json", **headers: str) -> httpx.Response:
+    return client.post("/invocations", content=body, headers={"content-type": content_type, **headers})
+
+
+def test_ping_is_200_once_ready(client: httpx.Client) -> None:
+    response = client.get("/ping")
+    assert response.status_code == 200
+    assert response.json() == {"status": "ready"}
+
+
+def test_a_digits_row_returns_the_class_scikit_learn_predicts(
+    client: httpx.Client, digits: tuple[np.ndarray, np.ndarray], sklearn_digits: object
+) -> None:
+    features, _ = digits
+    rows = features[100:164]
+    response = post(client, json.dumps({"instances": rows.tolist()}).encode())
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    assert response.json()["predictions"] == sklearn_digits.predict(rows).tolist()  # type: ignore[attr-defined]
+
+
+def test_csv_in_csv_out(client: httpx.Client, digits: tuple[np.ndarray, np.ndarray]) -> None:
+    features, targets = digits
+    body = "\n".join(",".join(f"{v:g}" for v in row) for row in features[:5]).encode()
+    response = post(client, body, "text/csv", accept="text/csv")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/csv")
+    assert [int(line.split(",")[0]) for line in response.text.splitlines()] == targets[:5].tolist()
+
+
+def test_npy_in_npy_out(client: httpx.Client, digits: tuple[np.ndarray, np.ndarray]) -> None:
+    features, targets = digits
+    buffer = io.BytesIO()
+    np.save(buffer, features[:32])
+    response = post(client, buffer.getvalue(), "application/x-npy", accept="application/x-npy")
+    assert response.status_code == 200
+    np.testing.assert_array_equal(np.load(io.BytesIO(response.content)), targets[:32])
+
+
+def test_target_model_and_custom_attributes_headers(client: httpx.Client) -> None:
+    sample = (ARTIFACTS / "breast-cancer" / "1" / "sample-request.json").read_bytes()
+    expected = json.loads((ARTIFACTS / "breast-cancer" / "1" / "sample-response.json").read_text())
+    response = post(
+        client,
+        sample,
+        **{"X-Amzn-SageMaker-Target-Model": "breast-cancer.tar.gz", "X-Amzn-SageMaker-Custom-Attributes": "trace=42"},
+    )
+    assert response.status_code == 200
+    assert response.json()["model"] == "breast-cancer"
+    assert response.json()["labels"] == expected["labels"]
+    assert response.headers["x-amzn-sagemaker-custom-attributes"] == "trace=42"
+
+
+def test_rest_surface(client: httpx.Client) -> None:
+    listed = client.get("/v1/models").json()["models"]
+    assert sorted(model["name"] for model in listed) == ["breast-cancer", "digits"]
+    described = client.get("/v1/models/digits").json()
+    assert described["inputs"] == [{"name": "input", "dtype": "float32", "shape": [None, 64]}]
+    sample = (ARTIFACTS / "digits" / "1" / "sample-request.json").read_bytes()
+    predicted = client.post("/v1/models/digits@1/predict", content=sample, headers={"content-type": "application/json"})
+    expected = json.loads((ARTIFACTS / "digits" / "1" / "sample-response.json").read_text())
+    assert predicted.json()["predictions"] == expected["predictions"]
+    assert client.get("/v1/models/fraud").status_code == 404
+
+
+def test_openapi_documents_both_surfaces(client: httpx.Client) -> None:
+    spec = client.get("/openapi.json").json()
+    assert {"/ping", "/invocations", "/v1/models", "/v1/models/{name}/predict"} <= set(spec["paths"])
+    assert set(spec["paths"]["/invocations"]["post"]["requestBody"]["content"]) == {
+        "application/json",
+        "text/csv",
+        "application/x-npy",
+    }
+    assert client.get("/docs").status_code == 200
+
+
+def row(values: list[object]) -> bytes:
+    return json.dumps({"instances": [values]}).encode()
+
+
+BAD_REQUESTS = [
+    ("malformed-json", b'{"instances": [[0, 1,', "application/json", {}, 400, "body"),
+    ("63-features", row([0.0] * 63), "application/json", {}, 400, "instances[0]"),
+    ("65-features", row([0.0] * 65), "application/json", {}, 400, "instances[0]"),
+    ("string-feature", row([0.0] * 20 + ["a"] + [0.0] * 43), "application/json", {}, 400, "instances[0][20]"),
+    ("nan", row([float("nan")] + [0.0] * 63), "application/json", {}, 400, "instances[0][0]"),
+    ("empty-batch", b'{"instances": []}', "application/json", {}, 400, "instances"),
+    ("7-mb-body", b"[" + b"0," * (7 * 1024 * 1024 // 2) + b"0]", "application/json", {}, 413, "body"),
+    ("unsupported-type", b"hello", "text/plain", {}, 415, "Content-Type"),
+    ("unknown-model", row([0.0] * 64), "application/json", {"X-Amzn-SageMaker-Target-Model": "fraud"}, 404, "model"),
+    ("unwritable-accept", row([0.0] * 64), "application/json", {"accept": "image/png"}, 406, "Accept"),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "headers", "status", "field"),
+    [case[1:] for case in BAD_REQUESTS],
+    ids=[case[0] for case in BAD_REQUESTS],
+)
+def test_user_mistakes_get_a_json_4xx_and_the_server_keeps_serving(
+    client: httpx.Client, body: bytes, content_type: str, headers: dict[str, str], status: int, field: str
+) -> None:
+    response = post(client, body, content_type, **headers)
+    assert response.status_code == status
+    error = response.json()["error"]
+    assert error["field"] == field
+    assert error["message"]
+    assert "allowed" in error
+    # the next good request is served
+    good = post(client, (ARTIFACTS / "digits" / "1" / "sample-request.json").read_bytes())
+    assert good.status_code == 200
+
+
+def test_chunked_body_over_the_limit_is_refused(client: httpx.Client) -> None:
+    def chunks() -> object:
+        for _ in range(8):
+            yield b" " * (1024 * 1024)
+
+    response = client.post("/invocations", content=chunks(), headers={"content-type": "application/json"})  # type: ignore[arg-type]
+    assert response.status_code == 413
+
+
+def test_unknown_route_and_method_are_json(client: httpx.Client) -> None:
+    missing = client.get("/nope")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["type"] == "HTTPError"
+    assert client.get("/invocations").status_code == 405
+
+
+# uvicorn re-raises the signal it handled once shutdown has finished, so a drained SIGTERM exits as -15.
+GRACEFUL = (0, -15)
+SLOW_HOOKS = "import time\ntime.sleep(3)\n\ndef preprocess(payload, content_type):\n    raise ValueError('unused')\n"
+
+
+def test_ping_is_503_while_loading_and_200_after(tmp_path: Path) -> None:
+    # GIVEN a model package whose hooks take seconds to import (as a large model takes to load)
+    models = tmp_path / "models"
+    shutil.copytree(ARTIFACTS / "digits", models / "digits")
+    hooks = tmp_path / "process.py"
+    hooks.write_text(SLOW_HOOKS)
+    create_package(
+        ARTIFACTS / "digits" / "1" / "model.onnx", models / "slow" / "1", name="slow", version="1", process_file=hooks
+    )
+    server = RealtimeServer.start(tmp_path, env={"SERVESTACK_MODEL_DIR": str(models)}, wait_ready=False)
+    try:
+        # WHEN /ping is called during loading THEN 503, and an invocation is a retryable 503 too
+        loading = httpx.get(f"{server.url}/ping")
+        assert loading.status_code == 503
+        assert loading.json()["status"] == "loading"
+        early = httpx.post(f"{server.url}/invocations", content=b"{}", headers={"content-type": "application/json"})
+        assert early.status_code == 503
+        # THEN 200 once loaded
+        server.wait_ready()
+    finally:
+        assert server.stop() in GRACEFUL
+
+
+def test_a_checksum_failure_keeps_ping_at_503_with_the_reason(tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    shutil.copytree(ARTIFACTS / "digits", models / "digits")
+    (models / "digits" / "1" / "model.onnx").write_bytes(b"tampered")
+    server = RealtimeServer.start(tmp_path, env={"SERVESTACK_MODEL_DIR": str(models)}, wait_ready=False)
+    try:
+        for _ in range(100):
+            ping = httpx.get(f"{server.url}/ping")
+            if ping.json()["status"] != "loading":
+                break
+        assert ping.status_code == 503
+        assert ping.json()["status"] == "failed"
+        assert "sha256 mismatch" in ping.json()["error"]
+        assert "sha256 mismatch" in server.log_path.read_text()
+    finally:
+        server.stop()
+
+
+def test_sigterm_drains_and_exits_cleanly(tmp_path: Path) -> None:
+    server = RealtimeServer.start(tmp_path)
+    sample = (ARTIFACTS / "digits" / "1" / "sample-request.json").read_bytes()
+    assert httpx.post(f"{server.url}/invocations", content=sample).status_code == 200
+    assert server.stop() in GRACEFUL
+    log = server.log_path.read_text()
+    assert "Shutting down" in log
+    assert "Finished server process" in log

@@ -1,0 +1,181 @@
+"""Codecs: every wire format decodes to the same arrays; every bad input names field, value and what's allowed."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import orjson
+import pytest
+
+from models import codecs
+from models.errors import InvalidInput, NotAcceptable, UnsupportedMediaType
+from models.manifest import read_manifest
+from tests.conftest import ARTIFACTS
+
+DIGITS = read_manifest(ARTIFACTS / "digits" / "1")
+
+
+def decode(body: bytes, content_type: str = codecs.JSON, max_batch_rows: int = 10_000) -> np.ndarray:
+    raw = codecs.payload_to_arrays(codecs.decode_body(body, content_type), content_type, DIGITS)
+    return codecs.validate_inputs(raw, DIGITS, max_batch_rows=max_batch_rows)["input"]
+
+
+def npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+ROWS = np.arange(2 * 64, dtype=np.float32).reshape(2, 64) % 17
+
+
+def test_json_csv_and_npy_decode_to_the_same_array() -> None:
+    from_json = decode(orjson.dumps({"instances": ROWS.tolist()}))
+    from_named = decode(orjson.dumps({"inputs": {"input": ROWS.tolist()}}))
+    from_csv = decode("\n".join(",".join(str(v) for v in row) for row in ROWS).encode(), codecs.CSV)
+    from_npy = decode(npy(ROWS), codecs.NPY)
+    for array in (from_json, from_named, from_csv, from_npy):
+        assert array.dtype == np.float32
+        np.testing.assert_array_equal(array, ROWS)
+
+
+def test_integers_and_float64_npy_are_cast_to_the_model_dtype() -> None:
+    assert decode(orjson.dumps({"instances": [[1] * 64]})).dtype == np.float32
+    assert decode(npy(ROWS.astype(np.float64)), codecs.NPY).dtype == np.float32
+
+
+def invalid(body: bytes, content_type: str = codecs.JSON) -> InvalidInput:
+    with pytest.raises(InvalidInput) as caught:
+        decode(body, content_type)
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "value"),
+    [
+        (b'{"instances": [[1, 2', "body", None),
+        (b"[1, 2, 3]", "body", "list"),
+        (b'{"rows": []}', "body", ["rows"]),
+        (orjson.dumps({"instances": [[0.0] * 63]}), "instances[0]", 63),
+        (orjson.dumps({"instances": [[0.0] * 65]}), "instances[0]", 65),
+        (orjson.dumps({"instances": [[0.0] * 64, [0.0] * 63]}), "instances[1]", 63),
+        (orjson.dumps({"instances": [[0.0] * 10 + ["seven"] + [0.0] * 53]}), "instances[0][10]", "seven"),
+        (orjson.dumps({"instances": [[0.0] * 10 + ["7"] + [0.0] * 53]}), "instances[0][10]", "7"),
+        (orjson.dumps({"instances": [[True] * 64]}), "instances[0][0]", True),
+        (orjson.dumps({"instances": [[0.0] * 5 + [None] + [0.0] * 58]}), "instances[0][5]", None),
+        (json.dumps({"instances": [[0.0] * 3 + [float("nan")] + [0.0] * 60]}).encode(), "instances[0][3]", "nan"),
+        (json.dumps({"instances": [[float("inf")] + [0.0] * 63]}).encode(), "instances[0][0]", "inf"),
+        (orjson.dumps({"instances": []}), "instances", []),
+        (orjson.dumps({"instances": [0.0] * 64}), "instances", "shape [64]"),
+        (orjson.dumps({"instances": "0,1,2"}), "instances", "0,1,2"),
+        (orjson.dumps({"inputs": {"pixels": [[0.0] * 64]}}), "inputs", ["pixels"]),
+    ],
+    ids=[
+        "malformed-json",
+        "not-an-object",
+        "neither-instances-nor-inputs",
+        "63-features",
+        "65-features",
+        "ragged-second-row",
+        "string-feature",
+        "numeric-string-feature",
+        "bool-row",
+        "null-feature",
+        "nan",
+        "infinity",
+        "empty-batch",
+        "flat-row",
+        "string-instances",
+        "unknown-input-name",
+    ],
+)
+def test_bad_json_names_field_and_value(body: bytes, field: str, value: object) -> None:
+    error = invalid(body)
+    assert error.status_code == 400
+    assert error.field == field
+    if value is not None:
+        assert error.to_dict()["value"] == value
+    assert error.allowed
+
+
+def test_bad_csv_cell_names_line_and_column() -> None:
+    error = invalid(b"0," * 63 + b"0\n" + b"0," * 20 + b"x," + b"0," * 42 + b"0\n", codecs.CSV)
+    assert error.field == "csv line 2 column 21"
+    assert error.value == "x"
+
+
+def test_csv_with_wrong_width_names_the_line() -> None:
+    assert invalid(b"1,2,3\n", codecs.CSV).field == "csv line 1"
+
+
+def test_empty_csv_is_an_empty_batch() -> None:
+    assert "empty batch" in invalid(b"\n", codecs.CSV).message
+
+
+def test_npy_never_unpickles() -> None:
+    buffer = io.BytesIO()
+    np.save(buffer, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    assert invalid(buffer.getvalue(), codecs.NPY).field == "body"
+
+
+def test_npy_nan_is_refused() -> None:
+    rows = ROWS.copy()
+    rows[1, 7] = np.nan
+    assert invalid(npy(rows), codecs.NPY).field == "body[1][7]"
+
+
+def test_garbage_npy_is_invalid_input() -> None:
+    assert invalid(b"\x93NUMPY garbage", codecs.NPY).status_code == 400
+
+
+def test_batch_over_the_row_limit_is_refused() -> None:
+    with pytest.raises(InvalidInput, match="over the limit"):
+        decode(orjson.dumps({"instances": ROWS.tolist()}), max_batch_rows=1)
+
+
+def test_unsupported_content_type_lists_the_supported_ones() -> None:
+    with pytest.raises(UnsupportedMediaType) as caught:
+        codecs.decode_body(b"x", "text/plain")
+    assert caught.value.status_code == 415
+    assert caught.value.allowed == "application/json, text/csv, application/x-npy"
+
+
+@pytest.mark.parametrize(
+    ("accept", "expected"),
+    [
+        (None, codecs.JSON),
+        ("*/*", codecs.JSON),
+        ("text/csv", codecs.CSV),
+        ("application/x-npy", codecs.NPY),
+        ("image/png, text/csv;q=0.5", codecs.CSV),
+        ("application/json; charset=utf-8", codecs.JSON),
+    ],
+)
+def test_accept_negotiation(accept: str | None, expected: str) -> None:
+    assert codecs.negotiate(accept) == expected
+
+
+def test_unwritable_accept_is_406() -> None:
+    with pytest.raises(NotAcceptable) as caught:
+        codecs.negotiate("image/png")
+    assert caught.value.status_code == 406
+
+
+def test_media_type_ignores_parameters() -> None:
+    assert codecs.media_type_of("Application/JSON; charset=utf-8") == codecs.JSON
+    assert codecs.media_type_of(None) == codecs.JSON
+
+
+def test_responses_in_every_format_carry_the_same_predictions() -> None:
+    outputs = {"label": np.array([3, 1]), "probabilities": np.eye(10, dtype=np.float32)[[3, 1]]}
+    fields = codecs.default_response(DIGITS, outputs)
+    as_json = orjson.loads(codecs.encode_response(fields, codecs.JSON).body)
+    as_csv = codecs.encode_response(fields, codecs.CSV).body.decode().splitlines()
+    as_npy = np.load(io.BytesIO(codecs.encode_response(fields, codecs.NPY).body))
+    assert as_json["predictions"] == [3, 1]
+    assert as_json["labels"] == ["3", "1"]
+    assert [line.split(",")[0] for line in as_csv] == ["3", "1"]
+    assert as_csv[0].split(",")[1:] == ["0", "0", "0", "1", "0", "0", "0", "0", "0", "0"]
+    np.testing.assert_array_equal(as_npy, [3, 1])

@@ -1,0 +1,102 @@
+"""onnxruntime sessions: provider choice, warmup, batch prediction, versions and readiness."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models.errors import ConfigurationError, ModelLoadError, ModelNotFound, ModelNotReady
+from models.runtime import CPU, CUDA, choose_providers
+from models.service import ModelRepository
+from models.settings import ServingSettings
+from tests.conftest import ARTIFACTS
+
+
+def test_auto_prefers_cuda_when_onnxruntime_offers_it() -> None:
+    assert choose_providers("auto", [CUDA, CPU]) == [CUDA, CPU]
+
+
+def test_auto_falls_back_to_cpu_without_cuda() -> None:
+    assert choose_providers("auto", ["AzureExecutionProvider", CPU]) == [CPU]
+
+
+def test_explicit_providers_are_kept_in_order() -> None:
+    assert choose_providers(f"{CPU}", [CUDA, CPU]) == [CPU]
+
+
+def test_unknown_provider_lists_the_available_ones() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        choose_providers("TensorrtExecutionProvider", [CPU])
+    assert caught.value.allowed is not None
+    assert CPU in caught.value.allowed
+
+
+@pytest.fixture(scope="module")
+def repository() -> ModelRepository:
+    repository = ModelRepository(ServingSettings(model_dir=ARTIFACTS))
+    repository.load_all()
+    return repository
+
+
+def test_every_bundled_model_loads_warm_on_cpu_here(repository: ModelRepository) -> None:
+    names = sorted(model.manifest.name for model in repository.models())
+    assert names == ["breast-cancer", "digits"]
+    assert all(model.runtime.warmed_up for model in repository.models())
+    assert all(model.runtime.providers == [CPU] for model in repository.models())
+
+
+def test_predict_runs_a_whole_batch(repository: ModelRepository, digits: tuple[np.ndarray, np.ndarray]) -> None:
+    features, _ = digits
+    outputs = repository.get("digits").predict({"input": features[:128]})
+    assert outputs["label"].shape == (128,)
+    assert outputs["probabilities"].shape == (128, 10)
+    np.testing.assert_allclose(outputs["probabilities"].sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_unknown_model_and_version_list_what_is_served(repository: ModelRepository) -> None:
+    with pytest.raises(ModelNotFound) as caught:
+        repository.get("fraud")
+    assert caught.value.allowed == "breast-cancer, digits"
+    with pytest.raises(ModelNotFound, match="no version '7'"):
+        repository.get("digits", "7")
+
+
+@pytest.mark.parametrize("target", ["digits", "digits@1", "digits/1", "digits/1.tar.gz", "digits.tar.gz", None, ""])
+def test_target_model_forms_resolve(repository: ModelRepository, target: str | None) -> None:
+    assert repository.resolve(target).manifest.key == "digits@1"
+
+
+def test_newest_version_is_the_default(tmp_path: Path) -> None:
+    for version in ("2", "10"):
+        target = tmp_path / "digits" / version
+        shutil.copytree(ARTIFACTS / "digits" / "1", target)
+        manifest = (target / "manifest.json").read_text().replace('"version": "1"', f'"version": "{version}"')
+        (target / "manifest.json").write_text(manifest)
+    repository = ModelRepository(ServingSettings(model_dir=tmp_path))
+    repository.load_all()
+    assert repository.get("digits").manifest.version == "10"
+
+
+def test_not_ready_before_loading() -> None:
+    repository = ModelRepository(ServingSettings(model_dir=ARTIFACTS))
+    with pytest.raises(ModelNotReady):
+        repository.get("digits")
+
+
+def test_empty_model_dir_is_a_load_error(tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match="no model packages"):
+        ModelRepository(ServingSettings(model_dir=tmp_path)).load_all()
+
+
+def test_default_model_must_be_served() -> None:
+    with pytest.raises(ModelLoadError, match="default_model"):
+        ModelRepository(ServingSettings(model_dir=ARTIFACTS, default_model="fraud")).load_all()
+
+
+def test_single_package_layout_as_sagemaker_mounts_it() -> None:
+    repository = ModelRepository(ServingSettings(model_dir=ARTIFACTS / "digits" / "1"))
+    repository.load_all()
+    assert [model.manifest.key for model in repository.models()] == ["digits@1"]
