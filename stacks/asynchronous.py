@@ -104,9 +104,7 @@ class AsyncEndpoint(Construct):
             enforce_ssl=True,
             visibility_timeout=Duration.seconds(6 * timeout_sec + batch_window_sec),
             retention_period=Duration.days(4),
-            dead_letter_queue=sqs.DeadLetterQueue(
-                max_receive_count=max_receive_count, queue=self.dead_letters
-            ),
+            dead_letter_queue=sqs.DeadLetterQueue(max_receive_count=max_receive_count, queue=self.dead_letters),
         )
         self.table = dynamodb.Table(
             self,

@@ -131,9 +131,7 @@ class BatchJob(Construct):
                 self.function.add_to_role_policy(statement)
             assert self.function.role is not None
             acknowledge(self.function.role, prefix_findings)
-            scheduler_role = iam.Role(
-                self, "SchedulerRole", assumed_by=iam.ServicePrincipal("scheduler.amazonaws.com")
-            )
+            scheduler_role = iam.Role(self, "SchedulerRole", assumed_by=iam.ServicePrincipal("scheduler.amazonaws.com"))
             acknowledge(
                 scheduler_role,
                 {

@@ -57,6 +57,9 @@ STRIP_GLOBS = (
     "numpy/_pyinstaller",
     "numpy/f2py",
     "numpy/typing/tests",
+    "numpy/_core/include",
+    "**/*.h",
+    "**/*.c",
     "bin",
 )
 
@@ -96,9 +99,7 @@ def find_uv(root: Path) -> str:
 
 def find_python(version: str = PYTHON_VERSION) -> str | None:
     """An interpreter of the Lambda runtime's version, to byte-compile for it (uv's or pyenv's count)."""
-    candidates = sorted(
-        (Path.home() / ".pyenv" / "versions").glob(f"{version}.*/bin/python{version}"), reverse=True
-    )
+    candidates = sorted((Path.home() / ".pyenv" / "versions").glob(f"{version}.*/bin/python{version}"), reverse=True)
     found = shutil.which(f"python{version}")
     for candidate in [*map(str, candidates), *([found] if found else [])]:
         probe = subprocess.run([candidate, "-c", "pass"], capture_output=True, check=False)
@@ -125,9 +126,7 @@ class LocalPythonBundler:
         self.artifacts = tuple(artifacts)
         self.architecture = architecture
         self.python_version = python_version
-        default_cache = (
-            Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "servestack" / "lambda-deps"
-        )
+        default_cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "servestack" / "lambda-deps"
         self.cache_dir = cache_dir or Path(os.environ.get("SERVESTACK_BUNDLE_CACHE", default_cache))
 
     # --- hashing --------------------------------------------------------------------------------

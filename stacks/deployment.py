@@ -76,14 +76,10 @@ class DeploymentStack(Stack):
         if isinstance(d, RealtimeDeployment):
             image = self._image("GpuImage" if d.serverless is None else "CpuImage", d.serverless is None)
             variants = d.variants or [Variant(name="primary", model=primary.name, version=primary.version)]
-            resolved = [
-                v.model_copy(update={"version": spec.model(v.model, v.version).version}) for v in variants
-            ]
+            resolved = [v.model_copy(update={"version": spec.model(v.model, v.version).version}) for v in variants]
             shadow = d.shadow
             if shadow is not None:
-                shadow = shadow.model_copy(
-                    update={"version": spec.model(shadow.model, shadow.version).version}
-                )
+                shadow = shadow.model_copy(update={"version": spec.model(shadow.model, shadow.version).version})
             data = {
                 m.key: s3_assets.Asset(self, f"ModelData{i}", path=str(model_data_archive(root, [m])))
                 for i, m in enumerate(models)
@@ -228,9 +224,7 @@ class DeploymentStack(Stack):
                     ],
                     [ae.dead_letters.metric_approximate_number_of_messages_visible(period=PERIOD)],
                 ),
-                Panel(
-                    "Oldest job age (s)", [ae.queue.metric_approximate_age_of_oldest_message(period=PERIOD)]
-                ),
+                Panel("Oldest job age (s)", [ae.queue.metric_approximate_age_of_oldest_message(period=PERIOD)]),
                 Panel("Worker duration (ms)", percentiles(ae.worker.metric_duration(), "worker")),
                 Panel(
                     "Submissions and errors",
@@ -299,14 +293,10 @@ class DeploymentStack(Stack):
 
         CfnOutput(self, "Bucket", value=bucket.bucket_name)
         self.alarms = alarms
-        self.dashboard = DeploymentDashboard(
-            self, "Dashboard", dashboard_name=name, panels=panels, alarms=alarms
-        )
+        self.dashboard = DeploymentDashboard(self, "Dashboard", dashboard_name=name, panels=panels, alarms=alarms)
 
     def _code(self, models: list[ModelSpec], architecture: str) -> Any:
-        return lambda_code(
-            root=self.root, artifacts=[m.artifact_path for m in models], architecture=architecture
-        )
+        return lambda_code(root=self.root, artifacts=[m.artifact_path for m in models], architecture=architecture)
 
     def _image(self, id: str, gpu: bool) -> ecr_assets.DockerImageAsset:
         existing = self.node.try_find_child(id)
@@ -314,9 +304,7 @@ class DeploymentStack(Stack):
             return existing
         dockerfile = GPU_DOCKERFILE if gpu else CPU_DOCKERFILE
         if not (self.root / dockerfile).is_file():
-            raise FileNotFoundError(
-                f"{self.root / dockerfile} not found: the realtime/Fargate image is built from it"
-            )
+            raise FileNotFoundError(f"{self.root / dockerfile} not found: the realtime/Fargate image is built from it")
         return ecr_assets.DockerImageAsset(
             self,
             id,

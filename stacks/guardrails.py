@@ -114,11 +114,7 @@ def sagemaker_variant_alarms(
 
 def sagemaker_execution_timeout_sec(strategy: Strategy) -> int:
     """MaximumExecutionTimeoutInSeconds covering provisioning, every wait interval and the bake time."""
-    needed = (
-        _PROVISIONING_ALLOWANCE_SEC
-        + strategy.steps * strategy.interval_minutes * 60
-        + strategy.bake_minutes * 60
-    )
+    needed = _PROVISIONING_ALLOWANCE_SEC + strategy.steps * strategy.interval_minutes * 60 + strategy.bake_minutes * 60
     lo, hi = _MAX_EXECUTION_SEC
     if needed > hi:
         raise ValueError(
@@ -152,9 +148,7 @@ def sagemaker_deployment_config(
             wait_interval_in_seconds=wait_sec,
         )
     else:
-        routing = sagemaker.CfnEndpoint.TrafficRoutingConfigProperty(
-            type="ALL_AT_ONCE", wait_interval_in_seconds=0
-        )
+        routing = sagemaker.CfnEndpoint.TrafficRoutingConfigProperty(type="ALL_AT_ONCE", wait_interval_in_seconds=0)
     return sagemaker.CfnEndpoint.DeploymentConfigProperty(
         blue_green_update_policy=sagemaker.CfnEndpoint.BlueGreenUpdatePolicyProperty(
             traffic_routing_configuration=routing,
@@ -170,9 +164,7 @@ def sagemaker_deployment_config(
 # --- Lambda -------------------------------------------------------------------------------------
 
 
-def lambda_alarms(
-    scope: Construct, *, name: str, alias: lambda_.IAlias, settings: AlarmSettings
-) -> list[cw.Alarm]:
+def lambda_alarms(scope: Construct, *, name: str, alias: lambda_.IAlias, settings: AlarmSettings) -> list[cw.Alarm]:
     """Error rate (%), p99 duration and throttles of the `live` alias; CodeDeploy rolls back on any."""
     period = Duration.seconds(settings.period_sec)
     return [
@@ -211,15 +203,11 @@ def lambda_alarms(
     ]
 
 
-def lambda_deployment_config(
-    scope: Construct, id: str, strategy: Strategy
-) -> codedeploy.ILambdaDeploymentConfig:
+def lambda_deployment_config(scope: Construct, id: str, strategy: Strategy) -> codedeploy.ILambdaDeploymentConfig:
     """CodeDeploy config for the strategy: all at once, or time-based canary/linear with the spec's sizes."""
     interval = Duration.minutes(strategy.interval_minutes)
     if strategy.type == "canary":
-        routing = codedeploy.TrafficRouting.time_based_canary(
-            interval=interval, percentage=strategy.canary_percent
-        )
+        routing = codedeploy.TrafficRouting.time_based_canary(interval=interval, percentage=strategy.canary_percent)
     elif strategy.type == "linear":
         routing = codedeploy.TrafficRouting.time_based_linear(
             interval=interval, percentage=strategy.linear_step_percent
@@ -254,9 +242,7 @@ def dead_letter_alarm(scope: Construct, *, name: str, dlq: sqs.IQueue) -> cw.Ala
         "DeadLetterAlarm",
         alarm_name=f"{name}-dead-letters",
         alarm_description=f"{name}: messages in the dead-letter queue; inspect and redrive them",
-        metric=dlq.metric_approximate_number_of_messages_visible(
-            period=Duration.minutes(1), statistic="Maximum"
-        ),
+        metric=dlq.metric_approximate_number_of_messages_visible(period=Duration.minutes(1), statistic="Maximum"),
         threshold=0,
         comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
         evaluation_periods=1,

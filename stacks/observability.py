@@ -30,11 +30,7 @@ def percentiles(metric: cw.Metric, label: str, scale: str = "") -> list[cw.IMetr
         m = metric.with_(statistic=p, period=PERIOD, label=f"{label} {p}")
         if scale:
             key = "m_" + re.sub(r"[^a-z0-9]", "_", f"{label}_{p}".lower())
-            out.append(
-                cw.MathExpression(
-                    expression=f"{key}{scale}", using_metrics={key: m}, label=f"{label} {p} (ms)"
-                )
-            )
+            out.append(cw.MathExpression(expression=f"{key}{scale}", using_metrics={key: m}, label=f"{label} {p} (ms)"))
         else:
             out.append(m)
     return out
@@ -57,12 +53,9 @@ class DeploymentDashboard(Construct):
             raise ValueError(f"DeploymentDashboard {dashboard_name}: panels=[] is not allowed (need >= 1)")
         self.dashboard = cw.Dashboard(self, "Dashboard", dashboard_name=dashboard_name)
         if alarms:
-            self.dashboard.add_widgets(
-                cw.AlarmStatusWidget(title="Guardrails", alarms=list(alarms), width=24)
-            )
+            self.dashboard.add_widgets(cw.AlarmStatusWidget(title="Guardrails", alarms=list(alarms), width=24))
         widgets: list[cw.IWidget] = [
-            cw.GraphWidget(title=p.title, left=list(p.left), right=list(p.right), width=12, height=6)
-            for p in panels
+            cw.GraphWidget(title=p.title, left=list(p.left), right=list(p.right), width=12, height=6) for p in panels
         ]
         for i in range(0, len(widgets), 2):
             self.dashboard.add_widgets(*widgets[i : i + 2])

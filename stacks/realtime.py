@@ -78,9 +78,7 @@ def model_data_archive(root: Path, models: Sequence[ModelSpec], cache_dir: Path 
                 f"{base / 'model.onnx'} not found for model {m.name}@{m.version}: run `make models` "
                 "(or fix `path` in serving.yaml)"
             )
-        members += [
-            (f"{m.name}/{m.version}/{p.relative_to(base)}", p) for p in sorted(base.rglob("*")) if p.is_file()
-        ]
+        members += [(f"{m.name}/{m.version}/{p.relative_to(base)}", p) for p in sorted(base.rglob("*")) if p.is_file()]
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for arcname, path in members:
@@ -325,9 +323,7 @@ class RealtimeEndpoint(Construct):
             )
         acknowledge(self.role, findings)
 
-    def metric(
-        self, name: str, statistic: str, variant: str | None = None, namespace: str | None = None
-    ) -> cw.Metric:
+    def metric(self, name: str, statistic: str, variant: str | None = None, namespace: str | None = None) -> cw.Metric:
         return guardrails.sagemaker_variant_metric(
             self.endpoint_name,
             variant or self.variant_names[0],

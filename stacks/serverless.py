@@ -126,9 +126,7 @@ class ServerlessEndpoint(Construct):
     ) -> None:
         super().__init__(scope, id)
         check_range("ServerlessEndpoint", "timeout_sec", timeout_sec, 1, 29)
-        check_range(
-            "ServerlessEndpoint", "provisioned_concurrency_min", provisioned_concurrency_min, 0, 10_000
-        )
+        check_range("ServerlessEndpoint", "provisioned_concurrency_min", provisioned_concurrency_min, 0, 10_000)
         check_range(
             "ServerlessEndpoint",
             "provisioned_concurrency_max",
@@ -210,9 +208,7 @@ class ServerlessEndpoint(Construct):
             "Api5xx",
             alarm_name=f"{name}-api-5xx",
             alarm_description=f"{name}: HTTP API answered 5xx",
-            metric=self.http.api.metric_server_error(
-                period=Duration.seconds(alarms.period_sec), statistic="Sum"
-            ),
+            metric=self.http.api.metric_server_error(period=Duration.seconds(alarms.period_sec), statistic="Sum"),
             threshold=0,
             comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
             evaluation_periods=alarms.evaluation_periods,

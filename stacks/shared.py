@@ -84,9 +84,7 @@ class ArtifactBucket(Construct):
         removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
     ) -> None:
         super().__init__(scope, id)
-        check_range(
-            "ArtifactBucket", "noncurrent_version_expiry_days", noncurrent_version_expiry_days, 1, 3650
-        )
+        check_range("ArtifactBucket", "noncurrent_version_expiry_days", noncurrent_version_expiry_days, 1, 3650)
         check_range("ArtifactBucket", "access_log_expiry_days", access_log_expiry_days, 1, 3650)
         self.access_logs = s3.Bucket(
             self,

@@ -26,9 +26,7 @@ def test_out_of_range_setting_fails_before_any_stack_is_built(tmp_path: Path) ->
         cdk_app.build_app(root=root, context={"aws:cdk:bundling-stacks": []}, outdir=str(tmp_path / "out"))
 
     assert "deployments.digits-api.strategy.canary_percent: 150 is not in 1..99" in info.value.problems
-    assert any(
-        p.startswith("deployments.cancer-async.max_recieve_count: unknown key") for p in info.value.problems
-    )
+    assert any(p.startswith("deployments.cancer-async.max_recieve_count: unknown key") for p in info.value.problems)
     assert not list((tmp_path / "out").glob("*.template.json"))
 
 
@@ -52,10 +50,7 @@ def test_python_app_py_exits_2_with_the_problem_on_stderr(tmp_path: Path) -> Non
     )
 
     assert done.returncode == 2
-    assert (
-        "deployments.digits-realtime.instance_type: 'g5.xlarge' is not a SageMaker instance type"
-        in done.stderr
-    )
+    assert "deployments.digits-realtime.instance_type: 'g5.xlarge' is not a SageMaker instance type" in done.stderr
 
 
 def test_strategy_that_outlasts_sagemakers_limit_is_rejected_with_the_numbers() -> None:
@@ -63,9 +58,7 @@ def test_strategy_that_outlasts_sagemakers_limit_is_rejected_with_the_numbers() 
 
     slow = Strategy(type="linear", linear_step_percent=1, interval_minutes=60)
 
-    with pytest.raises(
-        ValueError, match=r"99 steps x 60 min \+ 10 min bake needs \d+ s, which is not <= 28800 s"
-    ):
+    with pytest.raises(ValueError, match=r"99 steps x 60 min \+ 10 min bake needs \d+ s, which is not <= 28800 s"):
         sagemaker_execution_timeout_sec(slow)
     assert sagemaker_execution_timeout_sec(Strategy(type="all_at_once", bake_minutes=0)) == 1800
 
@@ -79,9 +72,7 @@ def test_strategy_that_outlasts_sagemakers_limit_is_rejected_with_the_numbers() 
         ({"runner": "fargate"}, "BatchJob: runner='fargate' needs image, got None"),
     ],
 )
-def test_construct_props_are_validated_with_value_and_allowed(
-    kwargs: dict[str, object], message: str
-) -> None:
+def test_construct_props_are_validated_with_value_and_allowed(kwargs: dict[str, object], message: str) -> None:
     from aws_cdk import App, Stack
     from aws_cdk import aws_lambda as lambda_
     from aws_cdk import aws_s3 as s3

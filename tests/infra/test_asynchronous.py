@@ -26,11 +26,7 @@ def test_jobs_queue_is_encrypted_tls_only_and_redrives_to_the_dlq(synth: Synth) 
         {
             "PolicyDocument": {
                 "Statement": Match.array_with(
-                    [
-                        Match.object_like(
-                            {"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}}
-                        )
-                    ]
+                    [Match.object_like({"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}})]
                 )
             }
         },

@@ -46,9 +46,7 @@ def test_batch_function_reads_input_prefix_and_writes_output_prefix_only(synth: 
                         {
                             "Action": "s3:GetObject",
                             "Effect": "Allow",
-                            "Resource": {
-                                "Fn::Join": ["", [Match.any_value(), "/batch/cancer-nightly/input/*"]]
-                            },
+                            "Resource": {"Fn::Join": ["", [Match.any_value(), "/batch/cancer-nightly/input/*"]]},
                         },
                         {
                             "Action": "s3:ListBucket",
@@ -59,9 +57,7 @@ def test_batch_function_reads_input_prefix_and_writes_output_prefix_only(synth: 
                         {
                             "Action": "s3:PutObject",
                             "Effect": "Allow",
-                            "Resource": {
-                                "Fn::Join": ["", [Match.any_value(), "/batch/cancer-nightly/output/*"]]
-                            },
+                            "Resource": {"Fn::Join": ["", [Match.any_value(), "/batch/cancer-nightly/output/*"]]},
                         },
                     ]
                 )
@@ -76,9 +72,7 @@ def test_failure_alarm_counts_failed_runs_and_dead_letters(synth: Synth) -> None
         {
             "AlarmName": "servestack-cancer-nightly-failures",
             "Threshold": 0,
-            "Metrics": Match.array_with(
-                [Match.object_like({"Expression": "FILL(failed, 0) + FILL(dlq, 0)"})]
-            ),
+            "Metrics": Match.array_with([Match.object_like({"Expression": "FILL(failed, 0) + FILL(dlq, 0)"})]),
         },
     )
 

@@ -21,9 +21,7 @@ def test_endpoint_runs_on_the_gpu_instance_type_from_the_spec(synth: Synth) -> N
         "AWS::SageMaker::EndpointConfig",
         {
             "ProductionVariants": [
-                Match.object_like(
-                    {"VariantName": "primary", "InstanceType": "ml.g5.xlarge", "InitialInstanceCount": 1}
-                )
+                Match.object_like({"VariantName": "primary", "InstanceType": "ml.g5.xlarge", "InitialInstanceCount": 1})
             ]
         },
     )
@@ -193,9 +191,7 @@ def test_autoscaling_tracks_invocations_per_instance_within_min_max(synth: Synth
             "PolicyType": "TargetTrackingScaling",
             "TargetTrackingScalingPolicyConfiguration": Match.object_like(
                 {
-                    "PredefinedMetricSpecification": {
-                        "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"
-                    },
+                    "PredefinedMetricSpecification": {"PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"},
                     "TargetValue": target,
                 }
             ),

@@ -116,11 +116,7 @@ def test_pre_traffic_hook_checks_the_new_version_with_the_sample_request(synth: 
 
     t.has_resource(
         "AWS::Lambda::Alias",
-        {
-            "UpdatePolicy": {
-                "CodeDeployLambdaAliasUpdate": Match.object_like({"BeforeAllowTrafficHook": {"Ref": hook}})
-            }
-        },
+        {"UpdatePolicy": {"CodeDeployLambdaAliasUpdate": Match.object_like({"BeforeAllowTrafficHook": {"Ref": hook}})}},
     )
     t.has_resource_properties(
         "AWS::Lambda::Function",
@@ -142,9 +138,7 @@ def test_pre_traffic_hook_checks_the_new_version_with_the_sample_request(synth: 
 def test_http_api_requires_iam_auth_and_is_throttled(synth: Synth) -> None:
     t = synth.template("digits-api")
 
-    t.has_resource_properties(
-        "AWS::ApiGatewayV2::Route", {"RouteKey": "$default", "AuthorizationType": "AWS_IAM"}
-    )
+    t.has_resource_properties("AWS::ApiGatewayV2::Route", {"RouteKey": "$default", "AuthorizationType": "AWS_IAM"})
     t.resource_properties_count_is("AWS::ApiGatewayV2::Route", {"AuthorizationType": "NONE"}, 0)
     t.has_resource_properties(
         "AWS::ApiGatewayV2::Stage",

@@ -20,9 +20,7 @@ def test_artifact_bucket_is_encrypted_versioned_private_and_tls_only(synth: Synt
             "AWS::S3::Bucket",
             {
                 "BucketEncryption": {
-                    "ServerSideEncryptionConfiguration": [
-                        {"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}
-                    ]
+                    "ServerSideEncryptionConfiguration": [{"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]
                 },
                 "VersioningConfiguration": {"Status": "Enabled"},
                 "PublicAccessBlockConfiguration": {
@@ -31,9 +29,7 @@ def test_artifact_bucket_is_encrypted_versioned_private_and_tls_only(synth: Synt
                     "IgnorePublicAcls": True,
                     "RestrictPublicBuckets": True,
                 },
-                "LoggingConfiguration": Match.object_like(
-                    {"DestinationBucketName": {"Ref": Match.any_value()}}
-                ),
+                "LoggingConfiguration": Match.object_like({"DestinationBucketName": {"Ref": Match.any_value()}}),
             },
         )
         buckets = synth.resources(deployment, "AWS::S3::Bucket")
