@@ -126,8 +126,7 @@ class DeploymentStack(Stack):
                     ],
                 ),
             ]
-            CfnOutput(self, "SmokeKind", value="sagemaker")
-            CfnOutput(self, "SmokeTarget", value=name)
+            self._smoke("sagemaker", name)
         elif isinstance(d, ServerlessDeployment):
             sl = ServerlessEndpoint(
                 self,
@@ -180,8 +179,7 @@ class DeploymentStack(Stack):
                     ],
                 ),
             ]
-            CfnOutput(self, "SmokeKind", value="lambda-http")
-            CfnOutput(self, "SmokeTarget", value=alias.function_arn)
+            self._smoke("lambda-http", alias.function_arn)
             CfnOutput(self, "ApiUrl", value=sl.http.url, description="IAM-authenticated (SigV4) HTTP API")
         elif isinstance(d, AsyncDeployment):
             sagemaker_backend = d.backend == "sagemaker"
@@ -241,8 +239,7 @@ class DeploymentStack(Stack):
                     ],
                 ),
             ]
-            CfnOutput(self, "SmokeKind", value="lambda-async")
-            CfnOutput(self, "SmokeTarget", value=ae.submit.function_arn)
+            self._smoke("lambda-async", ae.submit.function_arn)
             CfnOutput(self, "ApiUrl", value=ae.http.url, description="IAM-authenticated (SigV4) HTTP API")
         elif isinstance(d, BatchDeployment):
             fargate = d.runner == "fargate"
@@ -286,14 +283,18 @@ class DeploymentStack(Stack):
                         [bj.function.metric_errors(period=PERIOD)],
                     ),
                 ]
-            CfnOutput(self, "SmokeKind", value="batch")
-            CfnOutput(self, "SmokeTarget", value=bj.schedule.schedule_name)
+            self._smoke("batch", bj.schedule.schedule_name)
         else:  # pragma: no cover - the spec's discriminated union is exhaustive
             raise TypeError(f"unknown deployment mode {d!r}")
 
         CfnOutput(self, "Bucket", value=bucket.bucket_name)
         self.alarms = alarms
         self.dashboard = DeploymentDashboard(self, "Dashboard", dashboard_name=name, panels=panels, alarms=alarms)
+
+    def _smoke(self, kind: str, target: str) -> None:
+        """Outputs the pipeline's smoke test reads: what to invoke and how (see stacks/smoke.py)."""
+        self.smoke_kind = CfnOutput(self, "SmokeKind", value=kind)
+        self.smoke_target = CfnOutput(self, "SmokeTarget", value=target)
 
     def _code(self, models: list[ModelSpec], architecture: str) -> Any:
         return lambda_code(root=self.root, artifacts=[m.artifact_path for m in models], architecture=architecture)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Stack, Validations
+from aws_cdk import Acknowledgment, CfnElement, Duration, RemovalPolicy, Stack, Validations
 from aws_cdk import aws_apigatewayv2 as apigw
 from aws_cdk import aws_apigatewayv2_authorizers as apigw_auth
 from aws_cdk import aws_apigatewayv2_integrations as apigw_int
@@ -58,7 +58,7 @@ def retention(days: int) -> logs.RetentionDays:
 
 def logical_id(construct: IConstruct) -> str:
     """The logical id cdk-nag prints for a construct's CloudFormation resource (`<id>.Arn`)."""
-    resource = construct.node.default_child or construct
+    resource = construct if isinstance(construct, CfnElement) else construct.node.default_child
     return str(Stack.of(construct).get_logical_id(resource))  # type: ignore[arg-type]
 
 

@@ -66,6 +66,14 @@ EXTRA_DEPLOYMENTS: dict[str, dict[str, Any]] = {
         "architecture": "arm64",
     },
 }
+# The pipeline stack joins the session synth, deploying two deployments per stage to keep it small.
+PIPELINE_CONTEXT = {
+    "servestack:pipeline": "true",
+    "servestack:pipeline-deployments": "digits-api,cancer-nightly",
+    "servestack:repo": "acme/serving",
+    "servestack:account": "111111111111",
+    "servestack:region": "us-east-1",
+}
 SAMPLE_REQUEST = {"instances": [[0.0, 1.0, 2.0, 3.0]]}
 SAMPLE_RESPONSE = {"predictions": [3]}
 
@@ -76,6 +84,7 @@ class Synth:
 
     outdir: Path
     templates: dict[str, dict[str, Any]]
+    pipeline: dict[str, Any]
     validation_error: str | None
     app: Any
     deployments: dict[str, str]  # deployment name -> mode
@@ -115,6 +124,7 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     root = make_project(tmp_path_factory.mktemp("project"))
     outdir = tmp_path_factory.mktemp("cdk.out")
     context = json.loads((REPO / "cdk.json").read_text(encoding="utf-8"))["context"]
+    context.update(PIPELINE_CONTEXT)
     context["aws:cdk:bundling-stacks"] = []
     app = cdk_app.build_app(root=root, context=context, outdir=str(outdir))
     error = None
@@ -125,11 +135,14 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     templates = {
         p.name.removesuffix(".template.json"): json.loads(p.read_text(encoding="utf-8"))
         for p in outdir.glob("*.template.json")
+        if p.name != "servestack-pipeline.template.json"
     }
+    pipeline = json.loads((outdir / "servestack-pipeline.template.json").read_text(encoding="utf-8"))
     spec = yaml.safe_load((root / "serving.yaml").read_text(encoding="utf-8"))
     return Synth(
         outdir=outdir,
         templates=templates,
+        pipeline=pipeline,
         validation_error=error,
         app=app,
         deployments={k: v["mode"] for k, v in spec["deployments"].items()},
