@@ -55,7 +55,8 @@ class DeploymentDashboard(Construct):
         if alarms:
             self.dashboard.add_widgets(cw.AlarmStatusWidget(title="Guardrails", alarms=list(alarms), width=24))
         widgets: list[cw.IWidget] = [
-            cw.GraphWidget(title=p.title, left=list(p.left), right=list(p.right), width=12, height=6) for p in panels
+            cw.GraphWidget(title=p.title, left=list(p.left), right=list(p.right), width=12, height=6, period=PERIOD)
+            for p in panels
         ]
         for i in range(0, len(widgets), 2):
             self.dashboard.add_widgets(*widgets[i : i + 2])
