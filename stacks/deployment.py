@@ -110,7 +110,10 @@ class DeploymentStack(Stack):
             alarms = rt.alarms
             instance_ns = "/aws/sagemaker/Endpoints"
             panels = [
-                Panel("Model latency (ms)", percentiles(rt.metric("ModelLatency", "p99"), "model", "/1000")),
+                Panel(
+                    "Model latency (µs, as SageMaker publishes it)",
+                    percentiles(rt.metric("ModelLatency", "p99"), "model"),
+                ),
                 Panel(
                     "Invocations and errors",
                     [rt.metric("Invocations", "Sum")],
