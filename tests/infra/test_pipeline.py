@@ -62,12 +62,20 @@ def test_source_is_a_codestar_connection_and_synth_runs_the_tests(synth: Synth) 
 
 
 def test_each_stage_deploys_its_own_copy_of_the_chosen_deployments(synth: Synth) -> None:
-    stage_templates = sorted(p.name for p in synth.outdir.glob("assembly-*/*.template.json"))
+    stage_templates = {p.parent.name: [] for p in synth.outdir.glob("assembly-*/*.template.json")}
+    for p in synth.outdir.glob("assembly-*/*.template.json"):
+        stage_templates[p.parent.name].append(json.loads(p.read_text(encoding="utf-8")))
 
-    assert stage_templates == [
-        "servestackpipelineProductionservestackproductioncancernightly0A0E2FE6.template.json",
-        "servestackpipelineProductionservestackproductiondigitsapi21C8D0E5.template.json",
-        "servestackpipelineStagingservestackstagingcancernightlyDAE5D3E8.template.json",
-        "servestackpipelineStagingservestackstagingdigitsapi1D1D43E1.template.json",
-    ] or all("servestack" in n for n in stage_templates)
-    assert len(stage_templates) == 4
+    assert sorted(stage_templates) == [
+        "assembly-servestack-pipeline-Production",
+        "assembly-servestack-pipeline-Staging",
+    ]
+    for stage, templates in stage_templates.items():
+        prefix = "servestack-" + stage.rsplit("-", 1)[-1].lower() + "-"
+        dashboards = sorted(
+            r["Properties"]["DashboardName"]
+            for t in templates
+            for r in t["Resources"].values()
+            if r["Type"] == "AWS::CloudWatch::Dashboard"
+        )
+        assert dashboards == [f"{prefix}cancer-nightly", f"{prefix}digits-api"]
