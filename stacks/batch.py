@@ -234,7 +234,8 @@ class BatchJob(Construct):
         task.add_container(
             "batch",
             image=ecs.ContainerImage.from_docker_image_asset(image),
-            command=FARGATE_COMMAND,
+            # The image's ENTRYPOINT is the realtime `serve`; a batch run replaces it.
+            entry_point=FARGATE_COMMAND,
             environment={
                 "SERVESTACK_DEFAULT_MODEL": model_name,
                 "SERVESTACK_PROVIDERS": "auto",

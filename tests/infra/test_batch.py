@@ -100,7 +100,7 @@ def test_fargate_runner_runs_the_same_code_in_the_cpu_container(synth: Synth) ->
             "RuntimePlatform": {"CpuArchitecture": "ARM64", "OperatingSystemFamily": "LINUX"},
             "ContainerDefinitions": [
                 Match.object_like(
-                    {"Command": ["python", "-m", "handlers.batch"], "LogConfiguration": Match.any_value()}
+                    {"EntryPoint": ["python", "-m", "handlers.batch"], "LogConfiguration": Match.any_value()}
                 )
             ],
         },
