@@ -130,7 +130,7 @@ class MicroBatcher:
         if not self._draining:
             self._draining = True
             if self._executor is None:
-                loop.call_soon(self._drain_inline, loop)
+                loop.call_soon(self._drain_inline, loop, False)
             else:
                 self._drain_task = loop.create_task(self._drain_in_thread())
         # CPU mode needs no timer: nothing runs while a batch holds the loop, so the deadline is checked when
@@ -172,18 +172,24 @@ class MicroBatcher:
             rows += head.rows
         return batch
 
-    def _gather_delay_sec(self) -> float:
-        """With `max_delay_ms`, how much longer a short queue may wait to fill (bounded by the oldest item)."""
-        if not self._queue or self.config.max_delay_ms <= 0 or self._queued_rows >= self.config.max_batch_size:
+    def _gather_delay_sec(self, after_batch: bool) -> float:
+        """With `max_delay_ms`, how much longer a short queue may wait to fill (bounded by the oldest item).
+        Only after a batch: work arriving at an idle worker runs at once."""
+        if (
+            not after_batch
+            or not self._queue
+            or self.config.max_delay_ms <= 0
+            or self._queued_rows >= self.config.max_batch_size
+        ):
             return 0.0
         return max(0.0, self._queue[0].enqueued + self.config.max_delay_ms / 1000 - time.monotonic())
 
-    def _drain_inline(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _drain_inline(self, loop: asyncio.AbstractEventLoop, after_batch: bool) -> None:
         """CPU mode: run one batch in this loop callback, then yield to the loop before the next one, so the
         requests that arrived meanwhile are read and decoded and join the next batch."""
-        delay = self._gather_delay_sec()
+        delay = self._gather_delay_sec(after_batch)
         if delay > 0:
-            loop.call_later(min(delay, 0.0005), self._drain_inline, loop)
+            loop.call_later(min(delay, 0.0005), self._drain_inline, loop, True)
             return
         batch = self._take_batch()
         if batch:
@@ -191,19 +197,21 @@ class MicroBatcher:
             outcome = _run_batch(self.predict, batch)
             self._record(batch, outcome, time.perf_counter() - started)
         if self._queue:
-            loop.call_soon(self._drain_inline, loop)
+            loop.call_soon(self._drain_inline, loop, True)
         else:
             self._draining = False
 
     async def _drain_in_thread(self) -> None:
         """GPU mode: batches run in one worker thread while the loop keeps decoding requests."""
         loop = asyncio.get_running_loop()
+        after_batch = False
         try:
             while self._queue:
-                if (delay := self._gather_delay_sec()) > 0:
+                if (delay := self._gather_delay_sec(after_batch)) > 0:
                     await asyncio.sleep(min(delay, 0.0005))
                     continue
                 batch = self._take_batch()
+                after_batch = True
                 if batch:
                     started = time.perf_counter()
                     outcome = await loop.run_in_executor(self._executor, _run_batch, self.predict, batch)

@@ -231,7 +231,7 @@ class Batching(Strict):
     """Server-side micro-batching (used by the realtime server)."""
 
     max_batch_size: Annotated[int, Between(1, 4096)] = 32
-    max_delay_ms: Annotated[int, Between(0, 1000)] = 2
+    max_delay_ms: Annotated[int, Between(0, 1000)] = 0
     max_queue: Annotated[int, Between(1, 1_000_000)] = 256
 
 

@@ -198,7 +198,7 @@ class RealtimeEndpoint(Construct):
             "SERVESTACK_MAX_PAYLOAD_BYTES": str(max_payload_bytes),
             "SERVESTACK_MAX_BATCH_SIZE": str(batching.max_batch_size),
             "SERVESTACK_MAX_DELAY_MS": str(batching.max_delay_ms),
-            "SERVESTACK_MAX_QUEUE": str(batching.max_queue),
+            "SERVESTACK_MAX_QUEUE_REQUESTS": str(batching.max_queue),
         }
 
         def model(variant_name: str, model_key: str, model_name: str) -> sagemaker.CfnModel:

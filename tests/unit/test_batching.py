@@ -37,9 +37,9 @@ def rows(value: float, count: int = 1, width: int = 3) -> dict[str, np.ndarray]:
     return {"x": np.full((count, width), value, dtype=np.float32)}
 
 
-def test_an_idle_request_runs_at_once() -> None:
+def test_an_idle_request_runs_at_once_whatever_the_delay_setting() -> None:
     model = RecordingModel()
-    batcher = MicroBatcher(model, BatchingConfig(max_delay_ms=0))
+    batcher = MicroBatcher(model, BatchingConfig(max_delay_ms=50))
 
     async def main() -> float:
         submitted = time.perf_counter()
@@ -90,19 +90,25 @@ def test_rows_of_different_shapes_are_not_concatenated() -> None:
     assert wide["y"].shape == (1, 5)
 
 
-def test_max_delay_lets_a_short_queue_fill() -> None:
-    model = RecordingModel()
-    batcher = MicroBatcher(model, BatchingConfig(max_batch_size=8, max_delay_ms=20))
+def test_max_delay_lets_a_short_queue_fill_after_a_batch() -> None:
+    # GIVEN a model that takes 30 ms a batch, run in a thread so arrivals are seen while it computes
+    model = RecordingModel(delay_sec=0.03)
+    batcher = MicroBatcher(model, BatchingConfig(max_batch_size=8, max_delay_ms=60, use_thread=True))
 
     async def main() -> None:
-        async def late(delay: float) -> None:
-            await asyncio.sleep(delay)
+        async def arrive(at_sec: float) -> None:
+            await asyncio.sleep(at_sec)
             await batcher.submit(rows(1.0), 1, 5)
 
-        await asyncio.gather(late(0), late(0.002), late(0.004))
+        # WHEN one request finds the worker idle and three more arrive during and just after its batch
+        await asyncio.gather(arrive(0), arrive(0.005), arrive(0.010), arrive(0.040))
 
-    asyncio.run(main())
-    assert model.batches == [3]
+    try:
+        asyncio.run(main())
+    finally:
+        batcher.close()
+    # THEN the first ran alone at once, and the late ones waited for each other within max_delay_ms
+    assert model.batches == [1, 3]
 
 
 def test_a_full_worker_refuses_with_retry_after() -> None:
