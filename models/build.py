@@ -124,7 +124,7 @@ def build(recipe: Recipe, root: Path) -> Path:
 def main(argv: list[str] | None = None) -> None:
     if os.environ.get("PYTHONHASHSEED") != "0":
         # skl2onnx's tree converter walks sets, so node order in the ONNX graph follows the hash seed.
-        os.execve(
+        os.execve(  # noqa: S606 - re-running ourselves with a fixed hash seed, no shell involved
             sys.executable,
             [sys.executable, "-m", "models.build", *(argv or sys.argv[1:])],
             {**os.environ, "PYTHONHASHSEED": "0"},

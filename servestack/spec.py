@@ -240,7 +240,7 @@ class _DeploymentBase(Strict):
     version: Version | None = Field(default=None, description="default: the only declared version of `model`")
     alarms: AlarmSettings = AlarmSettings()
     batching: Batching = Batching()
-    max_payload_bytes: Annotated[int, Between(1, 6_291_456)] = 1_048_576
+    max_payload_bytes: Annotated[int, Between(1, 6_291_456)] = 6_291_456  # SageMaker real-time and Lambda sync: 6 MB
     log_retention_days: LogRetentionDays = 30
 
 

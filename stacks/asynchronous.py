@@ -63,7 +63,7 @@ class AsyncEndpoint(Construct):
         architecture: str = "x86_64",
         result_ttl_days: int = 7,
         presign_threshold_bytes: int = 262_144,
-        max_payload_bytes: int = 1_048_576,
+        max_payload_bytes: int = 6_291_456,
         log_retention_days: int = 30,
         throttle_rate_per_sec: int = 50,
         throttle_burst: int = 100,

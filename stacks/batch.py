@@ -61,7 +61,7 @@ class BatchJob(Construct):
         fargate_memory_mib: int = 4096,
         retry_attempts: int = 2,
         max_event_age_sec: int = 3600,
-        max_payload_bytes: int = 1_048_576,
+        max_payload_bytes: int = 6_291_456,
         log_retention_days: int = 30,
     ) -> None:
         super().__init__(scope, id)

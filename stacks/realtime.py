@@ -134,7 +134,7 @@ class RealtimeEndpoint(Construct):
         target_invocations_per_instance: int = 1000,
         serverless: RealtimeServerless | None = None,
         multi_model_bucket: s3.IBucket | None = None,
-        max_payload_bytes: int = 1_048_576,
+        max_payload_bytes: int = 6_291_456,
         log_retention_days: int = 30,
         strategy: Strategy | None = None,
         alarms: AlarmSettings | None = None,

@@ -119,7 +119,7 @@ class ServerlessEndpoint(Construct):
         provisioned_utilization_percent: int = 70,
         throttle_rate_per_sec: int = 100,
         throttle_burst: int = 200,
-        max_payload_bytes: int = 1_048_576,
+        max_payload_bytes: int = 6_291_456,
         log_retention_days: int = 30,
         strategy: Strategy | None = None,
         alarms: AlarmSettings | None = None,

@@ -38,7 +38,7 @@ def test_endpoint_runs_on_the_gpu_instance_type_from_the_spec(synth: Synth) -> N
                             "SERVESTACK_MODEL_DIR": "/opt/ml/model",
                             "SERVESTACK_DEFAULT_MODEL": "digits",
                             "SERVESTACK_MAX_BATCH_SIZE": "64",
-                            "SERVESTACK_MAX_DELAY_MS": "2",
+                            "SERVESTACK_MAX_DELAY_MS": "0",
                         }
                     ),
                 }

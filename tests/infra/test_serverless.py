@@ -23,7 +23,7 @@ def test_function_is_python312_with_the_spec_memory_timeout_and_architecture(syn
                     {
                         "SERVESTACK_MODEL_DIR": "/var/task/models/artifacts",
                         "SERVESTACK_DEFAULT_MODEL": "digits",
-                        "SERVESTACK_MAX_PAYLOAD_BYTES": "1048576",
+                        "SERVESTACK_MAX_PAYLOAD_BYTES": "6291456",
                     }
                 )
             },
