@@ -1,0 +1,65 @@
+"""The servestack CDK app: one stack per deployment in serving.yaml, plus the CI/CD pipeline on request.
+
+    make synth                                   # every deployment, offline
+    cdk deploy servestack-digits-api             # one deployment
+    cdk synth -c servestack:deployments=digits-api,cancer-async
+    cdk deploy -c servestack:pipeline=true -c servestack:repo=owner/repo -c servestack:connection-arn=arn:...
+
+serving.yaml is validated before anything is synthesized; a bad value stops here with its path, the value
+and what is allowed. cdk-nag's AwsSolutions checks run on every synth.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from aws_cdk import App, Validations
+from cdk_nag import AwsSolutionsChecks
+
+from servestack.spec import SpecError, load_spec
+from stacks.deployment import add_deployments
+
+ROOT = Path(__file__).resolve().parent
+
+
+def _flag(value: object) -> bool:
+    return str(value).lower() in {"1", "true", "yes", "on"}
+
+
+def build_app(
+    *, root: Path = ROOT, context: Mapping[str, Any] | None = None, outdir: str | None = None, nag: bool = True
+) -> App:
+    """Build (not synthesize) the app for `root`'s serving.yaml. Context keys (cdk.json / `-c`):
+    servestack:spec (path, default serving.yaml), servestack:deployments (comma list, default all),
+    servestack:prefix (stack and resource name prefix, default `servestack-`), servestack:pipeline (true to
+    add the pipeline stack; it then reads servestack:repo, servestack:branch, servestack:connection-arn,
+    servestack:account, servestack:region)."""
+    app = App(context=dict(context or {}), outdir=outdir)
+    ctx = app.node.try_get_context
+    spec = load_spec(root / str(ctx("servestack:spec") or "serving.yaml"))
+    only = [n.strip() for n in str(ctx("servestack:deployments") or "").split(",") if n.strip()] or None
+    prefix = str(ctx("servestack:prefix") or "servestack-")
+    add_deployments(app, spec, root, name_prefix=prefix, only=only)
+    if _flag(ctx("servestack:pipeline")):
+        from stacks.pipeline import pipeline_stack
+
+        pipeline_stack(app, spec=spec, root=root, deployments=only)
+    if nag:
+        Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    return app
+
+
+def main() -> None:
+    try:
+        app = build_app()
+    except SpecError as exc:
+        print(f"servestack: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    app.synth()
+
+
+if __name__ == "__main__":
+    main()

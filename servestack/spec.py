@@ -1,0 +1,523 @@
+"""The schema of `serving.yaml`: which models exist and how each deployment serves them.
+
+`load_spec(path)` reads and validates the file. Every problem is reported at once, one line each, as
+`<dotted path>: <value> is not <allowed>`, e.g.
+`deployments.fraud-api.strategy.canary_percent: 150 is not in 1..99`. Unknown keys are rejected.
+
+This module must not import aws_cdk: the CLI imports it and has to start fast.
+"""
+
+from __future__ import annotations
+
+import re
+import zoneinfo
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, Self
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError, core_schema
+
+__all__ = [
+    "MODES",
+    "AlarmSettings",
+    "AsyncDeployment",
+    "BatchDeployment",
+    "Batching",
+    "Deployment",
+    "ModelSpec",
+    "RealtimeDeployment",
+    "RealtimeServerless",
+    "ServerlessDeployment",
+    "ServingSpec",
+    "ShadowVariant",
+    "SpecError",
+    "Strategy",
+    "Variant",
+    "load_spec",
+    "parse_spec",
+]
+
+MODES = ("realtime", "serverless", "async", "batch")
+DNS_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")
+VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$")
+INSTANCE_TYPE = re.compile(r"^ml\.[a-z0-9]+\.[a-z0-9]+$")
+S3_PREFIX = re.compile(r"^[A-Za-z0-9!_.*'()/-]+/$")
+SCHEDULE = re.compile(r"^(cron\((\S+ ){5}\S+\)|rate\(\d+ (minute|minutes|hour|hours|day|days)\))$")
+# CloudWatch Logs accepts only these retention periods.
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 3653)
+
+
+class SpecError(ValueError):
+    """`serving.yaml` is invalid; `problems` holds one `<path>: <value> is not <allowed>` line each."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        lines = "\n".join(f"  {p}" for p in problems)
+        super().__init__(f"{source}: {len(problems)} problem(s)\n{lines}")
+
+
+# --- constrained scalar types ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Between:
+    """Inclusive numeric range whose error names both bounds (`150 is not in 1..99`)."""
+
+    lo: float
+    hi: float
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(self._check, handler(source))
+
+    def _check(self, value: float) -> float:
+        if not self.lo <= value <= self.hi:
+            raise PydanticCustomError(
+                "out_of_range",
+                "{value} is not in {lo}..{hi}",
+                {"value": _num(value), "lo": _num(self.lo), "hi": _num(self.hi)},
+            )
+        return value
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """Value restricted to a fixed set of numbers (CloudWatch retention days, Fargate CPU units...)."""
+
+    allowed: tuple[int, ...]
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(self._check, handler(source))
+
+    def _check(self, value: int) -> int:
+        if value not in self.allowed:
+            allowed = ", ".join(str(a) for a in self.allowed)
+            raise PydanticCustomError(
+                "not_allowed", "{value} is not one of {allowed}", {"value": value, "allowed": allowed}
+            )
+        return value
+
+
+@dataclass(frozen=True)
+class Matches:
+    """String matching a pattern; the error says in words what is allowed."""
+
+    pattern: re.Pattern[str]
+    allowed: str
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(self._check, handler(source))
+
+    def _check(self, value: str) -> str:
+        if not self.pattern.fullmatch(value):
+            raise PydanticCustomError(
+                "bad_format", "{value} is not {allowed}", {"value": repr(value), "allowed": self.allowed}
+            )
+        return value
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def _check_timezone(value: str) -> str:
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise PydanticCustomError(
+            "bad_timezone",
+            "{value} is not an IANA time zone such as 'UTC' or 'Europe/Paris'",
+            {"value": repr(value)},
+        ) from None
+    return value
+
+
+def _to_str(value: Any) -> Any:
+    # YAML reads `version: 1` as an int; versions are labels.
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+Name = Annotated[
+    str, Matches(DNS_NAME, "a DNS-style name (a-z, 0-9, '-', starts with a letter, <= 32 chars)")
+]
+Version = Annotated[
+    str, BeforeValidator(_to_str), Matches(VERSION, "a version label (letters, digits, '.', '_', '-')")
+]
+InstanceType = Annotated[str, Matches(INSTANCE_TYPE, "a SageMaker instance type such as 'ml.g5.xlarge'")]
+S3Prefix = Annotated[str, Matches(S3_PREFIX, "an S3 key prefix ending in '/' without a leading '/'")]
+Schedule = Annotated[str, Matches(SCHEDULE, "'cron(<6 fields>)' or 'rate(<n> minutes|hours|days)'")]
+TimeZone = Annotated[str, BeforeValidator(_check_timezone)]
+Percent = Annotated[int, Between(1, 99)]
+Architecture = Literal["x86_64", "arm64"]
+LambdaMemoryMiB = Annotated[int, Between(128, 10240)]
+LogRetentionDays = Annotated[int, OneOf(LOG_RETENTION_DAYS)]
+
+
+class Strict(BaseModel):
+    """Base of every block: frozen, and unknown keys are errors that list the known ones."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            unknown = [str(k) for k in data if k not in cls.model_fields]
+            if unknown:
+                raise PydanticCustomError(
+                    "unknown_key",
+                    "unknown key is not one of {allowed}",
+                    {"keys": unknown, "allowed": ", ".join(cls.model_fields)},
+                )
+        return data
+
+
+# --- blocks shared by deployments ------------------------------------------------------------------
+
+
+class ModelSpec(Strict):
+    """A model artifact: `<path>/{model.onnx,manifest.json,sample-request.json,sample-response.json}`."""
+
+    name: Name
+    version: Version
+    path: str | None = Field(default=None, description="default models/artifacts/<name>/<version>")
+
+    @property
+    def artifact_path(self) -> str:
+        return self.path or f"models/artifacts/{self.name}/{self.version}"
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+class Strategy(Strict):
+    """How a new release takes traffic. `bake_minutes` is how long the old fleet is kept after the shift."""
+
+    type: Literal["all_at_once", "canary", "linear"] = "canary"
+    canary_percent: Percent = 10
+    linear_step_percent: Percent = 20
+    interval_minutes: Annotated[int, Between(1, 60)] = 5
+    bake_minutes: Annotated[int, Between(0, 60)] = 10
+
+    @property
+    def steps(self) -> int:
+        """Number of wait intervals before all traffic is on the new release."""
+        if self.type == "canary":
+            return 1
+        if self.type == "linear":
+            return -(-100 // self.linear_step_percent) - 1
+        return 0
+
+
+class AlarmSettings(Strict):
+    """Thresholds of the alarms that guard a deployment (and roll a bad release back)."""
+
+    error_rate_percent: Annotated[float, Between(0.01, 100)] = 1.0
+    p99_latency_ms: Annotated[int, Between(1, 900_000)] = 500
+    evaluation_periods: Annotated[int, Between(1, 30)] = 3
+    period_sec: Annotated[int, OneOf((10, 30, 60, 300, 900, 3600))] = 60
+    oldest_message_age_sec: Annotated[int, Between(60, 1_209_600)] = 900
+
+
+class Batching(Strict):
+    """Server-side micro-batching (used by the realtime server)."""
+
+    max_batch_size: Annotated[int, Between(1, 4096)] = 32
+    max_delay_ms: Annotated[int, Between(0, 1000)] = 2
+    max_queue: Annotated[int, Between(1, 1_000_000)] = 256
+
+
+class _DeploymentBase(Strict):
+    model: Name
+    version: Version | None = Field(default=None, description="default: the only declared version of `model`")
+    alarms: AlarmSettings = AlarmSettings()
+    batching: Batching = Batching()
+    max_payload_bytes: Annotated[int, Between(1, 6_291_456)] = 1_048_576
+    log_retention_days: LogRetentionDays = 30
+
+
+# --- modes ------------------------------------------------------------------------------------------
+
+
+class Variant(Strict):
+    """A production variant of a realtime endpoint; traffic splits by `weight` (A/B)."""
+
+    name: Name
+    model: Name
+    version: Version | None = None
+    weight: Annotated[int, Between(1, 1000)] = 1
+    instance_type: InstanceType | None = None
+
+
+class ShadowVariant(Strict):
+    """A variant that gets a copy of `sample_percent` % of the requests; its answers are discarded."""
+
+    name: Name = "shadow"
+    model: Name
+    version: Version | None = None
+    sample_percent: Annotated[int, Between(1, 100)] = 10
+    instance_type: InstanceType | None = None
+
+
+class RealtimeServerless(Strict):
+    """SageMaker Serverless Inference instead of instances (CPU only; no GPU)."""
+
+    memory_mib: Annotated[int, OneOf((1024, 2048, 3072, 4096, 5120, 6144))] = 2048
+    max_concurrency: Annotated[int, Between(1, 200)] = 20
+
+
+class RealtimeDeployment(_DeploymentBase):
+    mode: Literal["realtime"]
+    instance_type: InstanceType = "ml.g5.xlarge"
+    min_instances: Annotated[int, Between(1, 100)] = 1
+    max_instances: Annotated[int, Between(1, 100)] = 2
+    target_invocations_per_instance: Annotated[int, Between(1, 1_000_000)] = 1000
+    strategy: Strategy = Strategy()
+    variants: list[Variant] = Field(
+        default_factory=list, description="default: one variant 'primary' of `model`"
+    )
+    shadow: ShadowVariant | None = None
+    serverless: RealtimeServerless | None = None
+    multi_model: bool = False
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Self:
+        if self.min_instances > self.max_instances:
+            _fail("min_instances", self.min_instances, f"<= max_instances ({self.max_instances})")
+        names = [v.name for v in self.variants] + ([self.shadow.name] if self.shadow else [])
+        for name in names:
+            if names.count(name) > 1:
+                _fail("variants", repr(name), "a unique variant name")
+        if self.shadow and len(self.variants) > 1:
+            _fail("shadow", "a shadow variant", "combinable with more than one production variant")
+        if self.serverless and self.shadow:
+            _fail("shadow", "a shadow variant", "supported with serverless (SageMaker has no shadow for it)")
+        if self.multi_model and (self.variants or self.shadow):
+            _fail("multi_model", "true", "combinable with variants or shadow")
+        return self
+
+
+class ServerlessDeployment(_DeploymentBase):
+    mode: Literal["serverless"]
+    memory_mib: LambdaMemoryMiB = 2048
+    # API Gateway HTTP APIs cut integrations at 30 s.
+    timeout_sec: Annotated[int, Between(1, 30)] = 15
+    architecture: Architecture = "x86_64"
+    reserved_concurrency: Annotated[int, Between(1, 10_000)] | None = None
+    provisioned_concurrency_min: Annotated[int, Between(0, 10_000)] = 0
+    provisioned_concurrency_max: Annotated[int, Between(0, 10_000)] = 0
+    provisioned_utilization_percent: Annotated[int, Between(10, 90)] = 70
+    throttle_rate_per_sec: Annotated[int, Between(1, 10_000)] = 100
+    throttle_burst: Annotated[int, Between(1, 5_000)] = 200
+    strategy: Strategy = Strategy()
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Self:
+        lo, hi = self.provisioned_concurrency_min, self.provisioned_concurrency_max
+        if lo > hi:
+            _fail("provisioned_concurrency_min", lo, f"<= provisioned_concurrency_max ({hi})")
+        if hi > lo and lo < 1:
+            _fail(
+                "provisioned_concurrency_min",
+                lo,
+                "in 1..10000 when autoscaling (provisioned_concurrency_max > min)",
+            )
+        if self.reserved_concurrency is not None and self.reserved_concurrency < hi:
+            _fail("reserved_concurrency", self.reserved_concurrency, f">= provisioned_concurrency_max ({hi})")
+        return self
+
+
+class AsyncDeployment(_DeploymentBase):
+    mode: Literal["async"]
+    backend: Literal["lambda", "sagemaker"] = "lambda"
+    batch_size: Annotated[int, Between(1, 10_000)] = 10
+    batch_window_sec: Annotated[int, Between(0, 300)] = 1
+    max_receive_count: Annotated[int, Between(1, 1000)] = 3
+    max_concurrency: Annotated[int, Between(2, 1000)] = 10
+    memory_mib: LambdaMemoryMiB = 2048
+    timeout_sec: Annotated[int, Between(1, 900)] = 120
+    architecture: Architecture = "x86_64"
+    result_ttl_days: Annotated[int, Between(1, 365)] = 7
+    presign_threshold_bytes: Annotated[int, Between(1, 6_291_456)] = 262_144
+    # backend: sagemaker
+    instance_type: InstanceType = "ml.g5.xlarge"
+    max_instances: Annotated[int, Between(1, 100)] = 2
+    target_backlog_per_instance: Annotated[int, Between(1, 10_000)] = 5
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Self:
+        if self.batch_size > 10 and self.batch_window_sec < 1:
+            _fail("batch_window_sec", self.batch_window_sec, "in 1..300 when batch_size > 10 (an SQS rule)")
+        return self
+
+
+class BatchDeployment(_DeploymentBase):
+    mode: Literal["batch"]
+    schedule: Schedule = "cron(0 3 * * ? *)"
+    timezone: TimeZone = "UTC"
+    input_prefix: S3Prefix | None = Field(default=None, description="default batch/<deployment>/input/")
+    output_prefix: S3Prefix | None = Field(default=None, description="default batch/<deployment>/output/")
+    runner: Literal["lambda", "fargate"] = "lambda"
+    memory_mib: LambdaMemoryMiB = 2048
+    timeout_sec: Annotated[int, Between(1, 900)] = 900
+    architecture: Architecture = "x86_64"
+    fargate_cpu: Annotated[int, OneOf((256, 512, 1024, 2048, 4096, 8192, 16384))] = 1024
+    fargate_memory_mib: Annotated[int, Between(512, 122_880)] = 4096
+    retry_attempts: Annotated[int, Between(0, 185)] = 2
+    max_event_age_sec: Annotated[int, Between(60, 86_400)] = 3600
+
+
+Deployment = Annotated[
+    RealtimeDeployment | ServerlessDeployment | AsyncDeployment | BatchDeployment,
+    Field(discriminator="mode"),
+]
+
+
+class ServingSpec(Strict):
+    """The whole `serving.yaml`."""
+
+    models: list[ModelSpec] = Field(min_length=1)
+    deployments: dict[Name, Deployment] = Field(min_length=1)
+
+    def model(self, name: str, version: str | None) -> ModelSpec:
+        """The declared model `name` (@ `version`, or its only version)."""
+        matches = [m for m in self.models if m.name == name and (version is None or m.version == version)]
+        if len(matches) != 1:
+            raise KeyError(f"{name}@{version or '?'}")
+        return matches[0]
+
+    def models_of(self, deployment: str) -> list[ModelSpec]:
+        """Every model a deployment serves (its own, then variants', then the shadow's)."""
+        d = self.deployments[deployment]
+        refs: list[tuple[str, str | None]] = [(d.model, d.version)]
+        if isinstance(d, RealtimeDeployment):
+            refs += [(v.model, v.version) for v in d.variants]
+            refs += [(d.shadow.model, d.shadow.version)] if d.shadow else []
+        out: list[ModelSpec] = []
+        for name, version in refs:
+            m = self.model(name, version)
+            if m not in out:
+                out.append(m)
+        return out
+
+
+# --- loading ------------------------------------------------------------------------------------
+
+
+def _fail(field: str, value: object, allowed: str) -> None:
+    raise PydanticCustomError(
+        "incoherent", "{value} is not {allowed}", {"field": field, "value": value, "allowed": allowed}
+    )
+
+
+def _references(spec: ServingSpec) -> Iterator[str]:
+    """Cross-references pydantic cannot see: model names and versions used by deployments."""
+    seen: set[str] = set()
+    for i, m in enumerate(spec.models):
+        if m.key in seen:
+            yield f"models.{i}: {m.name}@{m.version} is not unique"
+        seen.add(m.key)
+
+    def check(path: str, name: str, version: str | None) -> Iterator[str]:
+        versions = [m.version for m in spec.models if m.name == name]
+        declared = ", ".join(sorted({m.name for m in spec.models}))
+        if not versions:
+            yield f"{path}.model: {name!r} is not a declared model ({declared})"
+        elif version is None and len(versions) > 1:
+            listed = ", ".join(versions)
+            yield f"{path}.version: missing is not allowed when {name!r} has several versions ({listed})"
+        elif version is not None and version not in versions:
+            yield f"{path}.version: {version!r} is not a declared version of {name!r} ({', '.join(versions)})"
+
+    for dname, d in spec.deployments.items():
+        base = f"deployments.{dname}"
+        yield from check(base, d.model, d.version)
+        if isinstance(d, RealtimeDeployment):
+            for i, v in enumerate(d.variants):
+                yield from check(f"{base}.variants.{i}", v.model, v.version)
+            if d.shadow:
+                yield from check(f"{base}.shadow", d.shadow.model, d.shadow.version)
+
+
+def _format(err: Mapping[str, Any]) -> str:
+    loc = [str(p) for p in err["loc"]]
+    # Drop the discriminator tag pydantic inserts after `deployments.<name>`.
+    if len(loc) >= 3 and loc[0] == "deployments" and loc[2] in MODES:
+        del loc[2]
+    if loc and loc[-1] == "[key]":
+        loc.pop()
+    kind = err["type"]
+    ctx: Mapping[str, Any] = err.get("ctx") or {}
+    value = err.get("input")
+    if kind == "unknown_key":
+        keys: list[str] = ctx["keys"]
+        return "\n".join(f"{_dotted([*loc, k])}: unknown key is not one of {ctx['allowed']}" for k in keys)
+    if kind == "incoherent":
+        loc.append(ctx["field"])
+        return f"{_dotted(loc)}: {err['msg']}"
+    if kind in {"union_tag_invalid", "union_tag_not_found"}:
+        shown = repr(ctx.get("tag")) if kind == "union_tag_invalid" else "missing"
+        return f"{_dotted([*loc, 'mode'])}: {shown} is not one of {', '.join(repr(m) for m in MODES)}"
+    if kind == "missing":
+        return f"{_dotted(loc)}: missing is not allowed (required)"
+    if kind == "literal_error":
+        return f"{_dotted(loc)}: {value!r} is not one of {ctx['expected']}"
+    msg: str = err["msg"]
+    if msg.startswith("Input should be "):
+        return f"{_dotted(loc)}: {value!r} is not {msg.removeprefix('Input should be ')}"
+    if msg.startswith("Value error, "):
+        msg = msg.removeprefix("Value error, ")
+    return f"{_dotted(loc)}: {msg}"
+
+
+def _dotted(loc: list[str]) -> str:
+    return ".".join(loc) or "<root>"
+
+
+def parse_spec(data: object, source: str = "serving.yaml") -> ServingSpec:
+    """Validate already-parsed YAML/JSON data; raise `SpecError` listing every problem."""
+    try:
+        spec = ServingSpec.model_validate(data)
+    except ValidationError as exc:
+        problems = [_format(e) for e in exc.errors(include_url=False)]
+        raise SpecError(source, [line for p in problems for line in p.split("\n")]) from None
+    problems = list(_references(spec))
+    if problems:
+        raise SpecError(source, problems)
+    return spec
+
+
+def load_spec(path: str | Path) -> ServingSpec:
+    """Read and validate `serving.yaml`; raise `SpecError` naming each bad path, value and what is allowed."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(str(p), [f"<file>: {exc.strerror or exc} is not readable"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(str(p), [f"<yaml>: {exc} is not valid YAML"]) from None
+    if not isinstance(data, dict):
+        raise SpecError(
+            str(p), [f"<root>: {type(data).__name__} is not a mapping with models and deployments"]
+        )
+    return parse_spec(data, str(p))

@@ -1,0 +1,321 @@
+"""One CloudFormation stack per deployment in serving.yaml, and the function that adds them all to an app.
+
+A stack holds the shared pieces (artifact bucket, log retention), the construct of its mode
+(stacks/<mode>.py, paired with handlers/<mode>.py), its dashboard, and outputs the smoke test reads.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from aws_cdk import CfnOutput, Environment, Stack, Tags
+from aws_cdk import aws_ecr_assets as ecr_assets
+from aws_cdk import aws_s3_assets as s3_assets
+from constructs import Construct
+
+from servestack.spec import (
+    AsyncDeployment,
+    BatchDeployment,
+    ModelSpec,
+    RealtimeDeployment,
+    ServerlessDeployment,
+    ServingSpec,
+    Variant,
+)
+from stacks.asynchronous import AsyncEndpoint
+from stacks.batch import BatchJob
+from stacks.bundling import lambda_code
+from stacks.observability import PERIOD, DeploymentDashboard, Panel, percentiles
+from stacks.realtime import DOCKER_EXCLUDE, RealtimeEndpoint, model_data_archive
+from stacks.serverless import ServerlessEndpoint
+from stacks.shared import ArtifactBucket
+
+GPU_DOCKERFILE = "containers/gpu.Dockerfile"
+CPU_DOCKERFILE = "containers/cpu.Dockerfile"
+
+
+def read_sample(root: Path, model: ModelSpec, which: str) -> Any:
+    path = root / model.artifact_path / f"sample-{which}.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found for model {model.key}: run `make models`")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+class DeploymentStack(Stack):
+    """Everything one deployment of serving.yaml needs, in its own stack (deploy it by name)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        spec: ServingSpec,
+        deployment: str,
+        root: Path,
+        name_prefix: str = "servestack-",
+        env: Environment | None = None,
+    ) -> None:
+        d = spec.deployments[deployment]
+        super().__init__(scope, id, env=env, description=f"servestack deployment {deployment} ({d.mode}, model {d.model})")
+        Tags.of(self).add("servestack:deployment", deployment)
+        Tags.of(self).add("servestack:mode", d.mode)
+        self.deployment = deployment
+        self.mode = d.mode
+        self.root = root
+        self.resource_name = f"{name_prefix}{deployment}"
+        models = spec.models_of(deployment)
+        primary = models[0]
+        self.shared = ArtifactBucket(self, "Artifacts")
+        bucket = self.shared.bucket
+        name = self.resource_name
+
+        if isinstance(d, RealtimeDeployment):
+            image = self._image("GpuImage" if d.serverless is None else "CpuImage", d.serverless is None)
+            variants = d.variants or [Variant(name="primary", model=primary.name, version=primary.version)]
+            resolved = [v.model_copy(update={"version": spec.model(v.model, v.version).version}) for v in variants]
+            shadow = d.shadow
+            if shadow is not None:
+                shadow = shadow.model_copy(update={"version": spec.model(shadow.model, shadow.version).version})
+            data = {
+                m.key: s3_assets.Asset(self, f"ModelData{i}", path=str(model_data_archive(root, [m])))
+                for i, m in enumerate(models)
+            }
+            rt = RealtimeEndpoint(
+                self,
+                "Realtime",
+                endpoint_name=name,
+                image=image,
+                model_data=data,
+                variants=resolved,
+                default_model=primary.name,
+                shadow=shadow,
+                instance_type=d.instance_type,
+                min_instances=d.min_instances,
+                max_instances=d.max_instances,
+                target_invocations_per_instance=d.target_invocations_per_instance,
+                serverless=d.serverless,
+                multi_model_bucket=bucket if d.multi_model else None,
+                max_payload_bytes=d.max_payload_bytes,
+                log_retention_days=d.log_retention_days,
+                strategy=d.strategy,
+                alarms=d.alarms,
+                batching=d.batching,
+            )
+            self.construct: Construct = rt
+            alarms = rt.alarms
+            instance_ns = "/aws/sagemaker/Endpoints"
+            panels = [
+                Panel("Model latency (ms)", percentiles(rt.metric("ModelLatency", "p99"), "model", "/1000")),
+                Panel(
+                    "Invocations and errors",
+                    [rt.metric("Invocations", "Sum")],
+                    [rt.metric("Invocation4XXErrors", "Sum"), rt.metric("Invocation5XXErrors", "Sum")],
+                ),
+                Panel("Invocations per instance", [rt.metric("InvocationsPerInstance", "Sum")]),
+                Panel(
+                    "Utilisation (%)",
+                    [
+                        rt.metric("CPUUtilization", "Average", namespace=instance_ns),
+                        rt.metric("GPUUtilization", "Average", namespace=instance_ns),
+                        rt.metric("GPUMemoryUtilization", "Average", namespace=instance_ns),
+                    ],
+                ),
+            ]
+            CfnOutput(self, "SmokeKind", value="sagemaker")
+            CfnOutput(self, "SmokeTarget", value=name)
+        elif isinstance(d, ServerlessDeployment):
+            sl = ServerlessEndpoint(
+                self,
+                "Serverless",
+                name=name,
+                code=self._code(models, d.architecture),
+                model_name=primary.name,
+                sample_request=read_sample(root, primary, "request"),
+                expected_response=read_sample(root, primary, "response"),
+                memory_mib=d.memory_mib,
+                timeout_sec=d.timeout_sec,
+                architecture=d.architecture,
+                reserved_concurrency=d.reserved_concurrency,
+                provisioned_concurrency_min=d.provisioned_concurrency_min,
+                provisioned_concurrency_max=d.provisioned_concurrency_max,
+                provisioned_utilization_percent=d.provisioned_utilization_percent,
+                throttle_rate_per_sec=d.throttle_rate_per_sec,
+                throttle_burst=d.throttle_burst,
+                max_payload_bytes=d.max_payload_bytes,
+                log_retention_days=d.log_retention_days,
+                strategy=d.strategy,
+                alarms=d.alarms,
+            )
+            self.construct = sl
+            alarms = [*sl.alarms, sl.api_5xx_alarm]
+            alias = sl.alias
+            panels = [
+                Panel("Duration (ms)", percentiles(alias.metric_duration(), "duration")),
+                Panel(
+                    "Invocations, errors, throttles",
+                    [alias.metric_invocations(period=PERIOD, statistic="Sum")],
+                    [alias.metric_errors(period=PERIOD, statistic="Sum"), alias.metric_throttles(period=PERIOD)],
+                ),
+                Panel(
+                    "HTTP API 4xx / 5xx and p99 latency",
+                    [
+                        sl.http.api.metric_client_error(period=PERIOD, statistic="Sum"),
+                        sl.http.api.metric_server_error(period=PERIOD, statistic="Sum"),
+                    ],
+                    [sl.http.api.metric_latency(period=PERIOD, statistic="p99")],
+                ),
+                Panel(
+                    "Concurrency",
+                    [
+                        alias.metric("ConcurrentExecutions", period=PERIOD, statistic="Maximum"),
+                        alias.metric("ProvisionedConcurrencyUtilization", period=PERIOD, statistic="Maximum"),
+                    ],
+                ),
+            ]
+            CfnOutput(self, "SmokeKind", value="lambda-http")
+            CfnOutput(self, "SmokeTarget", value=alias.function_arn)
+            CfnOutput(self, "ApiUrl", value=sl.http.url, description="IAM-authenticated (SigV4) HTTP API")
+        elif isinstance(d, AsyncDeployment):
+            sagemaker_backend = d.backend == "sagemaker"
+            ae = AsyncEndpoint(
+                self,
+                "Async",
+                name=name,
+                code=self._code(models, d.architecture),
+                bucket=bucket,
+                model_name=primary.name,
+                batch_size=d.batch_size,
+                batch_window_sec=d.batch_window_sec,
+                max_receive_count=d.max_receive_count,
+                max_concurrency=d.max_concurrency,
+                memory_mib=d.memory_mib,
+                timeout_sec=d.timeout_sec,
+                architecture=d.architecture,
+                result_ttl_days=d.result_ttl_days,
+                presign_threshold_bytes=d.presign_threshold_bytes,
+                max_payload_bytes=d.max_payload_bytes,
+                log_retention_days=d.log_retention_days,
+                alarms=d.alarms,
+                backend=d.backend,
+                image=self._image("GpuImage", True) if sagemaker_backend else None,
+                model_data=s3_assets.Asset(self, "ModelData0", path=str(model_data_archive(root, [primary])))
+                if sagemaker_backend
+                else None,
+                instance_type=d.instance_type,
+                max_instances=d.max_instances,
+                target_backlog_per_instance=d.target_backlog_per_instance,
+            )
+            self.construct = ae
+            alarms = ae.alarms
+            panels = [
+                Panel(
+                    "Queue depth",
+                    [
+                        ae.queue.metric_approximate_number_of_messages_visible(period=PERIOD),
+                        ae.queue.metric_approximate_number_of_messages_not_visible(period=PERIOD),
+                    ],
+                    [ae.dead_letters.metric_approximate_number_of_messages_visible(period=PERIOD)],
+                ),
+                Panel("Oldest job age (s)", [ae.queue.metric_approximate_age_of_oldest_message(period=PERIOD)]),
+                Panel("Worker duration (ms)", percentiles(ae.worker.metric_duration(), "worker")),
+                Panel(
+                    "Submissions and errors",
+                    [ae.submit.metric_invocations(period=PERIOD), ae.worker.metric_invocations(period=PERIOD)],
+                    [
+                        ae.submit.metric_errors(period=PERIOD),
+                        ae.worker.metric_errors(period=PERIOD),
+                        ae.worker.metric_throttles(period=PERIOD),
+                        ae.http.api.metric_client_error(period=PERIOD),
+                        ae.http.api.metric_server_error(period=PERIOD),
+                    ],
+                ),
+            ]
+            CfnOutput(self, "SmokeKind", value="lambda-async")
+            CfnOutput(self, "SmokeTarget", value=ae.submit.function_arn)
+            CfnOutput(self, "ApiUrl", value=ae.http.url, description="IAM-authenticated (SigV4) HTTP API")
+        elif isinstance(d, BatchDeployment):
+            fargate = d.runner == "fargate"
+            bj = BatchJob(
+                self,
+                "Batch",
+                name=name,
+                bucket=bucket,
+                model_name=primary.name,
+                schedule=d.schedule,
+                timezone=d.timezone,
+                input_prefix=d.input_prefix,
+                output_prefix=d.output_prefix,
+                runner=d.runner,
+                code=None if fargate else self._code(models, d.architecture),
+                image=self._image("CpuImage", False) if fargate else None,
+                memory_mib=d.memory_mib,
+                timeout_sec=d.timeout_sec,
+                architecture=d.architecture,
+                fargate_cpu=d.fargate_cpu,
+                fargate_memory_mib=d.fargate_memory_mib,
+                retry_attempts=d.retry_attempts,
+                max_event_age_sec=d.max_event_age_sec,
+                max_payload_bytes=d.max_payload_bytes,
+                log_retention_days=d.log_retention_days,
+            )
+            self.construct = bj
+            alarms = bj.alarms
+            panels = [Panel("Batch failures and dead letters", [bj.dead_letters.metric_approximate_number_of_messages_visible(period=PERIOD)])]
+            if bj.function is not None:
+                panels += [
+                    Panel("Run duration (ms)", percentiles(bj.function.metric_duration(), "run")),
+                    Panel(
+                        "Runs and errors",
+                        [bj.function.metric_invocations(period=PERIOD)],
+                        [bj.function.metric_errors(period=PERIOD)],
+                    ),
+                ]
+            CfnOutput(self, "SmokeKind", value="batch")
+            CfnOutput(self, "SmokeTarget", value=bj.schedule.schedule_name)
+        else:  # pragma: no cover - the spec's discriminated union is exhaustive
+            raise TypeError(f"unknown deployment mode {d!r}")
+
+        CfnOutput(self, "Bucket", value=bucket.bucket_name)
+        self.alarms = alarms
+        self.dashboard = DeploymentDashboard(self, "Dashboard", dashboard_name=name, panels=panels, alarms=alarms)
+
+    def _code(self, models: list[ModelSpec], architecture: str) -> Any:
+        return lambda_code(root=self.root, artifacts=[m.artifact_path for m in models], architecture=architecture)
+
+    def _image(self, id: str, gpu: bool) -> ecr_assets.DockerImageAsset:
+        existing = self.node.try_find_child(id)
+        if isinstance(existing, ecr_assets.DockerImageAsset):
+            return existing
+        dockerfile = GPU_DOCKERFILE if gpu else CPU_DOCKERFILE
+        if not (self.root / dockerfile).is_file():
+            raise FileNotFoundError(f"{self.root / dockerfile} not found: the realtime/Fargate image is built from it")
+        return ecr_assets.DockerImageAsset(
+            self,
+            id,
+            directory=str(self.root),
+            file=dockerfile,
+            exclude=DOCKER_EXCLUDE,
+            platform=ecr_assets.Platform.LINUX_AMD64,
+        )
+
+
+def add_deployments(
+    scope: Construct,
+    spec: ServingSpec,
+    root: Path,
+    *,
+    name_prefix: str = "servestack-",
+    only: list[str] | None = None,
+    env: Environment | None = None,
+) -> list[DeploymentStack]:
+    """A `DeploymentStack` per deployment (or those in `only`), with id `<name_prefix><deployment>`."""
+    wanted = only or list(spec.deployments)
+    unknown = [n for n in wanted if n not in spec.deployments]
+    if unknown:
+        raise ValueError(f"deployments {unknown} are not in serving.yaml ({', '.join(spec.deployments)})")
+    return [
+        DeploymentStack(scope, f"{name_prefix}{n}", spec=spec, deployment=n, root=root, name_prefix=name_prefix, env=env)
+        for n in wanted
+    ]

@@ -1,0 +1,1 @@
+"""Lambda code deployed inline by the stacks (CodeDeploy hooks); standard library + boto3 only."""

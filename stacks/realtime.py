@@ -1,0 +1,309 @@
+"""Realtime mode: a SageMaker endpoint running the GPU container (handlers/realtime.py via `serve`).
+
+One SageMaker Model per production variant (A/B by weight) plus an optional shadow variant, a blue/green
+`DeploymentConfig` (all at once / canary / linear from the spec, with bake time) that rolls back on the
+variants' 5xx-rate and p99-latency alarms, and target-tracking autoscaling on invocations per instance.
+Options: SageMaker Serverless Inference instead of instances, and multi-model mode.
+
+Model data is a deterministic `model.tar.gz` (`<name>/<version>/...`) built at synth time and uploaded as a
+file asset; the container reads it from `/opt/ml/model`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import tarfile
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from aws_cdk import Duration, Stack
+from aws_cdk import aws_applicationautoscaling as appscaling
+from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_ecr_assets as ecr_assets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_s3_assets as s3_assets
+from aws_cdk import aws_sagemaker as sagemaker
+from constructs import Construct
+
+from servestack.spec import AlarmSettings, Batching, ModelSpec, RealtimeServerless, ShadowVariant, Strategy, Variant
+from stacks import guardrails
+from stacks.shared import acknowledge, check_range, log_group
+
+CONTAINER_MODEL_DIR = "/opt/ml/model"
+# Paths never sent to Docker as build context.
+DOCKER_EXCLUDE = [
+    ".git",
+    ".venv",
+    ".tools",
+    "node_modules",
+    "cdk.out",
+    "tests",
+    "bench",
+    "**/__pycache__",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".pytest_cache",
+    ".servestack",
+    "models/artifacts",
+]
+_ECR_TOKEN_REASON = (
+    "ecr:GetAuthorizationToken has no resource-level permissions (AWS requires Resource '*'); image pulls "
+    "themselves are scoped to the asset repository."
+)
+_METRICS_REASON = (
+    "cloudwatch:PutMetricData has no resource-level permissions; it is limited by a condition to the "
+    "/aws/sagemaker/Endpoints namespace."
+)
+
+
+def model_data_archive(root: Path, models: Sequence[ModelSpec], cache_dir: Path | None = None) -> Path:
+    """A reproducible `model.tar.gz` holding `<name>/<version>/<files>` for `models` (same input, same bytes)."""
+    members: list[tuple[str, Path]] = []
+    for m in models:
+        base = root / m.artifact_path
+        if not (base / "model.onnx").is_file():
+            raise FileNotFoundError(
+                f"{base / 'model.onnx'} not found for model {m.name}@{m.version}: run `make models` "
+                "(or fix `path` in serving.yaml)"
+            )
+        members += [(f"{m.name}/{m.version}/{p.relative_to(base)}", p) for p in sorted(base.rglob("*")) if p.is_file()]
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for arcname, path in members:
+            info = tarfile.TarInfo(arcname)
+            data = path.read_bytes()
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            tar.addfile(info, io.BytesIO(data))
+    packed = gzip.compress(raw.getvalue(), compresslevel=6, mtime=0)
+    digest = hashlib.sha256(packed).hexdigest()[:20]
+    out_dir = cache_dir or Path(tempfile.gettempdir()) / "servestack-model-data"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / f"{digest}" / "model.tar.gz"
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp")
+        tmp.write_bytes(packed)
+        tmp.replace(out)
+    return out
+
+
+class RealtimeEndpoint(Construct):
+    """A SageMaker realtime endpoint with blue/green releases, auto-rollback alarms and autoscaling.
+
+    `model_data` maps each served model key (`name@version`) to its uploaded `model.tar.gz` asset.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        endpoint_name: str,
+        image: ecr_assets.DockerImageAsset,
+        model_data: dict[str, s3_assets.Asset],
+        variants: Sequence[Variant],
+        default_model: str,
+        shadow: ShadowVariant | None = None,
+        instance_type: str = "ml.g5.xlarge",
+        min_instances: int = 1,
+        max_instances: int = 2,
+        target_invocations_per_instance: int = 1000,
+        serverless: RealtimeServerless | None = None,
+        multi_model_bucket: s3.IBucket | None = None,
+        max_payload_bytes: int = 1_048_576,
+        log_retention_days: int = 30,
+        strategy: Strategy | None = None,
+        alarms: AlarmSettings | None = None,
+        batching: Batching | None = None,
+    ) -> None:
+        super().__init__(scope, id)
+        check_range("RealtimeEndpoint", "len(variants)", len(variants), 1, 10)
+        check_range("RealtimeEndpoint", "min_instances", min_instances, 1, 100)
+        check_range("RealtimeEndpoint", "max_instances", max_instances, min_instances, 100)
+        check_range("RealtimeEndpoint", "len(endpoint_name)", len(endpoint_name), 1, 63)
+        if shadow is not None and len(variants) != 1:
+            raise ValueError(
+                f"RealtimeEndpoint {endpoint_name}: a shadow variant needs exactly 1 production variant, "
+                f"not {len(variants)}"
+            )
+        strategy = strategy or Strategy()
+        alarms = alarms or AlarmSettings()
+        batching = batching or Batching()
+        self.endpoint_name = endpoint_name
+        self.multi_model_prefix = f"sagemaker/{endpoint_name}/models/"
+
+        self.logs = log_group(self, "Logs", retention_days=log_retention_days)
+        # SageMaker writes to /aws/sagemaker/Endpoints/<name>; precreating it gives it a retention.
+        cfn_logs = self.logs.node.default_child
+        assert cfn_logs is not None
+        cfn_logs.add_property_override("LogGroupName", f"/aws/sagemaker/Endpoints/{endpoint_name}")  # type: ignore[attr-defined]
+
+        self.role = iam.Role(
+            self,
+            "ExecutionRole",
+            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+            description=f"SageMaker endpoint {endpoint_name}: pull its image, read its model data, write its logs",
+        )
+        image.repository.grant_pull(self.role)
+        self.logs.grant_write(self.role)
+        self.role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["cloudwatch:PutMetricData"],
+                resources=["*"],
+                conditions={"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/Endpoints*"}},
+            )
+        )
+        for asset in model_data.values():
+            self.role.add_to_policy(
+                iam.PolicyStatement(
+                    actions=["s3:GetObject"], resources=[asset.bucket.arn_for_objects(asset.s3_object_key)]
+                )
+            )
+        if multi_model_bucket is not None:
+            self.role.add_to_policy(
+                iam.PolicyStatement(
+                    actions=["s3:GetObject"],
+                    resources=[multi_model_bucket.arn_for_objects(f"{self.multi_model_prefix}*")],
+                )
+            )
+
+        base_env = {
+            "SERVESTACK_MODEL_DIR": CONTAINER_MODEL_DIR,
+            "SERVESTACK_DEFAULT_MODEL": default_model,
+            "SERVESTACK_PROVIDERS": "auto",
+            "SERVESTACK_MAX_PAYLOAD_BYTES": str(max_payload_bytes),
+            "SERVESTACK_MAX_BATCH_SIZE": str(batching.max_batch_size),
+            "SERVESTACK_MAX_DELAY_MS": str(batching.max_delay_ms),
+            "SERVESTACK_MAX_QUEUE": str(batching.max_queue),
+        }
+
+        def model(variant_name: str, model_key: str, model_name: str) -> sagemaker.CfnModel:
+            if multi_model_bucket is not None:
+                container = sagemaker.CfnModel.ContainerDefinitionProperty(
+                    image=image.image_uri,
+                    mode="MultiModel",
+                    model_data_url=multi_model_bucket.s3_url_for_object(self.multi_model_prefix),
+                    environment=base_env,
+                )
+            else:
+                container = sagemaker.CfnModel.ContainerDefinitionProperty(
+                    image=image.image_uri,
+                    mode="SingleModel",
+                    model_data_url=model_data[model_key].s3_object_url,
+                    environment={**base_env, "SERVESTACK_DEFAULT_MODEL": model_name},
+                )
+            m = sagemaker.CfnModel(
+                self,
+                f"Model{variant_name.title().replace('-', '')}",
+                execution_role_arn=self.role.role_arn,
+                primary_container=container,
+                enable_network_isolation=True,
+            )
+            m.node.add_dependency(self.role)
+            return m
+
+        def production_variant(
+            name: str, model_key: str, model_name: str, weight: float, itype: str | None, count: int
+        ) -> sagemaker.CfnEndpointConfig.ProductionVariantProperty:
+            m = model(name, model_key, model_name)
+            if serverless is not None:
+                return sagemaker.CfnEndpointConfig.ProductionVariantProperty(
+                    variant_name=name,
+                    model_name=m.attr_model_name,
+                    initial_variant_weight=weight,
+                    serverless_config=sagemaker.CfnEndpointConfig.ServerlessConfigProperty(
+                        memory_size_in_mb=serverless.memory_mib, max_concurrency=serverless.max_concurrency
+                    ),
+                )
+            return sagemaker.CfnEndpointConfig.ProductionVariantProperty(
+                variant_name=name,
+                model_name=m.attr_model_name,
+                initial_variant_weight=weight,
+                instance_type=itype or instance_type,
+                initial_instance_count=count,
+            )
+
+        self.variant_names = [v.name for v in variants]
+        production = [
+            production_variant(
+                v.name, f"{v.model}@{v.version}", v.model, float(v.weight), v.instance_type, min_instances
+            )
+            for v in variants
+        ]
+        shadows = []
+        if shadow is not None:
+            # A shadow variant receives (its weight / the production weight) of the requests, as copies.
+            weight = float(variants[0].weight) * shadow.sample_percent / 100
+            shadows.append(
+                production_variant(
+                    shadow.name, f"{shadow.model}@{shadow.version}", shadow.model, weight, shadow.instance_type, 1
+                )
+            )
+        self.endpoint_config = sagemaker.CfnEndpointConfig(
+            self,
+            "EndpointConfig",
+            production_variants=production,
+            shadow_production_variants=shadows or None,
+        )
+
+        self.alarms: list[cw.Alarm] = []
+        for v in variants:
+            self.alarms += guardrails.sagemaker_variant_alarms(
+                self, endpoint_name=endpoint_name, variant=v.name, settings=alarms
+            )
+        self.endpoint = sagemaker.CfnEndpoint(
+            self,
+            "Endpoint",
+            endpoint_name=endpoint_name,
+            endpoint_config_name=self.endpoint_config.attr_endpoint_config_name,
+            # Blue/green guardrails are not offered for serverless variants: those update all at once.
+            deployment_config=None
+            if serverless is not None
+            else guardrails.sagemaker_deployment_config(strategy, self.alarms),
+        )
+
+        self.scaling: list[appscaling.ScalableTarget] = []
+        if serverless is None:
+            for v in variants:
+                target = appscaling.ScalableTarget(
+                    self,
+                    f"Scaling{v.name.title().replace('-', '')}",
+                    service_namespace=appscaling.ServiceNamespace.SAGEMAKER,
+                    resource_id=f"endpoint/{endpoint_name}/variant/{v.name}",
+                    scalable_dimension="sagemaker:variant:DesiredInstanceCount",
+                    min_capacity=min_instances,
+                    max_capacity=max_instances,
+                )
+                target.node.add_dependency(self.endpoint)
+                target.scale_to_track_metric(
+                    "InvocationsPerInstance",
+                    target_value=target_invocations_per_instance,
+                    predefined_metric=appscaling.PredefinedMetric.SAGEMAKER_VARIANT_INVOCATIONS_PER_INSTANCE,
+                    scale_in_cooldown=Duration.minutes(5),
+                    scale_out_cooldown=Duration.minutes(1),
+                )
+                self.scaling.append(target)
+
+        findings = {"AwsSolutions-IAM5[Resource::*]": f"{_ECR_TOKEN_REASON} {_METRICS_REASON}"}
+        if multi_model_bucket is not None:
+            bucket_ref = Stack.of(self).resolve(multi_model_bucket.bucket_arn)
+            logical = bucket_ref["Fn::GetAtt"][0] if isinstance(bucket_ref, dict) and "Fn::GetAtt" in bucket_ref else "?"
+            findings[f"AwsSolutions-IAM5[Resource::<{logical}.Arn>/{self.multi_model_prefix}*]"] = (
+                "Multi-model mode loads any model under the endpoint's own prefix; the set of models changes "
+                "at runtime, so the prefix cannot be narrowed further."
+            )
+        acknowledge(self.role, findings)
+
+    def metric(self, name: str, statistic: str, variant: str | None = None, namespace: str | None = None) -> cw.Metric:
+        return guardrails.sagemaker_variant_metric(
+            self.endpoint_name,
+            variant or self.variant_names[0],
+            name,
+            statistic,
+            Duration.minutes(1),
+            namespace or guardrails.SAGEMAKER_NAMESPACE,
+        )

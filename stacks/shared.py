@@ -1,0 +1,189 @@
+"""Pieces every deployment stack shares: the artifact bucket, log groups with retention, an IAM-authenticated
+HTTP API front door, and small validation helpers for construct props."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
+from aws_cdk import aws_apigatewayv2 as apigw
+from aws_cdk import aws_apigatewayv2_authorizers as apigw_auth
+from aws_cdk import aws_apigatewayv2_integrations as apigw_int
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from constructs import Construct, IConstruct
+
+# CloudWatch Logs retention periods, by days.
+_RETENTION = {
+    1: logs.RetentionDays.ONE_DAY,
+    3: logs.RetentionDays.THREE_DAYS,
+    5: logs.RetentionDays.FIVE_DAYS,
+    7: logs.RetentionDays.ONE_WEEK,
+    14: logs.RetentionDays.TWO_WEEKS,
+    30: logs.RetentionDays.ONE_MONTH,
+    60: logs.RetentionDays.TWO_MONTHS,
+    90: logs.RetentionDays.THREE_MONTHS,
+    120: logs.RetentionDays.FOUR_MONTHS,
+    150: logs.RetentionDays.FIVE_MONTHS,
+    180: logs.RetentionDays.SIX_MONTHS,
+    365: logs.RetentionDays.ONE_YEAR,
+    400: logs.RetentionDays.THIRTEEN_MONTHS,
+    545: logs.RetentionDays.EIGHTEEN_MONTHS,
+    731: logs.RetentionDays.TWO_YEARS,
+    1096: logs.RetentionDays.THREE_YEARS,
+    1827: logs.RetentionDays.FIVE_YEARS,
+    3653: logs.RetentionDays.TEN_YEARS,
+}
+
+
+def check_range(construct: str, prop: str, value: float, lo: float, hi: float) -> None:
+    """Raise ValueError naming the prop, the bad value and the allowed range."""
+    if not lo <= value <= hi:
+        raise ValueError(f"{construct}: {prop}={value!r} is not in {lo:g}..{hi:g}")
+
+
+def check_choice(construct: str, prop: str, value: object, allowed: Iterable[object]) -> None:
+    """Raise ValueError naming the prop, the bad value and the allowed values."""
+    options = list(allowed)
+    if value not in options:
+        raise ValueError(f"{construct}: {prop}={value!r} is not one of {', '.join(repr(o) for o in options)}")
+
+
+def retention(days: int) -> logs.RetentionDays:
+    check_choice("retention", "log_retention_days", days, _RETENTION)
+    return _RETENTION[days]
+
+
+def acknowledge(construct: IConstruct, findings: dict[str, str]) -> None:
+    """cdk-nag acknowledgements, each with its reason, keyed by rule id (`AwsSolutions-S1`) or exact finding
+    id (`AwsSolutions-IAM5[Resource::*]`). They apply to `construct` and everything under it."""
+    Validations.of(construct).acknowledge(*(Acknowledgment(id=k, reason=v) for k, v in findings.items()))
+
+
+class ArtifactBucket(Construct):
+    """The deployment's data bucket: SSE-S3, TLS-only, versioned, public access blocked, access-logged.
+
+    Holds async payloads and results, batch inputs and outputs, SageMaker async outputs.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        noncurrent_version_expiry_days: int = 30,
+        access_log_expiry_days: int = 90,
+        removal_policy: RemovalPolicy = RemovalPolicy.RETAIN,
+    ) -> None:
+        super().__init__(scope, id)
+        check_range("ArtifactBucket", "noncurrent_version_expiry_days", noncurrent_version_expiry_days, 1, 3650)
+        check_range("ArtifactBucket", "access_log_expiry_days", access_log_expiry_days, 1, 3650)
+        self.access_logs = s3.Bucket(
+            self,
+            "AccessLogs",
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            enforce_ssl=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(access_log_expiry_days))],
+            removal_policy=removal_policy,
+        )
+        acknowledge(
+            self.access_logs,
+            {"AwsSolutions-S1": "This bucket is the server access log target; logging it into itself would loop."},
+        )
+        self.bucket = s3.Bucket(
+            self,
+            "Bucket",
+            encryption=s3.BucketEncryption.S3_MANAGED,
+            enforce_ssl=True,
+            versioned=True,
+            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            server_access_logs_bucket=self.access_logs,
+            server_access_logs_prefix="artifacts/",
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    noncurrent_version_expiration=Duration.days(noncurrent_version_expiry_days),
+                    abort_incomplete_multipart_upload_after=Duration.days(1),
+                )
+            ],
+            removal_policy=removal_policy,
+        )
+
+
+def log_group(scope: Construct, id: str, *, retention_days: int) -> logs.LogGroup:
+    """A log group with the deployment's retention (kept on stack deletion: logs are evidence)."""
+    return logs.LogGroup(scope, id, retention=retention(retention_days), removal_policy=RemovalPolicy.RETAIN)
+
+
+def lambda_role(scope: Construct, id: str, logs_to: logs.ILogGroup) -> iam.Role:
+    """A function role that can write only to its own log group (no AWS managed policy)."""
+    role = iam.Role(scope, id, assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
+    logs_to.grant_write(role)
+    return role
+
+
+class IamHttpApi(Construct):
+    """An HTTP API whose every route needs SigV4 (IAM auth), throttled, access-logged, sending all paths to
+    `handler` (payload format 2.0). Callers need `execute-api:Invoke` on `api_arn`."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        handler: lambda_.IFunction,
+        throttle_rate_per_sec: int = 100,
+        throttle_burst: int = 200,
+        log_retention_days: int = 30,
+        integration_timeout_sec: int = 29,
+    ) -> None:
+        super().__init__(scope, id)
+        check_range("IamHttpApi", "throttle_rate_per_sec", throttle_rate_per_sec, 1, 10_000)
+        check_range("IamHttpApi", "throttle_burst", throttle_burst, 1, 5_000)
+        check_range("IamHttpApi", "integration_timeout_sec", integration_timeout_sec, 1, 29)
+        self.api = apigw.HttpApi(
+            self,
+            "Api",
+            create_default_stage=False,
+            default_authorizer=apigw_auth.HttpIamAuthorizer(),
+            default_integration=apigw_int.HttpLambdaIntegration(
+                "Handler",
+                handler,
+                payload_format_version=apigw.PayloadFormatVersion.VERSION_2_0,
+                timeout=Duration.seconds(integration_timeout_sec),
+            ),
+        )
+        self.access_logs = log_group(self, "AccessLogs", retention_days=log_retention_days)
+        self.stage = apigw.HttpStage(
+            self,
+            "Stage",
+            http_api=self.api,
+            stage_name="$default",
+            auto_deploy=True,
+            throttle=apigw.ThrottleSettings(rate_limit=throttle_rate_per_sec, burst_limit=throttle_burst),
+        )
+        cfn_stage = self.stage.node.default_child
+        assert isinstance(cfn_stage, apigw.CfnStage)
+        cfn_stage.access_log_settings = apigw.CfnStage.AccessLogSettingsProperty(
+            destination_arn=self.access_logs.log_group_arn,
+            format=(
+                '{"requestId":"$context.requestId","ip":"$context.identity.sourceIp",'
+                '"caller":"$context.identity.caller","user":"$context.identity.user",'
+                '"requestTime":"$context.requestTime","httpMethod":"$context.httpMethod",'
+                '"routeKey":"$context.routeKey","status":"$context.status","protocol":"$context.protocol",'
+                '"responseLength":"$context.responseLength","latency":"$context.responseLatency",'
+                '"integrationLatency":"$context.integrationLatency","error":"$context.error.message"}'
+            ),
+        )
+        self.url = self.api.api_endpoint
+        self.api_arn = self.api.arn_for_execute_api()
+
+    def grant_invoke(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Let `grantee` call every route (SigV4-signed requests)."""
+        return iam.Grant.add_to_principal(
+            grantee=grantee, actions=["execute-api:Invoke"], resource_arns=[self.api.arn_for_execute_api()]
+        )

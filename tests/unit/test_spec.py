@@ -1,0 +1,235 @@
+"""serving.yaml schema: defaults, the repo's file, and errors naming path, value and what is allowed."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from servestack.spec import (
+    MODES,
+    AsyncDeployment,
+    BatchDeployment,
+    RealtimeDeployment,
+    ServerlessDeployment,
+    SpecError,
+    load_spec,
+    parse_spec,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def minimal(**deployment: Any) -> dict[str, Any]:
+    return {
+        "models": [{"name": "digits", "version": 1}],
+        "deployments": {"d": {"model": "digits", **deployment}},
+    }
+
+
+def problems_of(data: object) -> list[str]:
+    with pytest.raises(SpecError) as info:
+        parse_spec(data)
+    return info.value.problems
+
+
+def test_repo_serving_yaml_uses_every_mode() -> None:
+    spec = load_spec(REPO / "serving.yaml")
+
+    assert sorted({d.mode for d in spec.deployments.values()}) == sorted(MODES)
+    assert {(m.name, m.version) for m in spec.models} == {("digits", "1"), ("breast-cancer", "1")}
+
+
+@pytest.mark.parametrize(
+    ("mode", "cls"),
+    [
+        ("realtime", RealtimeDeployment),
+        ("serverless", ServerlessDeployment),
+        ("async", AsyncDeployment),
+        ("batch", BatchDeployment),
+    ],
+)
+def test_every_setting_has_a_default(mode: str, cls: type) -> None:
+    spec = parse_spec(minimal(mode=mode))
+
+    d = spec.deployments["d"]
+    assert isinstance(d, cls)
+    assert d.batching.max_batch_size == 32
+    assert d.batching.max_delay_ms == 2
+    assert d.batching.max_queue == 256
+    assert spec.model("digits", None).artifact_path == "models/artifacts/digits/1"
+
+
+def test_realtime_defaults_to_a_gpu_instance_and_a_canary() -> None:
+    d = parse_spec(minimal(mode="realtime")).deployments["d"]
+
+    assert isinstance(d, RealtimeDeployment)
+    assert d.instance_type == "ml.g5.xlarge"
+    assert d.strategy.type == "canary"
+    assert d.strategy.steps == 1
+
+
+def test_linear_steps_count_the_waits_before_full_traffic() -> None:
+    d = parse_spec(
+        minimal(mode="serverless", strategy={"type": "linear", "linear_step_percent": 25})
+    ).deployments["d"]
+
+    assert isinstance(d, ServerlessDeployment)
+    assert d.strategy.steps == 3
+
+
+def test_out_of_range_setting_names_path_value_and_range() -> None:
+    data = minimal(mode="serverless", strategy={"type": "canary", "canary_percent": 150})
+    data["deployments"]["fraud-api"] = data["deployments"].pop("d")
+
+    assert problems_of(data) == ["deployments.fraud-api.strategy.canary_percent: 150 is not in 1..99"]
+
+
+def test_unknown_key_is_rejected_with_the_allowed_keys() -> None:
+    (problem,) = problems_of(minimal(mode="batch", scheduel="rate(1 day)"))
+
+    assert problem.startswith("deployments.d.scheduel: unknown key is not one of ")
+    assert "schedule" in problem
+    assert "timezone" in problem
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    data = minimal(mode="realtime", min_instances=0, instance_type="g5.xlarge")
+    data["deployments"]["x"] = {"mode": "queue", "model": "digits"}
+
+    problems = problems_of(data)
+
+    assert "deployments.d.min_instances: 0 is not in 1..100" in problems
+    assert any(
+        p.startswith("deployments.d.instance_type: 'g5.xlarge' is not a SageMaker instance type")
+        for p in problems
+    )
+    assert "deployments.x.mode: 'queue' is not one of 'realtime', 'serverless', 'async', 'batch'" in problems
+
+
+@pytest.mark.parametrize(
+    ("deployment", "expected"),
+    [
+        (
+            {"mode": "serverless", "architecture": "sparc"},
+            "deployments.d.architecture: 'sparc' is not one of 'x86_64' or 'arm64'",
+        ),
+        ({"mode": "serverless", "timeout_sec": 60}, "deployments.d.timeout_sec: 60 is not in 1..30"),
+        (
+            {"mode": "batch", "timezone": "Mars/Olympus"},
+            "deployments.d.timezone: 'Mars/Olympus' is not an IANA time zone",
+        ),
+        ({"mode": "batch", "schedule": "daily"}, "deployments.d.schedule: 'daily' is not 'cron(<6 fields>)'"),
+        (
+            {"mode": "batch", "input_prefix": "/in"},
+            "deployments.d.input_prefix: '/in' is not an S3 key prefix",
+        ),
+        ({"mode": "async", "max_receive_count": 0}, "deployments.d.max_receive_count: 0 is not in 1..1000"),
+        (
+            {"mode": "async", "batch_size": 50, "batch_window_sec": 0},
+            "deployments.d.batch_window_sec: 0 is not in 1..300",
+        ),
+        (
+            {"mode": "realtime", "batching": {"max_batch_size": 5000}},
+            "deployments.d.batching.max_batch_size: 5000 is not in 1..4096",
+        ),
+        (
+            {"mode": "realtime", "min_instances": 3, "max_instances": 2},
+            "deployments.d.min_instances: 3 is not <= max_instances (2)",
+        ),
+        (
+            {"mode": "serverless", "log_retention_days": 2},
+            "deployments.d.log_retention_days: 2 is not one of 1, 3, 5, 7",
+        ),
+        (
+            {"mode": "serverless", "strategy": {"type": "blue"}},
+            "deployments.d.strategy.type: 'blue' is not one of 'all_at_once'",
+        ),
+        (
+            {"mode": "serverless", "provisioned_concurrency_min": 0, "provisioned_concurrency_max": 3},
+            "deployments.d.provisioned_concurrency_min: 0 is not in 1..10000 when autoscaling",
+        ),
+        (
+            {"mode": "realtime", "alarms": {"error_rate_percent": 0}},
+            "deployments.d.alarms.error_rate_percent: 0 is not in 0.01..100",
+        ),
+        ({"mode": "batch", "fargate_cpu": 300}, "deployments.d.fargate_cpu: 300 is not one of 256, 512"),
+    ],
+)
+def test_bad_values_say_what_is_allowed(deployment: dict[str, Any], expected: str) -> None:
+    (problem,) = problems_of(minimal(**deployment))
+
+    assert problem.startswith(expected)
+
+
+def test_deployment_names_must_be_dns_names() -> None:
+    data = minimal(mode="serverless")
+    data["deployments"]["Fraud_API"] = data["deployments"].pop("d")
+
+    (problem,) = problems_of(data)
+
+    assert problem.startswith("deployments.Fraud_API: 'Fraud_API' is not a DNS-style name")
+
+
+def test_references_to_undeclared_models_and_versions_fail() -> None:
+    data = minimal(
+        mode="realtime", variants=[{"name": "a", "model": "digits"}, {"name": "b", "model": "cats"}]
+    )
+    data["deployments"]["e"] = {"mode": "batch", "model": "digits", "version": "7"}
+
+    problems = problems_of(data)
+
+    assert "deployments.d.variants.1.model: 'cats' is not a declared model (digits)" in problems
+    assert "deployments.e.version: '7' is not a declared version of 'digits' (1)" in problems
+
+
+def test_ambiguous_model_version_must_be_named() -> None:
+    data = minimal(mode="serverless")
+    data["models"].append({"name": "digits", "version": 2})
+
+    assert problems_of(data) == [
+        "deployments.d.version: missing is not allowed when 'digits' has several versions (1, 2)"
+    ]
+
+
+def test_models_of_lists_variant_and_shadow_models_once() -> None:
+    data = minimal(
+        mode="realtime",
+        variants=[{"name": "a", "model": "digits", "weight": 3}, {"name": "b", "model": "cancer"}],
+        shadow={"model": "cancer", "sample_percent": 20},
+    )
+    data["models"].append({"name": "cancer", "version": "2", "path": "elsewhere/cancer"})
+
+    spec = parse_spec(data)
+
+    assert [(m.name, m.artifact_path) for m in spec.models_of("d")] == [
+        ("digits", "models/artifacts/digits/1"),
+        ("cancer", "elsewhere/cancer"),
+    ]
+
+
+def test_load_spec_reports_yaml_and_file_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "serving.yaml"
+    bad.write_text("models: [\n", encoding="utf-8")
+
+    with pytest.raises(SpecError, match="is not valid YAML"):
+        load_spec(bad)
+    with pytest.raises(SpecError, match="is not readable"):
+        load_spec(tmp_path / "missing.yaml")
+
+
+def test_repo_file_with_a_bad_value_fails_before_synth(tmp_path: Path) -> None:
+    data = yaml.safe_load((REPO / "serving.yaml").read_text(encoding="utf-8"))
+    broken = copy.deepcopy(data)
+    broken["deployments"]["digits-realtime"]["max_instances"] = 500
+    path = tmp_path / "serving.yaml"
+    path.write_text(yaml.safe_dump(broken), encoding="utf-8")
+
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+
+    assert info.value.problems == ["deployments.digits-realtime.max_instances: 500 is not in 1..100"]
+    assert str(path) in str(info.value)
