@@ -139,3 +139,17 @@ class InternalError(ServingError):
 
     status_code = 500
     error_type = "InternalError"
+
+
+class JobNotFound(ServingError):
+    """No async job has that id (never submitted, or expired by the table's TTL)."""
+
+    status_code = 404
+    error_type = "JobNotFound"
+
+
+class JobFailed(ServingError):
+    """The job already ended `failed`; a redelivered message for it fails fast with the recorded reason."""
+
+    status_code = 409
+    error_type = "JobFailed"
