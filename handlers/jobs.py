@@ -282,7 +282,8 @@ class JobService:
         try:
             if outcome.error is not None:
                 raise outcome.error
-            assert outcome.ref is not None and outcome.outputs is not None
+            assert outcome.ref is not None
+            assert outcome.outputs is not None
             self._write_result(outcome.ref.job_id, outcome.job, outcome.outputs)
         except ServingError as error:
             last = receives >= self.settings.max_receive_count
