@@ -127,7 +127,12 @@ def test_the_lambda_handler_takes_the_scheduler_payload(
         "rows": {"total": 42, "succeeded": 40, "failed": 2},
     }
     # AND a plain EventBridge "Scheduled Event" falls back to the SERVESTACK_BATCH_* environment
-    for key, value in {"BUCKET": unique, "INPUT_PREFIX": "in/", "OUTPUT_PREFIX": "env/", "MODEL": "breast-cancer"}.items():
+    for key, value in {
+        "BUCKET": unique,
+        "INPUT_PREFIX": "in/",
+        "OUTPUT_PREFIX": "env/",
+        "MODEL": "breast-cancer",
+    }.items():
         monkeypatch.setenv(f"SERVESTACK_BATCH_{key}", value)
     scheduled = json.loads((EVENTS / "eventBridgeScheduledEvent.json").read_text())
     assert handler(scheduled, LambdaContext("batch", 900, 2048))["rows"]["succeeded"] == 40
