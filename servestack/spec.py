@@ -78,9 +78,7 @@ class Between:
     lo: float
     hi: float
 
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
         return core_schema.no_info_after_validator_function(self._check, handler(source))
 
     def _check(self, value: float) -> float:
@@ -99,9 +97,7 @@ class OneOf:
 
     allowed: tuple[int, ...]
 
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
         return core_schema.no_info_after_validator_function(self._check, handler(source))
 
     def _check(self, value: int) -> int:
@@ -120,9 +116,7 @@ class Matches:
     pattern: re.Pattern[str]
     allowed: str
 
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
         return core_schema.no_info_after_validator_function(self._check, handler(source))
 
     def _check(self, value: str) -> str:
@@ -154,12 +148,8 @@ def _to_str(value: Any) -> Any:
     return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
-Name = Annotated[
-    str, Matches(DNS_NAME, "a DNS-style name (a-z, 0-9, '-', starts with a letter, <= 32 chars)")
-]
-Version = Annotated[
-    str, BeforeValidator(_to_str), Matches(VERSION, "a version label (letters, digits, '.', '_', '-')")
-]
+Name = Annotated[str, Matches(DNS_NAME, "a DNS-style name (a-z, 0-9, '-', starts with a letter, <= 32 chars)")]
+Version = Annotated[str, BeforeValidator(_to_str), Matches(VERSION, "a version label (letters, digits, '.', '_', '-')")]
 InstanceType = Annotated[str, Matches(INSTANCE_TYPE, "a SageMaker instance type such as 'ml.g5.xlarge'")]
 S3Prefix = Annotated[str, Matches(S3_PREFIX, "an S3 key prefix ending in '/' without a leading '/'")]
 Schedule = Annotated[str, Matches(SCHEDULE, "'cron(<6 fields>)' or 'rate(<n> minutes|hours|days)'")]
@@ -291,9 +281,7 @@ class RealtimeDeployment(_DeploymentBase):
     max_instances: Annotated[int, Between(1, 100)] = 2
     target_invocations_per_instance: Annotated[int, Between(1, 1_000_000)] = 1000
     strategy: Strategy = Strategy()
-    variants: list[Variant] = Field(
-        default_factory=list, description="default: one variant 'primary' of `model`"
-    )
+    variants: list[Variant] = Field(default_factory=list, description="default: one variant 'primary' of `model`")
     shadow: ShadowVariant | None = None
     serverless: RealtimeServerless | None = None
     multi_model: bool = False
@@ -517,7 +505,5 @@ def load_spec(path: str | Path) -> ServingSpec:
     except yaml.YAMLError as exc:
         raise SpecError(str(p), [f"<yaml>: {exc} is not valid YAML"]) from None
     if not isinstance(data, dict):
-        raise SpecError(
-            str(p), [f"<root>: {type(data).__name__} is not a mapping with models and deployments"]
-        )
+        raise SpecError(str(p), [f"<root>: {type(data).__name__} is not a mapping with models and deployments"])
     return parse_spec(data, str(p))

@@ -14,8 +14,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
-MONTHS = {name: i for i, name in enumerate("JAN FEB MAR APR MAY JUN JUL AUG SEP OCT NOV DEC".split(), 1)}
-WEEKDAYS = {name: i for i, name in enumerate("SUN MON TUE WED THU FRI SAT".split(), 1)}
+MONTHS = {
+    name: i
+    for i, name in enumerate(["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"], 1)
+}
+WEEKDAYS = {name: i for i, name in enumerate(["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"], 1)}
 RATE = re.compile(r"^rate\((\d+) (minute|minutes|hour|hours|day|days)\)$")
 CRON = re.compile(r"^cron\((\S+) (\S+) (\S+) (\S+) (\S+) (\S+)\)$")
 UNITS = {"minute": 60, "hour": 3600, "day": 86_400}
