@@ -181,7 +181,7 @@ def run(
                 seeded = seed_batch_input(aws["s3"], n.bucket, n.input_prefix, sample)
                 entry |= {"bucket": n.bucket, "input_prefix": n.input_prefix, "output_prefix": n.output_prefix}
                 entry |= {"schedule": f"{d.schedule} {d.timezone}", "seeded": seeded}
-                curls.append(f"servestack local run-batch {name}")
+                curls.append(f"{_self_command()} local run-batch {name}")
             else:
                 http_port = free_port()
                 child = _spawn(f"{name}/http", [*runner, "http", name, *spec_arg, "--port", str(http_port)], env)
@@ -224,6 +224,14 @@ def run(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         print("stopped", flush=True)
+
+
+def _self_command() -> str:
+    """How this CLI was started, so the printed command works without an activated venv."""
+    argv0 = Path(sys.argv[0])
+    if argv0.name == "servestack" and argv0.exists():
+        return shown(argv0.resolve()) if not argv0.is_absolute() else shlex.quote(str(argv0))
+    return f"{shlex.quote(sys.executable)} -m servestack.cli"
 
 
 def _curl(url: str, sample: Path) -> str:
