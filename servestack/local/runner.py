@@ -63,10 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.role == "poller":
         if not isinstance(d, AsyncDeployment):
             parser.error(f"poller: {args.deployment} is {d.mode}, not async")
+        import handlers.asynchronous
         from servestack.local.emulator import clients
         from servestack.local.poller import SqsPoller
-
-        import handlers.asynchronous
 
         handlers.asynchronous.service()  # what Lambda's init phase does: load and warm the model first
         sqs = clients(os.environ["AWS_ENDPOINT_URL"])["sqs"]
