@@ -64,7 +64,7 @@ def main() -> int:
     args = parser.parse_args()
     moto, url = start_moto()
     os.environ.update(aws_environment(url))
-    name = f"bench{random.randrange(16**6):06x}"  # noqa: S311 - a resource name, not a secret
+    name = f"bench{random.randrange(16**6):06x}"
     raw = {
         "models": [{"name": "breast-cancer", "version": 1}],
         "deployments": {name: {"mode": "async", "model": "breast-cancer", "batch_size": 10, "batch_window_sec": 0,

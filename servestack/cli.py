@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--endpoint-url", default=None, help="AWS endpoint (default: the one local up runs)")
     batch.add_argument("--strict", action="store_true", help="stop at the first bad row")
     batch.add_argument("--chunk-rows", type=int, default=None, help="rows per chunk and per output part")
+    batch.add_argument("--output-prefix", default=None, help="write here instead of the deployment's output prefix")
 
     invoke = commands.add_parser("invoke", help="call a deployment of the running local up (async: wait for it)")
     invoke.add_argument("name", help="the deployment in serving.yaml")
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             endpoint_url=args.endpoint_url,
             strict=args.strict,
             chunk_rows=args.chunk_rows,
+            output_prefix=args.output_prefix,
         )
     if args.command == "invoke":
         from servestack.local.commands import invoke

@@ -96,6 +96,7 @@ def run_batch(
     endpoint_url: str | None = None,
     strict: bool = False,
     chunk_rows: int | None = None,
+    output_prefix: str | None = None,
 ) -> int:
     """Run a batch deployment now, in this process, against the running local up (or `--endpoint-url`)."""
     from servestack.local.emulator import aws_environment
@@ -115,7 +116,7 @@ def run_batch(
     from handlers.batch import run_batch as run_job
     from handlers.batch import settings_from
 
-    overrides: dict[str, Any] = {"strict": strict} | ({"chunk_rows": chunk_rows} if chunk_rows else {})
+    overrides: dict[str, Any] = {"strict": strict, "chunk_rows": chunk_rows, "output_prefix": output_prefix}
     settings = settings_from(overrides)
     manifest = run_job(settings, on_progress=ProgressBar())
     sys.stderr.write("\n")
