@@ -20,6 +20,8 @@ from servestack.local.resources import ensure_bucket
 from tests.conftest import EVENTS
 from tests.integration.conftest import Aws
 
+pytestmark = pytest.mark.localstack
+
 ROWS = load_breast_cancer().data.astype(np.float32)[:40]
 
 

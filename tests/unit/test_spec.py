@@ -73,9 +73,7 @@ def test_realtime_defaults_to_a_gpu_instance_and_a_canary() -> None:
 
 
 def test_linear_steps_count_the_waits_before_full_traffic() -> None:
-    d = parse_spec(
-        minimal(mode="serverless", strategy={"type": "linear", "linear_step_percent": 25})
-    ).deployments["d"]
+    d = parse_spec(minimal(mode="serverless", strategy={"type": "linear", "linear_step_percent": 25})).deployments["d"]
 
     assert isinstance(d, ServerlessDeployment)
     assert d.strategy.steps == 3
@@ -104,8 +102,7 @@ def test_every_problem_is_reported_at_once() -> None:
 
     assert "deployments.d.min_instances: 0 is not in 1..100" in problems
     assert any(
-        p.startswith("deployments.d.instance_type: 'g5.xlarge' is not a SageMaker instance type")
-        for p in problems
+        p.startswith("deployments.d.instance_type: 'g5.xlarge' is not a SageMaker instance type") for p in problems
     )
     assert "deployments.x.mode: 'queue' is not one of 'realtime', 'serverless', 'async', 'batch'" in problems
 
@@ -175,9 +172,7 @@ def test_deployment_names_must_be_dns_names() -> None:
 
 
 def test_references_to_undeclared_models_and_versions_fail() -> None:
-    data = minimal(
-        mode="realtime", variants=[{"name": "a", "model": "digits"}, {"name": "b", "model": "cats"}]
-    )
+    data = minimal(mode="realtime", variants=[{"name": "a", "model": "digits"}, {"name": "b", "model": "cats"}])
     data["deployments"]["e"] = {"mode": "batch", "model": "digits", "version": "7"}
 
     problems = problems_of(data)
