@@ -30,7 +30,11 @@ def _flag(value: object) -> bool:
 
 
 def build_app(
-    *, root: Path = ROOT, context: Mapping[str, Any] | None = None, outdir: str | None = None, nag: bool = True
+    *,
+    root: Path = ROOT,
+    context: Mapping[str, Any] | None = None,
+    outdir: str | None = None,
+    nag: bool = True,
 ) -> App:
     """Build (not synthesize) the app for `root`'s serving.yaml. Context keys (cdk.json / `-c`):
     servestack:spec (path, default serving.yaml), servestack:deployments (comma list, default all),

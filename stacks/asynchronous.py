@@ -29,9 +29,9 @@ from constructs import Construct
 
 from servestack.spec import AlarmSettings
 from stacks import guardrails
-from stacks.realtime import CONTAINER_MODEL_DIR
+from stacks.realtime import CONTAINER_MODEL_DIR, sagemaker_scaling_role
 from stacks.serverless import runtime_environment, servestack_function
-from stacks.shared import IamHttpApi, acknowledge, check_choice, check_range, log_group
+from stacks.shared import IamHttpApi, acknowledge, check_choice, check_range, log_group, logical_id
 
 SUBMIT_HANDLER = "handlers.asynchronous.submit_handler"
 WORKER_HANDLER = "handlers.asynchronous.worker_handler"
@@ -120,7 +120,8 @@ class AsyncEndpoint(Construct):
 
         self.endpoint_name: str | None = None
         if backend == "sagemaker":
-            assert image is not None and model_data is not None
+            assert image is not None
+            assert model_data is not None
             self.endpoint_name = self._sagemaker_backend(
                 name, bucket, image, model_data, model_name, instance_type, max_instances,
                 target_backlog_per_instance, max_payload_bytes, log_retention_days,
@@ -186,13 +187,14 @@ class AsyncEndpoint(Construct):
                 service="sagemaker", resource="endpoint", resource_name=self.endpoint_name.lower()
             )
             self._allow(self.submit, ["sagemaker:InvokeEndpointAsync"], [endpoint_arn])
+        bucket_id = logical_id(bucket)
         for fn in (self.submit, self.worker):
             assert fn.role is not None
             acknowledge(
                 fn.role,
                 {
-                    f"AwsSolutions-IAM5[Resource::<{self._bucket_id(bucket)}.Arn>/{self.request_prefix}*]": _PREFIX_REASON,
-                    f"AwsSolutions-IAM5[Resource::<{self._bucket_id(bucket)}.Arn>/{self.result_prefix}*]": _PREFIX_REASON,
+                    f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{self.request_prefix}*]": _PREFIX_REASON,
+                    f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{self.result_prefix}*]": _PREFIX_REASON,
                 },
             )
 
@@ -209,10 +211,6 @@ class AsyncEndpoint(Construct):
             guardrails.queue_age_alarm(self, name=name, queue=self.queue, settings=alarms),
             guardrails.function_failure_alarm(self, name=f"{name}-worker", function=self.worker),
         ]
-
-    def _bucket_id(self, bucket: s3.IBucket) -> str:
-        ref = Stack.of(self).resolve(bucket.bucket_arn)
-        return str(ref["Fn::GetAtt"][0]) if isinstance(ref, dict) and "Fn::GetAtt" in ref else "?"
 
     @staticmethod
     def _allow(fn: lambda_.Function, actions: list[str], resources: list[str]) -> None:
@@ -276,13 +274,13 @@ class AsyncEndpoint(Construct):
                 conditions={"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/Endpoints*"}},
             )
         )
-        bucket_id = self._bucket_id(bucket)
+        bucket_id = logical_id(bucket)
         acknowledge(
             role,
             {
                 "AwsSolutions-IAM5[Resource::*]": (
-                    "ecr:GetAuthorizationToken and cloudwatch:PutMetricData have no resource-level permissions "
-                    "(the latter is limited to the SageMaker namespace by a condition)."
+                    "ecr:GetAuthorizationToken and cloudwatch:PutMetricData have no resource-level "
+                    "permissions (the latter is limited to the SageMaker namespace by a condition)."
                 ),
                 f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{self.request_prefix}*]": _PREFIX_REASON,
                 f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{self.result_prefix}*]": _PREFIX_REASON,
@@ -334,7 +332,10 @@ class AsyncEndpoint(Construct):
             ),
         )
         endpoint = sagemaker.CfnEndpoint(
-            self, "Endpoint", endpoint_name=endpoint_name, endpoint_config_name=config.attr_endpoint_config_name
+            self,
+            "Endpoint",
+            endpoint_name=endpoint_name,
+            endpoint_config_name=config.attr_endpoint_config_name,
         )
         # Scale to zero when idle: track backlog per instance, and wake up from zero on any backlog.
         target = appscaling.ScalableTarget(
@@ -345,6 +346,7 @@ class AsyncEndpoint(Construct):
             scalable_dimension="sagemaker:variant:DesiredInstanceCount",
             min_capacity=0,
             max_capacity=max_instances,
+            role=sagemaker_scaling_role(self, "ScalingRole"),
         )
         target.node.add_dependency(endpoint)
         target.scale_to_track_metric(

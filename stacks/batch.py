@@ -11,7 +11,7 @@ Handler contract: the scheduled payload is {"deployment", "bucket", "input_prefi
 
 from __future__ import annotations
 
-from aws_cdk import Duration, Stack, TimeZone
+from aws_cdk import Duration, TimeZone
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
@@ -25,7 +25,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from stacks.serverless import runtime_environment, servestack_function
-from stacks.shared import acknowledge, check_choice, check_range, log_group
+from stacks.shared import acknowledge, check_choice, check_range, log_group, logical_id
 
 HANDLER = "handlers.batch.handler"
 FARGATE_COMMAND = ["python", "-m", "handlers.batch"]
@@ -92,10 +92,9 @@ class BatchJob(Construct):
         )
         acknowledge(
             self.dead_letters,
-            {"AwsSolutions-SQS3": "This queue is the schedule target's dead-letter queue; it needs none itself."},
+            {"AwsSolutions-SQS3": "This queue is the schedule target's dead-letter queue; it has no DLQ."},
         )
-        bucket_ref = Stack.of(self).resolve(bucket.bucket_arn)
-        bucket_id = bucket_ref["Fn::GetAtt"][0] if isinstance(bucket_ref, dict) and "Fn::GetAtt" in bucket_ref else "?"
+        bucket_id = logical_id(bucket)
         prefix_findings = {
             f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{self.input_prefix}*]": _PREFIX_REASON,
             f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{self.output_prefix}*]": _PREFIX_REASON,
@@ -136,9 +135,9 @@ class BatchJob(Construct):
             acknowledge(
                 scheduler_role,
                 {
-                    f"AwsSolutions-IAM5[Resource::<{Stack.of(self).get_logical_id(self.function.node.default_child)}.Arn>:*]": (  # type: ignore[arg-type]
-                        "CDK's invoke grant also covers this one function's versions and aliases (`<arn>:*`); "
-                        "the role can invoke nothing else."
+                    f"AwsSolutions-IAM5[Resource::<{logical_id(self.function)}.Arn>:*]": (
+                        "CDK's invoke grant also covers this one function's versions and aliases "
+                        "(`<arn>:*`); the role can invoke nothing else."
                     )
                 },
             )
@@ -206,18 +205,22 @@ class BatchJob(Construct):
     ) -> tuple[scheduler.IScheduleTarget, cw.IMetric]:
         check_choice("BatchJob", "fargate_cpu", cpu, (256, 512, 1024, 2048, 4096, 8192, 16384))
         # Public subnets only: the task pulls its image and reaches S3 without NAT gateways (no idle cost).
+        flow_logs = log_group(self, "FlowLogs", retention_days=log_retention_days)
         vpc = ec2.Vpc(
             self,
             "Vpc",
             max_azs=2,
             nat_gateways=0,
             subnet_configuration=[ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC)],
-            flow_logs={"Rejected": ec2.FlowLogOptions(traffic_type=ec2.FlowLogTrafficType.REJECT)},
+            flow_logs={
+                "Rejected": ec2.FlowLogOptions(
+                    traffic_type=ec2.FlowLogTrafficType.REJECT,
+                    destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_logs),
+                )
+            },
         )
         vpc.add_gateway_endpoint("S3", service=ec2.GatewayVpcEndpointAwsService.S3)
-        cluster = ecs.Cluster(
-            self, "Cluster", vpc=vpc, container_insights_v2=ecs.ContainerInsights.ENABLED
-        )
+        cluster = ecs.Cluster(self, "Cluster", vpc=vpc, container_insights_v2=ecs.ContainerInsights.ENABLED)
         task = ecs.FargateTaskDefinition(
             self,
             "Task",
@@ -231,7 +234,8 @@ class BatchJob(Construct):
         task.add_container(
             "batch",
             image=ecs.ContainerImage.from_docker_image_asset(image),
-            command=FARGATE_COMMAND,
+            # The image's ENTRYPOINT is the realtime `serve`; a batch run replaces it.
+            entry_point=FARGATE_COMMAND,
             environment={
                 "SERVESTACK_DEFAULT_MODEL": model_name,
                 "SERVESTACK_PROVIDERS": "auto",
@@ -256,7 +260,11 @@ class BatchJob(Construct):
         )
         self.task_definition = task
         security_group = ec2.SecurityGroup(
-            self, "TaskSecurityGroup", vpc=vpc, allow_all_outbound=True, description=f"{name} batch task: egress only"
+            self,
+            "TaskSecurityGroup",
+            vpc=vpc,
+            allow_all_outbound=True,
+            description=f"{name} batch task: egress only",
         )
         target = targets.EcsRunFargateTask(
             cluster,

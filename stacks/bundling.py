@@ -57,6 +57,9 @@ STRIP_GLOBS = (
     "numpy/_pyinstaller",
     "numpy/f2py",
     "numpy/typing/tests",
+    "numpy/_core/include",
+    "**/*.h",
+    "**/*.c",
     "bin",
 )
 
@@ -250,7 +253,11 @@ def tree_size_bytes(tree: Path) -> int:
 
 
 def lambda_code(
-    *, root: Path, artifacts: Sequence[str], architecture: str = "x86_64", python_version: str = PYTHON_VERSION
+    *,
+    root: Path,
+    artifacts: Sequence[str],
+    architecture: str = "x86_64",
+    python_version: str = PYTHON_VERSION,
 ) -> lambda_.Code:
     """`lambda_.Code` for a servestack function, bundled locally (never with Docker)."""
     bundler = LocalPythonBundler(

@@ -58,7 +58,9 @@ class DeploymentStack(Stack):
         env: Environment | None = None,
     ) -> None:
         d = spec.deployments[deployment]
-        super().__init__(scope, id, env=env, description=f"servestack deployment {deployment} ({d.mode}, model {d.model})")
+        super().__init__(
+            scope, id, env=env, description=f"servestack deployment {deployment} ({d.mode}, model {d.model})"
+        )
         Tags.of(self).add("servestack:deployment", deployment)
         Tags.of(self).add("servestack:mode", d.mode)
         self.deployment = deployment
@@ -81,6 +83,7 @@ class DeploymentStack(Stack):
             data = {
                 m.key: s3_assets.Asset(self, f"ModelData{i}", path=str(model_data_archive(root, [m])))
                 for i, m in enumerate(models)
+                if not d.multi_model  # multi-model endpoints load from their S3 prefix instead
             }
             rt = RealtimeEndpoint(
                 self,
@@ -107,7 +110,10 @@ class DeploymentStack(Stack):
             alarms = rt.alarms
             instance_ns = "/aws/sagemaker/Endpoints"
             panels = [
-                Panel("Model latency (ms)", percentiles(rt.metric("ModelLatency", "p99"), "model", "/1000")),
+                Panel(
+                    "Model latency (µs, as SageMaker publishes it)",
+                    percentiles(rt.metric("ModelLatency", "p99"), "model"),
+                ),
                 Panel(
                     "Invocations and errors",
                     [rt.metric("Invocations", "Sum")],
@@ -123,8 +129,7 @@ class DeploymentStack(Stack):
                     ],
                 ),
             ]
-            CfnOutput(self, "SmokeKind", value="sagemaker")
-            CfnOutput(self, "SmokeTarget", value=name)
+            self._smoke("sagemaker", name)
         elif isinstance(d, ServerlessDeployment):
             sl = ServerlessEndpoint(
                 self,
@@ -156,7 +161,10 @@ class DeploymentStack(Stack):
                 Panel(
                     "Invocations, errors, throttles",
                     [alias.metric_invocations(period=PERIOD, statistic="Sum")],
-                    [alias.metric_errors(period=PERIOD, statistic="Sum"), alias.metric_throttles(period=PERIOD)],
+                    [
+                        alias.metric_errors(period=PERIOD, statistic="Sum"),
+                        alias.metric_throttles(period=PERIOD),
+                    ],
                 ),
                 Panel(
                     "HTTP API 4xx / 5xx and p99 latency",
@@ -174,8 +182,7 @@ class DeploymentStack(Stack):
                     ],
                 ),
             ]
-            CfnOutput(self, "SmokeKind", value="lambda-http")
-            CfnOutput(self, "SmokeTarget", value=alias.function_arn)
+            self._smoke("lambda-http", alias.function_arn)
             CfnOutput(self, "ApiUrl", value=sl.http.url, description="IAM-authenticated (SigV4) HTTP API")
         elif isinstance(d, AsyncDeployment):
             sagemaker_backend = d.backend == "sagemaker"
@@ -222,7 +229,10 @@ class DeploymentStack(Stack):
                 Panel("Worker duration (ms)", percentiles(ae.worker.metric_duration(), "worker")),
                 Panel(
                     "Submissions and errors",
-                    [ae.submit.metric_invocations(period=PERIOD), ae.worker.metric_invocations(period=PERIOD)],
+                    [
+                        ae.submit.metric_invocations(period=PERIOD),
+                        ae.worker.metric_invocations(period=PERIOD),
+                    ],
                     [
                         ae.submit.metric_errors(period=PERIOD),
                         ae.worker.metric_errors(period=PERIOD),
@@ -232,8 +242,7 @@ class DeploymentStack(Stack):
                     ],
                 ),
             ]
-            CfnOutput(self, "SmokeKind", value="lambda-async")
-            CfnOutput(self, "SmokeTarget", value=ae.submit.function_arn)
+            self._smoke("lambda-async", ae.submit.function_arn)
             CfnOutput(self, "ApiUrl", value=ae.http.url, description="IAM-authenticated (SigV4) HTTP API")
         elif isinstance(d, BatchDeployment):
             fargate = d.runner == "fargate"
@@ -245,8 +254,8 @@ class DeploymentStack(Stack):
                 model_name=primary.name,
                 schedule=d.schedule,
                 timezone=d.timezone,
-                input_prefix=d.input_prefix,
-                output_prefix=d.output_prefix,
+                input_prefix=d.input_prefix or f"batch/{deployment}/input/",
+                output_prefix=d.output_prefix or f"batch/{deployment}/output/",
                 runner=d.runner,
                 code=None if fargate else self._code(models, d.architecture),
                 image=self._image("CpuImage", False) if fargate else None,
@@ -262,7 +271,12 @@ class DeploymentStack(Stack):
             )
             self.construct = bj
             alarms = bj.alarms
-            panels = [Panel("Batch failures and dead letters", [bj.dead_letters.metric_approximate_number_of_messages_visible(period=PERIOD)])]
+            panels = [
+                Panel(
+                    "Batch failures and dead letters",
+                    [bj.dead_letters.metric_approximate_number_of_messages_visible(period=PERIOD)],
+                )
+            ]
             if bj.function is not None:
                 panels += [
                     Panel("Run duration (ms)", percentiles(bj.function.metric_duration(), "run")),
@@ -272,14 +286,18 @@ class DeploymentStack(Stack):
                         [bj.function.metric_errors(period=PERIOD)],
                     ),
                 ]
-            CfnOutput(self, "SmokeKind", value="batch")
-            CfnOutput(self, "SmokeTarget", value=bj.schedule.schedule_name)
+            self._smoke("batch", bj.schedule.schedule_name)
         else:  # pragma: no cover - the spec's discriminated union is exhaustive
             raise TypeError(f"unknown deployment mode {d!r}")
 
         CfnOutput(self, "Bucket", value=bucket.bucket_name)
         self.alarms = alarms
         self.dashboard = DeploymentDashboard(self, "Dashboard", dashboard_name=name, panels=panels, alarms=alarms)
+
+    def _smoke(self, kind: str, target: str) -> None:
+        """Outputs the pipeline's smoke test reads: what to invoke and how (see stacks/smoke.py)."""
+        self.smoke_kind = CfnOutput(self, "SmokeKind", value=kind)
+        self.smoke_target = CfnOutput(self, "SmokeTarget", value=target)
 
     def _code(self, models: list[ModelSpec], architecture: str) -> Any:
         return lambda_code(root=self.root, artifacts=[m.artifact_path for m in models], architecture=architecture)
@@ -316,6 +334,8 @@ def add_deployments(
     if unknown:
         raise ValueError(f"deployments {unknown} are not in serving.yaml ({', '.join(spec.deployments)})")
     return [
-        DeploymentStack(scope, f"{name_prefix}{n}", spec=spec, deployment=n, root=root, name_prefix=name_prefix, env=env)
+        DeploymentStack(
+            scope, f"{name_prefix}{n}", spec=spec, deployment=n, root=root, name_prefix=name_prefix, env=env
+        )
         for n in wanted
     ]

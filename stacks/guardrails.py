@@ -65,7 +65,12 @@ def _rate_percent(errors: cw.IMetric, total: cw.IMetric, period: Duration, label
 
 
 def sagemaker_variant_metric(
-    endpoint_name: str, variant: str, metric: str, statistic: str, period: Duration, namespace: str = SAGEMAKER_NAMESPACE
+    endpoint_name: str,
+    variant: str,
+    metric: str,
+    statistic: str,
+    period: Duration,
+    namespace: str = SAGEMAKER_NAMESPACE,
 ) -> cw.Metric:
     return cw.Metric(
         namespace=namespace,
@@ -93,7 +98,7 @@ def sagemaker_variant_alarms(
             metric=_rate_percent(errors, total, period, "5xx %"),
             threshold=settings.error_rate_percent,
             settings=settings,
-            description=f"{endpoint_name}/{variant}: invocation 5xx rate above {settings.error_rate_percent}%",
+            description=f"{endpoint_name}/{variant}: 5xx rate above {settings.error_rate_percent}%",
         ),
         _alarm(
             scope,
@@ -113,8 +118,9 @@ def sagemaker_execution_timeout_sec(strategy: Strategy) -> int:
     lo, hi = _MAX_EXECUTION_SEC
     if needed > hi:
         raise ValueError(
-            f"strategy: {strategy.steps} steps x {strategy.interval_minutes} min + {strategy.bake_minutes} min bake "
-            f"needs {needed} s, which is not <= {hi} s (SageMaker's limit); use fewer or shorter steps"
+            f"strategy: {strategy.steps} steps x {strategy.interval_minutes} min + "
+            f"{strategy.bake_minutes} min bake needs {needed} s, which is not <= {hi} s (SageMaker's limit); "
+            "use fewer or shorter steps"
         )
     return max(lo, needed)
 

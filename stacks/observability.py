@@ -27,7 +27,14 @@ def percentiles(metric: cw.Metric, label: str, scale: str = "") -> list[cw.IMetr
     """p50/p90/p99 of one metric (`scale`, e.g. '/1000', turns microseconds into ms via math)."""
     out: list[cw.IMetric] = []
     for p in ("p50", "p90", "p99"):
-        m = metric.with_(statistic=p, period=PERIOD, label=f"{label} {p}")
+        m = cw.Metric(
+            namespace=metric.namespace,
+            metric_name=metric.metric_name,
+            dimensions_map=metric.dimensions,
+            statistic=p,
+            period=PERIOD,
+            label=f"{label} {p}",
+        )
         if scale:
             key = "m_" + re.sub(r"[^a-z0-9]", "_", f"{label}_{p}".lower())
             out.append(cw.MathExpression(expression=f"{key}{scale}", using_metrics={key: m}, label=f"{label} {p} (ms)"))
@@ -55,7 +62,7 @@ class DeploymentDashboard(Construct):
         if alarms:
             self.dashboard.add_widgets(cw.AlarmStatusWidget(title="Guardrails", alarms=list(alarms), width=24))
         widgets: list[cw.IWidget] = [
-            cw.GraphWidget(title=p.title, left=list(p.left), right=list(p.right), width=12, height=6)
+            cw.GraphWidget(title=p.title, left=list(p.left), right=list(p.right), width=12, height=6, period=PERIOD)
             for p in panels
         ]
         for i in range(0, len(widgets), 2):

@@ -29,9 +29,17 @@ from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
-from servestack.spec import AlarmSettings, Batching, ModelSpec, RealtimeServerless, ShadowVariant, Strategy, Variant
+from servestack.spec import (
+    AlarmSettings,
+    Batching,
+    ModelSpec,
+    RealtimeServerless,
+    ShadowVariant,
+    Strategy,
+    Variant,
+)
 from stacks import guardrails
-from stacks.shared import acknowledge, check_range, log_group
+from stacks.shared import acknowledge, check_range, log_group, logical_id
 
 CONTAINER_MODEL_DIR = "/opt/ml/model"
 # Paths never sent to Docker as build context.
@@ -50,7 +58,7 @@ DOCKER_EXCLUDE = [
     ".servestack",
     "models/artifacts",
 ]
-_ECR_TOKEN_REASON = (
+_ECR_AUTH_REASON = (
     "ecr:GetAuthorizationToken has no resource-level permissions (AWS requires Resource '*'); image pulls "
     "themselves are scoped to the asset repository."
 )
@@ -61,7 +69,7 @@ _METRICS_REASON = (
 
 
 def model_data_archive(root: Path, models: Sequence[ModelSpec], cache_dir: Path | None = None) -> Path:
-    """A reproducible `model.tar.gz` holding `<name>/<version>/<files>` for `models` (same input, same bytes)."""
+    """A reproducible `model.tar.gz` holding `<name>/<version>/<files>` (same input, same bytes)."""
     members: list[tuple[str, Path]] = []
     for m in models:
         base = root / m.artifact_path
@@ -89,6 +97,18 @@ def model_data_archive(root: Path, models: Sequence[ModelSpec], cache_dir: Path 
         tmp.write_bytes(packed)
         tmp.replace(out)
     return out
+
+
+def sagemaker_scaling_role(scope: Construct, id: str) -> iam.IRole:
+    """Application Auto Scaling's service-linked role for SageMaker variants (created by AWS on first use)."""
+    arn = Stack.of(scope).format_arn(
+        service="iam",
+        region="",
+        resource="role",
+        resource_name="aws-service-role/sagemaker.application-autoscaling.amazonaws.com/"
+        "AWSServiceRoleForApplicationAutoScaling_SageMakerEndpoint",
+    )
+    return iam.Role.from_role_arn(scope, id, arn, mutable=False)
 
 
 class RealtimeEndpoint(Construct):
@@ -146,7 +166,7 @@ class RealtimeEndpoint(Construct):
             self,
             "ExecutionRole",
             assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
-            description=f"SageMaker endpoint {endpoint_name}: pull its image, read its model data, write its logs",
+            description=f"SageMaker endpoint {endpoint_name}: pull its image, read its model, write its logs",
         )
         image.repository.grant_pull(self.role)
         self.logs.grant_write(self.role)
@@ -157,7 +177,7 @@ class RealtimeEndpoint(Construct):
                 conditions={"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/Endpoints*"}},
             )
         )
-        for asset in model_data.values():
+        for asset in model_data.values() if multi_model_bucket is None else ():
             self.role.add_to_policy(
                 iam.PolicyStatement(
                     actions=["s3:GetObject"], resources=[asset.bucket.arn_for_objects(asset.s3_object_key)]
@@ -240,7 +260,12 @@ class RealtimeEndpoint(Construct):
             weight = float(variants[0].weight) * shadow.sample_percent / 100
             shadows.append(
                 production_variant(
-                    shadow.name, f"{shadow.model}@{shadow.version}", shadow.model, weight, shadow.instance_type, 1
+                    shadow.name,
+                    f"{shadow.model}@{shadow.version}",
+                    shadow.model,
+                    weight,
+                    shadow.instance_type,
+                    1,
                 )
             )
         self.endpoint_config = sagemaker.CfnEndpointConfig(
@@ -277,6 +302,7 @@ class RealtimeEndpoint(Construct):
                     scalable_dimension="sagemaker:variant:DesiredInstanceCount",
                     min_capacity=min_instances,
                     max_capacity=max_instances,
+                    role=sagemaker_scaling_role(self, f"ScalingRole{v.name.title().replace('-', '')}"),
                 )
                 target.node.add_dependency(self.endpoint)
                 target.scale_to_track_metric(
@@ -288,10 +314,9 @@ class RealtimeEndpoint(Construct):
                 )
                 self.scaling.append(target)
 
-        findings = {"AwsSolutions-IAM5[Resource::*]": f"{_ECR_TOKEN_REASON} {_METRICS_REASON}"}
+        findings = {"AwsSolutions-IAM5[Resource::*]": f"{_ECR_AUTH_REASON} {_METRICS_REASON}"}
         if multi_model_bucket is not None:
-            bucket_ref = Stack.of(self).resolve(multi_model_bucket.bucket_arn)
-            logical = bucket_ref["Fn::GetAtt"][0] if isinstance(bucket_ref, dict) and "Fn::GetAtt" in bucket_ref else "?"
+            logical = logical_id(multi_model_bucket)
             findings[f"AwsSolutions-IAM5[Resource::<{logical}.Arn>/{self.multi_model_prefix}*]"] = (
                 "Multi-model mode loads any model under the endpoint's own prefix; the set of models changes "
                 "at runtime, so the prefix cannot be narrowed further."

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from aws_cdk import Duration, Stack
+from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_codedeploy as codedeploy
 from aws_cdk import aws_lambda as lambda_
@@ -19,13 +19,22 @@ from constructs import Construct
 
 from servestack.spec import AlarmSettings, Strategy
 from stacks import guardrails
-from stacks.shared import IamHttpApi, acknowledge, check_choice, check_range, lambda_role, log_group
+from stacks.shared import (
+    IamHttpApi,
+    acknowledge,
+    check_choice,
+    check_range,
+    lambda_role,
+    log_group,
+    logical_id,
+)
 
 HANDLER = "handlers.serverless.handler"
 LAMBDA_MODEL_DIR = "/var/task/models/artifacts"
 _HOOK_SOURCE = Path(__file__).parent / "hooks" / "pre_traffic.py"
 _ARCH = {"x86_64": lambda_.Architecture.X86_64, "arm64": lambda_.Architecture.ARM_64}
 RUNTIME = lambda_.Runtime.PYTHON_3_12
+_CODEDEPLOY_POLICY = "arn:<AWS::Partition>:iam::aws:policy/service-role/AWSCodeDeployRoleForLambdaLimited"
 RUNTIME_REASON = (
     "Python 3.12 is pinned on purpose: the bundle's wheels (onnxruntime, numpy, pydantic-core, orjson) are "
     "built for cp312 and a runtime change is a tested, deliberate upgrade, not an automatic one."
@@ -171,17 +180,17 @@ class ServerlessEndpoint(Construct):
                 failed_deployment=True, stopped_deployment=True, deployment_in_alarm=True
             ),
         )
-        hook_id = Stack.of(self).get_logical_id(self.pre_traffic_hook.node.default_child)  # type: ignore[arg-type]
+        hook_id = logical_id(self.pre_traffic_hook)
         acknowledge(
             self.deployment_group,
             {
                 f"AwsSolutions-IAM5[Resource::<{hook_id}.Arn>:*]": (
-                    "CDK's invoke grant lets CodeDeploy call this deployment's own pre-traffic hook, including "
-                    "its versions (`<arn>:*`); no other function."
+                    "CDK's invoke grant lets CodeDeploy call this deployment's own pre-traffic hook, "
+                    "including its versions (`<arn>:*`); no other function."
                 ),
-                "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSCodeDeployRoleForLambdaLimited]": (
-                    "CDK attaches AWS's CodeDeploy-for-Lambda service policy (the 'Limited' variant): it lets "
-                    "CodeDeploy move aliases and read alarms, nothing else; it is the documented service role."
+                f"AwsSolutions-IAM4[Policy::{_CODEDEPLOY_POLICY}]": (
+                    "CDK attaches AWS's CodeDeploy-for-Lambda service policy (the 'Limited' variant): it "
+                    "lets CodeDeploy move aliases and read alarms, nothing else; the documented service role."
                 ),
             },
         )
@@ -218,8 +227,9 @@ class ServerlessEndpoint(Construct):
         expected = json.dumps(expected_response, separators=(",", ":"))
         if len(request) + len(expected) > 3500:
             raise ValueError(
-                f"ServerlessEndpoint {name}: sample request + response are {len(request) + len(expected)} bytes, "
-                "which is not <= 3500 (they travel in the hook's environment); use a smaller sample"
+                f"ServerlessEndpoint {name}: sample request + response are "
+                f"{len(request) + len(expected)} bytes, which is not <= 3500 (they travel in the hook's "
+                "environment); use a smaller sample"
             )
         logs = log_group(self, "PreTrafficHookLogs", retention_days=log_retention_days)
         hook = lambda_.Function(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Validations
+from aws_cdk import Acknowledgment, CfnElement, Duration, RemovalPolicy, Stack, Validations
 from aws_cdk import aws_apigatewayv2 as apigw
 from aws_cdk import aws_apigatewayv2_authorizers as apigw_auth
 from aws_cdk import aws_apigatewayv2_integrations as apigw_int
@@ -56,6 +56,12 @@ def retention(days: int) -> logs.RetentionDays:
     return _RETENTION[days]
 
 
+def logical_id(construct: IConstruct) -> str:
+    """The logical id cdk-nag prints for a construct's CloudFormation resource (`<id>.Arn`)."""
+    resource = construct if isinstance(construct, CfnElement) else construct.node.default_child
+    return str(Stack.of(construct).get_logical_id(resource))  # type: ignore[arg-type]
+
+
 def acknowledge(construct: IConstruct, findings: dict[str, str]) -> None:
     """cdk-nag acknowledgements, each with its reason, keyed by rule id (`AwsSolutions-S1`) or exact finding
     id (`AwsSolutions-IAM5[Resource::*]`). They apply to `construct` and everything under it."""
@@ -92,7 +98,7 @@ class ArtifactBucket(Construct):
         )
         acknowledge(
             self.access_logs,
-            {"AwsSolutions-S1": "This bucket is the server access log target; logging it into itself would loop."},
+            {"AwsSolutions-S1": "This bucket is the server access log target; logging it into itself loops."},
         )
         self.bucket = s3.Bucket(
             self,

@@ -27,22 +27,42 @@ def _close(got, want, tol):
 
 
 def _event(body):
-    http = {"method": "POST", "path": "/invocations", "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1",
-            "userAgent": "servestack-pre-traffic"}
+    http = {
+        "method": "POST",
+        "path": "/invocations",
+        "protocol": "HTTP/1.1",
+        "sourceIp": "127.0.0.1",
+        "userAgent": "servestack-pre-traffic",
+    }
     return {
-        "version": "2.0", "routeKey": "$default", "rawPath": "/invocations", "rawQueryString": "",
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": "/invocations",
+        "rawQueryString": "",
         "headers": {"content-type": "application/json", "host": "pre-traffic.local"},
-        "requestContext": {"accountId": "-", "apiId": "pre-traffic", "domainName": "pre-traffic.local",
-                           "domainPrefix": "pre-traffic", "http": http, "requestId": "pre-traffic",
-                           "routeKey": "$default", "stage": "$default", "time": "", "timeEpoch": 0},
-        "body": body, "isBase64Encoded": False,
+        "requestContext": {
+            "accountId": "-",
+            "apiId": "pre-traffic",
+            "domainName": "pre-traffic.local",
+            "domainPrefix": "pre-traffic",
+            "http": http,
+            "requestId": "pre-traffic",
+            "routeKey": "$default",
+            "stage": "$default",
+            "time": "",
+            "timeEpoch": 0,
+        },
+        "body": body,
+        "isBase64Encoded": False,
     }
 
 
 def check():
     """Return None when the new version answers correctly, else why not."""
-    out = _lambda.invoke(FunctionName=os.environ["TARGET_FUNCTION"],
-                         Payload=json.dumps(_event(os.environ["SAMPLE_REQUEST"])).encode())
+    out = _lambda.invoke(
+        FunctionName=os.environ["TARGET_FUNCTION"],
+        Payload=json.dumps(_event(os.environ["SAMPLE_REQUEST"])).encode(),
+    )
     reply = json.loads(out["Payload"].read() or b"null")
     if out.get("FunctionError") or not isinstance(reply, dict):
         return f"function error: {reply!r}"[:500]

@@ -193,7 +193,7 @@ def test_ambiguous_model_version_must_be_named() -> None:
 def test_models_of_lists_variant_and_shadow_models_once() -> None:
     data = minimal(
         mode="realtime",
-        variants=[{"name": "a", "model": "digits", "weight": 3}, {"name": "b", "model": "cancer"}],
+        variants=[{"name": "a", "model": "digits", "weight": 3}],
         shadow={"model": "cancer", "sample_percent": 20},
     )
     data["models"].append({"name": "cancer", "version": "2", "path": "elsewhere/cancer"})

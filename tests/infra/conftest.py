@@ -1,0 +1,149 @@
+"""One synth per test session: the repo's serving.yaml plus a few extra deployments that exercise the
+options the repo file does not use (A/B variants, shadow, multi-model, serverless variant, SageMaker async
+backend, Fargate batch). Bundling is skipped (`aws:cdk:bundling-stacks: []`); only test_bundling bundles.
+
+The synth runs in a throwaway project root holding the repo's serving.yaml, stub Dockerfiles and stub
+model artifacts, so these tests check the templates whatever state `models/` and `containers/` are in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:  # `pytest` (not `python -m pytest`) does not put the repo root on sys.path
+    sys.path.insert(0, str(REPO))
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+
+# Deployments added to the repo's serving.yaml for coverage of every construct option.
+EXTRA_DEPLOYMENTS: dict[str, dict[str, Any]] = {
+    "digits-ab": {
+        "mode": "realtime",
+        "model": "digits",
+        "variants": [
+            {"name": "current", "model": "digits", "weight": 9},
+            {"name": "candidate", "model": "breast-cancer", "weight": 1, "instance_type": "ml.g4dn.xlarge"},
+        ],
+        "strategy": {"type": "linear", "linear_step_percent": 25, "interval_minutes": 3, "bake_minutes": 5},
+    },
+    "digits-shadow": {
+        "mode": "realtime",
+        "model": "digits",
+        "shadow": {"model": "breast-cancer", "sample_percent": 20},
+        "strategy": {"type": "all_at_once", "bake_minutes": 0},
+    },
+    "digits-mme": {
+        "mode": "realtime",
+        "model": "digits",
+        "multi_model": True,
+        "instance_type": "ml.c6i.xlarge",
+    },
+    "digits-sls": {
+        "mode": "realtime",
+        "model": "digits",
+        "serverless": {"memory_mib": 3072, "max_concurrency": 5},
+    },
+    "cancer-gpu-async": {
+        "mode": "async",
+        "model": "breast-cancer",
+        "backend": "sagemaker",
+        "max_instances": 3,
+    },
+    "digits-weekly": {
+        "mode": "batch",
+        "model": "digits",
+        "runner": "fargate",
+        "schedule": "rate(7 days)",
+        "fargate_cpu": 2048,
+        "architecture": "arm64",
+    },
+}
+# The pipeline stack joins the session synth, deploying two deployments per stage to keep it small.
+PIPELINE_CONTEXT = {
+    "servestack:pipeline": "true",
+    "servestack:pipeline-deployments": "digits-api,cancer-nightly",
+    "servestack:repo": "acme/serving",
+    "servestack:account": "111111111111",
+    "servestack:region": "us-east-1",
+}
+SAMPLE_REQUEST = {"instances": [[0.0, 1.0, 2.0, 3.0]]}
+SAMPLE_RESPONSE = {"predictions": [3]}
+
+
+@dataclass
+class Synth:
+    """The session's cloud assembly: templates by stack name, the nag/validation outcome, the app."""
+
+    outdir: Path
+    templates: dict[str, dict[str, Any]]
+    pipeline: dict[str, Any]
+    validation_error: str | None
+    app: Any
+    deployments: dict[str, str]  # deployment name -> mode
+
+    def template(self, deployment: str) -> Any:
+        from aws_cdk.assertions import Template
+
+        return Template.from_json(self.templates[f"servestack-{deployment}"])
+
+    def resources(self, deployment: str, type_: str) -> dict[str, dict[str, Any]]:
+        res = self.templates[f"servestack-{deployment}"]["Resources"]
+        return {k: v for k, v in res.items() if v["Type"] == type_}
+
+
+def make_project(root: Path) -> Path:
+    """A minimal project root: serving.yaml (repo's + extras), stub Dockerfiles and model artifacts."""
+    spec = yaml.safe_load((REPO / "serving.yaml").read_text(encoding="utf-8"))
+    spec["deployments"].update(EXTRA_DEPLOYMENTS)
+    (root / "serving.yaml").write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
+    (root / "containers").mkdir()
+    for name in ("gpu", "cpu"):
+        (root / "containers" / f"{name}.Dockerfile").write_text("FROM scratch\n", encoding="utf-8")
+    for model in spec["models"]:
+        d = root / "models" / "artifacts" / model["name"] / str(model["version"])
+        d.mkdir(parents=True)
+        (d / "model.onnx").write_bytes(b"stub onnx for " + model["name"].encode())
+        (d / "manifest.json").write_text(json.dumps({"name": model["name"]}), encoding="utf-8")
+        (d / "sample-request.json").write_text(json.dumps(SAMPLE_REQUEST), encoding="utf-8")
+        (d / "sample-response.json").write_text(json.dumps(SAMPLE_RESPONSE), encoding="utf-8")
+    return root
+
+
+@pytest.fixture(scope="session")
+def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
+    import app as cdk_app
+
+    root = make_project(tmp_path_factory.mktemp("project"))
+    outdir = tmp_path_factory.mktemp("cdk.out")
+    context = json.loads((REPO / "cdk.json").read_text(encoding="utf-8"))["context"]
+    context.update(PIPELINE_CONTEXT)
+    context["aws:cdk:bundling-stacks"] = []
+    app = cdk_app.build_app(root=root, context=context, outdir=str(outdir))
+    error = None
+    try:
+        app.synth()
+    except Exception as exc:  # nag findings surface as a ValidationFailed error after templates are written
+        error = str(exc)
+    templates = {
+        p.name.removesuffix(".template.json"): json.loads(p.read_text(encoding="utf-8"))
+        for p in outdir.glob("*.template.json")
+        if p.name != "servestack-pipeline.template.json"
+    }
+    pipeline = json.loads((outdir / "servestack-pipeline.template.json").read_text(encoding="utf-8"))
+    spec = yaml.safe_load((root / "serving.yaml").read_text(encoding="utf-8"))
+    return Synth(
+        outdir=outdir,
+        templates=templates,
+        pipeline=pipeline,
+        validation_error=error,
+        app=app,
+        deployments={k: v["mode"] for k, v in spec["deployments"].items()},
+    )

@@ -1,0 +1,261 @@
+"""Realtime (SageMaker) endpoints: GPU instances, blue/green, rollback alarms, autoscaling, options."""
+
+from __future__ import annotations
+
+import re
+
+from aws_cdk.assertions import Capture, Match
+
+from tests.infra.conftest import Synth
+
+
+def endpoint_config(synth: Synth, deployment: str) -> dict:
+    (config,) = synth.resources(deployment, "AWS::SageMaker::EndpointConfig").values()
+    return config["Properties"]
+
+
+def test_endpoint_runs_on_the_gpu_instance_type_from_the_spec(synth: Synth) -> None:
+    t = synth.template("digits-realtime")
+
+    t.has_resource_properties(
+        "AWS::SageMaker::EndpointConfig",
+        {
+            "ProductionVariants": [
+                Match.object_like({"VariantName": "primary", "InstanceType": "ml.g5.xlarge", "InitialInstanceCount": 1})
+            ]
+        },
+    )
+    t.has_resource_properties(
+        "AWS::SageMaker::Model",
+        {
+            "EnableNetworkIsolation": True,
+            "PrimaryContainer": Match.object_like(
+                {
+                    "Mode": "SingleModel",
+                    "ModelDataUrl": Match.any_value(),
+                    "Environment": Match.object_like(
+                        {
+                            "SERVESTACK_MODEL_DIR": "/opt/ml/model",
+                            "SERVESTACK_DEFAULT_MODEL": "digits",
+                            "SERVESTACK_MAX_BATCH_SIZE": "64",
+                            "SERVESTACK_MAX_DELAY_MS": "2",
+                        }
+                    ),
+                }
+            ),
+        },
+    )
+
+
+def test_canary_strategy_shifts_the_spec_percent_and_rolls_back_on_its_alarms(synth: Synth) -> None:
+    t = synth.template("digits-realtime")
+    alarm_refs = Capture()
+
+    t.has_resource_properties(
+        "AWS::SageMaker::Endpoint",
+        {
+            "EndpointName": "servestack-digits-realtime",
+            "DeploymentConfig": {
+                "BlueGreenUpdatePolicy": {
+                    "TrafficRoutingConfiguration": {
+                        "Type": "CANARY",
+                        "CanarySize": {"Type": "CAPACITY_PERCENT", "Value": 10},
+                        "WaitIntervalInSeconds": 600,
+                    },
+                    "TerminationWaitInSeconds": 900,
+                    "MaximumExecutionTimeoutInSeconds": 1800 + 600 + 900,
+                },
+                "AutoRollbackConfiguration": {"Alarms": alarm_refs},
+            },
+        },
+    )
+
+    alarms = synth.resources("digits-realtime", "AWS::CloudWatch::Alarm")
+    names = {alarms[a["AlarmName"]["Ref"]]["Properties"]["AlarmName"] for a in alarm_refs.as_array()}
+    assert names == {
+        "servestack-digits-realtime-primary-5xx-rate",
+        "servestack-digits-realtime-primary-p99-latency",
+    }
+
+
+def test_rollback_alarms_watch_the_endpoints_5xx_rate_and_p99_latency(synth: Synth) -> None:
+    t = synth.template("digits-realtime")
+    dims = [
+        {"Name": "EndpointName", "Value": "servestack-digits-realtime"},
+        {"Name": "VariantName", "Value": "primary"},
+    ]
+
+    t.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "AlarmName": "servestack-digits-realtime-primary-p99-latency",
+            "MetricName": "ModelLatency",
+            "Namespace": "AWS/SageMaker",
+            "ExtendedStatistic": "p99",
+            "Dimensions": Match.array_with(dims),
+            "Threshold": 50_000,  # 50 ms in microseconds
+        },
+    )
+    t.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "AlarmName": "servestack-digits-realtime-primary-5xx-rate",
+            "Threshold": 1,
+            "Metrics": Match.array_with(
+                [
+                    Match.object_like({"Expression": "IF(total > 0, 100 * errors / total, 0)"}),
+                    Match.object_like(
+                        {
+                            "MetricStat": Match.object_like(
+                                {"Metric": Match.object_like({"MetricName": "Invocation5XXErrors"})}
+                            )
+                        }
+                    ),
+                ]
+            ),
+        },
+    )
+
+
+def test_linear_strategy_and_ab_variants_by_weight(synth: Synth) -> None:
+    t = synth.template("digits-ab")
+
+    t.has_resource_properties(
+        "AWS::SageMaker::Endpoint",
+        {
+            "DeploymentConfig": Match.object_like(
+                {
+                    "BlueGreenUpdatePolicy": Match.object_like(
+                        {
+                            "TrafficRoutingConfiguration": {
+                                "Type": "LINEAR",
+                                "LinearStepSize": {"Type": "CAPACITY_PERCENT", "Value": 25},
+                                "WaitIntervalInSeconds": 180,
+                            },
+                            "TerminationWaitInSeconds": 300,
+                        }
+                    )
+                }
+            )
+        },
+    )
+    variants = endpoint_config(synth, "digits-ab")["ProductionVariants"]
+    assert [(v["VariantName"], v["InitialVariantWeight"], v["InstanceType"]) for v in variants] == [
+        ("current", 9, "ml.g5.xlarge"),
+        ("candidate", 1, "ml.g4dn.xlarge"),
+    ]
+    rollback = synth.resources("digits-ab", "AWS::SageMaker::Endpoint")
+    (endpoint,) = rollback.values()
+    assert len(endpoint["Properties"]["DeploymentConfig"]["AutoRollbackConfiguration"]["Alarms"]) == 4
+
+
+def test_all_at_once_strategy_and_shadow_variant(synth: Synth) -> None:
+    t = synth.template("digits-shadow")
+
+    t.has_resource_properties(
+        "AWS::SageMaker::Endpoint",
+        {
+            "DeploymentConfig": Match.object_like(
+                {
+                    "BlueGreenUpdatePolicy": Match.object_like(
+                        {"TrafficRoutingConfiguration": {"Type": "ALL_AT_ONCE", "WaitIntervalInSeconds": 0}}
+                    )
+                }
+            )
+        },
+    )
+    config = endpoint_config(synth, "digits-shadow")
+    (shadow,) = config["ShadowProductionVariants"]
+    assert shadow["VariantName"] == "shadow"
+    assert shadow["InitialVariantWeight"] == 0.2  # 20 % of the production variant's weight
+
+
+def test_autoscaling_tracks_invocations_per_instance_within_min_max(synth: Synth) -> None:
+    t = synth.template("digits-realtime")
+    target = Capture()
+
+    t.has_resource_properties(
+        "AWS::ApplicationAutoScaling::ScalableTarget",
+        {
+            "ServiceNamespace": "sagemaker",
+            "ResourceId": "endpoint/servestack-digits-realtime/variant/primary",
+            "ScalableDimension": "sagemaker:variant:DesiredInstanceCount",
+            "MinCapacity": 1,
+            "MaxCapacity": 4,
+            "RoleARN": Match.any_value(),
+        },
+    )
+    t.has_resource_properties(
+        "AWS::ApplicationAutoScaling::ScalingPolicy",
+        {
+            "PolicyType": "TargetTrackingScaling",
+            "TargetTrackingScalingPolicyConfiguration": Match.object_like(
+                {
+                    "PredefinedMetricSpecification": {"PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"},
+                    "TargetValue": target,
+                }
+            ),
+        },
+    )
+    assert target.as_number() == 3000
+
+
+def test_execution_role_reads_only_its_own_model_data(synth: Synth) -> None:
+    policies = synth.resources("digits-realtime", "AWS::IAM::Policy")
+    statements = [s for p in policies.values() for s in p["Properties"]["PolicyDocument"]["Statement"]]
+
+    s3_statements = [s for s in statements if any(a.startswith("s3:") for a in _list(s["Action"]))]
+    assert s3_statements
+    for s in s3_statements:
+        assert _list(s["Action"]) == ["s3:GetObject"]
+        for resource in _list(s["Resource"]):
+            key = resource["Fn::Join"][1][-1]
+            assert re.fullmatch(r"/[0-9a-f]{64}\.gz", key)  # the model.tar.gz asset object, no wildcard
+    wildcard = [s for s in statements if s["Resource"] == "*"]
+    assert {a for s in wildcard for a in _list(s["Action"])} <= {
+        "ecr:GetAuthorizationToken",
+        "cloudwatch:PutMetricData",
+    }
+
+
+def test_multi_model_mode_reads_models_from_its_own_prefix(synth: Synth) -> None:
+    t = synth.template("digits-mme")
+
+    t.has_resource_properties(
+        "AWS::SageMaker::Model",
+        {"PrimaryContainer": Match.object_like({"Mode": "MultiModel", "ModelDataUrl": Match.any_value()})},
+    )
+    t.has_resource_properties(
+        "AWS::IAM::Policy",
+        {
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        Match.object_like(
+                            {
+                                "Action": "s3:GetObject",
+                                "Resource": {
+                                    "Fn::Join": [
+                                        "",
+                                        [Match.any_value(), "/sagemaker/servestack-digits-mme/models/*"],
+                                    ]
+                                },
+                            }
+                        )
+                    ]
+                )
+            }
+        },
+    )
+
+
+def test_serverless_variant_option_uses_serverless_config_and_no_instances(synth: Synth) -> None:
+    (variant,) = endpoint_config(synth, "digits-sls")["ProductionVariants"]
+
+    assert variant["ServerlessConfig"] == {"MemorySizeInMB": 3072, "MaxConcurrency": 5}
+    assert "InstanceType" not in variant
+    assert synth.resources("digits-sls", "AWS::ApplicationAutoScaling::ScalableTarget") == {}
+
+
+def _list(x: object) -> list:
+    return x if isinstance(x, list) else [x]
