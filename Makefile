@@ -14,7 +14,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 export PYTHONDONTWRITEBYTECODE ?=
 
-.PHONY: help setup local test lint typecheck pytest synth bench models clean
+.PHONY: help setup local test lint typecheck pytest synth bench models clean test-localstack
 
 help:
 	@echo "make local   set up, then run the whole local topology (servestack local up)"
@@ -22,6 +22,7 @@ help:
 	@echo "make synth   synthesize the CDK app into cdk.out (offline)"
 	@echo "make bench   print benchmark figures (needs wrk: apt-get install wrk)"
 	@echo "make models  rebuild the bundled model artifacts"
+	@echo "make test-localstack  S3/SQS integration tests on LocalStack in host mode (not part of make test)"
 
 $(UV):
 	python3 -m venv .tools
@@ -51,6 +52,9 @@ pytest: setup
 	$(PY) -m pytest
 
 test: lint typecheck pytest
+
+test-localstack: setup
+	localstack/run-host.sh
 
 synth: setup
 	$(CDK) synth --no-notices --quiet

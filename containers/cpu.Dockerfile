@@ -10,7 +10,7 @@ RUN python -m venv $VIRTUAL_ENV && pip install --no-cache-dir uv==0.13.8
 
 WORKDIR /opt/program
 COPY pyproject.toml uv.lock README.md ./
-RUN uv export --frozen --no-dev --extra server --no-emit-project --no-hashes --format requirements-txt \
+RUN uv export --frozen --no-dev --extra server --extra aws --no-emit-project --no-hashes --format requirements-txt \
       > /tmp/requirements.txt \
  && uv pip install --no-cache -r /tmp/requirements.txt
 

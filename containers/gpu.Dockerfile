@@ -17,7 +17,7 @@ RUN apt-get update \
 WORKDIR /opt/program
 # Dependencies first (a layer that changes only with the lock), CPU onnxruntime swapped for the GPU build.
 COPY pyproject.toml uv.lock README.md ./
-RUN uv export --frozen --no-dev --extra server --no-emit-project --no-hashes --format requirements-txt \
+RUN uv export --frozen --no-dev --extra server --extra aws --no-emit-project --no-hashes --format requirements-txt \
       | grep -v '^onnxruntime==' > /tmp/requirements.txt \
  && uv pip install --no-cache -r /tmp/requirements.txt "onnxruntime-gpu==${ORT_GPU_VERSION}"
 

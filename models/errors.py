@@ -159,3 +159,17 @@ class DeadlineExceeded(ServingError):
     status_code = 504
     retryable = True
     error_type = "DeadlineExceeded"
+
+
+class JobNotFound(ServingError):
+    """No async job has that id (never submitted, or expired by the table's TTL)."""
+
+    status_code = 404
+    error_type = "JobNotFound"
+
+
+class JobFailed(ServingError):
+    """The job already ended `failed`; a redelivered message for it fails fast with the recorded reason."""
+
+    status_code = 409
+    error_type = "JobFailed"

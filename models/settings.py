@@ -56,7 +56,7 @@ class EnvironmentSettings(msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
         try:
             return msgspec.convert(values, cls, strict=False, dec_hook=_decode_path)
         except msgspec.ValidationError as exc:
-            where = re.search(r"at `\$\.(\w+)`", str(exc))
+            where = re.search(r"at `\$\.(\w+)`", str(exc)) or re.search(r"field `(\w+)`", str(exc))
             variable = f"{prefix}{where.group(1).upper()}" if where else "settings"
             raise ConfigurationError(
                 f"{variable}: {values.get(where.group(1)) if where else ''!r} is invalid: {exc}",

@@ -1,62 +1,238 @@
-"""`servestack local up`: start the local topology, print how to call it, stop it cleanly on Ctrl-C/SIGTERM.
+"""`servestack local up`: every deployment of serving.yaml on this machine, on an AWS emulator.
 
-Today it runs the realtime container entry over the bundled models; the emulator-backed modes
-(serverless, async, batch) join it as they land.
+- An emulator: moto's `ThreadedMotoServer` in this process (a configured or free port), or the endpoint
+  of `--endpoint-url` / `AWS_ENDPOINT_URL` (LocalStack...). Buckets, queues with DLQs and tables are created
+  with the names the CDK stacks use (servestack/local/resources.py).
+- realtime: the container entry (`python -m handlers.realtime serve`) as a child process per deployment.
+- serverless: a child serving HTTP that turns requests into HTTP API v2 events for `handlers.serverless`.
+- async: a child for the submit/status API, and a child polling SQS for the worker.
+- batch: a child running the schedule; `servestack local run-batch NAME` runs it now. Its input prefix is
+  seeded with the model's sample rows.
+Children's output is one log stream, each line tagged `[deployment/role]`. The state file says where
+everything is, for `servestack invoke` and `run-batch`. Ctrl-C or SIGTERM stops everything.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import os
 import shlex
 import signal
+import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import IO, Any
 
-from servestack.local.processes import REPO_ROOT, RealtimeProcess, free_port, port_is_free
+from servestack.local import state
+from servestack.local.processes import REPO_ROOT, RealtimeProcess, free_port, http_status, port_is_free
 
 DEFAULT_PORT = 8080
 
 
-def sample_curl(url: str, sample: Path) -> str:
-    shown = sample.relative_to(Path.cwd()) if sample.is_relative_to(Path.cwd()) else sample
-    return f"curl -s -X POST {url}/invocations -H 'Content-Type: application/json' --data @{shlex.quote(str(shown))}"
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen[bytes]
+    url: str | None = None
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    def stop(self, grace_sec: float = 10.0) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=grace_sec)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        for thread in self.threads:
+            thread.join(timeout=2)
 
 
-def run(port: int | None, model_dir: Path | None, default_model: str, workers: int) -> int:
-    chosen = port if port is not None else DEFAULT_PORT
-    if not port_is_free(chosen):
+def _pump(tag: str, stream: IO[bytes], out: IO[str]) -> threading.Thread:
+    def copy() -> None:
+        for raw in iter(stream.readline, b""):
+            out.write(f"[{tag}] {raw.decode(errors='replace').rstrip()}\n")
+            out.flush()
+        stream.close()
+
+    thread = threading.Thread(target=copy, name=f"log-{tag}", daemon=True)
+    thread.start()
+    return thread
+
+
+def _spawn(tag: str, argv: list[str], env: dict[str, str]) -> Child:
+    process = subprocess.Popen(
+        argv, cwd=REPO_ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    assert process.stdout is not None
+    return Child(tag, process, threads=[_pump(tag, process.stdout, sys.stdout)])
+
+
+def _wait_http(child: Child, url: str, timeout_sec: float = 60) -> None:
+    deadline = time.monotonic() + timeout_sec
+    while time.monotonic() < deadline:
+        if child.process.poll() is not None:
+            raise RuntimeError(f"{child.name}: exited with code {child.process.returncode}")
+        if http_status(url) is not None:
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"{child.name}: {url} not answering after {timeout_sec:.0f}s")
+
+
+def sample_path(model_dir: Path, model: str, version: str) -> Path:
+    return model_dir / model / version / "sample-request.json"
+
+
+def shown(path: Path) -> str:
+    relative = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+    return shlex.quote(str(relative))
+
+
+def seed_batch_input(s3: Any, bucket: str, prefix: str, sample: Path) -> str | None:
+    """A small JSON Lines file from the model's sample rows, unless the prefix already holds input."""
+    if s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1).get("KeyCount", 0):
+        return None
+    rows = json.loads(sample.read_text())["instances"]
+    key = f"{prefix}sample.jsonl"
+    s3.put_object(Bucket=bucket, Key=key, Body="".join(json.dumps(row) + "\n" for row in rows).encode())
+    return key
+
+
+def run(
+    port: int | None,
+    model_dir: Path | None,
+    workers: int,
+    *,
+    spec_path: Path | None = None,
+    endpoint_url: str | None = None,
+    emulator_port: int = 0,
+    state_path: Path | None = None,
+    visibility_timeout_sec: int | None = None,
+) -> int:
+    from servestack.local.emulator import EmbeddedEmulator, aws_environment, clients
+    from servestack.local.resources import ensure_all, environment, names
+    from servestack.spec import AsyncDeployment, BatchDeployment, RealtimeDeployment, SpecError, load_spec
+
+    spec_file = spec_path or (Path("serving.yaml") if Path("serving.yaml").exists() else REPO_ROOT / "serving.yaml")
+    try:
+        spec = load_spec(spec_file)
+    except SpecError as error:
+        print(error, file=sys.stderr)
+        return 2
+    realtime_port = port if port is not None else DEFAULT_PORT
+    if not port_is_free(realtime_port):
         if port is not None:
-            print(f"port {chosen} is in use; pick another with --port", file=sys.stderr)
+            print(f"port {realtime_port} is in use; pick another with --port", file=sys.stderr)
             return 2
-        chosen = free_port()
-    env = {"SERVESTACK_DEFAULT_MODEL": default_model}
-    if model_dir is not None:
-        env["SERVESTACK_MODEL_DIR"] = str(model_dir.resolve())
+        realtime_port = free_port()
+    artifacts = (model_dir or REPO_ROOT / "models" / "artifacts").resolve()
+    model_env = {"SERVESTACK_MODEL_DIR": str(artifacts)} if model_dir is not None else {}
     stop_requested = threading.Event()
 
     def request_stop(signum: int, _frame: FrameType | None) -> None:
         stop_requested.set()
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    server = RealtimeProcess.start(f"{default_model}-realtime", chosen, env=env, workers=workers)
+    external = endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
+    emulator = None if external else EmbeddedEmulator(emulator_port)
+    url = external or emulator.url  # type: ignore[union-attr]
+    aws_env = aws_environment(url)
+    children: list[Child] = []
+    state_file = state_path or state.default_path()
     try:
-        server.wait_ready()
-        artifacts = (model_dir or REPO_ROOT / "models" / "artifacts").resolve()
-        sample = next(iter(sorted(artifacts.glob(f"{default_model}/*/sample-request.json"))), None)
-        print(f"{'deployment':<24} {'mode':<10} url", flush=True)
-        print(f"{server.name:<24} {'realtime':<10} {server.url}", flush=True)
-        print(f"\ncurl -s {server.url}/ping", flush=True)
-        if sample is not None:
-            print(sample_curl(server.url, sample), flush=True)
+        aws = clients(url)
+        created = ensure_all(aws, spec, visibility_timeout=visibility_timeout_sec)
+        rows: list[tuple[str, str, str]] = []
+        curls: list[str] = []
+        recorded: dict[str, dict[str, Any]] = {}
+        waits: list[Callable[[], None]] = []
+        spec_arg = ["--spec", str(spec_file.resolve())]
+        runner = [sys.executable, "-m", "servestack.local.runner"]
+        for name, d in spec.deployments.items():
+            model = spec.model(d.model, d.version)
+            sample = sample_path(artifacts, model.name, model.version)
+            env = {
+                **aws_env,
+                **model_env,
+                **environment(spec, name, queue_url=created.get(name, {}).get("queue_url", "")),
+            }
+            n = names(name, d)
+            entry: dict[str, Any] = {"mode": d.mode, "model": model.key, "sample": str(sample)}
+            if isinstance(d, RealtimeDeployment):
+                chosen = realtime_port if not any(c.name.endswith("/realtime") for c in children) else free_port()
+                with_output = RealtimeProcess.start(
+                    name, chosen, env={**env, **model_env}, workers=workers, output=subprocess.PIPE
+                )
+                child = Child(f"{name}/realtime", with_output.process, url=with_output.url)
+                assert with_output.process.stdout is not None
+                child.threads.append(_pump(child.name, with_output.process.stdout, sys.stdout))
+                children.append(child)
+                waits.append(with_output.wait_ready)
+                entry["url"] = with_output.url
+                curls += [f"curl -s {with_output.url}/ping", _curl(f"{with_output.url}/invocations", sample)]
+            elif isinstance(d, BatchDeployment):
+                children.append(_spawn(f"{name}/scheduler", [*runner, "scheduler", name, *spec_arg], env))
+                seeded = seed_batch_input(aws["s3"], n.bucket, n.input_prefix, sample)
+                entry |= {"bucket": n.bucket, "input_prefix": n.input_prefix, "output_prefix": n.output_prefix}
+                entry |= {"schedule": f"{d.schedule} {d.timezone}", "seeded": seeded}
+                curls.append(f"{_self_command()} local run-batch {name}")
+            else:
+                http_port = free_port()
+                child = _spawn(f"{name}/http", [*runner, "http", name, *spec_arg, "--port", str(http_port)], env)
+                child.url = f"http://127.0.0.1:{http_port}"
+                children.append(child)
+                if isinstance(d, AsyncDeployment):
+                    children.append(_spawn(f"{name}/poller", [*runner, "poller", name, *spec_arg], env))
+                    entry |= {"bucket": n.bucket, "table": n.table, **created[name]}
+                    curls.append(_curl(f"{child.url}/jobs", sample))
+                    curls.append(f"curl -s {child.url}/jobs/JOB_ID")
+                else:
+                    curls.append(_curl(f"{child.url}/invocations", sample))
+                waits.append(functools.partial(_wait_http, child, f"{child.url}/"))
+                entry["url"] = child.url
+            rows.append((name, d.mode, entry.get("url") or f"s3://{n.bucket}/{n.input_prefix}"))
+            recorded[name] = entry
+        for wait in waits:
+            wait()
+        state.write(state_file, {"endpoint_url": url, "spec": str(spec_file.resolve()), "pid": os.getpid()}, recorded)
+        print(f"\naws emulator: {url}  (state: {state_file})", flush=True)
+        print(f"{'deployment':<24} {'mode':<11} url", flush=True)
+        for name, mode, where in rows:
+            print(f"{name:<24} {mode:<11} {where}", flush=True)
+        print("", flush=True)
+        for line in curls:
+            print(line, flush=True)
         print("\nCtrl-C stops everything.", flush=True)
         while not stop_requested.wait(0.5):
-            if server.process.poll() is not None:
-                print(f"{server.name}: exited with code {server.process.returncode}", file=sys.stderr)
-                return 1
+            for child in children:
+                if child.process.poll() is not None:
+                    print(f"{child.name}: exited with code {child.process.returncode}", file=sys.stderr)
+                    return 1
         return 0
     finally:
-        server.stop()
+        for child in reversed(children):
+            child.stop()
+        if emulator is not None:
+            emulator.stop()
+        state.remove(state_file)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         print("stopped", flush=True)
+
+
+def _self_command() -> str:
+    """How this CLI was started, so the printed command works without an activated venv."""
+    argv0 = Path(sys.argv[0])
+    if argv0.name == "servestack" and argv0.exists():
+        return shown(argv0.resolve()) if not argv0.is_absolute() else shlex.quote(str(argv0))
+    return f"{shlex.quote(sys.executable)} -m servestack.cli"
+
+
+def _curl(url: str, sample: Path) -> str:
+    return f"curl -s -X POST {url} -H 'Content-Type: application/json' --data @{shown(sample)}"

@@ -1,0 +1,118 @@
+"""Batch mode: `handler` runs on an EventBridge Scheduler payload (Lambda) or from the CLI / Fargate task.
+
+Payload (stacks/batch.py sends it): `{"deployment", "bucket", "input_prefix", "output_prefix", "model"}`,
+optionally `"strict"` and `"chunk_rows"`. Missing keys fall back to the `SERVESTACK_BATCH_*` environment
+(what the Fargate task gets), so an EventBridge rule's plain "Scheduled Event" works too. The scoring itself
+(chunks, parts, manifest, resume, error file) is `models.tabular.BatchJob`; this module is its S3 store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any
+
+import msgspec
+from aws_lambda_powertools import Logger
+from botocore.exceptions import ClientError
+
+from handlers.jobs import aws_client
+from models.service import ModelRepository
+from models.settings import EnvironmentSettings, ServingSettings
+from models.tabular import BatchJob, Progress, StoredObject
+
+logger = Logger(service="servestack")
+
+
+BATCH_PREFIX = "SERVESTACK_BATCH_"
+
+
+class BatchSettings(EnvironmentSettings, frozen=True, kw_only=True):
+    """One batch run; the scheduler payload's keys override these `SERVESTACK_BATCH_*` defaults."""
+
+    deployment: str = ""
+    bucket: str
+    input_prefix: str
+    output_prefix: str
+    model: str | None = None
+    chunk_rows: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 10_000
+    strict: bool = False
+
+
+class S3Store:
+    """`models.tabular.Store` on one S3 bucket, streaming reads line by line."""
+
+    def __init__(self, bucket: str, client: Any = None) -> None:
+        self.bucket = bucket
+        self.s3 = client or aws_client("s3")
+
+    def list(self, prefix: str) -> list[StoredObject]:
+        found: list[StoredObject] = []
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+            for obj in page.get("Contents", []):
+                found.append(StoredObject(obj["Key"], int(obj["Size"]), str(obj["ETag"]).strip('"')))
+        return found
+
+    def lines(self, key: str) -> Iterator[bytes]:
+        body = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"]
+        try:
+            yield from body.iter_lines(chunk_size=1024 * 1024)
+        finally:
+            body.close()
+
+    def get(self, key: str) -> bytes:
+        return bytes(self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+
+    def metadata(self, key: str) -> dict[str, str] | None:
+        try:
+            return dict(self.s3.head_object(Bucket=self.bucket, Key=key)["Metadata"])
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise
+
+    def put(self, key: str, body: bytes, metadata: dict[str, str]) -> None:
+        self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, Metadata=metadata)
+
+    def delete(self, key: str) -> None:
+        self.s3.delete_object(Bucket=self.bucket, Key=key)
+
+
+def run_batch(
+    settings: BatchSettings, *, on_progress: Callable[[Progress], None] | None = None, store: Any = None
+) -> dict[str, Any]:
+    """Score one scheduled run; returns the manifest written next to the parts."""
+    repository = ModelRepository(ServingSettings(max_batch_rows=max(settings.chunk_rows, 10_000)))
+    repository.load_all()
+    job = BatchJob(
+        store=store or S3Store(settings.bucket),
+        model=repository.resolve(settings.model),
+        input_prefix=settings.input_prefix,
+        output_prefix=settings.output_prefix,
+        deployment=settings.deployment,
+        chunk_rows=settings.chunk_rows,
+        strict=settings.strict,
+        on_progress=on_progress,
+    )
+    return job.run()
+
+
+def _log_progress(progress: Progress) -> None:
+    logger.info(
+        "batch progress",
+        extra={"rows": progress.rows, "errors": progress.errors, "parts": progress.parts_done,
+               "skipped": progress.parts_skipped, "rows_per_sec": round(progress.rows_per_sec)},
+    )  # fmt: skip
+
+
+def settings_from(payload: dict[str, Any]) -> BatchSettings:
+    """The run's settings: payload keys over `SERVESTACK_BATCH_*` (a plain scheduled event carries none)."""
+    overrides = {k: v for k, v in payload.items() if k in BatchSettings.__struct_fields__ and v is not None}
+    return BatchSettings.from_environment(prefix=BATCH_PREFIX, **overrides)
+
+
+@logger.inject_lambda_context(clear_state=True)
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    settings = settings_from(event)
+    manifest = run_batch(settings, on_progress=_log_progress)
+    logger.info("batch done", extra={"rows": manifest["rows"], "parts": len(manifest["parts"])})
+    return {"manifest": f"s3://{settings.bucket}/{settings.output_prefix}manifest.json", "rows": manifest["rows"]}

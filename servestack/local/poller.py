@@ -1,0 +1,147 @@
+"""The SQS event source mapping, on this machine: long-poll a queue, call the worker with SQS batch events.
+
+Like Lambda's poller it gathers up to `batch_size` messages within `batch_window_sec`, builds the exact
+event Lambda sends (`Records` with `messageId`, `receiptHandle`, `attributes`, `messageAttributes`,
+`eventSourceARN`...), invokes the function, deletes the records that succeeded and leaves the ones in
+`batchItemFailures` (or all of them, when the invocation failed) to reappear after the queue's visibility
+timeout, and so, after `maxReceiveCount` receives, to move to the DLQ.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from servestack.local.lambda_runtime import REGION, LocalFunction
+
+logger = logging.getLogger("servestack.local")
+MAX_RECEIVE = 10  # SQS returns at most 10 messages per call
+
+
+def lambda_record(message: dict[str, Any], queue_arn: str) -> dict[str, Any]:
+    """One SQS message as it appears in a Lambda event."""
+    attributes = {
+        key: value
+        for key, value in message.get("Attributes", {}).items()
+        if key
+        in (
+            "ApproximateReceiveCount",
+            "SentTimestamp",
+            "SenderId",
+            "ApproximateFirstReceiveTimestamp",
+            "SequenceNumber",
+            "MessageGroupId",
+            "MessageDeduplicationId",
+            "AWSTraceHeader",
+        )
+    }
+    message_attributes = {
+        name: {
+            "stringValue": value.get("StringValue"),
+            "binaryValue": value.get("BinaryValue"),
+            "stringListValues": value.get("StringListValues", []),
+            "binaryListValues": value.get("BinaryListValues", []),
+            "dataType": value["DataType"],
+        }
+        for name, value in message.get("MessageAttributes", {}).items()
+    }
+    return {
+        "messageId": message["MessageId"],
+        "receiptHandle": message["ReceiptHandle"],
+        "body": message["Body"],
+        "attributes": attributes,
+        "messageAttributes": message_attributes,
+        "md5OfBody": message["MD5OfBody"],
+        "eventSource": "aws:sqs",
+        "eventSourceARN": queue_arn,
+        "awsRegion": REGION,
+    }
+
+
+class SqsPoller:
+    """Feed `function` from `queue_url` until `stop` is set."""
+
+    def __init__(
+        self,
+        sqs: Any,
+        queue_url: str,
+        function: LocalFunction,
+        *,
+        batch_size: int = 10,
+        batch_window_sec: float = 0,
+        wait_sec: int = 2,
+    ) -> None:
+        self.sqs = sqs
+        self.queue_url = queue_url
+        self.function = function
+        self.batch_size = batch_size
+        self.batch_window_sec = batch_window_sec
+        self.wait_sec = wait_sec
+        self.queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
+        self.invocations = 0
+
+    def _receive(self, limit: int, wait_sec: int) -> list[dict[str, Any]]:
+        response = self.sqs.receive_message(
+            QueueUrl=self.queue_url,
+            MaxNumberOfMessages=min(MAX_RECEIVE, limit),
+            WaitTimeSeconds=wait_sec,
+            AttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        )
+        messages: list[dict[str, Any]] = response.get("Messages", [])
+        return messages
+
+    def gather(self, stop: threading.Event) -> list[dict[str, Any]]:
+        """Up to `batch_size` messages: long-poll for the first, then fill until the window closes."""
+        batch = self._receive(self.batch_size, self.wait_sec)
+        if not batch:
+            return batch
+        closes = time.monotonic() + self.batch_window_sec
+        while len(batch) < self.batch_size and not stop.is_set():
+            remaining = closes - time.monotonic()
+            if remaining <= 0:
+                break
+            more = self._receive(self.batch_size - len(batch), min(20, int(remaining)))
+            batch += more
+            if not more and remaining < 1:
+                break
+        return batch
+
+    def run_once(self, stop: threading.Event) -> int:
+        """One receive + invoke + delete cycle; returns how many messages it handled."""
+        messages = self.gather(stop)
+        if not messages:
+            return 0
+        event = {"Records": [lambda_record(m, self.queue_arn) for m in messages]}
+        self.invocations += 1
+        try:
+            response = self.function.invoke(event)
+            failed = {item["itemIdentifier"] for item in (response or {}).get("batchItemFailures", [])}
+        except Exception:
+            logger.exception(
+                "%s: invocation failed; all %d messages will be retried", self.function.name, len(messages)
+            )
+            return len(messages)
+        done = [m for m in messages if m["MessageId"] not in failed]
+        for start in range(0, len(done), 10):
+            entries = [
+                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done[start : start + 10])
+            ]
+            self.sqs.delete_message_batch(QueueUrl=self.queue_url, Entries=entries)
+        if failed:
+            logger.info(
+                "%s: %d of %d records failed and will be retried", self.function.name, len(failed), len(messages)
+            )
+        return len(messages)
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                self.run_once(stop)
+            except Exception:  # the emulator went away, a network blip: keep polling, as Lambda does
+                logger.exception("%s: polling failed", self.function.name)
+                stop.wait(1)

@@ -1,0 +1,140 @@
+"""Async mode end to end on a real AWS endpoint: submit -> SQS -> worker -> S3 + DynamoDB."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import handlers.asynchronous
+from models.service import ModelRepository
+from models.settings import ServingSettings
+from servestack.local.lambda_runtime import LambdaContext
+from tests.conftest import ARTIFACTS
+from tests.integration.asyncjobs import AsyncDeploymentUnderTest, deploy_async
+from tests.integration.conftest import Aws
+
+SAMPLE = (ARTIFACTS / "breast-cancer" / "1" / "sample-request.json").read_bytes()
+POISON = json.dumps({"instances": [[1.0] * 29]})  # 29 features: the model takes 30
+
+
+@pytest.fixture
+def deployment(aws: Aws, unique: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[AsyncDeploymentUnderTest]:
+    yield deploy_async(aws, unique, monkeypatch, batch_size=10, batch_window_sec=0, max_receive_count=2)
+    handlers.asynchronous.service.cache_clear()
+
+
+def expected_result(body: bytes) -> Any:
+    repository = ModelRepository(ServingSettings(warmup=False))
+    repository.load_all()
+    return json.loads(repository.get("breast-cancer").infer(body, "application/json", None).body)
+
+
+def fetch(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return bytes(response.read())
+
+
+def test_submit_then_worker_writes_the_result_and_status_links_it(deployment: AsyncDeploymentUnderTest) -> None:
+    # GIVEN a job submitted inline
+    code, submitted = deployment.submit(SAMPLE)
+    assert code == 202
+    assert submitted["status"] == "queued"
+    assert submitted["status_url"].endswith(f"/jobs/{submitted['job_id']}")
+    # WHEN the poller feeds the queue to the worker
+    deployment.drain()
+    # THEN the status is succeeded and its presigned URL returns what the core predicts for the payload
+    code, status = deployment.status(submitted["job_id"])
+    assert code == 200
+    assert status["status"] == "succeeded"
+    assert status["result"]["location"].startswith(f"s3://{deployment.names.bucket}/{deployment.names.result_prefix}")
+    assert json.loads(fetch(status["result"]["url"])) == expected_result(SAMPLE)
+
+
+def test_a_redelivered_message_never_writes_a_second_result(deployment: AsyncDeploymentUnderTest) -> None:
+    # GIVEN a job the worker completed, and the message it came in (as a redelivery would bring it again)
+    _, submitted = deployment.submit(SAMPLE)
+    message = deployment.receive_job_message(submitted["job_id"])
+    poller = deployment.poller()
+    from servestack.local.poller import lambda_record
+
+    event = {"Records": [lambda_record(message, poller.queue_arn)]}
+    first = handlers.asynchronous.worker_handler(event, LambdaContext("worker", 120, 2048))
+    job_id = submitted["job_id"]
+    _, done = deployment.status(job_id)
+    # WHEN the same message is delivered again, once normally and once after a crash between the result
+    # write and the status update (the record still says `running`)
+    second = handlers.asynchronous.worker_handler(event, LambdaContext("worker", 120, 2048))
+    table = deployment.aws.dynamodb
+    table.update_item(
+        TableName=deployment.names.table,
+        Key={"job_id": {"S": job_id}},
+        UpdateExpression="SET #s = :r",
+        ExpressionAttributeNames={"#s": "status"},
+        ExpressionAttributeValues={":r": {"S": "running"}},
+    )
+    third = handlers.asynchronous.worker_handler(event, LambdaContext("worker", 120, 2048))
+    # THEN every delivery succeeds, and there is exactly one result object, unchanged
+    assert first == second == third == {"batchItemFailures": []}
+    assert deployment.result_versions(job_id) == 1
+    _, after = deployment.status(job_id)
+    assert after["status"] == "succeeded"
+    assert fetch(after["result"]["url"]) == fetch(done["result"]["url"])
+    assert done["updated_at"] <= after["updated_at"]
+
+
+def test_poison_payloads_fail_alone_then_reach_the_dlq_with_a_reason(deployment: AsyncDeploymentUnderTest) -> None:
+    # GIVEN three good jobs and two poison ones in the same queue
+    good = [deployment.submit(SAMPLE)[1]["job_id"] for _ in range(3)]
+    bad = [deployment.submit(POISON)[1]["job_id"] for _ in range(2)]
+    # WHEN the poller runs until the queue is empty (max receive count 2, visibility 1 s)
+    poller = deployment.drain()
+    # THEN the good jobs succeeded once each, and the poison ones failed with the field named...
+    for job_id in good:
+        assert deployment.status(job_id)[1]["status"] == "succeeded"
+        assert deployment.result_versions(job_id) == 1
+    for job_id in bad:
+        status = deployment.status(job_id)[1]
+        assert status["status"] == "failed"
+        assert status["error"]["type"] == "InvalidInput"
+        assert "30" in status["error"]["message"] or "30" in str(status["error"].get("allowed"))
+        assert deployment.result_versions(job_id) == 0
+    # ...and their messages are in the DLQ, after more than one invocation
+    assert poller.invocations >= 2
+    dead = deployment.aws.sqs.receive_message(QueueUrl=deployment.dlq_url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+    assert sorted(json.loads(m["Body"])["job_id"] for m in dead["Messages"]) == sorted(bad)
+
+
+def test_large_payload_goes_through_a_presigned_upload(deployment: AsyncDeploymentUnderTest) -> None:
+    # GIVEN an upload slot for a job
+    code, slot = deployment.submit(json.dumps({"content_type": "application/json"}), path="/jobs/uploads")
+    assert code == 201
+    # WHEN the payload is PUT to the presigned URL (S3 notifies the queue) and the caller also confirms
+    upload = urllib.request.Request(slot["upload"]["url"], data=SAMPLE, method="PUT", headers=slot["upload"]["headers"])
+    with urllib.request.urlopen(upload, timeout=10) as response:
+        assert response.status == 200
+    code, _ = deployment.submit(b"", path=f"/jobs/{slot['job_id']}/confirm")
+    assert code == 202
+    deployment.drain()
+    # THEN the job succeeded once, whichever of the two starts came first
+    status = deployment.status(slot["job_id"])[1]
+    assert status["status"] == "succeeded"
+    assert deployment.result_versions(slot["job_id"]) == 1
+    assert json.loads(fetch(status["result"]["url"])) == expected_result(SAMPLE)
+
+
+def test_submit_refuses_what_it_cannot_take(deployment: AsyncDeploymentUnderTest, tmp_path: Path) -> None:
+    # GIVEN an inline payload over the presign threshold, an unknown job id, an unsupported content type
+    too_big = b"[" + b"1.0," * 70_000 + b"1.0]"
+    # WHEN each is sent / THEN each gets its 4xx with the field and what is allowed
+    code, body = deployment.submit(too_big)
+    assert (code, body["error"]["type"]) == (413, "PayloadTooLarge")
+    assert "/jobs/uploads" in body["error"]["message"]
+    code, body = deployment.status("0" * 32)
+    assert (code, body["error"]["type"]) == (404, "JobNotFound")
+    code, body = deployment.submit(b"x", content_type="application/xml")
+    assert (code, body["error"]["type"]) == (415, "UnsupportedMediaType")

@@ -1,0 +1,140 @@
+"""Batch mode on a real S3 endpoint: chunked scoring, parts + manifest, bad rows, strict mode, resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_breast_cancer
+
+from handlers.batch import BatchSettings, handler, run_batch
+from models.errors import InvalidInput
+from models.service import ModelRepository
+from models.settings import ServingSettings
+from models.tabular import Progress
+from servestack.local.lambda_runtime import LambdaContext
+from servestack.local.resources import ensure_bucket
+from tests.conftest import EVENTS
+from tests.integration.conftest import Aws
+
+pytestmark = pytest.mark.localstack
+
+ROWS = load_breast_cancer().data.astype(np.float32)[:40]
+
+
+class Interrupted(Exception):
+    """Stands for the process dying mid-run (the bench kills a real process with SIGKILL)."""
+
+
+def seed(aws: Aws, bucket: str, prefix: str) -> None:
+    """JSONL with a malformed line and a short row, plus a CSV with a header: 40 good rows, 2 bad."""
+    lines = [json.dumps(row.tolist()) for row in ROWS[:25]]
+    lines.insert(3, "[1.0, 2.0")  # line 4: malformed JSON
+    lines.insert(10, json.dumps([1.0] * 29))  # line 11: 29 features
+    csv = "\n".join([",".join(f"f{i}" for i in range(30))] + [",".join(str(v) for v in row) for row in ROWS[25:]])
+    ensure_bucket(aws.s3, bucket)
+    aws.s3.put_object(Bucket=bucket, Key=f"{prefix}a.jsonl", Body="\n".join(lines) + "\n")
+    aws.s3.put_object(Bucket=bucket, Key=f"{prefix}b.csv", Body=csv + "\n")
+    aws.s3.put_object(Bucket=bucket, Key=f"{prefix}README.txt", Body="not input")
+
+
+def outputs(aws: Aws, bucket: str, prefix: str) -> dict[str, bytes]:
+    listed = aws.s3.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
+    return {
+        o["Key"].removeprefix(prefix): aws.s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read() for o in listed
+    }
+
+
+def settings(bucket: str, output: str, **extra: Any) -> BatchSettings:
+    return BatchSettings(
+        deployment="t", bucket=bucket, input_prefix="in/", output_prefix=output, model="breast-cancer", **extra
+    )
+
+
+def test_batch_scores_every_good_row_and_reports_bad_rows_by_line(aws: Aws, unique: str) -> None:
+    # GIVEN JSONL + CSV input with two bad rows
+    seed(aws, unique, "in/")
+    # WHEN the job runs in chunks of 8 rows
+    manifest = run_batch(settings(unique, "out/", chunk_rows=8))
+    files = outputs(aws, unique, "out/")
+    # THEN the manifest counts rows, names the model, and each part's checksum matches its bytes
+    assert manifest["rows"] == {"total": 42, "succeeded": 40, "failed": 2}
+    assert manifest["model"]["name"] == "breast-cancer"
+    assert len(manifest["parts"]) == 6
+    assert json.loads(files["manifest.json"]) == manifest
+    import hashlib
+
+    for part in manifest["parts"]:
+        assert hashlib.sha256(files[part["key"]]).hexdigest() == part["sha256"]
+    # AND the predictions are the core's, row for row, with file and line
+    scored = [json.loads(line) for part in manifest["parts"] for line in files[part["key"]].splitlines()]
+    repository = ModelRepository(ServingSettings(warmup=False))
+    repository.load_all()
+    model = repository.get("breast-cancer")
+    expected = model.respond(model.predict({"input": ROWS}))
+    assert [r["prediction"] for r in scored] == expected["predictions"].tolist()
+    assert [r["label"] for r in scored] == expected["labels"]
+    assert (scored[0]["file"], scored[0]["line"]) == ("in/a.jsonl", 1)
+    assert (scored[-1]["file"], scored[-1]["line"]) == ("in/b.csv", 16)
+    # AND the bad rows are in the error file with their line numbers and reasons
+    errors = [json.loads(line) for line in files["errors.jsonl"].splitlines()]
+    assert [(e["file"], e["line"]) for e in errors] == [("in/a.jsonl", 4), ("in/a.jsonl", 11)]
+    assert "malformed JSON" in errors[0]["error"]["message"]
+    assert errors[1]["error"]["type"] == "InvalidInput"
+
+
+def test_an_interrupted_run_resumes_to_byte_identical_output(aws: Aws, unique: str) -> None:
+    # GIVEN an uninterrupted run, and a second run into another prefix that dies after 3 parts
+    seed(aws, unique, "in/")
+    run_batch(settings(unique, "whole/", chunk_rows=8))
+
+    def die_after_three(progress: Progress) -> None:
+        if progress.parts_done == 3:
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        run_batch(settings(unique, "resumed/", chunk_rows=8), on_progress=die_after_three)
+    assert "manifest.json" not in outputs(aws, unique, "resumed/")
+    # WHEN it is run again
+    seen: list[Progress] = []
+    run_batch(settings(unique, "resumed/", chunk_rows=8), on_progress=seen.append)
+    # THEN it skipped the finished parts and its output is byte-identical to the uninterrupted run
+    assert seen[-1].parts_skipped == 3
+    assert outputs(aws, unique, "resumed/") == outputs(aws, unique, "whole/")
+
+
+def test_strict_mode_stops_at_the_first_bad_row(aws: Aws, unique: str) -> None:
+    # GIVEN input whose fourth line is malformed
+    seed(aws, unique, "in/")
+    # WHEN the job runs strict / THEN it stops there, naming the file and line
+    with pytest.raises(InvalidInput, match=r"in/a\.jsonl:4"):
+        run_batch(settings(unique, "strict/", chunk_rows=8, strict=True))
+    assert "manifest.json" not in outputs(aws, unique, "strict/")
+
+
+def test_the_lambda_handler_takes_the_scheduler_payload(
+    aws: Aws, unique: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # GIVEN the payload EventBridge Scheduler sends (tests/events/schedulerPayload.json), for this bucket
+    event = json.loads((EVENTS / "schedulerPayload.json").read_text()) | {"bucket": unique, "input_prefix": "in/"}
+    seed(aws, unique, "in/")
+    # WHEN the handler is invoked with it
+    result = handler(event, LambdaContext("batch", 900, 2048))
+    # THEN it reports the manifest's location and row counts
+    assert result == {
+        "manifest": f"s3://{unique}/{event['output_prefix']}manifest.json",
+        "rows": {"total": 42, "succeeded": 40, "failed": 2},
+    }
+    # AND a plain EventBridge "Scheduled Event" falls back to the SERVESTACK_BATCH_* environment
+    for key, value in {
+        "BUCKET": unique,
+        "INPUT_PREFIX": "in/",
+        "OUTPUT_PREFIX": "env/",
+        "MODEL": "breast-cancer",
+    }.items():
+        monkeypatch.setenv(f"SERVESTACK_BATCH_{key}", value)
+    scheduled = json.loads((EVENTS / "eventBridgeScheduledEvent.json").read_text())
+    assert handler(scheduled, LambdaContext("batch", 900, 2048))["rows"]["succeeded"] == 40
