@@ -19,8 +19,10 @@ import orjson
 
 from models import codecs
 from models.batching import BatchingConfig, MicroBatcher
+from models.cache import ModelCache
 from models.errors import InternalError, Overloaded, PayloadTooLarge, ServingError
 from models.service import ModelRepository, ServedModel
+from models.settings import ServingSettings
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -77,12 +79,14 @@ class ServingApp:
     """The ASGI callable. With `load_in_background`, models load after start-up so `/ping` answers 503
     while they load (the container contract); otherwise the caller has loaded them (Lambda init)."""
 
-    def __init__(self, repository: ModelRepository, *, load_in_background: bool = False) -> None:
+    def __init__(self, repository: ModelRepository | ModelCache, *, load_in_background: bool = False) -> None:
         self.repository = repository
         self.settings = repository.settings
         self.load_in_background = load_in_background
         self._batchers: dict[str, MicroBatcher] = {}
         self._fastapi: FastAPI | None = None
+        if isinstance(repository, ModelCache):
+            repository.on_evict = self._drop_batcher
 
     # ------------------------------------------------------------------------------------------ dispatch
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -98,6 +102,8 @@ class ServingApp:
             elif method == "GET" and path == "/ping":
                 status, body = self.ping()
                 return await _respond(send, status, body, b"application/json")
+            elif method == "GET" and path == "/v1/cache":
+                return await _respond(send, 200, orjson.dumps(self.cache_metrics()), b"application/json")
         elif scope["type"] == "lifespan":
             return await self._lifespan(receive, send)
         return await self.fastapi(scope, receive, send)
@@ -112,6 +118,8 @@ class ServingApp:
             elif message["type"] == "lifespan.shutdown":
                 for batcher in self._batchers.values():
                     batcher.close()
+                if isinstance(self.repository, ModelCache):
+                    self.repository.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -127,6 +135,15 @@ class ServingApp:
         if self.repository.error:
             body["error"] = self.repository.error
         return (200 if self.repository.ready else 503), orjson.dumps(body)
+
+    def cache_metrics(self) -> dict[str, Any]:
+        if isinstance(self.repository, ModelCache):
+            return {"mode": "multi-model", **self.repository.metrics()}
+        return {"mode": "single-model", "resident": [model.manifest.key for model in self.repository.models()]}
+
+    def _drop_batcher(self, key: str) -> None:
+        """An evicted model's batcher goes too; requests already holding it finish on it."""
+        self._batchers.pop(key, None)
 
     def batcher(self, model: ServedModel) -> MicroBatcher:
         key = model.manifest.key
@@ -146,7 +163,12 @@ class ServingApp:
         self, target: str | None, headers: dict[bytes, bytes], receive: Receive
     ) -> tuple[bytes, bytes, str]:
         """Decode, batch, predict, encode: returns (body, content type, model key)."""
-        model = self.repository.resolve(target)
+        found = self.repository.lookup(target)
+        if found is not None:
+            model = found
+        else:  # a multi-model cache miss: load (once, however many requests wait for it)
+            assert isinstance(self.repository, ModelCache)
+            model = await asyncio.wrap_future(self.repository.load(target))
         batcher = self.batcher(model)
         with batcher.admission():  # an overloaded worker answers 429 before spending anything on the body
             media_type = codecs.negotiate(_text(headers.get(b"accept")))
@@ -206,5 +228,14 @@ def _text(value: bytes | None) -> str | None:
     return value.decode("latin-1") if value is not None else None
 
 
-def create_app(repository: ModelRepository, *, load_in_background: bool = False) -> ServingApp:
+def create_app(repository: ModelRepository | ModelCache, *, load_in_background: bool = False) -> ServingApp:
     return ServingApp(repository, load_in_background=load_in_background)
+
+
+def build_repository(settings: ServingSettings) -> ModelRepository | ModelCache:
+    """Single-model serving from `model_dir`, or, with `registry_uri` set, the multi-model cache."""
+    if not settings.registry_uri:
+        return ModelRepository(settings)
+    from servestack.registry import open_registry
+
+    return ModelCache(settings, open_registry(settings.registry_uri))

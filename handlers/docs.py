@@ -6,6 +6,7 @@ the predict routes here document them and serve the same pipeline when this app 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -109,7 +110,7 @@ def create_fastapi(serving: ServingApp) -> FastAPI:
 
     @app.get("/v1/models/{name}", summary="One model's signature", responses={404: {"model": ErrorResponse}})
     async def describe_model(name: str) -> dict[str, Any]:
-        return repository.resolve(name).describe()
+        return (await asyncio.to_thread(repository.resolve, name)).describe()  # a cache miss loads it
 
     @app.post(
         "/v1/models/{name}/predict",

@@ -14,8 +14,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from handlers.app import ServingApp, create_app
-from models.service import ModelRepository
+from handlers.app import ServingApp, build_repository, create_app
 from models.settings import EnvironmentSettings, ServingSettings
 
 
@@ -55,7 +54,7 @@ def default_workers(providers: str) -> int:
 
 def create_server_app() -> ServingApp:
     """uvicorn's factory: each worker process builds its own app and loads its own sessions."""
-    return create_app(ModelRepository(ServingSettings.from_environment()), load_in_background=True)
+    return create_app(build_repository(ServingSettings.from_environment()), load_in_background=True)
 
 
 def main(argv: list[str] | None = None) -> None:

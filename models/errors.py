@@ -173,3 +173,17 @@ class JobFailed(ServingError):
 
     status_code = 409
     error_type = "JobFailed"
+
+
+class VersionConflict(ServingError):
+    """A registry version is immutable: it was pushed before with different bytes. Push a new version."""
+
+    status_code = 409
+    error_type = "VersionConflict"
+
+
+class RegistryError(ServingError):
+    """The model registry cannot be used as asked: bad URI, bad name or version, nothing to roll back to."""
+
+    status_code = 400
+    error_type = "RegistryError"

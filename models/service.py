@@ -106,7 +106,7 @@ class ServedModel:
 _VERSION_PART = re.compile(r"(\d+)|(\D+)")
 
 
-def _version_order(version: str) -> tuple[tuple[int, str], ...]:
+def version_order(version: str) -> tuple[tuple[int, str], ...]:
     """'10' sorts after '9'; '1.10' after '1.9'."""
     return tuple((int(num), "") if num else (-1, text) for num, text in _VERSION_PART.findall(version))
 
@@ -147,7 +147,7 @@ class ModelRepository:
                 with self._lock:
                     versions = self._models.setdefault(model.manifest.name, {})
                     versions[model.manifest.version] = model
-                    self._newest[model.manifest.name] = versions[max(versions, key=_version_order)]
+                    self._newest[model.manifest.name] = versions[max(versions, key=version_order)]
                 logger.info("loaded %s from %s", model.manifest.key, package_dir)
             if self.settings.default_model not in self._models:
                 raise ModelLoadError(
@@ -187,7 +187,7 @@ class ModelRepository:
                 f"model {wanted!r} has no version {version!r}",
                 field="version",
                 value=version,
-                allowed=", ".join(sorted(versions, key=_version_order)),
+                allowed=", ".join(sorted(versions, key=version_order)),
             )
         return versions[version]
 
@@ -201,6 +201,10 @@ class ModelRepository:
         separator = "@" if "@" in cleaned else "/"
         name, _, version = cleaned.partition(separator)
         return self.get(name, version or None)
+
+    def lookup(self, target: str | None) -> ServedModel:
+        """Every model here is resident: the same as `resolve` (the cache-backed repository may miss)."""
+        return self.resolve(target)
 
     def models(self) -> list[ServedModel]:
         with self._lock:

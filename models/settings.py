@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Self
@@ -75,6 +76,10 @@ def _model_dir_factory() -> Path:
     return default_model_dir()
 
 
+def _cache_dir_factory() -> Path:
+    return Path(tempfile.gettempdir()) / "servestack-model-cache"
+
+
 class ServingSettings(EnvironmentSettings, frozen=True, kw_only=True):
     """Every knob of the inference core and the HTTP adapters. Environment variables use `SERVESTACK_`."""
 
@@ -92,7 +97,24 @@ class ServingSettings(EnvironmentSettings, frozen=True, kw_only=True):
     max_queue_rows: Annotated[int, msgspec.Meta(ge=1)] = 8192
     max_queue_requests: Annotated[int, msgspec.Meta(ge=1)] = 128
     request_timeout_sec: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 60.0
+    # Multi-model serving: when `registry_uri` is set (`s3://bucket/prefix/` or a directory), models load from
+    # the registry on first request into an LRU cache bounded by bytes and by count (per worker process).
+    registry_uri: str = ""
+    cache_budget_bytes: Annotated[int, msgspec.Meta(ge=1)] = 1 << 30
+    cache_max_models: Annotated[int, msgspec.Meta(ge=1)] = 100
+    # Estimated memory of one onnxruntime session beyond its weights (measured ~180 KiB for a small CPU MLP).
+    cache_session_overhead_bytes: Annotated[int, msgspec.Meta(ge=0)] = 256 * 1024
+    cache_dir: Path = msgspec.field(default_factory=_cache_dir_factory)
+    # Comma list of targets (`name`, `name@version`) loaded at start; readiness waits for them.
+    prewarm: str = ""
+    # How long an unversioned target (`digits`) keeps the version its alias resolved to.
+    alias_ttl_sec: Annotated[float, msgspec.Meta(ge=0)] = 30.0
+    cache_load_threads: Annotated[int, msgspec.Meta(ge=1, le=64)] = 2
 
     def __post_init__(self) -> None:
         if not self.default_model.strip():
             raise ValueError("default_model must name a model, e.g. 'digits'")
+
+    @property
+    def prewarm_targets(self) -> list[str]:
+        return [target.strip() for target in self.prewarm.split(",") if target.strip()]

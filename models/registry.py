@@ -1,0 +1,289 @@
+"""The versioned model registry: `models/<name>/<version>/{model.onnx,manifest.json[,process.py]}` plus
+`models/<name>/aliases.json` (`live` -> a version, with the history that `rollback` walks back).
+
+The registry logic is transport-free: it reads and writes through an `ObjectStore` (a small protocol).
+`DirectoryStore` keeps the layout in a local folder (tests, air-gapped use); the S3 store lives outside the
+core, in `servestack/registry.py`. Versions are immutable: pushing an existing version with other bytes is
+refused. The manifest is written last, so a version exists only once all its files do.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import msgspec
+
+from models.errors import ModelNotFound, RegistryError, VersionConflict
+from models.manifest import HOOKS_FILE, MANIFEST_FILE, Manifest, read_manifest, verify_checksums
+from models.service import version_order
+
+NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+ALIAS = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+ALIASES_FILE = "aliases.json"
+DEFAULT_ALIAS = "live"
+# Files of a package that travel with it besides those the manifest names.
+EXTRA_FILES = ("sample-request.json", "sample-response.json")
+
+
+class ObjectStore(Protocol):
+    """Where the registry's objects live. Keys are `/`-separated, relative to the store's root."""
+
+    uri: str
+
+    def read(self, key: str) -> bytes | None: ...
+
+    def write(self, key: str, data: bytes) -> None: ...
+
+    def keys(self, prefix: str) -> list[str]: ...
+
+
+class DirectoryStore:
+    """The registry layout in a local folder."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.uri = str(root)
+
+    def read(self, key: str) -> bytes | None:
+        try:
+            return (self.root / key).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def write(self, key: str, data: bytes) -> None:
+        path = self.root / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.tmp")
+        temporary.write_bytes(data)
+        temporary.replace(path)
+
+    def keys(self, prefix: str) -> list[str]:
+        base = self.root / prefix
+        if not base.is_dir():
+            return []
+        return sorted(str(p.relative_to(self.root)) for p in base.rglob("*") if p.is_file())
+
+
+@dataclass(frozen=True)
+class Pushed:
+    manifest: Manifest
+    created: bool  # False when the same bytes were already pushed as this version
+
+
+@dataclass(frozen=True)
+class AliasChange:
+    name: str
+    alias: str
+    previous: str | None
+    current: str
+
+
+def check_name(name: str) -> str:
+    if not NAME.fullmatch(name):
+        raise RegistryError(
+            f"name: {name!r} is not a model name", field="name", value=name, allowed="a-z, 0-9, '-', <= 63 chars"
+        )
+    return name
+
+
+def check_version(version: str) -> str:
+    if not VERSION.fullmatch(version):
+        raise RegistryError(
+            f"version: {version!r} is not a version label",
+            field="version",
+            value=version,
+            allowed="letters, digits, '.', '_', '-' (starting with a letter or digit), <= 63 chars",
+        )
+    return version
+
+
+class ModelRegistry:
+    """Push, list, promote, roll back and fetch model versions in an `ObjectStore`."""
+
+    def __init__(self, store: ObjectStore, prefix: str = "") -> None:
+        self.store = store
+        self.prefix = prefix
+
+    @property
+    def uri(self) -> str:
+        return self.store.uri
+
+    # ------------------------------------------------------------------------------------------ reading
+    def names(self) -> list[str]:
+        found = {key[len(self.prefix) :].split("/")[0] for key in self.store.keys(self.prefix)}
+        return sorted(name for name in found if self.versions(name))
+
+    def versions(self, name: str) -> list[str]:
+        """Every pushed version of `name`, oldest first ('10' after '9')."""
+        base = f"{self.prefix}{name}/"
+        found = {key[len(base) :].split("/")[0] for key in self.store.keys(base) if key.endswith(f"/{MANIFEST_FILE}")}
+        return sorted(found, key=version_order)
+
+    def manifest(self, name: str, version: str) -> Manifest | None:
+        raw = self.store.read(f"{self.prefix}{name}/{version}/{MANIFEST_FILE}")
+        return None if raw is None else msgspec.json.decode(raw, type=Manifest)
+
+    def _alias_state(self, name: str) -> dict[str, dict[str, list[str]]]:
+        raw = self.store.read(f"{self.prefix}{name}/{ALIASES_FILE}")
+        return {} if raw is None else dict(json.loads(raw))
+
+    def aliases(self, name: str) -> dict[str, str]:
+        return {alias: entry["history"][-1] for alias, entry in self._alias_state(name).items() if entry["history"]}
+
+    def resolve(self, name: str, ref: str | None = None) -> str:
+        """A version of `name`: `ref` as a version or an alias; None: the `live` alias, else the newest version."""
+        versions = self.versions(name)
+        if not versions:
+            known = self.names()
+            raise ModelNotFound(
+                f"model {name!r} is not in the registry {self.uri}",
+                field="model",
+                value=name,
+                allowed=", ".join(known) or "(registry is empty: servestack models push)",
+            )
+        if ref is None:
+            return self.aliases(name).get(DEFAULT_ALIAS) or versions[-1]
+        if ref in versions:
+            return ref
+        aliases = self.aliases(name)
+        if ref in aliases:
+            return aliases[ref]
+        raise ModelNotFound(
+            f"model {name!r} has no version or alias {ref!r}",
+            field="version",
+            value=ref,
+            allowed=", ".join([*versions, *aliases]),
+        )
+
+    # ------------------------------------------------------------------------------------------ writing
+    def push_package(self, package_dir: Path) -> Pushed:
+        """Upload a verified package directory; refuse to change an existing version's bytes."""
+        manifest = read_manifest(package_dir)
+        verify_checksums(package_dir, manifest)
+        check_name(manifest.name)
+        check_version(manifest.version)
+        existing = self.manifest(manifest.name, manifest.version)
+        if existing is not None:
+            if (existing.sha256, existing.process_sha256) != (manifest.sha256, manifest.process_sha256):
+                raise VersionConflict(
+                    f"{manifest.key} already exists with other bytes (sha256 {existing.sha256[:12]}..., "
+                    f"pushed {manifest.sha256[:12]}...); versions are immutable, push it as a new version",
+                    field="version",
+                    value=manifest.version,
+                    allowed=f"a version not in {', '.join(self.versions(manifest.name))}",
+                )
+            return Pushed(existing, created=False)
+        base = f"{self.prefix}{manifest.name}/{manifest.version}/"
+        files = [manifest.file, *([HOOKS_FILE] if manifest.process_sha256 else []), *EXTRA_FILES]
+        for file_name in files:
+            if (package_dir / file_name).is_file():
+                self.store.write(base + file_name, (package_dir / file_name).read_bytes())
+        self.store.write(base + MANIFEST_FILE, (package_dir / MANIFEST_FILE).read_bytes())  # last: the commit
+        return Pushed(manifest, created=True)
+
+    def push(
+        self,
+        model_path: Path,
+        *,
+        name: str,
+        version: str | None = None,
+        labels: Sequence[str] | None = None,
+        process_file: Path | None = None,
+        description: str = "",
+    ) -> Pushed:
+        """Any ONNX file: the manifest comes from its own signature; version default: the next integer."""
+        from models.packaging import create_package
+
+        check_name(name)
+        if not model_path.is_file():
+            raise RegistryError(f"{model_path}: no such file", field="model_path", value=str(model_path))
+        if version is None:
+            numbers = [int(v) for v in self.versions(name) if v.isdigit()]
+            version = str(max(numbers, default=0) + 1)
+        check_version(version)
+        with tempfile.TemporaryDirectory(prefix="servestack-push-") as tmp:
+            create_package(
+                model_path,
+                Path(tmp),
+                name=name,
+                version=version,
+                labels=labels,
+                process_file=process_file,
+                description=description,
+            )
+            return self.push_package(Path(tmp))
+
+    def promote(self, name: str, version: str, alias: str = DEFAULT_ALIAS) -> AliasChange:
+        if not ALIAS.fullmatch(alias):
+            raise RegistryError(f"alias: {alias!r} is not an alias name", field="alias", value=alias, allowed="a-z...")
+        self.resolve(name, version)  # raises naming the known versions
+        if version not in self.versions(name):
+            raise RegistryError(
+                f"promote: {version!r} is an alias; promote a version",
+                field="version",
+                value=version,
+                allowed=", ".join(self.versions(name)),
+            )
+        state = self._alias_state(name)
+        history = state.setdefault(alias, {"history": []})["history"]
+        previous = history[-1] if history else None
+        if previous != version:
+            history.append(version)
+            self._write_aliases(name, state)
+        return AliasChange(name, alias, previous, version)
+
+    def rollback(self, name: str, alias: str = DEFAULT_ALIAS) -> AliasChange:
+        """Point `alias` back at the version it named before the last promote."""
+        state = self._alias_state(name)
+        history = state.get(alias, {"history": []})["history"]
+        if len(history) < 2:
+            raise RegistryError(
+                f"rollback: {name} alias {alias!r} has no earlier version to go back to",
+                field="alias",
+                value=f"{alias} -> {history[-1] if history else 'nothing'}",
+                allowed="an alias promoted at least twice",
+            )
+        previous = history.pop()
+        self._write_aliases(name, state)
+        return AliasChange(name, alias, previous, history[-1])
+
+    def _write_aliases(self, name: str, state: dict[str, dict[str, list[str]]]) -> None:
+        self.store.write(f"{self.prefix}{name}/{ALIASES_FILE}", json.dumps(state, indent=2).encode() + b"\n")
+
+    # ------------------------------------------------------------------------------------------ fetching
+    def fetch(self, name: str, version: str, cache_dir: Path) -> Path:
+        """The package as a local directory `<cache_dir>/<name>/<version>/`, downloaded once, verified always."""
+        destination = cache_dir / name / version
+        if (destination / MANIFEST_FILE).is_file():
+            return destination  # `ServedModel.load` verifies the checksums at every load
+        manifest_bytes = self.store.read(f"{self.prefix}{name}/{version}/{MANIFEST_FILE}")
+        if manifest_bytes is None:
+            self.resolve(name, version)  # raises ModelNotFound listing what exists
+            raise ModelNotFound(f"model {name}@{version} has no manifest in {self.uri}")
+        manifest = msgspec.json.decode(manifest_bytes, type=Manifest)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=destination.parent))
+        try:
+            for file_name in [manifest.file, *([HOOKS_FILE] if manifest.process_sha256 else [])]:
+                data = self.store.read(f"{self.prefix}{name}/{version}/{file_name}")
+                if data is None:
+                    raise ModelNotFound(f"model {name}@{version}: {file_name} is missing from {self.uri}")
+                (staging / file_name).write_bytes(data)
+            (staging / MANIFEST_FILE).write_bytes(manifest_bytes)
+            verify_checksums(staging, manifest)
+            try:
+                staging.rename(destination)
+            except OSError:  # another process fetched it first
+                shutil.rmtree(staging, ignore_errors=True)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return destination
