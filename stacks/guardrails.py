@@ -16,6 +16,7 @@ from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from servestack import alarms as definitions
 from servestack.spec import AlarmSettings, Strategy
 
 SAGEMAKER_NAMESPACE = "AWS/SageMaker"
@@ -61,6 +62,28 @@ def _rate_percent(errors: cw.IMetric, total: cw.IMetric, period: Duration, label
     )
 
 
+def _from_definition(
+    scope: Construct,
+    id: str,
+    name_prefix: str,
+    target: str,
+    definition: definitions.AlarmDefinition,
+    metric: cw.IMetric,
+) -> cw.Alarm:
+    return cw.Alarm(
+        scope,
+        id,
+        alarm_name=f"{name_prefix}-{definition.name}",
+        alarm_description=definition.describe(target),
+        metric=metric,
+        threshold=definition.threshold,
+        comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        evaluation_periods=definition.evaluation_periods,
+        datapoints_to_alarm=definition.datapoints_to_alarm,
+        treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+    )
+
+
 # --- SageMaker endpoints --------------------------------------------------------------------------
 
 
@@ -84,32 +107,29 @@ def sagemaker_variant_metric(
 def sagemaker_variant_alarms(
     scope: Construct, *, endpoint_name: str, variant: str, settings: AlarmSettings
 ) -> list[cw.Alarm]:
-    """5xx rate (%) and p99 model latency of one production variant; the endpoint rolls back on either."""
-    period = Duration.seconds(settings.period_sec)
-    errors = sagemaker_variant_metric(endpoint_name, variant, "Invocation5XXErrors", "Sum", period)
-    total = sagemaker_variant_metric(endpoint_name, variant, "Invocations", "Sum", period)
-    # ModelLatency is published in microseconds.
-    latency = sagemaker_variant_metric(endpoint_name, variant, "ModelLatency", "p99", period)
-    return [
-        _alarm(
-            scope,
-            f"{variant}5xxRate",
-            name=f"{endpoint_name}-{variant}-5xx-rate",
-            metric=_rate_percent(errors, total, period, "5xx %"),
-            threshold=settings.error_rate_percent,
-            settings=settings,
-            description=f"{endpoint_name}/{variant}: 5xx rate above {settings.error_rate_percent}%",
-        ),
-        _alarm(
-            scope,
-            f"{variant}P99Latency",
-            name=f"{endpoint_name}-{variant}-p99-latency",
-            metric=latency,
-            threshold=settings.p99_latency_ms * 1000,
-            settings=settings,
-            description=f"{endpoint_name}/{variant}: p99 ModelLatency above {settings.p99_latency_ms} ms",
-        ),
-    ]
+    """5xx rate (%) and p99 model latency of one production variant; the endpoint rolls back on either.
+    The definitions (metric, statistic, threshold, periods) come from `servestack.alarms`, which the local
+    rehearsal evaluates too."""
+    alarms: list[cw.Alarm] = []
+    target = f"{endpoint_name}/{variant}"
+    for definition in definitions.sagemaker_variant_alarms(settings):
+        period = Duration.seconds(definition.period_sec)
+        metric: cw.IMetric = sagemaker_variant_metric(
+            endpoint_name,
+            variant,
+            definition.metric,
+            "Sum" if definition.statistic == "rate" else definition.statistic,
+            period,
+        )
+        if definition.denominator is not None:
+            total = sagemaker_variant_metric(endpoint_name, variant, definition.denominator, "Sum", period)
+            metric = _rate_percent(metric, total, period, "5xx %")
+        alarms.append(
+            _from_definition(
+                scope, f"{variant}{definition.id}", f"{endpoint_name}-{variant}", target, definition, metric
+            )
+        )
+    return alarms
 
 
 def sagemaker_execution_timeout_sec(strategy: Strategy) -> int:
@@ -166,41 +186,16 @@ def sagemaker_deployment_config(
 
 def lambda_alarms(scope: Construct, *, name: str, alias: lambda_.IAlias, settings: AlarmSettings) -> list[cw.Alarm]:
     """Error rate (%), p99 duration and throttles of the `live` alias; CodeDeploy rolls back on any."""
-    period = Duration.seconds(settings.period_sec)
-    return [
-        _alarm(
-            scope,
-            "ErrorRate",
-            name=f"{name}-error-rate",
-            metric=_rate_percent(
-                alias.metric_errors(period=period, statistic="Sum"),
-                alias.metric_invocations(period=period, statistic="Sum"),
-                period,
-                "errors %",
-            ),
-            threshold=settings.error_rate_percent,
-            settings=settings,
-            description=f"{name}: function error rate above {settings.error_rate_percent}%",
-        ),
-        _alarm(
-            scope,
-            "P99Duration",
-            name=f"{name}-p99-duration",
-            metric=alias.metric_duration(period=period, statistic="p99"),
-            threshold=settings.p99_latency_ms,
-            settings=settings,
-            description=f"{name}: p99 duration above {settings.p99_latency_ms} ms",
-        ),
-        _alarm(
-            scope,
-            "Throttles",
-            name=f"{name}-throttles",
-            metric=alias.metric_throttles(period=period, statistic="Sum"),
-            threshold=0,
-            settings=settings,
-            description=f"{name}: invocations throttled (raise reserved or provisioned concurrency)",
-        ),
-    ]
+    alarms: list[cw.Alarm] = []
+    for definition in definitions.lambda_alarms(settings):
+        period = Duration.seconds(definition.period_sec)
+        statistic = "Sum" if definition.statistic == "rate" else definition.statistic
+        metric: cw.IMetric = alias.metric(definition.metric, period=period, statistic=statistic)
+        if definition.denominator is not None:
+            total = alias.metric(definition.denominator, period=period, statistic="Sum")
+            metric = _rate_percent(metric, total, period, "errors %")
+        alarms.append(_from_definition(scope, definition.id, name, name, definition, metric))
+    return alarms
 
 
 def lambda_deployment_config(scope: Construct, id: str, strategy: Strategy) -> codedeploy.ILambdaDeploymentConfig:

@@ -1,0 +1,546 @@
+"""The local stand-in for a SageMaker endpoint's front: production variants split by weight, a shadow copy,
+per-variant metrics, and the blue/green rehearsal (servestack/local/rehearsal.py) that shifts the weights.
+
+`python -m servestack.local.router DEPLOYMENT --spec serving.yaml --port N --model-dir DIR --registry URI`
+starts one realtime child (`python -m handlers.realtime serve`) per variant (and the shadow), then serves:
+- every inference route (`/invocations`, `/v1/models/...`): forwarded to a variant picked at random by
+  weight; the answer carries `x-Amzn-Invoked-Production-Variant`, as SageMaker's does;
+- `GET /ping`: the first live variant's;
+- `GET /_servestack/metrics`: requests, 4xx/5xx and latency per variant; `GET /_servestack/shadow`: the shadow
+  report (label agreement, mean |probability difference|, latency of each);
+- `POST /_servestack/deploy`, `GET /_servestack/deploy`: start and follow a rehearsal.
+
+Fault injection (`error_rate`, `latency_ms`) exists only here, in the local router, applied to the green side
+of a rehearsal: nothing in `handlers/` or `models/` can misbehave on purpose.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import random
+import sys
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from servestack.alarms import Observation
+from servestack.local.processes import RealtimeProcess, free_port
+
+logger = logging.getLogger("servestack.router")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+VARIANT_HEADER = b"x-amzn-invoked-production-variant"
+FORWARDED = {b"content-type", b"accept", b"x-amzn-sagemaker-target-model", b"x-amzn-sagemaker-custom-attributes"}
+RETURNED = {b"content-type", b"retry-after", b"x-amzn-sagemaker-custom-attributes"}
+ADMIN = "/_servestack/"
+MAX_SHADOW_IN_FLIGHT = 64
+
+
+@dataclass(frozen=True)
+class Faults:
+    """What a rehearsal's green side does wrong on purpose: fail `error_rate` of requests, add `latency_ms`."""
+
+    error_rate: float = 0.0
+    latency_ms: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str | None) -> Faults:
+        """`error_rate=0.2,latency_ms=50`; each error names the key, the value and what is allowed."""
+        values: dict[str, float] = {}
+        for part in (text or "").split(","):
+            if not part.strip():
+                continue
+            key, _, raw = part.partition("=")
+            key = key.strip()
+            if key not in ("error_rate", "latency_ms"):
+                raise ValueError(f"--inject-faults: {key!r} is not one of error_rate, latency_ms")
+            try:
+                values[key] = float(raw)
+            except ValueError:
+                raise ValueError(f"--inject-faults: {key}={raw!r} is not a number") from None
+        faults = cls(**values)
+        if not 0 <= faults.error_rate <= 1:
+            raise ValueError(f"--inject-faults: error_rate={faults.error_rate} is not in 0..1")
+        if not 0 <= faults.latency_ms <= 60_000:
+            raise ValueError(f"--inject-faults: latency_ms={faults.latency_ms} is not in 0..60000")
+        return faults
+
+    def __bool__(self) -> bool:
+        return bool(self.error_rate or self.latency_ms)
+
+
+class Upstream:
+    """A keep-alive HTTP/1.1 connection pool to one realtime child (a general client costs more CPU than
+    the child it calls)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+
+    async def request(
+        self, method: str, path: str, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        for attempt in range(2):  # a pooled connection the child closed meanwhile gets one retry
+            reader, writer = self._idle.pop() if self._idle else await asyncio.open_connection(self.host, self.port)
+            try:
+                head = [f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n".encode()]
+                head += [name + b": " + value + b"\r\n" for name, value in headers]
+                head.append(f"Content-Length: {len(body)}\r\n\r\n".encode())
+                writer.write(b"".join(head) + body)
+                raw = await reader.readuntil(b"\r\n\r\n")
+            except (OSError, asyncio.IncompleteReadError):
+                writer.close()
+                if attempt:
+                    raise
+                continue
+            lines = raw.split(b"\r\n")
+            status = int(lines[0][9:12])
+            response_headers: list[tuple[bytes, bytes]] = []
+            length, close = None, False
+            for line in lines[1:]:
+                if not line:
+                    continue
+                name, _, value = line.partition(b":")
+                name, value = name.strip().lower(), value.strip()
+                if name == b"content-length":
+                    length = int(value)
+                elif name == b"connection" and value.lower() == b"close":
+                    close = True
+                response_headers.append((name, value))
+            payload = await (reader.readexactly(length) if length is not None else reader.read())
+            if close or length is None:
+                writer.close()
+            else:
+                self._idle.append((reader, writer))
+            return status, response_headers, payload
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        for _, writer in self._idle:
+            writer.close()
+        self._idle.clear()
+
+
+@dataclass
+class Backend:
+    """One production variant (or the shadow): a realtime child and what the router saw of it."""
+
+    name: str
+    model: str
+    process: RealtimeProcess
+    weight: float = 1.0
+    faults: Faults = field(default_factory=Faults)
+    observations: deque[Observation] = field(default_factory=lambda: deque(maxlen=200_000))
+
+    def __post_init__(self) -> None:
+        self.upstream = Upstream(self.process.host, self.process.port)
+
+    @property
+    def url(self) -> str:
+        return self.process.url
+
+    def record(self, status: int, latency_us: float) -> None:
+        self.observations.append(Observation(time.monotonic(), status, latency_us))
+
+    def summary(self) -> dict[str, Any]:
+        latencies = np.array([o.latency_us for o in self.observations], dtype=np.float64) / 1000
+        statuses = [o.status for o in self.observations]
+        return {
+            "model": self.model,
+            "url": self.url,
+            "weight": self.weight,
+            "faults": {"error_rate": self.faults.error_rate, "latency_ms": self.faults.latency_ms},
+            "requests": len(statuses),
+            "errors_4xx": sum(1 for s in statuses if 400 <= s < 500),
+            "errors_5xx": sum(1 for s in statuses if s >= 500),
+            "latency_ms": _percentiles(latencies),
+        }
+
+
+def _percentiles(values_ms: np.ndarray) -> dict[str, float]:
+    if values_ms.size == 0:
+        return {}
+    p50, p99 = np.percentile(values_ms, [50, 99])
+    return {"p50": float(p50), "p99": float(p99), "mean": float(values_ms.mean())}
+
+
+@dataclass
+class ShadowReport:
+    """Primary vs shadow on the copied requests."""
+
+    copied: int = 0
+    dropped: int = 0  # copies skipped because too many were in flight (never delays the primary)
+    shadow_errors: int = 0
+    compared_rows: int = 0
+    agreeing_rows: int = 0
+    probability_diffs: list[float] = field(default_factory=list)
+    incomparable: int = 0
+    primary_ms: list[float] = field(default_factory=list)
+    shadow_ms: list[float] = field(default_factory=list)
+
+    def compare(self, primary: bytes, shadow: bytes) -> None:
+        try:
+            a, b = orjson.loads(primary), orjson.loads(shadow)
+            labels_a, labels_b = a["predictions"], b["predictions"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            self.incomparable += 1
+            return
+        if len(labels_a) != len(labels_b):
+            self.incomparable += 1
+            return
+        self.compared_rows += len(labels_a)
+        self.agreeing_rows += sum(1 for x, y in zip(labels_a, labels_b, strict=True) if x == y)
+        if "probabilities" in a and "probabilities" in b:
+            pa, pb = np.asarray(a["probabilities"], dtype=np.float64), np.asarray(b["probabilities"], dtype=np.float64)
+            if pa.shape == pb.shape:
+                self.probability_diffs.append(float(np.abs(pa - pb).mean()))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "copied": self.copied,
+            "dropped": self.dropped,
+            "shadow_errors": self.shadow_errors,
+            "compared_rows": self.compared_rows,
+            "label_agreement": self.agreeing_rows / self.compared_rows if self.compared_rows else None,
+            "mean_abs_probability_diff": float(np.mean(self.probability_diffs)) if self.probability_diffs else None,
+            "incomparable": self.incomparable,
+            "latency_ms": {
+                "primary": _percentiles(np.array(self.primary_ms)),
+                "shadow": _percentiles(np.array(self.shadow_ms)),
+            },
+        }
+
+
+@dataclass(frozen=True)
+class VariantPlan:
+    """A variant to start: its name, model, weight and the package (or registry) it serves from."""
+
+    name: str
+    model: str
+    version: str
+    weight: float
+    package_dir: Path | None  # None: multi-model, served from the registry
+
+
+class Router:
+    """The ASGI app of the router process."""
+
+    def __init__(
+        self,
+        deployment: str,
+        plans: list[VariantPlan],
+        *,
+        shadow: VariantPlan | None = None,
+        shadow_percent: float = 0.0,
+        registry_uri: str = "",
+        child_env: dict[str, str] | None = None,
+        rehearsal_factory: Callable[[Router, dict[str, Any]], Any] | None = None,
+    ) -> None:
+        self.deployment = deployment
+        self.plans = plans
+        self.shadow_plan = shadow
+        self.shadow_percent = shadow_percent
+        self.registry_uri = registry_uri
+        self.child_env = child_env or {}
+        self.variants: list[Backend] = []
+        self.shadow: Backend | None = None
+        self.report = ShadowReport()
+        self._shadow_tasks: set[asyncio.Task[None]] = set()
+        self._random = random.Random()  # noqa: S311 - traffic splitting, not cryptography
+        self.rehearsal: Any = None
+        self.rehearsal_factory = rehearsal_factory
+
+    # ------------------------------------------------------------------------------------------ children
+    def spawn(self, plan: VariantPlan) -> RealtimeProcess:
+        env = {**self.child_env, "SERVESTACK_DEFAULT_MODEL": plan.model, "SERVESTACK_REGISTRY_URI": ""}
+        if plan.package_dir is not None:
+            env["SERVESTACK_MODEL_DIR"] = str(plan.package_dir)
+        else:
+            env |= {"SERVESTACK_REGISTRY_URI": self.registry_uri, "SERVESTACK_PREWARM": f"{plan.model}@{plan.version}"}
+        return RealtimeProcess.start(f"{self.deployment}/{plan.name}", free_port(), env=env, workers=1)
+
+    async def start_backend(self, plan: VariantPlan, *, weight: float, faults: Faults | None = None) -> Backend:
+        process = self.spawn(plan)
+        try:
+            await asyncio.to_thread(process.wait_ready)
+        except BaseException:
+            await asyncio.to_thread(process.stop)
+            raise
+        return Backend(plan.name, f"{plan.model}@{plan.version}", process, weight, faults or Faults())
+
+    async def start(self) -> None:
+        started = await asyncio.gather(*(self.start_backend(plan, weight=plan.weight) for plan in self.plans))
+        self.variants = list(started)
+        if self.shadow_plan is not None:
+            self.shadow = await self.start_backend(self.shadow_plan, weight=0)
+
+    async def stop_backend(self, backend: Backend) -> None:
+        backend.upstream.close()
+        await asyncio.to_thread(backend.process.stop)
+
+    async def stop(self) -> None:
+        if self.rehearsal is not None:
+            await self.rehearsal.cancel()
+        backends = [*self.variants, *([self.shadow] if self.shadow else [])]
+        await asyncio.gather(*(self.stop_backend(backend) for backend in backends))
+
+    # ------------------------------------------------------------------------------------------ routing
+    def pick(self) -> Backend:
+        live = [v for v in self.variants if v.weight > 0]
+        if len(live) == 1:
+            return live[0]
+        point = self._random.random() * sum(v.weight for v in live)
+        for backend in live:
+            point -= backend.weight
+            if point < 0:
+                return backend
+        return live[-1]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            return await self._lifespan(receive, send)
+        path, method = scope["path"], scope["method"]
+        body = await _read_body(receive)
+        if path.startswith(ADMIN):
+            status, answer = await self.admin(method, path[len(ADMIN) :], body)
+            return await _respond(send, status, [(b"content-type", b"application/json")], orjson.dumps(answer))
+        if method == "GET" and path == "/ping":
+            live = [v for v in self.variants if v.weight > 0] or self.variants
+            status, headers, payload = await live[0].upstream.request("GET", "/ping", [], b"")
+            return await _respond(send, status, _returned(headers), payload)
+        headers = [(name, value) for name, value in scope["headers"] if name in FORWARDED]
+        query = scope.get("query_string", b"")
+        target = path + ("?" + query.decode("latin-1") if query else "")
+        backend = self.pick()
+        started = time.perf_counter()
+        status, response_headers, payload = await self.forward(backend, method, target, headers, body)
+        elapsed = time.perf_counter() - started
+        backend.record(status, elapsed * 1e6)
+        extra = [(VARIANT_HEADER, backend.name.encode())]
+        await _respond(send, status, [*_returned(response_headers), *extra], payload)
+        if self.shadow is not None and method == "POST" and self._random.random() * 100 < self.shadow_percent:
+            self._copy_to_shadow(method, target, headers, body, status, payload, elapsed)
+        return None
+
+    async def forward(
+        self, backend: Backend, method: str, path: str, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        faults = backend.faults
+        if faults.latency_ms:
+            await asyncio.sleep(faults.latency_ms / 1000)
+        if faults.error_rate and self._random.random() < faults.error_rate:
+            error = {"type": "InjectedFault", "message": f"rehearsal fault injected into variant {backend.name}"}
+            return 500, [(b"content-type", b"application/json")], orjson.dumps({"error": error})
+        try:
+            return await backend.upstream.request(method, path, headers, body)
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            error = {"type": "VariantUnavailable", "message": f"variant {backend.name}: {type(exc).__name__}"}
+            return 502, [(b"content-type", b"application/json")], orjson.dumps({"error": error})
+
+    def _copy_to_shadow(
+        self,
+        method: str,
+        path: str,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        primary_status: int,
+        primary_body: bytes,
+        primary_sec: float,
+    ) -> None:
+        """After the primary answer is sent: a copy goes to the shadow in a task nobody awaits."""
+        if len(self._shadow_tasks) >= MAX_SHADOW_IN_FLIGHT:
+            self.report.dropped += 1
+            return
+        shadow = self.shadow
+        assert shadow is not None
+
+        async def copy() -> None:
+            started = time.perf_counter()
+            try:
+                status, _, payload = await shadow.upstream.request(method, path, headers, body)
+            except (OSError, asyncio.IncompleteReadError):
+                status, payload = 599, b""
+            elapsed = time.perf_counter() - started
+            shadow.record(status, elapsed * 1e6)
+            report = self.report
+            report.copied += 1
+            report.primary_ms.append(primary_sec * 1000)
+            report.shadow_ms.append(elapsed * 1000)
+            if status != 200:
+                report.shadow_errors += 1
+            elif primary_status == 200:
+                report.compare(primary_body, payload)
+
+        task = asyncio.get_running_loop().create_task(copy())
+        self._shadow_tasks.add(task)
+        task.add_done_callback(self._shadow_tasks.discard)
+
+    # ------------------------------------------------------------------------------------------ admin
+    def metrics(self) -> dict[str, Any]:
+        return {
+            "deployment": self.deployment,
+            "variants": {v.name: v.summary() for v in self.variants},
+            "shadow": {self.shadow.name: self.shadow.summary()} if self.shadow else None,
+        }
+
+    async def admin(self, method: str, what: str, body: bytes) -> tuple[int, Any]:
+        if method == "GET" and what == "metrics":
+            return 200, self.metrics()
+        if method == "GET" and what == "shadow":
+            if self.shadow is None:
+                return 404, {"error": {"type": "NoShadow", "message": f"{self.deployment} has no shadow variant"}}
+            return 200, {"deployment": self.deployment, "shadow": self.shadow.model, **self.report.to_dict()}
+        if what == "deploy" and method == "POST":
+            if self.rehearsal is not None and not self.rehearsal.done:
+                return 409, {"error": {"type": "RehearsalRunning", "message": "a rehearsal is already running"}}
+            if self.rehearsal_factory is None:
+                return 404, {"error": {"type": "NoRehearsal", "message": "this router runs no rehearsals"}}
+            try:
+                self.rehearsal = self.rehearsal_factory(self, orjson.loads(body or b"{}"))
+            except ValueError as exc:
+                return 400, {"error": {"type": "InvalidRehearsal", "message": str(exc)}}
+            self.rehearsal.begin()
+            return 202, self.rehearsal.status()
+        if what == "deploy" and method == "GET":
+            if self.rehearsal is None:
+                return 404, {"error": {"type": "NoRehearsal", "message": "no rehearsal has run"}}
+            return 200, self.rehearsal.status()
+        routes = "GET metrics, GET shadow, POST deploy, GET deploy"
+        return 404, {"error": {"type": "NotFound", "message": f"{method} {ADMIN}{what}", "allowed": routes}}
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.start()
+                except Exception as exc:
+                    logger.exception("router: variants failed to start")
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _returned(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    return [(name, value) for name, value in headers if name in RETURNED]
+
+
+async def _respond(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+    headers = [*headers, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+# ------------------------------------------------------------------------------------------ from serving.yaml
+
+
+def plans_for(spec: Any, deployment: str, model_dir: Path) -> tuple[list[VariantPlan], VariantPlan | None, float]:
+    """The variants (default: one `primary` of the deployment's model) and the shadow, from serving.yaml."""
+    from servestack.spec import RealtimeDeployment
+
+    d = spec.deployments[deployment]
+    if not isinstance(d, RealtimeDeployment):
+        raise ValueError(f"{deployment}: mode {d.mode!r} is not 'realtime'")
+
+    def plan(name: str, model: str, version: str | None, weight: float) -> VariantPlan:
+        m = spec.model(model, version)
+        package = None if d.multi_model else (model_dir / m.name / m.version)
+        return VariantPlan(name, m.name, m.version, weight, package)
+
+    variants = [plan(v.name, v.model, v.version, v.weight) for v in d.variants] or [
+        plan("primary", d.model, d.version, 1)
+    ]
+    shadow = plan(d.shadow.name, d.shadow.model, d.shadow.version, 0) if d.shadow else None
+    return variants, shadow, float(d.shadow.sample_percent) if d.shadow else 0.0
+
+
+def argv(deployment: str, spec: Path, port: int, model_dir: Path, registry_uri: str) -> list[str]:
+    """How `local up` starts the router of a realtime deployment."""
+    return [
+        sys.executable,
+        "-m",
+        "servestack.local.router",
+        deployment,
+        "--spec",
+        str(spec),
+        "--port",
+        str(port),
+        "--model-dir",
+        str(model_dir),
+        "--registry",
+        registry_uri,
+    ]
+
+
+def main(args: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="servestack.local.router", description=__doc__)
+    parser.add_argument("deployment")
+    parser.add_argument("--spec", type=Path, required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--model-dir", type=Path, required=True, help="packages as <name>/<version>/")
+    parser.add_argument("--registry", default="", help="registry URI: green versions and multi-model variants")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="where fetched packages go")
+    options = parser.parse_args(args)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stdout, force=True)
+    import uvicorn
+
+    from servestack.local.rehearsal import Rehearsal
+    from servestack.spec import load_spec
+
+    spec = load_spec(options.spec)
+    variants, shadow, shadow_percent = plans_for(spec, options.deployment, options.model_dir.resolve())
+    cache_dir = options.cache_dir or Path(os.environ.get("TMPDIR", "/tmp")) / "servestack-local-packages"  # noqa: S108
+
+    def rehearsal(router: Router, request: dict[str, Any]) -> Rehearsal:
+        return Rehearsal.from_request(router, spec, options.deployment, request, cache_dir=cache_dir)
+
+    router = Router(
+        options.deployment,
+        variants,
+        shadow=shadow,
+        shadow_percent=shadow_percent,
+        registry_uri=options.registry,
+        child_env={"SERVESTACK_CACHE_DIR": str(cache_dir)},
+        rehearsal_factory=rehearsal,
+    )
+    uvicorn.run(
+        router,
+        host="127.0.0.1",
+        port=options.port,
+        log_level="warning",
+        access_log=False,
+        server_header=False,
+        lifespan="on",
+        timeout_graceful_shutdown=10,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
