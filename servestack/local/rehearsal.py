@@ -158,18 +158,7 @@ class Rehearsal:
             "state": self.state,
             "strategy": self.strategy,
             "faults": {"error_rate": self.faults.error_rate, "latency_ms": self.faults.latency_ms},
-            "alarms": [
-                {
-                    "name": f"{self.deployment}-{a.name}",
-                    "metric": a.metric,
-                    "statistic": a.statistic,
-                    "threshold": a.threshold,
-                    "unit": a.unit,
-                    "period_sec": a.period_sec,
-                    "evaluation_periods": a.evaluation_periods,
-                }
-                for a in self.alarms
-            ],  # fmt: skip
+            "alarms": [self.describe_alarm(a) for a in self.alarms],
             "fired": self.fired,
             "green": self.green.summary() if self.green else None,
             "blue": self.blue.summary() if self.blue else None,
