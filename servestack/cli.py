@@ -32,6 +32,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="SQS visibility timeout (default: as the CDK stack, 6x the worker timeout + the batching window)",
     )
 
+    rehearse = local_commands.add_parser(
+        "deploy", help="rehearse a blue/green release of a realtime deployment (canary/linear, alarms, rollback)"
+    )
+    rehearse.add_argument("name", help="the realtime deployment in serving.yaml")
+    rehearse.add_argument("--version", required=True, help="the registry version (or alias) to release")
+    rehearse.add_argument("--inject-faults", default=None, help="green misbehaves: error_rate=0.2,latency_ms=50")
+    rehearse.add_argument("--strategy", choices=["canary", "linear", "all_at_once"], default=None)
+    rehearse.add_argument("--canary-percent", type=int, default=None, help="default: the deployment's strategy")
+    rehearse.add_argument("--linear-step-percent", type=int, default=None)
+    rehearse.add_argument("--interval-sec", type=float, default=None, help="default: strategy interval_minutes")
+    rehearse.add_argument("--bake-sec", type=float, default=None, help="default: strategy bake_minutes")
+    rehearse.add_argument("--period-sec", type=int, default=None, help="alarm period (default: alarms.period_sec)")
+    rehearse.add_argument("--evaluation-periods", type=int, default=None, help="default: alarms.evaluation_periods")
+    rehearse.add_argument("--traffic-rps", type=float, default=20.0, help="sample requests per second meanwhile")
+    rehearse.add_argument(
+        "--output", type=Path, default=None, help="outcome JSON (default .servestack/deploy-NAME.json)"
+    )
+    rehearse.add_argument("--state", type=Path, default=None, help="state file of local up")
+
     batch = local_commands.add_parser("run-batch", help="run a batch deployment now against the running local up")
     batch.add_argument("name", help="the batch deployment in serving.yaml")
     batch.add_argument("--state", type=Path, default=None, help="state file of local up")
@@ -46,6 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     invoke.add_argument("--data", type=Path, required=True, help="request body (.json, .csv or .npy)")
     invoke.add_argument("--state", type=Path, default=None, help="state file of local up")
     invoke.add_argument("--timeout-sec", type=float, default=120, help="how long to wait for an async job")
+
+    from servestack.registry_commands import add_parser as add_models_parser
+
+    add_models_parser(commands)
 
     load = commands.add_parser("loadtest", help="drive an endpoint and report QPS, latency and what to provision")
     load.add_argument("target", help="an http:// URL (e.g. http://127.0.0.1:8080/invocations)")
@@ -80,6 +103,31 @@ def main(argv: list[str] | None = None) -> int:
             state_path=args.state,
             visibility_timeout_sec=args.visibility_timeout_sec,
         )
+    if args.command == "local" and args.local_command == "deploy":
+        from servestack.local.deploy import deploy
+
+        options = {
+            "strategy": args.strategy,
+            "canary_percent": args.canary_percent,
+            "linear_step_percent": args.linear_step_percent,
+            "interval_sec": args.interval_sec,
+            "bake_sec": args.bake_sec,
+            "period_sec": args.period_sec,
+            "evaluation_periods": args.evaluation_periods,
+        }
+        return deploy(
+            args.name,
+            args.version,
+            state_path=args.state,
+            faults=args.inject_faults,
+            options=options,
+            traffic_rps=args.traffic_rps,
+            output=args.output,
+        )
+    if args.command == "models":
+        from servestack import registry_commands
+
+        return registry_commands.run(args)
     if args.command == "local" and args.local_command == "run-batch":
         from servestack.local.commands import run_batch
 

@@ -93,3 +93,10 @@ def seed(registry: ModelRegistry, packages: list[Path]) -> list[str]:
             registry.promote(name, pushed.manifest.version)
         lines.append(f"{pushed.manifest.key} ({'pushed' if pushed.created else 'present'})")
     return lines
+
+
+def seed_local(s3: Any, spec: Any, artifacts: Path, uri: str = LOCAL_URI) -> str:
+    """`local up`: the emulator's registry holding every model of serving.yaml (`live` -> its version)."""
+    ensure_bucket(uri, s3)
+    seed(open_registry(uri), [artifacts / m.name / m.version for m in spec.models])
+    return uri

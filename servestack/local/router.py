@@ -247,6 +247,7 @@ class Router:
         shadow_percent: float = 0.0,
         registry_uri: str = "",
         child_env: dict[str, str] | None = None,
+        workers: int = 1,
         rehearsal_factory: Callable[[Router, dict[str, Any]], Any] | None = None,
     ) -> None:
         self.deployment = deployment
@@ -255,6 +256,7 @@ class Router:
         self.shadow_percent = shadow_percent
         self.registry_uri = registry_uri
         self.child_env = child_env or {}
+        self.workers = workers
         self.variants: list[Backend] = []
         self.shadow: Backend | None = None
         self.report = ShadowReport()
@@ -270,7 +272,7 @@ class Router:
             env["SERVESTACK_MODEL_DIR"] = str(plan.package_dir)
         else:
             env |= {"SERVESTACK_REGISTRY_URI": self.registry_uri, "SERVESTACK_PREWARM": f"{plan.model}@{plan.version}"}
-        return RealtimeProcess.start(f"{self.deployment}/{plan.name}", free_port(), env=env, workers=1)
+        return RealtimeProcess.start(f"{self.deployment}/{plan.name}", free_port(), env=env, workers=self.workers)
 
     async def start_backend(self, plan: VariantPlan, *, weight: float, faults: Faults | None = None) -> Backend:
         process = self.spawn(plan)
@@ -480,7 +482,7 @@ def plans_for(spec: Any, deployment: str, model_dir: Path) -> tuple[list[Variant
     return variants, shadow, float(d.shadow.sample_percent) if d.shadow else 0.0
 
 
-def argv(deployment: str, spec: Path, port: int, model_dir: Path, registry_uri: str) -> list[str]:
+def argv(deployment: str, spec: Path, port: int, model_dir: Path, registry_uri: str, *, workers: int = 1) -> list[str]:
     """How `local up` starts the router of a realtime deployment."""
     return [
         sys.executable,
@@ -495,6 +497,8 @@ def argv(deployment: str, spec: Path, port: int, model_dir: Path, registry_uri: 
         str(model_dir),
         "--registry",
         registry_uri,
+        "--workers",
+        str(workers),
     ]
 
 
@@ -506,6 +510,7 @@ def main(args: list[str] | None = None) -> int:
     parser.add_argument("--model-dir", type=Path, required=True, help="packages as <name>/<version>/")
     parser.add_argument("--registry", default="", help="registry URI: green versions and multi-model variants")
     parser.add_argument("--cache-dir", type=Path, default=None, help="where fetched packages go")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes of each realtime child")
     options = parser.parse_args(args)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stdout, force=True)
     import uvicorn
@@ -527,6 +532,7 @@ def main(args: list[str] | None = None) -> int:
         shadow_percent=shadow_percent,
         registry_uri=options.registry,
         child_env={"SERVESTACK_CACHE_DIR": str(cache_dir)},
+        workers=options.workers,
         rehearsal_factory=rehearsal,
     )
     uvicorn.run(

@@ -30,7 +30,7 @@ from types import FrameType
 from typing import IO, Any
 
 from servestack.local import state
-from servestack.local.processes import REPO_ROOT, RealtimeProcess, free_port, http_status, port_is_free
+from servestack.local.processes import REPO_ROOT, free_port, http_status, port_is_free
 
 DEFAULT_PORT = 8080
 
@@ -148,6 +148,12 @@ def run(
     try:
         aws = clients(url)
         created = ensure_all(aws, spec, visibility_timeout=visibility_timeout_sec)
+        # --- issue 6: the model registry on the emulator, seeded with serving.yaml's models ---
+        from servestack.local import router
+        from servestack.registry import seed_local
+
+        registry_uri = seed_local(aws["s3"], spec, artifacts)
+        # --- end issue 6 ---
         rows: list[tuple[str, str, str]] = []
         curls: list[str] = []
         recorded: dict[str, dict[str, Any]] = {}
@@ -166,16 +172,15 @@ def run(
             entry: dict[str, Any] = {"mode": d.mode, "model": model.key, "sample": str(sample)}
             if isinstance(d, RealtimeDeployment):
                 chosen = realtime_port if not any(c.name.endswith("/realtime") for c in children) else free_port()
-                with_output = RealtimeProcess.start(
-                    name, chosen, env={**env, **model_env}, workers=workers, output=subprocess.PIPE
-                )
-                child = Child(f"{name}/realtime", with_output.process, url=with_output.url)
-                assert with_output.process.stdout is not None
-                child.threads.append(_pump(child.name, with_output.process.stdout, sys.stdout))
+                # issue 6: a router (variants by weight, shadow, rehearsals) in front of the realtime children
+                argv = router.argv(name, spec_file.resolve(), chosen, artifacts, registry_uri, workers=workers)
+                child = _spawn(f"{name}/realtime", argv, env)
+                child.url = f"http://127.0.0.1:{chosen}"
                 children.append(child)
-                waits.append(with_output.wait_ready)
-                entry["url"] = with_output.url
-                curls += [f"curl -s {with_output.url}/ping", _curl(f"{with_output.url}/invocations", sample)]
+                waits.append(functools.partial(_wait_http, child, f"{child.url}/ping"))
+                entry["url"] = child.url
+                curls += [f"curl -s {child.url}/ping", _curl(f"{child.url}/invocations", sample)]
+                curls.append(f"curl -s {child.url}/_servestack/metrics")
             elif isinstance(d, BatchDeployment):
                 children.append(_spawn(f"{name}/scheduler", [*runner, "scheduler", name, *spec_arg], env))
                 seeded = seed_batch_input(aws["s3"], n.bucket, n.input_prefix, sample)
@@ -200,7 +205,8 @@ def run(
             recorded[name] = entry
         for wait in waits:
             wait()
-        state.write(state_file, {"endpoint_url": url, "spec": str(spec_file.resolve()), "pid": os.getpid()}, recorded)
+        about = {"endpoint_url": url, "spec": str(spec_file.resolve()), "pid": os.getpid()}
+        state.write(state_file, {**about, "registry": registry_uri}, recorded)  # registry: issue 6
         print(f"\naws emulator: {url}  (state: {state_file})", flush=True)
         print(f"{'deployment':<24} {'mode':<11} url", flush=True)
         for name, mode, where in rows:
