@@ -211,7 +211,8 @@ def overload(payload: Payload, seconds: float) -> dict[str, float | dict[str, in
         "warm, _ = run(t, duration_sec=3, concurrency=8); "
         f"base, _ = run(t, duration_sec={seconds / 2}, concurrency=64); "
         f"over, _ = run(t, duration_sec={seconds}, concurrency=512, timeout_sec=10); "
-        "print(json.dumps({'base': base.__dict__, 'over': over.__dict__}))"
+        f"polite, _ = run(t, duration_sec={seconds / 2}, concurrency=512, timeout_sec=10, honour_retry_after=True); "
+        "print(json.dumps({'base': base.__dict__, 'over': over.__dict__, 'polite': polite.__dict__}))"
     )
     rss: list[float] = []
     stop = threading.Event()
@@ -235,9 +236,9 @@ def overload(payload: Payload, seconds: float) -> dict[str, float | dict[str, in
     finally:
         server.stop()
     figures = json.loads(out.strip().splitlines()[-1])
-    base, over = figures["base"], figures["over"]
+    base, over, polite = figures["base"], figures["over"], figures["polite"]
     # RSS at the end of the 64-connection phase vs the range seen during overload.
-    split = max(1, int(len(rss) * (3 + seconds / 2) / (3 + seconds / 2 + seconds)))
+    split = max(1, int(len(rss) * (3 + seconds / 2) / (3 + seconds / 2 + seconds + seconds / 2)))
     before = rss[split - 1]
     during = rss[split:] or [before]
     return {
@@ -251,6 +252,10 @@ def overload(payload: Payload, seconds: float) -> dict[str, float | dict[str, in
         "rss_before_mib": before,
         "rss_min_mib": min(during),
         "rss_max_mib": max(during),
+        "polite_ok_qps": polite["ok_qps"],
+        "polite_ok_p99_ms": polite["ok_latency_ms"].get("p99", float("nan")),
+        "polite_statuses": polite["statuses"],
+        "polite_errors": polite["errors"],
     }
 
 
