@@ -345,6 +345,11 @@ def main(argv: list[str] | None = None) -> None:
             f"429s with Retry-After {over['retry_after_seen']}"
         )
         print(
+            f"  512 connections honouring Retry-After: {over['polite_ok_qps']:.0f} req/s 2xx, "
+            f"2xx p99 {over['polite_ok_p99_ms']:.2f} ms; statuses {over['polite_statuses']}; "
+            f"errors/timeouts {over['polite_errors'] or 0}"
+        )
+        print(
             f"  RSS {over['rss_before_mib']:.1f} MiB before, {over['rss_min_mib']:.1f}..{over['rss_max_mib']:.1f} "
             "MiB during"
         )
@@ -367,7 +372,9 @@ def main(argv: list[str] | None = None) -> None:
         f"({mine[('32-row npy', 64)].requests_per_sec * 32 / raw[32]:.2f} of raw onnxruntime at batch 32)"
     )
     print(
-        f"  overload 2xx p99 / 64-connection p99: {over['over_ok_p99_ms'] / over['base_p99_ms']:.2f}x; "
+        f"  overload 2xx p99 / 64-connection p99: {over['over_ok_p99_ms'] / over['base_p99_ms']:.2f}x immediate "
+        "retries, "
+        f"{over['polite_ok_p99_ms'] / over['base_p99_ms']:.2f}x honouring Retry-After; "
         f"RSS change {100 * (over['rss_max_mib'] / over['rss_before_mib'] - 1):+.1f}% max, "
         f"{100 * (over['rss_min_mib'] / over['rss_before_mib'] - 1):+.1f}% min"
     )
