@@ -170,12 +170,15 @@ class ServingApp:
             assert isinstance(self.repository, ModelCache)
             model = await asyncio.wrap_future(self.repository.load(target))
         batcher = self.batcher(model)
-        with batcher.admission():  # an overloaded worker answers 429 before spending anything on the body
+        batcher.acquire()  # an overloaded worker answers 429 before spending anything on the body
+        try:
             media_type = codecs.negotiate(_text(headers.get(b"accept")))
             body = await read_body(receive, self.settings.max_payload_bytes, headers.get(b"content-length"))
             arrays = model.decode(body, codecs.media_type_of(_text(headers.get(b"content-type"))))
             rows = next(iter(arrays.values())).shape[0]
             outputs = await batcher.submit(arrays, rows, self.settings.request_timeout_sec)
+        finally:
+            batcher.release()
         encoded = codecs.encode_response(model.respond(outputs), media_type)
         return encoded.body, encoded.media_type.encode(), model.manifest.key
 

@@ -94,19 +94,26 @@ class MicroBatcher:
         batches_ahead = self._queued_rows / self.config.max_batch_size + 1
         return max(1, int(batches_ahead * self._service_time_sec + 0.999))
 
-    @contextlib.contextmanager
-    def admission(self) -> Iterator[None]:
-        """Hold one of the worker's request slots from before the body is read until the answer is ready,
-        or refuse at once with `Overloaded` when they are all taken. The slot is taken before any await, so
-        requests that arrive together cannot all pass the check before any of them counts."""
+    def acquire(self) -> None:
+        """Take one of the worker's request slots before the body is read, or refuse at once with
+        `Overloaded` when they are all taken. Taking it before any await means requests that arrive together
+        cannot all pass the check before any of them counts. Pair with `release()` in a `finally`."""
         if self._in_flight >= self.config.max_queue_requests or self._queued_rows >= self.config.max_queue_rows:
             self.stats.rejected += 1
             raise self._overloaded()
         self._in_flight += 1
+
+    def release(self) -> None:
+        self._in_flight -= 1
+
+    @contextlib.contextmanager
+    def admission(self) -> Iterator[None]:
+        """`acquire` ... `release` as a context manager, for callers off the hot path."""
+        self.acquire()
         try:
             yield
         finally:
-            self._in_flight -= 1
+            self.release()
 
     def _overloaded(self) -> Overloaded:
         return Overloaded(
@@ -250,9 +257,13 @@ def _run_batch(predict: Predict, batch: list[_Pending]) -> list[Arrays] | BaseEx
         names = batch[0].arrays.keys()
         joined = {name: np.concatenate([item.arrays[name] for item in batch]) for name in names}
         outputs = predict(joined)
-        offsets = np.cumsum([item.rows for item in batch])[:-1]
-        pieces = {name: np.split(value, offsets) for name, value in outputs.items()}
-        return [{name: pieces[name][index] for name in outputs} for index in range(len(batch))]
+        results: list[Arrays] = []
+        start = 0
+        for item in batch:
+            end = start + item.rows
+            results.append({name: value[start:end] for name, value in outputs.items()})
+            start = end
+        return results
     except BaseException as exc:  # delivered to every caller of the batch, never lost in a task
         return exc
 
