@@ -51,7 +51,7 @@ class S3Store:
         return found
 
 
-def open_registry(uri: str, *, endpoint_url: str | None = None) -> ModelRegistry:
+def open_registry(uri: str, *, endpoint_url: str | None = None, client: Any = None) -> ModelRegistry:
     """The registry at `uri`; the error lists the accepted forms."""
     parsed = urlsplit(uri)
     if parsed.scheme == "s3":
@@ -61,7 +61,7 @@ def open_registry(uri: str, *, endpoint_url: str | None = None) -> ModelRegistry
             )
         prefix = parsed.path.lstrip("/")
         prefix = prefix if not prefix or prefix.endswith("/") else prefix + "/"
-        return ModelRegistry(S3Store(parsed.netloc, prefix, endpoint_url=endpoint_url), prefix="")
+        return ModelRegistry(S3Store(parsed.netloc, prefix, client=client, endpoint_url=endpoint_url), prefix="")
     if parsed.scheme in ("", "file"):
         return ModelRegistry(DirectoryStore(Path(parsed.path if parsed.scheme else uri)), prefix="")
     raise RegistryError(
@@ -98,5 +98,5 @@ def seed(registry: ModelRegistry, packages: list[Path]) -> list[str]:
 def seed_local(s3: Any, spec: Any, artifacts: Path, uri: str = LOCAL_URI) -> str:
     """`local up`: the emulator's registry holding every model of serving.yaml (`live` -> its version)."""
     ensure_bucket(uri, s3)
-    seed(open_registry(uri), [artifacts / m.name / m.version for m in spec.models])
+    seed(open_registry(uri, client=s3), [artifacts / m.name / m.version for m in spec.models])
     return uri

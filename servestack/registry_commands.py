@@ -33,7 +33,9 @@ def registry_from(uri: str | None, state_path: Path | None) -> ModelRegistry:
         ) from None
     if "registry" not in about:
         raise SystemExit(f"registry: the running local up ({state_path or state.default_path()}) records none")
-    return open_registry(about["registry"], endpoint_url=about.get("endpoint_url"))
+    from servestack.local.emulator import clients
+
+    return open_registry(about["registry"], client=clients(about["endpoint_url"])["s3"])
 
 
 def run(args: argparse.Namespace) -> int:
