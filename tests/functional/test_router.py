@@ -1,0 +1,195 @@
+"""The local endpoint router, as `local up` runs it: real realtime children behind it, real HTTP.
+
+A/B: a 90/10 split over 10,000 requests. Shadow: every copy goes to a different model; the primary answers
+are byte-identical to the primary's own, and the report compares the two."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import yaml
+
+from servestack.local.processes import free_port, http_status, stop_process
+from tests.conftest import ARTIFACTS, REPO_ROOT
+
+pytestmark = pytest.mark.slow
+SAMPLE = (ARTIFACTS / "digits" / "1" / "sample-request.json").read_bytes()
+
+
+@dataclass
+class RouterProcess:
+    process: subprocess.Popen[bytes]
+    url: str
+    log: Path
+
+    @classmethod
+    def start(cls, tmp: Path, spec: dict, deployment: str, model_dir: Path = ARTIFACTS) -> RouterProcess:
+        spec_file = tmp / "serving.yaml"
+        spec_file.write_text(yaml.safe_dump(spec))
+        port = free_port()
+        log = tmp / "router.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "servestack.local.router", deployment, "--spec", str(spec_file),
+                 "--port", str(port), "--model-dir", str(model_dir), "--cache-dir", str(tmp / "cache")],
+                cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )  # fmt: skip
+        router = cls(process, f"http://127.0.0.1:{port}", log)
+        deadline = time.monotonic() + 60
+        while http_status(f"{router.url}/ping") != 200:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"router did not start:\n{log.read_text()}")
+            time.sleep(0.1)
+        return router
+
+    def stop(self) -> None:
+        stop_process(self.process, 20)
+
+
+async def _send(url: str, total: int, concurrency: int) -> tuple[Counter[str], Counter[int]]:
+    """`total` POSTs over keep-alive connections; counts the variant header and the statuses."""
+    host, port = url.removeprefix("http://").split(":")
+    request = (
+        f"POST /invocations HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(SAMPLE)}\r\n\r\n"
+    ).encode() + SAMPLE
+    variants: Counter[str] = Counter()
+    statuses: Counter[int] = Counter()
+    remaining = [total]
+
+    async def worker() -> None:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        while remaining[0] > 0:
+            remaining[0] -= 1
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            fields = dict(line.split(b": ", 1) for line in head.split(b"\r\n")[1:] if b": " in line)
+            await reader.readexactly(int(fields[b"content-length"]))
+            statuses[int(head[9:12])] += 1
+            variants[fields.get(b"x-amzn-invoked-production-variant", b"?").decode()] += 1
+        writer.close()
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return variants, statuses
+
+
+@pytest.fixture(scope="module")
+def ab_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterProcess]:
+    spec = {
+        "models": [{"name": "digits", "version": 1}],
+        "deployments": {
+            "digits-ab": {
+                "mode": "realtime",
+                "model": "digits",
+                "variants": [
+                    {"name": "current", "model": "digits", "weight": 9},
+                    {"name": "candidate", "model": "digits", "weight": 1},
+                ],
+            }
+        },
+    }
+    router = RouterProcess.start(tmp_path_factory.mktemp("ab"), spec, "digits-ab")
+    yield router
+    router.stop()
+
+
+def test_a_90_10_split_over_10000_requests_lands_within_3_points(ab_router: RouterProcess) -> None:
+    # GIVEN variants weighted 9:1 behind the router
+    # WHEN 10,000 requests go through it
+    started = time.perf_counter()
+    variants, statuses = asyncio.run(_send(ab_router.url, 10_000, 16))
+    elapsed = time.perf_counter() - started
+    # THEN every answer names its variant, and the candidate's share is 10% +- 3 points
+    assert statuses == {200: 10_000}
+    assert set(variants) == {"current", "candidate"}
+    share = variants["candidate"] / 10_000
+    assert abs(share - 0.10) <= 0.03
+    # AND the router's per-variant metrics agree with what the client saw
+    metrics = httpx.get(f"{ab_router.url}/_servestack/metrics").json()["variants"]
+    assert {name: m["requests"] for name, m in metrics.items()} == dict(variants)
+    assert all(m["errors_5xx"] == 0 and m["latency_ms"]["p99"] > 0 for m in metrics.values())
+    print(
+        f"\nA/B 90/10: candidate {share:.2%} of 10,000 ({10_000 / elapsed:.0f} req/s through the router); "
+        f"p99 ms current {metrics['current']['latency_ms']['p99']:.2f}, "
+        f"candidate {metrics['candidate']['latency_ms']['p99']:.2f}"
+    )
+
+
+def _noisy_digits(model_dir: Path) -> None:
+    """`digits-noisy@1`: the digits MLP with noise on its first weight matrix (same signature, other answers)."""
+    import onnx
+    from onnx import numpy_helper
+
+    from models.packaging import create_package
+
+    model = onnx.load(str(ARTIFACTS / "digits" / "1" / "model.onnx"))
+    first = next(i for i in model.graph.initializer if numpy_helper.to_array(i).size > 64)
+    weights = numpy_helper.to_array(first)
+    noise = np.random.default_rng(0).normal(0, 0.5, weights.shape).astype(weights.dtype)
+    first.CopyFrom(numpy_helper.from_array(weights + noise, first.name))
+    onnx.save(model, str(model_dir / "noisy.onnx"))
+    create_package(model_dir / "noisy.onnx", model_dir / "digits-noisy" / "1", name="digits-noisy", version="1")
+
+
+@pytest.fixture(scope="module")
+def shadow_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterProcess]:
+    tmp = tmp_path_factory.mktemp("shadow")
+    model_dir = tmp / "models"
+    shutil.copytree(ARTIFACTS / "digits", model_dir / "digits")
+    _noisy_digits(model_dir)
+    spec = {
+        "models": [{"name": "digits", "version": 1}, {"name": "digits-noisy", "version": 1}],
+        "deployments": {
+            "digits-shadowed": {
+                "mode": "realtime",
+                "model": "digits",
+                "shadow": {"model": "digits-noisy", "sample_percent": 100},
+            }
+        },
+    }
+    router = RouterProcess.start(tmp, spec, "digits-shadowed", model_dir)
+    yield router
+    router.stop()
+
+
+def test_the_shadow_never_changes_a_primary_answer_and_is_reported(shadow_router: RouterProcess) -> None:
+    # GIVEN a primary and a shadow that answers differently, every request copied
+    metrics = httpx.get(f"{shadow_router.url}/_servestack/metrics").json()
+    primary_url = metrics["variants"]["primary"]["url"]
+    headers = {"Content-Type": "application/json"}
+    direct = httpx.post(f"{primary_url}/invocations", content=SAMPLE, headers=headers).content
+    # WHEN 300 requests go through the router
+    with httpx.Client(base_url=shadow_router.url) as client:
+        answers = [client.post("/invocations", content=SAMPLE, headers=headers) for _ in range(300)]
+    # THEN each primary answer is byte-identical to the primary's own, from the primary variant
+    assert all(a.status_code == 200 and a.content == direct for a in answers)
+    assert {a.headers["x-amzn-invoked-production-variant"] for a in answers} == {"primary"}
+    assert json.loads(direct)["model"] == "digits"
+    # AND the report compares the shadow with the primary
+    deadline = time.monotonic() + 10
+    report = httpx.get(f"{shadow_router.url}/_servestack/shadow").json()
+    while report["copied"] + report["dropped"] < 300 and time.monotonic() < deadline:
+        time.sleep(0.1)
+        report = httpx.get(f"{shadow_router.url}/_servestack/shadow").json()
+    assert report["copied"] + report["dropped"] == 300
+    assert report["copied"] > 0
+    assert report["shadow_errors"] == 0
+    assert report["compared_rows"] == 4 * report["copied"]  # the sample request has 4 rows
+    assert 0 <= report["label_agreement"] <= 1
+    assert report["mean_abs_probability_diff"] > 0
+    assert report["latency_ms"]["primary"]["p50"] > 0
+    assert report["latency_ms"]["shadow"]["p50"] > 0
+    print(f"\nshadow report: {json.dumps(report)}")
