@@ -262,12 +262,15 @@ class ModelRegistry:
     def fetch(self, name: str, version: str, cache_dir: Path) -> Path:
         """The package as a local directory `<cache_dir>/<name>/<version>/`, downloaded once, verified always."""
         destination = cache_dir / name / version
-        if (destination / MANIFEST_FILE).is_file():
-            return destination  # `ServedModel.load` verifies the checksums at every load
         manifest_bytes = self.store.read(f"{self.prefix}{name}/{version}/{MANIFEST_FILE}")
         if manifest_bytes is None:
             self.resolve(name, version)  # raises ModelNotFound listing what exists
             raise ModelNotFound(f"model {name}@{version} has no manifest in {self.uri}")
+        local = destination / MANIFEST_FILE
+        if local.is_file():
+            if local.read_bytes() == manifest_bytes:
+                return destination  # `ServedModel.load` verifies the files against it at every load
+            shutil.rmtree(destination)  # a copy from another registry (or an older one): fetch again
         manifest = msgspec.json.decode(manifest_bytes, type=Manifest)
         destination.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=destination.parent))
