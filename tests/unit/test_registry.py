@@ -1,0 +1,100 @@
+"""The model registry: any ONNX file in one push, immutable versions, aliases with rollback, verified fetches;
+on a directory and on S3 (moto's server over HTTP)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from models.errors import ChecksumMismatch, ModelNotFound, RegistryError, VersionConflict
+from models.registry import DirectoryStore, ModelRegistry
+from servestack.registry import open_registry
+from tests.conftest import ARTIFACTS
+
+DIGITS = ARTIFACTS / "digits" / "1" / "model.onnx"
+CANCER = ARTIFACTS / "breast-cancer" / "1" / "model.onnx"
+
+
+@pytest.fixture(params=["directory", "s3"])
+def registry(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ModelRegistry]:
+    if request.param == "directory":
+        yield open_registry(str(tmp_path / "registry"))
+        return
+    from moto.server import ThreadedMotoServer
+
+    from servestack.local.emulator import clients
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    s3 = clients(f"http://{host}:{port}")["s3"]
+    s3.create_bucket(Bucket="models")
+    yield open_registry("s3://models/registry/", client=s3)
+    server.stop()
+
+
+def test_push_writes_a_manifest_from_the_files_own_signature(registry: ModelRegistry) -> None:
+    pushed = registry.push(DIGITS, name="digits", labels=[str(i) for i in range(10)])
+    assert pushed.created
+    assert pushed.manifest.version == "1"  # the first integer version
+    assert [spec.name for spec in pushed.manifest.inputs] == ["input"]
+    assert pushed.manifest.labels == tuple(str(i) for i in range(10))
+    assert registry.push(DIGITS, name="digits").manifest.version == "2"  # next integer
+    assert registry.names() == ["digits"]
+    assert registry.versions("digits") == ["1", "2"]
+
+
+def test_a_version_is_immutable(registry: ModelRegistry) -> None:
+    registry.push(DIGITS, name="m", version="1")
+    assert not registry.push(DIGITS, name="m", version="1").created  # same bytes: a no-op
+    with pytest.raises(VersionConflict) as caught:
+        registry.push(CANCER, name="m", version="1")
+    assert caught.value.status_code == 409
+    assert caught.value.field == "version"
+
+
+def test_aliases_promote_resolve_and_roll_back(registry: ModelRegistry) -> None:
+    for version in ("1", "2", "10"):
+        registry.push(DIGITS, name="m", version=version)
+    assert registry.resolve("m") == "10"  # no alias: the newest ('10' after '2')
+    registry.promote("m", "1")
+    registry.promote("m", "2")
+    assert registry.resolve("m") == "2"
+    assert registry.resolve("m", "live") == "2"
+    change = registry.rollback("m")
+    assert (change.previous, change.current) == ("2", "1")
+    with pytest.raises(RegistryError) as caught:
+        registry.rollback("m")
+    assert caught.value.field == "alias"
+    with pytest.raises(ModelNotFound) as missing:
+        registry.resolve("m", "7")
+    assert missing.value.allowed == "1, 2, 10, live"
+
+
+def test_bad_names_and_versions_say_what_is_allowed(registry: ModelRegistry) -> None:
+    with pytest.raises(RegistryError) as caught:
+        registry.push(DIGITS, name="Bad_Name")
+    assert (caught.value.field, caught.value.value) == ("name", "Bad_Name")
+    with pytest.raises(RegistryError) as caught:
+        registry.push(DIGITS, name="ok", version="/1")
+    assert caught.value.field == "version"
+    with pytest.raises(RegistryError, match="not a registry URI"):
+        open_registry("ftp://x/y")
+
+
+def test_fetch_verifies_the_bytes(registry: ModelRegistry, tmp_path: Path) -> None:
+    registry.push(DIGITS, name="m", version="1")
+    package = registry.fetch("m", "1", tmp_path / "cache")
+    assert (package / "model.onnx").read_bytes() == DIGITS.read_bytes()
+    registry.store.write("m/1/model.onnx", CANCER.read_bytes())  # altered after the push
+    with pytest.raises(ChecksumMismatch):
+        registry.fetch("m", "1", tmp_path / "other-cache")
+
+
+def test_directory_store_lists_only_committed_versions(tmp_path: Path) -> None:
+    registry = ModelRegistry(DirectoryStore(tmp_path))
+    (tmp_path / "m" / "3").mkdir(parents=True)
+    (tmp_path / "m" / "3" / "model.onnx").write_bytes(b"half a push")  # no manifest yet
+    assert registry.versions("m") == []
