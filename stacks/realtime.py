@@ -154,7 +154,10 @@ class RealtimeEndpoint(Construct):
         alarms = alarms or AlarmSettings()
         batching = batching or Batching()
         self.endpoint_name = endpoint_name
-        self.multi_model_prefix = f"sagemaker/{endpoint_name}/models/"
+        # Multi-model endpoints serve from the model registry's layout (servestack/registry.py):
+        # `models/<name>/<version>/{model.onnx,manifest.json}` + `models/<name>/aliases.json`, the prefix
+        # `servestack models push --registry s3://<bucket>/models/` writes to.
+        self.multi_model_prefix = "models/"
 
         self.logs = log_group(self, "Logs", retention_days=log_retention_days)
         # SageMaker writes to /aws/sagemaker/Endpoints/<name>; precreating it gives it a retention.
@@ -190,6 +193,13 @@ class RealtimeEndpoint(Construct):
                     resources=[multi_model_bucket.arn_for_objects(f"{self.multi_model_prefix}*")],
                 )
             )
+            self.role.add_to_policy(  # the registry lists versions and aliases below its prefix
+                iam.PolicyStatement(
+                    actions=["s3:ListBucket"],
+                    resources=[multi_model_bucket.bucket_arn],
+                    conditions={"StringLike": {"s3:prefix": [f"{self.multi_model_prefix}*"]}},
+                )
+            )
 
         base_env = {
             "SERVESTACK_MODEL_DIR": CONTAINER_MODEL_DIR,
@@ -203,11 +213,15 @@ class RealtimeEndpoint(Construct):
 
         def model(variant_name: str, model_key: str, model_name: str) -> sagemaker.CfnModel:
             if multi_model_bucket is not None:
+                # The container is its own multi-model server: it loads from the registry on first request
+                # into its LRU cache (models/cache.py), so SageMaker mounts no model data.
                 container = sagemaker.CfnModel.ContainerDefinitionProperty(
                     image=image.image_uri,
-                    mode="MultiModel",
-                    model_data_url=multi_model_bucket.s3_url_for_object(self.multi_model_prefix),
-                    environment=base_env,
+                    mode="SingleModel",
+                    environment={
+                        **base_env,
+                        "SERVESTACK_REGISTRY_URI": multi_model_bucket.s3_url_for_object(self.multi_model_prefix),
+                    },
                 )
             else:
                 container = sagemaker.CfnModel.ContainerDefinitionProperty(
@@ -221,7 +235,8 @@ class RealtimeEndpoint(Construct):
                 f"Model{variant_name.title().replace('-', '')}",
                 execution_role_arn=self.role.role_arn,
                 primary_container=container,
-                enable_network_isolation=True,
+                # A multi-model container reads the registry itself, which network isolation forbids.
+                enable_network_isolation=multi_model_bucket is None,
             )
             m.node.add_dependency(self.role)
             return m

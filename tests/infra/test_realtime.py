@@ -218,13 +218,15 @@ def test_execution_role_reads_only_its_own_model_data(synth: Synth) -> None:
     }
 
 
-def test_multi_model_mode_reads_models_from_its_own_prefix(synth: Synth) -> None:
+def test_multi_model_mode_reads_models_from_the_registry_layout(synth: Synth) -> None:
     t = synth.template("digits-mme")
 
-    t.has_resource_properties(
-        "AWS::SageMaker::Model",
-        {"PrimaryContainer": Match.object_like({"Mode": "MultiModel", "ModelDataUrl": Match.any_value()})},
-    )
+    (model,) = synth.resources("digits-mme", "AWS::SageMaker::Model").values()
+    container = model["Properties"]["PrimaryContainer"]
+    assert "ModelDataUrl" not in container
+    registry = container["Environment"]["SERVESTACK_REGISTRY_URI"]["Fn::Join"][1]
+    assert registry[0] == "s3://"
+    assert registry[-1] == "/models/"
     t.has_resource_properties(
         "AWS::IAM::Policy",
         {
@@ -237,7 +239,7 @@ def test_multi_model_mode_reads_models_from_its_own_prefix(synth: Synth) -> None
                                 "Resource": {
                                     "Fn::Join": [
                                         "",
-                                        [Match.any_value(), "/sagemaker/servestack-digits-mme/models/*"],
+                                        [Match.any_value(), "/models/*"],
                                     ]
                                 },
                             }
