@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from servestack.spec import AsyncDeployment, BatchDeployment, Deployment, ServingSpec
+from servestack.spec import AsyncDeployment, BatchDeployment, Deployment, RealtimeDeployment, ServingSpec
 
 HANDLERS = {
     "serverless": "handlers.serverless.handler",
@@ -78,6 +78,12 @@ def environment(spec: ServingSpec, deployment: str, *, queue_url: str = "") -> d
         "SERVESTACK_MAX_PAYLOAD_BYTES": str(d.max_payload_bytes),
         "POWERTOOLS_SERVICE_NAME": "servestack",
     }
+    if isinstance(d, RealtimeDeployment):  # as stacks/realtime.py sets them on the SageMaker model
+        env |= {
+            "SERVESTACK_MAX_BATCH_SIZE": str(d.batching.max_batch_size),
+            "SERVESTACK_MAX_DELAY_MS": str(d.batching.max_delay_ms),
+            "SERVESTACK_MAX_QUEUE_REQUESTS": str(d.batching.max_queue),
+        }
     if isinstance(d, AsyncDeployment):
         env |= {
             "SERVESTACK_BUCKET": n.bucket,
