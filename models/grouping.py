@@ -20,7 +20,7 @@ Signature = tuple[tuple[str, str, tuple[int, ...]], ...]
 
 def signature(arrays: Mapping[str, np.ndarray]) -> Signature:
     """What must be equal for two inputs to be stacked: names, dtypes and the shape after the batch axis."""
-    return tuple(sorted((name, str(a.dtype), tuple(a.shape[1:])) for name, a in arrays.items()))
+    return tuple((name, arrays[name].dtype.str, arrays[name].shape[1:]) for name in sorted(arrays))
 
 
 def stack(inputs: Sequence[Mapping[str, np.ndarray]]) -> Arrays:
