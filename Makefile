@@ -20,7 +20,7 @@ help:
 	@echo "make local   set up, then run the whole local topology (servestack local up)"
 	@echo "make test    set up, then run ruff, mypy and every test"
 	@echo "make synth   synthesize the CDK app into cdk.out (offline)"
-	@echo "make bench   print benchmark figures (needs wrk: apt-get install wrk)"
+	@echo "make bench   print benchmark figures: realtime, Lambda cold start, batch, async (needs wrk)"
 	@echo "make models  rebuild the bundled model artifacts"
 	@echo "make test-localstack  S3/SQS integration tests on LocalStack in host mode (not part of make test)"
 
@@ -61,6 +61,9 @@ synth: setup
 
 bench: setup
 	$(PY) -m bench.realtime
+	$(PY) -m bench.cold_start
+	$(PY) -m bench.batch_job --rows 1000000
+	$(PY) -m bench.async_jobs --jobs 1000 --poison 20
 
 models: setup
 	$(PY) -m models.build

@@ -148,12 +148,15 @@ class ServingApp:
         """Decode, batch, predict, encode: returns (body, content type, model key)."""
         model = self.repository.resolve(target)
         batcher = self.batcher(model)
-        with batcher.admission():  # an overloaded worker answers 429 before spending anything on the body
+        batcher.acquire()  # an overloaded worker answers 429 before spending anything on the body
+        try:
             media_type = codecs.negotiate(_text(headers.get(b"accept")))
             body = await read_body(receive, self.settings.max_payload_bytes, headers.get(b"content-length"))
             arrays = model.decode(body, codecs.media_type_of(_text(headers.get(b"content-type"))))
             rows = next(iter(arrays.values())).shape[0]
             outputs = await batcher.submit(arrays, rows, self.settings.request_timeout_sec)
+        finally:
+            batcher.release()
         encoded = codecs.encode_response(model.respond(outputs), media_type)
         return encoded.body, encoded.media_type.encode(), model.manifest.key
 

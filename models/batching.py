@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from models.errors import DeadlineExceeded, Overloaded
+from models.grouping import Signature, signature, split, stack
 
 Arrays = dict[str, np.ndarray]
 Predict = Callable[[Mapping[str, np.ndarray]], Arrays]
@@ -53,9 +54,9 @@ class _Pending:
     deadline: float
     enqueued: float = field(default_factory=time.monotonic)
 
-    def signature(self) -> tuple[tuple[str, tuple[int, ...], str], ...]:
+    def signature(self) -> Signature:
         """Only requests whose rows have the same shape and dtype can share one concatenated batch."""
-        return tuple((name, value.shape[1:], value.dtype.str) for name, value in self.arrays.items())
+        return signature(self.arrays)
 
 
 @dataclass
@@ -94,19 +95,26 @@ class MicroBatcher:
         batches_ahead = self._queued_rows / self.config.max_batch_size + 1
         return max(1, int(batches_ahead * self._service_time_sec + 0.999))
 
-    @contextlib.contextmanager
-    def admission(self) -> Iterator[None]:
-        """Hold one of the worker's request slots from before the body is read until the answer is ready,
-        or refuse at once with `Overloaded` when they are all taken. The slot is taken before any await, so
-        requests that arrive together cannot all pass the check before any of them counts."""
+    def acquire(self) -> None:
+        """Take one of the worker's request slots before the body is read, or refuse at once with
+        `Overloaded` when they are all taken. Taking it before any await means requests that arrive together
+        cannot all pass the check before any of them counts. Pair with `release()` in a `finally`."""
         if self._in_flight >= self.config.max_queue_requests or self._queued_rows >= self.config.max_queue_rows:
             self.stats.rejected += 1
             raise self._overloaded()
         self._in_flight += 1
+
+    def release(self) -> None:
+        self._in_flight -= 1
+
+    @contextlib.contextmanager
+    def admission(self) -> Iterator[None]:
+        """`acquire` ... `release` as a context manager, for callers off the hot path."""
+        self.acquire()
         try:
             yield
         finally:
-            self._in_flight -= 1
+            self.release()
 
     def _overloaded(self) -> Overloaded:
         return Overloaded(
@@ -151,14 +159,14 @@ class MicroBatcher:
         batch: list[_Pending] = []
         rows = 0
         now = time.monotonic()
-        signature = None
+        batch_signature = None
         while self._queue:
             head = self._queue[0]
             if batch:
                 if rows + head.rows > self.config.max_batch_size:
                     break
-                signature = signature or batch[0].signature()
-                if head.signature() != signature:
+                batch_signature = batch_signature or batch[0].signature()
+                if head.signature() != batch_signature:
                     break
             self._queue.popleft()
             self._queued_rows -= head.rows
@@ -247,12 +255,8 @@ def _run_batch(predict: Predict, batch: list[_Pending]) -> list[Arrays] | BaseEx
     try:
         if len(batch) == 1:
             return [predict(batch[0].arrays)]
-        names = batch[0].arrays.keys()
-        joined = {name: np.concatenate([item.arrays[name] for item in batch]) for name in names}
-        outputs = predict(joined)
-        offsets = np.cumsum([item.rows for item in batch])[:-1]
-        pieces = {name: np.split(value, offsets) for name, value in outputs.items()}
-        return [{name: pieces[name][index] for name in outputs} for index in range(len(batch))]
+        outputs = predict(stack([item.arrays for item in batch]))
+        return split(outputs, [item.rows for item in batch])
     except BaseException as exc:  # delivered to every caller of the batch, never lost in a task
         return exc
 

@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--rate", type=float, default=None, help="open loop at this many requests per second")
     load.add_argument("--duration", type=float, default=10.0, help="seconds (default 10)")
     load.add_argument("--timeout", type=float, default=10.0, help="per-request timeout in seconds (default 10)")
+    load.add_argument(
+        "--honour-retry-after", action="store_true", help="closed loop: wait as a 429/503 Retry-After says"
+    )
     load.add_argument("--target-qps", type=float, default=None, help="QPS to provision for (default: measured)")
     load.add_argument("--report", type=Path, default=Path("loadtest.json"), help="JSON report (default loadtest.json)")
     load.add_argument("--plot", type=Path, default=Path("loadtest.png"), help="PNG plot (default loadtest.png)")
@@ -141,6 +144,7 @@ def loadtest(args: argparse.Namespace) -> int:
         rate=args.rate,
         timeout_sec=args.timeout,
         target_qps=args.target_qps,
+        honour_retry_after=args.honour_retry_after,
     )
     print(report.summary())
     args.report.write_text(report.to_json())

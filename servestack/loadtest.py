@@ -133,7 +133,9 @@ class _Connection:
         self.writer.close()
 
 
-async def _closed_loop(target: Target, concurrency: int, duration_sec: float, timeout_sec: float) -> list[Sample]:
+async def _closed_loop(
+    target: Target, concurrency: int, duration_sec: float, timeout_sec: float, honour_retry_after: bool
+) -> list[Sample]:
     samples: list[Sample] = []
     request = target.request_bytes()
     stop_at = time.perf_counter() + duration_sec
@@ -151,6 +153,10 @@ async def _closed_loop(target: Target, concurrency: int, duration_sec: float, ti
                 if connection is not None:
                     connection.close()
                 connection = None
+                continue
+            if honour_retry_after and status in (429, 503) and retry_after and retry_after.isdigit():
+                # What a well-behaved client does (servestack.client does): wait as told before the next try.
+                await asyncio.sleep(max(0.0, min(float(retry_after), stop_at - time.perf_counter())))
         if connection is not None:
             connection.close()
 
@@ -257,6 +263,7 @@ def run(
     timeout_sec: float = 10.0,
     max_connections: int = 512,
     target_qps: float | None = None,
+    honour_retry_after: bool = False,
 ) -> tuple[Report, list[Sample]]:
     if (concurrency is None) == (rate is None):
         raise ValueError("give exactly one of concurrency (closed loop) or rate (open loop)")
@@ -269,8 +276,8 @@ def run(
         loop_factory = None
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         if concurrency is not None:
-            samples = runner.run(_closed_loop(target, concurrency, duration_sec, timeout_sec))
-            mode = f"closed loop, {concurrency} connections"
+            samples = runner.run(_closed_loop(target, concurrency, duration_sec, timeout_sec, honour_retry_after))
+            mode = f"closed loop, {concurrency} connections" + (", honouring Retry-After" if honour_retry_after else "")
         else:
             assert rate is not None
             samples = runner.run(_open_loop(target, rate, duration_sec, timeout_sec, max_connections))

@@ -89,9 +89,11 @@ class AsyncEndpoint(Construct):
         self.result_prefix = f"async/{name}/results/"
         self.failure_prefix = f"async/{name}/failures/"
 
+        # Physical names follow servestack.local.resources.names(), so `local up` creates the same ones.
         self.dead_letters = sqs.Queue(
             self,
             "DeadLetters",
+            queue_name=f"{name}-dlq",
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
             retention_period=Duration.days(14),
@@ -100,6 +102,7 @@ class AsyncEndpoint(Construct):
         self.queue = sqs.Queue(
             self,
             "Jobs",
+            queue_name=f"{name}-jobs",
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
             visibility_timeout=Duration.seconds(6 * timeout_sec + batch_window_sec),
@@ -109,6 +112,7 @@ class AsyncEndpoint(Construct):
         self.table = dynamodb.Table(
             self,
             "JobTable",
+            table_name=f"{name}-jobs",
             partition_key=dynamodb.Attribute(name="job_id", type=dynamodb.AttributeType.STRING),
             billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
             encryption=dynamodb.TableEncryption.AWS_MANAGED,

@@ -95,12 +95,16 @@ class RealtimeProcess:
         raise TimeoutError(f"{self.name}: /ping not ready after {timeout_sec:.0f}s")
 
     def stop(self, grace_sec: float = 15.0) -> int:
-        """SIGTERM (the server drains in-flight requests), then SIGKILL after the grace period."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=grace_sec)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+        return stop_process(self.process, grace_sec)
+
+
+def stop_process(process: subprocess.Popen[bytes], grace_sec: float) -> int:
+    """SIGTERM (servers drain in-flight requests), then SIGKILL after the grace period; the exit code."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=grace_sec)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode

@@ -33,7 +33,14 @@ from types import FrameType
 from typing import IO, Any
 
 from servestack.local import state
-from servestack.local.processes import REPO_ROOT, RealtimeProcess, free_port, http_status, port_is_free
+from servestack.local.processes import (
+    REPO_ROOT,
+    RealtimeProcess,
+    free_port,
+    http_status,
+    port_is_free,
+    stop_process,
+)
 
 DEFAULT_PORT = 8080
 DEFAULT_AWS_PORT = 8090
@@ -47,13 +54,7 @@ class Child:
     threads: list[threading.Thread] = field(default_factory=list)
 
     def stop(self, grace_sec: float = 10.0) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=grace_sec)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, grace_sec)
         for thread in self.threads:
             thread.join(timeout=2)
 

@@ -179,3 +179,27 @@ def test_responses_in_every_format_carry_the_same_predictions() -> None:
     assert [line.split(",")[0] for line in as_csv] == ["3", "1"]
     assert as_csv[0].split(",")[1:] == ["0", "0", "0", "1", "0", "0", "0", "0", "0", "0"]
     np.testing.assert_array_equal(as_npy, [3, 1])
+
+
+@pytest.mark.parametrize(
+    "array",
+    [
+        ROWS,
+        ROWS.astype(">f4"),  # big-endian
+        np.asfortranarray(ROWS),  # Fortran order goes through np.load
+        ROWS.astype(np.int64),
+    ],
+    ids=["c-order", "big-endian", "fortran-order", "int64"],
+)
+def test_every_npy_layout_reads_the_same_values(array: np.ndarray) -> None:
+    np.testing.assert_array_equal(decode(npy(array), codecs.NPY), ROWS)
+
+
+def test_npy_version_2_header_is_read() -> None:
+    buffer = io.BytesIO()
+    np.lib.format.write_array(buffer, ROWS, version=(2, 0))
+    np.testing.assert_array_equal(decode(buffer.getvalue(), codecs.NPY), ROWS)
+
+
+def test_truncated_npy_is_invalid_input() -> None:
+    assert invalid(npy(ROWS)[:-7], codecs.NPY).field == "body"
