@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from servestack.local import state
 from servestack.local.processes import (
@@ -41,6 +41,10 @@ from servestack.local.processes import (
     port_is_free,
     stop_process,
 )
+
+if TYPE_CHECKING:
+    from servestack.local.aws_front import AwsFront
+    from servestack.local.sagemaker_front import AsyncTarget, RealtimeTarget
 
 DEFAULT_PORT = 8080
 DEFAULT_AWS_PORT = 8090
@@ -157,7 +161,7 @@ def run(
     url = external or emulator.url  # type: ignore[union-attr]
     aws_env = aws_environment(url)
     children: list[Child] = []
-    front: Any = None
+    front: AwsFront | None = None
     state_file = state_path or state.default_path()
     try:
         aws = clients(url)
@@ -168,7 +172,7 @@ def run(
         waits: list[Callable[[], None]] = []
         spec_arg = ["--spec", str(spec_file.resolve())]
         runner = [sys.executable, "-m", "servestack.local.runner"]
-        endpoints: dict[str, Any] = {}  # SageMaker endpoint name -> RealtimeTarget | AsyncTarget
+        endpoints: dict[str, RealtimeTarget | AsyncTarget] = {}  # by SageMaker endpoint name
         invoke_hosts: dict[str, str] = {}  # Lambda function -> the Invoke API of the child that runs it
         public_functions: dict[str, str] = {}  # the names `lambda.invoke` accepts -> function
 
@@ -269,8 +273,12 @@ def run(
 
 
 def _start_aws_front(
-    port: int, endpoints: dict[str, Any], functions: dict[str, str], hosts: dict[str, str], s3: Any
-) -> Any:
+    port: int,
+    endpoints: dict[str, RealtimeTarget | AsyncTarget],
+    functions: dict[str, str],
+    hosts: dict[str, str],
+    s3: Any,
+) -> AwsFront:
     """SageMaker Runtime + Lambda Invoke for boto3 on one port (servestack/local/aws_front.py)."""
     import httpx
 
@@ -284,7 +292,7 @@ def _start_aws_front(
     return AwsFront(SageMakerRuntime(realtime, asynchronous, s3), router, port).serve_in_background()
 
 
-def _boto3_lines(api_url: str, endpoints: dict[str, Any], functions: dict[str, str]) -> str:
+def _boto3_lines(api_url: str, endpoints: dict[str, RealtimeTarget | AsyncTarget], functions: dict[str, str]) -> str:
     from servestack.local.sagemaker_front import RealtimeTarget
 
     lines = [f"\n# boto3 with endpoint_url={api_url!r} and any credentials (docs/boto3-local.md):"]
