@@ -13,7 +13,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from servestack.spec import AsyncDeployment, BatchDeployment, Deployment, RealtimeDeployment, ServingSpec
+from servestack.spec import (
+    AsyncDeployment,
+    BatchDeployment,
+    Deployment,
+    RealtimeDeployment,
+    ServerlessDeployment,
+    ServingSpec,
+)
 
 HANDLERS = {
     "serverless": "handlers.serverless.handler",
@@ -57,6 +64,20 @@ def names(deployment: str, d: Deployment | None = None) -> Names:
         input_prefix=(batch.input_prefix if batch and batch.input_prefix else f"batch/{resource}/input/"),
         output_prefix=(batch.output_prefix if batch and batch.output_prefix else f"batch/{resource}/output/"),
     )
+
+
+def function_names(deployment: str, d: Deployment) -> dict[str, str]:
+    """The Lambda function names `lambda.invoke` answers to locally, each -> the function that runs.
+
+    serverless `<d>`: its handler; async `<d>` (or `<d>-submit`): the submit/status API handler, and
+    `<d>-worker`: the SQS worker; batch `<d>`: the batch handler. Realtime deployments have none.
+    """
+    if isinstance(d, ServerlessDeployment | BatchDeployment):
+        return {deployment: deployment}
+    if isinstance(d, AsyncDeployment):
+        submit, worker = f"{deployment}-submit", f"{deployment}-worker"
+        return {deployment: submit, submit: submit, worker: worker}
+    return {}
 
 
 def visibility_timeout_sec(d: AsyncDeployment) -> int:
