@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from models.errors import DeadlineExceeded, Overloaded
+from models.grouping import Signature, signature, split, stack
 
 Arrays = dict[str, np.ndarray]
 Predict = Callable[[Mapping[str, np.ndarray]], Arrays]
@@ -53,9 +54,9 @@ class _Pending:
     deadline: float
     enqueued: float = field(default_factory=time.monotonic)
 
-    def signature(self) -> tuple[tuple[str, tuple[int, ...], str], ...]:
+    def signature(self) -> Signature:
         """Only requests whose rows have the same shape and dtype can share one concatenated batch."""
-        return tuple((name, value.shape[1:], value.dtype.str) for name, value in self.arrays.items())
+        return signature(self.arrays)
 
 
 @dataclass
@@ -158,14 +159,14 @@ class MicroBatcher:
         batch: list[_Pending] = []
         rows = 0
         now = time.monotonic()
-        signature = None
+        batch_signature = None
         while self._queue:
             head = self._queue[0]
             if batch:
                 if rows + head.rows > self.config.max_batch_size:
                     break
-                signature = signature or batch[0].signature()
-                if head.signature() != signature:
+                batch_signature = batch_signature or batch[0].signature()
+                if head.signature() != batch_signature:
                     break
             self._queue.popleft()
             self._queued_rows -= head.rows
@@ -254,16 +255,8 @@ def _run_batch(predict: Predict, batch: list[_Pending]) -> list[Arrays] | BaseEx
     try:
         if len(batch) == 1:
             return [predict(batch[0].arrays)]
-        names = batch[0].arrays.keys()
-        joined = {name: np.concatenate([item.arrays[name] for item in batch]) for name in names}
-        outputs = predict(joined)
-        results: list[Arrays] = []
-        start = 0
-        for item in batch:
-            end = start + item.rows
-            results.append({name: value[start:end] for name, value in outputs.items()})
-            start = end
-        return results
+        outputs = predict(stack([item.arrays for item in batch]))
+        return split(outputs, [item.rows for item in batch])
     except BaseException as exc:  # delivered to every caller of the batch, never lost in a task
         return exc
 

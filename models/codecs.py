@@ -188,9 +188,9 @@ def _single_input(manifest: Manifest, form: str) -> TensorSpec:
 def validate_inputs(raw: Mapping[str, tuple[str, Any]], manifest: Manifest, *, max_batch_rows: int) -> Arrays:
     """Turn raw values into arrays of the manifest's dtype and shape, or raise `InvalidInput`."""
     expected = {spec.name: spec for spec in manifest.inputs}
-    unknown = sorted(set(raw) - set(expected))
-    missing = sorted(set(expected) - set(raw))
-    if unknown or missing:
+    if raw.keys() != expected.keys():
+        unknown = sorted(set(raw) - set(expected))
+        missing = sorted(set(expected) - set(raw))
         raise InvalidInput(
             f"inputs: unknown {unknown} / missing {missing}",
             field="inputs",
@@ -199,7 +199,7 @@ def validate_inputs(raw: Mapping[str, tuple[str, Any]], manifest: Manifest, *, m
         )
     arrays = {name: _to_array(field, value, expected[name], manifest) for name, (field, value) in raw.items()}
     batch_sizes = {name: array.shape[0] for name, array in arrays.items()}
-    if len(set(batch_sizes.values())) > 1:
+    if len(batch_sizes) > 1 and len(set(batch_sizes.values())) > 1:
         raise InvalidInput(
             f"inputs: every input needs the same number of rows, got {batch_sizes}",
             field="inputs",

@@ -7,7 +7,7 @@ A failure in a stacked batch is retried job by job, so one bad job never fails i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -18,9 +18,25 @@ from models.service import ServedModel
 Signature = tuple[tuple[str, str, tuple[int, ...]], ...]
 
 
-def signature(arrays: Arrays) -> Signature:
+def signature(arrays: Mapping[str, np.ndarray]) -> Signature:
     """What must be equal for two inputs to be stacked: names, dtypes and the shape after the batch axis."""
-    return tuple(sorted((name, str(a.dtype), tuple(a.shape[1:])) for name, a in arrays.items()))
+    return tuple((name, arrays[name].dtype.str, arrays[name].shape[1:]) for name in sorted(arrays))
+
+
+def stack(inputs: Sequence[Mapping[str, np.ndarray]]) -> Arrays:
+    """Inputs of one signature, concatenated along the batch axis."""
+    return {name: np.concatenate([arrays[name] for arrays in inputs]) for name in inputs[0]}
+
+
+def split(outputs: Mapping[str, np.ndarray], row_counts: Sequence[int]) -> list[Arrays]:
+    """Outputs of a stacked batch, cut back into one slice per input (views, no copies)."""
+    pieces: list[Arrays] = []
+    start = 0
+    for rows in row_counts:
+        stop = start + rows
+        pieces.append({name: value[start:stop] for name, value in outputs.items()})
+        start = stop
+    return pieces
 
 
 def predict_grouped(
@@ -63,16 +79,11 @@ def _run(
         except ServingError as error:
             results[chunk[0]] = error
         return
-    names = list(inputs[chunk[0]])
-    stacked = {name: np.concatenate([inputs[i][name] for i in chunk]) for name in names}
     try:
-        outputs = model.predict(stacked)
+        outputs = model.predict(stack([inputs[i] for i in chunk]))
     except ServingError:
         for index in chunk:  # isolate the culprit
             _run(model, inputs, [index], results)
         return
-    start = 0
-    for index in chunk:
-        stop = start + _rows(inputs[index])
-        results[index] = {name: value[start:stop] for name, value in outputs.items()}
-        start = stop
+    for index, piece in zip(chunk, split(outputs, [_rows(inputs[i]) for i in chunk]), strict=True):
+        results[index] = piece

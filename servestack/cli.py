@@ -26,6 +26,12 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--emulator-port", type=int, default=0, help="embedded emulator port (default: a free one)")
     up.add_argument("--state", type=Path, default=None, help="state file (default: .servestack/local.json)")
     up.add_argument(
+        "--aws-port",
+        type=int,
+        default=None,
+        help="boto3 endpoint_url port for sagemaker-runtime and lambda (default 8090, or a free one if taken)",
+    )
+    up.add_argument(
         "--visibility-timeout-sec",
         type=int,
         default=None,
@@ -105,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             emulator_port=args.emulator_port,
             state_path=args.state,
             visibility_timeout_sec=args.visibility_timeout_sec,
+            aws_port=args.aws_port,
         )
     if args.command == "local" and args.local_command == "deploy":
         from servestack.local.deploy import deploy

@@ -45,7 +45,12 @@ class LambdaContext:
         self.aws_request_id = str(uuid.uuid4())
         self.log_group_name = f"/aws/lambda/{function_name}"
         self.log_stream_name = f"{datetime.now(UTC):%Y/%m/%d}/[$LATEST]{uuid.uuid4().hex}"
+        self._timeout_sec = timeout_sec
         self._deadline = time.monotonic() + timeout_sec
+        self.log: list[str] | None = None  # set to collect what this invocation prints (Lambda's LogType=Tail)
+
+    def restart_clock(self) -> None:
+        self._deadline = time.monotonic() + self._timeout_sec
 
     def get_remaining_time_in_millis(self) -> int:
         return max(0, int((self._deadline - time.monotonic()) * 1000))
@@ -58,13 +63,24 @@ def import_handler(path: str) -> Handler:
     return handler
 
 
-def _call_with_loop(handler: Handler, event: dict[str, Any], context: LambdaContext) -> Any:
+_running = threading.local()
+
+
+def current_context() -> LambdaContext | None:
+    """The context of the invocation running on this thread, if any."""
+    context: LambdaContext | None = getattr(_running, "context", None)
+    return context
+
+
+def _call_with_loop(handler: Handler, event: Any, context: LambdaContext) -> Any:
     """Run one invocation with a current event loop (Mangum runs the ASGI app on it), then close it."""
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
+    _running.context = context
     try:
         return handler(event, context)
     finally:
+        _running.context = None
         asyncio.set_event_loop(None)
         loop.close()
 
@@ -86,9 +102,14 @@ class LocalFunction:
     def close(self) -> None:
         self._instance.shutdown(wait=True, cancel_futures=True)
 
-    def invoke(self, event: dict[str, Any]) -> Any:
+    def new_context(self) -> LambdaContext:
+        return LambdaContext(self.name, self.timeout_sec, self.memory_mib)
+
+    def invoke(self, event: Any, context: LambdaContext | None = None) -> Any:
+        """Run the handler on `event` (any JSON value, as Lambda allows); the timeout starts once it runs."""
         with self._lock:  # one event at a time per instance, as Lambda runs them
-            context = LambdaContext(self.name, self.timeout_sec, self.memory_mib)
+            context = context or self.new_context()
+            context.restart_clock()
             future = self._instance.submit(_call_with_loop, self.handler, event, context)
             try:
                 return future.result(timeout=self.timeout_sec)

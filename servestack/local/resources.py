@@ -13,7 +13,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from servestack.spec import AsyncDeployment, BatchDeployment, Deployment, ServingSpec
+from servestack.spec import (
+    AsyncDeployment,
+    BatchDeployment,
+    Deployment,
+    RealtimeDeployment,
+    ServerlessDeployment,
+    ServingSpec,
+)
 
 HANDLERS = {
     "serverless": "handlers.serverless.handler",
@@ -59,6 +66,20 @@ def names(deployment: str, d: Deployment | None = None) -> Names:
     )
 
 
+def function_names(deployment: str, d: Deployment) -> dict[str, str]:
+    """The Lambda function names `lambda.invoke` answers to locally, each -> the function that runs.
+
+    serverless `<d>`: its handler; async `<d>` (or `<d>-submit`): the submit/status API handler, and
+    `<d>-worker`: the SQS worker; batch `<d>`: the batch handler. Realtime deployments have none.
+    """
+    if isinstance(d, ServerlessDeployment | BatchDeployment):
+        return {deployment: deployment}
+    if isinstance(d, AsyncDeployment):
+        submit, worker = f"{deployment}-submit", f"{deployment}-worker"
+        return {deployment: submit, submit: submit, worker: worker}
+    return {}
+
+
 def visibility_timeout_sec(d: AsyncDeployment) -> int:
     """AWS's guidance, as the CDK construct applies it: 6x the function timeout plus the batching window."""
     return 6 * d.timeout_sec + d.batch_window_sec
@@ -78,6 +99,12 @@ def environment(spec: ServingSpec, deployment: str, *, queue_url: str = "") -> d
         "SERVESTACK_MAX_PAYLOAD_BYTES": str(d.max_payload_bytes),
         "POWERTOOLS_SERVICE_NAME": "servestack",
     }
+    if isinstance(d, RealtimeDeployment):  # as stacks/realtime.py sets them on the SageMaker model
+        env |= {
+            "SERVESTACK_MAX_BATCH_SIZE": str(d.batching.max_batch_size),
+            "SERVESTACK_MAX_DELAY_MS": str(d.batching.max_delay_ms),
+            "SERVESTACK_MAX_QUEUE_REQUESTS": str(d.batching.max_queue),
+        }
     if isinstance(d, AsyncDeployment):
         env |= {
             "SERVESTACK_BUCKET": n.bucket,

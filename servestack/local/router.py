@@ -43,6 +43,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 VARIANT_HEADER = b"x-amzn-invoked-production-variant"
+TARGET_VARIANT = b"x-amzn-sagemaker-target-variant"
 FORWARDED = {b"content-type", b"accept", b"x-amzn-sagemaker-target-model", b"x-amzn-sagemaker-custom-attributes"}
 RETURNED = {b"content-type", b"retry-after", b"x-amzn-sagemaker-custom-attributes"}
 ADMIN = "/_servestack/"
@@ -311,6 +312,9 @@ class Router:
                 return backend
         return live[-1]
 
+    def variant(self, name: str) -> Backend | None:
+        return next((v for v in self.variants if v.name == name), None)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             return await self._lifespan(receive, send)
@@ -326,7 +330,12 @@ class Router:
         headers = [(name, value) for name, value in scope["headers"] if name in FORWARDED]
         query = scope.get("query_string", b"")
         target = path + ("?" + query.decode("latin-1") if query else "")
-        backend = self.pick()
+        wanted = next((value for name, value in scope["headers"] if name == TARGET_VARIANT), None)
+        backend = self.pick() if wanted is None else self.variant(wanted.decode("latin-1"))
+        if backend is None:  # SageMaker's TargetVariant names a production variant, whatever its weight
+            names = ", ".join(v.name for v in self.variants)
+            error = {"type": "ValidationError", "message": f"TargetVariant: {wanted!r} is not one of {names}"}
+            return await _respond(send, 400, [(b"content-type", b"application/json")], orjson.dumps({"error": error}))
         started = time.perf_counter()
         status, response_headers, payload = await self.forward(backend, method, target, headers, body)
         elapsed = time.perf_counter() - started

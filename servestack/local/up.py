@@ -8,6 +8,9 @@
 - async: a child for the submit/status API, and a child polling SQS for the worker.
 - batch: a child running the schedule; `servestack local run-batch NAME` runs it now. Its input prefix is
   seeded with the model's sample rows.
+- the AWS APIs: one port (`--aws-port`, default 8090) where boto3's `sagemaker-runtime` (`invoke_endpoint`,
+  `invoke_endpoint_async`) and `lambda` (`invoke`) clients work unchanged with `endpoint_url=`
+  (servestack/local/aws_front.py). Each child that runs Lambda handlers also serves the Invoke API for them.
 Children's output is one log stream, each line tagged `[deployment/role]`. The state file says where
 everything is, for `servestack invoke` and `run-batch`. Ctrl-C or SIGTERM stops everything.
 """
@@ -27,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from servestack.local import state
 from servestack.local.processes import (
@@ -38,7 +41,12 @@ from servestack.local.processes import (
     stop_process,
 )
 
+if TYPE_CHECKING:
+    from servestack.local.aws_front import AwsFront
+    from servestack.local.sagemaker_front import AsyncTarget, RealtimeTarget
+
 DEFAULT_PORT = 8080
+DEFAULT_AWS_PORT = 8090
 
 
 @dataclass
@@ -114,9 +122,11 @@ def run(
     emulator_port: int = 0,
     state_path: Path | None = None,
     visibility_timeout_sec: int | None = None,
+    aws_port: int | None = None,
 ) -> int:
     from servestack.local.emulator import EmbeddedEmulator, aws_environment, clients
-    from servestack.local.resources import ensure_all, environment, names
+    from servestack.local.resources import ensure_all, environment, function_names, names
+    from servestack.local.sagemaker_front import AsyncTarget, RealtimeTarget
     from servestack.spec import AsyncDeployment, BatchDeployment, RealtimeDeployment, SpecError, load_spec
 
     spec_file = spec_path or (Path("serving.yaml") if Path("serving.yaml").exists() else REPO_ROOT / "serving.yaml")
@@ -131,6 +141,12 @@ def run(
             print(f"port {realtime_port} is in use; pick another with --port", file=sys.stderr)
             return 2
         realtime_port = free_port()
+    api_port = aws_port if aws_port is not None else DEFAULT_AWS_PORT
+    if not port_is_free(api_port) or api_port == realtime_port:
+        if aws_port is not None:
+            print(f"port {api_port} is in use; pick another with --aws-port", file=sys.stderr)
+            return 2
+        api_port = free_port()
     artifacts = (model_dir or REPO_ROOT / "models" / "artifacts").resolve()
     model_env = {"SERVESTACK_MODEL_DIR": str(artifacts)} if model_dir is not None else {}
     stop_requested = threading.Event()
@@ -144,6 +160,7 @@ def run(
     url = external or emulator.url  # type: ignore[union-attr]
     aws_env = aws_environment(url)
     children: list[Child] = []
+    front: AwsFront | None = None
     state_file = state_path or state.default_path()
     try:
         aws = clients(url)
@@ -160,6 +177,18 @@ def run(
         waits: list[Callable[[], None]] = []
         spec_arg = ["--spec", str(spec_file.resolve())]
         runner = [sys.executable, "-m", "servestack.local.runner"]
+        endpoints: dict[str, RealtimeTarget | AsyncTarget] = {}  # by SageMaker endpoint name
+        invoke_hosts: dict[str, str] = {}  # Lambda function -> the Invoke API of the child that runs it
+        public_functions: dict[str, str] = {}  # the names `lambda.invoke` accepts -> function
+
+        def hosting(tag: str, argv: list[str], env: dict[str, str], function: str) -> Child:
+            """A child that runs `function` and answers `lambda.invoke` for it on its `--invoke-port`."""
+            invoke_port = free_port()
+            invoke_hosts[function] = f"http://127.0.0.1:{invoke_port}"
+            child = _spawn(tag, [*argv, "--invoke-port", str(invoke_port)], env)
+            waits.append(functools.partial(_wait_http, child, f"{invoke_hosts[function]}/"))
+            return child
+
         for name, d in spec.deployments.items():
             model = spec.model(d.model, d.version)
             sample = sample_path(artifacts, model.name, model.version)
@@ -170,6 +199,10 @@ def run(
             }
             n = names(name, d)
             entry: dict[str, Any] = {"mode": d.mode, "model": model.key, "sample": str(sample)}
+            functions = function_names(name, d)
+            public_functions |= functions
+            if functions:
+                entry["lambda_functions"] = sorted(functions)
             if isinstance(d, RealtimeDeployment):
                 chosen = realtime_port if not any(c.name.endswith("/realtime") for c in children) else free_port()
                 # issue 6: a router (variants by weight, shadow, rehearsals) in front of the realtime children
@@ -179,22 +212,28 @@ def run(
                 children.append(child)
                 waits.append(functools.partial(_wait_http, child, f"{child.url}/ping"))
                 entry["url"] = child.url
+                endpoints[name] = RealtimeTarget(child.url, tuple(v.name for v in d.variants) or ("primary",))
                 curls += [f"curl -s {child.url}/ping", _curl(f"{child.url}/invocations", sample)]
                 curls.append(f"curl -s {child.url}/_servestack/metrics")
             elif isinstance(d, BatchDeployment):
-                children.append(_spawn(f"{name}/scheduler", [*runner, "scheduler", name, *spec_arg], env))
+                argv = [*runner, "scheduler", name, *spec_arg]
+                children.append(hosting(f"{name}/scheduler", argv, env, functions[name]))
                 seeded = seed_batch_input(aws["s3"], n.bucket, n.input_prefix, sample)
                 entry |= {"bucket": n.bucket, "input_prefix": n.input_prefix, "output_prefix": n.output_prefix}
                 entry |= {"schedule": f"{d.schedule} {d.timezone}", "seeded": seeded}
                 curls.append(f"{_self_command()} local run-batch {name}")
             else:
                 http_port = free_port()
-                child = _spawn(f"{name}/http", [*runner, "http", name, *spec_arg, "--port", str(http_port)], env)
+                argv = [*runner, "http", name, *spec_arg, "--port", str(http_port)]
+                child = hosting(f"{name}/http", argv, env, functions[name])
                 child.url = f"http://127.0.0.1:{http_port}"
                 children.append(child)
                 if isinstance(d, AsyncDeployment):
-                    children.append(_spawn(f"{name}/poller", [*runner, "poller", name, *spec_arg], env))
+                    argv = [*runner, "poller", name, *spec_arg]
+                    children.append(hosting(f"{name}/poller", argv, env, functions[f"{name}-worker"]))
                     entry |= {"bucket": n.bucket, "table": n.table, **created[name]}
+                    threshold = d.presign_threshold_bytes
+                    endpoints[name] = AsyncTarget(child.url, n.bucket, n.result_prefix, threshold)
                     curls.append(_curl(f"{child.url}/jobs", sample))
                     curls.append(f"curl -s {child.url}/jobs/JOB_ID")
                 else:
@@ -205,15 +244,18 @@ def run(
             recorded[name] = entry
         for wait in waits:
             wait()
-        about = {"endpoint_url": url, "spec": str(spec_file.resolve()), "pid": os.getpid()}
+        front = _start_aws_front(api_port, endpoints, public_functions, invoke_hosts, aws["s3"])
+        about = {"endpoint_url": url, "aws_api_url": front.url, "spec": str(spec_file.resolve()), "pid": os.getpid()}
         state.write(state_file, {**about, "registry": registry_uri}, recorded)  # registry: issue 6
         print(f"\naws emulator: {url}  (state: {state_file})", flush=True)
         print(f"{'deployment':<24} {'mode':<11} url", flush=True)
         for name, mode, where in rows:
             print(f"{name:<24} {mode:<11} {where}", flush=True)
+        print(f"{'(aws apis)':<24} {'boto3':<11} {front.url}", flush=True)
         print("", flush=True)
         for line in curls:
             print(line, flush=True)
+        print(_boto3_lines(front.url, endpoints, public_functions), flush=True)
         print("\nCtrl-C stops everything.", flush=True)
         while not stop_requested.wait(0.5):
             for child in children:
@@ -222,6 +264,8 @@ def run(
                     return 1
         return 0
     finally:
+        if front is not None:
+            front.close()
         for child in reversed(children):
             child.stop()
         if emulator is not None:
@@ -230,6 +274,37 @@ def run(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         print("stopped", flush=True)
+
+
+def _start_aws_front(
+    port: int,
+    endpoints: dict[str, RealtimeTarget | AsyncTarget],
+    functions: dict[str, str],
+    hosts: dict[str, str],
+    s3: Any,
+) -> AwsFront:
+    """SageMaker Runtime + Lambda Invoke for boto3 on one port (servestack/local/aws_front.py)."""
+    import httpx
+
+    from servestack.local.aws_front import AwsFront, LambdaRouter
+    from servestack.local.sagemaker_front import AsyncTarget, RealtimeTarget, SageMakerRuntime
+
+    realtime = {name: target for name, target in endpoints.items() if isinstance(target, RealtimeTarget)}
+    asynchronous = {name: target for name, target in endpoints.items() if isinstance(target, AsyncTarget)}
+    invoke_client = httpx.Client(timeout=httpx.Timeout(960.0, connect=5.0))  # up to Lambda's 900 s timeout
+    router = LambdaRouter(functions, hosts, invoke_client)
+    return AwsFront(SageMakerRuntime(realtime, asynchronous, s3), router, port).serve_in_background()
+
+
+def _boto3_lines(api_url: str, endpoints: dict[str, RealtimeTarget | AsyncTarget], functions: dict[str, str]) -> str:
+    from servestack.local.sagemaker_front import RealtimeTarget
+
+    lines = [f"\n# boto3 with endpoint_url={api_url!r} and any credentials (docs/boto3-local.md):"]
+    for name, target in endpoints.items():
+        operation = "invoke_endpoint" if isinstance(target, RealtimeTarget) else "invoke_endpoint_async"
+        lines.append(f"#   sagemaker-runtime {operation}(EndpointName={name!r}, ...)")
+    lines.append(f"#   lambda invoke(FunctionName=..., Payload=...): {', '.join(functions)}")
+    return "\n".join(lines)
 
 
 def _self_command() -> str:

@@ -121,6 +121,13 @@ def test_a_90_10_split_over_10000_requests_lands_within_3_points(ab_router: Rout
     metrics = httpx.get(f"{ab_router.url}/_servestack/metrics").json()["variants"]
     assert {name: m["requests"] for name, m in metrics.items()} == dict(variants)
     assert all(m["errors_5xx"] == 0 and m["latency_ms"]["p99"] > 0 for m in metrics.values())
+    # AND SageMaker's TargetVariant header picks a variant outright
+    targeted = httpx.post(
+        f"{ab_router.url}/invocations",
+        content=SAMPLE,
+        headers={"Content-Type": "application/json", "X-Amzn-SageMaker-Target-Variant": "candidate"},
+    )
+    assert targeted.headers["x-amzn-invoked-production-variant"] == "candidate"
     print(
         f"\nA/B 90/10: candidate {share:.2%} of 10,000 ({10_000 / elapsed:.0f} req/s through the router); "
         f"p99 ms current {metrics['current']['latency_ms']['p99']:.2f}, "
