@@ -473,6 +473,7 @@ async def _respond(send: Send, status: int, headers: list[tuple[bytes, bytes]], 
 
 def plans_for(spec: Any, deployment: str, model_dir: Path) -> tuple[list[VariantPlan], VariantPlan | None, float]:
     """The variants (default: one `primary` of the deployment's model) and the shadow, from serving.yaml."""
+    from models.service import version_order
     from servestack.spec import RealtimeDeployment
 
     d = spec.deployments[deployment]
@@ -481,7 +482,13 @@ def plans_for(spec: Any, deployment: str, model_dir: Path) -> tuple[list[Variant
 
     def plan(name: str, model: str, version: str | None, weight: float) -> VariantPlan:
         m = spec.model(model, version)
-        package = None if d.multi_model else (model_dir / m.name / m.version)
+        if d.multi_model:
+            return VariantPlan(name, m.name, m.version, weight, None)
+        # As the container did before the router: every bundled package is served (so a TargetModel header can
+        # pick another), unless that would serve a newer version of this model than the one pinned here.
+        versions = [p.parent.name for p in (model_dir / m.name).glob("*/manifest.json")]
+        newest = max(versions, key=version_order, default=m.version)
+        package = model_dir if newest == m.version else model_dir / m.name / m.version
         return VariantPlan(name, m.name, m.version, weight, package)
 
     variants = [plan(v.name, v.model, v.version, v.weight) for v in d.variants] or [
