@@ -58,10 +58,17 @@ async def read_body(receive: Receive, limit: int, declared_length: bytes | None)
             value=int(declared_length),
             allowed=f"<= {limit} bytes",
         )
+    message = await receive()
+    if not message.get("more_body", False) and message["type"] == "http.request":  # the whole body at once
+        body: bytes = message.get("body", b"")
+        if len(body) > limit:
+            raise PayloadTooLarge(
+                "body is over the limit", field="body", value=f"> {limit} bytes", allowed=f"<= {limit}"
+            )
+        return body
     chunks: list[bytes] = []
     size = 0
     while True:
-        message = await receive()
         if message["type"] == "http.disconnect":
             raise ClientDisconnected
         chunk = message.get("body", b"")
@@ -72,7 +79,8 @@ async def read_body(receive: Receive, limit: int, declared_length: bytes | None)
             )
         chunks.append(chunk)
         if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            return b"".join(chunks)
+        message = await receive()
 
 
 class ServingApp:

@@ -185,6 +185,28 @@ def _single_input(manifest: Manifest, form: str) -> TensorSpec:
     return manifest.inputs[0]
 
 
+def fast_instances(payload: Any, manifest: Manifest, *, max_batch_rows: int) -> Arrays | None:
+    """The common request, `{"instances": [[numbers...], ...]}` for a one-input model with fixed numeric rows,
+    checked in one pass. Anything else, or anything wrong, returns None: `validate_inputs` then decides,
+    and names the problem. Both accept and refuse exactly the same bodies (tests/unit/test_codecs.py)."""
+    if type(payload) is not dict or len(payload) != 1 or len(manifest.inputs) != 1:
+        return None
+    value = payload.get("instances")
+    spec = manifest.inputs[0]
+    if type(value) is not list or not 0 < len(value) <= max_batch_rows or spec.dtype == "string":
+        return None
+    try:
+        array = np.asarray(value)
+    except ValueError:
+        return None
+    target = _numpy_dtype(spec.dtype)
+    if array.dtype.kind not in _NUMERIC_KINDS[target.kind] or array.shape[1:] != spec.shape[1:]:
+        return None
+    if array.dtype.kind == "f" and (manifest.allow_non_finite or not _finite_in(array, target)):
+        return None
+    return {spec.name: array.astype(target, copy=False)}
+
+
 def validate_inputs(raw: Mapping[str, tuple[str, Any]], manifest: Manifest, *, max_batch_rows: int) -> Arrays:
     """Turn raw values into arrays of the manifest's dtype and shape, or raise `InvalidInput`."""
     expected = {spec.name: spec for spec in manifest.inputs}
@@ -249,9 +271,7 @@ def _to_array(field: str, value: Any, spec: TensorSpec, manifest: Manifest) -> n
         raise _explain(field, value, spec)
     _check_shape(field, array, spec)
     if spec.dtype != "string":
-        array = array.astype(target, copy=False)
-        if array.dtype.kind == "f" and not manifest.allow_non_finite:
-            _check_finite(field, array)
+        array = _cast(field, array, target, manifest)
     return array
 
 
@@ -285,11 +305,10 @@ def _csv_to_array(rows: list[list[str]], spec: TensorSpec, manifest: Manifest) -
             value=CSV,
             allowed="application/json or application/x-npy",
         )
-    array = np.asarray(values, dtype=spec.numpy_dtype).reshape(len(values), -1) if values else np.empty((0,))
+    array = np.asarray(values, dtype=np.float64).reshape(len(values), -1) if values else np.empty((0,))
     if array.size:
         _check_shape("csv", array, spec)
-        if not manifest.allow_non_finite:
-            _check_finite("csv", array)
+        array = _cast("csv", array, _numpy_dtype(spec.dtype), manifest)
     return array
 
 
@@ -335,6 +354,42 @@ def _check_shape(field: str, array: np.ndarray, spec: TensorSpec) -> None:
             value=f"shape {list(array.shape)}",
             allowed=f"[batch, {', '.join(_dim_text(d) for d in spec.row_shape)}]",
         )
+
+
+_FLOAT_MAX: dict[str, float] = {}
+
+
+def _finite_in(array: np.ndarray, target: np.dtype[Any]) -> bool:
+    """Every value finite and within `target`'s range (NaN fails the comparison), in one reduction; so the
+    cast that follows can neither overflow to infinity nor warn."""
+    limit = _FLOAT_MAX.get(target.char)
+    if limit is None:
+        limit = _FLOAT_MAX[target.char] = float(np.finfo(target).max) if target.kind == "f" else np.inf
+    return array.size == 0 or bool(np.abs(array).max() <= limit)
+
+
+def _cast(field: str, array: np.ndarray, target: np.dtype[Any], manifest: Manifest) -> np.ndarray:
+    """Cast to the model's dtype; floats must be finite and fit it, unless the manifest allows non-finite."""
+    if array.dtype.kind == "f" and target.kind == "f":
+        if manifest.allow_non_finite:
+            with np.errstate(over="ignore"):  # the model asked for infinities; overflow is one way to get them
+                return array.astype(target, copy=False)
+        if not _finite_in(array, target):
+            _check_finite(field, array)
+            _check_range(field, array, target)
+    return array.astype(target, copy=False)
+
+
+def _check_range(field: str, array: np.ndarray, target: np.dtype[Any]) -> None:
+    limit = float(np.finfo(target).max)
+    index = tuple(int(i) for i in np.argwhere(np.abs(array) > limit)[0])
+    path = field + "".join(f"[{i}]" for i in index)
+    raise InvalidInput(
+        f"{path}: {float(array[index])!r} does not fit {target.name}",
+        field=path,
+        value=float(array[index]),
+        allowed=f"finite numbers within +-{limit:.4g}",
+    )
 
 
 def _check_finite(field: str, array: np.ndarray) -> None:
@@ -435,14 +490,8 @@ def default_response(manifest: Manifest, outputs: Mapping[str, np.ndarray]) -> d
 
 
 def _label_names(labels: tuple[str, ...], predictions: np.ndarray) -> list[str]:
-    if predictions.dtype.kind in "iu" and (
-        predictions.size == 0 or 0 <= predictions.min() <= predictions.max() < len(labels)
-    ):
-        return [labels[i] for i in predictions.tolist()]
-    return [
-        labels[int(i)] if isinstance(i, int | float) and 0 <= int(i) < len(labels) else str(i)
-        for i in predictions.tolist()
-    ]
+    count = len(labels)
+    return [labels[i] if isinstance(i, int) and 0 <= i < count else str(i) for i in predictions.tolist()]
 
 
 def encode_response(fields: Mapping[str, Any], media_type: str) -> Encoded:

@@ -56,6 +56,10 @@ class ServedModel:
     def decode(self, body: bytes, content_type: str) -> Arrays:
         """Request body -> validated input arrays (through `preprocess` when the package has one)."""
         payload = codecs.decode_body(body, content_type)
+        if content_type == codecs.JSON and self.hooks.preprocess is None:
+            fast = codecs.fast_instances(payload, self.manifest, max_batch_rows=self.max_batch_rows)
+            if fast is not None:
+                return fast
         if self.hooks.preprocess is not None:
             produced = self.hooks.run_preprocess(payload, content_type)
             if isinstance(produced, np.ndarray):

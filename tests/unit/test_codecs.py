@@ -203,3 +203,35 @@ def test_npy_version_2_header_is_read() -> None:
 
 def test_truncated_npy_is_invalid_input() -> None:
     assert invalid(npy(ROWS)[:-7], codecs.NPY).field == "body"
+
+
+FAST_PATH_BODIES = [
+    {"instances": ROWS.tolist()},
+    {"instances": [[1] * 64]},
+    {"instances": [[0.0] * 63]},
+    {"instances": [[0.0] * 65]},
+    {"instances": [[0.0] * 10 + ["7"] + [0.0] * 53]},
+    {"instances": [[True] * 64]},
+    {"instances": [[1e39] * 64]},  # overflows float32 to infinity
+    {"instances": []},
+    {"instances": [0.0] * 64},
+    {"instances": [[0.0] * 64, [0.0] * 63]},
+    {"inputs": {"input": ROWS.tolist()}},
+    {"instances": ROWS.tolist(), "extra": 1},
+]
+
+
+@pytest.mark.parametrize("document", FAST_PATH_BODIES)
+def test_the_fast_path_accepts_exactly_what_the_general_path_accepts(document: dict[str, object]) -> None:
+    fast = codecs.fast_instances(document, DIGITS, max_batch_rows=10_000)
+    try:
+        general = codecs.validate_inputs(
+            codecs.payload_to_arrays(document, codecs.JSON, DIGITS), DIGITS, max_batch_rows=10_000
+        )
+    except InvalidInput:
+        assert fast is None
+        return
+    if fast is not None:
+        assert fast.keys() == general.keys()
+        np.testing.assert_array_equal(fast["input"], general["input"])
+        assert fast["input"].dtype == general["input"].dtype
