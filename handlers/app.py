@@ -180,15 +180,15 @@ class ServingApp:
         batcher = self.batcher(model)
         batcher.acquire()  # an overloaded worker answers 429 before spending anything on the body
         try:
-            media_type = codecs.negotiate(_text(headers.get(b"accept")))
+            media_type = _memo(_ACCEPTED, headers.get(b"accept"), codecs.negotiate)
             body = await read_body(receive, self.settings.max_payload_bytes, headers.get(b"content-length"))
-            arrays = model.decode(body, codecs.media_type_of(_text(headers.get(b"content-type"))))
+            arrays = model.decode(body, _memo(_CONTENT_TYPES, headers.get(b"content-type"), codecs.media_type_of))
             rows = next(iter(arrays.values())).shape[0]
             outputs = await batcher.submit(arrays, rows, self.settings.request_timeout_sec)
         finally:
             batcher.release()
         encoded = codecs.encode_response(model.respond(outputs), media_type)
-        return encoded.body, encoded.media_type.encode(), model.manifest.key
+        return encoded.body, _MEDIA_TYPE_BYTES[encoded.media_type], model.manifest.key
 
     async def _predict(self, scope: Scope, receive: Receive, send: Send, name: str | None) -> None:
         headers = {key: value for key, value in scope["headers"] if key in WANTED_HEADERS}
@@ -237,6 +237,23 @@ async def _respond(
 
 def _text(value: bytes | None) -> str | None:
     return value.decode("latin-1") if value is not None else None
+
+
+# Header values repeat from request to request; parse each distinct one once (bounded, so callers sending
+# ever-new values cost a parse each, never memory).
+_CONTENT_TYPES: dict[bytes | None, str] = {}
+_ACCEPTED: dict[bytes | None, str] = {}
+_MEDIA_TYPE_BYTES = {media_type: media_type.encode() for media_type in codecs.WRITABLE_TYPES}
+_MEMO_LIMIT = 256
+
+
+def _memo(memo: dict[bytes | None, str], raw: bytes | None, parse: Callable[[str | None], str]) -> str:
+    found = memo.get(raw)
+    if found is None:
+        found = parse(_text(raw))  # raises for an unusable value, which is then never remembered
+        if len(memo) < _MEMO_LIMIT:
+            memo[raw] = found
+    return found
 
 
 def create_app(repository: ModelRepository | ModelCache, *, load_in_background: bool = False) -> ServingApp:

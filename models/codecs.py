@@ -473,19 +473,16 @@ def _shape_text(shape: Sequence[int | None]) -> str:
 
 def default_response(manifest: Manifest, outputs: Mapping[str, np.ndarray]) -> dict[str, Any]:
     """Predictions, probabilities and class labels when the manifest names them; other outputs by name."""
-    response: dict[str, Any] = {"predictions": outputs[manifest.primary_output]}
-    if manifest.probability_output is not None:
-        response["probabilities"] = outputs[manifest.probability_output]
+    primary, probabilities = manifest.primary_output, manifest.probability_output
+    response: dict[str, Any] = {"model": manifest.name, "version": manifest.version, "predictions": outputs[primary]}
+    if probabilities is not None:
+        response["probabilities"] = outputs[probabilities]
     if manifest.labels is not None:
-        response["labels"] = _label_names(manifest.labels, np.asarray(outputs[manifest.primary_output]).reshape(-1))
-    named = {"predictions", "probabilities"}
-    extra = {
-        name: value
-        for name, value in outputs.items()
-        if name not in (manifest.primary_output, manifest.probability_output)
-    }
-    if extra and not named.intersection(extra):
-        response["outputs"] = extra
+        response["labels"] = _label_names(manifest.labels, np.asarray(outputs[primary]).reshape(-1))
+    if len(outputs) > (2 if probabilities is not None else 1):
+        extra = {name: value for name, value in outputs.items() if name not in (primary, probabilities)}
+        if not {"predictions", "probabilities"}.intersection(extra):
+            response["outputs"] = extra
     return response
 
 

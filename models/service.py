@@ -80,11 +80,9 @@ class ServedModel:
 
     def respond(self, outputs: Arrays) -> dict[str, Any]:
         """Model outputs -> response fields, identical in every mode."""
-        fields = (
-            self.hooks.run_postprocess(outputs)
-            if self.hooks.postprocess is not None
-            else codecs.default_response(self.manifest, outputs)
-        )
+        if self.hooks.postprocess is None:
+            return codecs.default_response(self.manifest, outputs)
+        fields = self.hooks.run_postprocess(outputs)
         return {"model": self.manifest.name, "version": self.manifest.version, **fields}
 
     def infer(self, body: bytes, content_type: str | None, accept: str | None) -> codecs.Encoded:
