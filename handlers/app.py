@@ -203,6 +203,8 @@ class ServingApp:
             status, body, content_type = error.status_code, error_body(error), b"application/json"
             if isinstance(error, Overloaded):
                 extra.append((b"retry-after", str(error.retry_after_sec).encode()))
+                if self.settings.reject_pause_ms:
+                    await asyncio.sleep(self.settings.reject_pause_ms / 1000)
             elif status >= 500 and not error.retryable:
                 logger.error("%s: %s", error.error_type, error.message)
         except ClientDisconnected:

@@ -35,7 +35,7 @@ class BatchingConfig:
     max_batch_size: int = 64
     max_delay_ms: float = 0.0
     max_queue_rows: int = 8192
-    max_queue_requests: int = 128
+    max_queue_requests: int = 64
     use_thread: bool = False
 
     def __post_init__(self) -> None:

@@ -95,7 +95,10 @@ class ServingSettings(EnvironmentSettings, frozen=True, kw_only=True):
     max_batch_size: Annotated[int, msgspec.Meta(ge=1, le=65_536)] = 64
     max_delay_ms: Annotated[float, msgspec.Meta(ge=0, le=1000)] = 0.0
     max_queue_rows: Annotated[int, msgspec.Meta(ge=1)] = 8192
-    max_queue_requests: Annotated[int, msgspec.Meta(ge=1)] = 128
+    max_queue_requests: Annotated[int, msgspec.Meta(ge=1)] = 64
+    # A 429 is answered after this pause: clients that retry at once (ignoring Retry-After) then cannot
+    # turn rejections into a storm that starves the admitted requests of the event loop.
+    reject_pause_ms: Annotated[float, msgspec.Meta(ge=0, le=5000)] = 200.0
     request_timeout_sec: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 60.0
     # Multi-model serving: when `registry_uri` is set (`s3://bucket/prefix/` or a directory), models load from
     # the registry on first request into an LRU cache bounded by bytes and by count (per worker process).
