@@ -14,10 +14,9 @@ computes (onnxruntime releases the GIL inside `run`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -106,15 +105,6 @@ class MicroBatcher:
 
     def release(self) -> None:
         self._in_flight -= 1
-
-    @contextlib.contextmanager
-    def admission(self) -> Iterator[None]:
-        """`acquire` ... `release` as a context manager, for callers off the hot path."""
-        self.acquire()
-        try:
-            yield
-        finally:
-            self.release()
 
     def _overloaded(self) -> Overloaded:
         return Overloaded(

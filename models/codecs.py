@@ -199,7 +199,7 @@ def fast_instances(payload: Any, manifest: Manifest, *, max_batch_rows: int) -> 
         array = np.asarray(value)
     except ValueError:
         return None
-    target = _numpy_dtype(spec.dtype)
+    target = spec.numpy_dtype
     if array.dtype.kind not in _NUMERIC_KINDS[target.kind] or array.shape[1:] != spec.shape[1:]:
         return None
     if array.dtype.kind == "f" and (manifest.allow_non_finite or not _finite_in(array, target)):
@@ -262,7 +262,7 @@ def _to_array(field: str, value: Any, spec: TensorSpec, manifest: Manifest) -> n
         raise _explain(field, value, spec) from None
     if array.dtype == object:
         raise _explain(field, value, spec)
-    target = _numpy_dtype(spec.dtype)
+    target = spec.numpy_dtype
     if spec.dtype == "string":
         if array.dtype.kind != "U":
             raise _explain(field, value, spec)
@@ -308,18 +308,8 @@ def _csv_to_array(rows: list[list[str]], spec: TensorSpec, manifest: Manifest) -
     array = np.asarray(values, dtype=np.float64).reshape(len(values), -1) if values else np.empty((0,))
     if array.size:
         _check_shape("csv", array, spec)
-        array = _cast("csv", array, _numpy_dtype(spec.dtype), manifest)
+        array = _cast("csv", array, spec.numpy_dtype, manifest)
     return array
-
-
-_DTYPES: dict[str, np.dtype[Any]] = {}
-
-
-def _numpy_dtype(name: str) -> np.dtype[Any]:
-    dtype = _DTYPES.get(name)
-    if dtype is None:
-        dtype = _DTYPES[name] = np.dtype(object) if name == "string" else np.dtype(name)
-    return dtype
 
 
 def _check_shape(field: str, array: np.ndarray, spec: TensorSpec) -> None:

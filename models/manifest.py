@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -19,6 +20,12 @@ TensorDType = Literal["float32", "float64", "float16", "int64", "int32", "int8",
 Sha256 = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
 
 
+@functools.cache
+def numpy_dtype_of(name: str) -> np.dtype[Any]:
+    """The numpy dtype for a manifest dtype name; cached, as the request path asks for it every time."""
+    return np.dtype(object) if name == "string" else np.dtype(name)
+
+
 class TensorSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """One input or output: `shape` has None for free dimensions; the first is the batch dimension."""
 
@@ -28,7 +35,7 @@ class TensorSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     @property
     def numpy_dtype(self) -> np.dtype[Any]:
-        return np.dtype(object) if self.dtype == "string" else np.dtype(self.dtype)
+        return numpy_dtype_of(self.dtype)
 
     @property
     def row_shape(self) -> tuple[int | None, ...]:

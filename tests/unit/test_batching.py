@@ -127,9 +127,12 @@ def test_a_full_worker_refuses_with_retry_after() -> None:
 
 
 async def admitted_submit(batcher: MicroBatcher) -> dict[str, np.ndarray]:
-    with batcher.admission():
+    batcher.acquire()
+    try:
         await asyncio.sleep(0)  # as reading a body would: the slot must already be held across this await
         return await batcher.submit(rows(1.0), 1, 5)
+    finally:
+        batcher.release()
 
 
 def test_work_whose_deadline_passed_in_the_queue_is_dropped() -> None:
