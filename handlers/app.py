@@ -266,6 +266,6 @@ def build_repository(settings: ServingSettings) -> ModelRepository | ModelCache:
     """Single-model serving from `model_dir`, or, with `registry_uri` set, the multi-model cache."""
     if not settings.registry_uri:
         return ModelRepository(settings)
-    from servestack.registry import open_registry
+    from handlers.aws.registry import open_registry
 
     return ModelCache(settings, open_registry(settings.registry_uri))

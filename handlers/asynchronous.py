@@ -6,7 +6,7 @@ Routes (API Gateway HTTP API v2 events):
   lands (S3 notification on the upload prefix) or on `POST /jobs/{id}/confirm`.
 - `GET /jobs/{id}`: `queued | running | succeeded | failed`, the result location and a presigned GET URL, or
   the error.
-The worker reports partial batch failures with Powertools' `BatchProcessor`; see handlers/jobs.py for the
+The worker reports partial batch failures with Powertools' `BatchProcessor`; see handlers/aws/jobs.py for the
 idempotency and retry rules.
 """
 
@@ -21,7 +21,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-from handlers.jobs import AsyncSettings, JobService
+from handlers.aws.jobs import AsyncSettings, JobService
 from models.errors import ServingError
 from models.service import ModelRepository
 from models.settings import ServingSettings

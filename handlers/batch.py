@@ -15,7 +15,7 @@ import msgspec
 from aws_lambda_powertools import Logger
 from botocore.exceptions import ClientError
 
-from handlers.jobs import aws_client
+from handlers.aws.clients import aws_client
 from models.service import ModelRepository
 from models.settings import EnvironmentSettings, ServingSettings
 from models.tabular import BatchJob, Progress, StoredObject

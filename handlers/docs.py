@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Protocol
 
 import orjson
 from fastapi import FastAPI, Request
@@ -17,10 +18,25 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
+from models.cache import ModelCache
 from models.errors import InvalidInput, ServingError
+from models.service import ModelRepository
 
-if TYPE_CHECKING:
-    from handlers.app import ServingApp
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+
+
+class Serving(Protocol):
+    """What the FastAPI side needs of the serving core (`handlers.app.ServingApp` is one); a protocol, so that
+    this module never imports handlers/app.py, which imports it lazily."""
+
+    repository: ModelRepository | ModelCache
+
+    def ping(self) -> tuple[int, bytes]: ...
+
+    async def predict(
+        self, target: str | None, headers: dict[bytes, bytes], receive: Receive
+    ) -> tuple[bytes, bytes, str]: ...
+
 
 logger = logging.getLogger("servestack.handlers")
 
@@ -58,7 +74,7 @@ class ErrorResponse(BaseModel):
     error: dict[str, Any]
 
 
-def create_fastapi(serving: ServingApp) -> FastAPI:
+def create_fastapi(serving: Serving) -> FastAPI:
     repository = serving.repository
     app = FastAPI(
         title="servestack",

@@ -3,7 +3,7 @@
 
 The registry logic is transport-free: it reads and writes through an `ObjectStore` (a small protocol).
 `DirectoryStore` keeps the layout in a local folder (tests, air-gapped use); the S3 store lives outside the
-core, in `servestack/registry.py`. Versions are immutable: pushing an existing version with other bytes is
+core, in `handlers/aws/registry.py`. Versions are immutable: pushing an existing version with other bytes is
 refused. The manifest is written last, so a version exists only once all its files do.
 """
 

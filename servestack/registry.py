@@ -1,8 +1,6 @@
-"""The model registry on S3 (or the local emulator's S3), and `open_registry(uri)` for every caller.
+"""The model registry as the CLI and `local up` use it: the emulator's registry URI and its seeding.
 
-URIs: `s3://bucket/prefix/` (boto3 honours `AWS_ENDPOINT_URL`, which `local up` sets to its emulator), or a
-local directory (`/path`, `file:///path`). The layout below the prefix is `models/registry.py`'s:
-`<name>/<version>/{model.onnx,manifest.json}` and `<name>/aliases.json`.
+The store itself (S3 or a directory) is `handlers/aws/registry.py`, which the multi-model container runs.
 """
 
 from __future__ import annotations
@@ -11,65 +9,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from models.errors import RegistryError
-from models.registry import DirectoryStore, ModelRegistry
+from handlers.aws.registry import open_registry
+from models.registry import ModelRegistry
+
+__all__ = ["LOCAL_BUCKET", "LOCAL_URI", "ensure_bucket", "open_registry", "seed", "seed_local"]
 
 LOCAL_BUCKET = "servestack-registry"
 LOCAL_URI = f"s3://{LOCAL_BUCKET}/models/"
-
-
-class S3Store:
-    """An `ObjectStore` on an S3 bucket and key prefix."""
-
-    def __init__(self, bucket: str, prefix: str = "", client: Any = None, endpoint_url: str | None = None) -> None:
-        if client is None:
-            import boto3
-            from botocore.config import Config
-
-            client = boto3.client("s3", endpoint_url=endpoint_url, config=Config(s3={"addressing_style": "path"}))
-        self.client = client
-        self.bucket = bucket
-        self.root = prefix
-        self.uri = f"s3://{bucket}/{prefix}"
-
-    def read(self, key: str) -> bytes | None:
-        try:
-            response = self.client.get_object(Bucket=self.bucket, Key=self.root + key)
-        except self.client.exceptions.NoSuchKey:
-            return None
-        data: bytes = response["Body"].read()
-        return data
-
-    def write(self, key: str, data: bytes) -> None:
-        self.client.put_object(Bucket=self.bucket, Key=self.root + key, Body=data)
-
-    def keys(self, prefix: str) -> list[str]:
-        found: list[str] = []
-        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.root + prefix)
-        for page in pages:
-            found += [item["Key"][len(self.root) :] for item in page.get("Contents", [])]
-        return found
-
-
-def open_registry(uri: str, *, endpoint_url: str | None = None, client: Any = None) -> ModelRegistry:
-    """The registry at `uri`; the error lists the accepted forms."""
-    parsed = urlsplit(uri)
-    if parsed.scheme == "s3":
-        if not parsed.netloc:
-            raise RegistryError(
-                f"registry: {uri!r} has no bucket", field="registry", value=uri, allowed="s3://bucket/prefix/"
-            )
-        prefix = parsed.path.lstrip("/")
-        prefix = prefix if not prefix or prefix.endswith("/") else prefix + "/"
-        return ModelRegistry(S3Store(parsed.netloc, prefix, client=client, endpoint_url=endpoint_url), prefix="")
-    if parsed.scheme in ("", "file"):
-        return ModelRegistry(DirectoryStore(Path(parsed.path if parsed.scheme else uri)), prefix="")
-    raise RegistryError(
-        f"registry: {uri!r} is not a registry URI",
-        field="registry",
-        value=uri,
-        allowed="s3://bucket/prefix/, file:///path or a directory path",
-    )
 
 
 def ensure_bucket(uri: str, s3: Any) -> None:

@@ -154,7 +154,7 @@ class RealtimeEndpoint(Construct):
         alarms = alarms or AlarmSettings()
         batching = batching or Batching()
         self.endpoint_name = endpoint_name
-        # Multi-model endpoints serve from the model registry's layout (servestack/registry.py):
+        # Multi-model endpoints serve from the model registry's layout (handlers/aws/registry.py):
         # `models/<name>/<version>/{model.onnx,manifest.json}` + `models/<name>/aliases.json`, the prefix
         # `servestack models push --registry s3://<bucket>/models/` writes to.
         self.multi_model_prefix = "models/"

@@ -166,7 +166,7 @@ def run(
         aws = clients(url)
         created = ensure_all(aws, spec, visibility_timeout=visibility_timeout_sec)
         # --- issue 6: the model registry on the emulator, seeded with serving.yaml's models ---
-        from servestack.local import router
+        from servestack.local import endpoint
         from servestack.registry import seed_local
 
         registry_uri = seed_local(aws["s3"], spec, artifacts)
@@ -206,7 +206,7 @@ def run(
             if isinstance(d, RealtimeDeployment):
                 chosen = realtime_port if not any(c.name.endswith("/realtime") for c in children) else free_port()
                 # issue 6: a router (variants by weight, shadow, rehearsals) in front of the realtime children
-                argv = router.argv(name, spec_file.resolve(), chosen, artifacts, registry_uri, workers=workers)
+                argv = endpoint.argv(name, spec_file.resolve(), chosen, artifacts, registry_uri, workers=workers)
                 child = _spawn(f"{name}/realtime", argv, env)
                 child.url = f"http://127.0.0.1:{chosen}"
                 children.append(child)

@@ -43,7 +43,7 @@ class RouterProcess:
         log = tmp / "router.log"
         with log.open("wb") as out:
             process = subprocess.Popen(
-                [sys.executable, "-m", "servestack.local.router", deployment, "--spec", str(spec_file),
+                [sys.executable, "-m", "servestack.local.endpoint", deployment, "--spec", str(spec_file),
                  "--port", str(port), "--model-dir", str(model_dir), "--cache-dir", str(tmp / "cache")],
                 cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )  # fmt: skip

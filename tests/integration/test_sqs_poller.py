@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from handlers.jobs import parse_message
+from handlers.aws.jobs import parse_message
 from servestack.local.lambda_runtime import LocalFunction
 from servestack.local.poller import SqsPoller
 from servestack.local.resources import ensure_bucket

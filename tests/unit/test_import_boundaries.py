@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -54,3 +55,97 @@ def test_importing_the_core_loads_no_transport_or_cloud_library() -> None:
 def test_runtime_packages_never_import_cdk(package: str) -> None:
     offenders = [path for path, roots in imported_roots(package).items() if "aws_cdk" in roots]
     assert offenders == []
+
+
+FIRST_PARTY = ("models", "handlers", "servestack", "stacks")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO_ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def resolve(name: str) -> str | None:
+    """The first-party module `name` refers to (a module file, or a package's __init__), else None."""
+    base = REPO_ROOT.joinpath(*name.split("."))
+    if base.with_suffix(".py").is_file() or (base / "__init__.py").is_file():
+        return name
+    return None
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Every first-party import, wherever it is written: module level, inside functions (lazy imports) and
+    under `if TYPE_CHECKING:`; a lazy import still ties two modules into one circle."""
+    graph: dict[str, set[str]] = {}
+    for package in FIRST_PARTY:
+        for path in sorted((REPO_ROOT / package).rglob("*.py")):
+            if "artifacts" in path.parts:
+                continue
+            targets: set[str] = set()
+            for node in ast.walk(ast.parse(path.read_text())):
+                names: list[str] = []
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    names = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
+                for name in names:
+                    if name.split(".")[0] in FIRST_PARTY:
+                        found = resolve(name) or resolve(name.rpartition(".")[0])
+                        if found:
+                            targets.add(found)
+            graph[module_name(path)] = targets - {module_name(path)}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_handlers_never_import_servestack() -> None:
+    # GIVEN every import in handlers/ (the Lambda bundle and the container carry no `servestack` package)
+    offenders = {path: "servestack" for path, roots in imported_roots("handlers").items() if "servestack" in roots}
+    # THEN none of them names servestack
+    assert offenders == {}
+
+
+def test_no_import_circles_among_first_party_modules() -> None:
+    # GIVEN the import graph of models/, handlers/, servestack/ and stacks/, lazy imports included
+    graph = import_graph()
+    # WHEN its strongly connected components are computed THEN every module stands in no circle
+    assert cycles(graph) == []
+
+
+def test_the_circle_check_finds_a_circle() -> None:
+    # GIVEN a graph with a lazy-import style circle a -> b -> a WHEN checked THEN the circle is reported
+    assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from handlers.aws.registry import open_registry
 from models.errors import ChecksumMismatch, ModelNotFound, RegistryError, VersionConflict
 from models.registry import DirectoryStore, ModelRegistry
-from servestack.registry import open_registry
 from tests.conftest import ARTIFACTS
 
 DIGITS = ARTIFACTS / "digits" / "1" / "model.onnx"

@@ -25,9 +25,9 @@ from typing import Annotated, Any
 
 import boto3
 import msgspec
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from handlers.aws.clients import aws_client
 from models import codecs
 from models.errors import (
     InvalidInput,
@@ -64,11 +64,6 @@ class AsyncSettings(EnvironmentSettings, frozen=True, kw_only=True):
     def upload_prefix(self) -> str:
         """Large payloads land here through a presigned PUT; an S3 notification on it starts the job."""
         return f"{self.request_prefix}uploads/"
-
-
-def aws_client(service: str) -> Any:
-    """A boto3 client honouring AWS_ENDPOINT_URL (an emulator); path-style S3 so any endpoint host works."""
-    return boto3.client(service, config=Config(s3={"addressing_style": "path"}, retries={"mode": "standard"}))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,6 @@
+"""The AWS SDK code the handlers need at run time (bundled with them; never imports `servestack`).
+
+- `clients`: boto3 clients with the retry mode and S3 addressing every handler uses;
+- `jobs`: the async job store (S3 payloads and results, SQS messages, DynamoDB job records);
+- `registry`: the model registry on S3 (or on a directory), read by the multi-model container.
+"""
