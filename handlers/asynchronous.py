@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import os
 from typing import Any
 
 from aws_lambda_powertools import Logger
@@ -91,6 +92,11 @@ def confirm(job_id: str) -> Response[Any]:
 @api.get("/jobs/<job_id>")
 def status(job_id: str) -> Response[Any]:
     return _json(200, service().status(job_id))
+
+
+if os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):
+    # Lambda's init phase (module import): load and warm the model before the first event, not during it.
+    service()
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -13,29 +13,63 @@ def build_parser() -> argparse.ArgumentParser:
 
     local = commands.add_parser("local", help="run the serving topology on this machine")
     local_commands = local.add_subparsers(dest="local_command", required=True)
-    up = local_commands.add_parser("up", help="start every deployment locally and print how to call it")
-    up.add_argument("--port", type=int, default=None, help="realtime port (default 8080, or a free one if taken)")
-    up.add_argument("--model-dir", type=Path, default=None, help="model packages (default: the bundled ones)")
-    up.add_argument("--workers", type=int, default=1, help="realtime server worker processes (default: 1)")
-    up.add_argument("--spec", type=Path, default=None, help="serving.yaml (default: ./serving.yaml)")
-    up.add_argument(
-        "--endpoint-url",
-        default=None,
-        help="an external AWS emulator such as LocalStack (default: AWS_ENDPOINT_URL, else an embedded moto server)",
+    up = local_commands.add_parser(
+        "up",
+        help="run the synthesized templates of serving.yaml on this machine, IAM enforced, and print how to call them",
     )
-    up.add_argument("--emulator-port", type=int, default=0, help="embedded emulator port (default: a free one)")
-    up.add_argument("--state", type=Path, default=None, help="state file (default: .servestack/local.json)")
+    up.add_argument(
+        "--spec", type=Path, default=None, help="serving.yaml (default: the nearest one, this folder or above)"
+    )
+    up.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="the first realtime endpoint's container port (default 8080, or a free one)",
+    )
     up.add_argument(
         "--aws-port",
         type=int,
         default=None,
         help="boto3 endpoint_url port for sagemaker-runtime and lambda (default 8090, or a free one if taken)",
     )
+    up.add_argument("--workers", type=int, default=1, help="worker processes of each realtime container (default: 1)")
+    up.add_argument(
+        "--endpoint-url",
+        default=None,
+        help="an external AWS emulator such as LocalStack, which does not enforce IAM "
+        "(default: AWS_ENDPOINT_URL, else an embedded moto server)",
+    )
+    up.add_argument("--emulator-port", type=int, default=0, help="embedded emulator port (default: a free one)")
+    up.add_argument(
+        "--state", type=Path, default=None, help="state file (default: .servestack/local.json in the project)"
+    )
+    up.add_argument(
+        "--fresh", action="store_true", help="start the emulator empty (default: keep jobs, results and models)"
+    )
+    up.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="where the emulator's data is kept between runs (default: .servestack/emulator in the project)",
+    )
+    up.add_argument(
+        "--no-iam",
+        dest="iam",
+        action="store_false",
+        help="debugging only: do not enforce the templates' IAM policies (local mode then allows what AWS refuses)",
+    )
+    up.add_argument(
+        "--explain",
+        action="store_true",
+        help="list every resource of the templates, its local name, and whether it is emulated or only reported",
+    )
+    up.add_argument("--resynth", action="store_true", help="synthesize even when the inputs are unchanged")
     up.add_argument(
         "--visibility-timeout-sec",
         type=int,
         default=None,
-        help="SQS visibility timeout (default: as the CDK stack, 6x the worker timeout + the batching window)",
+        help="override the job queues' visibility timeout (default: the template's, 6x the worker timeout + "
+        "the batching window); a deviation from the deploy, printed at start",
     )
 
     rehearse = local_commands.add_parser(
@@ -57,11 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rehearse.add_argument("--state", type=Path, default=None, help="state file of local up")
 
-    batch = local_commands.add_parser("run-batch", help="run a batch deployment now against the running local up")
+    batch = local_commands.add_parser(
+        "run-batch", help="run a batch deployment now: invoke its function with its schedule's input"
+    )
     batch.add_argument("name", help="the batch deployment in serving.yaml")
     batch.add_argument("--state", type=Path, default=None, help="state file of local up")
-    batch.add_argument("--spec", type=Path, default=None, help="serving.yaml (default: the one local up runs)")
-    batch.add_argument("--endpoint-url", default=None, help="AWS endpoint (default: the one local up runs)")
     batch.add_argument("--strict", action="store_true", help="stop at the first bad row")
     batch.add_argument("--chunk-rows", type=int, default=None, help="rows per chunk and per output part")
     batch.add_argument("--output-prefix", default=None, help="write here instead of the deployment's output prefix")
@@ -100,18 +134,24 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "local" and args.local_command == "up":
-        from servestack.local.up import run
+        from servestack.local.up import UpOptions, run
 
         return run(
-            args.port,
-            args.model_dir,
-            args.workers,
-            spec_path=args.spec,
-            endpoint_url=args.endpoint_url,
-            emulator_port=args.emulator_port,
-            state_path=args.state,
-            visibility_timeout_sec=args.visibility_timeout_sec,
-            aws_port=args.aws_port,
+            UpOptions(
+                spec_path=args.spec,
+                port=args.port,
+                aws_port=args.aws_port,
+                emulator_port=args.emulator_port,
+                endpoint_url=args.endpoint_url,
+                state_path=args.state,
+                workers=args.workers,
+                fresh=args.fresh,
+                data_dir=args.data_dir,
+                iam=args.iam,
+                explain=args.explain,
+                resynth=args.resynth,
+                visibility_timeout_sec=args.visibility_timeout_sec,
+            )
         )
     if args.command == "local" and args.local_command == "deploy":
         from servestack.local.deploy import deploy
@@ -144,8 +184,6 @@ def main(argv: list[str] | None = None) -> int:
         return run_batch(
             args.name,
             state_path=args.state,
-            spec_path=args.spec,
-            endpoint_url=args.endpoint_url,
             strict=args.strict,
             chunk_rows=args.chunk_rows,
             output_prefix=args.output_prefix,

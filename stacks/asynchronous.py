@@ -21,6 +21,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_lambda_event_sources as sources
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_assets as s3_assets
+from aws_cdk import aws_s3_notifications as s3n
 from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
@@ -38,6 +39,15 @@ WORKER_HANDLER = "handlers.asynchronous.worker_handler"
 _PREFIX_REASON = (
     "Object-level access is scoped to this deployment's own key prefix in its own bucket; job ids are only "
     "known at runtime, so the prefix ends in a wildcard."
+)
+
+
+# CDK's singleton that applies bucket notifications (a custom resource); its id is fixed by aws-cdk-lib.
+_NOTIFICATIONS_HANDLER = "BucketNotificationsHandler050a0587b7544547bf325f094a3db834"
+_BASIC_EXECUTION = "arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"
+_NOTIFICATIONS_REASON = (
+    "CDK's bucket-notifications custom resource runs once per deployment with AWS's basic execution policy "
+    "(write its own logs); it cannot be given another role through the S3 notification API."
 )
 
 
@@ -86,6 +96,8 @@ class AsyncEndpoint(Construct):
             raise ValueError("AsyncEndpoint: backend='sagemaker' needs image and model_data, got None")
         alarms = alarms or AlarmSettings()
         self.request_prefix = f"async/{name}/requests/"
+        # Payloads over the presign threshold are PUT here by the caller; S3's notification starts the job.
+        self.upload_prefix = f"{self.request_prefix}uploads/"
         self.result_prefix = f"async/{name}/results/"
         self.failure_prefix = f"async/{name}/failures/"
 
@@ -178,8 +190,21 @@ class AsyncEndpoint(Construct):
             )
         )
 
+        # Large uploads start when they land: an ObjectCreated notification on the upload prefix feeds the job
+        # queue (CDK adds the queue policy that lets S3 send, scoped to this bucket).
+        bucket.add_event_notification(
+            s3.EventType.OBJECT_CREATED,
+            s3n.SqsDestination(self.queue),
+            s3.NotificationKeyFilter(prefix=self.upload_prefix),
+        )
+        handler = Stack.of(self).node.try_find_child(_NOTIFICATIONS_HANDLER)
+        if handler is not None:
+            acknowledge(handler, {f"AwsSolutions-IAM4[Policy::{_BASIC_EXECUTION}]": _NOTIFICATIONS_REASON})
+
         # Least privilege: each function touches only its own prefixes, queue and table, with exact actions.
         self._allow(self.submit, ["s3:PutObject"], [bucket.arn_for_objects(f"{self.request_prefix}*")])
+        # `POST /jobs/{id}/confirm` checks that the upload landed (HeadObject needs s3:GetObject).
+        self._allow(self.submit, ["s3:GetObject"], [bucket.arn_for_objects(f"{self.upload_prefix}*")])
         self._allow(self.submit, ["s3:GetObject"], [bucket.arn_for_objects(f"{self.result_prefix}*")])
         self._allow(self.submit, ["sqs:SendMessage"], [self.queue.queue_arn])
         self._allow(self.submit, ["dynamodb:PutItem", "dynamodb:GetItem"], [self.table.table_arn])
@@ -199,6 +224,7 @@ class AsyncEndpoint(Construct):
                 {
                     f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{self.request_prefix}*]": _PREFIX_REASON,
                     f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{self.result_prefix}*]": _PREFIX_REASON,
+                    f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{self.upload_prefix}*]": _PREFIX_REASON,
                 },
             )
 

@@ -107,8 +107,16 @@ class BatchJob(Construct):
             resources=[bucket.bucket_arn],
             conditions={"StringLike": {"s3:prefix": [f"{self.input_prefix}*"]}},
         )
+        # The job owns its output prefix: it lists and reads back its parts to resume a crashed run without
+        # duplicates, and deletes stale parts and the error parts of rows that later succeeded.
         write_output = iam.PolicyStatement(
-            actions=["s3:PutObject"], resources=[bucket.arn_for_objects(f"{self.output_prefix}*")]
+            actions=["s3:PutObject", "s3:GetObject", "s3:DeleteObject"],
+            resources=[bucket.arn_for_objects(f"{self.output_prefix}*")],
+        )
+        list_output = iam.PolicyStatement(
+            actions=["s3:ListBucket"],
+            resources=[bucket.bucket_arn],
+            conditions={"StringLike": {"s3:prefix": [f"{self.output_prefix}*"]}},
         )
         self.function: lambda_.Function | None = None
         self.task_definition: ecs.FargateTaskDefinition | None = None
@@ -127,7 +135,7 @@ class BatchJob(Construct):
                 log_retention_days=log_retention_days,
                 description=f"servestack {name}: scheduled batch scoring (handlers.batch)",
             )
-            for statement in (read_input, list_input, write_output):
+            for statement in (read_input, list_input, write_output, list_output):
                 self.function.add_to_role_policy(statement)
             assert self.function.role is not None
             acknowledge(self.function.role, prefix_findings)
@@ -154,7 +162,7 @@ class BatchJob(Construct):
             assert image is not None
             target, failures = self._fargate(
                 name, image, payload, model_name, fargate_cpu, fargate_memory_mib, architecture,
-                log_retention_days, (read_input, list_input, write_output), prefix_findings,
+                log_retention_days, (read_input, list_input, write_output, list_output), prefix_findings,
                 retry_attempts, max_event_age_sec,
             )  # fmt: skip
 

@@ -1,13 +1,16 @@
-"""`servestack invoke` and `servestack local run-batch`: talk to a running `local up` through its state file."""
+"""`servestack invoke` and `servestack local run-batch`: call a running `local up` as the developer would
+call the deployed stacks, through its state file.
+
+Every call goes through the same doors as in the cloud, signed with the developer's keys: SageMaker Runtime's
+`InvokeEndpoint` for realtime, the IAM-authenticated HTTP API (SigV4, `execute-api`) for serverless and
+async, Lambda's `Invoke` of the batch function with its schedule's input for batch.
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -16,36 +19,84 @@ from servestack.local import state
 CONTENT_TYPES = {".json": "application/json", ".csv": "text/csv", ".npy": "application/x-npy"}
 
 
-def _request(url: str, data: bytes | None = None, content_type: str | None = None) -> tuple[int, bytes]:
-    headers = {"Content-Type": content_type} if content_type else {}
-    if not url.startswith(("http://", "https://")):
-        raise ValueError(f"{url}: not an http(s) URL")
-    method = "POST" if data is not None else "GET"
-    request = urllib.request.Request(url, data=data, headers=headers, method=method)  # noqa: S310 - checked above
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:  # noqa: S310 - local endpoints from state
-            return int(response.status), bytes(response.read())
-    except urllib.error.HTTPError as error:
-        return int(error.code), bytes(error.read())
+def developer(about: dict[str, Any]) -> Any:
+    from servestack.local.access import Credentials
+
+    keys = about["developer"]
+    return Credentials(
+        keys["arn"], keys["AWS_ACCESS_KEY_ID"], keys["AWS_SECRET_ACCESS_KEY"], keys.get("AWS_SESSION_TOKEN")
+    )
+
+
+def signed(
+    method: str,
+    url: str,
+    credentials: Any,
+    region: str,
+    *,
+    body: bytes = b"",
+    headers: dict[str, str] | None = None,
+    service: str = "execute-api",
+    timeout_sec: float = 60,
+) -> tuple[int, bytes]:
+    """An HTTP request signed with SigV4, as `aws`, the SDKs and `curl --aws-sigv4` sign it."""
+    import httpx
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials as BotoCredentials
+
+    request = AWSRequest(method=method, url=url, data=body, headers=headers or {})
+    keys = BotoCredentials(credentials.access_key_id, credentials.secret_access_key, credentials.session_token)
+    SigV4Auth(keys, service, region).add_auth(request)
+    response = httpx.request(method, url, content=body, headers=dict(request.headers.items()), timeout=timeout_sec)
+    return response.status_code, response.content
+
+
+def sagemaker_runtime(about: dict[str, Any]) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    keys = developer(about)
+    session = boto3.session.Session(
+        aws_access_key_id=keys.access_key_id,
+        aws_secret_access_key=keys.secret_access_key,
+        region_name=about.get("region", "us-east-1"),
+    )
+    config = Config(retries={"mode": "standard", "max_attempts": 1}, read_timeout=960)
+    return session, config
 
 
 def invoke(name: str, data: Path, *, state_path: Path | None = None, timeout_sec: float = 120) -> int:
-    """POST the file to the deployment; for async, wait for the job and print its result."""
-    deployments: dict[str, Any] = state.read(state_path)["deployments"]
+    """Send the file to the deployment; for async, wait for the job and print its result."""
+    about = state.read(state_path)
+    deployments: dict[str, Any] = about["deployments"]
     if name not in deployments:
         print(f"{name}: not a deployment of the running local up ({', '.join(deployments)})", file=sys.stderr)
         return 2
     d = deployments[name]
     body = data.read_bytes()
     content_type = CONTENT_TYPES.get(data.suffix.lower(), "application/json")
-    if d["mode"] in ("realtime", "serverless"):
-        status, answer = _request(f"{d['url']}/invocations", body, content_type)
+    region = about.get("region", "us-east-1")
+    keys = developer(about)
+    if d["mode"] == "realtime":
+        session, config = sagemaker_runtime(about)
+        runtime = session.client("sagemaker-runtime", endpoint_url=about["aws_api_url"], config=config)
+        try:
+            response = runtime.invoke_endpoint(EndpointName=d["endpoint_name"], Body=body, ContentType=content_type)
+        except runtime.exceptions.ClientError as error:
+            print(f"{name}: {error}", file=sys.stderr)
+            return 1
+        sys.stdout.write(response["Body"].read().decode(errors="replace") + "\n")
+        return 0
+    if d["mode"] == "serverless":
+        status, answer = signed("POST", f"{d['url']}/invocations", keys, region, body=body,
+                                headers={"Content-Type": content_type})  # fmt: skip
         sys.stdout.write(answer.decode(errors="replace") + "\n")
         return 0 if status == 200 else 1
     if d["mode"] != "async":
         print(f"{name}: {d['mode']} deployments run with `servestack local run-batch {name}`", file=sys.stderr)
         return 2
-    status, answer = _request(f"{d['url']}/jobs", body, content_type)
+    status, answer = signed("POST", f"{d['url']}/jobs", keys, region, body=body, headers={"Content-Type": content_type})
     if status != 202:
         sys.stdout.write(answer.decode(errors="replace") + "\n")
         return 1
@@ -53,13 +104,15 @@ def invoke(name: str, data: Path, *, state_path: Path | None = None, timeout_sec
     print(f"job {job['job_id']} queued; waiting ({job['status_url']})", file=sys.stderr)
     deadline = time.monotonic() + timeout_sec
     while time.monotonic() < deadline:
-        _, answer = _request(job["status_url"])
+        _, answer = signed("GET", job["status_url"], keys, region)
         current = json.loads(answer)
-        if current["status"] == "succeeded":
-            _, result = _request(current["result"]["url"])
-            sys.stdout.write(result.decode(errors="replace") + "\n")
-            return 0
-        if current["status"] == "failed":
+        if current.get("status") == "succeeded":
+            import httpx
+
+            result = httpx.get(current["result"]["url"], timeout=60)  # a presigned URL: signed already
+            sys.stdout.write(result.content.decode(errors="replace") + "\n")
+            return 0 if result.status_code == 200 else 1
+        if current.get("status") == "failed":
             sys.stdout.write(json.dumps(current) + "\n")
             return 1
         time.sleep(0.2)
@@ -67,59 +120,35 @@ def invoke(name: str, data: Path, *, state_path: Path | None = None, timeout_sec
     return 1
 
 
-class ProgressBar:
-    """A one-line progress bar on stderr, by input bytes read."""
-
-    def __init__(self, width: int = 30) -> None:
-        self.width = width
-        self.last = 0.0
-
-    def __call__(self, progress: Any) -> None:
-        now = time.monotonic()
-        if now - self.last < 0.2 and progress.bytes_read < progress.total_bytes:
-            return
-        self.last = now
-        done = min(1.0, progress.bytes_read / max(progress.total_bytes, 1))
-        bar = "#" * int(done * self.width)
-        sys.stderr.write(
-            f"\r[{bar:<{self.width}}] {done:6.1%}  {progress.rows:,} rows  {progress.errors:,} bad  "
-            f"{progress.rows_per_sec:,.0f} rows/s  parts {progress.parts_done} ({progress.parts_skipped} reused)"
-        )
-        sys.stderr.flush()
-
-
 def run_batch(
     name: str,
     *,
     state_path: Path | None = None,
-    spec_path: Path | None = None,
-    endpoint_url: str | None = None,
     strict: bool = False,
     chunk_rows: int | None = None,
     output_prefix: str | None = None,
 ) -> int:
-    """Run a batch deployment now, in this process, against the running local up (or `--endpoint-url`)."""
-    from servestack.local.emulator import aws_environment
-    from servestack.local.resources import environment
-    from servestack.spec import BatchDeployment, load_spec
-
-    about = state.read(state_path) if endpoint_url is None else {}
-    url = endpoint_url or about["endpoint_url"]
-    spec = load_spec(spec_path or Path(about.get("spec", "serving.yaml")))
-    d = spec.deployments.get(name)
-    if not isinstance(d, BatchDeployment):
-        batch = [n for n, x in spec.deployments.items() if isinstance(x, BatchDeployment)]
-        print(f"{name}: not a batch deployment ({', '.join(batch)})", file=sys.stderr)
+    """Run a batch deployment now: invoke its function with its schedule's input, as the schedule would."""
+    about = state.read(state_path)
+    d = about["deployments"].get(name)
+    if d is None or d.get("mode") != "batch" or "target" not in d:
+        batch = [n for n, x in about["deployments"].items() if x.get("mode") == "batch"]
+        print(f"{name}: not a batch deployment of the running local up ({', '.join(batch) or 'none'})", file=sys.stderr)
         return 2
-    os.environ.update(aws_environment(url))
-    os.environ.update(environment(spec, name))
-    from handlers.batch import run_batch as run_job
-    from handlers.batch import settings_from
-
-    overrides: dict[str, Any] = {"strict": strict, "chunk_rows": chunk_rows, "output_prefix": output_prefix}
-    settings = settings_from(overrides)
-    manifest = run_job(settings, on_progress=ProgressBar())
-    sys.stderr.write("\n")
-    print(f"s3://{settings.bucket}/{settings.output_prefix}manifest.json")
+    payload = dict(d["input"])
+    overrides = {"strict": strict or None, "chunk_rows": chunk_rows, "output_prefix": output_prefix}
+    payload |= {k: v for k, v in overrides.items() if v is not None}
+    session, config = sagemaker_runtime(about)
+    lambdas = session.client("lambda", endpoint_url=about["aws_api_url"], config=config)
+    print(f"invoking {d['target']} with its schedule's input", file=sys.stderr)
+    response = lambdas.invoke(FunctionName=d["target"], Payload=json.dumps(payload).encode())
+    answer = json.loads(response["Payload"].read() or b"null")
+    if response.get("FunctionError"):
+        print(f"{name}: the run failed: {answer.get('errorType')}: {answer.get('errorMessage')}", file=sys.stderr)
+        return 1
+    print(answer["manifest"])
+    bucket, _, key = answer["manifest"].removeprefix("s3://").partition("/")
+    s3 = session.client("s3", endpoint_url=about["endpoint_url"], config=config)
+    manifest = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
     print(json.dumps({"rows": manifest["rows"], "parts": len(manifest["parts"]), "model": manifest["model"]}))
     return 0

@@ -26,6 +26,7 @@ class Request:
     query: dict[str, str]
     headers: dict[str, str]  # lower-cased names
     body: bytes
+    raw_query: str = ""  # as sent, for SigV4 verification
 
     def header(self, name: str) -> str | None:
         return self.headers.get(name.lower())
@@ -45,7 +46,16 @@ def request_id() -> str:
 class LocalHttpServer:
     """`handle(request) -> Reply` on `host:port` (0: a free port), each connection on its own thread."""
 
-    def __init__(self, name: str, handle: Callable[[Request], Reply], port: int = 0, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        name: str,
+        handle: Callable[[Request], Reply],
+        port: int = 0,
+        host: str = "127.0.0.1",
+        *,
+        max_body_bytes: int | None = None,
+        too_large: Callable[[int], Reply] | None = None,
+    ) -> None:
         self.name = name
 
         class RequestHandler(BaseHTTPRequestHandler):
@@ -53,24 +63,32 @@ class LocalHttpServer:
 
             def _handle(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
+                if max_body_bytes is not None and length > max_body_bytes and too_large is not None:
+                    self.close_connection = True  # the unread body must not be parsed as the next request
+                    self._send(too_large(length))
+                    return
                 body = self.rfile.read(length) if length else b""
                 split = urllib.parse.urlsplit(self.path)
                 query = {k: v[-1] for k, v in urllib.parse.parse_qs(split.query, keep_blank_values=True).items()}
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 try:
-                    reply = handle(Request(self.command, split.path, query, headers, body))
+                    reply = handle(Request(self.command, split.path, query, headers, body, split.query))
                 except Exception:
                     logger.exception("%s: failed on %s %s", name, self.command, self.path)
                     reply = Reply(500, {"Content-Type": "text/plain"}, b"internal error; see the local up log")
+                self._send(reply)
+
+            def _send(self, reply: Reply) -> None:
                 self.send_response(reply.status)
                 for key, value in reply.headers.items():
                     if key.lower() not in HOP_BY_HOP:
                         self.send_header(key, value)
                 self.send_header("Content-Length", str(len(reply.body)))
                 self.end_headers()
-                self.wfile.write(reply.body)
+                if self.command != "HEAD":
+                    self.wfile.write(reply.body)
 
-            do_GET = do_POST = do_PUT = do_DELETE = _handle  # noqa: N815
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _handle  # noqa: N815
 
             def log_message(self, format: str, *args: Any) -> None:
                 logger.debug("%s: " + format, name, *args)

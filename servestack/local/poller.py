@@ -1,4 +1,8 @@
-"""The SQS event source mapping, on this machine: long-poll a queue, call the worker with SQS batch events.
+"""The SQS event source mapping, on this machine: long-poll a queue, call the function with SQS batch events.
+
+It runs in the `local up` process, as part of the Lambda service, with the function's execution role (that
+role's `sqs:ReceiveMessage`/`DeleteMessage`/`GetQueueAttributes` grants are what AWS's poller uses too), and
+invokes the function through the Lambda service (servestack/local/lambda_service.py).
 
 Like Lambda's poller it gathers up to `batch_size` messages within `batch_window_sec`, builds the exact
 event Lambda sends (`Records` with `messageId`, `receiptHandle`, `attributes`, `messageAttributes`,
@@ -12,9 +16,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, Protocol
 
-from servestack.local.lambda_runtime import REGION, LocalFunction
+from servestack.local.lambda_runtime import REGION
 
 logger = logging.getLogger("servestack.local")
 MAX_RECEIVE = 10  # SQS returns at most 10 messages per call
@@ -60,6 +64,14 @@ def lambda_record(message: dict[str, Any], queue_arn: str) -> dict[str, Any]:
     }
 
 
+class Invoker(Protocol):
+    """A function to call with an event: returns its result, raises when the invocation failed."""
+
+    name: str
+
+    def invoke(self, event: Any) -> Any: ...
+
+
 class SqsPoller:
     """Feed `function` from `queue_url` until `stop` is set."""
 
@@ -67,7 +79,7 @@ class SqsPoller:
         self,
         sqs: Any,
         queue_url: str,
-        function: LocalFunction,
+        function: Invoker,
         *,
         batch_size: int = 10,
         batch_window_sec: float = 0,

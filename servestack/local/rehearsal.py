@@ -219,7 +219,9 @@ class Rehearsal:
         self.version = version
         package = await asyncio.to_thread(registry.fetch, name, version, self.cache_dir)
         self.event("green starting", package=str(package), faults=self.strategy_faults())
-        plan = VariantPlan("green", name, version, 0, package)
+        # Green runs the blue variant's container environment (batching, limits, role), with the new model.
+        environment = next((p.environment for p in self.router.plans if p.name == blue.name), {})
+        plan = VariantPlan("green", name, version, 0, package, environment)
         self.green = green = await self.router.start_backend(plan, weight=0, faults=self.faults)
         self.router.variants.append(green)
         self.event("green ready", url=green.url)

@@ -231,6 +231,7 @@ class VariantPlan:
     version: str
     weight: float
     package_dir: Path | None  # None: multi-model, served from the registry
+    environment: dict[str, str] = field(default_factory=dict)  # the container's, from the SageMaker model
 
 
 class Router:
@@ -265,7 +266,8 @@ class Router:
 
     # ------------------------------------------------------------------------------------------ children
     def spawn(self, plan: VariantPlan) -> RealtimeProcess:
-        env = {**self.child_env, "SERVESTACK_DEFAULT_MODEL": plan.model, "SERVESTACK_REGISTRY_URI": ""}
+        env = {**self.child_env, **plan.environment, "SERVESTACK_DEFAULT_MODEL": plan.model}
+        env.setdefault("SERVESTACK_REGISTRY_URI", "")
         if plan.package_dir is not None:
             env["SERVESTACK_MODEL_DIR"] = str(plan.package_dir)
         else:

@@ -1,17 +1,24 @@
-"""SageMaker Runtime's `InvokeEndpoint` and `InvokeEndpointAsync` in front of the deployments of `local up`.
+"""SageMaker Runtime's `InvokeEndpoint` (and, for asynchronous endpoints, `InvokeEndpointAsync`) in front of
+the SageMaker endpoints of the templates, refusing what SageMaker refuses, with its error codes and words.
 
 The wire format is botocore's sagemaker-runtime service-2.json (protocol rest-json):
-- `POST /endpoints/{EndpointName}/invocations` goes to the realtime deployment of that name: its container's
-  `/invocations`, with the request headers the container reads (Content-Type, Accept, Target-Model, Custom
-  Attributes, Target-Variant, Inference-Id). A 2xx answer comes back with `Content-Type`,
-  `x-Amzn-Invoked-Production-Variant` and the container's custom attributes; a 4xx/5xx comes back as
-  SageMaker wraps it: 424 `ModelError` with `OriginalStatusCode`, `OriginalMessage` and `LogStreamArn`.
-- `POST /endpoints/{EndpointName}/async-invocations` goes to the async deployment of that name: the payload
-  (read from `X-Amzn-SageMaker-InputLocation` on the emulator's S3, or the request body) is submitted as a
-  job; the answer is 202 `{"InferenceId"}` with `X-Amzn-SageMaker-OutputLocation`, where the worker writes
-  the result.
-- Bad requests and unknown endpoints are 400 `ValidationError`; a container that does not answer is 503
-  `ServiceUnavailable`. Errors carry `x-amzn-ErrorType`, which botocore reads for the exception's class.
+- `POST /endpoints/{EndpointName}/invocations` goes to the endpoint's router (servestack/local/endpoint.py):
+  the container's `/invocations`, with the request headers the container reads. A 2xx comes back with
+  `Content-Type`, `x-Amzn-Invoked-Production-Variant` and the custom attributes; a container 4xx/5xx comes
+  back as SageMaker wraps it: 424 `ModelError` with `OriginalStatusCode`, `OriginalMessage`, `LogStreamArn`.
+- Only endpoints the templates declare exist. An async deployment on Lambda has no SageMaker endpoint,
+  so `InvokeEndpointAsync` on its name fails as it would in the cloud.
+
+What SageMaker refuses (docs/sagemaker-strictness.md traces each rule to its source):
+- an unknown endpoint: 400 `ValidationError` "Endpoint X of account N not found.";
+- `TargetModel` on a single-model endpoint: 400 `ValidationError` "Endpoint X is not a multi-model endpoint
+  and does not support target model header.";
+- an unknown `TargetVariant`: 400 `ValidationError`;
+- a body over 6 MB (6,291,456 bytes): 413 "HTTP content length exceeded 6291456 bytes.";
+- a container that takes more than 60 s: 424 `ModelError` "Received server error (0) from <variant> with
+  message "Your invocation timed out while waiting for a response from container <variant>. ..."";
+- `InvokeEndpointAsync` without `InputLocation`, or with an input over 1 GB: 400 `ValidationError`.
+Errors carry `x-amzn-ErrorType`, which botocore reads for the exception's class.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from __future__ import annotations
 import json
 import re
 import urllib.parse
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,18 +51,23 @@ VARIANT = "x-amzn-invoked-production-variant"
 REALTIME_TIMEOUT_SEC = 60.0  # SageMaker gives a container 60 s to answer /invocations
 
 
+MAX_BODY_BYTES = 6 * 1024 * 1024  # InvokeEndpoint's Body: "Maximum length of 6291456" (API reference)
+MAX_ASYNC_INPUT_BYTES = 1024**3  # asynchronous inference payloads: up to 1 GB (developer guide)
+
+
 @dataclass(frozen=True)
 class RealtimeTarget:
-    url: str  # the realtime container (`handlers.realtime serve`)
+    url: str  # the endpoint's router
     variants: tuple[str, ...] = ("primary",)
+    multi_model: bool = False  # the model's container Mode is MultiModel
 
 
 @dataclass(frozen=True)
 class AsyncTarget:
-    url: str  # the async deployment's submit API (`POST /jobs`)
-    bucket: str
-    result_prefix: str
-    presign_threshold_bytes: int
+    """A SageMaker asynchronous endpoint: `submit(bucket, key, content_type, accept, inference_id)` queues
+    the invocation and returns the output location."""
+
+    submit: Callable[[str, str, str | None, str | None, str], str]
 
 
 def sagemaker_error(status: int, code: str, message: str, **members: Any) -> Reply:
@@ -101,14 +115,21 @@ def _s3_location(uri: str) -> tuple[str, str] | None:
 
 
 class SageMakerRuntime:
-    """The two invoke operations over the deployments of one `local up`, through one pooled HTTP client."""
+    """The invoke operations over the endpoints of one `local up`, through one pooled HTTP client."""
 
-    def __init__(self, realtime: dict[str, RealtimeTarget], asynchronous: dict[str, AsyncTarget], s3: Any) -> None:
+    def __init__(
+        self,
+        realtime: dict[str, RealtimeTarget],
+        asynchronous: dict[str, AsyncTarget],
+        s3: Any,
+        *,
+        invocation_timeout_sec: float = REALTIME_TIMEOUT_SEC,
+    ) -> None:
         self.realtime = realtime
         self.asynchronous = asynchronous
         self.s3 = s3
         self.http = httpx.Client(
-            timeout=httpx.Timeout(REALTIME_TIMEOUT_SEC, connect=5.0),
+            timeout=httpx.Timeout(invocation_timeout_sec, connect=5.0),
             limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
         )
 
@@ -144,18 +165,30 @@ class SageMakerRuntime:
         target = self.realtime.get(name)
         if target is None:
             return self._missing(name, "InvokeEndpoint")
+        if len(request.body) > MAX_BODY_BYTES:
+            # No error type: botocore reports the status code ("An error occurred (413)"), as public threads show.
+            body = json.dumps({"message": f"HTTP content length exceeded {MAX_BODY_BYTES} bytes."}).encode()
+            return Reply(413, {"Content-Type": "application/json", "x-amzn-RequestId": request_id()}, body)
+        if request.header("x-amzn-sagemaker-target-model") is not None and not target.multi_model:
+            return validation_error(
+                f"Endpoint {name} is not a multi-model endpoint and does not support target model header."
+            )
         wanted_variant = request.header("x-amzn-sagemaker-target-variant")
         if wanted_variant is not None and wanted_variant not in target.variants:
             return validation_error(
-                f"TargetVariant {wanted_variant} is not a production variant of endpoint {name}; "
-                f"its variants: {', '.join(target.variants)}"
+                f"The variant {wanted_variant} is not a production variant of endpoint {name} "
+                f"(its variants: {', '.join(target.variants)})."
             )
         headers = {key: value for key in FORWARDED if (value := request.header(key)) is not None}
         try:
             response = self.http.post(f"{target.url}/invocations", content=request.body, headers=headers)
         except httpx.TimeoutException:
-            message = f"Your invocation timed out while waiting for a response from container {target.variants[0]}."
-            return self._model_error(name, target.variants[0], 0, message)
+            variant = wanted_variant or target.variants[0]
+            message = (
+                f"Your invocation timed out while waiting for a response from container {variant}. Review the "
+                "latency metrics for each container in Amazon CloudWatch, resolve the issue, and try again."
+            )
+            return self._model_error(name, variant, 0, message)
         except httpx.HTTPError as error:
             return sagemaker_error(
                 503, "ServiceUnavailable", f"Endpoint {name}: its container at {target.url} is not answering ({error})"
@@ -173,7 +206,7 @@ class SageMakerRuntime:
         return Reply(200, reply_headers, response.content)
 
     def _model_error(self, name: str, variant: str, status: int, text: str) -> Reply:
-        """A container's 4xx/5xx as SageMaker reports it to the caller."""
+        """A container's 4xx/5xx (or its silence) as SageMaker reports it to the caller."""
         group = f"/aws/sagemaker/Endpoints/{name}"
         kind = "client" if 400 <= status < 500 else "server"
         message = (
@@ -191,79 +224,34 @@ class SageMakerRuntime:
         target = self.asynchronous.get(name)
         if target is None:
             return self._missing(name, "InvokeEndpointAsync")
-        payload = self._payload(request)
-        if isinstance(payload, Reply):
-            return payload
-        content_type = request.header("x-amzn-sagemaker-content-type")
-        accept = request.header("x-amzn-sagemaker-accept")
-        job_id = self._submit(name, target, payload, content_type, accept)
-        if isinstance(job_id, Reply):
-            return job_id
-        headers = {
-            "Content-Type": "application/json",
-            "X-Amzn-SageMaker-OutputLocation": f"s3://{target.bucket}/{target.result_prefix}{job_id}",
-            "x-amzn-RequestId": request_id(),
-        }
-        inference_id = request.header("x-amzn-sagemaker-inference-id") or job_id
-        return Reply(202, headers, json.dumps({"InferenceId": inference_id}).encode())
-
-    def _payload(self, request: Request) -> bytes | Reply:
         location = request.header("x-amzn-sagemaker-inputlocation")
         if location is None:
-            if request.body:
-                return request.body
-            return validation_error("InputLocation: an S3 URI (s3://bucket/key) of the request payload is required")
+            return _constraint("null", "inputLocation", "Member must not be null")
         where = _s3_location(location)
         if where is None:
-            return _constraint(location, "inputLocation", "Member must be an S3 URI: s3://bucket/key")
+            return _constraint(
+                location,
+                "inputLocation",
+                "Member must satisfy regular expression pattern: ^(https|s3)://([^/]+)/?(.*)$",
+            )
         try:
-            return bytes(self.s3.get_object(Bucket=where[0], Key=where[1])["Body"].read())
-        except Exception as error:  # botocore's ClientError (NoSuchKey, NoSuchBucket...) or the emulator away
+            size = int(self.s3.head_object(Bucket=where[0], Key=where[1])["ContentLength"])
+        except Exception as error:  # botocore's ClientError (404, 403...) or the emulator away
             code = getattr(error, "response", {}).get("Error", {}).get("Code", type(error).__name__)
-            return validation_error(f"InputLocation {location}: could not read the payload ({code})")
-
-    def _submit(
-        self, name: str, target: AsyncTarget, payload: bytes, content_type: str | None, accept: str | None
-    ) -> str | Reply:
-        """A job on the async deployment: inline up to its presign threshold, else through a presigned upload."""
-        headers = {key: value for key, value in (("Content-Type", content_type), ("Accept", accept)) if value}
-        try:
-            if len(payload) <= target.presign_threshold_bytes:
-                response = self.http.post(f"{target.url}/jobs", content=payload, headers=headers)
-                if response.status_code != 202:
-                    return self._submit_error(name, response)
-                return str(response.json()["job_id"])
-            response = self.http.post(
-                f"{target.url}/jobs/uploads", json={"content_type": content_type, "accept": accept}
+            return validation_error(f"Could not access the input location {location} ({code}).")
+        if size > MAX_ASYNC_INPUT_BYTES:
+            return validation_error(
+                f"The input at {location} is {size} bytes; asynchronous inference accepts up to "
+                f"{MAX_ASYNC_INPUT_BYTES} bytes (1 GB)."
             )
-            if response.status_code != 201:
-                return self._submit_error(name, response)
-            job = response.json()
-            upload = job["upload"]
-            put = self.http.request(upload["method"], upload["url"], content=payload, headers=upload["headers"])
-            if put.status_code >= 300:
-                return sagemaker_error(
-                    500, "InternalFailure", f"Endpoint {name}: storing the payload failed ({put.status_code})"
-                )
-            confirmed = self.http.post(job["confirm_url"])
-            if confirmed.status_code != 202:
-                return self._submit_error(name, confirmed)
-            return str(job["job_id"])
-        except httpx.HTTPError as error:
-            return sagemaker_error(
-                503, "ServiceUnavailable", f"Endpoint {name}: its submit API at {target.url} is not answering ({error})"
-            )
-
-    def _submit_error(self, name: str, response: httpx.Response) -> Reply:
-        try:
-            detail = response.json()["error"]
-            text = "; ".join(
-                f"{key}: {detail[key]}" for key in ("message", "field", "value", "allowed") if key in detail
-            )
-        except (ValueError, KeyError, TypeError):
-            text = response.text
-        if response.status_code < 500:
-            return validation_error(f"Endpoint {name}: the request was refused ({response.status_code}): {text}")
-        return sagemaker_error(
-            500, "InternalFailure", f"Endpoint {name}: submitting failed ({response.status_code}): {text}"
-        )
+        inference_id = request.header("x-amzn-sagemaker-inference-id") or str(uuid.uuid4())
+        output = target.submit(
+            where[0], where[1], request.header("x-amzn-sagemaker-content-type"),
+            request.header("x-amzn-sagemaker-accept"), inference_id,
+        )  # fmt: skip
+        headers = {
+            "Content-Type": "application/json",
+            "X-Amzn-SageMaker-OutputLocation": output,
+            "x-amzn-RequestId": request_id(),
+        }
+        return Reply(202, headers, json.dumps({"InferenceId": inference_id}).encode())

@@ -10,14 +10,23 @@ from typing import Any
 STATE_ENV = "SERVESTACK_LOCAL_STATE"
 
 
-def default_path() -> Path:
-    """`$SERVESTACK_LOCAL_STATE`, else `.servestack/local.json` in the current directory."""
-    return Path(os.environ.get(STATE_ENV) or Path.cwd() / ".servestack" / "local.json")
+def project_root(start: Path | None = None) -> Path:
+    """The nearest folder holding serving.yaml, from `start` (default: the current directory) upwards."""
+    here = (start or Path.cwd()).resolve()
+    return next((folder for folder in (here, *here.parents) if (folder / "serving.yaml").is_file()), here)
+
+
+def default_path(project: Path | None = None) -> Path:
+    """`$SERVESTACK_LOCAL_STATE`, else `.servestack/local.json` in the project (found from any subfolder)."""
+    if os.environ.get(STATE_ENV):
+        return Path(os.environ[STATE_ENV])
+    return (project or project_root()) / ".servestack" / "local.json"
 
 
 def write(path: Path, about: dict[str, Any], deployments: dict[str, dict[str, Any]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".tmp")
+    temporary.touch(mode=0o600)  # it holds each role's local keys
     temporary.write_text(json.dumps({**about, "deployments": deployments}, indent=2) + "\n")
     temporary.replace(path)  # readers never see half a file
 

@@ -1,65 +1,69 @@
-"""`servestack local up`: every deployment of serving.yaml on this machine, on an AWS emulator.
+"""`servestack local up`: the synthesized templates of serving.yaml's deployments, run on this machine.
 
-- An emulator: moto's `ThreadedMotoServer` in this process (a configured or free port), or the endpoint
-  of `--endpoint-url` / `AWS_ENDPOINT_URL` (LocalStack...). Buckets, queues with DLQs and tables are created
-  with the names the CDK stacks use (servestack/local/resources.py).
-- realtime: the container entry (`python -m handlers.realtime serve`) as a child process per deployment.
-- serverless: a child serving HTTP that turns requests into HTTP API v2 events for `handlers.serverless`.
-- async: a child for the submit/status API, and a child polling SQS for the worker.
-- batch: a child running the schedule; `servestack local run-batch NAME` runs it now. Its input prefix is
-  seeded with the model's sample rows.
-- the AWS APIs: one port (`--aws-port`, default 8090) where boto3's `sagemaker-runtime` (`invoke_endpoint`,
-  `invoke_endpoint_async`) and `lambda` (`invoke`) clients work unchanged with `endpoint_url=`
-  (servestack/local/aws_front.py). Each child that runs Lambda handlers also serves the Invoke API for them.
-Children's output is one log stream, each line tagged `[deployment/role]`. The state file says where
-everything is, for `servestack invoke` and `run-batch`. Ctrl-C or SIGTERM stops everything.
+serving.yaml -> CDK app -> templates (.servestack/cdk.out, reused while the inputs are unchanged) -> here:
+1. the templates are read (servestack/local/topology.py): every name, environment, IAM policy, queue, route,
+   schedule and SageMaker variant is the template's, resolved to local values;
+2. an AWS emulator: moto's server in this process behind the IAM engine (servestack/local/access.py), or
+   the endpoint of `--endpoint-url` (LocalStack...), which does not enforce IAM;
+3. the resources are created as CloudFormation would (servestack/local/provision.py);
+4. each Lambda function runs in its own child process (its execution environment, with its role's keys);
+   each SageMaker endpoint runs as a child: a router in front of one `serve` container per variant;
+5. this process is the AWS services around them: the HTTP API fronts (IAM-authenticated), the SQS event
+   source mappings, the schedules, and one port where boto3's `sagemaker-runtime` and `lambda` clients work
+   unchanged (`--aws-port`, default 8090);
+6. a child that dies is restarted with backoff while the others keep running.
+Children's output is one log stream, each line tagged. The state file (`.servestack/local.json`) says where
+everything is, the stack outputs, and the keys of each role, for other commands and for replaying a call
+as a function. Ctrl-C or SIGTERM stops everything.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import shlex
 import signal
-import subprocess
 import sys
+import tarfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from servestack.local import state
-from servestack.local.processes import (
-    REPO_ROOT,
-    free_port,
-    http_status,
-    port_is_free,
-    stop_process,
-)
-
-if TYPE_CHECKING:
-    from servestack.local.aws_front import AwsFront
-    from servestack.local.sagemaker_front import AsyncTarget, RealtimeTarget
+from servestack.local.processes import REPO_ROOT, free_port, http_status, port_is_free, stop_process
 
 DEFAULT_PORT = 8080
 DEFAULT_AWS_PORT = 8090
+LAMBDA_TASK_ROOT = "/var/task"
+CONTAINER_MODEL_DIR = "/opt/ml/model"
 
 
 @dataclass
-class Child:
-    name: str
-    process: subprocess.Popen[bytes]
-    url: str | None = None
-    threads: list[threading.Thread] = field(default_factory=list)
+class UpOptions:
+    spec_path: Path | None = None
+    port: int | None = None  # the first realtime endpoint's container port
+    aws_port: int | None = None
+    emulator_port: int = 0
+    endpoint_url: str | None = None
+    state_path: Path | None = None
+    workers: int = 1
+    fresh: bool = False
+    data_dir: Path | None = None  # the emulator's saved state (default: .servestack/emulator in the project)
+    iam: bool = True
+    explain: bool = False
+    resynth: bool = False
+    visibility_timeout_sec: int | None = None
 
-    def stop(self, grace_sec: float = 10.0) -> None:
-        stop_process(self.process, grace_sec)
-        for thread in self.threads:
-            thread.join(timeout=2)
+
+class UpError(RuntimeError):
+    """A problem local up reports in one line, with what to do (exit code 2)."""
+
+
+# ------------------------------------------------------------------------------------------ children
 
 
 def _pump(tag: str, stream: IO[bytes], out: IO[str]) -> threading.Thread:
@@ -74,32 +78,681 @@ def _pump(tag: str, stream: IO[bytes], out: IO[str]) -> threading.Thread:
     return thread
 
 
-def _spawn(tag: str, argv: list[str], env: dict[str, str]) -> Child:
-    process = subprocess.Popen(
-        argv, cwd=REPO_ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-    assert process.stdout is not None
-    return Child(tag, process, threads=[_pump(tag, process.stdout, sys.stdout)])
+@dataclass
+class Child:
+    """A child process local up keeps running: restarted with backoff when it exits."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    ready_url: str
+    ready_status: int | None = None  # None: any answer means ready
+    process: Any = None
+    restarts: int = 0
+    started_at: float = 0.0
+    next_start: float | None = None
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    def start(self) -> None:
+        import subprocess
+
+        from servestack.local.processes import die_with_parent
+
+        self.process = subprocess.Popen(
+            self.argv, cwd=REPO_ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,
+        )  # fmt: skip
+        assert self.process.stdout is not None
+        self.threads = [_pump(self.name, self.process.stdout, sys.stdout)]
+        self.started_at = time.monotonic()
+        self.next_start = None
+
+    def ready(self) -> bool:
+        status = http_status(self.ready_url)
+        return status is not None and (self.ready_status is None or status == self.ready_status)
+
+    def wait_ready(self, timeout_sec: float = 120) -> None:
+        deadline = time.monotonic() + timeout_sec
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise UpError(f"{self.name}: exited with code {self.process.returncode} while starting (see its log)")
+            if self.ready():
+                return
+            time.sleep(0.1)
+        raise UpError(f"{self.name}: not ready after {timeout_sec:.0f}s ({self.ready_url})")
+
+    def stop(self, grace_sec: float = 10.0) -> None:
+        if self.process is not None:
+            stop_process(self.process, grace_sec)
+        for thread in self.threads:
+            thread.join(timeout=2)
 
 
-def _wait_http(child: Child, url: str, timeout_sec: float = 60) -> None:
-    deadline = time.monotonic() + timeout_sec
-    while time.monotonic() < deadline:
-        if child.process.poll() is not None:
-            raise RuntimeError(f"{child.name}: exited with code {child.process.returncode}")
-        if http_status(url) is not None:
-            return
-        time.sleep(0.1)
-    raise TimeoutError(f"{child.name}: {url} not answering after {timeout_sec:.0f}s")
+class Supervisor:
+    """Restarts children that exit, after 1, 2, 4 ... 30 s; a child that ran 60 s starts again at 1 s."""
+
+    def __init__(self, children: list[Child], log: Callable[[str], None]) -> None:
+        self.children = children
+        self.log = log
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        for child in self.children:
+            if child.next_start is not None:
+                if now >= child.next_start:
+                    self.log(f"{child.name}: restarting (restart {child.restarts})")
+                    child.start()
+                continue
+            code = child.process.poll()
+            if code is None:
+                continue
+            if now - child.started_at > 60:
+                child.restarts = 0
+            delay = min(30.0, 2.0**child.restarts)
+            child.restarts += 1
+            child.next_start = now + delay
+            self.log(f"{child.name}: exited with code {code}; restarting in {delay:.0f}s")
 
 
-def sample_path(model_dir: Path, model: str, version: str) -> Path:
-    return model_dir / model / version / "sample-request.json"
+# ------------------------------------------------------------------------------------------ helpers
+
+
+def project_of(spec_path: Path | None) -> Path:
+    """serving.yaml: the given one, else the nearest in this folder or above, else servestack's own."""
+    if spec_path is not None:
+        return spec_path.resolve()
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / "serving.yaml").is_file():
+            return folder / "serving.yaml"
+    return REPO_ROOT / "serving.yaml"
+
+
+def map_paths(environment: dict[str, str], mapping: dict[str, str]) -> dict[str, str]:
+    """Container and Lambda paths (`/var/task/...`, `/opt/ml/model`) to their local stand-ins."""
+    out: dict[str, str] = {}
+    for key, value in environment.items():
+        for remote, local in mapping.items():
+            if value == remote or value.startswith(remote + "/"):
+                value = local + value[len(remote) :]
+                break
+        out[key] = value
+    return out
+
+
+def extract_model_data(archive: Path, into: Path) -> Path:
+    """What SageMaker does with `ModelDataUrl`: unpack the model.tar.gz (once per archive) for the container."""
+    target = into / archive.name.split(".")[1][:20]
+    marker = target / ".extracted"
+    if not marker.exists():
+        target.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(archive) as tar:
+            tar.extractall(target, filter="data")  # refuses absolute paths, `..` and links out of the target
+        marker.touch()
+    return target
+
+
+def first_version(model_dir: Path, model: str) -> str:
+    versions = sorted(p.parent.name for p in (model_dir / model).glob("*/manifest.json"))
+    if not versions:
+        raise UpError(f"{model_dir}: the model data holds no {model}/<version>/manifest.json")
+    return versions[0]
+
+
+def lambda_environment(function: Any, region: str, code_root: Path) -> dict[str, str]:
+    """What the Lambda runtime adds to a function's own variables (Lambda's reserved environment variables)."""
+    return {
+        "AWS_LAMBDA_FUNCTION_NAME": function.name,
+        "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(function.memory_mib),
+        "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{function.name}",
+        "AWS_EXECUTION_ENV": f"AWS_Lambda_{function.runtime}",
+        "AWS_REGION": region,
+        "AWS_DEFAULT_REGION": region,
+        "LAMBDA_TASK_ROOT": str(code_root),
+        "_HANDLER": function.handler,
+    }
+
+
+def base_environment() -> dict[str, str]:
+    """This process's environment without the caller's own AWS identity (children get their role's)."""
+    dropped = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+               "AWS_DEFAULT_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_ENDPOINT_URL")  # fmt: skip
+    return {k: v for k, v in os.environ.items() if k not in dropped} | {"PYTHONUNBUFFERED": "1"}
+
+
+def curl_sigv4(url: str, region: str, developer: Any, sample: Path | None) -> str:
+    data = f" -H 'Content-Type: application/json' --data @{shown(sample)}" if sample else ""
+    method = " -X POST" if sample else ""
+    user = f"{developer.access_key_id}:{developer.secret_access_key}"
+    return f"curl -s --aws-sigv4 'aws:amz:{region}:execute-api' --user '{user}'{method} {url}{data}"
 
 
 def shown(path: Path) -> str:
     relative = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
     return shlex.quote(str(relative))
+
+
+def self_command() -> str:
+    """How this CLI was started, so the printed command works without an activated venv."""
+    argv0 = Path(sys.argv[0])
+    if argv0.name == "servestack" and argv0.exists():
+        return shown(argv0.resolve()) if not argv0.is_absolute() else shlex.quote(str(argv0))
+    return f"{shlex.quote(sys.executable)} -m servestack.cli"
+
+
+# ------------------------------------------------------------------------------------------ local up
+
+
+def run(options: UpOptions) -> int:
+    try:
+        return _run(options)
+    except UpError as error:
+        print(f"servestack local up: {error}", file=sys.stderr)
+        return 2
+
+
+def _run(options: UpOptions) -> int:
+    from servestack.local.cloudformation import LocalValues, Resolver, StackTemplate, TemplateError
+    from servestack.local.synth import SynthError, stack_templates, synthesize
+    from servestack.local.topology import read_stack
+    from servestack.spec import SpecError, load_spec
+
+    timings: list[tuple[str, float]] = []
+    clock = time.monotonic()
+
+    def mark(what: str) -> None:
+        nonlocal clock
+        now = time.monotonic()
+        timings.append((what, now - clock))
+        clock = now
+
+    spec_file = project_of(options.spec_path)
+    try:
+        spec = load_spec(spec_file)
+    except (SpecError, OSError) as error:
+        raise UpError(str(error)) from None
+    project = spec_file.parent
+    work = project / ".servestack"
+    try:
+        synth = synthesize(
+            project, spec_file, work / "cdk.out", force=options.resynth, artifacts=project / "models" / "artifacts"
+        )
+    except SynthError as error:
+        raise UpError(str(error)) from None
+    mark("synth (reused: inputs unchanged)" if synth.reused else "synth")
+    templates = stack_templates(synth.out_dir)
+    prefix = _context_prefix(project)
+    wanted = {f"{prefix}{name}": name for name in spec.deployments}
+    missing = [s for s in wanted if s not in templates]
+    if missing:
+        raise UpError(f"the cloud assembly has no stack {', '.join(missing)}; run with --resynth")
+
+    realtime_port = _port(options.port, DEFAULT_PORT, "--port")
+    aws_port = _port(options.aws_port, DEFAULT_AWS_PORT, "--aws-port", taken={realtime_port})
+    external = options.endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
+    emulator_port = options.emulator_port or free_port()
+    emulator_url = external or f"http://127.0.0.1:{emulator_port}"
+    region = os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+
+    loaded = {name: StackTemplate.load(templates[name], name) for name in wanted}
+    api_ports = {
+        (stack, r.logical_id): free_port() for stack, t in loaded.items() for r in t.of_type("AWS::ApiGatewayV2::Api")
+    }
+    topologies = []
+    try:
+        for stack, template in loaded.items():
+            urls = {lid: f"http://127.0.0.1:{port}" for (s, lid), port in api_ports.items() if s == stack}
+            resolver = Resolver(template, LocalValues(region=region, emulator_url=emulator_url, api_urls=urls))
+            topologies.append(read_stack(template, resolver))
+    except TemplateError as error:
+        raise UpError(str(error)) from None
+    mark("templates read")
+    if options.explain:
+        print(explain(topologies))
+        return 0
+
+    from servestack.local.access import OpenAccess
+
+    access: Any = OpenAccess() if not options.iam or external else _enforcing_access()
+    if not access.enabled:
+        why = "--no-iam" if not options.iam else f"{external} is an external emulator"
+        print(f"WARNING: IAM is NOT enforced ({why}): local mode allows calls that AWS would refuse.", flush=True)
+
+    stop_requested = threading.Event()
+
+    def request_stop(signum: int, _frame: FrameType | None) -> None:
+        stop_requested.set()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    emulator = None
+    children: list[Child] = []
+    closers: list[Callable[[], None]] = []
+    state_file = options.state_path or state.default_path(project)
+    try:
+        from servestack.local.emulator import EmbeddedEmulator, clients_for
+
+        if external is None:
+            emulator = EmbeddedEmulator(emulator_port, middleware=access.middleware)
+        aws = clients_for(emulator_url, access.developer, region)
+        for topology in topologies:
+            access.add_resource_policies(topology.resource_policies)
+        from servestack.local.provision import ProvisionError, provision
+
+        try:
+            provision(
+                aws, topologies, account=_account(), may_send=access.may_send,
+                visibility_timeout_sec=options.visibility_timeout_sec,
+            )  # fmt: skip
+        except ProvisionError as error:
+            raise UpError(str(error)) from None
+        mark("resources created")
+
+        from servestack.registry import LOCAL_URI, seed_local
+
+        artifacts = project / "models" / "artifacts"
+        registry_uri = seed_local(aws["s3"], spec, artifacts)
+        environment_base = base_environment() | {"AWS_ENDPOINT_URL": emulator_url, "AWS_DEFAULT_REGION": region}
+        world = World(options, spec, spec_file, project, work, region, emulator_url, access, aws, registry_uri)
+        plan = world.plan(topologies, realtime_port, aws_port, api_ports, environment_base)
+        children = plan.children
+        for child in children:
+            child.start()
+        for child in children:
+            child.wait_ready()
+        mark("functions and endpoints ready")
+        closers = world.start_services(plan)
+        mark("fronts, event sources and schedules running")
+
+        about = {
+            "endpoint_url": emulator_url,
+            "aws_api_url": plan.aws_api_url,
+            "spec": str(spec_file),
+            "project": str(project),
+            "pid": os.getpid(),
+            "region": region,
+            "iam_enforced": access.enabled,
+            "registry": registry_uri if registry_uri else LOCAL_URI,
+            "developer": access.developer.to_dict(),
+            "identities": plan.identities,
+            "stacks": {t.stack: {"outputs": t.outputs, "deployment": t.deployment} for t in topologies},
+        }
+        state.write(state_file, about, plan.deployments)
+        print(world.banner(plan, state_file, timings), flush=True)
+        supervisor = Supervisor(children, lambda line: print(line, file=sys.stderr, flush=True))
+        while not stop_requested.wait(0.5):
+            supervisor.tick()
+        return 0
+    finally:
+        for close in reversed(closers):
+            close()
+        for child in reversed(children):
+            if child.process is not None:
+                child.stop()
+        if emulator is not None:
+            emulator.stop()
+        state.remove(state_file)
+        if access.denials:
+            print(f"IAM denied {len(access.denials)} call(s) during this run; the first: {access.denials[0]}")
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        print("stopped", flush=True)
+
+
+def _enforcing_access() -> Any:
+    from servestack.local.access import EnforcedAccess
+
+    return EnforcedAccess()
+
+
+def _account() -> str:
+    from servestack.local.cloudformation import ACCOUNT
+
+    return ACCOUNT
+
+
+def _context_prefix(project: Path) -> str:
+    cdk_json = project / "cdk.json"
+    if not cdk_json.is_file():
+        cdk_json = REPO_ROOT / "cdk.json"
+    context = json.loads(cdk_json.read_text(encoding="utf-8")).get("context", {})
+    return str(context.get("servestack:prefix") or "servestack-")
+
+
+def _port(wanted: int | None, default: int, flag: str, taken: set[int] | None = None) -> int:
+    port = wanted if wanted is not None else default
+    if port_is_free(port) and port not in (taken or set()):
+        return port
+    if wanted is not None:
+        raise UpError(f"port {port} is in use; pick another with {flag}")
+    return free_port()
+
+
+def explain(topologies: list[Any]) -> str:
+    """`local up --explain`: each resource, its physical name, and whether local mode emulates it."""
+    lines = []
+    for topology in topologies:
+        lines.append(f"\n{topology.stack} ({topology.mode})")
+        for row in sorted(topology.report, key=lambda r: (not r.emulated, r.type, r.logical_id)):
+            flag = "emulated" if row.emulated else "reported"
+            lines.append(f"  {flag:<9} {row.type:<44} {row.physical_name:<58} {row.how}")
+    kinds: dict[str, bool] = {}
+    for topology in topologies:
+        for row in topology.report:
+            kinds[row.type] = row.emulated
+    lines.append(
+        "\nresource types: " + ", ".join(f"{k} ({'emulated' if v else 'reported'})" for k, v in sorted(kinds.items()))
+    )
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ the world
+
+
+@dataclass
+class Plan:
+    children: list[Child] = field(default_factory=list)
+    functions: list[Any] = field(default_factory=list)  # HostedFunction
+    endpoints: dict[str, Any] = field(default_factory=dict)  # endpoint name -> RealtimeTarget
+    apis: list[tuple[Any, int]] = field(default_factory=list)  # (HttpApiDef, port)
+    mappings: list[tuple[Any, Any, Any]] = field(default_factory=list)  # (mapping, function, credentials)
+    schedules: list[Any] = field(default_factory=list)
+    deployments: dict[str, dict[str, Any]] = field(default_factory=dict)
+    identities: dict[str, dict[str, str]] = field(default_factory=dict)
+    curls: list[str] = field(default_factory=list)
+    aws_port: int = 0
+    topologies: list[Any] = field(default_factory=list)
+
+    @property
+    def aws_api_url(self) -> str:
+        return f"http://127.0.0.1:{self.aws_port}"
+
+
+@dataclass
+class World:
+    options: UpOptions
+    spec: Any
+    spec_file: Path
+    project: Path
+    work: Path
+    region: str
+    emulator_url: str
+    access: Any
+    aws: dict[str, Any]
+    registry_uri: str
+
+    # ------------------------------------------------------------------------------------ what to run
+    def plan(
+        self,
+        topologies: list[Any],
+        realtime_port: int,
+        aws_port: int,
+        api_ports: dict[tuple[str, str], int],
+        env_base: dict[str, str],
+    ) -> Plan:
+        from servestack.local.lambda_service import HostedFunction
+
+        plan = Plan(aws_port=aws_port, topologies=topologies)
+        run_dir = self.work / "run"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        first_realtime = True
+        for topology in topologies:
+            d = self.spec.deployments.get(topology.deployment)
+            model = self.spec.model(d.model, d.version) if d is not None else None
+            sample = self.project / model.artifact_path / "sample-request.json" if model else None
+            entry: dict[str, Any] = {"mode": topology.mode, "stack": topology.stack, "outputs": topology.outputs}
+            if sample is not None:
+                entry["sample"] = str(sample)
+            credentials = {
+                r.logical_id: self.access.credentials_for(r.arn, r.policies) for r in topology.roles.values()
+            }
+            for role in topology.roles.values():
+                plan.identities[role.name] = credentials[role.logical_id].to_dict()
+            versioned = topology.versioned
+            hosted = {}
+            for function in topology.functions.values():
+                if function.handler == "index.handler":
+                    continue  # inline code (the CodeDeploy pre-traffic hook): run only by CodeDeploy
+                port = free_port()
+                config = run_dir / f"{function.name}.json"
+                config.write_text(json.dumps({
+                    "name": function.name, "handler": function.handler,
+                    "timeout_sec": function.timeout_sec, "memory_mib": function.memory_mib,
+                }))  # fmt: skip
+                env = (
+                    env_base
+                    | lambda_environment(function, self.region, self.project)
+                    | map_paths(function.environment, {LAMBDA_TASK_ROOT: str(self.project)})
+                    | credentials[function.role].environment()
+                )
+                argv = [sys.executable, "-m", "servestack.local.runner", "--config", str(config), "--port", str(port)]
+                url = f"http://127.0.0.1:{port}"
+                plan.children.append(Child(f"{topology.deployment}/{function.logical_id}", argv, env, f"{url}/"))
+                hosted[function.logical_id] = HostedFunction(function, url, function.logical_id in versioned)
+            plan.functions += hosted.values()
+            entry["lambda_functions"] = {f.definition.logical_id: f.name for f in hosted.values()}
+            for api in topology.apis.values():
+                port = api_ports[(topology.stack, api.logical_id)]
+                plan.apis.append((api, port))
+                entry["url"] = f"http://127.0.0.1:{port}"
+                entry["api_id"] = api.api_id
+            for mapping in topology.mappings:
+                function = topology.functions[mapping.function]
+                plan.mappings.append((mapping, function, credentials[function.role]))
+            plan.schedules += topology.schedules
+            for endpoint in topology.endpoints.values():
+                port = realtime_port if first_realtime else free_port()
+                first_realtime = False
+                child, target = self._endpoint(topology, endpoint, port, run_dir, env_base, credentials)
+                plan.children.append(child)
+                plan.endpoints[endpoint.name] = target
+                entry |= {"url": target.url, "endpoint_name": endpoint.name}
+            buckets = [b for b in topology.buckets.values() if "accesslogs" not in b.logical_id.lower()]
+            if buckets:
+                entry["bucket"] = buckets[0].name
+            for queue in topology.queues.values():
+                entry.setdefault("queues", {})[queue.logical_id] = queue.url
+            for table in topology.tables.values():
+                entry.setdefault("tables", {})[table.logical_id] = table.name
+            self._batch_entry(topology, entry, sample)
+            plan.deployments[topology.deployment] = entry
+            plan.curls += self._curls(topology, entry, sample)
+        return plan
+
+    def _endpoint(
+        self, topology: Any, endpoint: Any, port: int, run_dir: Path, env_base: dict[str, str],
+        credentials: dict[str, Any],
+    ) -> tuple[Child, Any]:  # fmt: skip
+        from servestack.local.sagemaker_front import RealtimeTarget
+        from servestack.local.synth import file_asset
+
+        def variant(v: Any) -> dict[str, Any]:
+            container = v.container
+            env = dict(container.environment)
+            package_dir = None
+            if container.model_data_url:
+                key = container.model_data_url.split("/", 3)[-1]
+                archive = file_asset(self.work / "cdk.out", key)
+                if archive is None:
+                    raise UpError(
+                        f"{endpoint.name}: model data {container.model_data_url} is not in the cloud assembly"
+                    )
+                package_dir = extract_model_data(archive, self.work / "model-data")
+                env = map_paths(env, {CONTAINER_MODEL_DIR: str(package_dir)})
+            model = env.get("SERVESTACK_DEFAULT_MODEL", "")
+            version = first_version(package_dir, model) if package_dir else self.spec.model(model, None).version
+            env |= credentials[v.execution_role].environment()
+            return {"name": v.name, "model": model, "version": version, "weight": v.weight,
+                    "package_dir": str(package_dir) if package_dir else None, "environment": env}  # fmt: skip
+
+        variants = [variant(v) for v in endpoint.variants]
+        shadow = variant(endpoint.shadow_variants[0]) if endpoint.shadow_variants else None
+        production_weight = sum(v["weight"] for v in variants) or 1.0
+        config = {
+            "deployment": topology.deployment,
+            "endpoint": endpoint.name,
+            "variants": variants,
+            "shadow": shadow,
+            "shadow_percent": (shadow["weight"] / production_weight * 100) if shadow else 0.0,
+            "registry_uri": self.registry_uri,
+            "workers": self.options.workers,
+            "cache_dir": str(self.work / "packages"),
+        }
+        path = run_dir / f"endpoint-{endpoint.name}.json"
+        path.write_text(json.dumps(config, indent=2))
+        argv = [sys.executable, "-m", "servestack.local.endpoint", "--config", str(path), "--port", str(port),
+                "--spec", str(self.spec_file)]  # fmt: skip
+        # The router is SageMaker's side (it pulls new versions for rehearsals): the developer's keys.
+        env = env_base | self.access.developer.environment()
+        url = f"http://127.0.0.1:{port}"
+        modes = {v.container.mode for v in endpoint.variants}
+        target = RealtimeTarget(url, tuple(v.name for v in endpoint.variants), multi_model=modes == {"MultiModel"})
+        return Child(f"{topology.deployment}/endpoint", argv, env, f"{url}/ping", ready_status=200), target
+
+    def _batch_entry(self, topology: Any, entry: dict[str, Any], sample: Path | None) -> None:
+        for schedule in topology.schedules:
+            payload = json.loads(schedule.input or "{}")
+            entry |= {
+                "schedule": f"{schedule.expression} {schedule.timezone}",
+                "schedule_name": schedule.name,
+                "target": schedule.target_arn,
+                "input": payload,
+            }
+            bucket, prefix = payload.get("bucket"), payload.get("input_prefix")
+            if bucket and prefix and sample is not None and sample.is_file():
+                entry["seeded"] = seed_batch_input(self.aws["s3"], bucket, prefix, sample)
+                entry |= {"input_prefix": prefix, "output_prefix": payload.get("output_prefix")}
+
+    def _curls(self, topology: Any, entry: dict[str, Any], sample: Path | None) -> list[str]:
+        lines: list[str] = []
+        url = entry.get("url")
+        if topology.mode == "realtime" and url:
+            lines += [f"curl -s {url}/ping"]
+            if sample is not None:
+                lines.append(
+                    f"curl -s -X POST {url}/invocations -H 'Content-Type: application/json' --data @{shown(sample)}"
+                )
+        elif topology.mode == "serverless" and url:
+            lines.append(curl_sigv4(f"{url}/invocations", self.region, self.access.developer, sample))
+        elif topology.mode == "async" and url:
+            lines.append(curl_sigv4(f"{url}/jobs", self.region, self.access.developer, sample))
+            lines.append(curl_sigv4(f"{url}/jobs/JOB_ID", self.region, self.access.developer, None))
+        elif topology.mode == "batch":
+            lines.append(f"{self_command()} local run-batch {topology.deployment}")
+        return lines
+
+    # ------------------------------------------------------------------------------------ services
+    def start_services(self, plan: Plan) -> list[Callable[[], None]]:
+        import httpx
+
+        from servestack.local.aws_front import AwsFront
+        from servestack.local.emulator import client_as
+        from servestack.local.http_api import HttpApiFront
+        from servestack.local.lambda_service import LambdaService
+        from servestack.local.poller import SqsPoller
+        from servestack.local.sagemaker_front import SageMakerRuntime
+        from servestack.local.scheduler import ScheduleRunner
+
+        closers: list[Callable[[], None]] = []
+        lambdas = LambdaService(plan.functions, httpx.Client(timeout=httpx.Timeout(960.0, connect=5.0)))
+        closers.append(lambdas.close)
+        runtime = SageMakerRuntime(plan.endpoints, {}, self.aws["s3"])
+        front = AwsFront(runtime, lambdas, self.access, plan.aws_port).serve_in_background()
+        closers.append(front.close)
+        for api, port in plan.apis:
+            http_front = HttpApiFront(api, lambdas, self._authorize_api, port=port).serve_in_background()
+            closers.append(http_front.close)
+        stop = threading.Event()
+        threads: list[threading.Thread] = []
+        for mapping, function, credentials in plan.mappings:
+            if not mapping.enabled:
+                continue
+            sqs = client_as("sqs", self.emulator_url, credentials, self.region)
+            queue_url = next(q.url for t in plan.topologies for q in t.queues.values() if q.arn == mapping.queue_arn)
+            poller = SqsPoller(
+                sqs, queue_url, RemoteFunction(lambdas, function.name),
+                batch_size=mapping.batch_size, batch_window_sec=mapping.window_sec,
+            )  # fmt: skip
+            thread = threading.Thread(target=poller.run, args=(stop,), name=f"esm-{function.name}", daemon=True)
+            thread.start()
+            threads.append(thread)
+        runners = []
+        for schedule in plan.schedules:
+            role = schedule.role_arn.rsplit("/", 1)[-1]
+            keys = plan.identities.get(role)
+            runner = ScheduleRunner(schedule, lambdas, self.access.authorize, self._dead_letter_sender(keys))
+            runners.append(runner.start())
+
+        def stop_threads() -> None:
+            stop.set()
+            for runner in runners:
+                runner.stop()
+            for thread in threads:
+                thread.join(timeout=5)
+
+        closers.append(stop_threads)
+        return closers
+
+    def _authorize_api(self, request: Any, resource: str) -> Any:
+        return self.access.check(request, "execute-api", resource)
+
+    def _dead_letter_sender(self, keys: dict[str, str] | None) -> Callable[[str, str, dict[str, Any]], None]:
+        from servestack.local.access import Credentials
+        from servestack.local.emulator import client_as
+
+        def send(queue_arn: str, body: str, attributes: dict[str, Any]) -> None:
+            if keys is None:
+                return
+            credentials = Credentials(keys["arn"], keys["AWS_ACCESS_KEY_ID"], keys["AWS_SECRET_ACCESS_KEY"],
+                                      keys.get("AWS_SESSION_TOKEN"))  # fmt: skip
+            sqs = client_as("sqs", self.emulator_url, credentials, self.region)
+            name = queue_arn.rsplit(":", 1)[-1]
+            url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+            sqs.send_message(
+                QueueUrl=url, MessageBody=body,
+                MessageAttributes={k: {"DataType": "String", "StringValue": v} for k, v in attributes.items()},
+            )  # fmt: skip
+
+        return send
+
+    # ------------------------------------------------------------------------------------ banner
+    def banner(self, plan: Plan, state_file: Path, timings: list[tuple[str, float]]) -> str:
+        lines = [f"\naws emulator: {self.emulator_url}  (state: {state_file})"]
+        keys = self.access.developer
+        enforced = "enforced from the templates" if self.access.enabled else "NOT enforced"
+        lines.append(f"IAM: {enforced}; developer keys {keys.access_key_id} / {keys.secret_access_key}")
+        lines.append(f"{'deployment':<20} {'mode':<11} {'stack':<28} url / names")
+        for name, entry in plan.deployments.items():
+            where = (
+                entry.get("url") or f"s3://{entry.get('input', {}).get('bucket', '?')}/{entry.get('input_prefix', '')}"
+            )
+            lines.append(f"{name:<20} {entry['mode']:<11} {entry['stack']:<28} {where}")
+            for logical_id, function in entry.get("lambda_functions", {}).items():
+                lines.append(f"{'':<20} {'':<11} {'  function ' + logical_id:<28} {function}")
+            if "endpoint_name" in entry:
+                lines.append(f"{'':<20} {'':<11} {'  sagemaker endpoint':<28} {entry['endpoint_name']}")
+        lines.append(f"{'(aws apis)':<20} {'boto3':<11} {'':<28} {plan.aws_api_url}")
+        lines.append("")
+        lines += plan.curls
+        lines.append(f"\n# boto3: endpoint_url={plan.aws_api_url!r} for sagemaker-runtime and lambda, "
+                     f"{self.emulator_url!r} for the rest; the developer keys above (docs/boto3-local.md)")  # fmt: skip
+        lines.append("\nstartup: " + ", ".join(f"{what} {sec:.1f}s" for what, sec in timings))
+        lines.append("\nCtrl-C stops everything.")
+        return "\n".join(lines)
+
+
+class RemoteFunction:
+    """A function of the Lambda service, invoked synchronously; raises when the invocation failed."""
+
+    def __init__(self, lambdas: Any, name: str) -> None:
+        self.lambdas = lambdas
+        self.name = name
+
+    def invoke(self, event: Any) -> Any:
+        invocation = self.lambdas.invoke(self.name, json.dumps(event).encode())
+        if invocation.status != 200 or invocation.function_error:
+            raise RuntimeError(f"{self.name}: invocation failed ({invocation.status}): {invocation.body[:500]!r}")
+        return json.loads(invocation.body) if invocation.body else None
 
 
 def seed_batch_input(s3: Any, bucket: str, prefix: str, sample: Path) -> str | None:
@@ -110,210 +763,3 @@ def seed_batch_input(s3: Any, bucket: str, prefix: str, sample: Path) -> str | N
     key = f"{prefix}sample.jsonl"
     s3.put_object(Bucket=bucket, Key=key, Body="".join(json.dumps(row) + "\n" for row in rows).encode())
     return key
-
-
-def run(
-    port: int | None,
-    model_dir: Path | None,
-    workers: int,
-    *,
-    spec_path: Path | None = None,
-    endpoint_url: str | None = None,
-    emulator_port: int = 0,
-    state_path: Path | None = None,
-    visibility_timeout_sec: int | None = None,
-    aws_port: int | None = None,
-) -> int:
-    from servestack.local.emulator import EmbeddedEmulator, aws_environment, clients
-    from servestack.local.resources import ensure_all, environment, function_names, names
-    from servestack.local.sagemaker_front import AsyncTarget, RealtimeTarget
-    from servestack.spec import AsyncDeployment, BatchDeployment, RealtimeDeployment, SpecError, load_spec
-
-    spec_file = spec_path or (Path("serving.yaml") if Path("serving.yaml").exists() else REPO_ROOT / "serving.yaml")
-    try:
-        spec = load_spec(spec_file)
-    except SpecError as error:
-        print(error, file=sys.stderr)
-        return 2
-    realtime_port = port if port is not None else DEFAULT_PORT
-    if not port_is_free(realtime_port):
-        if port is not None:
-            print(f"port {realtime_port} is in use; pick another with --port", file=sys.stderr)
-            return 2
-        realtime_port = free_port()
-    api_port = aws_port if aws_port is not None else DEFAULT_AWS_PORT
-    if not port_is_free(api_port) or api_port == realtime_port:
-        if aws_port is not None:
-            print(f"port {api_port} is in use; pick another with --aws-port", file=sys.stderr)
-            return 2
-        api_port = free_port()
-    artifacts = (model_dir or REPO_ROOT / "models" / "artifacts").resolve()
-    model_env = {"SERVESTACK_MODEL_DIR": str(artifacts)} if model_dir is not None else {}
-    stop_requested = threading.Event()
-
-    def request_stop(signum: int, _frame: FrameType | None) -> None:
-        stop_requested.set()
-
-    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    external = endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
-    emulator = None if external else EmbeddedEmulator(emulator_port)
-    url = external or emulator.url  # type: ignore[union-attr]
-    aws_env = aws_environment(url)
-    children: list[Child] = []
-    front: AwsFront | None = None
-    state_file = state_path or state.default_path()
-    try:
-        aws = clients(url)
-        created = ensure_all(aws, spec, visibility_timeout=visibility_timeout_sec)
-        # --- issue 6: the model registry on the emulator, seeded with serving.yaml's models ---
-        from servestack.local import endpoint
-        from servestack.registry import seed_local
-
-        registry_uri = seed_local(aws["s3"], spec, artifacts)
-        # --- end issue 6 ---
-        rows: list[tuple[str, str, str]] = []
-        curls: list[str] = []
-        recorded: dict[str, dict[str, Any]] = {}
-        waits: list[Callable[[], None]] = []
-        spec_arg = ["--spec", str(spec_file.resolve())]
-        runner = [sys.executable, "-m", "servestack.local.runner"]
-        endpoints: dict[str, RealtimeTarget | AsyncTarget] = {}  # by SageMaker endpoint name
-        invoke_hosts: dict[str, str] = {}  # Lambda function -> the Invoke API of the child that runs it
-        public_functions: dict[str, str] = {}  # the names `lambda.invoke` accepts -> function
-
-        def hosting(tag: str, argv: list[str], env: dict[str, str], function: str) -> Child:
-            """A child that runs `function` and answers `lambda.invoke` for it on its `--invoke-port`."""
-            invoke_port = free_port()
-            invoke_hosts[function] = f"http://127.0.0.1:{invoke_port}"
-            child = _spawn(tag, [*argv, "--invoke-port", str(invoke_port)], env)
-            waits.append(functools.partial(_wait_http, child, f"{invoke_hosts[function]}/"))
-            return child
-
-        for name, d in spec.deployments.items():
-            model = spec.model(d.model, d.version)
-            sample = sample_path(artifacts, model.name, model.version)
-            env = {
-                **aws_env,
-                **model_env,
-                **environment(spec, name, queue_url=created.get(name, {}).get("queue_url", "")),
-            }
-            n = names(name, d)
-            entry: dict[str, Any] = {"mode": d.mode, "model": model.key, "sample": str(sample)}
-            functions = function_names(name, d)
-            public_functions |= functions
-            if functions:
-                entry["lambda_functions"] = sorted(functions)
-            if isinstance(d, RealtimeDeployment):
-                chosen = realtime_port if not any(c.name.endswith("/realtime") for c in children) else free_port()
-                # issue 6: a router (variants by weight, shadow, rehearsals) in front of the realtime children
-                argv = endpoint.argv(name, spec_file.resolve(), chosen, artifacts, registry_uri, workers=workers)
-                child = _spawn(f"{name}/realtime", argv, env)
-                child.url = f"http://127.0.0.1:{chosen}"
-                children.append(child)
-                waits.append(functools.partial(_wait_http, child, f"{child.url}/ping"))
-                entry["url"] = child.url
-                endpoints[name] = RealtimeTarget(child.url, tuple(v.name for v in d.variants) or ("primary",))
-                curls += [f"curl -s {child.url}/ping", _curl(f"{child.url}/invocations", sample)]
-                curls.append(f"curl -s {child.url}/_servestack/metrics")
-            elif isinstance(d, BatchDeployment):
-                argv = [*runner, "scheduler", name, *spec_arg]
-                children.append(hosting(f"{name}/scheduler", argv, env, functions[name]))
-                seeded = seed_batch_input(aws["s3"], n.bucket, n.input_prefix, sample)
-                entry |= {"bucket": n.bucket, "input_prefix": n.input_prefix, "output_prefix": n.output_prefix}
-                entry |= {"schedule": f"{d.schedule} {d.timezone}", "seeded": seeded}
-                curls.append(f"{_self_command()} local run-batch {name}")
-            else:
-                http_port = free_port()
-                argv = [*runner, "http", name, *spec_arg, "--port", str(http_port)]
-                child = hosting(f"{name}/http", argv, env, functions[name])
-                child.url = f"http://127.0.0.1:{http_port}"
-                children.append(child)
-                if isinstance(d, AsyncDeployment):
-                    argv = [*runner, "poller", name, *spec_arg]
-                    children.append(hosting(f"{name}/poller", argv, env, functions[f"{name}-worker"]))
-                    entry |= {"bucket": n.bucket, "table": n.table, **created[name]}
-                    threshold = d.presign_threshold_bytes
-                    endpoints[name] = AsyncTarget(child.url, n.bucket, n.result_prefix, threshold)
-                    curls.append(_curl(f"{child.url}/jobs", sample))
-                    curls.append(f"curl -s {child.url}/jobs/JOB_ID")
-                else:
-                    curls.append(_curl(f"{child.url}/invocations", sample))
-                waits.append(functools.partial(_wait_http, child, f"{child.url}/"))
-                entry["url"] = child.url
-            rows.append((name, d.mode, entry.get("url") or f"s3://{n.bucket}/{n.input_prefix}"))
-            recorded[name] = entry
-        for wait in waits:
-            wait()
-        front = _start_aws_front(api_port, endpoints, public_functions, invoke_hosts, aws["s3"])
-        about = {"endpoint_url": url, "aws_api_url": front.url, "spec": str(spec_file.resolve()), "pid": os.getpid()}
-        state.write(state_file, {**about, "registry": registry_uri}, recorded)  # registry: issue 6
-        print(f"\naws emulator: {url}  (state: {state_file})", flush=True)
-        print(f"{'deployment':<24} {'mode':<11} url", flush=True)
-        for name, mode, where in rows:
-            print(f"{name:<24} {mode:<11} {where}", flush=True)
-        print(f"{'(aws apis)':<24} {'boto3':<11} {front.url}", flush=True)
-        print("", flush=True)
-        for line in curls:
-            print(line, flush=True)
-        print(_boto3_lines(front.url, endpoints, public_functions), flush=True)
-        print("\nCtrl-C stops everything.", flush=True)
-        while not stop_requested.wait(0.5):
-            for child in children:
-                if child.process.poll() is not None:
-                    print(f"{child.name}: exited with code {child.process.returncode}", file=sys.stderr)
-                    return 1
-        return 0
-    finally:
-        if front is not None:
-            front.close()
-        for child in reversed(children):
-            child.stop()
-        if emulator is not None:
-            emulator.stop()
-        state.remove(state_file)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        print("stopped", flush=True)
-
-
-def _start_aws_front(
-    port: int,
-    endpoints: dict[str, RealtimeTarget | AsyncTarget],
-    functions: dict[str, str],
-    hosts: dict[str, str],
-    s3: Any,
-) -> AwsFront:
-    """SageMaker Runtime + Lambda Invoke for boto3 on one port (servestack/local/aws_front.py)."""
-    import httpx
-
-    from servestack.local.aws_front import AwsFront, LambdaRouter
-    from servestack.local.sagemaker_front import AsyncTarget, RealtimeTarget, SageMakerRuntime
-
-    realtime = {name: target for name, target in endpoints.items() if isinstance(target, RealtimeTarget)}
-    asynchronous = {name: target for name, target in endpoints.items() if isinstance(target, AsyncTarget)}
-    invoke_client = httpx.Client(timeout=httpx.Timeout(960.0, connect=5.0))  # up to Lambda's 900 s timeout
-    router = LambdaRouter(functions, hosts, invoke_client)
-    return AwsFront(SageMakerRuntime(realtime, asynchronous, s3), router, port).serve_in_background()
-
-
-def _boto3_lines(api_url: str, endpoints: dict[str, RealtimeTarget | AsyncTarget], functions: dict[str, str]) -> str:
-    from servestack.local.sagemaker_front import RealtimeTarget
-
-    lines = [f"\n# boto3 with endpoint_url={api_url!r} and any credentials (docs/boto3-local.md):"]
-    for name, target in endpoints.items():
-        operation = "invoke_endpoint" if isinstance(target, RealtimeTarget) else "invoke_endpoint_async"
-        lines.append(f"#   sagemaker-runtime {operation}(EndpointName={name!r}, ...)")
-    lines.append(f"#   lambda invoke(FunctionName=..., Payload=...): {', '.join(functions)}")
-    return "\n".join(lines)
-
-
-def _self_command() -> str:
-    """How this CLI was started, so the printed command works without an activated venv."""
-    argv0 = Path(sys.argv[0])
-    if argv0.name == "servestack" and argv0.exists():
-        return shown(argv0.resolve()) if not argv0.is_absolute() else shlex.quote(str(argv0))
-    return f"{shlex.quote(sys.executable)} -m servestack.cli"
-
-
-def _curl(url: str, sample: Path) -> str:
-    return f"curl -s -X POST {url} -H 'Content-Type: application/json' --data @{shown(sample)}"

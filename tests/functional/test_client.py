@@ -94,7 +94,7 @@ def test_sigv4_signs_function_url_requests() -> None:
 
     session = boto3.Session(
         aws_access_key_id="AKIDEXAMPLE",
-        aws_secret_access_key="wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",  # noqa: S106 - AWS's documented example key
+        aws_secret_access_key="wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
         region_name="us-east-1",
     )
     captured: list[httpx.Request] = []

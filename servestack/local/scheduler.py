@@ -1,0 +1,113 @@
+"""EventBridge Scheduler schedules of the templates, run by `local up`: fire on the expression in its time
+zone, invoke the target function with the template's input (asynchronously, as Scheduler's Lambda target
+does), as the schedule's role.
+
+As in the cloud, the schedule's role must be allowed `lambda:InvokeFunction` on the target; a refused or
+failed invocation is retried per the target's `RetryPolicy` (attempts and maximum event age, with backoff),
+then sent to the target's dead-letter queue (as the role, which needs `sqs:SendMessage` on it) with
+Scheduler's error attributes. A function that fails after the invocation was accepted is the function's
+business (its logs), not the schedule's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from servestack.local.lambda_service import LambdaService
+from servestack.local.schedule import parse_schedule
+from servestack.local.topology import ScheduleDef
+
+logger = logging.getLogger("servestack.local")
+
+# (role ARN, action, resource ARN) -> None when allowed, else the denial AWS would report.
+Authorize = Callable[[str, str, str], "str | None"]
+
+
+class ScheduleRunner:
+    def __init__(
+        self,
+        schedule: ScheduleDef,
+        lambdas: LambdaService,
+        authorize: Authorize,
+        send_dead_letter: Callable[[str, str, dict[str, Any]], None] | None = None,
+        *,
+        backoff_sec: float = 1.0,
+    ) -> None:
+        self.schedule = schedule
+        self.lambdas = lambdas
+        self.authorize = authorize
+        self.send_dead_letter = send_dead_letter
+        self.backoff_sec = backoff_sec
+        self.parsed = parse_schedule(schedule.expression, schedule.timezone)
+        self.runs = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def next_fire(self) -> datetime:
+        return self.parsed.next_after(datetime.now(UTC))
+
+    def start(self) -> ScheduleRunner:
+        if self.schedule.enabled:
+            self._thread = threading.Thread(target=self._loop, name=f"schedule-{self.schedule.name}", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            fire = self.next_fire()
+            logger.info("schedule %s: next run %s", self.schedule.name, fire.isoformat())
+            if self._stop.wait(max(0.0, (fire - datetime.now(UTC)).total_seconds())):
+                return
+            self.fire()
+
+    def fire(self) -> bool:
+        """One scheduled run: invoke, retrying per the retry policy; False when it ended in the DLQ."""
+        s = self.schedule
+        self.runs += 1
+        started = time.monotonic()
+        error = "unknown"
+        for attempt in range(s.retry_attempts + 1):
+            denied = self.authorize(s.role_arn, "lambda:InvokeFunction", s.target_arn)
+            if denied is not None:
+                error = f"AccessDeniedException: {denied}"
+            else:
+                invocation = self.lambdas.invoke(
+                    s.target_arn, (s.input or "{}").encode(), headers={"x-amz-invocation-type": "Event"}
+                )
+                if invocation.status == 202:
+                    logger.info("schedule %s: invoked %s (run %d)", s.name, s.target_arn, self.runs)
+                    return True
+                error = invocation.body.decode(errors="replace")
+            logger.error("schedule %s: attempt %d failed: %s", s.name, attempt + 1, error)
+            if time.monotonic() - started + self.backoff_sec > s.maximum_event_age_sec:
+                break
+            if self._stop.wait(self.backoff_sec * 2**attempt):
+                return False
+        if s.dead_letter_arn and self.send_dead_letter is not None:
+            attributes = {
+                "X-Amz-Scheduler-Attempt": str(s.retry_attempts + 1),
+                "X-Amz-Scheduler-Schedule-Arn": f"schedule/default/{s.name}",
+                "X-Amz-Scheduler-Error-Code": error.split(":", 1)[0][:256],
+                "X-Amz-Scheduler-Error-Message": error[:1024],
+            }
+            self.send_dead_letter(s.dead_letter_arn, s.input or "{}", attributes)
+        return False
+
+
+def dead_letter_body(payload: str) -> str:
+    """What Scheduler puts in the DLQ message: the target's input."""
+    try:
+        return json.dumps(json.loads(payload))
+    except ValueError:
+        return payload

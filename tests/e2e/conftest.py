@@ -1,0 +1,137 @@
+"""`servestack local up` as a subprocess, exactly as a user starts it, and what tests need to talk to it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from servestack.local.processes import free_port
+from tests.conftest import REPO_ROOT
+
+SERVESTACK = str(Path(sys.executable).parent / "servestack")
+DEVELOPER = {"region_name": "us-east-1", "aws_access_key_id": "local", "aws_secret_access_key": "local"}
+
+
+@dataclass
+class LocalUp:
+    process: subprocess.Popen[bytes]
+    state_path: Path
+    log: Path
+
+    @property
+    def state(self) -> dict[str, Any]:
+        loaded: dict[str, Any] = json.loads(self.state_path.read_text())
+        return loaded
+
+    @property
+    def api(self) -> str:
+        return str(self.state["aws_api_url"])
+
+    def deployment(self, name: str) -> dict[str, Any]:
+        found: dict[str, Any] = self.state["deployments"][name]
+        return found
+
+    def client(self, service: str, **keys: Any) -> Any:
+        """A boto3 client on local up's AWS API port (sagemaker-runtime, lambda), as the developer by default."""
+        config = Config(retries={"mode": "standard", "max_attempts": 1}, read_timeout=120)
+        return boto3.session.Session(**(keys or DEVELOPER)).client(service, endpoint_url=self.api, config=config)
+
+    def emulator(self, service: str, **keys: Any) -> Any:
+        """A boto3 client on the emulator (s3, sqs, dynamodb...), as the developer by default."""
+        config = Config(s3={"addressing_style": "path"}, retries={"mode": "standard", "max_attempts": 1})
+        session = boto3.session.Session(**(keys or DEVELOPER))
+        return session.client(service, endpoint_url=self.state["endpoint_url"], config=config)
+
+    def role_keys(self, role_fragment: str) -> dict[str, str]:
+        """The keys local up gave the role whose name contains `role_fragment` (as a function of it runs)."""
+        name = next(n for n in self.state["identities"] if role_fragment in n)
+        keys = self.state["identities"][name]
+        return {
+            "region_name": "us-east-1",
+            "aws_access_key_id": keys["AWS_ACCESS_KEY_ID"],
+            "aws_secret_access_key": keys["AWS_SECRET_ACCESS_KEY"],
+            "aws_session_token": keys["AWS_SESSION_TOKEN"],
+        }
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=60)
+
+
+def start_local_up(
+    workdir: Path, *args: str, spec: Path | None = None, timeout_sec: float = 240, env: dict[str, str] | None = None
+) -> LocalUp:
+    """`servestack local up [--spec SPEC] ARGS` on free ports; returns once its state file is written."""
+    state_path, log_path = workdir / "local.json", workdir / f"local-up-{time.time_ns()}.log"
+    environment = {**os.environ, "PYTHONUNBUFFERED": "1", "SERVESTACK_LOCAL_STATE": str(state_path), **(env or {})}
+    environment.pop("AWS_ENDPOINT_URL", None)
+    argv = [SERVESTACK, "local", "up", "--port", str(free_port()), "--aws-port", str(free_port()), *args]
+    if spec is not None:
+        argv += ["--spec", str(spec)]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, env=environment)
+    up = LocalUp(process, state_path, log_path)
+    deadline = time.monotonic() + timeout_sec
+    while not state_path.exists():  # written once every child answers and the fronts listen
+        if process.poll() is not None:
+            raise AssertionError(f"local up exited ({process.returncode}):\n{up.log_text()[-6000:]}")
+        if time.monotonic() > deadline:
+            up.stop()
+            raise AssertionError(f"local up not ready after {timeout_sec}s:\n{up.log_text()[-6000:]}")
+        time.sleep(0.2)
+    return up
+
+
+@contextmanager
+def running(workdir: Path, *args: str, spec: Path | None = None) -> Iterator[LocalUp]:
+    up = start_local_up(workdir, *args, spec=spec)
+    try:
+        yield up
+    finally:
+        code = up.stop()
+        assert code == 0, up.log_text()[-4000:]
+
+
+PROJECT_FILES = ("app.py", "cdk.json", "stacks", "containers", "models/artifacts")
+
+
+def copy_project(target: Path, spec: str) -> Path:
+    """A project of its own in `target`: the CDK app and constructs, the model artifacts, and `spec` as its
+    serving.yaml. Returns the serving.yaml path."""
+    for item in PROJECT_FILES:
+        source = REPO_ROOT / item
+        if source.is_dir():
+            shutil.copytree(source, target / item, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            (target / item).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / item)
+    spec_path = target / "serving.yaml"
+    spec_path.write_text(spec)
+    return spec_path
+
+
+def wait_for(check: Any, timeout_sec: float = 60, what: str = "the condition") -> Any:
+    deadline = time.monotonic() + timeout_sec
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)

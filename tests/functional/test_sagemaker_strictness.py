@@ -1,0 +1,176 @@
+"""local up's SageMaker Runtime front refuses what SageMaker refuses: one test per rule of
+docs/sagemaker-strictness.md, each through a real boto3 client, asserting the error code boto3 raises.
+
+The front runs in this process in front of the real realtime container (`serve`, a subprocess); a second,
+deliberately slow HTTP server stands in for a container that misses SageMaker's deadline.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from servestack.local.access import OpenAccess
+from servestack.local.aws_front import AwsFront
+from servestack.local.lambda_service import LambdaService
+from servestack.local.sagemaker_front import MAX_BODY_BYTES, AsyncTarget, RealtimeTarget, SageMakerRuntime
+from tests.conftest import ARTIFACTS, RealtimeServer
+
+pytestmark = pytest.mark.slow
+DIGITS = (ARTIFACTS / "digits/1/sample-request.json").read_bytes()
+
+
+class SlowContainer(BaseHTTPRequestHandler):
+    """Answers /invocations after 3 s: past a front whose deadline was shortened to 1 s."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        time.sleep(3)
+        try:
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+        except OSError:  # the front gave up on it first, as it should
+            return
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+class FakeS3:
+    """The one S3 call the async rule needs: the input's size (a 1 GB object is too big to make here)."""
+
+    def __init__(self, sizes: dict[str, int]) -> None:
+        self.sizes = sizes
+
+    def head_object(self, Bucket: str, Key: str) -> dict[str, int]:  # noqa: N803 - boto3's argument names
+        return {"ContentLength": self.sizes[f"{Bucket}/{Key}"]}
+
+
+@pytest.fixture(scope="module")
+def front(realtime_server: RealtimeServer) -> Iterator[str]:
+    slow = ThreadingHTTPServer(("127.0.0.1", 0), SlowContainer)
+    threading.Thread(target=slow.serve_forever, daemon=True).start()
+    submitted: list[str] = []
+    runtime = SageMakerRuntime(
+        {
+            "single": RealtimeTarget(realtime_server.url, ("primary",)),
+            "two-variants": RealtimeTarget(realtime_server.url, ("blue", "green")),
+            "slow": RealtimeTarget(f"http://127.0.0.1:{slow.server_address[1]}", ("primary",)),
+        },
+        {"async-ep": AsyncTarget(lambda b, k, c, a, i: submitted.append(i) or f"s3://out/{i}.out")},
+        FakeS3({"in/big": 1024**3 + 1, "in/small": 10}),
+        invocation_timeout_sec=1.0,
+    )
+    server = AwsFront(runtime, LambdaService([]), OpenAccess()).serve_in_background()
+    yield server.url
+    server.close()
+    slow.shutdown()
+
+
+def runtime_client(url: str) -> Any:
+    session = boto3.session.Session(aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1")
+    config = Config(retries={"mode": "standard", "max_attempts": 1}, read_timeout=30)
+    return session.client("sagemaker-runtime", endpoint_url=url, config=config)
+
+
+def error_of(call: Any) -> dict[str, Any]:
+    with pytest.raises(ClientError) as raised:
+        call()
+    return dict(raised.value.response)
+
+
+def test_a_single_model_endpoint_answers_without_target_model(front: str) -> None:
+    # GIVEN a single-model endpoint WHEN invoked plainly THEN the container answers through the front
+    response = runtime_client(front).invoke_endpoint(EndpointName="single", Body=DIGITS, ContentType="application/json")
+    assert response["InvokedProductionVariant"] == "primary"
+    assert b"predictions" in response["Body"].read()
+
+
+def test_target_model_on_a_single_model_endpoint_is_a_validation_error(front: str) -> None:
+    # WHEN TargetModel is set on an endpoint whose container runs in SingleModel mode
+    error = error_of(
+        lambda: runtime_client(front).invoke_endpoint(
+            EndpointName="single", Body=DIGITS, ContentType="application/json", TargetModel="digits/1.tar.gz"
+        )
+    )
+    # THEN boto3 raises ValidationError with SageMaker's words
+    assert error["Error"]["Code"] == "ValidationError"
+    assert error["Error"]["Message"] == (
+        "Endpoint single is not a multi-model endpoint and does not support target model header."
+    )
+
+
+def test_an_unknown_endpoint_is_a_validation_error(front: str) -> None:
+    error = error_of(lambda: runtime_client(front).invoke_endpoint(EndpointName="nope", Body=DIGITS))
+    assert error["Error"]["Code"] == "ValidationError"
+    assert error["Error"]["Message"] == "Endpoint nope of account 123456789012 not found."
+
+
+def test_an_unknown_target_variant_is_a_validation_error(front: str) -> None:
+    # GIVEN an endpoint with variants blue and green WHEN TargetVariant names another
+    error = error_of(
+        lambda: runtime_client(front).invoke_endpoint(
+            EndpointName="two-variants", Body=DIGITS, ContentType="application/json", TargetVariant="red"
+        )
+    )
+    # THEN ValidationError naming the variant
+    assert error["Error"]["Code"] == "ValidationError"
+    assert "red" in error["Error"]["Message"]
+
+
+def test_a_body_over_six_megabytes_is_refused_with_413(front: str) -> None:
+    body = b"[" + b"0," * (MAX_BODY_BYTES // 2) + b"0]"
+    error = error_of(
+        lambda: runtime_client(front).invoke_endpoint(EndpointName="single", Body=body, ContentType="application/json")
+    )
+    assert error["ResponseMetadata"]["HTTPStatusCode"] == 413
+    assert error["Error"]["Code"] == "413"
+    assert error["Error"]["Message"] == "HTTP content length exceeded 6291456 bytes."
+
+
+def test_a_container_past_the_deadline_is_a_model_error_with_status_zero(front: str) -> None:
+    # GIVEN a container slower than the front's deadline (60 s in local up, 1 s here)
+    error = error_of(lambda: runtime_client(front).invoke_endpoint(EndpointName="slow", Body=DIGITS))
+    # THEN ModelError (424) with OriginalStatusCode 0 and SageMaker's timeout message
+    assert error["ResponseMetadata"]["HTTPStatusCode"] == 424
+    assert error["Error"]["Code"] == "ModelError"
+    assert error["OriginalStatusCode"] == 0
+    assert "Your invocation timed out while waiting for a response from container primary." in error["Error"]["Message"]
+
+
+def test_async_without_input_location_is_a_validation_error(front: str) -> None:
+    # botocore demands InputLocation; send the raw request SageMaker would still have to refuse
+    import httpx
+
+    response = httpx.post(f"{front}/endpoints/async-ep/async-invocations", content=b"{}")
+    assert response.status_code == 400
+    assert response.headers["x-amzn-ErrorType"] == "ValidationError"
+
+
+def test_async_input_over_one_gigabyte_is_a_validation_error(front: str) -> None:
+    client = runtime_client(front)
+    error = error_of(lambda: client.invoke_endpoint_async(EndpointName="async-ep", InputLocation="s3://in/big"))
+    assert error["Error"]["Code"] == "ValidationError"
+    assert "1 GB" in error["Error"]["Message"]
+    # AND an input within the limit is accepted, with its output location
+    accepted = client.invoke_endpoint_async(EndpointName="async-ep", InputLocation="s3://in/small", InferenceId="j1")
+    assert accepted["InferenceId"] == "j1"
+    assert accepted["OutputLocation"] == "s3://out/j1.out"
+
+
+def test_async_on_a_realtime_endpoint_names_the_right_operation(front: str) -> None:
+    error = error_of(
+        lambda: runtime_client(front).invoke_endpoint_async(EndpointName="single", InputLocation="s3://in/small")
+    )
+    assert error["Error"]["Code"] == "ValidationError"
+    assert "call InvokeEndpoint" in error["Error"]["Message"]
