@@ -28,8 +28,8 @@ import yaml
 from servestack.local.emulator import aws_environment, clients
 from servestack.local.lambda_runtime import LambdaContext, http_api_event
 from servestack.local.processes import REPO_ROOT, free_port, http_status
-from servestack.local.resources import ensure_async, environment, names
 from servestack.spec import AsyncDeployment, parse_spec
+from tests.integration.resources import ensure_async, environment, names
 
 
 def start_moto() -> tuple[subprocess.Popen[bytes] | None, str]:

@@ -28,7 +28,7 @@ import yaml
 from bench.async_jobs import start_moto
 from servestack.local.emulator import aws_environment, clients
 from servestack.local.processes import REPO_ROOT
-from servestack.local.resources import ensure_bucket
+from tests.integration.resources import ensure_bucket
 
 BUCKET = "servestack-bench"  # the bucket rule for deployment "bench"
 INPUT = "bench/input/"

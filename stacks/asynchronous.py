@@ -101,7 +101,6 @@ class AsyncEndpoint(Construct):
         self.result_prefix = f"async/{name}/results/"
         self.failure_prefix = f"async/{name}/failures/"
 
-        # Physical names follow servestack.local.resources.names(), so `local up` creates the same ones.
         self.dead_letters = sqs.Queue(
             self,
             "DeadLetters",

@@ -20,7 +20,6 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-import yaml
 
 from servestack.local.processes import free_port, http_status, stop_process
 from tests.conftest import ARTIFACTS, REPO_ROOT
@@ -36,15 +35,19 @@ class RouterProcess:
     log: Path
 
     @classmethod
-    def start(cls, tmp: Path, spec: dict, deployment: str, model_dir: Path = ARTIFACTS) -> RouterProcess:
-        spec_file = tmp / "serving.yaml"
-        spec_file.write_text(yaml.safe_dump(spec))
+    def start(cls, tmp: Path, deployment: str, variants: list[dict], shadow: dict | None = None,
+              shadow_percent: float = 0.0) -> RouterProcess:  # fmt: skip
+        """The endpoint process with the config local up writes from an endpoint's template."""
+        config = tmp / "endpoint.json"
+        config.write_text(json.dumps({
+            "deployment": deployment, "endpoint": f"servestack-{deployment}", "variants": variants,
+            "shadow": shadow, "shadow_percent": shadow_percent, "cache_dir": str(tmp / "cache"),
+        }))  # fmt: skip
         port = free_port()
         log = tmp / "router.log"
         with log.open("wb") as out:
             process = subprocess.Popen(
-                [sys.executable, "-m", "servestack.local.endpoint", deployment, "--spec", str(spec_file),
-                 "--port", str(port), "--model-dir", str(model_dir), "--cache-dir", str(tmp / "cache")],
+                [sys.executable, "-m", "servestack.local.endpoint", "--config", str(config), "--port", str(port)],
                 cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )  # fmt: skip
         router = cls(process, f"http://127.0.0.1:{port}", log)
@@ -88,20 +91,12 @@ async def _send(url: str, total: int, concurrency: int) -> tuple[Counter[str], C
 
 @pytest.fixture(scope="module")
 def ab_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterProcess]:
-    spec = {
-        "models": [{"name": "digits", "version": 1}],
-        "deployments": {
-            "digits-ab": {
-                "mode": "realtime",
-                "model": "digits",
-                "variants": [
-                    {"name": "current", "model": "digits", "weight": 9},
-                    {"name": "candidate", "model": "digits", "weight": 1},
-                ],
-            }
-        },
-    }
-    router = RouterProcess.start(tmp_path_factory.mktemp("ab"), spec, "digits-ab")
+    def variant(name: str, weight: int) -> dict:
+        return {"name": name, "model": "digits", "version": "1", "weight": weight,
+                "package_dir": str(ARTIFACTS / "digits" / "1")}  # fmt: skip
+
+    variants = [variant("current", 9), variant("candidate", 1)]
+    router = RouterProcess.start(tmp_path_factory.mktemp("ab"), "digits-ab", variants)
     yield router
     router.stop()
 
@@ -157,17 +152,11 @@ def shadow_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterPr
     model_dir = tmp / "models"
     shutil.copytree(ARTIFACTS / "digits", model_dir / "digits")
     _noisy_digits(model_dir)
-    spec = {
-        "models": [{"name": "digits", "version": 1}, {"name": "digits-noisy", "version": 1}],
-        "deployments": {
-            "digits-shadowed": {
-                "mode": "realtime",
-                "model": "digits",
-                "shadow": {"model": "digits-noisy", "sample_percent": 100},
-            }
-        },
-    }
-    router = RouterProcess.start(tmp, spec, "digits-shadowed", model_dir)
+    primary = {"name": "primary", "model": "digits", "version": "1", "weight": 1,
+               "package_dir": str(model_dir / "digits" / "1")}  # fmt: skip
+    shadow = {"name": "shadow", "model": "digits-noisy", "version": "1", "weight": 1,
+              "package_dir": str(model_dir / "digits-noisy" / "1")}  # fmt: skip
+    router = RouterProcess.start(tmp, "digits-shadowed", [primary], shadow, shadow_percent=100)
     yield router
     router.stop()
 

@@ -71,10 +71,13 @@ def front(realtime_server: RealtimeServer) -> Iterator[str]:
         FakeS3({"in/big": 1024**3 + 1, "in/small": 10}),
         invocation_timeout_sec=1.0,
     )
-    server = AwsFront(runtime, LambdaService([]), OpenAccess()).serve_in_background()
+    lambdas = LambdaService([])
+    server = AwsFront(runtime, lambdas, OpenAccess()).serve_in_background()
     yield server.url
     server.close()
+    lambdas.close()
     slow.shutdown()
+    slow.server_close()
 
 
 def runtime_client(url: str) -> Any:

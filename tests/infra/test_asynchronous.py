@@ -161,13 +161,3 @@ def test_gpu_backend_is_a_sagemaker_async_endpoint_scaled_to_zero_on_backlog(syn
         "AWS::Lambda::Function",
         {"Environment": {"Variables": Match.object_like({"SERVESTACK_ASYNC_BACKEND": "sagemaker"})}},
     )
-
-
-def test_queues_and_table_carry_the_names_local_up_creates(synth: Synth) -> None:
-    from servestack.local.resources import names
-
-    expected = names("cancer-async")
-    t = synth.template("cancer-async")
-    t.has_resource_properties("AWS::SQS::Queue", {"QueueName": expected.queue})
-    t.has_resource_properties("AWS::SQS::Queue", {"QueueName": expected.dlq})
-    t.has_resource_properties("AWS::DynamoDB::Table", {"TableName": expected.table})

@@ -12,9 +12,9 @@ import pytest
 
 from servestack.local.lambda_runtime import LambdaContext, LocalFunction, http_api_event
 from servestack.local.poller import SqsPoller
-from servestack.local.resources import Names, ensure_async, environment, names
 from servestack.spec import AsyncDeployment, ServingSpec, parse_spec
 from tests.integration.conftest import Aws
+from tests.integration.resources import Names, ensure_async, environment, names
 
 
 @dataclass

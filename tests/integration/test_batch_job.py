@@ -16,9 +16,9 @@ from models.service import ModelRepository
 from models.settings import ServingSettings
 from models.tabular import Progress
 from servestack.local.lambda_runtime import LambdaContext
-from servestack.local.resources import ensure_bucket
 from tests.conftest import EVENTS
 from tests.integration.conftest import Aws
+from tests.integration.resources import ensure_bucket
 
 pytestmark = pytest.mark.localstack
 

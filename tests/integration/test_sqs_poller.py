@@ -13,8 +13,8 @@ import pytest
 from handlers.aws.jobs import parse_message
 from servestack.local.lambda_runtime import LocalFunction
 from servestack.local.poller import SqsPoller
-from servestack.local.resources import ensure_bucket
 from tests.integration.conftest import Aws
+from tests.integration.resources import ensure_bucket
 
 pytestmark = pytest.mark.localstack
 

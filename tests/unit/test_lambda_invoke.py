@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from servestack.local.aws_front import parse_function_name
+from servestack.local.lambda_service import parse_function_name
 from servestack.local.http_server import Request
 from servestack.local.lambda_invoke import TAIL_BYTES, capture_output, invoke
 from servestack.local.lambda_runtime import LocalFunction

@@ -1,6 +1,8 @@
-"""The AWS resources each deployment needs, named by one rule, and created on an emulator (or any endpoint).
+"""Test fixtures: the AWS resources a handler needs, created directly on an emulator for tests (and benches)
+that exercise one handler against moto without the CDK app. `local up` itself never uses this: it creates
+what the synthesized templates declare (servestack/local/provision.py).
 
-Name rule (the CDK stacks use the same; see `names`): for deployment `<d>`, `resource = servestack-<d>`;
+Name rule used here: for deployment `<d>`, `resource = servestack-<d>`;
 bucket `servestack-<d>`; async queue `servestack-<d>-jobs`, its DLQ `servestack-<d>-dlq`, job table
 `servestack-<d>-jobs`; S3 prefixes `async/servestack-<d>/requests/` (uploads under `.../requests/uploads/`)
 and `async/servestack-<d>/results/`; batch prefixes from serving.yaml, default `batch/servestack-<d>/input/`
