@@ -19,7 +19,7 @@ What a snapshot holds:
 
 On disk (`directory/`):
 - `manifest.json`: the current snapshot, naming one part per resource;
-- `parts/<sha256>.json`: one bucket's object list, one queue's messages or one table's items;
+- `parts/<sha256>`: JSON of one bucket's object list, one queue's messages or one table's items;
 - `blobs/<sha256>`: object bodies, named by the SHA-256 of their bytes, never by their key (keys are
   untrusted paths such as `../../etc/x`; they only ever appear inside JSON).
 Parts and blobs are content-addressed and written only when absent, through a temporary file and a rename,
@@ -92,7 +92,7 @@ class RestoreSummary:
     seconds: float = 0.0
 
     def lines(self) -> list[str]:
-        """A human-readable report, one line per resource kind, for `local up` to print."""
+        """What was restored and what was skipped, as lines for `local up` to print."""
         if self.saved_at is None:
             return ["emulator state: nothing saved yet, starting empty"]
         lines = [
@@ -185,7 +185,7 @@ class EmulatorState:
     How much a crash loses: autosave snapshots at most `interval_sec` after a change. A SIGKILL of `local up`
     itself loses at most the changes of the last interval (plus those made while a snapshot was being
     written, which the next one would have caught); the previous snapshot stays whole. A graceful stop
-    (`stop()`, SIGTERM/SIGINT handled by `local up`) loses nothing.
+    loses nothing, provided `local up` calls `stop()` on SIGTERM and SIGINT.
     """
 
     def __init__(self, directory: Path, *, account: str = "123456789012", region: str = "us-east-1") -> None:
@@ -322,7 +322,8 @@ class EmulatorState:
 
     def _capture(self) -> _Capture:
         s3, sqs, dynamodb = self._backends()
-        # Order matters little (see _stable_capture); queues first keeps a message no newer than its job row.
+        # No reading order is safe for every flow on its own (a submit writes its job row, then its message;
+        # a worker writes its result, then the row, then deletes the message): _stable_capture makes it moot.
         queues = [_capture_queue(name, queue) for name, queue in sorted(dict(sqs.queues).items())]
         tables = [_capture_table(name, table) for name, table in sorted(dict(dynamodb.tables).items())]
         buckets = [_capture_bucket(name, bucket) for name, bucket in sorted(dict(s3.buckets).items())]
@@ -371,6 +372,8 @@ class EmulatorState:
             for obj in bucket.objects:
                 cache_key = obj.blob_cache_key(bucket.name)
                 digest = self._blob_cache.get(cache_key)
+                if digest is not None and not (self.directory / BLOBS / digest).is_file():
+                    digest = None  # removed behind our back: copy the object again
                 if digest is None:
                     try:
                         digest, written = self._store_blob(obj.fake_key)

@@ -353,31 +353,72 @@ def wait_for(condition: Any, timeout_sec: float = 60, what: str = "condition") -
         time.sleep(0.02)
 
 
+def wait_for_new_manifest(directory: Path, saved: bytes, what: str) -> bytes:
+    wait_for(lambda: manifest_bytes(directory) != saved, what=what)
+    return manifest_bytes(directory)
+
+
 def test_autosave_writes_after_a_change_and_not_without_one(emulators: list[EmulatorChild], tmp_path: Path) -> None:
-    # GIVEN an emulator autosaving every 0.05 s, with a bucket it has saved
+    # GIVEN an emulator autosaving every 0.05 s, with a bucket, a queue holding a message and a table holding
+    # an item, all saved once
     directory = tmp_path / "state"
     child = start(emulators, directory)
-    child.aws["s3"].create_bucket(Bucket="autosaved")
+    s3, sqs, ddb = child.aws["s3"], child.aws["sqs"], child.aws["dynamodb"]
+    s3.create_bucket(Bucket="autosaved")
+    queue = sqs.create_queue(QueueName="autosaved")["QueueUrl"]
+    sqs.send_message(QueueUrl=queue, MessageBody="job")
+    ddb.create_table(
+        TableName="autosaved",
+        KeySchema=[{"AttributeName": "job", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "job", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    ddb.put_item(TableName="autosaved", Item={"job": {"S": "j"}, "status": {"S": "queued"}})
     assert child("autosave 0.05") == "autosaving"
-    wait_for(lambda: (directory / "manifest.json").is_file(), what="the first autosave")
-    first = manifest_bytes(directory)
+    wait_for(lambda: child("counters")["writes"] >= 1, what="the first autosave")  # counted once written
     counters = child("counters")
+    saved = manifest_bytes(directory)
     # WHEN nothing changes for 20 checks
     wait_for(lambda: child("counters")["checks"] >= counters["checks"] + 20, what="20 autosave checks")
     # THEN nothing was written
     assert child("counters")["writes"] == counters["writes"]
-    assert manifest_bytes(directory) == first
-    # WHEN an object is put
-    child.aws["s3"].put_object(Bucket="autosaved", Key="new.txt", Body=b"fresh")
-    # THEN a snapshot naming it follows
-    wait_for(lambda: manifest_bytes(directory) != first, what="a snapshot after the change")
-    assert child("counters")["writes"] == counters["writes"] + 1
+    assert manifest_bytes(directory) == saved
+    # WHEN an object is put, a message is received (its receive count changes) and an item is updated in
+    # place, THEN a snapshot follows each change
+    changes = {
+        "object put": lambda: s3.put_object(Bucket="autosaved", Key="new.txt", Body=b"fresh"),
+        "message received": lambda: sqs.receive_message(QueueUrl=queue, VisibilityTimeout=0),
+        "item updated": lambda: ddb.update_item(
+            TableName="autosaved",
+            Key={"job": {"S": "j"}},
+            UpdateExpression="SET #s = :s",
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues={":s": {"S": "done"}},
+        ),
+    }
+    for what, change in changes.items():
+        change()
+        saved = wait_for_new_manifest(directory, saved, what=f"a snapshot after the {what}")
     assert child("stop") == "stopped"
     child.close()
+    # ...and a new emulator gets all three changes back
     restored = start(emulators, directory)
-    summary = restored("restore")
-    assert summary["buckets"] == {"autosaved": 1}
+    restored.aws["sqs"].create_queue(QueueName="autosaved")
+    restored.aws["dynamodb"].create_table(
+        TableName="autosaved",
+        KeySchema=[{"AttributeName": "job", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "job", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    assert restored("restore")["buckets"] == {"autosaved": 1}
     assert restored.aws["s3"].get_object(Bucket="autosaved", Key="new.txt")["Body"].read() == b"fresh"
+    got = restored.aws["sqs"].receive_message(
+        QueueUrl=restored.aws["sqs"].get_queue_url(QueueName="autosaved")["QueueUrl"],
+        MessageSystemAttributeNames=["ApproximateReceiveCount"],
+    )["Messages"]
+    assert [m["Attributes"]["ApproximateReceiveCount"] for m in got] == ["2"]
+    item = restored.aws["dynamodb"].get_item(TableName="autosaved", Key={"job": {"S": "j"}})["Item"]
+    assert item["status"] == {"S": "done"}
 
 
 def test_stop_saves_what_changed_since_the_last_autosave(emulators: list[EmulatorChild], tmp_path: Path) -> None:
