@@ -254,7 +254,11 @@ class EmulatorState:
             return summary
 
     def start_autosave(self, interval_sec: float = 1.0) -> None:
-        """Snapshot in a daemon thread every `interval_sec` when something changed (see the class docstring)."""
+        """Snapshot in a daemon thread every `interval_sec` when something changed.
+
+        A SIGKILL of `local up` itself loses at most what changed in the last `interval_sec` (plus the writes
+        made while an unfinished snapshot was running); the snapshot before stays whole and restorable.
+        """
         if interval_sec <= 0:
             raise ConfigurationError(
                 f"autosave interval {interval_sec!r} s is not positive",
