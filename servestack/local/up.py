@@ -326,6 +326,7 @@ def _run(options: UpOptions) -> int:
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     emulator = None
+    saved: Any = None
     children: list[Child] = []
     closers: list[Callable[[], None]] = []
     state_file = options.state_path or state.default_path(project)
@@ -347,6 +348,16 @@ def _run(options: UpOptions) -> int:
         except ProvisionError as error:
             raise UpError(str(error)) from None
         mark("resources created")
+        if emulator is not None:
+            from servestack.local.persistence import EmulatorState
+
+            saved = EmulatorState(options.data_dir or work / "emulator", account=_account(), region=region)
+            if options.fresh:
+                saved.clear()
+            elif saved.has_snapshot():
+                for line in saved.restore().lines():
+                    print(f"restored: {line}", flush=True)
+            mark("saved state restored" if not options.fresh else "saved state cleared (--fresh)")
 
         from servestack.registry import LOCAL_URI, seed_local
 
@@ -362,6 +373,8 @@ def _run(options: UpOptions) -> int:
             child.wait_ready()
         mark("functions and endpoints ready")
         closers = world.start_services(plan)
+        if saved is not None:
+            saved.start_autosave()
         mark("fronts, event sources and schedules running")
 
         about = {
@@ -389,6 +402,8 @@ def _run(options: UpOptions) -> int:
         for child in reversed(children):
             if child.process is not None:
                 child.stop()
+        if saved is not None:
+            saved.stop()  # one last save, once nothing writes any more
         if emulator is not None:
             emulator.stop()
         state.remove(state_file)
