@@ -23,6 +23,7 @@ from servestack.spec import (
     ServerlessDeployment,
     ServingSpec,
     Variant,
+    uses_gpu,
 )
 from stacks.asynchronous import AsyncEndpoint
 from stacks.batch import BatchJob
@@ -74,8 +75,14 @@ class DeploymentStack(Stack):
         name = self.resource_name
 
         if isinstance(d, RealtimeDeployment):
-            image = self._image("GpuImage" if d.serverless is None else "CpuImage", d.serverless is None)
             variants = d.variants or [Variant(name="primary", model=primary.name, version=primary.version)]
+            families = {
+                d.serverless is None and uses_gpu(t)
+                for t in [
+                    *(v.instance_type or d.instance_type for v in variants),
+                    *([d.shadow.instance_type or d.instance_type] if d.shadow else []),
+                ]
+            }
             resolved = [v.model_copy(update={"version": spec.model(v.model, v.version).version}) for v in variants]
             shadow = d.shadow
             if shadow is not None:
@@ -89,7 +96,8 @@ class DeploymentStack(Stack):
                 self,
                 "Realtime",
                 endpoint_name=name,
-                image=image,
+                gpu_image=self._image("GpuImage", True) if True in families else None,
+                cpu_image=self._image("CpuImage", False) if False in families else None,
                 model_data=data,
                 variants=resolved,
                 default_model=primary.name,
@@ -206,7 +214,7 @@ class DeploymentStack(Stack):
                 log_retention_days=d.log_retention_days,
                 alarms=d.alarms,
                 backend=d.backend,
-                image=self._image("GpuImage", True) if sagemaker_backend else None,
+                image=self._image_for(d.instance_type) if sagemaker_backend else None,
                 model_data=s3_assets.Asset(self, "ModelData0", path=str(model_data_archive(root, [primary])))
                 if sagemaker_backend
                 else None,
@@ -301,6 +309,11 @@ class DeploymentStack(Stack):
 
     def _code(self, models: list[ModelSpec], architecture: str) -> Any:
         return lambda_code(root=self.root, artifacts=[m.artifact_path for m in models], architecture=architecture)
+
+    def _image_for(self, instance_type: str) -> ecr_assets.DockerImageAsset:
+        """The GPU image on a GPU instance type (ml.g*, ml.p*), else the CPU image."""
+        gpu = uses_gpu(instance_type)
+        return self._image("GpuImage" if gpu else "CpuImage", gpu)
 
     def _image(self, id: str, gpu: bool) -> ecr_assets.DockerImageAsset:
         existing = self.node.try_find_child(id)
