@@ -203,8 +203,11 @@ class RealtimeEndpoint(Construct):
             self.images[v.name] = image_for(v.name, v.instance_type or instance_type)
         if shadow is not None:
             self.images[shadow.name] = image_for(shadow.name, shadow.instance_type or instance_type)
-        for pulled in {id(i): i for i in self.images.values()}.values():
-            pulled.repository.grant_pull(self.role)
+        pulled: list[ecr_assets.DockerImageAsset] = []
+        for image in self.images.values():
+            if all(image is not other for other in pulled):
+                image.repository.grant_pull(self.role)
+                pulled.append(image)
         self.logs.grant_write(self.role)
         self.role.add_to_policy(
             iam.PolicyStatement(

@@ -70,8 +70,8 @@ def client_for(runtime: object, clock: FakeClock, **options: object) -> SageMake
         runtime=runtime,
         sleep=clock.sleep,
         clock=clock,
-        rng=random.Random(7),
-        **options,  # type: ignore[arg-type]  # noqa: S311
+        rng=random.Random(7),  # noqa: S311 - a seeded jitter, not cryptography
+        **options,  # type: ignore[arg-type]
     )
 
 
