@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from aws_cdk import CfnOutput, Environment, Stack, Tags
+from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
@@ -233,8 +234,14 @@ class DeploymentStack(Stack):
                     ],
                     [ae.dead_letters.metric_approximate_number_of_messages_visible(period=PERIOD)],
                 ),
-                Panel("Oldest job age (s)", [ae.queue.metric_approximate_age_of_oldest_message(period=PERIOD)]),
-                Panel("Worker duration (ms)", percentiles(ae.worker.metric_duration(), "worker")),
+                Panel(
+                    "Oldest notification age (s)" if sagemaker_backend else "Oldest job age (s)",
+                    [ae.queue.metric_approximate_age_of_oldest_message(period=PERIOD)],
+                ),
+                Panel(
+                    "Notifier duration (ms)" if sagemaker_backend else "Worker duration (ms)",
+                    percentiles(ae.worker.metric_duration(), "notifier" if sagemaker_backend else "worker"),
+                ),
                 Panel(
                     "Submissions and errors",
                     [
@@ -250,6 +257,31 @@ class DeploymentStack(Stack):
                     ],
                 ),
             ]
+            if sagemaker_backend:
+                backlog = {"EndpointName": name}
+                panels.append(
+                    Panel(
+                        "SageMaker backlog (jobs waiting) and scale-from-zero signal",
+                        [
+                            cw.Metric(
+                                namespace="AWS/SageMaker",
+                                metric_name="ApproximateBacklogSize",
+                                dimensions_map=backlog,
+                                statistic="Average",
+                                period=PERIOD,
+                            )
+                        ],
+                        [
+                            cw.Metric(
+                                namespace="AWS/SageMaker",
+                                metric_name="HasBacklogWithoutCapacity",
+                                dimensions_map=backlog,
+                                statistic="Maximum",
+                                period=PERIOD,
+                            )
+                        ],
+                    )
+                )
             self._smoke("lambda-async", ae.submit.function_arn)
             CfnOutput(self, "ApiUrl", value=ae.http.url, description="IAM-authenticated (SigV4) HTTP API")
         elif isinstance(d, BatchDeployment):
