@@ -98,6 +98,7 @@ class ServingApp:
         self.load_in_background = load_in_background
         self._batchers: dict[str, MicroBatcher] = {}
         self._fastapi: FastAPI | None = None
+        self._metrics_task: asyncio.Task[None] | None = None
         if isinstance(repository, ModelCache | MultiModelStore):
             repository.on_evict = self._drop_batcher
         self.multi_model: MultiModelRoutes | None = None
@@ -134,14 +135,32 @@ class ServingApp:
             if message["type"] == "lifespan.startup":
                 if self.load_in_background:
                     threading.Thread(target=self._load_quietly, name="model-loader", daemon=True).start()
+                self._start_metrics()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                if self._metrics_task is not None:
+                    self._metrics_task.cancel()
+                    await asyncio.gather(self._metrics_task, return_exceptions=True)
                 for batcher in self._batchers.values():
                     batcher.close()
                 if isinstance(self.repository, ModelCache | MultiModelStore):
                     self.repository.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    def _start_metrics(self) -> None:
+        """With `metrics_interval_sec` set, write overload metrics (EMF) to stdout (handlers/metrics.py)."""
+        if self.settings.metrics_interval_sec <= 0:
+            return
+        from handlers.metrics import OverloadMetrics
+
+        metrics = OverloadMetrics(
+            lambda: list(self._batchers.values()),
+            endpoint_name=self.settings.endpoint_name,
+            variant_name=self.settings.variant_name,
+            interval_sec=self.settings.metrics_interval_sec,
+        )
+        self._metrics_task = asyncio.get_running_loop().create_task(metrics.run())
 
     def _load_quietly(self) -> None:
         try:

@@ -252,6 +252,9 @@ class AlarmSettings(Strict):
     evaluation_periods: Annotated[int, Between(1, 30)] = 3
     period_sec: Annotated[int, OneOf((10, 30, 60, 300, 900, 3600))] = 60
     oldest_message_age_sec: Annotated[int, Between(60, 1_209_600)] = 900
+    # Realtime: a period with more 429s than this counts as overloaded; `evaluation_periods` of them in a row
+    # fire the overload alarm (operational only: overload does not roll a release back).
+    overload_429_per_period: Annotated[int, Between(0, 1_000_000)] = 0
 
 
 class Batching(Strict):

@@ -116,8 +116,9 @@ class DeploymentStack(Stack):
                 batching=d.batching,
             )
             self.construct: Construct = rt
-            alarms = rt.alarms
+            alarms = [*rt.alarms, *rt.overload_alarms]
             instance_ns = "/aws/sagemaker/Endpoints"
+            overload_ns = "servestack"  # the containers' EMF metrics (handlers/metrics.py)
             panels = [
                 Panel(
                     "Model latency (µs, as SageMaker publishes it)",
@@ -129,6 +130,12 @@ class DeploymentStack(Stack):
                     [rt.metric("Invocation4XXErrors", "Sum"), rt.metric("Invocation5XXErrors", "Sum")],
                 ),
                 Panel("Invocations per instance", [rt.metric("InvocationsPerInstance", "Sum")]),
+                Panel(
+                    "Overload: queued and admitted requests per worker (max), 429s (sum)",
+                    [rt.metric("QueueDepth", "Maximum", variant=v.name, namespace=overload_ns) for v in resolved]
+                    + [rt.metric("InFlight", "Maximum", variant=v.name, namespace=overload_ns) for v in resolved],
+                    [rt.metric("Rejected", "Sum", variant=v.name, namespace=overload_ns) for v in resolved],
+                ),
                 Panel(
                     "Utilisation (%)",
                     [

@@ -328,6 +328,11 @@ class RealtimeEndpoint(Construct):
             self.alarms += guardrails.sagemaker_variant_alarms(
                 self, endpoint_name=endpoint_name, variant=v.name, settings=alarms
             )
+        # Operational, not rollback alarms: sustained 429s call for capacity, not for the previous release.
+        self.overload_alarms = [
+            guardrails.sagemaker_overload_alarm(self, endpoint_name=endpoint_name, variant=v.name, settings=alarms)
+            for v in variants
+        ]
         self.endpoint = sagemaker.CfnEndpoint(
             self,
             "Endpoint",

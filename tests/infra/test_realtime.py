@@ -312,3 +312,57 @@ def test_serverless_variant_option_uses_serverless_config_and_no_instances(synth
 
 def _list(x: object) -> list:
     return x if isinstance(x, list) else [x]
+
+
+def test_overload_metrics_are_on_the_dashboard_and_sustained_429s_alarm(synth: Synth) -> None:
+    t = synth.template("digits-realtime")
+    # THEN the container is told to write its EMF metrics with its endpoint and variant
+    t.has_resource_properties(
+        "AWS::SageMaker::Model",
+        {
+            "PrimaryContainer": Match.object_like(
+                {
+                    "Environment": Match.object_like(
+                        {
+                            "SERVESTACK_METRICS_INTERVAL_SEC": "10",
+                            "SERVESTACK_ENDPOINT_NAME": "servestack-digits-realtime",
+                            "SERVESTACK_VARIANT_NAME": "primary",
+                        }
+                    )
+                }
+            )
+        },
+    )
+    # AND the dashboard graphs queue depth, admitted requests and 429s from the `servestack` namespace
+    (dashboard,) = synth.resources("digits-realtime", "AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for metric in ("QueueDepth", "InFlight", "Rejected"):
+        assert f'\\"servestack\\",\\"{metric}\\",\\"EndpointName\\",\\"servestack-digits-realtime\\"' in body, metric
+    # AND an alarm fires when every period of its window had 429s, on the same metric and dimensions
+    t.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "AlarmName": "servestack-digits-realtime-primary-429s",
+            "Namespace": "servestack",
+            "MetricName": "Rejected",
+            "Statistic": "Sum",
+            "Dimensions": Match.array_with(
+                [
+                    {"Name": "EndpointName", "Value": "servestack-digits-realtime"},
+                    {"Name": "VariantName", "Value": "primary"},
+                ]
+            ),
+            "Threshold": 0,
+            "ComparisonOperator": "GreaterThanThreshold",
+            "EvaluationPeriods": 3,
+            "DatapointsToAlarm": 3,
+            "TreatMissingData": "notBreaching",
+        },
+    )
+    # AND it is on the dashboard's alarm widget (the canary test shows it is not a rollback alarm)
+    (alarm_id,) = [
+        logical
+        for logical, alarm in synth.resources("digits-realtime", "AWS::CloudWatch::Alarm").items()
+        if alarm["Properties"].get("AlarmName") == "servestack-digits-realtime-primary-429s"
+    ]
+    assert alarm_id in body
