@@ -105,7 +105,7 @@ class ServingApp:
         if isinstance(repository, MultiModelStore):
             from handlers.multi_model import MultiModelRoutes
 
-            self.multi_model = MultiModelRoutes(self, repository)
+            self.multi_model = MultiModelRoutes(repository, self._predict)
 
     # ------------------------------------------------------------------------------------------ dispatch
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
