@@ -3,7 +3,11 @@
     make synth                                   # every deployment, offline
     cdk deploy servestack-digits-api             # one deployment
     cdk synth -c servestack:deployments=digits-api,cancer-async
-    cdk deploy -c servestack:pipeline=true -c servestack:repo=owner/repo -c servestack:connection-arn=arn:...
+    cdk synth -c servestack:pipeline=true -c servestack:repo=owner/name -c servestack:connection-arn=arn:...
+
+The pipeline needs `servestack:repo` and `servestack:connection-arn` (a CodeConnections connection ARN); a
+missing one exits 2 naming the `-c` flag to pass. Account and region are optional (servestack:account,
+servestack:region): without them the pipeline stack is environment-agnostic.
 
 serving.yaml is validated before anything is synthesized; a bad value stops here with its path, the value
 and what is allowed. cdk-nag's AwsSolutions checks run on every synth.
@@ -46,8 +50,13 @@ def build_app(
     spec = load_spec(root / str(ctx("servestack:spec") or "serving.yaml"))
     only = [n.strip() for n in str(ctx("servestack:deployments") or "").split(",") if n.strip()] or None
     prefix = str(ctx("servestack:prefix") or "servestack-")
+    pipeline = _flag(ctx("servestack:pipeline"))
+    if pipeline:
+        from stacks.pipeline import required_context
+
+        required_context(app)  # before any stack is built: a missing flag fails in a second, not a minute
     add_deployments(app, spec, root, name_prefix=prefix, only=only)
-    if _flag(ctx("servestack:pipeline")):
+    if pipeline:
         from stacks.pipeline import pipeline_stack
 
         pipeline_stack(app, spec=spec, root=root, deployments=only)
@@ -57,9 +66,11 @@ def build_app(
 
 
 def main() -> None:
+    from stacks.pipeline import MissingContext
+
     try:
         app = build_app()
-    except SpecError as exc:
+    except (SpecError, MissingContext) as exc:
         print(f"servestack: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     app.synth()

@@ -2,6 +2,11 @@
 # Build from the repository root: docker build -f containers/cpu.Dockerfile .
 FROM python:3.12-slim
 
+# SageMaker reads these labels: the container serves the multi-model API (handlers/multi_model.py), which custom
+# containers may do on CPU instances only, and it listens on SAGEMAKER_BIND_TO_PORT when that is set.
+LABEL com.amazonaws.sagemaker.capabilities.multi-models=true
+LABEL com.amazonaws.sagemaker.capabilities.accept-bind-to-port=true
+
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
     VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH \
     SERVESTACK_PROVIDERS=CPUExecutionProvider
@@ -10,8 +15,8 @@ RUN python -m venv $VIRTUAL_ENV && pip install --no-cache-dir uv==0.13.8
 
 WORKDIR /opt/program
 COPY pyproject.toml uv.lock README.md ./
-RUN uv export --frozen --no-dev --extra server --extra aws --no-emit-project --no-hashes --format requirements-txt \
-      > /tmp/requirements.txt \
+COPY containers/locked-requirements.sh ./containers/
+RUN containers/locked-requirements.sh cpu > /tmp/requirements.txt \
  && uv pip install --no-cache -r /tmp/requirements.txt
 
 COPY models ./models

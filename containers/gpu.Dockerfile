@@ -3,7 +3,7 @@
 # onnxruntime-gpu 1.2x/1.3x wheels are built against CUDA 12 and cuDNN 9, which this base image carries.
 FROM nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
 
-ARG ORT_GPU_VERSION=1.31.1
+LABEL com.amazonaws.sagemaker.capabilities.accept-bind-to-port=true
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
     VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH \
     SERVESTACK_PROVIDERS=auto
@@ -15,11 +15,11 @@ RUN apt-get update \
  && pip install --no-cache-dir uv==0.13.8
 
 WORKDIR /opt/program
-# Dependencies first (a layer that changes only with the lock), CPU onnxruntime swapped for the GPU build.
+# Dependencies first (a layer that changes only with the lock): the lock's onnxruntime version, GPU build.
 COPY pyproject.toml uv.lock README.md ./
-RUN uv export --frozen --no-dev --extra server --extra aws --no-emit-project --no-hashes --format requirements-txt \
-      | grep -v '^onnxruntime==' > /tmp/requirements.txt \
- && uv pip install --no-cache -r /tmp/requirements.txt "onnxruntime-gpu==${ORT_GPU_VERSION}"
+COPY containers/locked-requirements.sh ./containers/
+RUN containers/locked-requirements.sh gpu > /tmp/requirements.txt \
+ && uv pip install --no-cache -r /tmp/requirements.txt
 
 COPY models ./models
 COPY handlers ./handlers

@@ -21,11 +21,14 @@ from models import codecs
 from models.batching import BatchingConfig, MicroBatcher
 from models.cache import ModelCache
 from models.errors import InternalError, Overloaded, PayloadTooLarge, ServingError
+from models.multi_model import MultiModelStore
 from models.service import ModelRepository, ServedModel
 from models.settings import ServingSettings
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
+
+    from handlers.multi_model import MultiModelRoutes
 
 logger = logging.getLogger("servestack.handlers")
 
@@ -33,6 +36,8 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+# Single-model serving, the registry-backed LRU cache, or SageMaker's multi-model contract.
+Repository = ModelRepository | ModelCache | MultiModelStore
 
 TARGET_MODEL = b"x-amzn-sagemaker-target-model"
 CUSTOM_ATTRIBUTES = b"x-amzn-sagemaker-custom-attributes"
@@ -87,14 +92,20 @@ class ServingApp:
     """The ASGI callable. With `load_in_background`, models load after start-up so `/ping` answers 503
     while they load (the container contract); otherwise the caller has loaded them (Lambda init)."""
 
-    def __init__(self, repository: ModelRepository | ModelCache, *, load_in_background: bool = False) -> None:
+    def __init__(self, repository: Repository, *, load_in_background: bool = False) -> None:
         self.repository = repository
         self.settings = repository.settings
         self.load_in_background = load_in_background
         self._batchers: dict[str, MicroBatcher] = {}
         self._fastapi: FastAPI | None = None
-        if isinstance(repository, ModelCache):
+        self._metrics_task: asyncio.Task[None] | None = None
+        if isinstance(repository, ModelCache | MultiModelStore):
             repository.on_evict = self._drop_batcher
+        self.multi_model: MultiModelRoutes | None = None
+        if isinstance(repository, MultiModelStore):
+            from handlers.multi_model import MultiModelRoutes
+
+            self.multi_model = MultiModelRoutes(repository, self._predict)
 
     # ------------------------------------------------------------------------------------------ dispatch
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -112,6 +123,8 @@ class ServingApp:
                 return await _respond(send, status, body, b"application/json")
             elif method == "GET" and path == "/v1/cache":
                 return await _respond(send, 200, orjson.dumps(self.cache_metrics()), b"application/json")
+            if self.multi_model is not None and (path == "/models" or path.startswith("/models/")):
+                return await self.multi_model(scope, receive, send)
         elif scope["type"] == "lifespan":
             return await self._lifespan(receive, send)
         return await self.fastapi(scope, receive, send)
@@ -122,14 +135,32 @@ class ServingApp:
             if message["type"] == "lifespan.startup":
                 if self.load_in_background:
                     threading.Thread(target=self._load_quietly, name="model-loader", daemon=True).start()
+                self._start_metrics()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                if self._metrics_task is not None:
+                    self._metrics_task.cancel()
+                    await asyncio.gather(self._metrics_task, return_exceptions=True)
                 for batcher in self._batchers.values():
                     batcher.close()
-                if isinstance(self.repository, ModelCache):
+                if isinstance(self.repository, ModelCache | MultiModelStore):
                     self.repository.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    def _start_metrics(self) -> None:
+        """With `metrics_interval_sec` set, write overload metrics (EMF) to stdout (handlers/metrics.py)."""
+        if self.settings.metrics_interval_sec <= 0:
+            return
+        from handlers.metrics import OverloadMetrics
+
+        metrics = OverloadMetrics(
+            lambda: list(self._batchers.values()),
+            endpoint_name=self.settings.endpoint_name,
+            variant_name=self.settings.variant_name,
+            interval_sec=self.settings.metrics_interval_sec,
+        )
+        self._metrics_task = asyncio.get_running_loop().create_task(metrics.run())
 
     def _load_quietly(self) -> None:
         try:
@@ -175,7 +206,7 @@ class ServingApp:
         if found is not None:
             model = found
         else:  # a multi-model cache miss: load (once, however many requests wait for it)
-            assert isinstance(self.repository, ModelCache)
+            assert isinstance(self.repository, ModelCache | MultiModelStore)
             model = await asyncio.wrap_future(self.repository.load(target))
         batcher = self.batcher(model)
         batcher.acquire()  # an overloaded worker answers 429 before spending anything on the body
@@ -258,12 +289,15 @@ def _memo(memo: dict[bytes | None, str], raw: bytes | None, parse: Callable[[str
     return found
 
 
-def create_app(repository: ModelRepository | ModelCache, *, load_in_background: bool = False) -> ServingApp:
+def create_app(repository: Repository, *, load_in_background: bool = False) -> ServingApp:
     return ServingApp(repository, load_in_background=load_in_background)
 
 
-def build_repository(settings: ServingSettings) -> ModelRepository | ModelCache:
-    """Single-model serving from `model_dir`, or, with `registry_uri` set, the multi-model cache."""
+def build_repository(settings: ServingSettings) -> Repository:
+    """Single-model serving from `model_dir`; with `registry_uri` set, the registry-backed cache; with
+    `multi_model` set, SageMaker's multi-model contract (SageMaker loads and unloads the models)."""
+    if settings.multi_model:
+        return MultiModelStore(settings)
     if not settings.registry_uri:
         return ModelRepository(settings)
     from handlers.aws.registry import open_registry

@@ -8,6 +8,10 @@ Routes (API Gateway HTTP API v2 events):
   the error.
 The worker reports partial batch failures with Powertools' `BatchProcessor`; see handlers/aws/jobs.py for the
 idempotency and retry rules.
+
+With `SERVESTACK_ASYNC_BACKEND=sagemaker` a SageMaker async endpoint runs the jobs instead of the worker: submit
+calls `InvokeEndpointAsync`, and `notification_handler` records SageMaker's success and error notifications,
+which reach it through a queue of their own (handlers/aws/sagemaker_jobs.py).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from handlers.aws.jobs import AsyncSettings, JobService
+from handlers.aws.sagemaker_jobs import BackendSettings, NotificationRecorder, SageMakerJobService
 from models.errors import ServingError
 from models.service import ModelRepository
 from models.settings import ServingSettings
@@ -36,7 +41,17 @@ def service() -> JobService:
     """Built once per process (Lambda init): settings from the environment, models loaded and warmed."""
     repository = ModelRepository(ServingSettings.from_environment())
     repository.load_all()
-    return JobService(AsyncSettings.from_environment(), repository, repository.get())
+    settings, backend = AsyncSettings.from_environment(), BackendSettings.from_environment()
+    if backend.async_backend == "sagemaker":
+        return SageMakerJobService(settings, repository, repository.get(), endpoint_name=backend.endpoint_name)
+    return JobService(settings, repository, repository.get())
+
+
+@functools.cache
+def recorder() -> NotificationRecorder:
+    """The SageMaker backend's notification recorder: no model to load, only the job table (and S3)."""
+    backend = BackendSettings.from_environment()
+    return NotificationRecorder(AsyncSettings.from_environment(), backend.failure_prefix)
 
 
 def _json(status: int, body: dict[str, Any]) -> Response[Any]:
@@ -111,6 +126,21 @@ def worker_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
     def record_handler(record: SQSRecord) -> None:
         jobs.finish(outcomes[record.message_id], int(record.attributes.approximate_receive_count))
+
+    processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+    response = process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )
+    return dict(response)
+
+
+@logger.inject_lambda_context(clear_state=True)
+def notification_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """SQS batches of SageMaker's async notifications; a record that cannot be recorded is retried alone."""
+    jobs = recorder()
+
+    def record_handler(record: SQSRecord) -> None:
+        jobs.record(record.body)
 
     processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
     response = process_partial_response(

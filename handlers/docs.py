@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException
 
 from models.cache import ModelCache
 from models.errors import InvalidInput, ServingError
+from models.multi_model import MultiModelStore
 from models.service import ModelRepository
 
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -29,7 +30,7 @@ class Serving(Protocol):
     """What the FastAPI side needs of the serving core (`handlers.app.ServingApp` is one); a protocol, so that
     this module never imports handlers/app.py, which imports it lazily."""
 
-    repository: ModelRepository | ModelCache
+    repository: ModelRepository | ModelCache | MultiModelStore
 
     def ping(self) -> tuple[int, bytes]: ...
 

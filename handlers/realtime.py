@@ -2,13 +2,16 @@
 
 Listens on 8080 (or SAGEMAKER_BIND_TO_PORT), one worker per core, or one per GPU when onnxruntime offers
 CUDA, each loading the models once in the background so `/ping` answers 503 until they are warm. SIGTERM
-drains in-flight requests (uvicorn's graceful shutdown) before the process exits.
+drains in-flight requests (uvicorn's graceful shutdown) before the process exits. With
+`SERVESTACK_MULTI_MODEL=true` (or SageMaker's `SAGEMAKER_MULTI_MODEL`) it serves SageMaker's multi-model API
+instead (handlers/multi_model.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -65,6 +68,10 @@ def main(argv: list[str] | None = None) -> None:
 
     container = ContainerSettings.from_environment()
     serving = ServingSettings.from_environment()
+    if serving.multi_model and not serving.multi_model_state_dir:
+        # The workers share the set of loaded models (models/multi_model.py): one fresh folder per start, which
+        # every worker process inherits through the environment.
+        os.environ["SERVESTACK_MULTI_MODEL_STATE_DIR"] = tempfile.mkdtemp(prefix="servestack-mme-")
     uvicorn.run(
         "handlers.realtime:create_server_app",
         factory=True,

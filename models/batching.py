@@ -89,6 +89,16 @@ class MicroBatcher:
     def queued_rows(self) -> int:
         return self._queued_rows
 
+    @property
+    def queued_requests(self) -> int:
+        """Requests waiting for a batch (the queue depth the overload metrics report)."""
+        return len(self._queue)
+
+    @property
+    def in_flight(self) -> int:
+        """Admitted requests not yet answered."""
+        return self._in_flight
+
     def retry_after_sec(self) -> int:
         """How long until the queue has likely drained: whole seconds, at least 1 (HTTP's unit)."""
         batches_ahead = self._queued_rows / self.config.max_batch_size + 1

@@ -182,6 +182,22 @@ class VersionConflict(ServingError):
     error_type = "VersionConflict"
 
 
+class ModelAlreadyLoaded(ServingError):
+    """Multi-model contract: a model is already loaded under that name (SageMaker expects HTTP 409)."""
+
+    status_code = 409
+    error_type = "ModelAlreadyLoaded"
+
+
+class InsufficientMemory(ServingError):
+    """Multi-model contract: loading would pass the memory budget. HTTP 507 tells SageMaker to unload least
+    recently used models and try again."""
+
+    status_code = 507
+    retryable = True
+    error_type = "InsufficientMemory"
+
+
 class RegistryError(ServingError):
     """The model registry cannot be used as asked: bad URI, bad name or version, nothing to roll back to."""
 

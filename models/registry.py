@@ -1,6 +1,12 @@
 """The versioned model registry: `models/<name>/<version>/{model.onnx,manifest.json[,process.py]}` plus
 `models/<name>/aliases.json` (`live` -> a version, with the history that `rollback` walks back).
 
+Next to each version's files sits its archive, `<name>/<version>.tar.gz` (the package's files at the archive's
+root, byte-for-byte reproducible): that key is the `TargetModel` of a SageMaker multi-model endpoint whose
+`ModelDataUrl` is the registry's prefix. SageMaker downloads `<prefix><TargetModel>`, extracts it and loads
+it (models/multi_model.py). Aliases have no archive: SageMaker caches a loaded model by its TargetModel, so a
+key whose bytes change would go on serving the old ones; callers name a version.
+
 The registry logic is transport-free: it reads and writes through an `ObjectStore` (a small protocol).
 `DirectoryStore` keeps the layout in a local folder (tests, air-gapped use); the S3 store lives outside the
 core, in `handlers/aws/registry.py`. Versions are immutable: pushing an existing version with other bytes is
@@ -9,9 +15,12 @@ refused. The manifest is written last, so a version exists only once all its fil
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import re
 import shutil
+import tarfile
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +40,27 @@ ALIASES_FILE = "aliases.json"
 DEFAULT_ALIAS = "live"
 # Files of a package that travel with it besides those the manifest names.
 EXTRA_FILES = ("sample-request.json", "sample-response.json")
+
+
+ARCHIVE_SUFFIX = ".tar.gz"
+
+
+def archive_key(name: str, version: str) -> str:
+    """A version's archive below the registry prefix: the TargetModel SageMaker multi-model endpoints take."""
+    return f"{name}/{version}{ARCHIVE_SUFFIX}"
+
+
+def package_archive(package_dir: Path, files: Sequence[str]) -> bytes:
+    """`files` of the package as a gzipped tar, each at the archive's root; the same files give the same bytes
+    (no timestamps, owners or modes of this machine)."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for file_name in sorted(files):
+            data = (package_dir / file_name).read_bytes()
+            info = tarfile.TarInfo(file_name)
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return gzip.compress(raw.getvalue(), compresslevel=6, mtime=0)
 
 
 class ObjectStore(Protocol):
@@ -180,14 +210,27 @@ class ModelRegistry:
                     value=manifest.version,
                     allowed=f"a version not in {', '.join(self.versions(manifest.name))}",
                 )
+            archive = self.prefix + archive_key(manifest.name, manifest.version)
+            if archive not in self.store.keys(archive):  # pushed before archives existed: add it now
+                self.store.write(archive, package_archive(package_dir, self._archived_files(package_dir, manifest)))
             return Pushed(existing, created=False)
         base = f"{self.prefix}{manifest.name}/{manifest.version}/"
         files = [manifest.file, *([HOOKS_FILE] if manifest.process_sha256 else []), *EXTRA_FILES]
         for file_name in files:
             if (package_dir / file_name).is_file():
                 self.store.write(base + file_name, (package_dir / file_name).read_bytes())
+        self.store.write(
+            self.prefix + archive_key(manifest.name, manifest.version),
+            package_archive(package_dir, self._archived_files(package_dir, manifest)),
+        )
         self.store.write(base + MANIFEST_FILE, (package_dir / MANIFEST_FILE).read_bytes())  # last: the commit
         return Pushed(manifest, created=True)
+
+    @staticmethod
+    def _archived_files(package_dir: Path, manifest: Manifest) -> list[str]:
+        """What a multi-model archive holds: the manifest, the model, its hooks, and the samples if present."""
+        files = [MANIFEST_FILE, manifest.file, *([HOOKS_FILE] if manifest.process_sha256 else [])]
+        return files + [name for name in EXTRA_FILES if (package_dir / name).is_file()]
 
     def push(
         self,

@@ -20,6 +20,8 @@ from models.errors import ConfigurationError
 
 BUNDLED_ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 SAGEMAKER_MODEL_DIR = Path("/opt/ml/model")
+# Where SageMaker extracts each multi-model archive (`/opt/ml/models/<model_name>/model`).
+SAGEMAKER_MULTI_MODEL_ROOT = Path("/opt/ml/models")
 ENV_PREFIX = "SERVESTACK_"
 
 SIX_MEBIBYTES = 6 * 1024 * 1024
@@ -113,6 +115,21 @@ class ServingSettings(EnvironmentSettings, frozen=True, kw_only=True):
     # How long an unversioned target (`digits`) keeps the version its alias resolved to.
     alias_ttl_sec: Annotated[float, msgspec.Meta(ge=0)] = 30.0
     cache_load_threads: Annotated[int, msgspec.Meta(ge=1, le=64)] = 2
+    # SageMaker multi-model mode (`Mode: MultiModel`): the container serves the multi-model API
+    # (handlers/multi_model.py) for models SageMaker extracts below `multi_model_root`; the set of loaded models
+    # is shared by the workers through `multi_model_state_dir` (`serve` makes a fresh one per container start).
+    multi_model: bool = False
+    multi_model_root: Path = SAGEMAKER_MULTI_MODEL_ROOT
+    multi_model_state_dir: str = ""
+    # Overload metrics (queue depth, admitted requests, 429s) written as CloudWatch EMF to stdout every
+    # `metrics_interval_sec` per worker (0: off), with the endpoint and variant as dimensions.
+    metrics_interval_sec: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 0.0
+    endpoint_name: str = ""
+    variant_name: str = ""
+
+    @classmethod
+    def aliases(cls) -> dict[str, tuple[str, ...]]:
+        return {"multi_model": ("SAGEMAKER_MULTI_MODEL",)}
 
     def __post_init__(self) -> None:
         if not self.default_model.strip():

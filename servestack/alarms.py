@@ -84,6 +84,30 @@ def sagemaker_variant_alarms(settings: AlarmSettings) -> list[AlarmDefinition]:
     ]
 
 
+# The realtime container's own overload metrics (handlers/metrics.py writes them as EMF).
+OVERLOAD_NAMESPACE = "servestack"
+
+
+def sagemaker_overload_alarm(settings: AlarmSettings) -> AlarmDefinition:
+    """Sustained 429s: the variant's containers refused more than `overload_429_per_period` requests in each of
+    `evaluation_periods` periods in a row. Not a rollback alarm: overload calls for capacity, not the old release."""
+    return AlarmDefinition(
+        id="Overload429",
+        name="429s",
+        metric="Rejected",
+        statistic="Sum",
+        threshold=settings.overload_429_per_period,
+        unit="count",
+        period_sec=settings.period_sec,
+        evaluation_periods=settings.evaluation_periods,
+        datapoints_to_alarm=settings.evaluation_periods,
+        description=(
+            f"{{target}}: more than {settings.overload_429_per_period} requests answered 429 (overloaded) in each of "
+            f"{settings.evaluation_periods} periods of {settings.period_sec} s; add instances or capacity"
+        ),
+    )
+
+
 def lambda_alarms(settings: AlarmSettings) -> list[AlarmDefinition]:
     """Error rate (%), p99 duration (ms) and throttles of a function alias."""
     common: dict[str, Any] = {

@@ -6,7 +6,9 @@
 
 Targets: a realtime URL, a Lambda Function URL or HTTP API (SigV4-signed when IAM auth is on), and a
 SageMaker endpoint through boto3's `sagemaker-runtime`. 429, 503 and connection errors are retried with
-exponential backoff and full jitter, honouring `Retry-After`; every call has a timeout.
+exponential backoff and full jitter, honouring `Retry-After`; every call has a timeout. Through SageMaker, a
+container's 429/503 arrives as `ModelError` carrying `OriginalStatusCode`: `SageMakerClient` retries those too,
+within a total deadline.
 """
 
 from __future__ import annotations
@@ -270,9 +272,40 @@ class AsyncServingClient(_Base):
         await self.aclose()
 
 
+# SageMaker Runtime errors worth another attempt (botocore's `Error.Code`). A container's own overload answer
+# (429, or 503 while it loads) reaches the caller wrapped as `ModelError` (HTTP 424) with `OriginalStatusCode`,
+# which no botocore retry mode retries; those are checked separately below.
+SAGEMAKER_RETRY_CODES = frozenset(
+    {
+        "ThrottlingException",  # SageMaker's own rate limit on InvokeEndpoint
+        "ServiceUnavailable",  # 503: SageMaker (not the container) could not take the request
+        "ModelNotReadyException",  # multi-model: the target model is still loading; AWS says to retry
+    }
+)
+MODEL_ERROR_RETRY_STATUSES = frozenset({429, 503})
+
+
+def retryable_sagemaker_error(error: Exception) -> bool:
+    """Whether a botocore `ClientError` from InvokeEndpoint may succeed if sent again."""
+    response = getattr(error, "response", None)
+    if not isinstance(response, dict):
+        return False
+    code = response.get("Error", {}).get("Code")
+    if code == "ModelError":
+        return response.get("OriginalStatusCode") in MODEL_ERROR_RETRY_STATUSES
+    return code in SAGEMAKER_RETRY_CODES
+
+
 class SageMakerClient:
-    """`sagemaker-runtime.invoke_endpoint` with the same predict interface; botocore's adaptive retry mode
-    retries throttles and 5xx (set `endpoint_url` to reach `servestack local up`)."""
+    """`sagemaker-runtime.invoke_endpoint` with the same predict interface (set `endpoint_url` to reach
+    `servestack local up`).
+
+    Overload is retried here rather than by botocore (whose own retries are off, so one deadline bounds the
+    whole call): `ModelError` whose `OriginalStatusCode` is 429 or 503 (the container refused or was not ready),
+    `ThrottlingException`, `ServiceUnavailable` and `ModelNotReadyException`. Each retry waits a full-jitter
+    backoff (uniform in [0, min(max_delay, base * 2**attempt)]); a retry whose wait would end past
+    `deadline_sec` after the call started is not made, and the last error is raised. Every other error is
+    raised at once."""
 
     def __init__(
         self,
@@ -282,22 +315,56 @@ class SageMakerClient:
         endpoint_url: str | None = None,
         timeout_sec: float = 60.0,
         max_attempts: int = 5,
+        deadline_sec: float = 30.0,
+        base_delay_sec: float = 0.05,
+        max_delay_sec: float = 5.0,
         target_model: str | None = None,
         session: Any = None,
+        runtime: Any = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
     ) -> None:
-        import boto3
-        from botocore.config import Config
+        if runtime is None:
+            import boto3
+            from botocore.config import Config
 
-        config = Config(
-            read_timeout=timeout_sec,
-            connect_timeout=min(timeout_sec, 10),
-            retries={"mode": "adaptive", "max_attempts": max_attempts},
-        )
-        self.runtime = (session or boto3.Session()).client(
-            "sagemaker-runtime", region_name=region, endpoint_url=endpoint_url, config=config
-        )
+            config = Config(
+                read_timeout=timeout_sec,
+                connect_timeout=min(timeout_sec, 10),
+                retries={"mode": "standard", "total_max_attempts": 1},
+            )
+            runtime = (session or boto3.Session()).client(
+                "sagemaker-runtime", region_name=region, endpoint_url=endpoint_url, config=config
+            )
+        self.runtime = runtime
         self.endpoint_name = endpoint_name
         self.target_model = target_model
+        self.deadline_sec = deadline_sec
+        self.retry = RetryPolicy(
+            max_attempts=max_attempts,
+            base_delay_sec=base_delay_sec,
+            max_delay_sec=max_delay_sec,
+            rng=rng or random.Random(),  # noqa: S311 - backoff jitter, not cryptography
+        )
+        self.sleep = sleep
+        self.clock = clock
+
+    def invoke(self, **request: Any) -> dict[str, Any]:
+        """`invoke_endpoint(**request)` with the retries above; returns botocore's response."""
+        deadline = self.clock() + self.deadline_sec
+        for attempt in range(self.retry.max_attempts):
+            try:
+                response: dict[str, Any] = self.runtime.invoke_endpoint(EndpointName=self.endpoint_name, **request)
+                return response
+            except Exception as error:
+                if not retryable_sagemaker_error(error) or attempt + 1 == self.retry.max_attempts:
+                    raise
+                wait = self.retry.delay_sec(attempt, None)
+                if self.clock() + wait > deadline:
+                    raise
+                self.sleep(wait)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def predict(self, rows: Any, *, custom_attributes: str | None = None) -> dict[str, Any]:
         options: dict[str, str] = {}
@@ -305,9 +372,7 @@ class SageMakerClient:
             options["TargetModel"] = self.target_model
         if custom_attributes:
             options["CustomAttributes"] = custom_attributes
-        response = self.runtime.invoke_endpoint(
-            EndpointName=self.endpoint_name, Body=encode_rows(rows, JSON), ContentType=JSON, Accept=JSON, **options
-        )
+        response = self.invoke(Body=encode_rows(rows, JSON), ContentType=JSON, Accept=JSON, **options)
         return decode_answer(response["Body"].read(), response.get("ContentType", JSON))
 
     def predict_many(self, rows: Iterable[Any] | Any, *, batch_size: int = 256) -> dict[str, Any]:

@@ -40,6 +40,7 @@ def registry_from(uri: str | None, state_path: Path | None) -> ModelRegistry:
 
 def run(args: argparse.Namespace) -> int:
     from models.errors import ServingError
+    from models.registry import archive_key
 
     try:
         registry = registry_from(args.registry, args.state)
@@ -50,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
             )
             verb = "pushed" if pushed.created else "already present (same bytes)"
             print(f"{pushed.manifest.key} {verb} to {registry.uri} (sha256 {pushed.manifest.sha256})")
+            target = archive_key(pushed.manifest.name, pushed.manifest.version)
+            print(f"  multi-model endpoints: TargetModel={target}")
             if args.promote:
                 change = registry.promote(pushed.manifest.name, pushed.manifest.version)
                 print(f"{change.name}: {change.alias} {change.previous} -> {change.current}")

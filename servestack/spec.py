@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, Self
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -46,12 +47,17 @@ __all__ = [
     "Variant",
     "load_spec",
     "parse_spec",
+    "uses_gpu",
 ]
 
 MODES = ("realtime", "serverless", "async", "batch")
 DNS_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")
 VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$")
 INSTANCE_TYPE = re.compile(r"^ml\.[a-z0-9]+\.[a-z0-9]+$")
+# NVIDIA GPU families (ml.g4dn, ml.g5, ml.g6, ml.p3, ml.p4d, ml.p5...): the GPU image, onnxruntime with CUDA.
+GPU_FAMILY = re.compile(r"^ml\.[gp]\d")
+# AWS Inferentia/Trainium (ml.inf1, ml.inf2, ml.trn1...): they run models compiled for AWS Neuron.
+NEURON_FAMILY = re.compile(r"^ml\.(inf|trn)\d")
 S3_PREFIX = re.compile(r"^[A-Za-z0-9!_.*'()/-]+/$")
 SCHEDULE = re.compile(r"^(cron\((\S+ ){5}\S+\)|rate\(\d+ (minute|minutes|hour|hours|day|days)\))$")
 # CloudWatch Logs accepts only these retention periods.
@@ -143,6 +149,23 @@ def _check_timezone(value: str) -> str:
     return value
 
 
+def uses_gpu(instance_type: str) -> bool:
+    """Whether an instance type has NVIDIA GPUs, so its container is the GPU image (containers/gpu.Dockerfile);
+    every other accepted type runs the CPU image (containers/cpu.Dockerfile)."""
+    return GPU_FAMILY.match(instance_type) is not None
+
+
+def _check_accelerator(value: str) -> str:
+    if NEURON_FAMILY.match(value):
+        raise PydanticCustomError(
+            "neuron_instance",
+            "{value} is not supported: Inferentia and Trainium instances run models compiled for AWS Neuron, "
+            "which onnxruntime cannot use; choose a GPU type (ml.g*, ml.p*) or a CPU type (ml.c*, ml.m*, ml.r*...)",
+            {"value": repr(value)},
+        )
+    return value
+
+
 def _to_str(value: Any) -> Any:
     # YAML reads `version: 1` as an int; versions are labels.
     return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
@@ -150,7 +173,11 @@ def _to_str(value: Any) -> Any:
 
 Name = Annotated[str, Matches(DNS_NAME, "a DNS-style name (a-z, 0-9, '-', starts with a letter, <= 32 chars)")]
 Version = Annotated[str, BeforeValidator(_to_str), Matches(VERSION, "a version label (letters, digits, '.', '_', '-')")]
-InstanceType = Annotated[str, Matches(INSTANCE_TYPE, "a SageMaker instance type such as 'ml.g5.xlarge'")]
+InstanceType = Annotated[
+    str,
+    Matches(INSTANCE_TYPE, "a SageMaker instance type such as 'ml.g5.xlarge'"),
+    AfterValidator(_check_accelerator),
+]
 S3Prefix = Annotated[str, Matches(S3_PREFIX, "an S3 key prefix ending in '/' without a leading '/'")]
 Schedule = Annotated[str, Matches(SCHEDULE, "'cron(<6 fields>)' or 'rate(<n> minutes|hours|days)'")]
 TimeZone = Annotated[str, BeforeValidator(_check_timezone)]
@@ -225,6 +252,9 @@ class AlarmSettings(Strict):
     evaluation_periods: Annotated[int, Between(1, 30)] = 3
     period_sec: Annotated[int, OneOf((10, 30, 60, 300, 900, 3600))] = 60
     oldest_message_age_sec: Annotated[int, Between(60, 1_209_600)] = 900
+    # Realtime: a period with more 429s than this counts as overloaded; `evaluation_periods` of them in a row
+    # fire the overload alarm (operational only: overload does not roll a release back).
+    overload_429_per_period: Annotated[int, Between(0, 1_000_000)] = 0
 
 
 class Batching(Strict):
@@ -301,6 +331,15 @@ class RealtimeDeployment(_DeploymentBase):
             _fail("shadow", "a shadow variant", "supported with serverless (SageMaker has no shadow for it)")
         if self.multi_model and (self.variants or self.shadow):
             _fail("multi_model", "true", "combinable with variants or shadow")
+        if self.multi_model and self.serverless:
+            _fail("multi_model", "true", "combinable with serverless (Serverless Inference has no multi-model mode)")
+        if self.multi_model and uses_gpu(self.instance_type):
+            _fail(
+                "instance_type",
+                repr(self.instance_type),
+                "a CPU instance type (ml.c*, ml.m*, ml.r*...) with multi_model: true: SageMaker runs custom "
+                "multi-model containers on CPU instances only (GPU multi-model endpoints need its Triton container)",
+            )
         return self
 
 

@@ -1,11 +1,21 @@
 """Async mode: submit API -> S3 + SQS -> worker Lambda (handlers/asynchronous.py); results in S3, job status
-in DynamoDB (with TTL). Or, with `backend="sagemaker"`, a GPU SageMaker async endpoint that scales to zero
-on backlog, whose SNS success/error notifications feed the same queue so the worker records the outcome.
+in DynamoDB (with TTL).
+
+Or, with `backend="sagemaker"`, a SageMaker async endpoint runs the jobs (GPU image on ml.g*/ml.p*, CPU image
+otherwise): submit stores the payload and calls `InvokeEndpointAsync` (InferenceId = job id); SageMaker writes
+the result under the results prefix (failures under the failures prefix) and publishes to a success or an error
+SNS topic. Both topics feed a queue of their own (raw message delivery, with a DLQ), whose function
+(`notification_handler`) records the outcome in the job table, so the status API answers as for the Lambda
+backend. There is no worker and no jobs queue. The endpoint scales to zero: target tracking on
+`ApproximateBacklogSizePerInstance` scales it, and AWS's documented recipe wakes it from zero: a step
+scaling policy (+1 instance, lower bound 0) on an alarm of `HasBacklogWithoutCapacity` >= 1 (Average over
+60 s, 2 of 2 periods), since target tracking cannot act while no instance reports a backlog per instance.
 
 Handler contract (env): SERVESTACK_BUCKET, SERVESTACK_REQUEST_PREFIX, SERVESTACK_RESULT_PREFIX,
-SERVESTACK_QUEUE_URL, SERVESTACK_JOBS_TABLE (key `job_id`, TTL attribute `expires_at`, epoch seconds),
-SERVESTACK_RESULT_TTL_DAYS, SERVESTACK_PRESIGN_THRESHOLD_BYTES (bodies above it get a presigned S3 PUT
-URL), SERVESTACK_ASYNC_BACKEND (`lambda`|`sagemaker`) and, for sagemaker, SERVESTACK_ENDPOINT_NAME.
+SERVESTACK_QUEUE_URL (the queue the function consumes), SERVESTACK_JOBS_TABLE (key `job_id`, TTL attribute
+`expires_at`, epoch seconds), SERVESTACK_RESULT_TTL_DAYS, SERVESTACK_PRESIGN_THRESHOLD_BYTES (bodies above it
+get a presigned S3 PUT URL), SERVESTACK_ASYNC_BACKEND (`lambda`|`sagemaker`) and, for sagemaker,
+SERVESTACK_ENDPOINT_NAME and SERVESTACK_FAILURE_PREFIX.
 """
 
 from __future__ import annotations
@@ -13,6 +23,7 @@ from __future__ import annotations
 from aws_cdk import Duration, Stack
 from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_iam as iam
@@ -36,6 +47,8 @@ from stacks.shared import IamHttpApi, acknowledge, check_choice, check_range, lo
 
 SUBMIT_HANDLER = "handlers.asynchronous.submit_handler"
 WORKER_HANDLER = "handlers.asynchronous.worker_handler"
+NOTIFICATION_HANDLER = "handlers.asynchronous.notification_handler"
+NOTIFIER_TIMEOUT_SEC = 30
 _PREFIX_REASON = (
     "Object-level access is scoped to this deployment's own key prefix in its own bucket; job ids are only "
     "known at runtime, so the prefix ends in a wildcard."
@@ -96,27 +109,32 @@ class AsyncEndpoint(Construct):
             raise ValueError("AsyncEndpoint: backend='sagemaker' needs image and model_data, got None")
         alarms = alarms or AlarmSettings()
         self.request_prefix = f"async/{name}/requests/"
-        # Payloads over the presign threshold are PUT here by the caller; S3's notification starts the job.
+        # Payloads over the presign threshold are PUT here by the caller (then confirmed, or, on the Lambda
+        # backend, started by S3's notification).
         self.upload_prefix = f"{self.request_prefix}uploads/"
         self.result_prefix = f"async/{name}/results/"
         self.failure_prefix = f"async/{name}/failures/"
 
+        # `queue` feeds `worker`: the jobs for the Lambda worker, or SageMaker's notifications for the function
+        # that records them (`<name>-notifications[-dlq]`).
+        sagemaker_backend = backend == "sagemaker"
         self.dead_letters = sqs.Queue(
             self,
-            "DeadLetters",
-            queue_name=f"{name}-dlq",
+            "NotificationDeadLetters" if sagemaker_backend else "DeadLetters",
+            queue_name=f"{name}-notifications-dlq" if sagemaker_backend else f"{name}-dlq",
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
             retention_period=Duration.days(14),
         )
         # AWS's guidance: visibility timeout >= 6x the function timeout (+ the batching window).
+        consumer_timeout_sec = NOTIFIER_TIMEOUT_SEC if sagemaker_backend else timeout_sec
         self.queue = sqs.Queue(
             self,
-            "Jobs",
-            queue_name=f"{name}-jobs",
+            "Notifications" if sagemaker_backend else "Jobs",
+            queue_name=f"{name}-notifications" if sagemaker_backend else f"{name}-jobs",
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
-            visibility_timeout=Duration.seconds(6 * timeout_sec + batch_window_sec),
+            visibility_timeout=Duration.seconds(6 * consumer_timeout_sec + batch_window_sec),
             retention_period=Duration.days(4),
             dead_letter_queue=sqs.DeadLetterQueue(max_receive_count=max_receive_count, queue=self.dead_letters),
         )
@@ -153,7 +171,11 @@ class AsyncEndpoint(Construct):
             SERVESTACK_RESULT_TTL_DAYS=str(result_ttl_days),
             SERVESTACK_PRESIGN_THRESHOLD_BYTES=str(presign_threshold_bytes),
             SERVESTACK_ASYNC_BACKEND=backend,
-            **({"SERVESTACK_ENDPOINT_NAME": self.endpoint_name} if self.endpoint_name else {}),
+            **(
+                {"SERVESTACK_ENDPOINT_NAME": self.endpoint_name, "SERVESTACK_FAILURE_PREFIX": self.failure_prefix}
+                if self.endpoint_name
+                else {}
+            ),
         )
         self.submit = servestack_function(
             self,
@@ -167,18 +189,32 @@ class AsyncEndpoint(Construct):
             log_retention_days=log_retention_days,
             description=f"servestack {name}: accept jobs, store payloads, enqueue (handlers.asynchronous)",
         )
-        self.worker = servestack_function(
-            self,
-            "Worker",
-            code=code,
-            handler=WORKER_HANDLER,
-            environment=env,
-            memory_mib=memory_mib,
-            timeout_sec=timeout_sec,
-            architecture=architecture,
-            log_retention_days=log_retention_days,
-            description=f"servestack {name}: run queued jobs, write results (handlers.asynchronous)",
-        )
+        if sagemaker_backend:
+            self.worker = servestack_function(
+                self,
+                "Notifier",
+                code=code,
+                handler=NOTIFICATION_HANDLER,
+                environment=env,
+                memory_mib=512,
+                timeout_sec=NOTIFIER_TIMEOUT_SEC,
+                architecture=architecture,
+                log_retention_days=log_retention_days,
+                description=f"servestack {name}: record SageMaker's async notifications (handlers.asynchronous)",
+            )
+        else:
+            self.worker = servestack_function(
+                self,
+                "Worker",
+                code=code,
+                handler=WORKER_HANDLER,
+                environment=env,
+                memory_mib=memory_mib,
+                timeout_sec=timeout_sec,
+                architecture=architecture,
+                log_retention_days=log_retention_days,
+                description=f"servestack {name}: run queued jobs, write results (handlers.asynchronous)",
+            )
         self.worker.add_event_source(
             sources.SqsEventSource(
                 self.queue,
@@ -189,41 +225,54 @@ class AsyncEndpoint(Construct):
             )
         )
 
-        # Large uploads start when they land: an ObjectCreated notification on the upload prefix feeds the job
-        # queue (CDK adds the queue policy that lets S3 send, scoped to this bucket).
-        bucket.add_event_notification(
-            s3.EventType.OBJECT_CREATED,
-            s3n.SqsDestination(self.queue),
-            s3.NotificationKeyFilter(prefix=self.upload_prefix),
-        )
-        handler = Stack.of(self).node.try_find_child(_NOTIFICATIONS_HANDLER)
-        if handler is not None:
-            acknowledge(handler, {f"AwsSolutions-IAM4[Policy::{_BASIC_EXECUTION}]": _NOTIFICATIONS_REASON})
+        if not sagemaker_backend:
+            # Large uploads start when they land: an ObjectCreated notification on the upload prefix feeds the
+            # job queue (CDK adds the queue policy that lets S3 send, scoped to this bucket). On the SageMaker
+            # backend an upload starts with `POST /jobs/{id}/confirm`, which calls InvokeEndpointAsync.
+            bucket.add_event_notification(
+                s3.EventType.OBJECT_CREATED,
+                s3n.SqsDestination(self.queue),
+                s3.NotificationKeyFilter(prefix=self.upload_prefix),
+            )
+            handler = Stack.of(self).node.try_find_child(_NOTIFICATIONS_HANDLER)
+            if handler is not None:
+                acknowledge(handler, {f"AwsSolutions-IAM4[Policy::{_BASIC_EXECUTION}]": _NOTIFICATIONS_REASON})
 
         # Least privilege: each function touches only its own prefixes, queue and table, with exact actions.
+        # Submit reads results (presigned GETs for the status API) and uploads (confirm checks one landed).
+        upload_prefix = self.upload_prefix
         self._allow(self.submit, ["s3:PutObject"], [bucket.arn_for_objects(f"{self.request_prefix}*")])
-        # `POST /jobs/{id}/confirm` checks that the upload landed (HeadObject needs s3:GetObject).
-        self._allow(self.submit, ["s3:GetObject"], [bucket.arn_for_objects(f"{self.upload_prefix}*")])
-        self._allow(self.submit, ["s3:GetObject"], [bucket.arn_for_objects(f"{self.result_prefix}*")])
-        self._allow(self.submit, ["sqs:SendMessage"], [self.queue.queue_arn])
-        self._allow(self.submit, ["dynamodb:PutItem", "dynamodb:GetItem"], [self.table.table_arn])
-        self._allow(self.worker, ["s3:GetObject"], [bucket.arn_for_objects(f"{self.request_prefix}*")])
-        self._allow(self.worker, ["s3:PutObject"], [bucket.arn_for_objects(f"{self.result_prefix}*")])
-        self._allow(self.worker, ["dynamodb:UpdateItem", "dynamodb:GetItem"], [self.table.table_arn])
-        if self.endpoint_name:
+        self._allow(
+            self.submit,
+            ["s3:GetObject"],
+            [bucket.arn_for_objects(f"{self.result_prefix}*"), bucket.arn_for_objects(f"{upload_prefix}*")],
+        )
+        if sagemaker_backend:
+            assert self.endpoint_name is not None
             endpoint_arn = Stack.of(self).format_arn(
                 service="sagemaker", resource="endpoint", resource_name=self.endpoint_name.lower()
             )
             self._allow(self.submit, ["sagemaker:InvokeEndpointAsync"], [endpoint_arn])
+            # the job record first, then where SageMaker will write its outcome
+            self._allow(
+                self.submit, ["dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:UpdateItem"], [self.table.table_arn]
+            )
+            self._allow(self.worker, ["dynamodb:UpdateItem", "dynamodb:GetItem"], [self.table.table_arn])
+            self._allow(self.worker, ["s3:GetObject"], [bucket.arn_for_objects(f"{self.failure_prefix}*")])
+        else:
+            self._allow(self.submit, ["sqs:SendMessage"], [self.queue.queue_arn])
+            self._allow(self.submit, ["dynamodb:PutItem", "dynamodb:GetItem"], [self.table.table_arn])
+            self._allow(self.worker, ["s3:GetObject"], [bucket.arn_for_objects(f"{self.request_prefix}*")])
+            self._allow(self.worker, ["s3:PutObject"], [bucket.arn_for_objects(f"{self.result_prefix}*")])
+            self._allow(self.worker, ["dynamodb:UpdateItem", "dynamodb:GetItem"], [self.table.table_arn])
         bucket_id = logical_id(bucket)
         for fn in (self.submit, self.worker):
             assert fn.role is not None
             acknowledge(
                 fn.role,
                 {
-                    f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{self.request_prefix}*]": _PREFIX_REASON,
-                    f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{self.result_prefix}*]": _PREFIX_REASON,
-                    f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{self.upload_prefix}*]": _PREFIX_REASON,
+                    f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{prefix}*]": _PREFIX_REASON
+                    for prefix in (self.request_prefix, self.result_prefix, upload_prefix, self.failure_prefix)
                 },
             )
 
@@ -238,7 +287,9 @@ class AsyncEndpoint(Construct):
         self.alarms = [
             guardrails.dead_letter_alarm(self, name=name, dlq=self.dead_letters),
             guardrails.queue_age_alarm(self, name=name, queue=self.queue, settings=alarms),
-            guardrails.function_failure_alarm(self, name=f"{name}-worker", function=self.worker),
+            guardrails.function_failure_alarm(
+                self, name=f"{name}-{'notifier' if sagemaker_backend else 'worker'}", function=self.worker
+            ),
         ]
 
     @staticmethod
@@ -268,6 +319,7 @@ class AsyncEndpoint(Construct):
         self.success_topic = sns.Topic(self, "Succeeded", master_key=sns_key, enforce_ssl=True)
         self.error_topic = sns.Topic(self, "Failed", master_key=sns_key, enforce_ssl=True)
         for topic in (self.success_topic, self.error_topic):
+            # Raw delivery: the queue message is SageMaker's notification itself, not an SNS envelope.
             topic.add_subscription(subscriptions.SqsSubscription(self.queue, raw_message_delivery=True))
 
         role = iam.Role(self, "EndpointRole", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"))
@@ -391,8 +443,22 @@ class AsyncEndpoint(Construct):
             scale_in_cooldown=Duration.minutes(10),
             scale_out_cooldown=Duration.minutes(1),
         )
-        target.scale_on_metric(
+        # AWS's recipe for scaling up from zero ("Autoscale an asynchronous endpoint", SageMaker developer
+        # guide): a step policy adding one instance, run by an alarm on HasBacklogWithoutCapacity >= 1.
+        wake = appscaling.StepScalingAction(
+            self,
             "WakeFromZero",
+            scaling_target=target,
+            adjustment_type=appscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+            metric_aggregation_type=appscaling.MetricAggregationType.AVERAGE,
+            cooldown=Duration.minutes(5),
+        )
+        wake.add_adjustment(adjustment=1, lower_bound=0)
+        self.wake_alarm = cw.Alarm(
+            self,
+            "BacklogWithoutCapacityAlarm",
+            alarm_name=f"{name}-backlog-without-capacity",
+            alarm_description=f"{name}: jobs wait and no instance runs; adds one instance (scale from zero)",
             metric=cw.Metric(
                 namespace="AWS/SageMaker",
                 metric_name="HasBacklogWithoutCapacity",
@@ -400,11 +466,11 @@ class AsyncEndpoint(Construct):
                 statistic="Average",
                 period=Duration.minutes(1),
             ),
-            scaling_steps=[
-                appscaling.ScalingInterval(upper=0.5, change=0),
-                appscaling.ScalingInterval(lower=0.5, change=1),
-            ],
-            adjustment_type=appscaling.AdjustmentType.CHANGE_IN_CAPACITY,
-            cooldown=Duration.minutes(2),
+            threshold=1,
+            comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            evaluation_periods=2,
+            datapoints_to_alarm=2,
+            treat_missing_data=cw.TreatMissingData.MISSING,
         )
+        self.wake_alarm.add_alarm_action(cw_actions.ApplicationScalingAction(wake))
         return endpoint_name

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from aws_cdk import CfnOutput, Environment, Stack, Tags
+from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
@@ -23,6 +24,7 @@ from servestack.spec import (
     ServerlessDeployment,
     ServingSpec,
     Variant,
+    uses_gpu,
 )
 from stacks.asynchronous import AsyncEndpoint
 from stacks.batch import BatchJob
@@ -74,8 +76,14 @@ class DeploymentStack(Stack):
         name = self.resource_name
 
         if isinstance(d, RealtimeDeployment):
-            image = self._image("GpuImage" if d.serverless is None else "CpuImage", d.serverless is None)
             variants = d.variants or [Variant(name="primary", model=primary.name, version=primary.version)]
+            families = {
+                d.serverless is None and uses_gpu(t)
+                for t in [
+                    *(v.instance_type or d.instance_type for v in variants),
+                    *([d.shadow.instance_type or d.instance_type] if d.shadow else []),
+                ]
+            }
             resolved = [v.model_copy(update={"version": spec.model(v.model, v.version).version}) for v in variants]
             shadow = d.shadow
             if shadow is not None:
@@ -89,7 +97,8 @@ class DeploymentStack(Stack):
                 self,
                 "Realtime",
                 endpoint_name=name,
-                image=image,
+                gpu_image=self._image("GpuImage", True) if True in families else None,
+                cpu_image=self._image("CpuImage", False) if False in families else None,
                 model_data=data,
                 variants=resolved,
                 default_model=primary.name,
@@ -107,8 +116,9 @@ class DeploymentStack(Stack):
                 batching=d.batching,
             )
             self.construct: Construct = rt
-            alarms = rt.alarms
+            alarms = [*rt.alarms, *rt.overload_alarms]
             instance_ns = "/aws/sagemaker/Endpoints"
+            overload_ns = "servestack"  # the containers' EMF metrics (handlers/metrics.py)
             panels = [
                 Panel(
                     "Model latency (µs, as SageMaker publishes it)",
@@ -120,6 +130,12 @@ class DeploymentStack(Stack):
                     [rt.metric("Invocation4XXErrors", "Sum"), rt.metric("Invocation5XXErrors", "Sum")],
                 ),
                 Panel("Invocations per instance", [rt.metric("InvocationsPerInstance", "Sum")]),
+                Panel(
+                    "Overload: queued and admitted requests per worker (max), 429s (sum)",
+                    [rt.metric("QueueDepth", "Maximum", variant=v.name, namespace=overload_ns) for v in resolved]
+                    + [rt.metric("InFlight", "Maximum", variant=v.name, namespace=overload_ns) for v in resolved],
+                    [rt.metric("Rejected", "Sum", variant=v.name, namespace=overload_ns) for v in resolved],
+                ),
                 Panel(
                     "Utilisation (%)",
                     [
@@ -206,7 +222,7 @@ class DeploymentStack(Stack):
                 log_retention_days=d.log_retention_days,
                 alarms=d.alarms,
                 backend=d.backend,
-                image=self._image("GpuImage", True) if sagemaker_backend else None,
+                image=self._image_for(d.instance_type) if sagemaker_backend else None,
                 model_data=s3_assets.Asset(self, "ModelData0", path=str(model_data_archive(root, [primary])))
                 if sagemaker_backend
                 else None,
@@ -225,8 +241,14 @@ class DeploymentStack(Stack):
                     ],
                     [ae.dead_letters.metric_approximate_number_of_messages_visible(period=PERIOD)],
                 ),
-                Panel("Oldest job age (s)", [ae.queue.metric_approximate_age_of_oldest_message(period=PERIOD)]),
-                Panel("Worker duration (ms)", percentiles(ae.worker.metric_duration(), "worker")),
+                Panel(
+                    "Oldest notification age (s)" if sagemaker_backend else "Oldest job age (s)",
+                    [ae.queue.metric_approximate_age_of_oldest_message(period=PERIOD)],
+                ),
+                Panel(
+                    "Notifier duration (ms)" if sagemaker_backend else "Worker duration (ms)",
+                    percentiles(ae.worker.metric_duration(), "notifier" if sagemaker_backend else "worker"),
+                ),
                 Panel(
                     "Submissions and errors",
                     [
@@ -242,6 +264,31 @@ class DeploymentStack(Stack):
                     ],
                 ),
             ]
+            if sagemaker_backend:
+                backlog = {"EndpointName": name}
+                panels.append(
+                    Panel(
+                        "SageMaker backlog (jobs waiting) and scale-from-zero signal",
+                        [
+                            cw.Metric(
+                                namespace="AWS/SageMaker",
+                                metric_name="ApproximateBacklogSize",
+                                dimensions_map=backlog,
+                                statistic="Average",
+                                period=PERIOD,
+                            )
+                        ],
+                        [
+                            cw.Metric(
+                                namespace="AWS/SageMaker",
+                                metric_name="HasBacklogWithoutCapacity",
+                                dimensions_map=backlog,
+                                statistic="Maximum",
+                                period=PERIOD,
+                            )
+                        ],
+                    )
+                )
             self._smoke("lambda-async", ae.submit.function_arn)
             CfnOutput(self, "ApiUrl", value=ae.http.url, description="IAM-authenticated (SigV4) HTTP API")
         elif isinstance(d, BatchDeployment):
@@ -301,6 +348,11 @@ class DeploymentStack(Stack):
 
     def _code(self, models: list[ModelSpec], architecture: str) -> Any:
         return lambda_code(root=self.root, artifacts=[m.artifact_path for m in models], architecture=architecture)
+
+    def _image_for(self, instance_type: str) -> ecr_assets.DockerImageAsset:
+        """The GPU image on a GPU instance type (ml.g*, ml.p*), else the CPU image."""
+        gpu = uses_gpu(instance_type)
+        return self._image("GpuImage" if gpu else "CpuImage", gpu)
 
     def _image(self, id: str, gpu: bool) -> ecr_assets.DockerImageAsset:
         existing = self.node.try_find_child(id)

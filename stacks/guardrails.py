@@ -132,6 +132,25 @@ def sagemaker_variant_alarms(
     return alarms
 
 
+def sagemaker_overload_alarm(
+    scope: Construct, *, endpoint_name: str, variant: str, settings: AlarmSettings
+) -> cw.Alarm:
+    """Sustained 429s of one variant, from the containers' EMF metrics (namespace `servestack`, handlers/metrics.py)."""
+    definition = definitions.sagemaker_overload_alarm(settings)
+    metric = sagemaker_variant_metric(
+        endpoint_name,
+        variant,
+        definition.metric,
+        "Sum",
+        Duration.seconds(definition.period_sec),
+        definitions.OVERLOAD_NAMESPACE,
+    )
+    target = f"{endpoint_name}/{variant}"
+    return _from_definition(
+        scope, f"{variant}{definition.id}", f"{endpoint_name}-{variant}", target, definition, metric
+    )
+
+
 def sagemaker_execution_timeout_sec(strategy: Strategy) -> int:
     """MaximumExecutionTimeoutInSeconds covering provisioning, every wait interval and the bake time."""
     needed = _PROVISIONING_ALLOWANCE_SEC + strategy.steps * strategy.interval_minutes * 60 + strategy.bake_minutes * 60

@@ -19,9 +19,6 @@ from stacks.deployment import DeploymentStack, add_deployments
 from stacks.shared import acknowledge, logical_id
 
 SMOKE_COMMAND = ".venv/bin/python -m stacks.smoke"
-_CONNECTION_PLACEHOLDER = (
-    "arn:aws:codeconnections:us-east-1:111111111111:connection/00000000-0000-0000-0000-000000000000"
-)
 
 
 class ServingStage(Stage):
@@ -83,8 +80,8 @@ class PipelineStack(Stack):
         env: Environment | None = None,
     ) -> None:
         super().__init__(scope, id, env=env, description="servestack delivery pipeline")
-        if "/" not in repo:
-            raise ValueError(f"PipelineStack: repo={repo!r} is not 'owner/name'")
+        if repo.count("/") != 1 or repo.startswith("/") or repo.endswith("/"):
+            raise MissingContext(f"PipelineStack: repo={repo!r} is not 'owner/name' (-c servestack:repo=owner/name)")
         source = pipelines.CodePipelineSource.connection(repo, branch, connection_arn=connection_arn)
         self.pipeline = pipelines.CodePipeline(
             self,
@@ -134,6 +131,10 @@ _ARTIFACT_ACCESS = (
 
 
 def _generated_findings_for(stack: Stack, projects: list[str], artifact_bucket: str) -> dict[str, str]:
+    # cdk-nag names an unresolved pseudo parameter `<AWS::...>`: the partition always is one (CDK writes
+    # `arn:${AWS::Partition}:` so the same template deploys to aws, aws-cn and aws-us-gov); the region and the
+    # account are too unless the stack has a concrete environment.
+    partition = "<AWS::Partition>" if Token.is_unresolved(stack.partition) else stack.partition
     region = "<AWS::Region>" if Token.is_unresolved(stack.region) else stack.region
     account = "<AWS::AccountId>" if Token.is_unresolved(stack.account) else stack.account
     findings = {
@@ -157,8 +158,8 @@ def _generated_findings_for(stack: Stack, projects: list[str], artifact_bucket: 
         "Self-mutation assumes the CDK bootstrap roles (cdk-*-deploy/file-publishing roles) of this account; "
         "their names carry the bootstrap qualifier, so CDK grants on the role path."
     )
-    codebuild = f"arn:aws:codebuild:{region}:{account}:report-group/"
-    logs = f"arn:aws:logs:{region}:{account}:log-group:/aws/codebuild/"
+    codebuild = f"arn:{partition}:codebuild:{region}:{account}:report-group/"
+    logs = f"arn:{partition}:logs:{region}:{account}:log-group:/aws/codebuild/"
     reason = "A CodeBuild project of this pipeline writes its own logs and test reports (names end in a suffix)."
     findings[f"AwsSolutions-IAM5[Resource::{codebuild}*]"] = reason
     findings[f"AwsSolutions-IAM5[Resource::{logs}*]"] = reason
@@ -168,9 +169,35 @@ def _generated_findings_for(stack: Stack, projects: list[str], artifact_bucket: 
     return findings
 
 
-def pipeline_stack(scope: Construct, *, spec: ServingSpec, root: Path, deployments: list[str] | None) -> PipelineStack:
-    """The pipeline stack from context (see the module docstring)."""
+class MissingContext(ValueError):
+    """A context value the pipeline cannot do without; the message names the `-c` flag to pass."""
+
+
+# Context the pipeline needs, with the form of its value (the message of a missing one shows the flag to add).
+REQUIRED_CONTEXT = {
+    "servestack:repo": "owner/name",
+    "servestack:connection-arn": "arn:aws:codeconnections:<region>:<account>:connection/<id>",
+}
+
+
+def required_context(scope: Construct) -> dict[str, str]:
+    """The pipeline's required context values; `MissingContext` names every missing one and its flag."""
     ctx = scope.node.try_get_context
+    values = {key: str(ctx(key) or "").strip() for key in REQUIRED_CONTEXT}
+    missing = [key for key, value in values.items() if not value]
+    if missing:
+        flags = " ".join(f"-c {key}={REQUIRED_CONTEXT[key]}" for key in missing)
+        raise MissingContext(
+            f"servestack:pipeline=true needs {', '.join(missing)}: pass {flags} "
+            "(the pipeline's source is that repository, reached through that CodeConnections connection)"
+        )
+    return values
+
+
+def pipeline_stack(scope: Construct, *, spec: ServingSpec, root: Path, deployments: list[str] | None) -> PipelineStack:
+    """The pipeline stack from context (see the module docstring); `MissingContext` names a missing flag."""
+    ctx = scope.node.try_get_context
+    needed = required_context(scope)
     account, region = ctx("servestack:account"), ctx("servestack:region")
     only = [n.strip() for n in str(ctx("servestack:pipeline-deployments") or "").split(",") if n.strip()]
     return PipelineStack(
@@ -178,8 +205,8 @@ def pipeline_stack(scope: Construct, *, spec: ServingSpec, root: Path, deploymen
         "servestack-pipeline",
         spec=spec,
         root=root,
-        repo=str(ctx("servestack:repo") or "owner/repo"),
-        connection_arn=str(ctx("servestack:connection-arn") or _CONNECTION_PLACEHOLDER),
+        repo=needed["servestack:repo"],
+        connection_arn=needed["servestack:connection-arn"],
         branch=str(ctx("servestack:branch") or "main"),
         deployments=only or deployments,
         env=Environment(account=str(account), region=str(region)) if account and region else None,

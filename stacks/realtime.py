@@ -7,6 +7,16 @@ Options: SageMaker Serverless Inference instead of instances, and multi-model mo
 
 Model data is a deterministic `model.tar.gz` (`<name>/<version>/...`) built at synth time and uploaded as a
 file asset; the container reads it from `/opt/ml/model`.
+
+Multi-model mode (`Mode: MultiModel`) points `ModelDataUrl` at the registry's S3 prefix (`s3://<bucket>/models/`).
+A caller's `TargetModel` is the key of a package archive below it, `<name>/<version>.tar.gz`, which
+`servestack models push` writes next to the package's files (models/registry.py). SageMaker downloads and
+extracts that archive and calls the container's multi-model API (`POST /models`, `/models/{name}/invoke`...,
+handlers/multi_model.py). Aliases (`live`) are not TargetModels: SageMaker caches a loaded archive by its key,
+so a mutable key would keep serving the old bytes; resolve the alias to a version first.
+
+The image follows the instance type: the GPU image (containers/gpu.Dockerfile) on ml.g*/ml.p* instances, the
+CPU image (containers/cpu.Dockerfile) on every other type and on Serverless Inference.
 """
 
 from __future__ import annotations
@@ -37,11 +47,14 @@ from servestack.spec import (
     ShadowVariant,
     Strategy,
     Variant,
+    uses_gpu,
 )
 from stacks import guardrails
 from stacks.shared import acknowledge, check_range, log_group, logical_id
 
 CONTAINER_MODEL_DIR = "/opt/ml/model"
+# How often each container worker writes its overload metrics (EMF) to stdout (handlers/metrics.py).
+METRICS_INTERVAL_SEC = 10
 # Paths never sent to Docker as build context.
 DOCKER_EXCLUDE = [
     ".git",
@@ -114,7 +127,8 @@ def sagemaker_scaling_role(scope: Construct, id: str) -> iam.IRole:
 class RealtimeEndpoint(Construct):
     """A SageMaker realtime endpoint with blue/green releases, auto-rollback alarms and autoscaling.
 
-    `model_data` maps each served model key (`name@version`) to its uploaded `model.tar.gz` asset.
+    `model_data` maps each served model key (`name@version`) to its uploaded `model.tar.gz` asset. Each variant
+    runs `gpu_image` on a GPU instance type (ml.g*, ml.p*) and `cpu_image` otherwise (and on serverless).
     """
 
     def __init__(
@@ -123,7 +137,6 @@ class RealtimeEndpoint(Construct):
         id: str,
         *,
         endpoint_name: str,
-        image: ecr_assets.DockerImageAsset,
         model_data: dict[str, s3_assets.Asset],
         variants: Sequence[Variant],
         default_model: str,
@@ -139,6 +152,8 @@ class RealtimeEndpoint(Construct):
         strategy: Strategy | None = None,
         alarms: AlarmSettings | None = None,
         batching: Batching | None = None,
+        gpu_image: ecr_assets.DockerImageAsset | None = None,
+        cpu_image: ecr_assets.DockerImageAsset | None = None,
     ) -> None:
         super().__init__(scope, id)
         check_range("RealtimeEndpoint", "len(variants)", len(variants), 1, 10)
@@ -171,7 +186,28 @@ class RealtimeEndpoint(Construct):
             assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
             description=f"SageMaker endpoint {endpoint_name}: pull its image, read its model, write its logs",
         )
-        image.repository.grant_pull(self.role)
+
+        def image_for(variant_name: str, itype: str) -> ecr_assets.DockerImageAsset:
+            gpu = serverless is None and uses_gpu(itype)
+            chosen = gpu_image if gpu else cpu_image
+            if chosen is None:
+                where = "serverless" if serverless is not None else itype
+                raise ValueError(
+                    f"RealtimeEndpoint {endpoint_name}: variant {variant_name} on {where} runs the "
+                    f"{'GPU' if gpu else 'CPU'} image, but {'gpu_image' if gpu else 'cpu_image'}=None"
+                )
+            return chosen
+
+        self.images: dict[str, ecr_assets.DockerImageAsset] = {}
+        for v in variants:
+            self.images[v.name] = image_for(v.name, v.instance_type or instance_type)
+        if shadow is not None:
+            self.images[shadow.name] = image_for(shadow.name, shadow.instance_type or instance_type)
+        pulled: list[ecr_assets.DockerImageAsset] = []
+        for image in self.images.values():
+            if all(image is not other for other in pulled):
+                image.repository.grant_pull(self.role)
+                pulled.append(image)
         self.logs.grant_write(self.role)
         self.role.add_to_policy(
             iam.PolicyStatement(
@@ -193,13 +229,6 @@ class RealtimeEndpoint(Construct):
                     resources=[multi_model_bucket.arn_for_objects(f"{self.multi_model_prefix}*")],
                 )
             )
-            self.role.add_to_policy(  # the registry lists versions and aliases below its prefix
-                iam.PolicyStatement(
-                    actions=["s3:ListBucket"],
-                    resources=[multi_model_bucket.bucket_arn],
-                    conditions={"StringLike": {"s3:prefix": [f"{self.multi_model_prefix}*"]}},
-                )
-            )
 
         base_env = {
             "SERVESTACK_MODEL_DIR": CONTAINER_MODEL_DIR,
@@ -212,31 +241,35 @@ class RealtimeEndpoint(Construct):
         }
 
         def model(variant_name: str, model_key: str, model_name: str) -> sagemaker.CfnModel:
+            image_uri = self.images[variant_name].image_uri
+            variant_env = {
+                **base_env,
+                "SERVESTACK_ENDPOINT_NAME": endpoint_name,
+                "SERVESTACK_VARIANT_NAME": variant_name,
+                "SERVESTACK_METRICS_INTERVAL_SEC": str(METRICS_INTERVAL_SEC),
+            }
             if multi_model_bucket is not None:
-                # The container is its own multi-model server: it loads from the registry on first request
-                # into its LRU cache (models/cache.py), so SageMaker mounts no model data.
+                # SageMaker downloads `<prefix><TargetModel>` with the execution role, extracts it and calls the
+                # container's multi-model API; the container itself never reaches S3.
                 container = sagemaker.CfnModel.ContainerDefinitionProperty(
-                    image=image.image_uri,
-                    mode="SingleModel",
-                    environment={
-                        **base_env,
-                        "SERVESTACK_REGISTRY_URI": multi_model_bucket.s3_url_for_object(self.multi_model_prefix),
-                    },
+                    image=image_uri,
+                    mode="MultiModel",
+                    model_data_url=multi_model_bucket.s3_url_for_object(self.multi_model_prefix),
+                    environment={**variant_env, "SERVESTACK_MULTI_MODEL": "true"},
                 )
             else:
                 container = sagemaker.CfnModel.ContainerDefinitionProperty(
-                    image=image.image_uri,
+                    image=image_uri,
                     mode="SingleModel",
                     model_data_url=model_data[model_key].s3_object_url,
-                    environment={**base_env, "SERVESTACK_DEFAULT_MODEL": model_name},
+                    environment={**variant_env, "SERVESTACK_DEFAULT_MODEL": model_name},
                 )
             m = sagemaker.CfnModel(
                 self,
                 f"Model{variant_name.title().replace('-', '')}",
                 execution_role_arn=self.role.role_arn,
                 primary_container=container,
-                # A multi-model container reads the registry itself, which network isolation forbids.
-                enable_network_isolation=multi_model_bucket is None,
+                enable_network_isolation=True,
             )
             m.node.add_dependency(self.role)
             return m
@@ -295,6 +328,11 @@ class RealtimeEndpoint(Construct):
             self.alarms += guardrails.sagemaker_variant_alarms(
                 self, endpoint_name=endpoint_name, variant=v.name, settings=alarms
             )
+        # Operational, not rollback alarms: sustained 429s call for capacity, not for the previous release.
+        self.overload_alarms = [
+            guardrails.sagemaker_overload_alarm(self, endpoint_name=endpoint_name, variant=v.name, settings=alarms)
+            for v in variants
+        ]
         self.endpoint = sagemaker.CfnEndpoint(
             self,
             "Endpoint",

@@ -46,6 +46,21 @@ EXTRA_DEPLOYMENTS: dict[str, dict[str, Any]] = {
         "multi_model": True,
         "instance_type": "ml.c6i.xlarge",
     },
+    "digits-mixed": {
+        "mode": "realtime",
+        "model": "digits",
+        "instance_type": "ml.m5.large",
+        "variants": [
+            {"name": "cpu", "model": "digits", "weight": 1},
+            {"name": "gpu", "model": "breast-cancer", "weight": 1, "instance_type": "ml.p3.2xlarge"},
+        ],
+    },
+    "cancer-cpu-async": {
+        "mode": "async",
+        "model": "breast-cancer",
+        "backend": "sagemaker",
+        "instance_type": "ml.m5.xlarge",
+    },
     "digits-sls": {
         "mode": "realtime",
         "model": "digits",
@@ -71,6 +86,7 @@ PIPELINE_CONTEXT = {
     "servestack:pipeline": "true",
     "servestack:pipeline-deployments": "digits-api,cancer-nightly",
     "servestack:repo": "acme/serving",
+    "servestack:connection-arn": "arn:aws:codeconnections:us-east-1:111111111111:connection/0f2b5e1c-5c3a-4b7e-9a8d",
     "servestack:account": "111111111111",
     "servestack:region": "us-east-1",
 }
@@ -106,7 +122,7 @@ def make_project(root: Path) -> Path:
     (root / "serving.yaml").write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
     (root / "containers").mkdir()
     for name in ("gpu", "cpu"):
-        (root / "containers" / f"{name}.Dockerfile").write_text("FROM scratch\n", encoding="utf-8")
+        (root / "containers" / f"{name}.Dockerfile").write_text(f"FROM scratch\n# {name}\n", encoding="utf-8")
     for model in spec["models"]:
         d = root / "models" / "artifacts" / model["name"] / str(model["version"])
         d.mkdir(parents=True)

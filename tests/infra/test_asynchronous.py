@@ -161,3 +161,173 @@ def test_gpu_backend_is_a_sagemaker_async_endpoint_scaled_to_zero_on_backlog(syn
         "AWS::Lambda::Function",
         {"Environment": {"Variables": Match.object_like({"SERVESTACK_ASYNC_BACKEND": "sagemaker"})}},
     )
+
+
+def _ref(value: dict) -> str:
+    return value.get("Ref") or value["Fn::GetAtt"][0]
+
+
+def test_sagemaker_notifications_reach_their_own_queue_and_function(synth: Synth) -> None:
+    d = "cancer-gpu-async"
+    t = synth.template(d)
+    resources = synth.templates[f"servestack-{d}"]["Resources"]
+    queues = synth.resources(d, "AWS::SQS::Queue")
+    topics = synth.resources(d, "AWS::SNS::Topic")
+    (config,) = synth.resources(d, "AWS::SageMaker::EndpointConfig").values()
+    notification = config["Properties"]["AsyncInferenceConfig"]["OutputConfig"]["NotificationConfig"]
+
+    # GIVEN SageMaker's success and error topics (the endpoint config's NotificationConfig)
+    assert {_ref(notification["SuccessTopic"]), _ref(notification["ErrorTopic"])} == set(topics)
+    # THEN each topic delivers raw messages to the notifications queue, which has a DLQ
+    subscriptions = synth.resources(d, "AWS::SNS::Subscription").values()
+    by_topic = {_ref(s["Properties"]["TopicArn"]): s["Properties"] for s in subscriptions}
+    assert set(by_topic) == set(topics)
+    queue_ids = {_ref(p["Endpoint"]) for p in by_topic.values()}
+    assert len(queue_ids) == 1
+    (queue_id,) = queue_ids
+    assert all(p["Protocol"] == "sqs" and p["RawMessageDelivery"] is True for p in by_topic.values())
+    queue = queues[queue_id]["Properties"]
+    assert queue["QueueName"] == "servestack-cancer-gpu-async-notifications"
+    dlq_id = _ref(queue["RedrivePolicy"]["deadLetterTargetArn"])
+    assert queues[dlq_id]["Properties"]["QueueName"] == "servestack-cancer-gpu-async-notifications-dlq"
+    # AND the queue may be written by exactly those topics (SNS's SourceArn condition)
+    t.has_resource_properties(
+        "AWS::SQS::QueuePolicy",
+        {
+            "Queues": [{"Ref": queue_id}],
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        Match.object_like(
+                            {
+                                "Action": "sqs:SendMessage",
+                                "Principal": {"Service": "sns.amazonaws.com"},
+                                "Condition": {"ArnEquals": {"aws:SourceArn": {"Ref": Match.any_value()}}},
+                            }
+                        )
+                    ]
+                )
+            },
+        },
+    )
+    # AND the queue feeds the notification function, which reports partial batch failures
+    (mapping,) = synth.resources(d, "AWS::Lambda::EventSourceMapping").values()
+    assert _ref(mapping["Properties"]["EventSourceArn"]) == queue_id
+    assert mapping["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    function = resources[_ref(mapping["Properties"]["FunctionName"])]["Properties"]
+    assert function["Handler"] == "handlers.asynchronous.notification_handler"
+    # AND there is no Lambda worker and no jobs queue for this backend
+    handlers = {f["Properties"]["Handler"] for f in synth.resources(d, "AWS::Lambda::Function").values()}
+    assert "handlers.asynchronous.worker_handler" not in handlers
+    assert {q["Properties"]["QueueName"] for q in queues.values()} == {
+        "servestack-cancer-gpu-async-notifications",
+        "servestack-cancer-gpu-async-notifications-dlq",
+    }
+
+
+def test_sagemaker_backend_grants_are_least_privilege(synth: Synth) -> None:
+    d = "cancer-gpu-async"
+    functions = {
+        f["Properties"]["Handler"].rsplit(".", 1)[-1]: _ref(f["Properties"]["Role"])
+        for f in synth.resources(d, "AWS::Lambda::Function").values()
+        if f["Properties"]["Handler"].startswith("handlers.asynchronous.")
+    }
+    statements: dict[str, list[dict]] = {name: [] for name in functions}
+    for policy in synth.resources(d, "AWS::IAM::Policy").values():
+        roles = {_ref(r) for r in policy["Properties"]["Roles"]}
+        for name, role in functions.items():
+            if role in roles:
+                statements[name] += policy["Properties"]["PolicyDocument"]["Statement"]
+
+    def actions(name: str) -> set[str]:
+        found: set[str] = set()
+        for s in statements[name]:
+            found |= set(s["Action"] if isinstance(s["Action"], list) else [s["Action"]])
+        return found
+
+    # THEN submit invokes the endpoint asynchronously and never sends to a queue
+    submit = actions("submit_handler")
+    assert "sagemaker:InvokeEndpointAsync" in submit
+    assert not any(a.startswith("sqs:") for a in submit)
+    (invoke,) = [s for s in statements["submit_handler"] if s["Action"] == "sagemaker:InvokeEndpointAsync"]
+    assert invoke["Resource"]["Fn::Join"][1][-1] == ":endpoint/servestack-cancer-gpu-async"
+    # AND the notification function updates job records, reads stored failures and consumes its queue, only
+    notifier = actions("notification_handler")
+    assert (
+        notifier
+        - {
+            "dynamodb:UpdateItem",
+            "dynamodb:GetItem",
+            "s3:GetObject",
+            "sqs:ReceiveMessage",
+            "sqs:ChangeMessageVisibility",
+            "sqs:GetQueueUrl",
+            "sqs:DeleteMessage",
+            "sqs:GetQueueAttributes",
+            "logs:CreateLogStream",
+            "logs:PutLogEvents",
+        }
+        == set()
+    )
+    reads = [s for s in statements["notification_handler"] if s["Action"] == "s3:GetObject"]
+    assert [r["Resource"]["Fn::Join"][1][-1] for r in reads] == ["/async/servestack-cancer-gpu-async/failures/*"]
+    assert all(s["Resource"] != "*" for name in statements for s in statements[name])
+
+
+def test_sagemaker_backend_wakes_from_zero_by_awss_documented_recipe(synth: Synth) -> None:
+    d = "cancer-gpu-async"
+    t = synth.template(d)
+    policy = Capture()
+
+    # THEN a step policy adds one instance whenever its alarm fires (the breach has no upper bound)
+    t.has_resource_properties(
+        "AWS::ApplicationAutoScaling::ScalingPolicy",
+        {
+            "PolicyType": "StepScaling",
+            "StepScalingPolicyConfiguration": {
+                "AdjustmentType": "ChangeInCapacity",
+                "MetricAggregationType": "Average",
+                "Cooldown": 300,
+                "StepAdjustments": [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}],
+            },
+        },
+    )
+    # AND its alarm is HasBacklogWithoutCapacity >= 1, Average over 60 s, 2 of 2 periods, on the endpoint
+    t.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "AlarmName": "servestack-cancer-gpu-async-backlog-without-capacity",
+            "Namespace": "AWS/SageMaker",
+            "MetricName": "HasBacklogWithoutCapacity",
+            "Dimensions": [{"Name": "EndpointName", "Value": "servestack-cancer-gpu-async"}],
+            "Statistic": "Average",
+            "Period": 60,
+            "Threshold": 1,
+            "ComparisonOperator": "GreaterThanOrEqualToThreshold",
+            "EvaluationPeriods": 2,
+            "DatapointsToAlarm": 2,
+            "AlarmActions": [policy],
+        },
+    )
+    policies = synth.resources(d, "AWS::ApplicationAutoScaling::ScalingPolicy")
+    assert policies[policy.as_object()["Ref"]]["Properties"]["PolicyType"] == "StepScaling"
+    # AND target tracking on the backlog per instance scales it between 0 and max_instances
+    t.has_resource_properties(
+        "AWS::ApplicationAutoScaling::ScalableTarget",
+        {"ResourceId": "endpoint/servestack-cancer-gpu-async/variant/AllTraffic", "MinCapacity": 0, "MaxCapacity": 3},
+    )
+    t.has_resource_properties(
+        "AWS::Lambda::Function",
+        {
+            "Handler": "handlers.asynchronous.submit_handler",
+            "Environment": {
+                "Variables": Match.object_like(
+                    {
+                        "SERVESTACK_ASYNC_BACKEND": "sagemaker",
+                        "SERVESTACK_ENDPOINT_NAME": "servestack-cancer-gpu-async",
+                        "SERVESTACK_FAILURE_PREFIX": "async/servestack-cancer-gpu-async/failures/",
+                    }
+                )
+            },
+        },
+    )

@@ -4,10 +4,14 @@ production + smoke."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+from pathlib import Path
 
+import pytest
 from aws_cdk.assertions import Match, Template
 
-from tests.infra.conftest import Synth
+from tests.infra.conftest import REPO, Synth
 
 
 def test_pipeline_stages_run_in_release_order(synth: Synth) -> None:
@@ -79,3 +83,98 @@ def test_each_stage_deploys_its_own_copy_of_the_chosen_deployments(synth: Synth)
             if r["Type"] == "AWS::CloudWatch::Dashboard"
         )
         assert dashboards == [f"{prefix}cancer-nightly", f"{prefix}digits-api"]
+
+
+CONNECTION_ARN = "arn:aws:codeconnections:us-east-1:123456789012:connection/0f2b5e1c-5c3a-4b7e-9a8d-1e2f3a4b5c6d"
+
+
+def cdk_synth(*flags: str, outdir: Path) -> subprocess.CompletedProcess[str]:
+    """`node_modules/.bin/cdk synth <flags>` in the repository, as the docs tell a user to run it."""
+    env = {
+        **os.environ,
+        "CDK_DISABLE_CLI_TELEMETRY": "true",
+        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
+    }
+    return subprocess.run(
+        [str(REPO / "node_modules/.bin/cdk"), "synth", *flags, "--no-notices", "--quiet", "--output", str(outdir)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+
+
+def test_app_docstring_shows_the_pipeline_form_the_next_test_runs() -> None:
+    import app as cdk_app
+
+    assert (
+        "cdk synth -c servestack:pipeline=true -c servestack:repo=owner/name -c servestack:connection-arn=arn:..."
+        in (cdk_app.__doc__ or "")
+    )
+
+
+@pytest.mark.slow
+def test_the_documented_pipeline_synth_passes_cdk_nag(tmp_path: Path) -> None:
+    # GIVEN the form of app.py's docstring: no account, no region (an environment-agnostic pipeline stack)
+    # WHEN the CDK CLI synthesizes it, with every deployment, bundling and cdk-nag's AwsSolutions checks
+    done = cdk_synth(
+        "-c",
+        "servestack:pipeline=true",
+        "-c",
+        "servestack:repo=acme/serving",
+        "-c",
+        f"servestack:connection-arn={CONNECTION_ARN}",
+        outdir=tmp_path / "cdk.out",
+    )
+
+    # THEN it succeeds: every finding of the generated roles is acknowledged, partition included
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    assert "AwsSolutions-" not in done.stdout + done.stderr
+    template = json.loads((tmp_path / "cdk.out" / "servestack-pipeline.template.json").read_text(encoding="utf-8"))
+    assert "111111111111" not in json.dumps(template)  # no placeholder account
+    source = next(
+        action
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::CodePipeline::Pipeline"
+        for stage in r["Properties"]["Stages"]
+        for action in stage["Actions"]
+        if stage["Name"] == "Source"
+    )
+    assert source["Configuration"]["FullRepositoryId"] == "acme/serving"
+    assert source["Configuration"]["ConnectionArn"] == CONNECTION_ARN
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("given", "missing"),
+    [
+        ({"servestack:connection-arn": CONNECTION_ARN}, "servestack:repo"),
+        ({"servestack:repo": "acme/serving"}, "servestack:connection-arn"),
+    ],
+)
+def test_a_missing_repo_or_connection_exits_2_naming_the_flag(
+    tmp_path: Path, given: dict[str, str], missing: str
+) -> None:
+    # GIVEN the pipeline asked for with one of its two required context values left out
+    flags = [arg for key, value in given.items() for arg in ("-c", f"{key}={value}")]
+
+    # WHEN the documented command runs
+    done = cdk_synth("-c", "servestack:pipeline=true", *flags, outdir=tmp_path / "cdk.out")
+
+    # THEN it fails, naming the `-c` flag to pass, and no placeholder is synthesized
+    assert done.returncode != 0
+    assert f"-c {missing}=" in done.stderr
+    assert not (tmp_path / "cdk.out" / "servestack-pipeline.template.json").exists()
+
+
+def test_generated_role_acknowledgements_are_partition_aware() -> None:
+    from aws_cdk import App, Stack
+
+    from stacks.pipeline import _generated_findings_for
+
+    findings = _generated_findings_for(Stack(App(), "Bare"), ["Project"], "Bucket")
+
+    assert [key for key in findings if "arn:aws:" in key] == []
+    assert sum("Resource::arn:<AWS::Partition>:" in key for key in findings) == 4  # logs and report groups x2

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 
+import pytest
 from aws_cdk.assertions import Capture, Match
 
 from tests.infra.conftest import Synth
@@ -218,15 +220,21 @@ def test_execution_role_reads_only_its_own_model_data(synth: Synth) -> None:
     }
 
 
-def test_multi_model_mode_reads_models_from_the_registry_layout(synth: Synth) -> None:
+def test_multi_model_mode_is_sagemakers_on_the_registry_prefix(synth: Synth) -> None:
     t = synth.template("digits-mme")
 
     (model,) = synth.resources("digits-mme", "AWS::SageMaker::Model").values()
     container = model["Properties"]["PrimaryContainer"]
-    assert "ModelDataUrl" not in container
-    registry = container["Environment"]["SERVESTACK_REGISTRY_URI"]["Fn::Join"][1]
-    assert registry[0] == "s3://"
-    assert registry[-1] == "/models/"
+    # SageMaker's own multi-model mode: TargetModel is a key below ModelDataUrl, the registry's prefix
+    assert container["Mode"] == "MultiModel"
+    prefix = container["ModelDataUrl"]["Fn::Join"][1]
+    assert prefix[0] == "s3://"
+    assert prefix[-1] == "/models/"
+    assert container["Environment"]["SERVESTACK_MULTI_MODEL"] == "true"
+    assert "SERVESTACK_REGISTRY_URI" not in container["Environment"]
+    # SageMaker fetches the archives with the execution role; the container itself needs no network
+    assert model["Properties"]["EnableNetworkIsolation"] is True
+    assert image_dockerfile(synth, "digits-mme", container["Image"]) == "containers/cpu.Dockerfile"
     t.has_resource_properties(
         "AWS::IAM::Policy",
         {
@@ -249,6 +257,49 @@ def test_multi_model_mode_reads_models_from_the_registry_layout(synth: Synth) ->
             }
         },
     )
+    statements = [
+        s
+        for p in synth.resources("digits-mme", "AWS::IAM::Policy").values()
+        for s in p["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    assert not [s for s in statements if "s3:ListBucket" in _list(s["Action"])]
+
+
+def image_dockerfile(synth: Synth, deployment: str, image: dict) -> str:
+    """The Dockerfile an image URI in a template is built from (the stack's asset manifest says)."""
+    tag = image["Fn::Sub"].rsplit(":", 1)[-1]
+    assets = json.loads((synth.outdir / f"servestack-{deployment}.assets.json").read_text(encoding="utf-8"))
+    return str(assets["dockerImages"][tag]["source"]["dockerFile"])
+
+
+def model_images(synth: Synth, deployment: str) -> dict[str, str]:
+    """Variant name -> the Dockerfile its SageMaker model runs."""
+    models = synth.resources(deployment, "AWS::SageMaker::Model")
+    (config,) = synth.resources(deployment, "AWS::SageMaker::EndpointConfig").values()
+    variants = config["Properties"]["ProductionVariants"] + config["Properties"].get("ShadowProductionVariants", [])
+    return {
+        v["VariantName"]: image_dockerfile(
+            synth, deployment, models[v["ModelName"]["Fn::GetAtt"][0]]["Properties"]["PrimaryContainer"]["Image"]
+        )
+        for v in variants
+    }
+
+
+@pytest.mark.parametrize(
+    ("deployment", "expected"),
+    [
+        ("digits-realtime", {"primary": "containers/gpu.Dockerfile"}),  # ml.g5.xlarge
+        ("digits-mme", {"primary": "containers/cpu.Dockerfile"}),  # ml.c6i.xlarge
+        ("digits-sls", {"primary": "containers/cpu.Dockerfile"}),  # Serverless Inference: CPU only
+        ("digits-mixed", {"cpu": "containers/cpu.Dockerfile", "gpu": "containers/gpu.Dockerfile"}),  # m5 / p3
+        ("cancer-gpu-async", {"AllTraffic": "containers/gpu.Dockerfile"}),  # ml.g5.xlarge
+        ("cancer-cpu-async", {"AllTraffic": "containers/cpu.Dockerfile"}),  # ml.m5.xlarge
+    ],
+)
+def test_each_variant_runs_the_image_of_its_instance_family(
+    synth: Synth, deployment: str, expected: dict[str, str]
+) -> None:
+    assert model_images(synth, deployment) == expected
 
 
 def test_serverless_variant_option_uses_serverless_config_and_no_instances(synth: Synth) -> None:
@@ -261,3 +312,57 @@ def test_serverless_variant_option_uses_serverless_config_and_no_instances(synth
 
 def _list(x: object) -> list:
     return x if isinstance(x, list) else [x]
+
+
+def test_overload_metrics_are_on_the_dashboard_and_sustained_429s_alarm(synth: Synth) -> None:
+    t = synth.template("digits-realtime")
+    # THEN the container is told to write its EMF metrics with its endpoint and variant
+    t.has_resource_properties(
+        "AWS::SageMaker::Model",
+        {
+            "PrimaryContainer": Match.object_like(
+                {
+                    "Environment": Match.object_like(
+                        {
+                            "SERVESTACK_METRICS_INTERVAL_SEC": "10",
+                            "SERVESTACK_ENDPOINT_NAME": "servestack-digits-realtime",
+                            "SERVESTACK_VARIANT_NAME": "primary",
+                        }
+                    )
+                }
+            )
+        },
+    )
+    # AND the dashboard graphs queue depth, admitted requests and 429s from the `servestack` namespace
+    (dashboard,) = synth.resources("digits-realtime", "AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for metric in ("QueueDepth", "InFlight", "Rejected"):
+        assert f'\\"servestack\\",\\"{metric}\\",\\"EndpointName\\",\\"servestack-digits-realtime\\"' in body, metric
+    # AND an alarm fires when every period of its window had 429s, on the same metric and dimensions
+    t.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "AlarmName": "servestack-digits-realtime-primary-429s",
+            "Namespace": "servestack",
+            "MetricName": "Rejected",
+            "Statistic": "Sum",
+            "Dimensions": Match.array_with(
+                [
+                    {"Name": "EndpointName", "Value": "servestack-digits-realtime"},
+                    {"Name": "VariantName", "Value": "primary"},
+                ]
+            ),
+            "Threshold": 0,
+            "ComparisonOperator": "GreaterThanThreshold",
+            "EvaluationPeriods": 3,
+            "DatapointsToAlarm": 3,
+            "TreatMissingData": "notBreaching",
+        },
+    )
+    # AND it is on the dashboard's alarm widget (the canary test shows it is not a rollback alarm)
+    (alarm_id,) = [
+        logical
+        for logical, alarm in synth.resources("digits-realtime", "AWS::CloudWatch::Alarm").items()
+        if alarm["Properties"].get("AlarmName") == "servestack-digits-realtime-primary-429s"
+    ]
+    assert alarm_id in body

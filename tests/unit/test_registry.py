@@ -98,3 +98,34 @@ def test_directory_store_lists_only_committed_versions(tmp_path: Path) -> None:
     (tmp_path / "m" / "3").mkdir(parents=True)
     (tmp_path / "m" / "3" / "model.onnx").write_bytes(b"half a push")  # no manifest yet
     assert registry.versions("m") == []
+
+
+def test_push_writes_the_versions_multi_model_archive_and_it_is_reproducible(
+    registry: ModelRegistry, tmp_path: Path
+) -> None:
+    import io
+    import tarfile
+
+    from models.registry import archive_key, package_archive
+
+    # GIVEN a pushed version
+    pushed = registry.push(DIGITS, name="archived", version="3")
+    key = archive_key("archived", "3")
+    # THEN its archive is the TargetModel key `<name>/<version>.tar.gz`, holding the package at its root
+    assert key == "archived/3.tar.gz"
+    data = registry.store.read(key)
+    assert data is not None
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        assert sorted(tar.getnames()) == ["manifest.json", "model.onnx"]
+        manifest = tar.extractfile("manifest.json")
+        assert manifest is not None
+        assert b'"sha256": "' + pushed.manifest.sha256.encode() in manifest.read()
+    # AND the archive does not count as a version or a model
+    assert registry.versions("archived") == ["3"]
+    assert "archived" in registry.names()
+    assert not [name for name in registry.names() if name.endswith(".tar.gz")]
+    # AND the same package always makes the same archive bytes, and pushing it again changes nothing
+    fetched = registry.fetch("archived", "3", tmp_path / "cache")
+    assert package_archive(fetched, ["model.onnx", "manifest.json"]) == data
+    assert registry.push_package(fetched).created is False
+    assert registry.store.read(key) == data

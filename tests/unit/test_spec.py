@@ -18,6 +18,7 @@ from servestack.spec import (
     SpecError,
     load_spec,
     parse_spec,
+    uses_gpu,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -154,6 +155,23 @@ def test_every_problem_is_reported_at_once() -> None:
             "deployments.d.alarms.error_rate_percent: 0 is not in 0.01..100",
         ),
         ({"mode": "batch", "fargate_cpu": 300}, "deployments.d.fargate_cpu: 300 is not one of 256, 512"),
+        (
+            {"mode": "realtime", "multi_model": True},  # the default instance type, ml.g5.xlarge
+            "deployments.d.instance_type: 'ml.g5.xlarge' is not a CPU instance type (ml.c*, ml.m*, ml.r*...) "
+            "with multi_model: true: SageMaker runs custom multi-model containers on CPU instances only",
+        ),
+        (
+            {"mode": "realtime", "multi_model": True, "instance_type": "ml.c6i.large", "serverless": {}},
+            "deployments.d.multi_model: true is not combinable with serverless",
+        ),
+        (
+            {"mode": "realtime", "instance_type": "ml.inf2.xlarge"},
+            "deployments.d.instance_type: 'ml.inf2.xlarge' is not supported: Inferentia and Trainium instances",
+        ),
+        (
+            {"mode": "async", "backend": "sagemaker", "instance_type": "ml.trn1.2xlarge"},
+            "deployments.d.instance_type: 'ml.trn1.2xlarge' is not supported",
+        ),
     ],
 )
 def test_bad_values_say_what_is_allowed(deployment: dict[str, Any], expected: str) -> None:
@@ -228,3 +246,30 @@ def test_repo_file_with_a_bad_value_fails_before_synth(tmp_path: Path) -> None:
 
     assert info.value.problems == ["deployments.digits-realtime.max_instances: 500 is not in 1..100"]
     assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "gpu"),
+    [
+        ("ml.g4dn.xlarge", True),
+        ("ml.g5.xlarge", True),
+        ("ml.g6e.2xlarge", True),
+        ("ml.p3.2xlarge", True),
+        ("ml.p4d.24xlarge", True),
+        ("ml.p5.48xlarge", True),
+        ("ml.m5.large", False),
+        ("ml.c6i.xlarge", False),
+        ("ml.c7g.xlarge", False),  # Graviton: the trailing g is not a GPU
+        ("ml.r7g.large", False),
+        ("ml.t2.medium", False),
+    ],
+)
+def test_the_image_follows_the_instance_family(instance_type: str, gpu: bool) -> None:
+    assert uses_gpu(instance_type) is gpu
+
+
+def test_multi_model_on_a_cpu_instance_is_accepted() -> None:
+    d = parse_spec(minimal(mode="realtime", multi_model=True, instance_type="ml.m5.large")).deployments["d"]
+
+    assert isinstance(d, RealtimeDeployment)
+    assert d.multi_model
