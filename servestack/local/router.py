@@ -270,6 +270,8 @@ class Router:
         env.setdefault("SERVESTACK_REGISTRY_URI", "")
         if plan.package_dir is not None:
             env["SERVESTACK_MODEL_DIR"] = str(plan.package_dir)
+        elif env.get("SERVESTACK_MULTI_MODEL") == "true":
+            pass  # SageMaker's multi-model mode: models arrive through POST /models
         else:
             env |= {"SERVESTACK_REGISTRY_URI": self.registry_uri, "SERVESTACK_PREWARM": f"{plan.model}@{plan.version}"}
         return RealtimeProcess.start(f"{self.deployment}/{plan.name}", free_port(), env=env, workers=self.workers)

@@ -60,6 +60,7 @@ class RealtimeTarget:
     url: str  # the endpoint's router
     variants: tuple[str, ...] = ("primary",)
     multi_model: bool = False  # the model's container Mode is MultiModel
+    multi_model_front: Any = None  # servestack.local.multi_model.MultiModelFront, for MultiModel endpoints
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,12 @@ class SageMakerRuntime:
             # No error type: botocore reports the status code ("An error occurred (413)"), as public threads show.
             body = json.dumps({"message": f"HTTP content length exceeded {MAX_BODY_BYTES} bytes."}).encode()
             return Reply(413, {"Content-Type": "application/json", "x-amzn-RequestId": request_id()}, body)
-        if request.header("x-amzn-sagemaker-target-model") is not None and not target.multi_model:
+        target_model = request.header("x-amzn-sagemaker-target-model")
+        if target.multi_model and target.multi_model_front is not None:
+            # SageMaker's multi-model orchestration: fetch the archive, load it, invoke it (multi_model.py).
+            reply: Reply = target.multi_model_front.invoke(target_model, request)
+            return reply
+        if target_model is not None:
             return validation_error(
                 f"Endpoint {name} is not a multi-model endpoint and does not support target model header."
             )

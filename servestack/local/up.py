@@ -469,6 +469,7 @@ class Plan:
     children: list[Child] = field(default_factory=list)
     functions: list[Any] = field(default_factory=list)  # HostedFunction
     endpoints: dict[str, Any] = field(default_factory=dict)  # endpoint name -> RealtimeTarget
+    async_endpoints: dict[str, tuple[str, dict[str, Any], Any]] = field(default_factory=dict)  # (url, config, keys)
     apis: list[tuple[Any, int]] = field(default_factory=list)  # (HttpApiDef, port)
     mappings: list[tuple[Any, Any, Any]] = field(default_factory=list)  # (mapping, function, credentials)
     schedules: list[Any] = field(default_factory=list)
@@ -495,6 +496,7 @@ class World:
     access: Any
     aws: dict[str, Any]
     registry_uri: str
+    service_endpoints: dict[str, str] = field(default_factory=dict)  # AWS_ENDPOINT_URL_<SERVICE> for functions
 
     # ------------------------------------------------------------------------------------ what to run
     def plan(
@@ -508,6 +510,10 @@ class World:
         from servestack.local.lambda_service import HostedFunction
 
         plan = Plan(aws_port=aws_port, topologies=topologies)
+        # botocore's service-specific endpoints: a function calling SageMaker Runtime or Lambda reaches local up's
+        # front for them; everything else goes to the emulator (AWS_ENDPOINT_URL).
+        front = plan.aws_api_url
+        self.service_endpoints = {"AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": front, "AWS_ENDPOINT_URL_LAMBDA": front}
         run_dir = self.work / "run"
         run_dir.mkdir(parents=True, exist_ok=True)
         first_realtime = True
@@ -536,6 +542,7 @@ class World:
                 }))  # fmt: skip
                 env = (
                     env_base
+                    | self.service_endpoints
                     | lambda_environment(function, self.region, self.project)
                     | map_paths(function.environment, {LAMBDA_TASK_ROOT: str(self.project)})
                     | credentials[function.role].environment()
@@ -560,8 +567,15 @@ class World:
                 first_realtime = False
                 child, target = self._endpoint(topology, endpoint, port, run_dir, env_base, credentials)
                 plan.children.append(child)
-                plan.endpoints[endpoint.name] = target
-                entry |= {"url": target.url, "endpoint_name": endpoint.name}
+                if endpoint.async_config is not None:
+                    # An asynchronous endpoint: InvokeEndpointAsync only; SageMaker writes the outcome to S3 and
+                    # publishes it to SNS with the model's execution role.
+                    role = credentials[endpoint.variants[0].execution_role]
+                    plan.async_endpoints[endpoint.name] = (target.url, endpoint.async_config, role)
+                    entry |= {"endpoint_name": endpoint.name, "container_url": target.url}
+                else:
+                    plan.endpoints[endpoint.name] = target
+                    entry |= {"url": target.url, "endpoint_name": endpoint.name}
             buckets = [b for b in topology.buckets.values() if "accesslogs" not in b.logical_id.lower()]
             if buckets:
                 entry["bucket"] = buckets[0].name
@@ -581,11 +595,19 @@ class World:
         from servestack.local.sagemaker_front import RealtimeTarget
         from servestack.local.synth import file_asset
 
+        multi_model_roots: dict[str, Path] = {}
+
         def variant(v: Any) -> dict[str, Any]:
             container = v.container
             env = dict(container.environment)
             package_dir = None
-            if container.model_data_url:
+            if container.mode == "MultiModel":
+                # SageMaker downloads TargetModel archives from the ModelDataUrl prefix into /opt/ml/models.
+                root = self.work / "multi-model" / endpoint.name / v.name
+                root.mkdir(parents=True, exist_ok=True)
+                multi_model_roots[v.name] = root
+                env["SERVESTACK_MULTI_MODEL_ROOT"] = str(root)
+            elif container.model_data_url:
                 key = container.model_data_url.split("/", 3)[-1]
                 archive = file_asset(self.work / "cdk.out", key)
                 if archive is None:
@@ -620,9 +642,34 @@ class World:
         # The router is SageMaker's side (it pulls new versions for rehearsals): the developer's keys.
         env = env_base | self.access.developer.environment()
         url = f"http://127.0.0.1:{port}"
-        modes = {v.container.mode for v in endpoint.variants}
-        target = RealtimeTarget(url, tuple(v.name for v in endpoint.variants), multi_model=modes == {"MultiModel"})
-        return Child(f"{topology.deployment}/endpoint", argv, env, f"{url}/ping", ready_status=200), target
+        names = tuple(v.name for v in endpoint.variants)
+        child = Child(f"{topology.deployment}/endpoint", argv, env, f"{url}/ping", ready_status=200)
+        multi = [v for v in endpoint.variants if v.container.mode == "MultiModel"]
+        if not multi:
+            return child, RealtimeTarget(url, names)
+        from servestack.local.emulator import client_as
+        from servestack.local.multi_model import MultiModelFront
+
+        v = multi[0]
+        assert v.container.model_data_url is not None
+        self._seed_models(v.container.model_data_url)
+        front = MultiModelFront(
+            endpoint_name=endpoint.name,
+            container_url=url,
+            model_data_url=v.container.model_data_url,
+            cache_dir=multi_model_roots[v.name],
+            # SageMaker fetches the archives with the model's execution role.
+            s3=client_as("s3", self.emulator_url, credentials[v.execution_role], self.region),
+            variant=v.name,
+        )
+        return child, RealtimeTarget(url, names, multi_model=True, multi_model_front=front)
+
+    def _seed_models(self, prefix: str) -> None:
+        """The serving.yaml models under a multi-model endpoint's prefix (`<name>/<version>.tar.gz`), as
+        `servestack models push --registry <prefix>` would put them there, so that TargetModel works at once."""
+        from servestack.registry import seed_local
+
+        seed_local(self.aws["s3"], self.spec, self.project / "models" / "artifacts", uri=prefix)
 
     def _batch_entry(self, topology: Any, entry: dict[str, Any], sample: Path | None) -> None:
         for schedule in topology.schedules:
@@ -671,7 +718,21 @@ class World:
         closers: list[Callable[[], None]] = []
         lambdas = LambdaService(plan.functions, httpx.Client(timeout=httpx.Timeout(960.0, connect=5.0)))
         closers.append(lambdas.close)
-        runtime = SageMakerRuntime(plan.endpoints, {}, self.aws["s3"])
+        from servestack.local.sagemaker_async import AsyncInferenceConfig, AsyncInvocations
+        from servestack.local.sagemaker_front import AsyncTarget
+
+        asynchronous: dict[str, AsyncTarget] = {}
+        for name, (url, config, keys) in plan.async_endpoints.items():
+            invocations = AsyncInvocations(
+                endpoint_name=name,
+                container_url=url,
+                config=AsyncInferenceConfig.from_endpoint_config({"AsyncInferenceConfig": config}),
+                s3=client_as("s3", self.emulator_url, keys, self.region),
+                sns=client_as("sns", self.emulator_url, keys, self.region),
+            )
+            closers.append(invocations.close)
+            asynchronous[name] = AsyncTarget(_submitter(invocations))
+        runtime = SageMakerRuntime(plan.endpoints, asynchronous, self.aws["s3"])
         front = AwsFront(runtime, lambdas, self.access, plan.aws_port).serve_in_background()
         closers.append(front.close)
         for api, port in plan.apis:
@@ -754,6 +815,16 @@ class World:
         lines.append("\nstartup: " + ", ".join(f"{what} {sec:.1f}s" for what, sec in timings))
         lines.append("\nCtrl-C stops everything.")
         return "\n".join(lines)
+
+
+def _submitter(invocations: Any) -> Callable[[str, str, str | None, str | None, str], str]:
+    def submit(bucket: str, key: str, content_type: str | None, accept: str | None, inference_id: str) -> str:
+        accepted = invocations.invoke(
+            input_location=f"s3://{bucket}/{key}", content_type=content_type, accept=accept, inference_id=inference_id
+        )
+        return str(accepted.output_location)
+
+    return submit
 
 
 class RemoteFunction:
