@@ -299,11 +299,16 @@ def _compile_operator(operator: str, keys: Any, *, where: str) -> list[Condition
                 value=raw,
                 allowed="one value or a non-empty list",
             )
-        values = [condition_value(value, where=f"{where}.Condition.{operator}.{key}", operator=operator) for value in raw_values]
+        values = [
+            condition_value(value, where=f"{where}.Condition.{operator}.{key}", operator=operator)
+            for value in raw_values
+        ]
         if base == NULL:
             expected = {_null_value(value, where=where, key=str(key)) for value in values}
             # Null with both "true" and "false" is ORed into "always true".
-            tests.append(ConditionTest(operator, str(key).lower(), None, False, False, (), null_expected=frozenset(expected)))
+            tests.append(
+                ConditionTest(operator, str(key).lower(), None, False, False, (), null_expected=frozenset(expected))
+            )
             continue
         assert kind is not None
         try:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Literal
 
-from servestack.local.iam.conditions import Context, ConditionTest, PolicyError, compile_condition_block
+from servestack.local.iam.conditions import ConditionTest, Context, PolicyError, compile_condition_block
 from servestack.local.iam.wildcards import compile_globs
 
 __all__ = [
@@ -172,10 +172,11 @@ class PolicySet:
 def compile_policy(document: Mapping[str, Any] | str, *, name: str, kind: PolicyKind = "identity") -> Policy:
     """Validate and compile a policy document; `PolicyError` names the statement and the element at fault."""
     if isinstance(document, str):
+        text = document
         try:
-            document = json.loads(document)
+            document = json.loads(text)
         except json.JSONDecodeError as error:
-            raise PolicyError(f"{name}: not JSON ({error})", field=name, value=document[:80], allowed="JSON") from error
+            raise PolicyError(f"{name}: not JSON ({error})", field=name, value=text[:80], allowed="JSON") from error
     if not isinstance(document, Mapping):
         raise PolicyError(f"{name}: a policy is a JSON object", field=name, value=document, allowed="JSON object")
     unknown = sorted(set(document) - POLICY_KEYS)
@@ -188,7 +189,9 @@ def compile_policy(document: Mapping[str, Any] | str, *, name: str, kind: Policy
         )
     version = document.get("Version")
     if version is not None and version not in VERSIONS:
-        raise PolicyError(f"{name}: unknown Version {version!r}", field=f"{name}.Version", value=version, allowed=", ".join(VERSIONS))
+        raise PolicyError(
+            f"{name}: unknown Version {version!r}", field=f"{name}.Version", value=version, allowed=", ".join(VERSIONS)
+        )
     raw = document.get("Statement")
     statements = [raw] if isinstance(raw, Mapping) else raw
     if not isinstance(statements, list) or not statements:
@@ -223,7 +226,9 @@ def _compile_statement(statement: Any, *, name: str, index: int, kind: PolicyKin
         )
     effect = statement.get("Effect")
     if effect not in ("Allow", "Deny"):
-        raise PolicyError(f"{where}: Effect must be Allow or Deny", field=f"{where}.Effect", value=effect, allowed="Allow, Deny")
+        raise PolicyError(
+            f"{where}: Effect must be Allow or Deny", field=f"{where}.Effect", value=effect, allowed="Allow, Deny"
+        )
 
     action_key = _exactly_one(statement, "Action", "NotAction", where=where, required=True)
     assert action_key is not None
@@ -240,7 +245,9 @@ def _compile_statement(statement: Any, *, name: str, index: int, kind: PolicyKin
     resource_key = _exactly_one(statement, "Resource", "NotResource", where=where, required=kind == "identity")
     resources = None
     if resource_key is not None:
-        resources = compile_globs(_strings(statement[resource_key], where=f"{where}.{resource_key}"), case_sensitive=True)
+        resources = compile_globs(
+            _strings(statement[resource_key], where=f"{where}.{resource_key}"), case_sensitive=True
+        )
 
     principal_key = _exactly_one(statement, "Principal", "NotPrincipal", where=where, required=kind == "resource")
     if kind == "identity" and principal_key is not None:
@@ -273,9 +280,13 @@ def _compile_statement(statement: Any, *, name: str, index: int, kind: PolicyKin
 def _exactly_one(statement: Mapping[str, Any], first: str, second: str, *, where: str, required: bool) -> str | None:
     present = [key for key in (first, second) if key in statement]
     if len(present) == 2:
-        raise PolicyError(f"{where}: has both {first} and {second}", field=where, value=present, allowed=f"{first} or {second}")
+        raise PolicyError(
+            f"{where}: has both {first} and {second}", field=where, value=present, allowed=f"{first} or {second}"
+        )
     if not present and required:
-        raise PolicyError(f"{where}: needs {first} or {second}", field=where, value=None, allowed=f"{first} or {second}")
+        raise PolicyError(
+            f"{where}: needs {first} or {second}", field=where, value=None, allowed=f"{first} or {second}"
+        )
     return present[0] if present else None
 
 
@@ -304,7 +315,10 @@ def _principals(value: Any, *, where: str) -> PrincipalSet:
     unknown = sorted(set(value) - PRINCIPAL_TYPES)
     if unknown:
         raise PolicyError(
-            f"{where}: unknown principal type {unknown[0]!r}", field=where, value=unknown[0], allowed=", ".join(sorted(PRINCIPAL_TYPES))
+            f"{where}: unknown principal type {unknown[0]!r}",
+            field=where,
+            value=unknown[0],
+            allowed=", ".join(sorted(PRINCIPAL_TYPES)),
         )
     aws = _strings(value["AWS"], where=f"{where}.AWS") if "AWS" in value else []
     services = _strings(value["Service"], where=f"{where}.Service") if "Service" in value else []
@@ -339,7 +353,8 @@ class Decision:
         if self.explicit:
             article = "an" if self.policy_type == "identity-based" else "a"
             return f"with an explicit deny in {article} {self.policy_type} policy"
-        return f"because no {self.policy_type or 'identity-based'} policy allows the {printed_action or self.action} action"
+        kind = self.policy_type or "identity-based"
+        return f"because no {kind} policy allows the {printed_action or self.action} action"
 
 
 def evaluate(
@@ -364,7 +379,15 @@ def evaluate(
             if not statement.covers(resource, context):
                 continue
             if not statement.allow:
-                return Decision(False, action, resource, f"explicit deny in {statement.label}", statement.label, "identity-based", True)
+                return Decision(
+                    False,
+                    action,
+                    resource,
+                    f"explicit deny in {statement.label}",
+                    statement.label,
+                    "identity-based",
+                    True,
+                )
             identity_allow = identity_allow or statement.label
     if resource_policy is not None:
         for statement in resource_policy.statements_for(action):
@@ -372,7 +395,15 @@ def evaluate(
             if named is PrincipalMatch.NONE or not statement.covers(resource, context):
                 continue
             if not statement.allow:
-                return Decision(False, action, resource, f"explicit deny in {statement.label}", statement.label, "resource-based", True)
+                return Decision(
+                    False,
+                    action,
+                    resource,
+                    f"explicit deny in {statement.label}",
+                    statement.label,
+                    "resource-based",
+                    True,
+                )
             if named is PrincipalMatch.DIRECT:
                 resource_allow = resource_allow or statement.label
             else:
@@ -381,8 +412,17 @@ def evaluate(
         return Decision(True, action, resource, f"allowed by {resource_allow}", resource_allow, "resource-based")
     if trust:
         if account_allow is not None and identity_allow is not None:
-            return Decision(True, action, resource, f"allowed by {account_allow} and {identity_allow}", identity_allow, "identity-based")
-        return Decision(False, action, resource, f"no resource-based policy allows the {action} action", None, "resource-based")
+            return Decision(
+                True,
+                action,
+                resource,
+                f"allowed by {account_allow} and {identity_allow}",
+                identity_allow,
+                "identity-based",
+            )
+        return Decision(
+            False, action, resource, f"no resource-based policy allows the {action} action", None, "resource-based"
+        )
     if identity_allow is not None:
         return Decision(True, action, resource, f"allowed by {identity_allow}", identity_allow, "identity-based")
     kind: PolicyType = "identity-based" if identity_policies is not None else "resource-based"
