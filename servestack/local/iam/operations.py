@@ -587,7 +587,8 @@ def describe_dynamodb(request: HttpRequest, where: Where) -> Operation:
                     )
         if not checks_list:
             return unrecognised("dynamodb", operation, "no TransactItems naming a table")
-        return Operation("dynamodb", operation, tuple(dict.fromkeys(checks_list)))
+        unique = {(check.action, check.resource): check for check in checks_list}
+        return Operation("dynamodb", operation, tuple(unique.values()))
     if operation in ("ExecuteStatement", "BatchExecuteStatement", "ExecuteTransaction"):
         return unrecognised("dynamodb", operation, "PartiQL statements are not parsed")
     table = params.get("TableName") or params.get("ResourceArn") or params.get("TableArn")
