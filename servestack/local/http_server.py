@@ -26,6 +26,7 @@ class Request:
     query: dict[str, str]
     headers: dict[str, str]  # lower-cased names
     body: bytes
+    raw_query: str = ""  # the query string as sent: SigV4 (servestack/local/iam) signs it encoded
 
     def header(self, name: str) -> str | None:
         return self.headers.get(name.lower())
@@ -58,7 +59,7 @@ class LocalHttpServer:
                 query = {k: v[-1] for k, v in urllib.parse.parse_qs(split.query, keep_blank_values=True).items()}
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 try:
-                    reply = handle(Request(self.command, split.path, query, headers, body))
+                    reply = handle(Request(self.command, split.path, query, headers, body, split.query))
                 except Exception:
                     logger.exception("%s: failed on %s %s", name, self.command, self.path)
                     reply = Reply(500, {"Content-Type": "text/plain"}, b"internal error; see the local up log")

@@ -45,6 +45,7 @@ from typing import Any
 from xml.sax.saxutils import escape
 
 from servestack.local.http_server import Reply
+from servestack.local.http_server import Request as LocalRequest
 from servestack.local.iam.conditions import normalise_context
 from servestack.local.iam.identities import Identity, IdentityStore
 from servestack.local.iam.operations import Check, ExecuteApi, Operation, Where, describe, s3_arn
@@ -344,6 +345,21 @@ class IamEnforcer:
         if verdict.reply is not None:
             return verdict.reply
         return verdict.identity
+
+    def check_request(
+        self, request: LocalRequest, service_hint: str, *, api: ExecuteApi | None = None, source_ip: str = "127.0.0.1"
+    ) -> Identity | Reply | None:
+        """`check` for a front built on servestack.local.http_server (its `Request` keeps the raw query)."""
+        return self.check(
+            request.method,
+            request.path,
+            request.raw_query,
+            request.headers,
+            request.body,
+            service_hint,
+            api=api,
+            source_ip=source_ip,
+        )
 
     # -------------------------------------------------------------------------------- WSGI
 
