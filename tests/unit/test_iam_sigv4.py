@@ -261,3 +261,30 @@ def test_the_developer_is_an_administrator_with_local_keys(store: IdentityStore)
     assert store.lookup("local") is developer
     with pytest.raises(ValueError, match="already stands for"):
         store.user("someone-else", POLICIES, access_key_id="local", secret_access_key="x")  # noqa: S106
+
+
+@pytest.mark.parametrize(
+    ("service", "url"),
+    [
+        ("lambda", "http://127.0.0.1:9000/2015-03-31/functions/fn/./x/../invocations"),
+        ("lambda", "http://127.0.0.1:9000//2015-03-31//functions/fn%3Alive/invocations?Qualifier=%24LATEST"),
+        ("s3", "http://127.0.0.1:9000/jobs/dir/./k%2Fslash%20space"),
+        ("s3", "http://127.0.0.1:9000/jobs/%D0%BA%D0%BB%D1%8E%D1%87?b=2&a=1&a=0&uploads="),
+        ("sagemaker", "http://127.0.0.1:9000/endpoints/Digits-Realtime/invocations"),
+    ],
+)
+def test_the_canonical_request_agrees_with_botocore_on_awkward_requests(
+    store: IdentityStore, service: str, url: str
+) -> None:
+    # GIVEN botocore signing requests with dot segments, double slashes, encoded characters, repeated query
+    # names and a header value with runs of spaces
+    user = store.developer()
+    request = signed(
+        Credentials(user.access_key_id, user.secret_access_key),
+        service,
+        url,
+        b"body",
+        **{"X-Amz-Meta-Note": "  spaced   out  value ", "X-Amz-Target": "T"},
+    )
+    # THEN the server side builds the same canonical request (the signature verifies)
+    assert authenticate(over_the_wire(request, b"body"), store) is not None

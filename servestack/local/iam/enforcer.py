@@ -74,6 +74,7 @@ STS_NAMESPACE = "https://sts.amazonaws.com/doc/2011-06-15/"
 DELETE_NAMESPACE = "http://s3.amazonaws.com/doc/2006-03-01/"
 ASSUMED_SESSION_SEC = 3600
 MAX_DENIALS = 10_000
+CONTEXT_CACHE_LIMIT = 1024  # request contexts remembered for the current second, per caller and address
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -102,7 +103,8 @@ class Verdict:
     operation: Operation | None = None
     reply: Reply | None = None  # answer this instead of passing the request on
     denied_keys: tuple[tuple[str, str | None], ...] = ()  # S3 DeleteObjects keys the caller may not delete
-    missing_object_denial: Decision | None = None  # S3 Get/HeadObject: a 404 becomes this 403
+    # S3 Get/HeadObject: the caller's s3:ListBucket decision, asked only when the key turns out missing
+    list_bucket: Callable[[], Decision] | None = None
     caller_arn: str = "anonymous"
     service: str = ""
     extra: dict[str, str] = field(default_factory=dict)
@@ -130,6 +132,7 @@ class IamEnforcer:
         self._denials: collections.deque[Denial] = collections.deque(maxlen=MAX_DENIALS)
         self._warned = False
         self._lock = threading.Lock()
+        self._contexts: dict[tuple[Any, ...], dict[str, tuple[str, ...]]] = {}
 
     @property
     def denials(self) -> list[Denial]:
@@ -155,10 +158,23 @@ class IamEnforcer:
         service: str = "",
     ) -> dict[str, tuple[str, ...]]:
         now = self.clock()
+        second = int(now.timestamp())
+        presigned_v4 = service == "s3" and signature is not None and signature.presigned and signature.version == 4
+        cache_key = (
+            caller.arn,
+            identity.access_key_id if identity is not None else "",
+            region,
+            source_ip,
+            service == "s3" and signature is not None and (signature.presigned, signature.version),
+            second,
+        )
+        cached = None if presigned_v4 else self._contexts.get(cache_key)
+        if cached is not None:
+            return cached
         context: dict[str, str | tuple[str, ...]] = {
             "aws:SecureTransport": "true",
             "aws:CurrentTime": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "aws:EpochTime": str(int(now.timestamp())),
+            "aws:EpochTime": str(second),
             "aws:SourceIp": source_ip,
             "aws:RequestedRegion": region,
             "aws:PrincipalIsAWSService": "false",
@@ -180,10 +196,15 @@ class IamEnforcer:
         if service == "s3" and signature is not None:
             context["s3:authType"] = "REST-QUERY-STRING" if signature.presigned else "REST-HEADER"
             context["s3:signatureversion"] = "AWS4-HMAC-SHA256" if signature.version == 4 else "AWS"
-            if signature.presigned and signature.version == 4:
+            if presigned_v4:
                 signed = datetime.strptime(signature.amz_date, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
                 context["s3:signatureAge"] = str(max(0, int((now - signed).total_seconds() * 1000)))
-        return normalise_context(context)
+        normalised = normalise_context(context)
+        if not presigned_v4:
+            if len(self._contexts) >= CONTEXT_CACHE_LIMIT:
+                self._contexts.clear()
+            self._contexts[cache_key] = normalised
+        return normalised
 
     def _decide(
         self,
@@ -262,7 +283,7 @@ class IamEnforcer:
                 )
                 return self._refuse_authentication(request, service, mis_scoped)
             try:
-                authenticated = authenticate(request, self.store, self.clock())
+                authenticated = authenticate(request, self.store, self.clock(), signature=signature)
             except AuthFailure as failure:
                 return self._refuse_authentication(request, service, failure)
             assert authenticated is not None
@@ -294,9 +315,12 @@ class IamEnforcer:
                 )
                 return verdict
         if service == "s3" and operation.name in ("GetObject", "HeadObject") and operation.bucket:
-            listing = self._decide(caller, identity, Check("s3:ListBucket", s3_arn(operation.bucket)), base)
-            if not listing.allowed:
-                verdict.missing_object_denial = listing
+            bucket = operation.bucket
+
+            def list_bucket() -> Decision:
+                return self._decide(caller, identity, Check("s3:ListBucket", s3_arn(bucket)), base)
+
+            verdict.list_bucket = list_bucket
         return verdict
 
     def _refuse_authentication(self, request: HttpRequest, service: str, failure: AuthFailure) -> Verdict:
@@ -384,7 +408,7 @@ class IamEnforcer:
                     return _send(start_response, local)
             if verdict.denied_keys:
                 return self._partial_delete(environ, start_response, app, request, verdict)
-            if verdict.missing_object_denial is not None:
+            if verdict.list_bucket is not None:
                 return self._missing_object(environ, start_response, app, request, verdict)
             return app(environ, start_response)
 
@@ -482,17 +506,33 @@ class IamEnforcer:
         request: HttpRequest,
         verdict: Verdict,
     ) -> Iterable[bytes]:
-        """GetObject/HeadObject by a caller without s3:ListBucket: S3 answers a missing key with 403."""
-        status, headers, body = _call(app, environ)
-        missing = status.startswith("404") and (request.method.upper() == "HEAD" or b"<Code>NoSuchKey</Code>" in body)
-        if missing and verdict.missing_object_denial is not None:
-            decision = verdict.missing_object_denial
-            self._record(verdict.caller_arn, decision, verdict.operation.name if verdict.operation else "")
-            return _send(
-                start_response,
-                access_denied("s3", request, verdict.caller_arn, decision, anonymous=verdict.identity is None),
-            )
-        start_response(status, headers)
+        """GetObject/HeadObject: a missing key is 403 for a caller without s3:ListBucket on the bucket. Only a
+        404 is held back (and the ListBucket decision made); any other reply streams through untouched."""
+        held: dict[str, Any] = {}
+
+        def hold_404(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[[bytes], Any]:
+            if status.startswith("404"):
+                held["status"], held["headers"] = status, headers
+                return lambda data: None
+            return start_response(status, headers, exc_info)  # type: ignore[no-any-return]
+
+        result = app(environ, hold_404)
+        if not held:
+            return result
+        try:
+            body = b"".join(result)
+        finally:
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()
+        missing = request.method.upper() == "HEAD" or b"<Code>NoSuchKey</Code>" in body
+        if missing and verdict.list_bucket is not None:
+            decision = verdict.list_bucket()
+            if not decision.allowed:
+                self._record(verdict.caller_arn, decision, verdict.operation.name if verdict.operation else "")
+                denied = access_denied("s3", request, verdict.caller_arn, decision, anonymous=verdict.identity is None)
+                return _send(start_response, denied)
+        start_response(held["status"], held["headers"])
         return [body]
 
 

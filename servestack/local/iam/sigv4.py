@@ -1,8 +1,8 @@
 """Who is calling, proven: Signature Version 4 verification, from the `Authorization` header or a presigned
 query string.
 
-The canonical request is built by botocore's own signer (`SigV4Auth` / `S3SigV4Auth`), told which headers
-were signed and which payload hash to use, so the server side canonicalises exactly as the SDK did:
+The canonical request follows botocore's signer rule for rule (tests/unit/test_iam_sigv4.py verifies what botocore
+signs for awkward paths, queries and header values); the path normalisation is botocore's own function:
 - canonical URI: S3 signs the path as sent (single-encoded); every other service normalises it and encodes
   it again (`%3A` becomes `%253A`) (AWS General Reference, "Create a canonical request for Signature
   Version 4", and botocore's `S3SigV4Auth._normalize_url_path`);
@@ -26,15 +26,15 @@ import hashlib
 import hmac
 import re
 import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import Enum
-from typing import Any
 
-from botocore.auth import HmacV1Auth, S3SigV4Auth, SigV4Auth
-from botocore.awsrequest import AWSRequest
+from botocore.auth import HmacV1Auth
 from botocore.compat import HTTPHeaders
 from botocore.credentials import Credentials
+from botocore.utils import normalize_url_path
 
 from servestack.local.iam.identities import Identity, IdentityStore
 from servestack.local.iam.wire import HttpRequest
@@ -184,33 +184,65 @@ def parse_signature(request: HttpRequest) -> Signature | None:
     )
 
 
-class _Signer(SigV4Auth):  # type: ignore[misc]  # botocore is untyped
-    """botocore's canonicalisation, with the signed headers and the payload hash the request declares."""
-
-    def __init__(
-        self, credentials: Credentials, service: str, region: str, signed: tuple[str, ...], payload_hash: str
-    ) -> None:
-        super().__init__(credentials, service, region)
-        self._signed = signed
-        self._payload_hash = payload_hash
-
-    def headers_to_sign(self, request: Any) -> Any:
-        headers = HTTPHeaders()
-        for name in self._signed:
-            value = request.headers.get(name)
-            headers[name] = "" if value is None else value
-        return headers
-
-    def payload(self, request: Any) -> str:
-        return self._payload_hash
+def canonical_uri(raw_path: str, service: str) -> str:
+    """S3 signs the path as sent; every other service normalises it (botocore's `normalize_url_path`:
+    dot segments and empty segments removed) and percent-encodes it again."""
+    if service == "s3":
+        return raw_path or "/"
+    return urllib.parse.quote(normalize_url_path(raw_path), safe="/~")
 
 
-class _S3Signer(_Signer, S3SigV4Auth):  # type: ignore[misc]
-    """The same, with S3's rule for the canonical URI (the path as sent)."""
+def canonical_query(raw_query: str) -> str:
+    """The query's `name=value` pairs as sent (already URI-encoded by the client), sorted (botocore's
+    `SigV4Auth._canonical_query_string_url`)."""
+    if not raw_query:
+        return ""
+    pairs = []
+    for pair in raw_query.split("&"):
+        name, _, value = pair.partition("=")
+        pairs.append((name, value))
+    return "&".join(f"{name}={value}" for name, value in sorted(pairs))
+
+
+def canonical_request(
+    request: HttpRequest, signature: Signature, headers: Mapping[str, str], payload_hash: str, query: str
+) -> str:
+    """The SigV4 canonical request. Header values are trimmed and inner runs of spaces collapsed, as
+    botocore's `SigV4Auth._header_value` does; botocore's own header canonicalisation goes through
+    `email.message` and costs more than the rest of the check, so this part is written out here (a unit test
+    compares the whole canonical request with botocore's)."""
+    lines = "\n".join(f"{name}:{' '.join(headers.get(name, '').split())}" for name in signature.signed_headers)
+    return "\n".join(
+        (
+            request.method.upper(),
+            canonical_uri(request.raw_path, signature.service),
+            canonical_query(query),
+            lines + "\n",
+            ";".join(signature.signed_headers),
+            payload_hash,
+        )
+    )
 
 
 def _without_signature(raw_query: str) -> str:
     return "&".join(pair for pair in raw_query.split("&") if pair and not pair.startswith("X-Amz-Signature="))
+
+
+_signing_keys: dict[tuple[str, str, str, str], bytes] = {}
+
+
+def signing_key(secret_access_key: str, date: str, region: str, service: str) -> bytes:
+    """`kSigning` (HMAC chain over date, region, service), remembered: it changes once a day per scope."""
+    cache_key = (secret_access_key, date, region, service)
+    key = _signing_keys.get(cache_key)
+    if key is None:
+        key = f"AWS4{secret_access_key}".encode()
+        for part in (date, region, service, "aws4_request"):
+            key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+        if len(_signing_keys) > 1024:
+            _signing_keys.clear()
+        _signing_keys[cache_key] = key
+    return key
 
 
 class _V2Signer(HmacV1Auth):  # type: ignore[misc]  # botocore is untyped
@@ -245,9 +277,8 @@ def expected_signature_v2(request: HttpRequest, signature: Signature, secret_acc
 
 def expected_signature(request: HttpRequest, signature: Signature, secret_access_key: str) -> str:
     """The signature `request` should carry if signed with `secret_access_key` as `signature` declares."""
-    is_s3 = signature.service == "s3"
     if signature.presigned:
-        payload_hash = UNSIGNED_PAYLOAD if is_s3 else hashlib.sha256(request.body).hexdigest()
+        payload_hash = UNSIGNED_PAYLOAD if signature.service == "s3" else hashlib.sha256(request.body).hexdigest()
         query = _without_signature(request.raw_query)
     else:
         payload_hash = request.header("x-amz-content-sha256") or hashlib.sha256(request.body).hexdigest()
@@ -260,30 +291,19 @@ def expected_signature(request: HttpRequest, signature: Signature, secret_access
             headers[name] = value
     if "x-amz-content-sha256" in headers:
         payload_hash = headers["x-amz-content-sha256"]
-    aws_request = AWSRequest(
-        method=request.method,
-        url=f"http://{request.header('host') or 'localhost'}{request.raw_path}" + (f"?{query}" if query else ""),
-        headers=headers,
-    )
-    aws_request.context["timestamp"] = signature.amz_date
-    signer_class = _S3Signer if is_s3 else _Signer
-    signer = signer_class(
-        Credentials(signature.access_key_id, secret_access_key),
-        signature.service,
-        signature.region,
-        signature.signed_headers,
-        payload_hash,
-    )
-    canonical = signer.canonical_request(aws_request)
-    string_to_sign = signer.string_to_sign(aws_request, canonical)
-    return str(signer.signature(string_to_sign, aws_request))
+    canonical = canonical_request(request, signature, headers, payload_hash, query)
+    scope = f"{signature.amz_date[:8]}/{signature.region}/{signature.service}/aws4_request"
+    string_to_sign = "\n".join((ALGORITHM, signature.amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()))
+    key = signing_key(secret_access_key, signature.amz_date[:8], signature.region, signature.service)
+    return hmac.new(key, string_to_sign.encode(), hashlib.sha256).hexdigest()
 
 
 def authenticate(
-    request: HttpRequest, store: IdentityStore, now: datetime | None = None
+    request: HttpRequest, store: IdentityStore, now: datetime | None = None, *, signature: Signature | None = None
 ) -> tuple[Identity, Signature] | None:
-    """The identity that signed `request`, None for an anonymous request; `AuthFailure` otherwise."""
-    signature = parse_signature(request)
+    """The identity that signed `request`, None for an anonymous request; `AuthFailure` otherwise.
+    `signature`: the request's already parsed claim (`parse_signature`)."""
+    signature = signature or parse_signature(request)
     if signature is None:
         return None
     identity = store.lookup(signature.access_key_id)
