@@ -26,6 +26,8 @@ Behaviour copied from AWS besides plain denials:
   AccessDenied, not 404 (Amazon S3 API Reference, GetObject: "If you don't have the s3:ListBucket
   permission, Amazon S3 returns an HTTP status code 403 Access Denied error"). The ListBucket check is made
   without `s3:prefix`; AWS does not document that check's context.
+Passed through unchecked: moto's own `/moto-api` endpoints (the emulator's admin API; AWS has none) and CORS
+preflight `OPTIONS` requests (never signed; S3 answers them from the bucket's CORS rules).
 """
 
 from __future__ import annotations
@@ -397,6 +399,8 @@ class IamEnforcer:
                 return app(environ, start_response)
             request = request_from_environ(environ)
             if request.path.startswith("/moto-api"):  # the emulator's own admin API; AWS has none
+                return app(environ, start_response)
+            if request.method.upper() == "OPTIONS":  # a CORS preflight is never signed (S3 answers it from CORS rules)
                 return app(environ, start_response)
             verdict = self.evaluate_request(request)
             if verdict.reply is not None:
