@@ -3,8 +3,8 @@
     .venv/bin/python -m bench.iam_overhead --requests 2000 --runs 3
 
 1. End to end: one boto3 client (a role allowed `s3:GetObject` on the bucket) reads the same key in a loop
-   from moto's server app served by werkzeug, once bare and once wrapped by `IamEnforcer.wsgi`; both in this
-   process on free ports, each run alternating the two. Prints the median per-request latency of each and
+   from moto's `ThreadedMotoServer` and from `EnforcedMotoServer` (the same app behind `IamEnforcer.wsgi`);
+   both in this process on free ports, each run alternating the two. Prints the median per-request latency of each and
    the difference.
 2. The engine alone: `IamEnforcer.evaluate_request` on the captured GetObject request (SigV4 verification,
    operation lookup, policy evaluation), timed with `timeit`; and `evaluate` alone, the policy decision.
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
-import threading
 import time
 import timeit
 import uuid
@@ -29,17 +28,17 @@ from botocore.config import Config
 from servestack.local.iam import IamEnforcer, IdentityStore, ResourcePolicies
 from servestack.local.iam.conditions import normalise_context
 from servestack.local.iam.policy import evaluate
+from servestack.local.iam.server import EnforcedMotoServer
 from servestack.local.iam.wire import HttpRequest
 
 
-def serve(app: Any) -> tuple[str, Callable[[], None]]:
-    from moto.moto_server.werkzeug_app import MotoRequestHandler
-    from werkzeug.serving import make_server
+def serve_bare() -> tuple[str, Callable[[], None]]:
+    from moto.server import ThreadedMotoServer
 
-    server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=MotoRequestHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    return f"http://127.0.0.1:{server.server_port}", server.shutdown
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    return f"http://{host}:{port}", server.stop
 
 
 def client(url: str, key: str, secret: str, token: str | None) -> Any:
@@ -65,8 +64,6 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
-
     bucket = f"bench-{uuid.uuid4().hex[:8]}"
     store = IdentityStore()
     developer = store.developer()
@@ -93,8 +90,9 @@ def main() -> None:
         session_name="bench",
     )
     enforcer = IamEnforcer(store, ResourcePolicies(), log=lambda line: None)
-    bare_url, stop_bare = serve(DomainDispatcherApplication(create_backend_app))
-    enforced_url, stop_enforced = serve(enforcer.wsgi(DomainDispatcherApplication(create_backend_app)))
+    bare_url, stop_bare = serve_bare()
+    enforced_server = EnforcedMotoServer(enforcer).start()
+    enforced_url, stop_enforced = enforced_server.url, enforced_server.stop
     try:
         setup = client(bare_url, developer.access_key_id, developer.secret_access_key, None)
         setup.create_bucket(Bucket=bucket)

@@ -1,14 +1,14 @@
 """IAM enforced in front of a real moto server (and servestack-style fronts) over HTTP, with real boto3 clients.
 
 The moto server is moto's own WSGI app (`DomainDispatcherApplication(create_backend_app)`) wrapped by
-`IamEnforcer.wsgi`, served by werkzeug exactly as `ThreadedMotoServer` serves it. The Lambda, SageMaker
-Runtime and HTTP API fronts are `LocalHttpServer`s that call `IamEnforcer.check_request`, as local up's fronts do.
+`IamEnforcer.wsgi`, served by werkzeug as `ThreadedMotoServer` serves it (servestack/local/iam/server.py).
+The Lambda, SageMaker Runtime and HTTP API fronts are `LocalHttpServer`s that call
+`IamEnforcer.check_request`, as local up's fronts do.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,6 +30,7 @@ from servestack.local.iam import (
     ResourcePolicies,
     evaluate_service_principal,
 )
+from servestack.local.iam.server import EnforcedMotoServer
 
 ACCOUNT = "123456789012"
 REGION = "us-east-1"
@@ -70,21 +71,14 @@ class Clients:
 
 @pytest.fixture(scope="module")
 def emulator() -> Iterator[Emulator]:
-    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
-    from werkzeug.serving import make_server
-
     store = IdentityStore()
     store.developer()
     policies = ResourcePolicies()
     lines: list[str] = []
     enforcer = IamEnforcer(store, policies, log=lines.append)
-    app = enforcer.wsgi(DomainDispatcherApplication(create_backend_app))
-    server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=MotoRequestHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield Emulator(f"http://127.0.0.1:{server.server_port}", enforcer, store, policies, lines)
-    server.shutdown()
-    thread.join(timeout=10)
+    server = EnforcedMotoServer(enforcer).start()
+    yield Emulator(server.url, enforcer, store, policies, lines)
+    server.stop()
 
 
 @pytest.fixture
