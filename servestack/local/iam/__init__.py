@@ -7,17 +7,20 @@ the HTTP API). Each Lambda function and realtime container gets credentials stan
 (`IdentityStore.role(...)`); the developer's own keys (`local`/`local` by default) stand for an
 administrator.
 
-    store = IdentityStore()
-    store.developer()
+    store = IdentityStore(seed=project_name)       # role keys derive from the seed: stable across restarts
+    store.developer()                              # `local`/`local`: the developer, an administrator
     worker = store.role("AsyncWorkerRole", {"Policy": resolved_policy_document}, session_name="worker-fn")
+    child_env.update(worker.environment())        # AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN
     policies = ResourcePolicies()
     policies.put("arn:aws:s3:::uploads", resolved_bucket_policy)
-    enforcer = IamEnforcer(store, policies)
-    app = enforcer.wsgi(DomainDispatcherApplication(create_backend_app))  # serve with werkzeug
+    enforcer = IamEnforcer(store, policies, enabled=not no_iam)
+    moto = EnforcedMotoServer(enforcer).start()    # in place of ThreadedMotoServer (servestack/local/iam/server.py)
+    reply_or_identity = enforcer.check_request(request, "sagemaker")    # in servestack's own fronts
+    decision = enforcer.authorize(scheduler_role, "lambda:InvokeFunction", function_arn)  # without HTTP
 
 Modules: `policy` (loading and evaluation), `conditions` (condition operators), `wildcards`, `operations`
 (which action on which resource a request needs), `sigv4` (who signed it), `identities`, `resource_policies`,
-`replies` (refusals in each service's protocol), `enforcer` (the plug points).
+`replies` (refusals in each service's protocol), `enforcer` (the plug points), `server` (moto behind it).
 
 What is enforced
 - Identity-based policies of the caller (inline and managed, as documents the template resolved), and
@@ -86,6 +89,7 @@ from servestack.local.iam.identities import ADMIN_POLICY, Identity, IdentityStor
 from servestack.local.iam.operations import Check, ExecuteApi, Operation
 from servestack.local.iam.policy import Caller, Decision, Policy, compile_policy
 from servestack.local.iam.resource_policies import ResourcePolicies, evaluate_service_principal, lambda_permission
+from servestack.local.iam.server import EnforcedMotoServer
 
 __all__ = [
     "ADMIN_POLICY",
@@ -94,6 +98,7 @@ __all__ = [
     "Check",
     "Decision",
     "Denial",
+    "EnforcedMotoServer",
     "ExecuteApi",
     "IamEnforcer",
     "Identity",

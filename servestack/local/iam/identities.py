@@ -44,10 +44,10 @@ class Identity:
     access_key_id: str
     secret_access_key: str
     session_token: str | None
-    policies: Mapping[str, Mapping[str, Any]]  # name -> resolved policy document (no Fn::)
+    policies: Mapping[str, Mapping[str, Any]] = field(compare=False)  # name -> resolved document (no Fn::)
     kind: IdentityKind = "role"
     user_id: str = ""  # aws:userid: "AROA...:session" for a role session, "AIDA..." for a user
-    issued_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    issued_at: datetime = field(default_factory=lambda: datetime.now(UTC), compare=False)
     compiled: PolicySet = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
