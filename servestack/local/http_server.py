@@ -26,7 +26,7 @@ class Request:
     query: dict[str, str]
     headers: dict[str, str]  # lower-cased names
     body: bytes
-    raw_query: str = ""  # as sent, for SigV4 verification
+    raw_query: str = ""  # the query string as sent: SigV4 (servestack/local/iam) signs it encoded
 
     def header(self, name: str) -> str | None:
         return self.headers.get(name.lower())

@@ -1,0 +1,626 @@
+"""The plug points: `IamEnforcer.wsgi(app)` in front of moto's server, `.check(...)` for servestack's own HTTP
+fronts (SageMaker Runtime, Lambda Invoke, the HTTP API), `.authorize(...)` for calls local up makes on a
+role's behalf without HTTP (the scheduler invoking a function, the SQS poller acting as the function role).
+
+Every request: authenticate (servestack/local/iam/sigv4.py), describe (operations.py), evaluate each check
+against the caller's identity policies and the resource's policy (policy.py), then pass the request on or
+answer the refusal in the service's protocol (replies.py). Each decision is one log line; denials are also
+kept in `.denials` for local up's summary.
+
+Request context every evaluation gets, besides the operation's own keys:
+- `aws:SecureTransport` = `true`. Local endpoints speak plain HTTP where AWS speaks HTTPS; the stacks' TLS-only
+  bucket, queue and topic policies (`Deny ... Bool aws:SecureTransport false`, CDK's `enforce_ssl`) would
+  otherwise deny every local call, although the same calls go over TLS in the cloud.
+- `aws:CurrentTime`, `aws:EpochTime`, `aws:SourceIp` (the client address), `aws:RequestedRegion`,
+  `aws:PrincipalArn`, `aws:PrincipalAccount`, `aws:PrincipalType` (`AssumedRole` / `User`), `aws:userid`,
+  `aws:username` (users), `aws:PrincipalIsAWSService` = `aws:ViaAWSService` = `false`; for S3 also
+  `s3:authType` (`REST-HEADER` / `REST-QUERY-STRING`), `s3:signatureversion` and `s3:signatureAge`.
+
+Behaviour copied from AWS besides plain denials:
+- STS GetCallerIdentity is answered here (the caller's ARN, user id and account; it is never denied);
+  AssumeRole of a role the store knows is answered here with credentials the store mints, after the
+  caller's identity policy and the role's trust policy (its resource policy) are both consulted.
+- S3 DeleteObjects decides each key on its own: denied keys come back as `<Error>` entries with
+  `AccessDenied` in the 200 reply, the others are deleted.
+- S3 GetObject/HeadObject of a missing key by a caller without `s3:ListBucket` on the bucket is 403
+  AccessDenied, not 404 (Amazon S3 API Reference, GetObject: "If you don't have the s3:ListBucket
+  permission, Amazon S3 returns an HTTP status code 403 Access Denied error"). The ListBucket check is made
+  without `s3:prefix`; AWS does not document that check's context.
+Passed through unchecked: moto's own `/moto-api` endpoints (the emulator's admin API; AWS has none) and CORS
+preflight `OPTIONS` requests (never signed; S3 answers them from the bucket's CORS rules).
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import hashlib
+import io
+import logging
+import threading
+import urllib.parse
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from xml.sax.saxutils import escape
+
+from servestack.local.http_server import Reply
+from servestack.local.http_server import Request as LocalRequest
+from servestack.local.iam.conditions import normalise_context
+from servestack.local.iam.identities import Identity, IdentityStore
+from servestack.local.iam.operations import Check, ExecuteApi, Operation, Where, describe, s3_arn
+from servestack.local.iam.policy import Caller, Decision, evaluate
+from servestack.local.iam.replies import access_denied, authentication_failed
+from servestack.local.iam.resource_policies import ResourcePolicies
+from servestack.local.iam.sigv4 import AuthFailure, Failure, Signature, authenticate, parse_signature
+from servestack.local.iam.wire import HttpRequest
+
+logger = logging.getLogger("servestack.local.iam")
+
+DISABLED_WARNING = (
+    "iam: ENFORCEMENT IS OFF (--no-iam): every AWS call is allowed whatever the templates' policies say, so a "
+    "green local run proves nothing about permissions. Turn it back on before trusting a result."
+)
+TARGET_SERVICES = {
+    "AmazonSQS": "sqs",
+    "DynamoDB_20120810": "dynamodb",
+    "DynamoDBStreams_20120810": "dynamodb",
+    "Logs_20140328": "logs",
+    "AWSEvents": "events",
+    "GraniteServiceVersion20100801": "monitoring",
+    "SageMaker": "sagemaker",
+}
+STS_NAMESPACE = "https://sts.amazonaws.com/doc/2011-06-15/"
+DELETE_NAMESPACE = "http://s3.amazonaws.com/doc/2006-03-01/"
+ASSUMED_SESSION_SEC = 3600
+MAX_DENIALS = 10_000
+CONTEXT_CACHE_LIMIT = 1024  # request contexts remembered for the current second, per caller and address
+
+StartResponse = Callable[..., Any]
+WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+
+@dataclass(frozen=True)
+class Denial:
+    """One refused call, for local up's summary."""
+
+    at: datetime
+    caller: str
+    action: str
+    resource: str
+    reason: str
+    operation: str = ""
+
+    def line(self) -> str:
+        return f"iam: DENY {self.caller} {self.action} {self.resource} ({self.reason})"
+
+
+@dataclass
+class Verdict:
+    """What to do with one request."""
+
+    identity: Identity | None
+    operation: Operation | None = None
+    reply: Reply | None = None  # answer this instead of passing the request on
+    denied_keys: tuple[tuple[str, str | None], ...] = ()  # S3 DeleteObjects keys the caller may not delete
+    # S3 Get/HeadObject: the caller's s3:ListBucket decision, asked only when the key turns out missing
+    list_bucket: Callable[[], Decision] | None = None
+    caller_arn: str = "anonymous"
+    service: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+class IamEnforcer:
+    """IAM's answer to every AWS call of a local deployment."""
+
+    def __init__(
+        self,
+        store: IdentityStore,
+        resource_policies: ResourcePolicies | None = None,
+        *,
+        enabled: bool = True,
+        log: Callable[[str], None] = print,
+        region: str = "us-east-1",
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.store = store
+        self.resource_policies = resource_policies if resource_policies is not None else ResourcePolicies()
+        self.enabled = enabled
+        self.log = log
+        self.region = region
+        self.clock = clock
+        self._denials: collections.deque[Denial] = collections.deque(maxlen=MAX_DENIALS)
+        self._warned = False
+        self._lock = threading.Lock()
+        self._contexts: dict[tuple[Any, ...], dict[str, tuple[str, ...]]] = {}
+
+    @property
+    def denials(self) -> list[Denial]:
+        return list(self._denials)
+
+    def _warn_disabled(self) -> None:
+        with self._lock:
+            if self._warned:
+                return
+            self._warned = True
+        self.log(DISABLED_WARNING)
+
+    # -------------------------------------------------------------------------------- decisions
+
+    def _context(
+        self,
+        caller: Caller,
+        identity: Identity | None,
+        region: str,
+        *,
+        source_ip: str = "127.0.0.1",
+        signature: Signature | None = None,
+        service: str = "",
+    ) -> dict[str, tuple[str, ...]]:
+        now = self.clock()
+        second = int(now.timestamp())
+        presigned_v4 = service == "s3" and signature is not None and signature.presigned and signature.version == 4
+        cache_key = (
+            caller.arn,
+            identity.access_key_id if identity is not None else "",
+            region,
+            source_ip,
+            service == "s3" and signature is not None and (signature.presigned, signature.version),
+            second,
+        )
+        cached = None if presigned_v4 else self._contexts.get(cache_key)
+        if cached is not None:
+            return cached
+        context: dict[str, str | tuple[str, ...]] = {
+            "aws:SecureTransport": "true",
+            "aws:CurrentTime": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "aws:EpochTime": str(second),
+            "aws:SourceIp": source_ip,
+            "aws:RequestedRegion": region,
+            "aws:PrincipalIsAWSService": "false",
+            "aws:ViaAWSService": "false",
+        }
+        if identity is not None:
+            context |= {
+                "aws:PrincipalArn": identity.principal_arn,
+                "aws:PrincipalAccount": identity.account,
+                "aws:PrincipalType": "AssumedRole" if identity.kind == "role" else "User",
+                "aws:userid": identity.user_id,
+            }
+            if identity.kind == "user":
+                context["aws:username"] = identity.name
+            if identity.session_token:
+                context["aws:TokenIssueTime"] = identity.issued_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        elif caller.service is None:
+            context["aws:PrincipalType"] = "Anonymous"
+        if service == "s3" and signature is not None:
+            context["s3:authType"] = "REST-QUERY-STRING" if signature.presigned else "REST-HEADER"
+            context["s3:signatureversion"] = "AWS4-HMAC-SHA256" if signature.version == 4 else "AWS"
+            if presigned_v4:
+                signed = datetime.strptime(signature.amz_date, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+                context["s3:signatureAge"] = str(max(0, int((now - signed).total_seconds() * 1000)))
+        normalised = normalise_context(context)
+        if not presigned_v4:
+            if len(self._contexts) >= CONTEXT_CACHE_LIMIT:
+                self._contexts.clear()
+            self._contexts[cache_key] = normalised
+        return normalised
+
+    def _decide(
+        self,
+        caller: Caller,
+        identity: Identity | None,
+        check: Check,
+        base: Mapping[str, tuple[str, ...]],
+        *,
+        trust: bool = False,
+    ) -> Decision:
+        context = {**base, **normalise_context(check.context)} if check.context else base
+        return evaluate(
+            caller,
+            check.action,
+            check.resource,
+            context,
+            identity_policies=identity.compiled if identity is not None else None,
+            resource_policy=self.resource_policies.for_resource(check.resource),
+            trust=trust,
+        )
+
+    def _record(self, caller_arn: str, decision: Decision, operation: str = "", note: str = "") -> None:
+        reason = decision.reason + (f"; the call was not recognised: {note}" if note else "")
+        if decision.allowed:
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug("iam: ALLOW %s %s %s (%s)", caller_arn, decision.action, decision.resource, reason)
+            return
+        denial = Denial(self.clock(), caller_arn, decision.action, decision.resource, reason, operation)
+        self._denials.append(denial)
+        self.log(denial.line())
+
+    def authorize(
+        self,
+        identity: Identity,
+        action: str,
+        resource: str,
+        context: Mapping[str, str | list[str] | tuple[str, ...]] | None = None,
+    ) -> Decision:
+        """The decision for a call made on `identity`'s behalf without HTTP (logged and kept like any other)."""
+        if not self.enabled:
+            self._warn_disabled()
+            return Decision(True, action, resource, "IAM enforcement is off")
+        region = resource.split(":")[3] if resource.count(":") >= 5 and resource.split(":")[3] else self.region
+        base = self._context(identity.caller, identity, region)
+        check = Check(
+            action,
+            resource,
+            {key: value if isinstance(value, str) else tuple(value) for key, value in (context or {}).items()},
+        )
+        decision = self._decide(identity.caller, identity, check, base, trust=action.lower() == "sts:assumerole")
+        self._record(identity.arn, decision)
+        return decision
+
+    # -------------------------------------------------------------------------------- requests
+
+    def evaluate_request(
+        self, request: HttpRequest, *, service_hint: str | None = None, api: ExecuteApi | None = None
+    ) -> Verdict:
+        """Authenticate, describe and authorize one request."""
+        if not self.enabled:
+            self._warn_disabled()
+            return Verdict(None)
+        try:
+            signature = parse_signature(request)
+        except AuthFailure as failure:
+            service = service_hint or guess_service(request)
+            return self._refuse_authentication(request, service, failure)
+        service = service_hint or (signature.service if signature is not None else guess_service(request))
+        identity: Identity | None = None
+        if signature is not None:
+            if service_hint is not None and signature.service != service_hint:
+                mis_scoped = AuthFailure(
+                    Failure.BAD_SIGNATURE,
+                    f"Credential should be scoped to correct service: '{service_hint}'.",
+                    access_key_id=signature.access_key_id,
+                )
+                return self._refuse_authentication(request, service, mis_scoped)
+            try:
+                authenticated = authenticate(request, self.store, self.clock(), signature=signature)
+            except AuthFailure as failure:
+                return self._refuse_authentication(request, service, failure)
+            assert authenticated is not None
+            identity = authenticated[0]
+        elif service not in ("s3",):
+            # Only S3 evaluates anonymous requests (against bucket policies); every other API wants a signature.
+            unsigned = AuthFailure(Failure.MISSING, "the request is not signed")
+            return self._refuse_authentication(request, service, unsigned)
+        region = signature.region if signature is not None else self.region
+        where = Where(region, identity.account if identity is not None else self.store.account_id)
+        operation = describe(request, service, where, api=api)
+        caller = identity.caller if identity is not None else Caller.anonymous()
+        verdict = Verdict(identity, operation, caller_arn=caller.arn, service=service)
+        if operation.always_allowed:
+            return verdict
+        base = self._context(
+            caller, identity, region, source_ip=request.source_ip, signature=signature, service=service
+        )
+        note = "" if operation.recognised else operation.note
+        if operation.delete_keys:
+            return self._delete_objects(verdict, caller, identity, base)
+        trust = operation.name == "AssumeRole" and operation.service == "sts"
+        for check in operation.checks:
+            decision = self._decide(caller, identity, check, base, trust=trust)
+            self._record(caller.arn, decision, operation.name, note)
+            if not decision.allowed:
+                verdict.reply = access_denied(
+                    service, request, caller.arn, decision, note=note, anonymous=identity is None
+                )
+                return verdict
+        if service == "s3" and operation.name in ("GetObject", "HeadObject") and operation.bucket:
+            bucket = operation.bucket
+
+            def list_bucket() -> Decision:
+                return self._decide(caller, identity, Check("s3:ListBucket", s3_arn(bucket)), base)
+
+            verdict.list_bucket = list_bucket
+        return verdict
+
+    def _refuse_authentication(self, request: HttpRequest, service: str, failure: AuthFailure) -> Verdict:
+        who = failure.access_key_id or "anonymous"
+        denial = Denial(
+            self.clock(),
+            who,
+            f"{service}:-",
+            request.path,
+            f"authentication: {failure.failure.value}: {failure.message}",
+        )
+        self._denials.append(denial)
+        self.log(denial.line())
+        return Verdict(None, reply=authentication_failed(service, request, failure), service=service)
+
+    def _delete_objects(
+        self, verdict: Verdict, caller: Caller, identity: Identity | None, base: Mapping[str, tuple[str, ...]]
+    ) -> Verdict:
+        assert verdict.operation is not None
+        denied = []
+        for (key, version), check in zip(verdict.operation.delete_keys, verdict.operation.checks, strict=True):
+            decision = self._decide(caller, identity, check, base)
+            self._record(caller.arn, decision, "DeleteObjects")
+            if not decision.allowed:
+                denied.append((key, version))
+        verdict.denied_keys = tuple(denied)
+        return verdict
+
+    def check(
+        self,
+        method: str,
+        raw_path: str,
+        raw_query: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        service_hint: str,
+        *,
+        api: ExecuteApi | None = None,
+        source_ip: str = "127.0.0.1",
+    ) -> Identity | Reply | None:
+        """For servestack's own HTTP fronts: the caller's identity when IAM allows the call, else the reply to
+        send. `service_hint` is the SigV4 signing name the front answers for (`sagemaker`, `lambda`,
+        `execute-api` with `api`). None only when enforcement is off."""
+        request = HttpRequest(method, raw_path, raw_query, {k.lower(): v for k, v in headers.items()}, body, source_ip)
+        verdict = self.evaluate_request(request, service_hint=service_hint, api=api)
+        if verdict.reply is not None:
+            return verdict.reply
+        return verdict.identity
+
+    def check_request(
+        self, request: LocalRequest, service_hint: str, *, api: ExecuteApi | None = None, source_ip: str = "127.0.0.1"
+    ) -> Identity | Reply | None:
+        """`check` for a front built on servestack.local.http_server (its `Request` keeps the raw query)."""
+        return self.check(
+            request.method,
+            request.path,
+            request.raw_query,
+            request.headers,
+            request.body,
+            service_hint,
+            api=api,
+            source_ip=source_ip,
+        )
+
+    # -------------------------------------------------------------------------------- WSGI
+
+    def wsgi(self, app: WsgiApp) -> WsgiApp:
+        """A WSGI middleware for moto's server app: refused calls are answered here, the rest reach `app`
+        with their body still readable."""
+
+        def middleware(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+            if not self.enabled:
+                self._warn_disabled()
+                return app(environ, start_response)
+            request = request_from_environ(environ)
+            if request.path.startswith("/moto-api"):  # the emulator's own admin API; AWS has none
+                return app(environ, start_response)
+            if request.method.upper() == "OPTIONS":  # a CORS preflight is never signed (S3 answers it from CORS rules)
+                return app(environ, start_response)
+            verdict = self.evaluate_request(request)
+            if verdict.reply is not None:
+                return _send(start_response, verdict.reply)
+            operation = verdict.operation
+            if operation is not None and operation.service == "sts" and request.header("x-amz-target") is None:
+                local = self._answer_sts(request, verdict)
+                if local is not None:
+                    return _send(start_response, local)
+            if verdict.denied_keys:
+                return self._partial_delete(environ, start_response, app, request, verdict)
+            if verdict.list_bucket is not None:
+                return self._missing_object(environ, start_response, app, request, verdict)
+            return app(environ, start_response)
+
+        return middleware
+
+    def _answer_sts(self, request: HttpRequest, verdict: Verdict) -> Reply | None:
+        operation = verdict.operation
+        identity = verdict.identity
+        assert operation is not None
+        rid = str(uuid.uuid4())
+        if operation.name == "GetCallerIdentity" and identity is not None:
+            body = (
+                f'<GetCallerIdentityResponse xmlns="{STS_NAMESPACE}"><GetCallerIdentityResult>'
+                f"<Arn>{escape(identity.arn)}</Arn><UserId>{escape(identity.user_id)}</UserId>"
+                f"<Account>{identity.account}</Account></GetCallerIdentityResult>"
+                f"<ResponseMetadata><RequestId>{rid}</RequestId></ResponseMetadata></GetCallerIdentityResponse>"
+            )
+            return Reply(200, {"Content-Type": "text/xml", "x-amzn-RequestId": rid}, body.encode())
+        if operation.name == "AssumeRole" and identity is not None:
+            role_arn = operation.checks[0].resource
+            policies = self.store.role_policies(role_arn)
+            session = request.form.get("RoleSessionName") or "session"
+            if policies is None:
+                decision = Decision(
+                    False, "sts:AssumeRole", role_arn, "the role is not known to local mode", None, "resource-based"
+                )
+                self._record(identity.arn, decision, "AssumeRole")
+                return access_denied("sts", request, identity.arn, decision)
+            assumed = self.store.role(role_arn, policies, session_name=session)
+            expires = (
+                self.clock() + timedelta(seconds=int(request.form.get("DurationSeconds") or ASSUMED_SESSION_SEC))
+            ).strftime("%Y-%m-%dT%H:%M:%SZ")
+            body = (
+                f'<AssumeRoleResponse xmlns="{STS_NAMESPACE}"><AssumeRoleResult><Credentials>'
+                f"<AccessKeyId>{assumed.access_key_id}</AccessKeyId>"
+                f"<SecretAccessKey>{escape(assumed.secret_access_key)}</SecretAccessKey>"
+                f"<SessionToken>{escape(assumed.session_token or '')}</SessionToken>"
+                f"<Expiration>{expires}</Expiration></Credentials>"
+                f"<AssumedRoleUser><AssumedRoleId>{escape(assumed.user_id)}</AssumedRoleId>"
+                f"<Arn>{escape(assumed.arn)}</Arn></AssumedRoleUser></AssumeRoleResult>"
+                f"<ResponseMetadata><RequestId>{rid}</RequestId></ResponseMetadata></AssumeRoleResponse>"
+            )
+            return Reply(200, {"Content-Type": "text/xml", "x-amzn-RequestId": rid}, body.encode())
+        return None
+
+    def _partial_delete(
+        self,
+        environ: dict[str, Any],
+        start_response: StartResponse,
+        app: WsgiApp,
+        request: HttpRequest,
+        verdict: Verdict,
+    ) -> Iterable[bytes]:
+        """S3 DeleteObjects with some keys denied: moto deletes the rest; the denied ones are reported."""
+        assert verdict.operation is not None
+        denied = set(verdict.denied_keys)
+        allowed = [item for item in verdict.operation.delete_keys if item not in denied]
+        errors = "".join(
+            f"<Error><Key>{escape(key)}</Key>"
+            + (f"<VersionId>{escape(version)}</VersionId>" if version else "")
+            + "<Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
+            for key, version in verdict.denied_keys
+        )
+        if not allowed:
+            result = f'<?xml version="1.0" encoding="UTF-8"?>\n<DeleteResult xmlns="{DELETE_NAMESPACE}">{errors}'
+            result += "</DeleteResult>"
+            return _send(start_response, Reply(200, {"Content-Type": "application/xml"}, result.encode()))
+        quiet = b"<Quiet>true</Quiet>" in request.body.replace(b" ", b"")
+        objects = "".join(
+            f"<Object><Key>{escape(key)}</Key>"
+            + (f"<VersionId>{escape(version)}</VersionId>" if version else "")
+            + "</Object>"
+            for key, version in allowed
+        )
+        new_body = (
+            f'<Delete xmlns="{DELETE_NAMESPACE}">{"<Quiet>true</Quiet>" if quiet else ""}{objects}</Delete>'.encode()
+        )
+        environ["wsgi.input"] = io.BytesIO(new_body)
+        environ["CONTENT_LENGTH"] = str(len(new_body))
+        environ["HTTP_CONTENT_MD5"] = base64.b64encode(hashlib.md5(new_body).digest()).decode()  # noqa: S324 - S3's Content-MD5
+        for key in [key for key in environ if key.startswith("HTTP_X_AMZ_CHECKSUM_")]:
+            del environ[key]
+        status, headers, reply = _call(app, environ)
+        if status.startswith("200") and b"</DeleteResult>" in reply:
+            reply = reply.replace(b"</DeleteResult>", errors.encode() + b"</DeleteResult>")
+        headers = [(name, value) for name, value in headers if name.lower() != "content-length"]
+        start_response(status, [*headers, ("Content-Length", str(len(reply)))])
+        return [reply]
+
+    def _missing_object(
+        self,
+        environ: dict[str, Any],
+        start_response: StartResponse,
+        app: WsgiApp,
+        request: HttpRequest,
+        verdict: Verdict,
+    ) -> Iterable[bytes]:
+        """GetObject/HeadObject: a missing key is 403 for a caller without s3:ListBucket on the bucket. Only a
+        404 is held back (and the ListBucket decision made); any other reply streams through untouched."""
+        held: dict[str, Any] = {}
+
+        def hold_404(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[[bytes], Any]:
+            if status.startswith("404"):
+                held["status"], held["headers"] = status, headers
+                return lambda data: None
+            return start_response(status, headers, exc_info)  # type: ignore[no-any-return]
+
+        result = app(environ, hold_404)
+        if not held:
+            return result
+        try:
+            body = b"".join(result)
+        finally:
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()
+        missing = request.method.upper() == "HEAD" or b"<Code>NoSuchKey</Code>" in body
+        if missing and verdict.list_bucket is not None:
+            decision = verdict.list_bucket()
+            if not decision.allowed:
+                self._record(verdict.caller_arn, decision, verdict.operation.name if verdict.operation else "")
+                denied = access_denied("s3", request, verdict.caller_arn, decision, anonymous=verdict.identity is None)
+                return _send(start_response, denied)
+        start_response(held["status"], held["headers"])
+        return [body]
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+
+def guess_service(request: HttpRequest) -> str:
+    """The service an unsigned request to moto's port is for: the X-Amz-Target's, else S3 (whose
+    path-style requests carry no other mark)."""
+    target = request.header("x-amz-target")
+    if target:
+        return TARGET_SERVICES.get(target.partition(".")[0], "unknown")
+    if "Action" in request.form:
+        return "unknown"
+    return "s3"
+
+
+def request_from_environ(environ: dict[str, Any]) -> HttpRequest:
+    """The request as sent, from a WSGI environ; its body is read once and put back for the app."""
+    stream = environ.get("wsgi.input")
+    length = environ.get("CONTENT_LENGTH") or ""
+    body = b""
+    if stream is not None:
+        if length.isdigit():
+            body = stream.read(int(length)) if int(length) else b""
+        elif environ.get("wsgi.input_terminated") or "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
+            body = stream.read()
+    environ["wsgi.input"] = io.BytesIO(body)
+    environ["CONTENT_LENGTH"] = str(len(body))
+    environ["wsgi.input_terminated"] = False
+    environ.pop("HTTP_TRANSFER_ENCODING", None)
+    raw_uri = environ.get("RAW_URI") or environ.get("REQUEST_URI")
+    if raw_uri:
+        if "://" in raw_uri.split("?", 1)[0]:
+            raw_uri = urllib.parse.urlsplit(raw_uri)._replace(scheme="", netloc="").geturl()
+        raw_path = raw_uri.split("?", 1)[0]
+    else:
+        raw_path = urllib.parse.quote(environ.get("PATH_INFO", "/").encode("latin-1"), safe="/~!$&'()*+,;=:@")
+    headers: dict[str, str] = {}
+    for key, value in environ.items():
+        if key.startswith("HTTP_"):
+            headers[key[5:].lower().replace("_", "-")] = value
+    if environ.get("CONTENT_TYPE"):
+        headers["content-type"] = environ["CONTENT_TYPE"]
+    if length:
+        headers["content-length"] = str(len(body))
+    return HttpRequest(
+        environ.get("REQUEST_METHOD", "GET"),
+        raw_path or "/",
+        environ.get("QUERY_STRING", ""),
+        headers,
+        body,
+        environ.get("REMOTE_ADDR", "127.0.0.1"),
+    )
+
+
+def _send(start_response: StartResponse, reply: Reply) -> list[bytes]:
+    headers = [(name, value) for name, value in reply.headers.items() if name.lower() != "content-length"]
+    start_response(f"{reply.status} {_reason(reply.status)}", [*headers, ("Content-Length", str(len(reply.body)))])
+    return [reply.body]
+
+
+def _reason(status: int) -> str:
+    from http import HTTPStatus
+
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+def _call(app: WsgiApp, environ: dict[str, Any]) -> tuple[str, list[tuple[str, str]], bytes]:
+    """Run `app` and collect its whole response (only for the small S3 replies that may be rewritten)."""
+    captured: dict[str, Any] = {}
+
+    def capture(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[[bytes], None]:
+        captured["status"], captured["headers"] = status, headers
+        return lambda data: None
+
+    result = app(environ, capture)
+    try:
+        body = b"".join(result)
+    finally:
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()
+    return captured.get("status", "500 Internal Server Error"), list(captured.get("headers", [])), body
