@@ -157,8 +157,7 @@ class EnforcedAccess:
         if decision.allowed:
             return None
         return (
-            f"User: {identity.arn} is not authorized to perform: {action} on resource: {resource} "
-            f"({decision.reason})"
+            f"User: {identity.arn} is not authorized to perform: {action} on resource: {resource} ({decision.reason})"
         )
 
     def may_send(self, queue_arn: str, service: str, source_arn: str, source_account: str) -> bool:

@@ -254,7 +254,7 @@ def run(options: UpOptions) -> int:
 
 def _run(options: UpOptions) -> int:
     from servestack.local.cloudformation import LocalValues, Resolver, StackTemplate, TemplateError
-    from servestack.local.synth import SynthError, stack_templates, synthesize
+    from servestack.local.synth import SynthError, app_root, stack_templates, synthesize
     from servestack.local.topology import read_stack
     from servestack.spec import SpecError, load_spec
 
@@ -273,10 +273,13 @@ def _run(options: UpOptions) -> int:
     except (SpecError, OSError) as error:
         raise UpError(str(error)) from None
     project = spec_file.parent
+    # Where the CDK app, its model artifacts and the handlers' code live: the project's own app.py, else
+    # servestack's (a folder holding only serving.yaml). Lambda's /var/task stands for it.
+    code_root = app_root(project)
     work = project / ".servestack"
     try:
         synth = synthesize(
-            project, spec_file, work / "cdk.out", force=options.resynth, artifacts=project / "models" / "artifacts"
+            project, spec_file, work / "cdk.out", force=options.resynth, artifacts=code_root / "models" / "artifacts"
         )
     except SynthError as error:
         raise UpError(str(error)) from None
@@ -361,10 +364,10 @@ def _run(options: UpOptions) -> int:
 
         from servestack.registry import LOCAL_URI, seed_local
 
-        artifacts = project / "models" / "artifacts"
+        artifacts = code_root / "models" / "artifacts"
         registry_uri = seed_local(aws["s3"], spec, artifacts)
         environment_base = base_environment() | {"AWS_ENDPOINT_URL": emulator_url, "AWS_DEFAULT_REGION": region}
-        world = World(options, spec, spec_file, project, work, region, emulator_url, access, aws, registry_uri)
+        world = World(options, spec, spec_file, code_root, work, region, emulator_url, access, aws, registry_uri)
         plan = world.plan(topologies, realtime_port, aws_port, api_ports, environment_base)
         children = plan.children
         for child in children:
@@ -489,7 +492,7 @@ class World:
     options: UpOptions
     spec: Any
     spec_file: Path
-    project: Path
+    project: Path  # the code root: where the CDK app, the model artifacts and the handlers live
     work: Path
     region: str
     emulator_url: str

@@ -69,21 +69,22 @@ def test_realtime_through_boto3_with_the_templates_endpoint_name(up: LocalUp, sk
 
 def test_serverless_through_boto3_with_the_templates_function_name_and_alias(up: LocalUp) -> None:
     # GIVEN the function name CloudFormation would generate for the serverless stack's function
-    functions = up.deployment("digits-api")["lambda_functions"]
-    (name,) = (n for logical, n in functions.items() if logical.startswith("ServerlessFunction"))
+    names = up.deployment("digits-api")["lambda_functions"]
+    (name,) = (n for logical, n in names.items() if logical.startswith("ServerlessFunction"))
     assert name.startswith("servestack-digits-api-ServerlessFunction")
     event = json.loads((EVENTS / "apiGatewayHttpApiV2Event.json").read_text())
     event["body"] = json.dumps(DIGITS)
     # WHEN boto3's lambda.invoke calls it through its `live` alias (the template's alias)
-    response = up.client("lambda").invoke(FunctionName=name, Qualifier="live", Payload=json.dumps(event))
+    functions = up.client("lambda")
+    response = functions.invoke(FunctionName=name, Qualifier="live", Payload=json.dumps(event))
     # THEN the handler answers with the predictions
     answer = json.loads(response["Payload"].read())
     assert response["StatusCode"] == 200
     assert "FunctionError" not in response
     assert json.loads(answer["body"])["predictions"] == [0, 1, 2, 3]
     # AND a qualifier the template does not publish is not found, as in the cloud
-    with pytest.raises(up.client("lambda").exceptions.ResourceNotFoundException):
-        up.client("lambda").invoke(FunctionName=name, Qualifier="blue", Payload=json.dumps(event))
+    with pytest.raises(functions.exceptions.ResourceNotFoundException):
+        functions.invoke(FunctionName=name, Qualifier="blue", Payload=json.dumps(event))
 
 
 def test_the_http_api_needs_sigv4_as_its_route_says(up: LocalUp) -> None:

@@ -270,7 +270,7 @@ def test_an_unknown_key_is_refused_with_the_services_code(
 ) -> None:
     stranger = boto3.Session(
         aws_access_key_id="AKIASTRANGERSTRANGER",
-        aws_secret_access_key="secret",  # noqa: S106 - a key nobody issued
+        aws_secret_access_key="secret",
         region_name=REGION,
     )
     client = stranger.client(
@@ -282,7 +282,7 @@ def test_an_unknown_key_is_refused_with_the_services_code(
 
 
 def test_a_wrong_secret_is_a_signature_mismatch(emulator: Emulator) -> None:
-    forged = boto3.Session(aws_access_key_id="local", aws_secret_access_key="guess", region_name=REGION)  # noqa: S106
+    forged = boto3.Session(aws_access_key_id="local", aws_secret_access_key="guess", region_name=REGION)
     config = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1})
     with pytest.raises(ClientError) as s3:
         forged.client("s3", endpoint_url=emulator.url, config=config).list_buckets()

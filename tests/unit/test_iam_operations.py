@@ -37,7 +37,7 @@ def sent(service: str, operation: str, **params: Any) -> HttpRequest:
         endpoint_url="http://127.0.0.1:5000",
         region_name="us-east-1",
         aws_access_key_id="AKIAEXAMPLEEXAMPLE00",
-        aws_secret_access_key="secret",  # noqa: S106 - a test key
+        aws_secret_access_key="secret",
         config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
     )
 

@@ -260,7 +260,7 @@ def test_the_developer_is_an_administrator_with_local_keys(store: IdentityStore)
     assert developer.arn == "arn:aws:iam::123456789012:user/developer"
     assert store.lookup("local") is developer
     with pytest.raises(ValueError, match="already stands for"):
-        store.user("someone-else", POLICIES, access_key_id="local", secret_access_key="x")  # noqa: S106
+        store.user("someone-else", POLICIES, access_key_id="local", secret_access_key="x")
 
 
 @pytest.mark.parametrize(
