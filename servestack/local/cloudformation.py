@@ -259,6 +259,13 @@ class Resolver:
             table = {"Arn": lambda: self.arn("kms", f"key/{name}"), "KeyId": lambda: name}
         elif t == "AWS::StepFunctions::StateMachine":
             table = {"Arn": lambda: self.arn("states", f"stateMachine:{name}"), "Name": lambda: name}
+        if not table and t.startswith("AWS::"):
+            # A type local mode only reports (ECS, EC2...): a value of the documented shape is enough to read
+            # the template; nothing local calls it.
+            service, kind = t.split("::")[1].lower(), t.split("::")[2].lower()
+            if attribute.endswith("Arn"):
+                return self.arn(service, f"{kind}/{name}")
+            return f"{kind}-{short_id(self.template.name, f'{logical_id}.{attribute}', 17)}"
         if attribute not in table:
             raise TemplateError(
                 f"{self.template.name}: Fn::GetAtt {logical_id}.{attribute} ({t}) is not known to local mode "

@@ -135,8 +135,10 @@ def run_batch(
         batch = [n for n, x in about["deployments"].items() if x.get("mode") == "batch"]
         print(f"{name}: not a batch deployment of the running local up ({', '.join(batch) or 'none'})", file=sys.stderr)
         return 2
-    payload = dict(d["input"])
     overrides = {"strict": strict or None, "chunk_rows": chunk_rows, "output_prefix": output_prefix}
+    if "task" in d:
+        return _run_task(about, name, d["task"], {k: v for k, v in overrides.items() if v is not None})
+    payload = dict(d["input"])
     payload |= {k: v for k, v in overrides.items() if v is not None}
     session, config = sagemaker_runtime(about)
     lambdas = session.client("lambda", endpoint_url=about["aws_api_url"], config=config)
@@ -152,3 +154,25 @@ def run_batch(
     manifest = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
     print(json.dumps({"rows": manifest["rows"], "parts": len(manifest["parts"]), "model": manifest["model"]}))
     return 0
+
+
+def _run_task(about: dict[str, Any], name: str, task: dict[str, Any], overrides: dict[str, Any]) -> int:
+    """A batch deployment on Fargate: its task's container command, run here as its task role."""
+    import os
+    import subprocess
+
+    keys = about["identities"].get(task["role"] or "", {})
+    environment = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
+        **task["environment"],
+        **{
+            f"SERVESTACK_BATCH_{k.upper()}": str(v).lower() if isinstance(v, bool) else str(v)
+            for k, v in overrides.items()
+        },  # fmt: skip
+        "AWS_ENDPOINT_URL": about["endpoint_url"],
+        "AWS_DEFAULT_REGION": about.get("region", "us-east-1"),
+        **{k: v for k, v in keys.items() if k.startswith("AWS_")},
+    }
+    print(f"running {name}'s task ({' '.join(task['argv'])}) as {task['role']}", file=sys.stderr)
+    result = subprocess.run(task["argv"], cwd=about.get("project"), env=environment, check=False)
+    return 0 if result.returncode == 0 else 1

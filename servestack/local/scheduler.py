@@ -37,9 +37,11 @@ class ScheduleRunner:
         authorize: Authorize,
         send_dead_letter: Callable[[str, str, dict[str, Any]], None] | None = None,
         *,
+        run_task: Callable[[ScheduleDef], str | None] | None = None,
         backoff_sec: float = 1.0,
     ) -> None:
         self.schedule = schedule
+        self.run_task = run_task  # an ECS target: start the task; None when it started, else why not
         self.lambdas = lambdas
         self.authorize = authorize
         self.send_dead_letter = send_dead_letter
@@ -78,6 +80,16 @@ class ScheduleRunner:
         started = time.monotonic()
         error = "unknown"
         for attempt in range(s.retry_attempts + 1):
+            if s.task is not None:
+                failed = self.run_task(s) if self.run_task is not None else "ECS targets need a task runner"
+                if failed is None:
+                    logger.info("schedule %s: started task %s (run %d)", s.name, s.task, self.runs)
+                    return True
+                error = failed
+                logger.error("schedule %s: attempt %d failed: %s", s.name, attempt + 1, error)
+                if self._stop.wait(self.backoff_sec * 2**attempt):
+                    return False
+                continue
             denied = self.authorize(s.role_arn, "lambda:InvokeFunction", s.target_arn)
             if denied is not None:
                 error = f"AccessDeniedException: {denied}"

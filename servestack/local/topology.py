@@ -42,6 +42,7 @@ EMULATED: dict[str, str] = {
     "AWS::SageMaker::EndpointConfig": "variants, weights, shadow, serverless and async configuration, model mode",
     "AWS::SageMaker::Endpoint": "local endpoint behind the SageMaker Runtime front",
     "AWS::Logs::LogGroup": "logs go to local up's output, one tag per process",
+    "AWS::ECS::TaskDefinition": "the container's command run as a local process, its environment, its task role",
 }
 REPORTED: dict[str, str] = {
     "AWS::CloudWatch::Alarm": "not evaluated (the `local deploy` rehearsal evaluates the rollback alarms)",
@@ -179,6 +180,18 @@ class ScheduleDef:
     retry_attempts: int
     maximum_event_age_sec: int
     dead_letter_arn: str | None
+    task: str | None = None  # an ECS target's task definition (logical id); None for a Lambda target
+
+
+@dataclass(frozen=True)
+class TaskDef:
+    """An ECS task definition's one container, as local mode runs it: a process."""
+
+    logical_id: str
+    arn: str
+    argv: tuple[str, ...]
+    environment: dict[str, str]
+    task_role: str | None  # role logical id
 
 
 @dataclass(frozen=True)
@@ -247,6 +260,7 @@ class StackTopology:
     schedules: list[ScheduleDef] = field(default_factory=list)
     apis: dict[str, HttpApiDef] = field(default_factory=dict)
     endpoints: dict[str, EndpointDef] = field(default_factory=dict)
+    tasks: dict[str, TaskDef] = field(default_factory=dict)
     resource_policies: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # resource ARN -> docs
     versioned: set[str] = field(default_factory=set)  # functions the template publishes a version of
     outputs: dict[str, str] = field(default_factory=dict)
@@ -477,8 +491,27 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
                     bool(r(p.get("Enabled", True))),
                 )
             )
+        elif res.type == "AWS::ECS::TaskDefinition":
+            containers = _as_list(p.get("ContainerDefinitions"))
+            if len(containers) != 1:
+                raise TemplateError(
+                    f"{template.name}: task definition {res.logical_id} has {len(containers)} containers; local "
+                    "mode runs one"
+                )
+            container = r(containers[0])
+            argv = tuple(str(a) for a in [*container.get("EntryPoint", []), *container.get("Command", [])])
+            environment = {str(e["Name"]): str(e["Value"]) for e in container.get("Environment", [])}
+            topology.tasks[res.logical_id] = TaskDef(
+                res.logical_id,
+                resolver.arn("ecs", f"task-definition/{name(res.logical_id)}:1"),
+                argv,
+                environment,
+                _logical_of(p.get("TaskRoleArn")),
+            )
         elif res.type == "AWS::Scheduler::Schedule":
-            target = r(p["Target"])
+            raw_target = p["Target"]
+            task_id = _logical_of((raw_target.get("EcsParameters") or {}).get("TaskDefinitionArn"))
+            target = r(raw_target)
             retry = target.get("RetryPolicy") or {}
             topology.schedules.append(
                 ScheduleDef(
@@ -493,6 +526,7 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
                     int(retry.get("MaximumRetryAttempts", 185)),
                     int(retry.get("MaximumEventAgeInSeconds", 86_400)),
                     (target.get("DeadLetterConfig") or {}).get("Arn"),
+                    task_id,
                 )
             )
         elif res.type == "AWS::SageMaker::Endpoint":

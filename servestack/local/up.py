@@ -23,6 +23,7 @@ import json
 import os
 import shlex
 import signal
+import subprocess
 import sys
 import tarfile
 import threading
@@ -476,6 +477,7 @@ class Plan:
     apis: list[tuple[Any, int]] = field(default_factory=list)  # (HttpApiDef, port)
     mappings: list[tuple[Any, Any, Any]] = field(default_factory=list)  # (mapping, function, credentials)
     schedules: list[Any] = field(default_factory=list)
+    tasks: dict[str, tuple[str, list[str], dict[str, str]]] = field(default_factory=dict)  # id -> arn, argv, env
     deployments: dict[str, dict[str, Any]] = field(default_factory=dict)
     identities: dict[str, dict[str, str]] = field(default_factory=dict)
     curls: list[str] = field(default_factory=list)
@@ -565,6 +567,18 @@ class World:
                 function = topology.functions[mapping.function]
                 plan.mappings.append((mapping, function, credentials[function.role]))
             plan.schedules += topology.schedules
+            for task in topology.tasks.values():
+                role = topology.roles.get(task.task_role or "")
+                keys = credentials[role.logical_id].environment() if role is not None else {}
+                # `python` in the image is this interpreter here; the image's working directory is the code root.
+                argv = [sys.executable if a == "python" else a for a in task.argv]
+                plan.tasks[task.logical_id] = (
+                    task.arn,
+                    argv,
+                    env_base | self.service_endpoints | task.environment | keys,
+                )
+                entry["task"] = {"arn": task.arn, "argv": argv, "environment": task.environment,
+                                 "role": role.name if role else None}  # fmt: skip
             for endpoint in topology.endpoints.values():
                 port = realtime_port if first_realtime else free_port()
                 first_realtime = False
@@ -759,7 +773,10 @@ class World:
         for schedule in plan.schedules:
             role = schedule.role_arn.rsplit("/", 1)[-1]
             keys = plan.identities.get(role)
-            runner = ScheduleRunner(schedule, lambdas, self.access.authorize, self._dead_letter_sender(keys))
+            runner = ScheduleRunner(
+                schedule, lambdas, self.access.authorize, self._dead_letter_sender(keys),
+                run_task=self._task_runner(plan, schedule.role_arn),
+            )  # fmt: skip
             runners.append(runner.start())
 
         def stop_threads() -> None:
@@ -774,6 +791,26 @@ class World:
 
     def _authorize_api(self, request: Any, resource: str) -> Any:
         return self.access.check(request, "execute-api", resource)
+
+    def _task_runner(self, plan: Plan, role_arn: str) -> Callable[[Any], str | None]:
+        """Scheduler's ECS target: as the schedule's role (ecs:RunTask on the task definition), start the task's
+        container command as a process with its environment and task role."""
+
+        def run(schedule: Any) -> str | None:
+            if schedule.task not in plan.tasks:
+                return f"task definition {schedule.task} is not in the templates"
+            arn, argv, env = plan.tasks[schedule.task]
+            denied = self.access.authorize(role_arn, "ecs:RunTask", arn)
+            if denied is not None:
+                return f"AccessDeniedException: {denied}"
+            process = subprocess.Popen(
+                argv, cwd=self.project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            )
+            assert process.stdout is not None
+            _pump(f"task {schedule.task}", process.stdout, sys.stdout)
+            return None
+
+        return run
 
     def _dead_letter_sender(self, keys: dict[str, str] | None) -> Callable[[str, str, dict[str, Any]], None]:
         from servestack.local.access import Credentials

@@ -33,7 +33,7 @@ def test_schedule_expression_and_timezone_come_from_the_spec(synth: Synth) -> No
     assert '"output_prefix":"batch/cancer-nightly/output/"' in text
 
 
-def test_batch_function_reads_input_prefix_and_writes_output_prefix_only(synth: Synth) -> None:
+def test_batch_function_reads_its_input_prefix_and_owns_its_output_prefix_only(synth: Synth) -> None:
     t = synth.template("cancer-nightly")
 
     t.has_resource_properties("AWS::Lambda::Function", {"Handler": "handlers.batch.handler", "Timeout": 900})
@@ -55,9 +55,16 @@ def test_batch_function_reads_input_prefix_and_writes_output_prefix_only(synth: 
                             "Resource": Match.any_value(),
                         },
                         {
-                            "Action": "s3:PutObject",
+                            # resume reads parts back, and stale parts and error parts are deleted
+                            "Action": ["s3:DeleteObject", "s3:GetObject", "s3:PutObject"],
                             "Effect": "Allow",
                             "Resource": {"Fn::Join": ["", [Match.any_value(), "/batch/cancer-nightly/output/*"]]},
+                        },
+                        {
+                            "Action": "s3:ListBucket",
+                            "Condition": {"StringLike": {"s3:prefix": ["batch/cancer-nightly/output/*"]}},
+                            "Effect": "Allow",
+                            "Resource": Match.any_value(),
                         },
                     ]
                 )

@@ -1,0 +1,104 @@
+"""What local up reads from the session's synthesized templates (the repo's deployments plus every construct
+option): each mode's resources with the template's settings, and a report that lists every resource."""
+
+from __future__ import annotations
+
+import json
+
+from servestack.local.cloudformation import LocalValues, Resolver, StackTemplate
+from servestack.local.topology import StackTopology, read_stack
+from tests.infra.conftest import Synth
+
+LOCAL = LocalValues(emulator_url="http://emu:5000")
+
+
+def topology(synth: Synth, deployment: str) -> StackTopology:
+    stack = f"servestack-{deployment}"
+    template = StackTemplate.load(synth.outdir / f"{stack}.template.json", stack)
+    return read_stack(template, Resolver(template, LOCAL))
+
+
+def test_every_deployment_reads_and_reports_every_resource(synth: Synth) -> None:
+    for deployment in synth.deployments:
+        read = topology(synth, deployment)
+        resources = synth.templates[f"servestack-{deployment}"]["Resources"]
+        assert read.deployment == deployment
+        assert {row.logical_id for row in read.report} == set(resources)
+
+
+def test_realtime_variants_shadow_and_model_mode(synth: Synth) -> None:
+    (ab,) = topology(synth, "digits-ab").endpoints.values()
+    assert [(v.name, v.weight) for v in ab.variants] == [("current", 9.0), ("candidate", 1.0)]
+    (shadowed,) = topology(synth, "digits-shadow").endpoints.values()
+    assert [v.name for v in shadowed.shadow_variants] == ["shadow"]
+    assert shadowed.shadow_variants[0].weight == 0.2  # 20% of the production variant's weight
+    (mme,) = topology(synth, "digits-mme").endpoints.values()
+    assert mme.variants[0].container.mode == "MultiModel"
+    assert mme.variants[0].container.model_data_url.endswith("/models/")  # type: ignore[union-attr]
+    (sls,) = topology(synth, "digits-sls").endpoints.values()
+    assert sls.variants[0].serverless == {"MaxConcurrency": 5, "MemorySizeInMB": 3072}
+    (realtime,) = topology(synth, "digits-realtime").endpoints.values()
+    assert realtime.name == "servestack-digits-realtime"
+    assert realtime.variants[0].container.model_data_url is not None
+
+
+def test_async_queue_mapping_notification_and_table(synth: Synth) -> None:
+    read = topology(synth, "cancer-async")
+    (mapping,) = read.mappings
+    assert (mapping.batch_size, mapping.window_sec, mapping.report_batch_item_failures) == (20, 2, True)
+    assert mapping.maximum_concurrency == 10
+    queues = {q.name: q for q in read.queues.values()}
+    redrive = json.loads(queues["servestack-cancer-async-jobs"].attributes["RedrivePolicy"])
+    assert redrive == {"deadLetterTargetArn": queues["servestack-cancer-async-dlq"].arn, "maxReceiveCount": "3"}
+    (table,) = read.tables.values()
+    assert table.ttl_attribute == "expires_at"
+    bucket = next(b for b in read.buckets.values() if b.notifications)
+    (rule,) = bucket.notifications["QueueConfigurations"]
+    assert rule["QueueArn"] == queues["servestack-cancer-async-jobs"].arn
+    assert rule["Filter"]["Key"]["FilterRules"] == [
+        {"Name": "prefix", "Value": "async/servestack-cancer-async/requests/uploads/"}
+    ]
+    # the queue policy lets S3 send from this bucket only
+    (policy,) = read.resource_policies[queues["servestack-cancer-async-jobs"].arn]
+    s3_statement = next(s for s in policy["Statement"] if s.get("Principal") == {"Service": "s3.amazonaws.com"})
+    assert s3_statement["Condition"]["ArnLike"]["aws:SourceArn"] == bucket.arn
+
+
+def test_sagemaker_async_backend_endpoint_topics_and_notifier(synth: Synth) -> None:
+    read = topology(synth, "cancer-gpu-async")
+    (endpoint,) = read.endpoints.values()
+    assert endpoint.async_config is not None
+    topics = {t.arn for t in read.topics.values()}
+    notification = endpoint.async_config["OutputConfig"]["NotificationConfig"]
+    assert {notification["SuccessTopic"], notification["ErrorTopic"]} == topics
+    assert all(sub[0] == "sqs" and sub[2] for t in read.topics.values() for sub in t.subscriptions)
+    (mapping,) = read.mappings
+    assert read.functions[mapping.function].handler == "handlers.asynchronous.notification_handler"
+
+
+def test_serverless_route_alias_and_permission(synth: Synth) -> None:
+    read = topology(synth, "digits-api")
+    (api,) = read.apis.values()
+    (route,) = api.routes
+    assert (route.route_key, route.authorization, route.qualifier, route.timeout_ms) == (
+        "$default",
+        "AWS_IAM",
+        "live",
+        29000,
+    )
+    function = next(f for f in read.functions.values() if f.name == route.function)
+    assert function.aliases == ("live",)
+    assert function.logical_id in read.versioned
+    (permission,) = read.resource_policies[function.arn]
+    (statement,) = permission["Statement"]
+    assert statement["Principal"] == {"Service": "apigateway.amazonaws.com"}
+
+
+def test_batch_schedule_input_retries_and_dead_letters(synth: Synth) -> None:
+    read = topology(synth, "cancer-nightly")
+    (schedule,) = read.schedules
+    assert (schedule.expression, schedule.timezone, schedule.retry_attempts) == ("cron(0 2 * * ? *)", "Europe/Paris", 2)
+    payload = json.loads(schedule.input or "{}")
+    assert payload["input_prefix"] == "batch/cancer-nightly/input/"
+    assert schedule.dead_letter_arn in {q.arn for q in read.queues.values()}
+    assert read.function_by_arn(schedule.target_arn) is not None

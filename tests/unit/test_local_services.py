@@ -1,0 +1,219 @@
+"""The AWS services local up plays around the functions and containers: HTTP API route matching, the
+Lambda service's names and qualifiers, schedules (retries, DLQ, the role's permission), the supervisor's
+restarts, the synth cache, and the paths that map the cloud's to this machine's."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servestack.local.http_api import CompiledRoute, lambda_response
+from servestack.local.lambda_service import HostedFunction, LambdaService
+from servestack.local.scheduler import ScheduleRunner
+from servestack.local.synth import inputs_digest
+from servestack.local.topology import FunctionDef, RouteDef, ScheduleDef
+from servestack.local.up import Child, Supervisor, extract_model_data, map_paths
+
+# ------------------------------------------------------------------------------------------ HTTP API
+
+
+def route(key: str) -> CompiledRoute:
+    return CompiledRoute.of(RouteDef(key, "AWS_IAM", "fn", None, 29000, "2.0"))
+
+
+def pick(keys: list[str], method: str, path: str) -> str | None:
+    routes = sorted((route(k) for k in keys), key=lambda c: c.rank)
+    found = next((c for c in routes if c.matches(method, path)), None)
+    return found.route.route_key if found else None
+
+
+def test_the_most_specific_route_wins_as_api_gateway_picks_it() -> None:
+    keys = ["$default", "ANY /jobs/{proxy+}", "GET /jobs/{id}", "GET /jobs/stats", "POST /jobs"]
+    assert pick(keys, "GET", "/jobs/stats") == "GET /jobs/stats"
+    assert pick(keys, "GET", "/jobs/42") == "GET /jobs/{id}"
+    assert pick(keys, "DELETE", "/jobs/42/x") == "ANY /jobs/{proxy+}"
+    assert pick(keys, "POST", "/jobs") == "POST /jobs"
+    assert pick(keys, "PUT", "/elsewhere") == "$default"
+    assert pick(["POST /jobs"], "GET", "/jobs") is None
+
+
+def test_lambda_proxy_responses_become_http_as_api_gateway_makes_them() -> None:
+    plain = lambda_response({"statusCode": 201, "headers": {"x-a": "1"}, "body": "hi", "cookies": ["a=b"]})
+    assert (plain.status, plain.body, plain.headers["x-a"], plain.headers["Set-Cookie"]) == (201, b"hi", "1", "a=b")
+    binary = lambda_response({"statusCode": 200, "body": "aGk=", "isBase64Encoded": True})
+    assert binary.body == b"hi"
+    shorthand = lambda_response({"answer": 42})  # payload 2.0: a value without statusCode is the JSON body
+    assert (shorthand.status, json.loads(shorthand.body)) == (200, {"answer": 42})
+
+
+# ------------------------------------------------------------------------------------------ Lambda service
+
+
+def function(name: str = "svc-Fn-ABC", *, aliases: tuple[str, ...] = ("live",), reserved: int | None = None) -> Any:
+    definition = FunctionDef("Fn", name, f"arn:aws:lambda:us-east-1:123456789012:function:{name}", "h.handler",
+                             {}, 3, 128, reserved, "Role", aliases)  # fmt: skip
+    return HostedFunction(definition, "http://127.0.0.1:1", versioned=True)
+
+
+@pytest.mark.parametrize(
+    ("raw", "qualifier", "found"),
+    [
+        ("svc-Fn-ABC", None, True),
+        ("svc-Fn-ABC:live", None, True),
+        ("svc-Fn-ABC", "$LATEST", True),
+        ("svc-Fn-ABC", "1", True),
+        ("arn:aws:lambda:us-east-1:123456789012:function:svc-Fn-ABC:live", None, True),
+        ("123456789012:function:svc-Fn-ABC", None, True),
+        ("svc-Fn-ABC", "2", False),
+        ("svc-Fn-ABC:blue", None, False),
+        ("other", None, False),
+    ],
+)
+def test_functions_are_found_by_the_templates_names_aliases_and_versions(
+    raw: str, qualifier: str | None, found: bool
+) -> None:
+    service = LambdaService([function()])
+    result = service.find(raw, qualifier)
+    service.close()
+    assert (not hasattr(result, "status")) == found
+    if not found:
+        assert result.status == 404  # type: ignore[union-attr]
+
+
+def test_a_qualifier_conflict_and_reserved_concurrency_zero_are_refused_as_lambda_does() -> None:
+    service = LambdaService([function(reserved=0)])
+    conflict = service.find("svc-Fn-ABC:live", "1")
+    assert conflict.status == 400  # type: ignore[union-attr]
+    throttled = service.invoke("svc-Fn-ABC", b"{}")
+    assert throttled.status == 429
+    assert throttled.headers["x-amzn-ErrorType"] == "TooManyRequestsException"
+    service.close()
+
+
+# ------------------------------------------------------------------------------------------ schedules
+
+
+class FakeLambdas:
+    """Answers invocations with the statuses it is given, recording what it was asked."""
+
+    def __init__(self, statuses: list[int]) -> None:
+        self.statuses = statuses
+        self.calls: list[tuple[str, bytes, dict[str, str]]] = []
+
+    def invoke(self, raw: str, payload: bytes, *, headers: dict[str, str] | None = None, **_: Any) -> Any:
+        from servestack.local.lambda_service import Invocation
+
+        self.calls.append((raw, payload, headers or {}))
+        return Invocation(self.statuses.pop(0), {}, b"boom")
+
+
+def schedule(attempts: int = 2) -> ScheduleDef:
+    return ScheduleDef("S", "sched", "rate(1 day)", "UTC", True, "arn:aws:lambda:::function:f", "arn:role/r",
+                       '{"run": 1}', attempts, 3600, "arn:aws:sqs:us-east-1:1:dlq")  # fmt: skip
+
+
+def test_a_schedule_invokes_its_target_asynchronously_with_its_input() -> None:
+    lambdas = FakeLambdas([202])
+    runner = ScheduleRunner(schedule(), lambdas, lambda *_: None, backoff_sec=0)  # type: ignore[arg-type]
+    assert runner.fire() is True
+    ((target, payload, headers),) = lambdas.calls
+    assert (target, json.loads(payload), headers["x-amz-invocation-type"]) == ("arn:aws:lambda:::function:f",
+                                                                                {"run": 1}, "Event")  # fmt: skip
+
+
+def test_failed_invocations_are_retried_then_dead_lettered_with_schedulers_attributes() -> None:
+    lambdas = FakeLambdas([500, 500, 500])
+    dead: list[tuple[str, str, dict[str, Any]]] = []
+    runner = ScheduleRunner(schedule(2), lambdas, lambda *_: None, lambda *a: dead.append(a), backoff_sec=0)  # type: ignore[arg-type]
+    assert runner.fire() is False
+    assert len(lambdas.calls) == 3  # the first attempt and two retries
+    ((queue, body, attributes),) = dead
+    assert queue == "arn:aws:sqs:us-east-1:1:dlq"
+    assert json.loads(body) == {"run": 1}
+    assert attributes["X-Amz-Scheduler-Attempt"] == "3"
+
+
+def test_a_role_that_may_not_invoke_never_reaches_the_function() -> None:
+    lambdas = FakeLambdas([])
+    dead: list[Any] = []
+    denied = "User: ... is not authorized to perform: lambda:InvokeFunction"
+    runner = ScheduleRunner(schedule(0), lambdas, lambda *_: denied, lambda *a: dead.append(a), backoff_sec=0)  # type: ignore[arg-type]
+    assert runner.fire() is False
+    assert lambdas.calls == []
+    assert dead[0][2]["X-Amz-Scheduler-Error-Code"] == "AccessDeniedException"
+
+
+# ------------------------------------------------------------------------------------------ supervisor
+
+
+def test_a_dead_child_is_restarted_with_backoff_and_others_are_left_alone(tmp_path: Path) -> None:
+    # GIVEN two children, one that dies at once
+    dies = Child("dies", [sys.executable, "-c", "raise SystemExit(3)"], {}, "http://127.0.0.1:9/")
+    lives = Child("lives", [sys.executable, "-c", "import time; time.sleep(30)"], {}, "http://127.0.0.1:9/")
+    lines: list[str] = []
+    supervisor = Supervisor([dies, lives], lines.append)
+    for child in (dies, lives):
+        child.start()
+    first_lives = lives.process.pid
+    try:
+        dies.process.wait(timeout=10)
+        # WHEN the supervisor notices THEN it schedules a restart (1 s), then restarts it
+        supervisor.tick()
+        assert lines == ["dies: exited with code 3; restarting in 1s"]
+        time.sleep(1.1)
+        supervisor.tick()
+        assert lines[-1] == "dies: restarting (restart 1)"
+        dies.process.wait(timeout=10)
+        supervisor.tick()
+        assert lines[-1] == "dies: exited with code 3; restarting in 2s"  # backoff doubles
+        # AND the healthy child was never touched
+        assert lives.process.pid == first_lives
+        assert lives.process.poll() is None
+    finally:
+        for child in (dies, lives):
+            child.stop(grace_sec=1)
+
+
+# ------------------------------------------------------------------------------------------ synth and paths
+
+
+def test_the_synth_cache_key_changes_with_any_input(tmp_path: Path) -> None:
+    (tmp_path / "stacks").mkdir()
+    (tmp_path / "stacks" / "batch.py").write_text("grant = 1\n")
+    (tmp_path / "app.py").write_text("print()\n")
+    spec = tmp_path / "serving.yaml"
+    spec.write_text("models: []\n")
+    first = inputs_digest(tmp_path, spec)
+    assert first == inputs_digest(tmp_path, spec)
+    (tmp_path / "stacks" / "batch.py").write_text("grant = 2\n")
+    assert inputs_digest(tmp_path, spec) != first
+
+
+def test_cloud_paths_map_to_their_local_stand_ins() -> None:
+    mapped = map_paths(
+        {"A": "/var/task/models/artifacts", "B": "/opt/ml/model", "C": "/var/taskforce", "D": "x"},
+        {"/var/task": "/src", "/opt/ml/model": "/data/m"},
+    )
+    assert mapped == {"A": "/src/models/artifacts", "B": "/data/m", "C": "/var/taskforce", "D": "x"}
+
+
+def test_model_data_is_unpacked_once_and_never_outside_its_folder(tmp_path: Path) -> None:
+    good = tmp_path / "asset.abc123.tar.gz"
+    with tarfile.open(good, "w:gz") as tar:
+        member = tmp_path / "m.txt"
+        member.write_text("model")
+        tar.add(member, arcname="digits/1/model.onnx")
+    target = extract_model_data(good, tmp_path / "out")
+    assert (target / "digits/1/model.onnx").read_text() == "model"
+    evil = tmp_path / "asset.evil99.tar.gz"
+    with tarfile.open(evil, "w:gz") as tar:
+        tar.add(member, arcname="../../escaped.txt")
+    with pytest.raises(tarfile.OutsideDestinationError):
+        extract_model_data(evil, tmp_path / "out")
+    assert not (tmp_path / "escaped.txt").exists()
