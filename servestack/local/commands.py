@@ -168,7 +168,7 @@ def _run_task(about: dict[str, Any], name: str, task: dict[str, Any], overrides:
         **{
             f"SERVESTACK_BATCH_{k.upper()}": str(v).lower() if isinstance(v, bool) else str(v)
             for k, v in overrides.items()
-        },  # fmt: skip
+        },
         "AWS_ENDPOINT_URL": about["endpoint_url"],
         "AWS_DEFAULT_REGION": about.get("region", "us-east-1"),
         **{k: v for k, v in keys.items() if k.startswith("AWS_")},
