@@ -46,6 +46,45 @@ class TensorSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
 
 
+class SpeedFigures(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Calls of one batch size through the float and the optimized model, measured in the same run."""
+
+    batch_rows: int
+    float_ms_per_call: float
+    optimized_ms_per_call: float
+    float_rows_per_sec: float
+    optimized_rows_per_sec: float
+
+
+class AccuracyFigures(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """`accuracy`: both models against labels; `agreement`: the optimized model against the float one."""
+
+    measure: Literal["accuracy", "agreement"]
+    rows: int
+    source: str
+    float_percent: float
+    optimized_percent: float
+    drop_points: float
+    max_drop_points: float
+
+
+class Optimization(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
+    """How a version was derived from another by `servestack models optimize`, and what was measured."""
+
+    source_version: str
+    source_sha256: Sha256
+    method: Literal["graph", "dynamic-int8", "static-int8"]
+    onnxruntime_version: str
+    measured_on: str
+    int8_weights: int
+    float_bytes: int
+    optimized_bytes: int
+    calibration_rows: int | None = None
+    calibration_source: str | None = None
+    accuracy: AccuracyFigures
+    speed: tuple[SpeedFigures, ...]
+
+
 class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
     """What a model package declares about itself; `manifest.json` on disk. Parsed with msgspec, which
     validates as strictly as pydantic but keeps a Lambda cold start free of pydantic's import."""
@@ -64,6 +103,8 @@ class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_def
     labels: tuple[str, ...] | None = None
     allow_non_finite: bool = False
     description: str = ""
+    # Set on versions written by `servestack models optimize`: the source version, method and figures.
+    optimization: Optimization | None = None
 
     def __post_init__(self) -> None:
         names = {output.name for output in self.outputs}

@@ -109,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     from servestack.registry_commands import add_parser as add_models_parser
 
     add_models_parser(commands)
+    from servestack.plan import add_parser as add_plan_parser
+
+    add_plan_parser(commands)
 
     load = commands.add_parser("loadtest", help="drive an endpoint and report QPS, latency and what to provision")
     load.add_argument("target", help="an http:// URL (e.g. http://127.0.0.1:8080/invocations)")
@@ -194,6 +197,10 @@ def main(argv: list[str] | None = None) -> int:
         return invoke(args.name, args.data, state_path=args.state, timeout_sec=args.timeout_sec)
     if args.command == "loadtest":
         return loadtest(args)
+    if args.command == "plan":
+        from servestack import plan
+
+        return plan.run(args)
     if args.command == "serve":
         from handlers.realtime import main as serve_main
 

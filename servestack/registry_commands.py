@@ -1,4 +1,4 @@
-"""`servestack models push|list|promote|rollback`: the model registry from the command line.
+"""`servestack models push|list|promote|rollback|optimize`: the model registry from the command line.
 
 The registry is `--registry URI`, else `$SERVESTACK_REGISTRY_URI`, else the one the running `local up` seeded
 (its emulator's `s3://servestack-registry/models/`, from the state file).
@@ -42,6 +42,10 @@ def run(args: argparse.Namespace) -> int:
     from models.errors import ServingError
     from models.registry import archive_key
 
+    if args.models_command == "optimize":
+        from servestack import optimize
+
+        return optimize.run(args, lambda: registry_from(args.registry, args.state))
     try:
         registry = registry_from(args.registry, args.state)
         if args.models_command == "push":
@@ -83,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    models = commands.add_parser("models", help="the model registry: push, list, promote, rollback")
+    models = commands.add_parser("models", help="the model registry: push, list, promote, rollback, optimize")
     sub = models.add_subparsers(dest="models_command", required=True)
 
     def common(parser: argparse.ArgumentParser) -> None:
@@ -111,3 +115,6 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     rollback.add_argument("name")
     rollback.add_argument("--alias", default="live")
     common(rollback)
+    from servestack.optimize import add_parser as add_optimize_parser
+
+    add_optimize_parser(sub, common)

@@ -67,7 +67,10 @@ def test_cli_writes_the_json_report_and_the_png(realtime_server: RealtimeServer,
         check=True,
     )
     assert "req/s" in result.stdout
-    assert json.loads(report.read_text())["statuses"]["200"] > 0
+    written = json.loads(report.read_text())
+    assert written["statuses"]["200"] > 0
+    # the request's size and rows travel with the figures: `servestack plan` scales payloads and batch rows by them
+    assert (written["request_bytes"], written["request_rows"]) == (len(SAMPLE), 4)
     assert picture.stat().st_size > 1000
 
 

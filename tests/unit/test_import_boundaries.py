@@ -149,3 +149,28 @@ def test_no_import_circles_among_first_party_modules() -> None:
 def test_the_circle_check_finds_a_circle() -> None:
     # GIVEN a graph with a lazy-import style circle a -> b -> a WHEN checked THEN the circle is reported
     assert cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+
+
+def test_serving_code_never_imports_onnxruntime_quantization() -> None:
+    # GIVEN every import in handlers/ and models/ (the Lambda bundler deletes onnxruntime/quantization to save
+    # space, stacks/bundling.py; only `servestack models optimize`, on the user's machine, uses it)
+    offenders: dict[str, str] = {}
+    for package in ("handlers", "models"):
+        for path in sorted((REPO_ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+                if isinstance(node, ast.ImportFrom) and node.module:
+                    names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+                for name in names:
+                    if name.startswith(("onnxruntime.quantization", "onnxruntime.tools")):
+                        offenders[str(path.relative_to(REPO_ROOT))] = name
+    # THEN none of them names it
+    assert offenders == {}
+    # AND serving a model in a fresh interpreter loads neither it nor the onnx package it needs
+    code = (
+        "import sys; from models.service import ModelRepository; from models.settings import ServingSettings;"
+        "import handlers.app; ModelRepository(ServingSettings()).load_all();"
+        "print(sorted(m for m in sys.modules if m.startswith('onnxruntime.quantization') or m.split('.')[0] == 'onnx'))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
