@@ -43,7 +43,8 @@ def build_app(
     servestack:account, servestack:region)."""
     app = App(context=dict(context or {}), outdir=outdir)
     ctx = app.node.try_get_context
-    spec = load_spec(root / str(ctx("servestack:spec") or "serving.yaml"))
+    # Synth packages `<root>/<path>` of each model: the packages must be in the project (no bundled fallback).
+    spec = load_spec(root / str(ctx("servestack:spec") or "serving.yaml"), artifacts_root=root, bundled=False)
     only = [n.strip() for n in str(ctx("servestack:deployments") or "").split(",") if n.strip()] or None
     prefix = str(ctx("servestack:prefix") or "servestack-")
     add_deployments(app, spec, root, name_prefix=prefix, only=only)
@@ -60,6 +61,9 @@ def main() -> None:
     try:
         app = build_app()
     except SpecError as exc:
+        print(f"servestack: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except FileNotFoundError as exc:  # a package without its sample request/response: the message says how
         print(f"servestack: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     app.synth()

@@ -15,6 +15,7 @@ from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
+from servestack.artifacts import sample_file
 from servestack.spec import (
     AsyncDeployment,
     BatchDeployment,
@@ -37,10 +38,8 @@ CPU_DOCKERFILE = "containers/cpu.Dockerfile"
 
 
 def read_sample(root: Path, model: ModelSpec, which: str) -> Any:
-    path = root / model.artifact_path / f"sample-{which}.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found for model {model.key}: run `make models`")
-    return json.loads(path.read_text(encoding="utf-8"))
+    """The package's sample request/response; missing, the error names the command that writes it."""
+    return json.loads(sample_file(model, root, which).read_text(encoding="utf-8"))
 
 
 class DeploymentStack(Stack):

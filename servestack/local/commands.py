@@ -11,6 +11,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from servestack.failures import CommandError, ExitCode
 from servestack.local import state
 
 CONTENT_TYPES = {".json": "application/json", ".csv": "text/csv", ".npy": "application/x-npy"}
@@ -31,10 +32,13 @@ def _request(url: str, data: bytes | None = None, content_type: str | None = Non
 
 def invoke(name: str, data: Path, *, state_path: Path | None = None, timeout_sec: float = 120) -> int:
     """POST the file to the deployment; for async, wait for the job and print its result."""
+    if not data.is_file():
+        raise CommandError(f"--data {data}: no such file; give a request body (.json, .csv or .npy)")
     deployments: dict[str, Any] = state.read(state_path)["deployments"]
     if name not in deployments:
-        print(f"{name}: not a deployment of the running local up ({', '.join(deployments)})", file=sys.stderr)
-        return 2
+        raise CommandError(
+            f"{name}: not a deployment of the running local up ({', '.join(deployments)})", ExitCode.NOT_FOUND
+        )
     d = deployments[name]
     body = data.read_bytes()
     content_type = CONTENT_TYPES.get(data.suffix.lower(), "application/json")
@@ -43,8 +47,7 @@ def invoke(name: str, data: Path, *, state_path: Path | None = None, timeout_sec
         sys.stdout.write(answer.decode(errors="replace") + "\n")
         return 0 if status == 200 else 1
     if d["mode"] != "async":
-        print(f"{name}: {d['mode']} deployments run with `servestack local run-batch {name}`", file=sys.stderr)
-        return 2
+        raise CommandError(f"{name}: {d['mode']} deployments run with `servestack local run-batch {name}`")
     status, answer = _request(f"{d['url']}/jobs", body, content_type)
     if status != 202:
         sys.stdout.write(answer.decode(errors="replace") + "\n")
@@ -99,20 +102,25 @@ def run_batch(
     output_prefix: str | None = None,
 ) -> int:
     """Run a batch deployment now, in this process, against the running local up (or `--endpoint-url`)."""
+    from servestack import project
+    from servestack.artifacts import package_dir
     from servestack.local.emulator import aws_environment
     from servestack.local.resources import environment
     from servestack.spec import BatchDeployment, load_spec
 
     about = state.read(state_path) if endpoint_url is None else {}
     url = endpoint_url or about["endpoint_url"]
-    spec = load_spec(spec_path or Path(about.get("spec", "serving.yaml")))
+    spec_file = spec_path or Path(about.get("spec") or project.spec_path() or project.SPEC_FILE)
+    spec = load_spec(spec_file)
     d = spec.deployments.get(name)
     if not isinstance(d, BatchDeployment):
         batch = [n for n, x in spec.deployments.items() if isinstance(x, BatchDeployment)]
-        print(f"{name}: not a batch deployment ({', '.join(batch)})", file=sys.stderr)
-        return 2
+        raise CommandError(f"{name}: not a batch deployment ({', '.join(batch)})", ExitCode.NOT_FOUND)
     os.environ.update(aws_environment(url))
     os.environ.update(environment(spec, name))
+    package = package_dir(spec.model(d.model, d.version), spec_file.resolve().parent)
+    if package is not None:  # the pinned version, as the deployment's Lambda bundle carries it
+        os.environ["SERVESTACK_MODEL_DIR"] = str(package)
     from handlers.batch import run_batch as run_job
     from handlers.batch import settings_from
 

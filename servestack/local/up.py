@@ -197,6 +197,8 @@ def run(
                 **model_env,
                 **environment(spec, name, queue_url=created.get(name, {}).get("queue_url", "")),
             }
+            if not isinstance(d, RealtimeDeployment):  # issue 14: the pinned version only, as its Lambda bundle
+                env["SERVESTACK_MODEL_DIR"] = str(artifacts / model.name / model.version)
             n = names(name, d)
             entry: dict[str, Any] = {"mode": d.mode, "model": model.key, "sample": str(sample)}
             functions = function_names(name, d)
