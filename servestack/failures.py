@@ -112,7 +112,10 @@ def _aws_error(error: BaseException) -> tuple[ExitCode, str] | None:
     if isinstance(error, NoRegionError):
         return ExitCode.AWS, "no AWS region: pass --region, or set AWS_REGION"
     if isinstance(error, EndpointConnectionError):
-        return ExitCode.AWS, f"{error}: check the region and the network (or the emulator's --endpoint-url)"
+        url = str(error.kwargs.get("endpoint_url", ""))
+        if "://127.0.0.1" in url or "://localhost" in url:  # the emulator of a local up that is gone
+            return ExitCode.NOT_RUNNING, f"{error}: is `servestack local up` still running? (start it again)"
+        return ExitCode.AWS, f"{error}: check the region and the network (or --endpoint-url)"
     if isinstance(error, ClientError):
         details = error.response.get("Error", {})
         return ExitCode.AWS, f"AWS refused {error.operation_name}: {details.get('Code')}: {details.get('Message')}"

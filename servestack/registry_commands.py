@@ -100,11 +100,12 @@ def registry_from(uri: str | None, state_path: Path | None) -> ModelRegistry:
 def optional_registry(uri: str | None, state_path: Path | None) -> tuple[ModelRegistry, str] | None:
     """The registry and where it came from, or None when none is given and no local up is running."""
     from servestack.local import state
-    from servestack.registry import open_registry
 
-    if uri:
-        return open_registry(uri), "--registry"
-    if os.environ.get("SERVESTACK_REGISTRY_URI"):
+    if uri or os.environ.get("SERVESTACK_REGISTRY_URI"):
+        from servestack.registry import open_registry
+
+        if uri:
+            return open_registry(uri), "--registry"
         return open_registry(os.environ["SERVESTACK_REGISTRY_URI"]), "SERVESTACK_REGISTRY_URI"
     try:
         about = state.read(state_path)
@@ -115,6 +116,7 @@ def optional_registry(uri: str | None, state_path: Path | None) -> tuple[ModelRe
     if "registry" not in about:
         raise NotRunning(f"the running local up ({state_path or state.default_path()}) records no registry")
     from servestack.local.emulator import clients
+    from servestack.registry import open_registry
 
     registry = open_registry(about["registry"], client=clients(about["endpoint_url"])["s3"])
     return registry, "the running local up"
