@@ -97,8 +97,11 @@ def run_up(args: argparse.Namespace) -> int:
         raise CommandError(project.not_found_hint())
     root = spec_file.resolve().parent
     spec = load_spec(spec_file)  # a missing package is reported here, naming the command that creates it
-    for d in spec.deployments.values():
-        artifacts.sample_file(spec.model(d.model, d.version), root, "request")
+    for d in spec.deployments.values():  # its printed commands and the batch input use the sample request
+        try:
+            artifacts.sample_file(spec.model(d.model, d.version), root, "request")
+        except FileNotFoundError as missing:
+            raise CommandError(str(missing)) from None
     model_dir = args.model_dir or artifacts.model_dir_for(spec, root, root / project.STATE_DIR / "models")
     state_file = args.state or Path(os.environ.get(state.STATE_ENV) or root / project.STATE_DIR / state.STATE_FILE)
     return run(
@@ -146,7 +149,7 @@ def deploy_arguments(rehearse: argparse.ArgumentParser) -> None:
     rehearse.add_argument("--evaluation-periods", type=int, default=None, help="default: alarms.evaluation_periods")
     rehearse.add_argument("--traffic-rps", type=float, default=20.0, help="sample requests per second meanwhile")
     rehearse.add_argument(
-        "--output", type=Path, default=None, help="outcome JSON (default .servestack/deploy-NAME.json)"
+        "--output", type=Path, default=None, help="outcome JSON (default: the project's .servestack/deploy-NAME.json)"
     )
     rehearse.add_argument("--state", type=Path, default=None, help="state file of local up (default: the project's)")
 
@@ -387,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(command.run(args))
     except SystemExit:
         raise
+    except BrokenPipeError:  # the reader of our output went away (`| head`): stop quietly, as other CLIs do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return int(ExitCode.FAILED)
     except BaseException as error:
         failure = failure_of(error)
         if debug:

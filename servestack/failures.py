@@ -68,6 +68,8 @@ def failure_of(error: BaseException) -> tuple[ExitCode, str] | None:
     found = _serving_error(error) or _spec_error(error) or _aws_error(error) or _network_error(error)
     if found is not None:
         return found
+    if isinstance(error, OSError) and error.errno == errno.EADDRINUSE:
+        return ExitCode.USAGE, f"{error.strerror}: another process took the port; pick free ones (--port, --aws-port)"
     if isinstance(error, OSError) and error.filename is not None:
         what = error.strerror or str(error)
         hint = {errno.ENOENT: "check the path", errno.EACCES: "check its permissions"}.get(error.errno or 0, "")

@@ -21,6 +21,7 @@ from typing import Any
 from servestack.failures import CommandError, ExitCode
 from servestack.local import state
 from servestack.local.router import Faults
+from servestack.project import STATE_DIR, project_or_cwd
 
 # Requests in flight when a window opens or closes may land on either side of the boundary.
 TOLERANCE_REQUESTS = 3
@@ -180,7 +181,7 @@ def deploy(
             "windows": client_windows(answer["timeline"], sent),
         },
     }
-    target = output or Path(".servestack") / f"deploy-{name}.json"
+    target = output or project_or_cwd() / STATE_DIR / f"deploy-{name}.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(outcome, indent=2) + "\n")
     print(f"{name}: {answer['state']} (outcome: {target})", flush=True)

@@ -82,7 +82,7 @@ def main(args: list[str] | None = None) -> int:
 
     from servestack.spec import load_spec
 
-    spec = load_spec(options.spec)
+    spec = load_spec(options.spec, check_artifacts=False)  # local up checked them; --model-dir holds them
     variants, shadow, shadow_percent = plans_for(spec, options.deployment, options.model_dir.resolve())
     cache_dir = options.cache_dir or Path(os.environ.get("TMPDIR", "/tmp")) / "servestack-local-packages"  # noqa: S108
 

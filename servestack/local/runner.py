@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     capture_output()  # before logging and the handlers take their streams: invocation logs for LogType=Tail
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stdout, force=True)
     logging.getLogger("botocore").setLevel(logging.WARNING)
-    spec = load_spec(args.spec)
+    spec = load_spec(args.spec, check_artifacts=False)  # local up checked the packages before starting us
     d = spec.deployments[args.deployment]
     stop = threading.Event()
 
