@@ -42,12 +42,17 @@ def build_app(
 ) -> App:
     """Build (not synthesize) the app for `root`'s serving.yaml. Context keys (cdk.json / `-c`):
     servestack:spec (path, default serving.yaml), servestack:deployments (comma list, default all),
+    servestack:project (the folder of serving.yaml and the model packages, default `root`),
     servestack:prefix (stack and resource name prefix, default `servestack-`), servestack:pipeline (true to
     add the pipeline stack; it then reads servestack:repo, servestack:branch, servestack:connection-arn,
     servestack:account, servestack:region)."""
     app = App(context=dict(context or {}), outdir=outdir)
     ctx = app.node.try_get_context
-    spec = load_spec(root / str(ctx("servestack:spec") or "serving.yaml"))
+    # The project (serving.yaml and its model packages) is this app's folder, unless servestack:project names
+    # another: a project of its own that uses servestack's constructs and sources from here.
+    project = Path(str(ctx("servestack:project"))) if ctx("servestack:project") else root
+    # Synth packages `<project>/<path>` of each model: the packages must be in the project (no bundled fallback).
+    spec = load_spec(project / str(ctx("servestack:spec") or "serving.yaml"), artifacts_root=project, bundled=False)
     only = [n.strip() for n in str(ctx("servestack:deployments") or "").split(",") if n.strip()] or None
     prefix = str(ctx("servestack:prefix") or "servestack-")
     pipeline = _flag(ctx("servestack:pipeline"))
@@ -55,7 +60,7 @@ def build_app(
         from stacks.pipeline import required_context
 
         required_context(app)  # before any stack is built: a missing flag fails in a second, not a minute
-    add_deployments(app, spec, root, name_prefix=prefix, only=only)
+    add_deployments(app, spec, project, code_root=root, name_prefix=prefix, only=only)
     if pipeline:
         from stacks.pipeline import pipeline_stack
 
@@ -71,6 +76,9 @@ def main() -> None:
     try:
         app = build_app()
     except (SpecError, MissingContext) as exc:
+        print(f"servestack: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except FileNotFoundError as exc:  # a package without its sample request/response: the message says how
         print(f"servestack: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     app.synth()

@@ -81,7 +81,10 @@ def run_batch(
     settings: BatchSettings, *, on_progress: Callable[[Progress], None] | None = None, store: Any = None
 ) -> dict[str, Any]:
     """Score one scheduled run; returns the manifest written next to the parts."""
-    repository = ModelRepository(ServingSettings(max_batch_rows=max(settings.chunk_rows, 10_000)))
+    # From the environment, as every other handler: SERVESTACK_DEFAULT_MODEL and SERVESTACK_MODEL_DIR are set by
+    # the stack (and by local up), so a model other than the default `digits` loads.
+    serving = ServingSettings.from_environment(max_batch_rows=max(settings.chunk_rows, 10_000))
+    repository = ModelRepository(serving)
     repository.load_all()
     job = BatchJob(
         store=store or S3Store(settings.bucket),

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from models.cache import ModelCache
+from models.codecs import json_default
 from models.errors import InvalidInput, ServingError
 from models.multi_model import MultiModelStore
 from models.service import ModelRepository
@@ -58,7 +59,7 @@ class JSONBody(Response):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
-        return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY)
+        return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY, default=json_default)
 
 
 class PredictionResponse(BaseModel):

@@ -484,7 +484,7 @@ def _label_names(labels: tuple[str, ...], predictions: np.ndarray) -> list[str]:
 def encode_response(fields: Mapping[str, Any], media_type: str) -> Encoded:
     """Write the response fields in the negotiated type. CSV and .npy carry the `predictions` field."""
     if media_type == JSON:
-        return Encoded(orjson.dumps(fields, option=orjson.OPT_SERIALIZE_NUMPY), JSON)
+        return Encoded(orjson.dumps(fields, option=orjson.OPT_SERIALIZE_NUMPY, default=json_default), JSON)
     predictions = np.asarray(fields.get("predictions"))
     if media_type == NPY:
         buffer = io.BytesIO()
@@ -493,9 +493,19 @@ def encode_response(fields: Mapping[str, Any], media_type: str) -> Encoded:
     table = predictions.reshape(predictions.shape[0], -1) if predictions.ndim else predictions.reshape(1, 1)
     probabilities = fields.get("probabilities")
     if probabilities is not None:
-        table = np.hstack([table.astype(np.float64), np.asarray(probabilities, dtype=np.float64)])
+        # String predictions (class names) keep their text: the row becomes objects instead of floats.
+        cell = np.float64 if table.dtype.kind in "biuf" else object
+        table = np.hstack([table.astype(cell), np.asarray(probabilities).astype(cell)])
     lines = (",".join(_csv_cell(v) for v in row) for row in table)
     return Encoded(("\n".join(lines) + "\n").encode(), CSV)
+
+
+def json_default(value: Any) -> Any:
+    """orjson writes numeric arrays itself and hands the rest here: string outputs (object arrays, e.g. a
+    classifier trained on class names) become lists."""
+    if isinstance(value, np.ndarray | np.generic):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def _csv_cell(value: Any) -> str:

@@ -240,37 +240,47 @@ class ModelRegistry:
         version: str | None = None,
         labels: Sequence[str] | None = None,
         process_file: Path | None = None,
+        sample: Path | None = None,
         description: str = "",
     ) -> Pushed:
-        """Any ONNX file: the manifest comes from its own signature; version default: the next integer."""
-        from models.packaging import create_package
+        """Any ONNX file: the manifest comes from its own signature (models/packaging.py, which also writes
+        the sample request and response); version default: the next integer."""
+        from models.packaging import build_package
 
         check_name(name)
         if not model_path.is_file():
             raise RegistryError(f"{model_path}: no such file", field="model_path", value=str(model_path))
-        if version is None:
-            numbers = [int(v) for v in self.versions(name) if v.isdigit()]
-            version = str(max(numbers, default=0) + 1)
-        check_version(version)
+        version = check_version(version or self.next_version(name))
         with tempfile.TemporaryDirectory(prefix="servestack-push-") as tmp:
-            create_package(
+            build_package(
                 model_path,
                 Path(tmp),
                 name=name,
                 version=version,
                 labels=labels,
                 process_file=process_file,
+                sample=sample,
                 description=description,
             )
             return self.push_package(Path(tmp))
 
+    def next_version(self, name: str) -> str:
+        """One more than the highest integer version of `name` (1 for a new model)."""
+        numbers = [int(v) for v in self.versions(name) if v.isdigit()]
+        return str(max(numbers, default=0) + 1)
+
     def promote(self, name: str, version: str, alias: str = DEFAULT_ALIAS) -> AliasChange:
         if not ALIAS.fullmatch(alias):
-            raise RegistryError(f"alias: {alias!r} is not an alias name", field="alias", value=alias, allowed="a-z...")
+            raise RegistryError(
+                f"alias: {alias!r} is not an alias name",
+                field="alias",
+                value=alias,
+                allowed="a-z, 0-9, '-', starting with a letter, <= 32 chars",
+            )
         self.resolve(name, version)  # raises naming the known versions
         if version not in self.versions(name):
             raise RegistryError(
-                f"promote: {version!r} is an alias; promote a version",
+                f"{name}: {version!r} is an alias; promote a version",
                 field="version",
                 value=version,
                 allowed=", ".join(self.versions(name)),
@@ -289,7 +299,7 @@ class ModelRegistry:
         history = state.get(alias, {"history": []})["history"]
         if len(history) < 2:
             raise RegistryError(
-                f"rollback: {name} alias {alias!r} has no earlier version to go back to",
+                f"{name}: alias {alias!r} has no earlier version to go back to",
                 field="alias",
                 value=f"{alias} -> {history[-1] if history else 'nothing'}",
                 allowed="an alias promoted at least twice",

@@ -1,24 +1,61 @@
-"""`servestack`: the command users run. Imports stay lazy so that `--help` answers at once."""
+"""`servestack`: the command users run. Imports stay lazy so that `--help` answers at once.
+
+Every subcommand is one row of `COMMANDS`: its words, its help, a function adding its arguments and one
+running it. `main` is the one place where failures become a line and an exit code (servestack/failures.py):
+an expected failure prints what to do and exits with its documented code; `--debug` shows the traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+from servestack import registry_commands as models
+from servestack.failures import CommandError, ExitCode, exit_codes_text, failure_of
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="servestack", description="Serve ONNX models on AWS, and locally.")
-    commands = parser.add_subparsers(dest="command", required=True)
+EPILOG = (
+    "Commands that work on a project (local ..., invoke, models ...) find it from any of its folders: the "
+    "project is the nearest folder, at or above the current one, holding serving.yaml.\n\n"
+    f"{exit_codes_text()}\n\n`servestack COMMAND --help` describes each command; --debug shows tracebacks."
+)
 
-    local = commands.add_parser("local", help="run the serving topology on this machine")
-    local_commands = local.add_subparsers(dest="local_command", required=True)
-    up = local_commands.add_parser(
-        "up",
-        help="run the synthesized templates of serving.yaml on this machine, IAM enforced, and print how to call them",
-    )
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Every option's help ends with its default, unless the text already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        shown = action.default not in (None, False, argparse.SUPPRESS) and action.option_strings
+        if shown and "default" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
+@dataclass(frozen=True)
+class Command:
+    words: tuple[str, ...]
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+GROUPS = {
+    "local": "run the serving topology on this machine",
+    "models": "model packages and the registry: push, list, promote, rollback, optimize",
+}
+
+
+# ------------------------------------------------------------------------------------------ local up
+
+
+def up_arguments(up: argparse.ArgumentParser) -> None:
     up.add_argument(
-        "--spec", type=Path, default=None, help="serving.yaml (default: the nearest one, this folder or above)"
+        "--spec", type=Path, default=None, help="serving.yaml (default: the project's, found from this folder up)"
     )
     up.add_argument(
         "--port",
@@ -32,14 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="boto3 endpoint_url port for sagemaker-runtime and lambda (default 8090, or a free one if taken)",
     )
-    up.add_argument("--workers", type=int, default=1, help="worker processes of each realtime container (default: 1)")
+    up.add_argument("--workers", type=int, default=1, help="worker processes of each realtime container")
     up.add_argument(
         "--endpoint-url",
         default=None,
         help="an external AWS emulator such as LocalStack, which does not enforce IAM "
         "(default: AWS_ENDPOINT_URL, else an embedded moto server)",
     )
-    up.add_argument("--emulator-port", type=int, default=0, help="embedded emulator port (default: a free one)")
+    up.add_argument("--emulator-port", type=int, default=0, help="embedded emulator port (0: a free one)")
     up.add_argument(
         "--state", type=Path, default=None, help="state file (default: .servestack/local.json in the project)"
     )
@@ -72,180 +109,365 @@ def build_parser() -> argparse.ArgumentParser:
         "the batching window); a deviation from the deploy, printed at start",
     )
 
-    rehearse = local_commands.add_parser(
-        "deploy", help="rehearse a blue/green release of a realtime deployment (canary/linear, alarms, rollback)"
+
+def run_up(args: argparse.Namespace) -> int:
+    from servestack import artifacts, project
+    from servestack.local import state
+    from servestack.local.up import UpOptions, run
+    from servestack.spec import load_spec
+
+    spec_file = args.spec or project.spec_path()
+    if spec_file is None:
+        raise CommandError(project.not_found_hint())
+    root = spec_file.resolve().parent
+    spec = load_spec(spec_file)  # a missing package is reported here, naming the command that creates it
+    for d in spec.deployments.values():  # its printed commands and the batch input use the sample request
+        try:
+            artifacts.sample_file(spec.model(d.model, d.version), root, "request")
+        except FileNotFoundError as missing:
+            raise CommandError(str(missing)) from None
+    state_file = args.state or Path(os.environ.get(state.STATE_ENV) or root / project.STATE_DIR / state.STATE_FILE)
+    return run(
+        UpOptions(
+            spec_path=spec_file,
+            port=args.port,
+            aws_port=args.aws_port,
+            emulator_port=args.emulator_port,
+            endpoint_url=args.endpoint_url,
+            state_path=state_file,
+            workers=args.workers,
+            fresh=args.fresh,
+            data_dir=args.data_dir,
+            iam=args.iam,
+            explain=args.explain,
+            resynth=args.resynth,
+            visibility_timeout_sec=args.visibility_timeout_sec,
+        )
     )
+
+
+# ------------------------------------------------------------------------------------------ local deploy
+
+
+def deploy_arguments(rehearse: argparse.ArgumentParser) -> None:
     rehearse.add_argument("name", help="the realtime deployment in serving.yaml")
-    rehearse.add_argument("--version", required=True, help="the registry version (or alias) to release")
-    rehearse.add_argument("--inject-faults", default=None, help="green misbehaves: error_rate=0.2,latency_ms=50")
-    rehearse.add_argument("--strategy", choices=["canary", "linear", "all_at_once"], default=None)
-    rehearse.add_argument("--canary-percent", type=int, default=None, help="default: the deployment's strategy")
-    rehearse.add_argument("--linear-step-percent", type=int, default=None)
-    rehearse.add_argument("--interval-sec", type=float, default=None, help="default: strategy interval_minutes")
-    rehearse.add_argument("--bake-sec", type=float, default=None, help="default: strategy bake_minutes")
+    rehearse.add_argument(
+        "--version", required=True, help="the registry version (or alias) to release: push it first (models push)"
+    )
+    rehearse.add_argument(
+        "--inject-faults", default=None, help="make green misbehave, e.g. error_rate=0.2,latency_ms=50 (default: none)"
+    )
+    rehearse.add_argument(
+        "--strategy",
+        choices=["canary", "linear", "all_at_once"],
+        default=None,
+        help="how traffic shifts to green (default: the deployment's strategy.type)",
+    )
+    rehearse.add_argument("--canary-percent", type=int, default=None, help="default: strategy canary_percent")
+    rehearse.add_argument("--linear-step-percent", type=int, default=None, help="default: strategy linear_step_percent")
+    rehearse.add_argument(
+        "--interval-sec",
+        type=float,
+        default=None,
+        help="wait between shifts (default: strategy interval_minutes; pass a few seconds to rehearse quickly)",
+    )
+    rehearse.add_argument(
+        "--bake-sec", type=float, default=None, help="watch after the last shift (default: strategy bake_minutes)"
+    )
     rehearse.add_argument("--period-sec", type=int, default=None, help="alarm period (default: alarms.period_sec)")
     rehearse.add_argument("--evaluation-periods", type=int, default=None, help="default: alarms.evaluation_periods")
     rehearse.add_argument("--traffic-rps", type=float, default=20.0, help="sample requests per second meanwhile")
     rehearse.add_argument(
-        "--output", type=Path, default=None, help="outcome JSON (default .servestack/deploy-NAME.json)"
+        "--output", type=Path, default=None, help="outcome JSON (default: the project's .servestack/deploy-NAME.json)"
     )
-    rehearse.add_argument("--state", type=Path, default=None, help="state file of local up")
+    rehearse.add_argument("--state", type=Path, default=None, help="state file of local up (default: the project's)")
 
-    batch = local_commands.add_parser(
-        "run-batch", help="run a batch deployment now: invoke its function with its schedule's input"
+
+def run_deploy(args: argparse.Namespace) -> int:
+    from servestack.local.deploy import deploy
+
+    options = {
+        "strategy": args.strategy,
+        "canary_percent": args.canary_percent,
+        "linear_step_percent": args.linear_step_percent,
+        "interval_sec": args.interval_sec,
+        "bake_sec": args.bake_sec,
+        "period_sec": args.period_sec,
+        "evaluation_periods": args.evaluation_periods,
+    }
+    return deploy(
+        args.name,
+        args.version,
+        state_path=args.state,
+        faults=args.inject_faults,
+        options=options,
+        traffic_rps=args.traffic_rps,
+        output=args.output,
     )
+
+
+# ------------------------------------------------------------------------------------------ run-batch, invoke
+
+
+def batch_arguments(batch: argparse.ArgumentParser) -> None:
     batch.add_argument("name", help="the batch deployment in serving.yaml")
-    batch.add_argument("--state", type=Path, default=None, help="state file of local up")
+    batch.add_argument("--state", type=Path, default=None, help="state file of local up (default: the project's)")
     batch.add_argument("--strict", action="store_true", help="stop at the first bad row")
-    batch.add_argument("--chunk-rows", type=int, default=None, help="rows per chunk and per output part")
-    batch.add_argument("--output-prefix", default=None, help="write here instead of the deployment's output prefix")
+    batch.add_argument(
+        "--chunk-rows", type=int, default=None, help="rows per chunk and per output part (default: the handler's)"
+    )
+    batch.add_argument(
+        "--output-prefix", default=None, help="write here instead of the deployment's output prefix (default: that)"
+    )
 
-    invoke = commands.add_parser("invoke", help="call a deployment of the running local up (async: wait for it)")
+
+def run_batch(args: argparse.Namespace) -> int:
+    from servestack.local.commands import run_batch as run_job
+
+    return run_job(
+        args.name,
+        state_path=args.state,
+        strict=args.strict,
+        chunk_rows=args.chunk_rows,
+        output_prefix=args.output_prefix,
+    )
+
+
+def invoke_arguments(invoke: argparse.ArgumentParser) -> None:
     invoke.add_argument("name", help="the deployment in serving.yaml")
     invoke.add_argument("--data", type=Path, required=True, help="request body (.json, .csv or .npy)")
-    invoke.add_argument("--state", type=Path, default=None, help="state file of local up")
+    invoke.add_argument("--state", type=Path, default=None, help="state file of local up (default: the project's)")
     invoke.add_argument("--timeout-sec", type=float, default=120, help="how long to wait for an async job")
 
-    from servestack.registry_commands import add_parser as add_models_parser
 
-    add_models_parser(commands)
-    from servestack.plan import add_parser as add_plan_parser
+def run_invoke(args: argparse.Namespace) -> int:
+    from servestack.local.commands import invoke
 
-    add_plan_parser(commands)
+    return invoke(args.name, args.data, state_path=args.state, timeout_sec=args.timeout_sec)
 
-    load = commands.add_parser("loadtest", help="drive an endpoint and report QPS, latency and what to provision")
-    load.add_argument("target", help="an http:// URL (e.g. http://127.0.0.1:8080/invocations)")
-    load.add_argument("--data", type=Path, default=None, help="request body (default: the digits sample request)")
+
+# ------------------------------------------------------------------------------------------ loadtest, serve
+
+
+def loadtest_arguments(load: argparse.ArgumentParser) -> None:
+    load.add_argument(
+        "target",
+        help=(
+            "http://host:port/path, https://... (signed with SigV4 from your AWS credentials), "
+            "sagemaker://ENDPOINT or lambda://FUNCTION (called through boto3)"
+        ),
+    )
+    load.add_argument(
+        "--data", type=Path, default=None, help="request body (default: the bundled digits sample request)"
+    )
     load.add_argument("--content-type", default=None, help="default: from the file extension (.json, .csv, .npy)")
     mode = load.add_mutually_exclusive_group()
-    mode.add_argument("--concurrency", type=int, default=None, help="closed loop with this many connections")
+    mode.add_argument(
+        "--concurrency", type=int, default=None, help="closed loop with this many connections (default: 64)"
+    )
     mode.add_argument("--rate", type=float, default=None, help="open loop at this many requests per second")
-    load.add_argument("--duration", type=float, default=10.0, help="seconds (default 10)")
-    load.add_argument("--timeout", type=float, default=10.0, help="per-request timeout in seconds (default 10)")
+    load.add_argument("--duration", type=float, default=10.0, help="seconds")
+    load.add_argument("--timeout", type=float, default=10.0, help="per-request timeout in seconds")
     load.add_argument(
         "--honour-retry-after", action="store_true", help="closed loop: wait as a 429/503 Retry-After says"
     )
-    load.add_argument("--target-qps", type=float, default=None, help="QPS to provision for (default: measured)")
-    load.add_argument("--report", type=Path, default=Path("loadtest.json"), help="JSON report (default loadtest.json)")
-    load.add_argument("--plot", type=Path, default=Path("loadtest.png"), help="PNG plot (default loadtest.png)")
+    load.add_argument(
+        "--target-qps",
+        type=float,
+        default=None,
+        help="QPS to provision for; without it the report gives the measured capacity per instance, no count",
+    )
+    load.add_argument(
+        "--instances",
+        type=int,
+        default=1,
+        help="instances behind the target while measuring: capacity per instance = measured QPS / this",
+    )
+    load.add_argument(
+        "--region",
+        default=None,
+        help="AWS region for https (SigV4), sagemaker:// and lambda:// (default: AWS_REGION, your profile's, or the "
+        "one in an execute-api host name)",
+    )
+    load.add_argument(
+        "--service",
+        default="execute-api",
+        help="SigV4 service name for https targets: execute-api (API Gateway) or lambda (function URLs)",
+    )
+    load.add_argument(
+        "--sigv4", action="store_true", help="sign http:// requests too (https:// ones always are, unless --no-sign)"
+    )
+    load.add_argument("--no-sign", action="store_true", help="send https:// requests unsigned (a public endpoint)")
+    load.add_argument(
+        "--endpoint-url",
+        default=None,
+        help="boto3 endpoint for sagemaker:// and lambda:// (default: AWS's; e.g. local up's aws apis URL)",
+    )
+    load.add_argument("--report", type=Path, default=Path("loadtest.json"), help="JSON report")
+    load.add_argument("--plot", type=Path, default=Path("loadtest.png"), help="PNG plot")
 
-    serve = commands.add_parser("serve", help="run the realtime container entry in the foreground (as `serve`)")
-    serve.set_defaults(command="serve")
+
+def run_loadtest(args: argparse.Namespace) -> int:
+    from servestack.loadtest import main as loadtest_main
+
+    return loadtest_main(args)
+
+
+def plan_arguments(parser: argparse.ArgumentParser) -> None:
+    from servestack.plan import arguments
+
+    arguments(parser)
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    from servestack import plan
+
+    return plan.run(args)
+
+
+def serve_arguments(_serve: argparse.ArgumentParser) -> None:
+    """`serve` reads its settings from the environment, as SageMaker starts it."""
+
+
+def run_serve(_args: argparse.Namespace) -> int:
+    from handlers.realtime import main as serve_main
+
+    serve_main(["serve"])
+    return 0
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command(
+        ("local", "up"),
+        "run the synthesized templates of serving.yaml on this machine, IAM enforced, and print how to call them",
+        up_arguments,
+        run_up,
+    ),
+    Command(
+        ("local", "deploy"),
+        "rehearse a blue/green release of a realtime deployment (canary/linear, alarms, rollback)",
+        deploy_arguments,
+        run_deploy,
+    ),
+    Command(
+        ("local", "run-batch"),
+        "run a batch deployment now: invoke its function with its schedule's input",
+        batch_arguments,
+        run_batch,
+    ),
+    Command(
+        ("invoke",), "call a deployment of the running local up (async: wait for it)", invoke_arguments, run_invoke
+    ),
+    Command(
+        ("models", "push"),
+        "package an ONNX file into the project and push it to the registry",
+        models.push_arguments,
+        models.run_push,
+    ),
+    Command(("models", "list"), "models, versions and aliases in the registry", models.list_arguments, models.run_list),
+    Command(
+        ("models", "promote"),
+        "point an alias (default `live`) at a version",
+        models.promote_arguments,
+        models.run_promote,
+    ),
+    Command(
+        ("models", "rollback"),
+        "point an alias back at the version it named before",
+        models.rollback_arguments,
+        models.run_rollback,
+    ),
+    Command(
+        ("models", "optimize"),
+        "quantize a registry model, measure accuracy and speed, push it if the accuracy gate holds",
+        models.optimize_arguments,
+        models.run_optimize,
+    ),
+    Command(
+        ("plan",),
+        "which mode, configuration and monthly cost for a traffic profile, from measured capacity",
+        plan_arguments,
+        run_plan,
+    ),
+    Command(
+        ("loadtest",),
+        "drive an endpoint and report QPS, latency and what to provision",
+        loadtest_arguments,
+        run_loadtest,
+    ),
+    Command(("serve",), "run the realtime container entry in the foreground (as `serve`)", serve_arguments, run_serve),
+)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("servestack")
+    except PackageNotFoundError:  # running from a checkout that was never installed
+        return "unknown (not installed)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="servestack",
+        description="Serve ONNX models on AWS, and locally.",
+        epilog=EPILOG,
+        formatter_class=HelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"servestack {_version()}")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of a failure")
+    top = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    groups: dict[str, argparse._SubParsersAction[argparse.ArgumentParser]] = {}
+    for command in COMMANDS:
+        where = top
+        if len(command.words) == 2:
+            group = command.words[0]
+            if group not in groups:
+                holder = top.add_parser(
+                    group, help=GROUPS[group], description=GROUPS[group], formatter_class=HelpFormatter
+                )
+                groups[group] = holder.add_subparsers(dest=f"{group}_command", required=True, metavar="COMMAND")
+            where = groups[group]
+        leaf = where.add_parser(
+            command.words[-1], help=command.help, description=command.help, formatter_class=HelpFormatter
+        )
+        leaf.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+        command.arguments(leaf)
+        leaf.set_defaults(handler=command)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "local" and args.local_command == "up":
-        from servestack.local.up import UpOptions, run
-
-        return run(
-            UpOptions(
-                spec_path=args.spec,
-                port=args.port,
-                aws_port=args.aws_port,
-                emulator_port=args.emulator_port,
-                endpoint_url=args.endpoint_url,
-                state_path=args.state,
-                workers=args.workers,
-                fresh=args.fresh,
-                data_dir=args.data_dir,
-                iam=args.iam,
-                explain=args.explain,
-                resynth=args.resynth,
-                visibility_timeout_sec=args.visibility_timeout_sec,
-            )
-        )
-    if args.command == "local" and args.local_command == "deploy":
-        from servestack.local.deploy import deploy
-
-        options = {
-            "strategy": args.strategy,
-            "canary_percent": args.canary_percent,
-            "linear_step_percent": args.linear_step_percent,
-            "interval_sec": args.interval_sec,
-            "bake_sec": args.bake_sec,
-            "period_sec": args.period_sec,
-            "evaluation_periods": args.evaluation_periods,
-        }
-        return deploy(
-            args.name,
-            args.version,
-            state_path=args.state,
-            faults=args.inject_faults,
-            options=options,
-            traffic_rps=args.traffic_rps,
-            output=args.output,
-        )
-    if args.command == "models":
-        from servestack import registry_commands
-
-        return registry_commands.run(args)
-    if args.command == "local" and args.local_command == "run-batch":
-        from servestack.local.commands import run_batch
-
-        return run_batch(
-            args.name,
-            state_path=args.state,
-            strict=args.strict,
-            chunk_rows=args.chunk_rows,
-            output_prefix=args.output_prefix,
-        )
-    if args.command == "invoke":
-        from servestack.local.commands import invoke
-
-        return invoke(args.name, args.data, state_path=args.state, timeout_sec=args.timeout_sec)
-    if args.command == "loadtest":
-        return loadtest(args)
-    if args.command == "plan":
-        from servestack import plan
-
-        return plan.run(args)
-    if args.command == "serve":
-        from handlers.realtime import main as serve_main
-
-        serve_main(["serve"])
-        return 0
-    raise AssertionError(f"unhandled command {args.command}")  # argparse rejects unknown commands first
-
-
-CONTENT_TYPES = {".json": "application/json", ".csv": "text/csv", ".npy": "application/x-npy"}
-
-
-def loadtest(args: argparse.Namespace) -> int:
-    from servestack import loadtest as engine
-    from servestack.local.processes import REPO_ROOT
-
-    data: Path = args.data or REPO_ROOT / "models" / "artifacts" / "digits" / "1" / "sample-request.json"
-    content_type = args.content_type or CONTENT_TYPES.get(data.suffix.lower())
-    if content_type is None:
-        print(
-            f"--content-type: cannot tell from {data.name!r}; give one of {sorted(CONTENT_TYPES.values())}",
-            file=sys.stderr,
-        )
-        return 2
+    command: Command = args.handler
+    name = "servestack " + " ".join(command.words)
+    debug = bool(args.debug) or os.environ.get("SERVESTACK_DEBUG") == "1"
     try:
-        target = engine.Target.from_url(args.target, data.read_bytes(), content_type)
-    except ValueError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    concurrency = args.concurrency if args.concurrency or args.rate else 64
-    report, samples = engine.run(
-        target,
-        duration_sec=args.duration,
-        concurrency=concurrency,
-        rate=args.rate,
-        timeout_sec=args.timeout,
-        target_qps=args.target_qps,
-        honour_retry_after=args.honour_retry_after,
-    )
-    print(report.summary())
-    args.report.write_text(report.to_json())
-    if samples:
-        engine.plot(samples, args.plot, f"{args.target} - {report.mode}")
-    print(f"wrote {args.report} and {args.plot}")
-    return 0 if report.statuses else 1
+        return int(command.run(args))
+    except SystemExit:
+        raise
+    except BrokenPipeError:  # the reader of our output went away (`| head`): stop quietly, as other CLIs do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return int(ExitCode.FAILED)
+    except BaseException as error:
+        failure = failure_of(error)
+        if debug:
+            traceback.print_exc()
+        if failure is None:
+            print(
+                f"{name}: unexpected {type(error).__name__}: {error}; this is a bug in servestack: "
+                "run again with --debug and report the traceback",
+                file=sys.stderr,
+            )
+            return int(ExitCode.BUG)
+        code, line = failure
+        print(f"{name}: {line}", file=sys.stderr)
+        return int(code)
 
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+__all__ = ["COMMANDS", "Command", "ExitCode", "build_parser", "main"]

@@ -1,61 +1,153 @@
 """`servestack loadtest`: drive an endpoint at a fixed rate (open loop) or concurrency (closed loop).
 
-The generator is a minimal HTTP/1.1 keep-alive client on asyncio streams: a general-purpose client spends
-more CPU per request than the server it measures, and would report its own limits instead. Open-loop
-latency counts from each request's scheduled start, so a stalled server cannot hide its queueing
-(no coordinated omission). Reports QPS, errors by status, p50/p90/p99/max, and what to provision.
+Targets: `http://` and `https://` URLs (https signed with SigV4 from botocore's credential chain, service
+`execute-api` by default), `sagemaker://ENDPOINT` (boto3 `sagemaker-runtime.invoke_endpoint`) and
+`lambda://FUNCTION` (boto3 `lambda.invoke` with an API Gateway HTTP API event, as the function's HTTP API
+would send it).
+
+For URLs the generator is a minimal HTTP/1.1 keep-alive client on asyncio streams: a general-purpose client
+spends more CPU per request than the server it measures, and would report its own limits instead. boto3
+targets run one thread per connection (boto3 is synchronous; each call costs the client about a millisecond
+of CPU, so past a few hundred requests per second run several load generators). Open-loop latency counts
+from each request's scheduled start, so a stalled server cannot hide its queueing (no coordinated omission).
+Reports QPS, errors by status, p50/p90/p99/max, and what to provision.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import io
 import json
 import math
+import re
+import ssl
+import sys
+import threading
 import time
 import urllib.parse
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from servestack.sizing import exact
 
+DEFAULT_PORTS = {"http": 80, "https": 443}
+SIGN_EVERY_SEC = 60.0  # a SigV4 signature is accepted for 5 minutes after its X-Amz-Date; re-sign well before
+
+
+Signer = Callable[["Target"], dict[str, str]]
+
 
 @dataclass(frozen=True)
 class Target:
+    """An http(s) URL to POST `body` to; `signer` (SigV4) adds fresh auth headers every SIGN_EVERY_SEC."""
+
     host: str
     port: int
     path: str
     body: bytes
     content_type: str
     headers: tuple[tuple[str, str], ...] = ()
+    scheme: str = "http"
+    signer: Signer | None = None
 
     @classmethod
-    def from_url(cls, url: str, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> Target:
+    def from_url(
+        cls,
+        url: str,
+        body: bytes,
+        content_type: str,
+        headers: dict[str, str] | None = None,
+        signer: Signer | None = None,
+    ) -> Target:
         parsed = urllib.parse.urlsplit(url)
-        if parsed.scheme != "http" or not parsed.hostname:
-            raise ValueError(f"url: {url!r} must be http://host:port/path (the load generator speaks plain HTTP)")
+        if parsed.scheme not in DEFAULT_PORTS or not parsed.hostname:
+            raise ValueError(
+                f"url: {url!r} is not a target: use http(s)://host[:port]/path, sagemaker://ENDPOINT or "
+                "lambda://FUNCTION"
+            )
+        path = (parsed.path or "/invocations") + (f"?{parsed.query}" if parsed.query else "")
         return cls(
             parsed.hostname,
-            parsed.port or 80,
-            parsed.path or "/invocations",
+            parsed.port or DEFAULT_PORTS[parsed.scheme],
+            path,
             body,
             content_type,
             tuple((headers or {}).items()),
+            parsed.scheme,
+            signer,
         )
 
+    @property
+    def host_header(self) -> str:
+        """As botocore signs it: the port only when it is not the scheme's default."""
+        return self.host if self.port == DEFAULT_PORTS[self.scheme] else f"{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://{self.host_header}{self.path}"
+
     def request_bytes(self) -> bytes:
+        signed = self.signer(self) if self.signer is not None else {}
         lines = [
             f"POST {self.path} HTTP/1.1",
-            f"Host: {self.host}:{self.port}",
+            f"Host: {self.host_header}",
             f"Content-Type: {self.content_type}",
             f"Content-Length: {len(self.body)}",
             *(f"{name}: {value}" for name, value in self.headers),
+            *(f"{name}: {value}" for name, value in signed.items() if name.lower() not in _WRITTEN),
         ]
         return ("\r\n".join(lines) + "\r\n\r\n").encode() + self.body
+
+
+_WRITTEN = {"host", "content-type", "content-length"}
+
+
+class RequestBytes:
+    """The request to send, re-signed when its signature gets old (unsigned: built once)."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.built = target.request_bytes()
+        self.at = time.monotonic()
+
+    def current(self) -> bytes:
+        if self.target.signer is not None and time.monotonic() - self.at > SIGN_EVERY_SEC:
+            self.built, self.at = self.target.request_bytes(), time.monotonic()
+        return self.built
+
+
+def sigv4_signer(service: str, region: str, session: Any = None) -> Signer:
+    """SigV4 headers (Authorization, X-Amz-Date, X-Amz-Security-Token) from botocore's credential chain."""
+    import botocore.session
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+
+    from servestack.failures import CommandError, ExitCode
+
+    chosen = session or botocore.session.get_session()
+    credentials = chosen.get_credentials()
+    if credentials is None:
+        raise CommandError(
+            "no AWS credentials to sign with: run `aws configure`, or set AWS_PROFILE or AWS_ACCESS_KEY_ID "
+            "(--no-sign sends https requests unsigned)",
+            ExitCode.AWS,
+        )
+
+    def sign(target: Target) -> dict[str, str]:
+        request = AWSRequest(
+            method="POST", url=target.url, data=target.body, headers={"Content-Type": target.content_type}
+        )
+        SigV4Auth(credentials.get_frozen_credentials(), service, region).add_auth(request)
+        return {name: str(value) for name, value in request.headers.items()}
+
+    return sign
 
 
 @dataclass
@@ -95,15 +187,29 @@ class Report:
             "latency ms (all)  " + "  ".join(f"{k} {v:.2f}" for k, v in lat.items()),
             "latency ms (2xx)  " + "  ".join(f"{k} {v:.2f}" for k, v in ok.items()),
         ]
-        if self.provisioning:
-            p = self.provisioning
-            lines.append(
-                f"provision: concurrency {p['concurrency']:.0f} (QPS x mean latency x {p['headroom']:g}); "
-                f"Lambda reserved concurrency {p['lambda_concurrency']:.0f}; "
-                f"instances {p['instances']:.0f} at {p['per_instance_qps']:.0f} req/s each "
-                f"for {p['target_qps']:.0f} req/s"
-            )
+        lines += capacity_lines(self.provisioning)
         return "\n".join(lines)
+
+
+def capacity_lines(p: dict[str, float]) -> list[str]:
+    """What the measurement says about capacity, and (with a target QPS) what to provision."""
+    if not p:
+        return ["capacity: no 2xx answers, so nothing to size from"]
+    lines = [
+        f"capacity: {p['per_instance_qps']:.0f} req/s 2xx per instance at {p['mean_latency_ms']:.1f} ms mean "
+        f"(measured on {p['instances_measured']:.0f} instance(s); a capacity only if this load saturated the target); "
+        f"one Lambda execution environment serves {p['lambda_qps_per_environment']:.0f} req/s at this latency"
+    ]
+    if "target_qps" not in p:
+        lines.append("provision: pass --target-qps N (the QPS to serve) for an instance count and a concurrency")
+        return lines
+    lines.append(
+        f"provision for {p['target_qps']:.0f} req/s with x{p['headroom']:g} headroom: "
+        f"{p['instances']:.0f} instance(s); "
+        f"concurrency {p['concurrency']:.0f} (target QPS x mean latency x headroom), "
+        "e.g. Lambda reserved or provisioned concurrency"
+    )
+    return lines
 
 
 class _Connection:
@@ -112,7 +218,8 @@ class _Connection:
 
     @classmethod
     async def open(cls, target: Target) -> _Connection:
-        reader, writer = await asyncio.open_connection(target.host, target.port)
+        tls = ssl.create_default_context() if target.scheme == "https" else None
+        reader, writer = await asyncio.open_connection(target.host, target.port, ssl=tls)
         return cls(reader, writer)
 
     async def exchange(self, request: bytes) -> tuple[int, str | None]:
@@ -143,7 +250,7 @@ async def _closed_loop(
     target: Target, concurrency: int, duration_sec: float, timeout_sec: float, honour_retry_after: bool
 ) -> list[Sample]:
     samples: list[Sample] = []
-    request = target.request_bytes()
+    request = RequestBytes(target)
     stop_at = time.perf_counter() + duration_sec
 
     async def worker() -> None:
@@ -152,7 +259,7 @@ async def _closed_loop(
             started = time.perf_counter()
             try:
                 connection = connection or await _Connection.open(target)
-                status, retry_after = await asyncio.wait_for(connection.exchange(request), timeout_sec)
+                status, retry_after = await asyncio.wait_for(connection.exchange(request.current()), timeout_sec)
                 samples.append(Sample(started, time.perf_counter() - started, status, retry_after))
             except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
                 samples.append(Sample(started, time.perf_counter() - started, 0, type(exc).__name__))
@@ -174,7 +281,7 @@ async def _open_loop(
     target: Target, rate: float, duration_sec: float, timeout_sec: float, max_connections: int
 ) -> list[Sample]:
     samples: list[Sample] = []
-    request = target.request_bytes()
+    request = RequestBytes(target)
     idle: asyncio.Queue[_Connection] = asyncio.Queue()
     opened = 0
     start = time.perf_counter()
@@ -188,7 +295,7 @@ async def _open_loop(
                 connection = await _Connection.open(target)
             else:
                 connection = await idle.get()
-            status, retry_after = await asyncio.wait_for(connection.exchange(request), timeout_sec)
+            status, retry_after = await asyncio.wait_for(connection.exchange(request.current()), timeout_sec)
             samples.append(Sample(scheduled, time.perf_counter() - scheduled, status, retry_after))
             idle.put_nowait(connection)
         except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
@@ -224,8 +331,16 @@ def _percentiles(latencies: np.ndarray) -> dict[str, float]:
 
 
 def summarize(
-    samples: list[Sample], mode: str, duration_sec: float, *, headroom: float = 1.5, target_qps: float | None = None
+    samples: list[Sample],
+    mode: str,
+    duration_sec: float,
+    *,
+    headroom: float = 1.5,
+    target_qps: float | None = None,
+    instances_measured: int = 1,
 ) -> Report:
+    """The report. Capacity per instance is the 2xx rate over the instances that served it; instance and
+    concurrency counts need the QPS to serve (`target_qps`): the measured rate says nothing about demand."""
     ok = np.array([s.latency_sec for s in samples if 200 <= s.status < 300])
     every = np.array([s.latency_sec for s in samples])
     statuses = Counter(str(s.status) for s in samples if s.status)
@@ -245,20 +360,27 @@ def summarize(
         sum(1 for s in samples if s.status == 429 and s.retry_after),
     )
     if ok.size:
-        # The mean to the microsecond, as reported: the sizing below is exact (sizing.py), so 100 req/s at a
-        # 0.2 s mean needs 20 in flight, not the 21 that binary floats give.
-        mean_sec = exact(round(report.ok_latency_ms["mean"], 3)) / 1000
-        wanted = target_qps or ok_qps
-        in_flight = math.ceil(exact(wanted) * mean_sec * exact(headroom))
+        mean_sec = float(ok.mean())
+        per_instance = ok_qps / instances_measured
         report.provisioning = {
-            "target_qps": wanted,
             "headroom": headroom,
-            "concurrency": in_flight,
+            "mean_latency_ms": mean_sec * 1000,
+            "instances_measured": instances_measured,
+            "per_instance_qps": per_instance,
             # Each Lambda execution environment serves one request at a time.
-            "lambda_concurrency": in_flight,
-            "per_instance_qps": ok_qps,
-            "instances": math.ceil(exact(wanted) * exact(headroom) / exact(ok_qps)),
+            "lambda_qps_per_environment": 1 / mean_sec if mean_sec > 0 else math.inf,
         }
+        if target_qps:
+            # Exact arithmetic (sizing.py) on the mean as reported, to the microsecond: 100 req/s at a 0.2 s
+            # mean needs 20 in flight, not the 21 that binary floats give.
+            mean_exact = exact(round(mean_sec * 1000, 3)) / 1000
+            concurrency = math.ceil(exact(target_qps) * mean_exact * exact(headroom))
+            report.provisioning |= {
+                "target_qps": target_qps,
+                "concurrency": concurrency,
+                "lambda_concurrency": concurrency,
+                "instances": math.ceil(exact(target_qps) * exact(headroom) / exact(per_instance)),
+            }
     return report
 
 
@@ -284,8 +406,134 @@ def rows_in(body: bytes, content_type: str) -> int | None:
     return None
 
 
+# ------------------------------------------------------------------------------------------ boto3 targets
+
+
+@dataclass(frozen=True)
+class SdkTarget:
+    """`sagemaker://ENDPOINT` or `lambda://FUNCTION`, called through boto3 as an application would."""
+
+    service: str  # "sagemaker" or "lambda"
+    name: str
+    body: bytes
+    content_type: str
+    region: str | None = None
+    endpoint_url: str | None = None
+
+    @classmethod
+    def from_url(
+        cls, url: str, body: bytes, content_type: str, *, region: str | None = None, endpoint_url: str | None = None
+    ) -> SdkTarget:
+        parsed = urllib.parse.urlsplit(url)
+        name = parsed.netloc + parsed.path.rstrip("/")
+        if parsed.scheme not in ("sagemaker", "lambda") or not name:
+            raise ValueError(f"url: {url!r} is not sagemaker://ENDPOINT or lambda://FUNCTION")
+        return cls(parsed.scheme, name, body, content_type, region, endpoint_url)
+
+    def client(self, pool: int, timeout_sec: float) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        config = Config(
+            max_pool_connections=pool,
+            retries={"max_attempts": 1, "mode": "standard"},  # measure the service, not botocore's retries
+            read_timeout=timeout_sec,
+            connect_timeout=min(timeout_sec, 10),
+        )
+        session = boto3.session.Session()
+        if session.get_credentials() is None:
+            from servestack.failures import CommandError, ExitCode
+
+            raise CommandError(
+                "no AWS credentials found: run `aws configure`, or set AWS_PROFILE or AWS_ACCESS_KEY_ID", ExitCode.AWS
+            )
+        service = "sagemaker-runtime" if self.service == "sagemaker" else "lambda"
+        return session.client(service, region_name=self.region, endpoint_url=self.endpoint_url, config=config)
+
+    def caller(self, client: Any) -> Callable[[], tuple[int, str | None]]:
+        """One call -> (status, error name); status 0 when no HTTP answer came back."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if self.service == "sagemaker":
+
+            def send() -> int:
+                answer = client.invoke_endpoint(EndpointName=self.name, ContentType=self.content_type, Body=self.body)
+                answer["Body"].read()
+                return 200
+
+        else:
+            from servestack.local.lambda_runtime import http_api_event
+
+            event = http_api_event(
+                "POST", "/invocations", {"content-type": self.content_type}, self.body, "loadtest", "127.0.0.1"
+            )
+            payload = json.dumps(event).encode()
+
+            def send() -> int:
+                answer = client.invoke(FunctionName=self.name, Payload=payload)
+                reply = json.loads(answer["Payload"].read() or b"null")
+                if answer.get("FunctionError"):
+                    return 500  # what API Gateway answers when the function fails
+                status = reply.get("statusCode", 200) if isinstance(reply, dict) else 200
+                return int(status)
+
+        def call() -> tuple[int, str | None]:
+            try:
+                return send(), None
+            except ClientError as error:
+                status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+                return status, None if status else str(error.response.get("Error", {}).get("Code"))
+            except (BotoCoreError, OSError) as error:
+                return 0, type(error).__name__
+
+        return call
+
+
+def _sdk_closed_loop(target: SdkTarget, concurrency: int, duration_sec: float, timeout_sec: float) -> list[Sample]:
+    call = target.caller(target.client(concurrency, timeout_sec))
+    samples: list[Sample] = []
+    stop_at = time.perf_counter() + duration_sec
+
+    def worker() -> None:
+        while time.perf_counter() < stop_at:
+            started = time.perf_counter()
+            status, error = call()
+            samples.append(Sample(started, time.perf_counter() - started, status, error))  # list.append is atomic
+
+    threads = [threading.Thread(target=worker, name=f"loadtest-{i}", daemon=True) for i in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return samples
+
+
+def _sdk_open_loop(
+    target: SdkTarget, rate: float, duration_sec: float, timeout_sec: float, max_connections: int
+) -> list[Sample]:
+    workers = max(1, min(max_connections, math.ceil(rate * timeout_sec)))
+    call = target.caller(target.client(workers, timeout_sec))
+    samples: list[Sample] = []
+
+    def one(scheduled: float) -> None:
+        status, error = call()
+        samples.append(Sample(scheduled, time.perf_counter() - scheduled, status, error))
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="loadtest") as pool:
+        for index in range(int(rate * duration_sec)):
+            scheduled = start + index / rate
+            if (delay := scheduled - time.perf_counter()) > 0:
+                time.sleep(delay)
+            pool.submit(one, scheduled)
+    return samples
+
+
+# ------------------------------------------------------------------------------------------ running
+
+
 def run(
-    target: Target,
+    target: Target | SdkTarget,
     *,
     duration_sec: float,
     concurrency: int | None = None,
@@ -294,9 +542,41 @@ def run(
     max_connections: int = 512,
     target_qps: float | None = None,
     honour_retry_after: bool = False,
+    instances_measured: int = 1,
 ) -> tuple[Report, list[Sample]]:
     if (concurrency is None) == (rate is None):
         raise ValueError("give exactly one of concurrency (closed loop) or rate (open loop)")
+    if isinstance(target, SdkTarget):
+        if concurrency is not None:
+            samples = _sdk_closed_loop(target, concurrency, duration_sec, timeout_sec)
+            mode = f"closed loop, {concurrency} boto3 callers"
+        else:
+            assert rate is not None
+            samples = _sdk_open_loop(target, rate, duration_sec, timeout_sec, max_connections)
+            mode = f"open loop, {rate:g} req/s through boto3"
+    else:
+        samples, mode = _run_http(
+            target, duration_sec, concurrency, rate, timeout_sec, max_connections, honour_retry_after
+        )
+    elapsed = max(
+        duration_sec,
+        max((s.started + s.latency_sec for s in samples), default=0) - min((s.started for s in samples), default=0),
+    )
+    report = summarize(samples, mode, elapsed, target_qps=target_qps, instances_measured=instances_measured)
+    report.request_bytes = len(target.body)
+    report.request_rows = rows_in(target.body, target.content_type)
+    return report, samples
+
+
+def _run_http(
+    target: Target,
+    duration_sec: float,
+    concurrency: int | None,
+    rate: float | None,
+    timeout_sec: float,
+    max_connections: int,
+    honour_retry_after: bool,
+) -> tuple[list[Sample], str]:
     loop_factory: Callable[[], asyncio.AbstractEventLoop] | None
     try:
         import uvloop
@@ -312,14 +592,85 @@ def run(
             assert rate is not None
             samples = runner.run(_open_loop(target, rate, duration_sec, timeout_sec, max_connections))
             mode = f"open loop, {rate:g} req/s"
-    elapsed = max(
-        duration_sec,
-        max((s.started + s.latency_sec for s in samples), default=0) - min((s.started for s in samples), default=0),
+    return samples, mode
+
+
+# ------------------------------------------------------------------------------------------ the command
+
+CONTENT_TYPES = {".json": "application/json", ".csv": "text/csv", ".npy": "application/x-npy"}
+_REGION_IN_HOST = re.compile(r"\.(?:execute-api|lambda-url)\.([a-z]{2}(?:-[a-z]+)+-\d)\.")
+
+
+def region_of(explicit: str | None, url: str | None = None) -> str | None:
+    """--region, else the region in an API Gateway / function URL host, else botocore's (AWS_REGION, profile)."""
+    if explicit:
+        return explicit
+    found = _REGION_IN_HOST.search(urllib.parse.urlsplit(url).netloc) if url else None
+    if found:
+        return found.group(1)
+    import botocore.session
+
+    configured = botocore.session.get_session().get_config_variable("region")
+    return str(configured) if configured else None
+
+
+def target_of(args: argparse.Namespace, body: bytes, content_type: str) -> Target | SdkTarget:
+    from servestack.failures import CommandError, ExitCode
+
+    scheme = urllib.parse.urlsplit(args.target).scheme
+    try:
+        if scheme in ("sagemaker", "lambda"):
+            region = region_of(args.region)
+            if region is None:
+                raise CommandError(f"{args.target}: no AWS region; pass --region (or set AWS_REGION)", ExitCode.AWS)
+            return SdkTarget.from_url(args.target, body, content_type, region=region, endpoint_url=args.endpoint_url)
+        signer = None
+        if (scheme == "https" and not args.no_sign) or args.sigv4:
+            region = region_of(args.region, args.target)
+            if region is None:
+                raise CommandError(
+                    f"{args.target}: no AWS region to sign for; pass --region (or --no-sign)", ExitCode.AWS
+                )
+            signer = sigv4_signer(args.service, region)
+        return Target.from_url(args.target, body, content_type, signer=signer)
+    except ValueError as error:
+        raise CommandError(str(error)) from None
+
+
+def main(args: argparse.Namespace) -> int:
+    """`servestack loadtest` (arguments: servestack/cli.py)."""
+    from servestack.failures import CommandError
+    from servestack.local.processes import REPO_ROOT
+
+    data: Path = args.data or REPO_ROOT / "models" / "artifacts" / "digits" / "1" / "sample-request.json"
+    content_type = args.content_type or CONTENT_TYPES.get(data.suffix.lower())
+    if content_type is None:
+        raise CommandError(
+            f"--content-type: cannot tell from {data.name!r}; give one of {sorted(CONTENT_TYPES.values())}"
+        )
+    if not data.is_file():
+        raise CommandError(f"--data {data}: no such file")
+    target = target_of(args, data.read_bytes(), content_type)
+    concurrency = args.concurrency if args.concurrency or args.rate else 64
+    report, samples = run(
+        target,
+        duration_sec=args.duration,
+        concurrency=concurrency,
+        rate=args.rate,
+        timeout_sec=args.timeout,
+        target_qps=args.target_qps,
+        honour_retry_after=args.honour_retry_after,
+        instances_measured=args.instances,
     )
-    report = summarize(samples, mode, elapsed, target_qps=target_qps)
-    report.request_bytes = len(target.body)
-    report.request_rows = rows_in(target.body, target.content_type)
-    return report, samples
+    print(report.summary())
+    args.report.write_text(report.to_json())
+    if samples:
+        plot(samples, args.plot, f"{args.target} - {report.mode}")
+    print(f"wrote {args.report}" + (f" and {args.plot}" if samples else ""))
+    if not report.ok_qps:
+        print("no 2xx answers: see the statuses and errors above", file=sys.stderr)
+        return 1
+    return 0
 
 
 def plot(samples: list[Sample], path: Path, title: str) -> None:

@@ -621,13 +621,9 @@ def render(outcome: Outcome) -> str:
     return "\n".join(lines)
 
 
-def add_parser(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: Callable[[argparse.ArgumentParser], None]
-) -> None:
-    parser = sub.add_parser(
-        "optimize",
-        help="quantize a registry model, measure accuracy and speed, push it if the accuracy gate holds",
-    )
+def arguments(parser: argparse.ArgumentParser) -> None:
+    """`servestack models optimize`'s own arguments (the registry flags are added with the other models
+    commands')."""
     parser.add_argument(
         "target", metavar="NAME[@VERSION]", help="the source model (default version: live, else newest)"
     )
@@ -644,7 +640,6 @@ def add_parser(
     parser.add_argument("--version", default=None, help="the new version label (default: the next integer)")
     parser.add_argument("--speed-sec", type=float, default=1.0, help="seconds of timing per model and batch size")
     parser.add_argument("--report", type=Path, default=None, help="also write the outcome as JSON here")
-    common(parser)
 
 
 def run(args: argparse.Namespace, registry: Callable[[], ModelRegistry]) -> int:
@@ -678,4 +673,4 @@ def run(args: argparse.Namespace, registry: Callable[[], ModelRegistry]) -> int:
     return 0 if outcome.holds else 1
 
 
-__all__ = ["METHODS", "Outcome", "add_parser", "optimize", "parse_max_drop", "run"]
+__all__ = ["METHODS", "Outcome", "arguments", "optimize", "parse_max_drop", "run"]

@@ -969,10 +969,8 @@ def render(result: Plan) -> str:
     return "\n".join(lines)
 
 
-def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = commands.add_parser(
-        "plan", help="which mode, configuration and monthly cost for a traffic profile, from measured capacity"
-    )
+def arguments(parser: argparse.ArgumentParser) -> None:
+    """`servestack plan`'s arguments."""
     parser.add_argument(
         "--profile", type=Path, default=None, help="YAML: traffic:, measured:, model:, batch_rows_per_sec:"
     )

@@ -42,7 +42,19 @@ def seed(registry: ModelRegistry, packages: list[Path]) -> list[str]:
 
 
 def seed_local(s3: Any, spec: Any, artifacts: Path, uri: str = LOCAL_URI) -> str:
-    """`local up`: the emulator's registry holding every model of serving.yaml (`live` -> its version)."""
+    """`local up`: the emulator's registry holding every model of serving.yaml (`live` -> its version), and
+    every other package in `artifacts` (what `servestack models push` wrote there), so that pushed versions
+    outlive a restart of the emulator."""
     ensure_bucket(uri, s3)
-    seed(open_registry(uri, client=s3), [artifacts / m.name / m.version for m in spec.models])
+    from models.errors import ServingError
+
+    registry = open_registry(uri, client=s3)
+    declared = [artifacts / m.name / m.version for m in spec.models]
+    seed(registry, declared)
+    for package in sorted(path.parent for path in artifacts.glob("*/*/manifest.json")):
+        if package not in declared:
+            try:
+                seed(registry, [package])
+            except ServingError as error:  # a package serving.yaml does not use must not stop local up
+                print(f"registry: skipped {package}: {error.message}", flush=True)
     return uri

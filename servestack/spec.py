@@ -29,6 +29,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError, core_schema
 
+from servestack.instance_types import KnownInstanceType
+
 __all__ = [
     "MODES",
     "AlarmSettings",
@@ -53,7 +55,6 @@ __all__ = [
 MODES = ("realtime", "serverless", "async", "batch")
 DNS_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")
 VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$")
-INSTANCE_TYPE = re.compile(r"^ml\.[a-z0-9]+\.[a-z0-9]+$")
 # NVIDIA GPU families (ml.g4dn, ml.g5, ml.g6, ml.p3, ml.p4d, ml.p5...): the GPU image, onnxruntime with CUDA.
 GPU_FAMILY = re.compile(r"^ml\.[gp]\d")
 # AWS Inferentia/Trainium (ml.inf1, ml.inf2, ml.trn1...): they run models compiled for AWS Neuron.
@@ -173,11 +174,9 @@ def _to_str(value: Any) -> Any:
 
 Name = Annotated[str, Matches(DNS_NAME, "a DNS-style name (a-z, 0-9, '-', starts with a letter, <= 32 chars)")]
 Version = Annotated[str, BeforeValidator(_to_str), Matches(VERSION, "a version label (letters, digits, '.', '_', '-')")]
-InstanceType = Annotated[
-    str,
-    Matches(INSTANCE_TYPE, "a SageMaker instance type such as 'ml.g5.xlarge'"),
-    AfterValidator(_check_accelerator),
-]
+# Instance types: checked against the list kept in servestack/data/ (servestack/instance_types.py says where it
+# comes from and how to refresh it), with the nearest names suggested; then the accelerator rules.
+InstanceType = Annotated[str, KnownInstanceType("ProductionVariantInstanceType"), AfterValidator(_check_accelerator)]
 S3Prefix = Annotated[str, Matches(S3_PREFIX, "an S3 key prefix ending in '/' without a leading '/'")]
 Schedule = Annotated[str, Matches(SCHEDULE, "'cron(<6 fields>)' or 'rate(<n> minutes|hours|days)'")]
 TimeZone = Annotated[str, BeforeValidator(_check_timezone)]
@@ -533,8 +532,14 @@ def parse_spec(data: object, source: str = "serving.yaml") -> ServingSpec:
     return spec
 
 
-def load_spec(path: str | Path) -> ServingSpec:
-    """Read and validate `serving.yaml`; raise `SpecError` naming each bad path, value and what is allowed."""
+def load_spec(
+    path: str | Path, *, artifacts_root: Path | None = None, bundled: bool = True, check_artifacts: bool = True
+) -> ServingSpec:
+    """Read and validate `serving.yaml`; raise `SpecError` naming each bad path, value and what is allowed.
+
+    Then (`check_artifacts`) every declared model must have its package under `artifacts_root` (default: the
+    folder holding the file), or be a bundled one (`bundled`); each missing one is a problem naming the
+    folder and the command that creates it (servestack/artifacts.py)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -546,4 +551,11 @@ def load_spec(path: str | Path) -> ServingSpec:
         raise SpecError(str(p), [f"<yaml>: {exc} is not valid YAML"]) from None
     if not isinstance(data, dict):
         raise SpecError(str(p), [f"<root>: {type(data).__name__} is not a mapping with models and deployments"])
-    return parse_spec(data, str(p))
+    spec = parse_spec(data, str(p))
+    if check_artifacts:
+        from servestack import artifacts
+
+        missing = list(artifacts.problems(spec, artifacts_root or p.resolve().parent, bundled=bundled))
+        if missing:
+            raise SpecError(str(p), missing)
+    return spec

@@ -117,6 +117,7 @@ class LocalPythonBundler:
         *,
         root: Path,
         artifacts: Sequence[str] = (),
+        artifacts_root: Path | None = None,
         architecture: str = "x86_64",
         python_version: str = PYTHON_VERSION,
         cache_dir: Path | None = None,
@@ -124,6 +125,8 @@ class LocalPythonBundler:
         check_choice("LocalPythonBundler", "architecture", architecture, ARCHITECTURES)
         self.root = root.resolve()
         self.artifacts = tuple(artifacts)
+        # The project holding the model packages (`artifacts` are relative to it); servestack's code is `root`.
+        self.artifacts_root = (artifacts_root or root).resolve()
         self.architecture = architecture
         self.python_version = python_version
         default_cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "servestack" / "lambda-deps"
@@ -136,10 +139,13 @@ class LocalPythonBundler:
         h = hashlib.sha256()
         h.update(f"{BUNDLER_VERSION}|{self.architecture}|{self.python_version}|{STRIP_GLOBS}".encode())
         lock = [self.root / "uv.lock", self.root / "pyproject.toml"]
-        for path in [*lock, *_files(self.root, SOURCE_DIRS), *_artifact_files(self.root, self.artifacts)]:
+        for path in [*lock, *_files(self.root, SOURCE_DIRS)]:
             if path.is_file():
                 h.update(str(path.relative_to(self.root)).encode())
                 h.update(hashlib.sha256(path.read_bytes()).digest())
+        for path in _artifact_files(self.artifacts_root, self.artifacts):
+            h.update(str(path.relative_to(self.artifacts_root)).encode())
+            h.update(hashlib.sha256(path.read_bytes()).digest())
         return h.hexdigest()
 
     # --- ILocalBundling -------------------------------------------------------------------------
@@ -157,8 +163,8 @@ class LocalPythonBundler:
             dest = out / src.relative_to(self.root)
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest)
-        for src in _artifact_files(self.root, self.artifacts):
-            dest = out / src.relative_to(self.root)
+        for src in _artifact_files(self.artifacts_root, self.artifacts):
+            dest = out / src.relative_to(self.artifacts_root)
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest)
         self._compile(out, only=SOURCE_DIRS)
@@ -256,12 +262,18 @@ def lambda_code(
     *,
     root: Path,
     artifacts: Sequence[str],
+    artifacts_root: Path | None = None,
     architecture: str = "x86_64",
     python_version: str = PYTHON_VERSION,
 ) -> lambda_.Code:
-    """`lambda_.Code` for a servestack function, bundled locally (never with Docker)."""
+    """`lambda_.Code` for a servestack function, bundled locally (never with Docker): servestack's code from
+    `root`, the model packages `artifacts` from `artifacts_root` (the project; default `root`)."""
     bundler = LocalPythonBundler(
-        root=root, artifacts=artifacts, architecture=architecture, python_version=python_version
+        root=root,
+        artifacts=artifacts,
+        artifacts_root=artifacts_root,
+        architecture=architecture,
+        python_version=python_version,
     )
     return lambda_.Code.from_asset(
         str(bundler.root / "handlers") if (bundler.root / "handlers").is_dir() else str(bundler.root),

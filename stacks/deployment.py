@@ -16,6 +16,7 @@ from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
+from servestack.artifacts import sample_file
 from servestack.spec import (
     AsyncDeployment,
     BatchDeployment,
@@ -39,10 +40,8 @@ CPU_DOCKERFILE = "containers/cpu.Dockerfile"
 
 
 def read_sample(root: Path, model: ModelSpec, which: str) -> Any:
-    path = root / model.artifact_path / f"sample-{which}.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found for model {model.key}: run `make models`")
-    return json.loads(path.read_text(encoding="utf-8"))
+    """The package's sample request/response; missing, the error names the command that writes it."""
+    return json.loads(sample_file(model, root, which).read_text(encoding="utf-8"))
 
 
 class DeploymentStack(Stack):
@@ -56,6 +55,7 @@ class DeploymentStack(Stack):
         spec: ServingSpec,
         deployment: str,
         root: Path,
+        code_root: Path | None = None,
         name_prefix: str = "servestack-",
         env: Environment | None = None,
     ) -> None:
@@ -67,7 +67,8 @@ class DeploymentStack(Stack):
         Tags.of(self).add("servestack:mode", d.mode)
         self.deployment = deployment
         self.mode = d.mode
-        self.root = root
+        self.root = root  # the project: serving.yaml and its model packages
+        self.code_root = code_root or root  # servestack's sources and Dockerfiles (the images and bundles)
         self.resource_name = f"{name_prefix}{deployment}"
         models = spec.models_of(deployment)
         primary = models[0]
@@ -347,7 +348,12 @@ class DeploymentStack(Stack):
         self.smoke_target = CfnOutput(self, "SmokeTarget", value=target)
 
     def _code(self, models: list[ModelSpec], architecture: str) -> Any:
-        return lambda_code(root=self.root, artifacts=[m.artifact_path for m in models], architecture=architecture)
+        return lambda_code(
+            root=self.code_root,
+            artifacts=[m.artifact_path for m in models],
+            artifacts_root=self.root,
+            architecture=architecture,
+        )
 
     def _image_for(self, instance_type: str) -> ecr_assets.DockerImageAsset:
         """The GPU image on a GPU instance type (ml.g*, ml.p*), else the CPU image."""
@@ -359,12 +365,14 @@ class DeploymentStack(Stack):
         if isinstance(existing, ecr_assets.DockerImageAsset):
             return existing
         dockerfile = GPU_DOCKERFILE if gpu else CPU_DOCKERFILE
-        if not (self.root / dockerfile).is_file():
-            raise FileNotFoundError(f"{self.root / dockerfile} not found: the realtime/Fargate image is built from it")
+        if not (self.code_root / dockerfile).is_file():
+            raise FileNotFoundError(
+                f"{self.code_root / dockerfile} not found: the realtime/Fargate image is built from it"
+            )
         return ecr_assets.DockerImageAsset(
             self,
             id,
-            directory=str(self.root),
+            directory=str(self.code_root),
             file=dockerfile,
             exclude=DOCKER_EXCLUDE,
             platform=ecr_assets.Platform.LINUX_AMD64,
@@ -376,6 +384,7 @@ def add_deployments(
     spec: ServingSpec,
     root: Path,
     *,
+    code_root: Path | None = None,
     name_prefix: str = "servestack-",
     only: list[str] | None = None,
     env: Environment | None = None,
@@ -387,7 +396,14 @@ def add_deployments(
         raise ValueError(f"deployments {unknown} are not in serving.yaml ({', '.join(spec.deployments)})")
     return [
         DeploymentStack(
-            scope, f"{name_prefix}{n}", spec=spec, deployment=n, root=root, name_prefix=name_prefix, env=env
+            scope,
+            f"{name_prefix}{n}",
+            spec=spec,
+            deployment=n,
+            root=root,
+            code_root=code_root,
+            name_prefix=name_prefix,
+            env=env,
         )
         for n in wanted
     ]

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from servestack.failures import CommandError, ExitCode
 from servestack.local import state
 
 CONTENT_TYPES = {".json": "application/json", ".csv": "text/csv", ".npy": "application/x-npy"}
@@ -68,11 +69,14 @@ def sagemaker_runtime(about: dict[str, Any]) -> Any:
 
 def invoke(name: str, data: Path, *, state_path: Path | None = None, timeout_sec: float = 120) -> int:
     """Send the file to the deployment; for async, wait for the job and print its result."""
+    if not data.is_file():
+        raise CommandError(f"--data {data}: no such file; give a request body (.json, .csv or .npy)")
     about = state.read(state_path)
     deployments: dict[str, Any] = about["deployments"]
     if name not in deployments:
-        print(f"{name}: not a deployment of the running local up ({', '.join(deployments)})", file=sys.stderr)
-        return 2
+        raise CommandError(
+            f"{name}: not a deployment of the running local up ({', '.join(deployments)})", ExitCode.NOT_FOUND
+        )
     d = deployments[name]
     body = data.read_bytes()
     content_type = CONTENT_TYPES.get(data.suffix.lower(), "application/json")
@@ -94,8 +98,7 @@ def invoke(name: str, data: Path, *, state_path: Path | None = None, timeout_sec
         sys.stdout.write(answer.decode(errors="replace") + "\n")
         return 0 if status == 200 else 1
     if d["mode"] != "async":
-        print(f"{name}: {d['mode']} deployments run with `servestack local run-batch {name}`", file=sys.stderr)
-        return 2
+        raise CommandError(f"{name}: {d['mode']} deployments run with `servestack local run-batch {name}`")
     status, answer = signed("POST", f"{d['url']}/jobs", keys, region, body=body, headers={"Content-Type": content_type})
     if status != 202:
         sys.stdout.write(answer.decode(errors="replace") + "\n")
@@ -133,8 +136,10 @@ def run_batch(
     d = about["deployments"].get(name)
     if d is None or d.get("mode") != "batch" or "target" not in d:
         batch = [n for n, x in about["deployments"].items() if x.get("mode") == "batch"]
-        print(f"{name}: not a batch deployment of the running local up ({', '.join(batch) or 'none'})", file=sys.stderr)
-        return 2
+        raise CommandError(
+            f"{name}: not a batch deployment of the running local up ({', '.join(batch) or 'none'})",
+            ExitCode.NOT_FOUND,
+        )
     overrides = {"strict": strict or None, "chunk_rows": chunk_rows, "output_prefix": output_prefix}
     if "task" in d:
         return _run_task(about, name, d["task"], {k: v for k, v in overrides.items() if v is not None})

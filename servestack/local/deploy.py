@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import sys
 import threading
 import time
 import urllib.parse
@@ -19,8 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servestack.failures import CommandError, ExitCode
 from servestack.local import state
 from servestack.local.router import Faults
+from servestack.project import STATE_DIR, project_or_cwd
 
 # Requests in flight when a window opens or closes may land on either side of the boundary.
 TOLERANCE_REQUESTS = 3
@@ -127,21 +128,31 @@ def deploy(
     try:
         Faults.parse(faults)
     except ValueError as exc:
-        print(exc, file=sys.stderr)
-        return 2
+        raise CommandError(f"--inject-faults: {exc}") from None
     about = state.read(state_path)
     deployments: dict[str, Any] = about["deployments"]
     entry = deployments.get(name)
     if entry is None or entry.get("mode") != "realtime":
         realtime = [n for n, d in deployments.items() if d.get("mode") == "realtime"]
-        print(f"{name}: not a realtime deployment of the running local up ({', '.join(realtime)})", file=sys.stderr)
-        return 2
+        raise CommandError(
+            f"{name}: not a realtime deployment of the running local up ({', '.join(realtime)})", ExitCode.NOT_FOUND
+        )
     url = entry["url"]
+    if not options or options.get("interval_sec") is None or options.get("bake_sec") is None:
+        print(
+            f"{name}: rehearsing at the deployment's own clocks (strategy interval_minutes and bake_minutes, alarm "
+            "periods): minutes. --interval-sec 5 --bake-sec 5 --period-sec 10 --evaluation-periods 1 rehearse in "
+            "seconds",
+            flush=True,
+        )
     request = {"version": version, "faults": faults, **{k: v for k, v in (options or {}).items() if v is not None}}
     status, answer = _request(f"{url}/_servestack/deploy", request)
     if status != 202:
-        print(f"{name}: {answer.get('error', {}).get('message', answer)}", file=sys.stderr)
-        return 2
+        error = answer.get("error", {}) if isinstance(answer, dict) else {}
+        message = str(error.get("message", answer)) + (
+            f" (allowed: {error['allowed']})" if error.get("allowed") else ""
+        )
+        raise CommandError(f"{name}: {message}", ExitCode.NOT_FOUND if status == 404 else ExitCode.USAGE)
     traffic = Traffic(f"{url}/invocations", Path(entry["sample"]).read_bytes(), traffic_rps)
     traffic.start()
     printed = 0
@@ -170,7 +181,7 @@ def deploy(
             "windows": client_windows(answer["timeline"], sent),
         },
     }
-    target = output or Path(".servestack") / f"deploy-{name}.json"
+    target = output or project_or_cwd() / STATE_DIR / f"deploy-{name}.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(outcome, indent=2) + "\n")
     print(f"{name}: {answer['state']} (outcome: {target})", flush=True)

@@ -54,7 +54,7 @@ def main(args: list[str] | None = None) -> int:
     if options.spec is not None:
         from servestack.spec import load_spec
 
-        spec = load_spec(options.spec)
+        spec = load_spec(options.spec, check_artifacts=False)  # local up checked the packages before starting us
 
         def rehearsal(router: Router, request: dict[str, Any]) -> Rehearsal:
             return Rehearsal.from_request(router, spec, deployment, request, cache_dir=cache_dir)

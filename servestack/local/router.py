@@ -91,8 +91,12 @@ class Upstream:
     async def request(
         self, method: str, path: str, headers: list[tuple[bytes, bytes]], body: bytes
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        for attempt in range(2):  # a pooled connection the child closed meanwhile gets one retry
-            reader, writer = self._idle.pop() if self._idle else await asyncio.open_connection(self.host, self.port)
+        while True:
+            # A pooled connection may have been closed by the child meanwhile (uvicorn drops keep-alive connections
+            # idle for 5 s): then the others idle as long are stale too, so drop them all and retry on a new one.
+            # A new connection that fails is a real failure.
+            pooled = bool(self._idle)
+            reader, writer = self._idle.pop() if pooled else await asyncio.open_connection(self.host, self.port)
             try:
                 head = [f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n".encode()]
                 head += [name + b": " + value + b"\r\n" for name, value in headers]
@@ -101,8 +105,9 @@ class Upstream:
                 raw = await reader.readuntil(b"\r\n\r\n")
             except (OSError, asyncio.IncompleteReadError):
                 writer.close()
-                if attempt:
+                if not pooled:
                     raise
+                self.close()
                 continue
             lines = raw.split(b"\r\n")
             status = int(lines[0][9:12])
@@ -124,7 +129,6 @@ class Upstream:
             else:
                 self._idle.append((reader, writer))
             return status, response_headers, payload
-        raise AssertionError("unreachable")
 
     def close(self) -> None:
         for _, writer in self._idle:

@@ -1,4 +1,8 @@
-"""The state file of a running `local up`: where its emulator and endpoints are, for other commands."""
+"""The state file of a running `local up`: where its emulator and endpoints are, for other commands.
+
+It lives in the project (`<folder holding serving.yaml>/.servestack/local.json`), so commands find it from any
+subfolder; `$SERVESTACK_LOCAL_STATE` or `--state` name another one.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +11,17 @@ import os
 from pathlib import Path
 from typing import Any
 
+from servestack.failures import NotRunning
+from servestack.project import STATE_DIR, project_or_cwd
+
 STATE_ENV = "SERVESTACK_LOCAL_STATE"
-
-
-def project_root(start: Path | None = None) -> Path:
-    """The nearest folder holding serving.yaml, from `start` (default: the current directory) upwards."""
-    here = (start or Path.cwd()).resolve()
-    return next((folder for folder in (here, *here.parents) if (folder / "serving.yaml").is_file()), here)
+STATE_FILE = "local.json"
 
 
 def default_path(project: Path | None = None) -> Path:
-    """`$SERVESTACK_LOCAL_STATE`, else `.servestack/local.json` in the project (found from any subfolder)."""
-    if os.environ.get(STATE_ENV):
-        return Path(os.environ[STATE_ENV])
-    return (project or project_root()) / ".servestack" / "local.json"
+    """`$SERVESTACK_LOCAL_STATE`, else `.servestack/local.json` in the project (found from any subfolder; else
+    the current folder)."""
+    return Path(os.environ.get(STATE_ENV) or (project or project_or_cwd()) / STATE_DIR / STATE_FILE)
 
 
 def write(path: Path, about: dict[str, Any], deployments: dict[str, dict[str, Any]]) -> None:
@@ -32,13 +33,33 @@ def write(path: Path, about: dict[str, Any], deployments: dict[str, dict[str, An
 
 
 def read(path: Path | None = None) -> dict[str, Any]:
-    """The state of the running `local up`, or `FileNotFoundError` saying how to start one."""
+    """The state of the running `local up`; `NotRunning` (a FileNotFoundError) saying how to start one when
+    there is no state file, or when the process that wrote it is gone (it was killed before cleaning up)."""
     where = path or default_path()
     try:
         loaded: dict[str, Any] = json.loads(where.read_text())
     except FileNotFoundError:
-        raise FileNotFoundError(f"{where}: no running `servestack local up` (start one, or pass --state)") from None
+        raise NotRunning(
+            f"`servestack local up` is not running (no {where}): start it in your project, or pass --state"
+        ) from None
+    except (ValueError, OSError) as error:
+        raise NotRunning(f"{where}: unreadable state file ({error}): start `servestack local up` again") from None
+    pid = loaded.get("pid")
+    if isinstance(pid, int) and not _alive(pid):
+        raise NotRunning(
+            f"`servestack local up` is not running: {where} was left by process {pid}, which has exited; start it again"
+        )
     return loaded
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only checks that the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, under another user
+        return True
+    return True
 
 
 def remove(path: Path) -> None:

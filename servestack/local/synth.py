@@ -58,6 +58,7 @@ def context(root: Path, spec: Path) -> dict[str, object]:
     if cached.is_file():
         merged |= json.loads(cached.read_text(encoding="utf-8"))
     merged["servestack:spec"] = str(spec.resolve())
+    merged["servestack:project"] = str(spec.resolve().parent)
     merged["servestack:pipeline"] = False  # the pipeline stack deploys nothing local mode runs
     merged["aws:cdk:bundling-stacks"] = []
     return merged

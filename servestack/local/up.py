@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -274,13 +275,13 @@ def _run(options: UpOptions) -> int:
     except (SpecError, OSError) as error:
         raise UpError(str(error)) from None
     project = spec_file.parent
-    # Where the CDK app, its model artifacts and the handlers' code live: the project's own app.py, else
-    # servestack's (a folder holding only serving.yaml). Lambda's /var/task stands for it.
+    # Where the CDK app and the handlers' code live: the project's own app.py, else servestack's (a project
+    # holding serving.yaml and its model packages only). Lambda's /var/task stands for it.
     code_root = app_root(project)
     work = project / ".servestack"
     try:
         synth = synthesize(
-            project, spec_file, work / "cdk.out", force=options.resynth, artifacts=code_root / "models" / "artifacts"
+            project, spec_file, work / "cdk.out", force=options.resynth, artifacts=project / "models" / "artifacts"
         )
     except SynthError as error:
         raise UpError(str(error)) from None
@@ -365,10 +366,12 @@ def _run(options: UpOptions) -> int:
 
         from servestack.registry import LOCAL_URI, seed_local
 
-        artifacts = code_root / "models" / "artifacts"
+        artifacts = project / "models" / "artifacts"  # synth checked that serving.yaml's packages are there
         registry_uri = seed_local(aws["s3"], spec, artifacts)
         environment_base = base_environment() | {"AWS_ENDPOINT_URL": emulator_url, "AWS_DEFAULT_REGION": region}
-        world = World(options, spec, spec_file, code_root, work, region, emulator_url, access, aws, registry_uri)
+        world = World(
+            options, spec, spec_file, project, code_root, work, region, emulator_url, access, aws, registry_uri
+        )
         plan = world.plan(topologies, realtime_port, aws_port, api_ports, environment_base)
         children = plan.children
         for child in children:
@@ -494,7 +497,8 @@ class World:
     options: UpOptions
     spec: Any
     spec_file: Path
-    project: Path  # the code root: where the CDK app, the model artifacts and the handlers live
+    project: Path  # serving.yaml's folder: its model packages
+    code_root: Path  # the CDK app's folder: the handlers' code (Lambda's /var/task)
     work: Path
     region: str
     emulator_url: str
@@ -548,8 +552,15 @@ class World:
                 env = (
                     env_base
                     | self.service_endpoints
-                    | lambda_environment(function, self.region, self.project)
-                    | map_paths(function.environment, {LAMBDA_TASK_ROOT: str(self.project)})
+                    | lambda_environment(function, self.region, self.code_root)
+                    | map_paths(
+                        function.environment,
+                        # The bundle holds the deployment's own packages only; the rest of /var/task is the code.
+                        {
+                            f"{LAMBDA_TASK_ROOT}/models/artifacts": str(self._bundle_view(topology.deployment)),
+                            LAMBDA_TASK_ROOT: str(self.code_root),
+                        },
+                    )
                     | credentials[function.role].environment()
                 )
                 argv = [sys.executable, "-m", "servestack.local.runner", "--config", str(config), "--port", str(port)]
@@ -681,6 +692,18 @@ class World:
         )
         return child, RealtimeTarget(url, names, multi_model=True, multi_model_front=front)
 
+    def _bundle_view(self, deployment: str) -> Path:
+        """What the deployment's Lambda bundle carries under models/artifacts: its own pinned packages only
+        (stacks/bundling.py), as links into the project."""
+        view = self.work / "bundles" / deployment / "models" / "artifacts"
+        if view.exists():
+            shutil.rmtree(view)
+        for model in self.spec.models_of(deployment):
+            link = view / model.name / model.version
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to((self.project / model.artifact_path).resolve(), target_is_directory=True)
+        return view
+
     def _seed_models(self, prefix: str) -> None:
         """The serving.yaml models under a multi-model endpoint's prefix (`<name>/<version>.tar.gz`), as
         `servestack models push --registry <prefix>` would put them there, so that TargetModel works at once."""
@@ -804,7 +827,7 @@ class World:
             if denied is not None:
                 return f"AccessDeniedException: {denied}"
             process = subprocess.Popen(
-                argv, cwd=self.project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+                argv, cwd=self.code_root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
             )
             assert process.stdout is not None
             _pump(f"task {schedule.task}", process.stdout, sys.stdout)

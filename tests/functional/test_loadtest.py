@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from servestack.loadtest import Target, plot, run
+from servestack import loadtest
+from servestack.loadtest import Sample, Target, plot, region_of, run, summarize
+from servestack.local.processes import free_port, http_status, stop_process
 from tests.conftest import ARTIFACTS, REPO_ROOT, RealtimeServer
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 pytestmark = pytest.mark.slow
 SAMPLE = (ARTIFACTS / "digits" / "1" / "sample-request.json").read_bytes()
@@ -22,8 +30,10 @@ def test_closed_loop_reports_qps_latency_and_provisioning(realtime_server: Realt
     assert report.statuses == {"200": report.requests}
     assert report.requests > 50
     assert 0 < report.latency_ms["p50"] <= report.latency_ms["p99"] <= report.latency_ms["max"]
-    assert report.provisioning["concurrency"] >= 1
-    assert report.provisioning["instances"] >= 1
+    # without a target QPS: the measured capacity per instance, and no instance count
+    assert report.provisioning["per_instance_qps"] == pytest.approx(report.ok_qps)
+    assert "instances" not in report.provisioning
+    assert "pass --target-qps N" in report.summary()
     picture = tmp_path / "latency.png"
     plot(samples, picture, "test")
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -74,6 +84,104 @@ def test_cli_writes_the_json_report_and_the_png(realtime_server: RealtimeServer,
     assert picture.stat().st_size > 1000
 
 
-def test_https_targets_are_refused_with_the_reason() -> None:
-    with pytest.raises(ValueError, match="plain HTTP"):
-        Target.from_url("https://example.com/invocations", SAMPLE, "application/json")
+def test_unknown_schemes_are_refused_naming_the_accepted_ones() -> None:
+    with pytest.raises(ValueError, match="sagemaker://ENDPOINT"):
+        Target.from_url("ftp://example.com/invocations", SAMPLE, "application/json")
+
+
+def test_https_targets_use_port_443_and_sign_the_host_as_botocore_does() -> None:
+    # GIVEN an API Gateway URL
+    url = "https://abc123.execute-api.eu-west-1.amazonaws.com/prod/invocations?x=1"
+    target = Target.from_url(url, SAMPLE, "application/json")
+    # THEN TLS on 443, the Host header without the default port, the path with its query, the region from the host
+    assert (target.scheme, target.port, target.host_header) == (
+        "https",
+        443,
+        "abc123.execute-api.eu-west-1.amazonaws.com",
+    )
+    assert target.path == "/prod/invocations?x=1"
+    assert region_of(None, url) == "eu-west-1"
+    assert region_of("us-east-2", url) == "us-east-2"
+
+
+def test_capacity_advice_needs_a_target_for_a_count_and_sizes_from_per_instance_capacity() -> None:
+    # GIVEN 10 s of 2xx answers at 1000 req/s, 20 ms each, measured on 2 instances
+    samples = [Sample(i / 1000, 0.020, 200) for i in range(10_000)]
+    # WHEN summarized without and with a target
+    bare = summarize(samples, "closed loop", 10.0, instances_measured=2)
+    sized = summarize(samples, "closed loop", 10.0, instances_measured=2, target_qps=3000)
+    # THEN the capacity is per instance (500 req/s), and counts come only with the target:
+    # 3000 x 1.5 / 500 = 9 instances; concurrency 3000 x 0.020 x 1.5 = 90
+    assert bare.provisioning["per_instance_qps"] == pytest.approx(500)
+    assert "instances" not in bare.provisioning
+    assert "pass --target-qps N" in bare.summary()
+    assert sized.provisioning["instances"] == 9
+    assert sized.provisioning["concurrency"] == 90
+    assert "9 instance(s)" in sized.summary()
+
+
+def test_a_signed_request_is_signed_again_before_its_signature_expires(monkeypatch: pytest.MonkeyPatch) -> None:
+    signed: list[float] = []
+
+    def signer(target: Target) -> dict[str, str]:
+        signed.append(time.monotonic())
+        return {"Authorization": f"sig-{len(signed)}"}
+
+    target = Target.from_url("http://127.0.0.1:1/invocations", SAMPLE, "application/json", signer=signer)
+    monkeypatch.setattr(loadtest, "SIGN_EVERY_SEC", 0.05)
+    request = loadtest.RequestBytes(target)
+    first = request.current()
+    assert request.current() == first  # within the interval: the same bytes
+    time.sleep(0.06)
+    assert b"Authorization: sig-2" in request.current()
+
+
+@pytest.fixture
+def sigv4_server(tmp_path: Path) -> Iterator[str]:
+    """tests/fixtures/sigv4_server.py: answers 200 only to correctly signed requests (for eu-west-1/execute-api)."""
+    port = free_port()
+    env = {**os.environ, "AWS_SECRET_ACCESS_KEY": "server-secret"}
+    with (tmp_path / "sigv4.log").open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, str(FIXTURES / "sigv4_server.py"), "--port", str(port), "--region", "eu-west-1",
+             "--service", "execute-api"],
+            env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while http_status(f"{url}/stats") != 200:
+        assert process.poll() is None, (tmp_path / "sigv4.log").read_text()
+        assert time.monotonic() < deadline, (tmp_path / "sigv4.log").read_text()
+        time.sleep(0.05)
+    yield url
+    stop_process(process, 5)
+
+
+def loadtest_cli(url: str, tmp_path: Path, secret: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env |= {"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": secret, "AWS_SESSION_TOKEN": "token-1"}
+    argv = [sys.executable, "-m", "servestack.cli", "loadtest", f"{url}/prod/invocations", "--sigv4",
+            "--region", "eu-west-1", "--duration", "1", "--concurrency", "2",
+            "--report", str(tmp_path / "r.json"), "--plot", str(tmp_path / "r.png"), *extra]  # fmt: skip
+    return subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_sigv4_signed_load_passes_an_independent_signature_check(sigv4_server: str, tmp_path: Path) -> None:
+    # GIVEN a server that checks SigV4 signatures with its own implementation of the specification
+    # WHEN loadtest signs with the credentials the server knows (botocore's chain: the environment here)
+    done = loadtest_cli(sigv4_server, tmp_path, "server-secret")
+    stats = json.loads(urllib.request.urlopen(f"{sigv4_server}/stats").read())
+    # THEN every request was accepted, with the session token sent
+    assert done.returncode == 0, done.stderr
+    assert stats["invalid"] == 0, stats["reasons"]
+    assert stats["valid"] == json.loads((tmp_path / "r.json").read_text())["requests"] > 10
+    assert stats["tokens"] == ["token-1"]
+
+
+def test_a_wrong_secret_is_refused_and_loadtest_exits_1(sigv4_server: str, tmp_path: Path) -> None:
+    done = loadtest_cli(sigv4_server, tmp_path, "wrong-secret")
+    stats = json.loads(urllib.request.urlopen(f"{sigv4_server}/stats").read())
+    assert done.returncode == 1
+    assert stats["valid"] == 0
+    assert set(stats["reasons"]) == {"signature mismatch"}
+    assert "'403'" in done.stdout

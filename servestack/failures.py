@@ -1,0 +1,139 @@
+"""How `servestack` commands fail: one line saying what to do, and a documented exit code.
+
+These are the exits of the command line, not errors a server reports to a caller (those are the
+`models/errors.py` hierarchy, each with its HTTP status). `failure_of` is the one place where an exception
+raised anywhere below a command becomes an exit code and a line; `servestack --debug` shows the traceback
+instead. The codes are listed in `servestack --help` and in the README.
+"""
+
+from __future__ import annotations
+
+import errno
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    FAILED = 1  # the command ran, and what it ran failed (a prediction answered an error, a release rolled back)
+    USAGE = 2  # bad arguments, serving.yaml, input file or model file: fix the command or the file
+    NOT_RUNNING = 3  # `servestack local up` is not running, or not answering where its state file says
+    NOT_FOUND = 4  # no such deployment, model, version or alias
+    CONFLICT = 5  # the registry already holds that version with other bytes
+    AWS = 6  # an AWS call failed: credentials, permissions, region or network
+    BUG = 70  # an unexpected error: a bug in servestack (EX_SOFTWARE in sysexits.h)
+    INTERRUPTED = 130  # Ctrl-C
+
+
+EXIT_CODE_HELP = {
+    ExitCode.OK: "success",
+    ExitCode.FAILED: "the command ran and its outcome is a failure (an error answer, a rollback, no 2xx)",
+    ExitCode.USAGE: "bad arguments, serving.yaml, input file or model file",
+    ExitCode.NOT_RUNNING: "`servestack local up` is not running (or not answering)",
+    ExitCode.NOT_FOUND: "no such deployment, model, version or alias",
+    ExitCode.CONFLICT: "the registry holds that version with other bytes",
+    ExitCode.AWS: "an AWS call failed (credentials, permissions, region, network)",
+    ExitCode.BUG: "a bug in servestack: run again with --debug and report the traceback",
+    ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
+}
+
+
+def exit_codes_text() -> str:
+    return "exit codes:\n" + "\n".join(f"  {int(code):<4} {text}" for code, text in EXIT_CODE_HELP.items())
+
+
+class CommandError(Exception):
+    """An expected failure of a command: `message` says what went wrong and what to do about it."""
+
+    code: ExitCode = ExitCode.USAGE
+
+    def __init__(self, message: str, code: ExitCode | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+
+class NotRunning(CommandError, FileNotFoundError):
+    """No `local up` behind the state file. Also a FileNotFoundError, which is what callers caught before."""
+
+    code = ExitCode.NOT_RUNNING
+
+
+def failure_of(error: BaseException) -> tuple[ExitCode, str] | None:
+    """The exit code and the one line for an expected failure; None for a bug (shown with its traceback)."""
+    if isinstance(error, CommandError):
+        return error.code, error.message
+    if isinstance(error, KeyboardInterrupt):
+        return ExitCode.INTERRUPTED, "interrupted"
+    found = _serving_error(error) or _spec_error(error) or _aws_error(error) or _network_error(error)
+    if found is not None:
+        return found
+    if isinstance(error, OSError) and error.errno == errno.EADDRINUSE:
+        return ExitCode.USAGE, f"{error.strerror}: another process took the port; pick free ones (--port, --aws-port)"
+    if isinstance(error, OSError) and error.filename is not None:
+        what = error.strerror or str(error)
+        hint = {errno.ENOENT: "check the path", errno.EACCES: "check its permissions"}.get(error.errno or 0, "")
+        return ExitCode.USAGE, f"{error.filename}: {what}" + (f"; {hint}" if hint else "")
+    return None
+
+
+def _serving_error(error: BaseException) -> tuple[ExitCode, str] | None:
+    from models.errors import ModelNotFound, ServingError, VersionConflict
+
+    if not isinstance(error, ServingError):
+        return None
+    line = error.message + (f" (allowed: {error.allowed})" if error.allowed else "")
+    if isinstance(error, ModelNotFound):
+        return ExitCode.NOT_FOUND, line
+    if isinstance(error, VersionConflict):
+        return ExitCode.CONFLICT, line
+    return ExitCode.USAGE, line
+
+
+def _spec_error(error: BaseException) -> tuple[ExitCode, str] | None:
+    from servestack.spec import SpecError
+
+    if isinstance(error, SpecError):
+        return ExitCode.USAGE, str(error)  # one line per problem: each names the path, the value and the fix
+    return None
+
+
+def _aws_error(error: BaseException) -> tuple[ExitCode, str] | None:
+    try:
+        from botocore.exceptions import (
+            BotoCoreError,
+            ClientError,
+            EndpointConnectionError,
+            NoCredentialsError,
+            NoRegionError,
+        )
+    except ImportError:  # the client extra is not installed: nothing of botocore can have been raised
+        return None
+    if isinstance(error, NoCredentialsError):
+        return ExitCode.AWS, "no AWS credentials found: run `aws configure`, or set AWS_PROFILE or AWS_ACCESS_KEY_ID"
+    if isinstance(error, NoRegionError):
+        return ExitCode.AWS, "no AWS region: pass --region, or set AWS_REGION"
+    if isinstance(error, EndpointConnectionError):
+        url = str(error.kwargs.get("endpoint_url", ""))
+        if "://127.0.0.1" in url or "://localhost" in url:  # the emulator of a local up that is gone
+            return ExitCode.NOT_RUNNING, f"{error}: is `servestack local up` still running? (start it again)"
+        return ExitCode.AWS, f"{error}: check the region and the network (or --endpoint-url)"
+    if isinstance(error, ClientError):
+        details = error.response.get("Error", {})
+        return ExitCode.AWS, f"AWS refused {error.operation_name}: {details.get('Code')}: {details.get('Message')}"
+    if isinstance(error, BotoCoreError):
+        return ExitCode.AWS, str(error)
+    return None
+
+
+def _network_error(error: BaseException) -> tuple[ExitCode, str] | None:
+    import urllib.error
+
+    if isinstance(error, urllib.error.URLError) and not isinstance(error, urllib.error.HTTPError):
+        return ExitCode.NOT_RUNNING, (
+            f"cannot reach {error.reason}: is `servestack local up` still running? "
+            "(start it again; a state file left by one that crashed is replaced)"
+        )
+    if isinstance(error, ConnectionError):
+        return ExitCode.NOT_RUNNING, f"{error}: is `servestack local up` still running? (start it again)"
+    return None
