@@ -2,8 +2,9 @@
 
     .venv/bin/python -m bench.batch_job --rows 1000000
 
-A `moto_server` subprocess (or AWS_ENDPOINT_URL) holds the data. Each job is a real
-`servestack local run-batch` process; its peak RSS is the child's `ru_maxrss` (getrusage RUSAGE_CHILDREN,
+A `moto_server` subprocess (or AWS_ENDPOINT_URL) holds the data. Each job is a real batch process, the entry
+the Fargate task runs (`python -m handlers.batch`, settings from `SERVESTACK_BATCH_*`); its peak RSS is the
+child's `ru_maxrss` (getrusage RUSAGE_CHILDREN,
 read after each job, so it is the largest job so far). Run A goes through uninterrupted; run B is
 SIGKILLed once about half its parts exist, then rerun; every object under B's output must equal A's
 byte for byte. Raw onnxruntime rows/s is measured in this process on the same rows, in the same chunks.
@@ -23,11 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
-from bench.async_jobs import start_moto
 from servestack.local.emulator import aws_environment, clients
-from servestack.local.processes import REPO_ROOT
+from servestack.local.processes import REPO_ROOT, free_port, http_status
 from tests.integration.resources import ensure_bucket
 
 BUCKET = "servestack-bench"  # the bucket rule for deployment "bench"
@@ -53,12 +52,32 @@ def make_input(path: Path, rows: int, files: int) -> list[Path]:
     return made
 
 
-def run_job(output: str, spec: Path, url: str, chunk_rows: int, kill_when: Any = None) -> tuple[int, float]:
+def start_moto() -> tuple[subprocess.Popen[bytes] | None, str]:
+    if os.environ.get("AWS_ENDPOINT_URL"):
+        return None, os.environ["AWS_ENDPOINT_URL"]
+    port = free_port()
+    moto = subprocess.Popen(
+        [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        if http_status(f"{url}/moto-api/") is not None:
+            break
+        time.sleep(0.1)
+    return moto, url
+
+
+def run_job(output: str, url: str, chunk_rows: int, kill_when: Any = None) -> tuple[int, float]:
     started = time.perf_counter()
+    settings = {"BUCKET": BUCKET, "INPUT_PREFIX": INPUT, "OUTPUT_PREFIX": output, "CHUNK_ROWS": str(chunk_rows),
+                "DEPLOYMENT": "bench", "MODEL": "breast-cancer"}  # fmt: skip
     process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "servestack"), "local", "run-batch", "bench", "--spec", str(spec),
-         "--endpoint-url", url, "--output-prefix", output, "--chunk-rows", str(chunk_rows)],
+        [sys.executable, "-m", "handlers.batch"],
         cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        env={**os.environ, **aws_environment(url), "SERVESTACK_DEFAULT_MODEL": "breast-cancer",
+             **{f"SERVESTACK_BATCH_{k}": v for k, v in settings.items()}},
     )  # fmt: skip
     while process.poll() is None:
         if kill_when is not None and kill_when():
@@ -117,13 +136,7 @@ def main() -> int:
         s3.upload_file(str(f), BUCKET, f"{INPUT}{f.name}")
     print(f"input: {args.rows:,} rows, {size / 1e6:.0f} MB in {len(files)} JSON Lines files "
           f"(made and uploaded in {time.perf_counter() - started:.0f}s)")  # fmt: skip
-    spec = work / "serving.yaml"
-    spec.write_text(yaml.safe_dump({
-        "models": [{"name": "breast-cancer", "version": 1}],
-        "deployments": {"bench": {"mode": "batch", "model": "breast-cancer", "input_prefix": INPUT}},
-    }))  # fmt: skip
-
-    code, seconds = run_job("bench/whole/", spec, url, args.chunk_rows)
+    code, seconds = run_job("bench/whole/", url, args.chunk_rows)
     peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(f"run A (uninterrupted): exit {code}, {seconds:.1f}s, {args.rows / seconds:,.0f} rows/s, "
           f"peak RSS {peak_mib:.0f} MiB")  # fmt: skip
@@ -133,10 +146,10 @@ def main() -> int:
         listed = s3.list_objects_v2(Bucket=BUCKET, Prefix="bench/resumed/parts/")
         return int(listed.get("KeyCount", 0)) >= total_parts // 2
 
-    code, seconds = run_job("bench/resumed/", spec, url, args.chunk_rows, kill_when=half_done)
+    code, seconds = run_job("bench/resumed/", url, args.chunk_rows, kill_when=half_done)
     kept = s3.list_objects_v2(Bucket=BUCKET, Prefix="bench/resumed/parts/").get("KeyCount", 0)
     print(f"run B: SIGKILLed after {seconds:.1f}s (exit {code}) with {kept}/{total_parts} parts written")
-    code, seconds = run_job("bench/resumed/", spec, url, args.chunk_rows)
+    code, seconds = run_job("bench/resumed/", url, args.chunk_rows)
     print(f"run B rerun: exit {code}, {seconds:.1f}s")
     whole, resumed = objects(s3, "bench/whole/"), objects(s3, "bench/resumed/")
     identical = whole == resumed and "manifest.json" in whole

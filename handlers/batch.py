@@ -8,6 +8,8 @@ optionally `"strict"` and `"chunk_rows"`. Missing keys fall back to the `SERVEST
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
@@ -119,3 +121,18 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     manifest = run_batch(settings, on_progress=_log_progress)
     logger.info("batch done", extra={"rows": manifest["rows"], "parts": len(manifest["parts"])})
     return {"manifest": f"s3://{settings.bucket}/{settings.output_prefix}manifest.json", "rows": manifest["rows"]}
+
+
+def main() -> int:
+    """The Fargate task's entry (`python -m handlers.batch`, stacks/batch.py FARGATE_COMMAND): one run with
+    the `SERVESTACK_BATCH_*` settings the task definition sets; a failed run exits non-zero, which ECS reports."""
+    settings = settings_from({})
+    manifest = run_batch(settings, on_progress=_log_progress)
+    logger.info("batch done", extra={"rows": manifest["rows"], "parts": len(manifest["parts"])})
+    print(json.dumps({"manifest": f"s3://{settings.bucket}/{settings.output_prefix}manifest.json",
+                      "rows": manifest["rows"]}))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

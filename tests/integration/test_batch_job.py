@@ -138,3 +138,33 @@ def test_the_lambda_handler_takes_the_scheduler_payload(
         monkeypatch.setenv(f"SERVESTACK_BATCH_{key}", value)
     scheduled = json.loads((EVENTS / "eventBridgeScheduledEvent.json").read_text())
     assert handler(scheduled, LambdaContext("batch", 900, 2048))["rows"]["succeeded"] == 40
+
+
+def test_the_fargate_entry_runs_one_job_from_its_environment(aws: Aws, unique: str) -> None:
+    # GIVEN the environment the Fargate task definition sets (stacks/batch.py) and input on S3
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    seed(aws, unique, "in/")
+    env = {
+        **os.environ,
+        "SERVESTACK_DEFAULT_MODEL": "breast-cancer",
+        "SERVESTACK_BATCH_DEPLOYMENT": "t",
+        "SERVESTACK_BATCH_BUCKET": unique,
+        "SERVESTACK_BATCH_INPUT_PREFIX": "in/",
+        "SERVESTACK_BATCH_OUTPUT_PREFIX": "fargate/",
+        "SERVESTACK_BATCH_MODEL": "breast-cancer",
+    }
+    # WHEN the container command runs (`python -m handlers.batch`, as the task's entry point)
+    done = subprocess.run(
+        [sys.executable, "-m", "handlers.batch"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
+        check=False,
+    )  # fmt: skip
+    # THEN it scores the input once and writes the manifest, and says where
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1])["manifest"] == f"s3://{unique}/fargate/manifest.json"
+    manifest = json.loads(aws.s3.get_object(Bucket=unique, Key="fargate/manifest.json")["Body"].read())
+    assert manifest["rows"]["succeeded"] == 40
