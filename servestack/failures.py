@@ -136,4 +136,12 @@ def _network_error(error: BaseException) -> tuple[ExitCode, str] | None:
         )
     if isinstance(error, ConnectionError):
         return ExitCode.NOT_RUNNING, f"{error}: is `servestack local up` still running? (start it again)"
+    try:
+        import httpx
+    except ImportError:  # the client extra is not installed: nothing of httpx can have been raised
+        return None
+    if isinstance(error, httpx.ConnectError | httpx.RemoteProtocolError):
+        return ExitCode.NOT_RUNNING, f"cannot reach {error.request.url}: is `servestack local up` still running? " + (
+            "(start it again; a state file left by one that crashed is replaced)"
+        )
     return None

@@ -66,9 +66,9 @@ class RealtimeTarget:
 @dataclass(frozen=True)
 class AsyncTarget:
     """A SageMaker asynchronous endpoint: `submit(bucket, key, content_type, accept, inference_id)` queues
-    the invocation and returns the output location."""
+    the invocation and returns its output location and failure location (None without an S3FailurePath)."""
 
-    submit: Callable[[str, str, str | None, str | None, str], str]
+    submit: Callable[[str, str, str | None, str | None, str], tuple[str, str | None]]
 
 
 def sagemaker_error(status: int, code: str, message: str, **members: Any) -> Reply:
@@ -251,7 +251,7 @@ class SageMakerRuntime:
                 f"{MAX_ASYNC_INPUT_BYTES} bytes (1 GB)."
             )
         inference_id = request.header("x-amzn-sagemaker-inference-id") or str(uuid.uuid4())
-        output = target.submit(
+        output, failure = target.submit(
             where[0], where[1], request.header("x-amzn-sagemaker-content-type"),
             request.header("x-amzn-sagemaker-accept"), inference_id,
         )  # fmt: skip
@@ -260,4 +260,6 @@ class SageMakerRuntime:
             "X-Amzn-SageMaker-OutputLocation": output,
             "x-amzn-RequestId": request_id(),
         }
+        if failure is not None:
+            headers["X-Amzn-SageMaker-FailureLocation"] = failure
         return Reply(202, headers, json.dumps({"InferenceId": inference_id}).encode())

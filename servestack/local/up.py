@@ -880,12 +880,14 @@ class World:
         return "\n".join(lines)
 
 
-def _submitter(invocations: Any) -> Callable[[str, str, str | None, str | None, str], str]:
-    def submit(bucket: str, key: str, content_type: str | None, accept: str | None, inference_id: str) -> str:
+def _submitter(invocations: Any) -> Callable[[str, str, str | None, str | None, str], tuple[str, str | None]]:
+    def submit(
+        bucket: str, key: str, content_type: str | None, accept: str | None, inference_id: str
+    ) -> tuple[str, str | None]:
         accepted = invocations.invoke(
             input_location=f"s3://{bucket}/{key}", content_type=content_type, accept=accept, inference_id=inference_id
         )
-        return str(accepted.output_location)
+        return str(accepted.output_location), accepted.failure_location
 
     return submit
 

@@ -27,7 +27,7 @@ from servestack.local.processes import free_port
 pytestmark = pytest.mark.slow
 SERVESTACK = str(Path(sys.executable).parent / "servestack")
 NAMES = ["setosa", "versicolor", "virginica"]
-# Any credentials: local up's AWS APIs and its emulator do not check them.
+# The developer's keys local up prints: its AWS APIs and its emulator check every call's signature and IAM.
 LOCAL_CREDENTIALS = {"region_name": "us-east-1", "aws_access_key_id": "local", "aws_secret_access_key": "local"}
 
 
@@ -160,12 +160,21 @@ def test_batch_scores_its_seeded_sample_with_version_2(project: Project) -> None
     assert [line["prediction"] for line in lines] == project.predict_v2(np.array(sample, dtype=np.float32))
 
 
+def deployed_name(project: Project, target: str, deployment: str) -> str:
+    """The name boto3 calls: the endpoint's or the function's, as the template names it (local up prints it)."""
+    entry = project.state["deployments"][deployment]
+    if target == "sagemaker://":
+        return str(entry["endpoint_name"])
+    (function,) = entry["lambda_functions"].values()
+    return f"{function}:live"
+
+
 @pytest.mark.parametrize(("target", "deployment"), [("sagemaker://", "iris-realtime"), ("lambda://", "iris-api")])
 def test_loadtest_reaches_the_deployments_through_boto3(project: Project, target: str, deployment: str) -> None:
     report = project.workdir / f"{deployment}.json"
     done = project.cli(
         "loadtest",
-        f"{target}{deployment}",
+        f"{target}{deployed_name(project, target, deployment)}",
         "--endpoint-url",
         project.state["aws_api_url"],
         "--region",

@@ -18,6 +18,7 @@ import yaml
 
 from servestack.local.processes import free_port
 from tests.conftest import ARTIFACTS, REPO_ROOT
+from tests.e2e.conftest import copy_project
 
 pytestmark = pytest.mark.slow
 SERVESTACK = str(Path(sys.executable).parent / "servestack")
@@ -48,25 +49,25 @@ def test_a_faulty_green_rolls_back_and_a_healthy_one_goes_live(tmp_path: Path) -
             }
         },
     }
-    (tmp_path / "serving.yaml").write_text(yaml.safe_dump(spec))
+    spec_file = copy_project(tmp_path / "project", yaml.safe_dump(spec))  # a project of its own, with its models
     state = tmp_path / "local.json"
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "SERVESTACK_LOCAL_STATE": str(state)}
     env.pop("AWS_ENDPOINT_URL", None)
     env.pop("SERVESTACK_REGISTRY_URI", None)
     log = (tmp_path / "up.log").open("w")
     up = subprocess.Popen(
-        [SERVESTACK, "local", "up", "--spec", str(tmp_path / "serving.yaml"), "--port", str(free_port()),
-         "--aws-port", str(free_port())],
+        [SERVESTACK, "local", "up", "--spec", str(spec_file), "--port", str(free_port()),
+         "--aws-port", str(free_port()), "--fresh", "--data-dir", str(tmp_path / "data")],
         cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, text=True,
     )  # fmt: skip
 
     def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [SERVESTACK, *args], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120, check=check
+            [SERVESTACK, *args], cwd=spec_file.parent, capture_output=True, text=True, env=env, timeout=120, check=check
         )
 
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 240  # a synth of the new project first
         while not state.exists():
             assert up.poll() is None, (tmp_path / "up.log").read_text()
             assert time.monotonic() < deadline, (tmp_path / "up.log").read_text()

@@ -54,6 +54,8 @@ def cases() -> dict[str, Case]:
             ["loadtest", unreachable, "--duration", "0.3", "--concurrency", "1"], ExitCode.FAILED, "no 2xx"
         ),
         "serve": Case(["serve"], ExitCode.USAGE, "SERVESTACK_PORT", env={"SAGEMAKER_BIND_TO_PORT": "not-a-port"}),
+        "models optimize": Case(["models", "optimize", "digits"], ExitCode.NOT_RUNNING, "no registry"),
+        "plan": Case(["plan", "--peak-qps", "-3"], ExitCode.USAGE, "peak"),
     }
 
 

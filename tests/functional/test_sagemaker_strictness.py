@@ -67,7 +67,7 @@ def front(realtime_server: RealtimeServer) -> Iterator[str]:
             "two-variants": RealtimeTarget(realtime_server.url, ("blue", "green")),
             "slow": RealtimeTarget(f"http://127.0.0.1:{slow.server_address[1]}", ("primary",)),
         },
-        {"async-ep": AsyncTarget(lambda b, k, c, a, i: submitted.append(i) or f"s3://out/{i}.out")},
+        {"async-ep": AsyncTarget(lambda b, k, c, a, i: (submitted.append(i) or f"s3://out/{i}.out", None))},
         FakeS3({"in/big": 1024**3 + 1, "in/small": 10}),
         invocation_timeout_sec=1.0,
     )

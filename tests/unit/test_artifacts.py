@@ -155,7 +155,7 @@ def test_known_instance_types_pass_in_every_place_serving_yaml_takes_one() -> No
             "rt": {
                 "mode": "realtime",
                 "model": "digits",
-                "instance_type": "ml.inf2.xlarge",
+                "instance_type": "ml.c7i.xlarge",
                 "shadow": {"model": "breast-cancer", "instance_type": "ml.c5.large"},
             },
             "ab": {
@@ -171,7 +171,7 @@ def test_known_instance_types_pass_in_every_place_serving_yaml_takes_one() -> No
             },
         },
     }
-    assert parse_spec(data).deployments["rt"].instance_type == "ml.inf2.xlarge"  # type: ignore[union-attr]
+    assert parse_spec(data).deployments["rt"].instance_type == "ml.c7i.xlarge"  # type: ignore[union-attr]
 
 
 def test_the_kept_instance_type_list_is_botocores() -> None:
