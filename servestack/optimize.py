@@ -24,7 +24,6 @@ import functools
 import json
 import os
 import platform
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -643,30 +642,24 @@ def arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, registry: Callable[[], ModelRegistry]) -> int:
-    """0: pushed; 1: the gate refused (nothing pushed); 2: bad input. `registry` opens the one the flags name."""
-    from models.errors import ServingError
+    """0: pushed; 1: the gate refused (nothing pushed). Bad input raises a ServingError, which the CLI prints
+    in one line (exit 2). `registry` opens the one the flags name."""
+    from servestack.failures import CommandError
 
     try:
         import onnx  # noqa: F401 - onnxruntime.quantization needs it; say so before doing any work
     except ImportError:
-        print("servestack models optimize: needs the onnx package: pip install 'servestack[client]'", file=sys.stderr)
-        return 2
-    try:
-        outcome = optimize(
-            registry(),
-            args.target,
-            method=args.method,
-            calibration_file=args.calibration,
-            eval_file=args.eval,
-            max_drop=parse_max_drop(args.max_accuracy_drop),
-            version=args.version,
-            speed_sec=args.speed_sec,
-        )
-    except ServingError as error:
-        print(f"servestack models optimize: {error.message}", file=sys.stderr)
-        if error.allowed:
-            print(f"  allowed: {error.allowed}", file=sys.stderr)
-        return 2
+        raise CommandError("needs the onnx package: pip install 'servestack[client]'") from None
+    outcome = optimize(
+        registry(),
+        args.target,
+        method=args.method,
+        calibration_file=args.calibration,
+        eval_file=args.eval,
+        max_drop=parse_max_drop(args.max_accuracy_drop),
+        version=args.version,
+        speed_sec=args.speed_sec,
+    )
     print(render(outcome))
     if args.report is not None:
         args.report.write_text(json.dumps(outcome.to_dict(), indent=2) + "\n")

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -1053,14 +1052,8 @@ def from_args(args: argparse.Namespace) -> Plan:
 
 
 def run(args: argparse.Namespace) -> int:
-    from models.errors import ServingError
-
-    try:
-        result = from_args(args)
-    except ServingError as error:
-        print(f"servestack plan: {error.message}", file=sys.stderr)
-        if error.allowed:
-            print(f"  allowed: {error.allowed}", file=sys.stderr)
-        return 2
+    """0: a mode is recommended; 1: none meets the profile. A bad profile raises a ServingError, which the
+    CLI prints in one line (exit 2)."""
+    result = from_args(args)
     print(json.dumps(result.to_dict(), indent=2) if args.json else render(result))
     return 0 if result.recommended is not None else 1

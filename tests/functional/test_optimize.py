@@ -187,7 +187,7 @@ def test_bad_rows_and_bad_names_are_refused_naming_them(
     assert run_cli(registry, "digits", "--eval", str(rows)) == 2
     assert "line 2: has no label" in capsys.readouterr().err
     # AND an unknown model lists the known ones, a bad gate says what is allowed
-    assert run_cli(registry, "fraud") == 2
+    assert run_cli(registry, "fraud") == 4  # not found (the documented exit codes)
     assert "breast-cancer, digits" in capsys.readouterr().err
     assert run_cli(registry, "digits", "--max-accuracy-drop", "half") == 2
     assert "0..100" in capsys.readouterr().err
