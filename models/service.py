@@ -21,6 +21,7 @@ from models import codecs
 from models.errors import InvalidInput, ModelLoadError, ModelNotFound, ModelNotReady, ServingError
 from models.hooks import Hooks, load_hooks
 from models.manifest import HOOKS_FILE, MANIFEST_FILE, Manifest, read_manifest, verify_checksums
+from models.paths import confined
 from models.runtime import Arrays, ModelRuntime
 from models.settings import ServingSettings
 
@@ -43,7 +44,7 @@ class ServedModel:
         verify_checksums(package_dir, manifest)
         runtime = ModelRuntime(
             manifest,
-            package_dir / manifest.file,
+            confined(package_dir, manifest.file, field="file"),
             providers=settings.providers,
             intra_op_threads=settings.intra_op_threads,
         )
@@ -53,11 +54,25 @@ class ServedModel:
             runtime.warm_up()
         return model
 
+    def __post_init__(self) -> None:
+        self.max_values = codecs.max_values(self.manifest, self.max_batch_rows)
+
     def decode(self, body: bytes, content_type: str) -> Arrays:
         """Request body -> validated input arrays (through `preprocess` when the package has one)."""
+        if content_type != codecs.NPY:
+            codecs.check_value_count(
+                body, self.max_values if self.hooks.preprocess is None else codecs.MAX_VALUES_FREE_SHAPE
+            )
         payload = codecs.decode_body(body, content_type)
+        booleans = content_type == codecs.JSON and codecs.may_hold_booleans(body)
+        return self.decode_payload(payload, content_type, may_hold_booleans=booleans)
+
+    def decode_payload(self, payload: Any, content_type: str, *, may_hold_booleans: bool = True) -> Arrays:
+        """A decoded payload (what `codecs.decode_body` returns) -> validated input arrays."""
         if content_type == codecs.JSON and self.hooks.preprocess is None:
-            fast = codecs.fast_instances(payload, self.manifest, max_batch_rows=self.max_batch_rows)
+            fast = codecs.fast_instances(
+                payload, self.manifest, max_batch_rows=self.max_batch_rows, may_hold_booleans=may_hold_booleans
+            )
             if fast is not None:
                 return fast
         if self.hooks.preprocess is not None:
@@ -73,7 +88,9 @@ class ServedModel:
             raw = {name: (f"inputs.{name}", value) for name, value in produced.items()}
         else:
             raw = codecs.payload_to_arrays(payload, content_type, self.manifest)
-        return codecs.validate_inputs(raw, self.manifest, max_batch_rows=self.max_batch_rows)
+        return codecs.validate_inputs(
+            raw, self.manifest, max_batch_rows=self.max_batch_rows, may_hold_booleans=may_hold_booleans
+        )
 
     def predict(self, arrays: Mapping[str, np.ndarray]) -> Arrays:
         return self.runtime.predict(arrays)
