@@ -20,7 +20,15 @@ import numpy as np
 from models import codecs
 from models.errors import InvalidInput, ModelLoadError, ModelNotFound, ModelNotReady, ServingError
 from models.hooks import Hooks, load_hooks
-from models.manifest import HOOKS_FILE, MANIFEST_FILE, Manifest, read_manifest, verify_checksums
+from models.manifest import (
+    HOOKS_FILE,
+    MANIFEST_FILE,
+    NAME_PATTERN,
+    VERSION_PATTERN,
+    Manifest,
+    read_manifest,
+    verify_checksums,
+)
 from models.paths import confined
 from models.runtime import Arrays, ModelRuntime
 from models.settings import ServingSettings
@@ -123,6 +131,28 @@ class ServedModel:
 
 
 _VERSION_PART = re.compile(r"(\d+)|(\D+)")
+_NAME = re.compile(NAME_PATTERN)
+_VERSION = re.compile(VERSION_PATTERN)
+TARGET_FORMS = "name, name@version, name/version or name/version.tar.gz (name: a-z, 0-9, '-'; both <= 63 chars)"
+
+
+def parse_target(target: str | None, default_model: str) -> tuple[str, str | None]:
+    """A SageMaker target-model value or a REST name -> (name, version or None): `name`, `name@version`,
+    `name/version`, `name/version.tar.gz`. Anything else (a path, `..`, `@` alone, a 5,000-character name) is
+    `InvalidInput`: a target is checked here, before it names a directory, a registry key or a cache entry."""
+    if target is None or not target.strip():
+        return default_model, None
+    cleaned = target.strip().removesuffix(".tar.gz").strip("/")
+    name, _, version = cleaned.partition("@" if "@" in cleaned else "/")
+    if not _NAME.fullmatch(name) or (version and not _VERSION.fullmatch(version)) or len(cleaned) > 127:
+        shown = target if len(target) <= 80 else target[:77] + "..."
+        raise InvalidInput(
+            f"target model: {shown!r} does not name a model",
+            field="target model",
+            value=shown,
+            allowed=TARGET_FORMS,
+        )
+    return name, version or None
 
 
 def version_order(version: str) -> tuple[tuple[int, str], ...]:
@@ -216,10 +246,8 @@ class ModelRepository:
             return self.get()
         if target in self._newest and self.ready:  # the common case: a plain name
             return self._newest[target]
-        cleaned = target.strip().removesuffix(".tar.gz").strip("/")
-        separator = "@" if "@" in cleaned else "/"
-        name, _, version = cleaned.partition(separator)
-        return self.get(name, version or None)
+        name, version = parse_target(target, self.settings.default_model)
+        return self.get(name, version)
 
     def lookup(self, target: str | None) -> ServedModel:
         """Every model here is resident: the same as `resolve` (the cache-backed repository may miss)."""
