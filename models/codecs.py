@@ -481,6 +481,11 @@ _CSV_NUMBER = re.compile(
 )
 
 
+def is_csv_number(cell: str) -> bool:
+    """Whether a CSV cell is a number the CSV codec reads."""
+    return _CSV_NUMBER.fullmatch(cell.strip(" \t")) is not None
+
+
 def _csv_to_array(rows: list[list[str]], spec: TensorSpec, manifest: Manifest, max_rows: int) -> np.ndarray:
     if spec.dtype == "string" or spec.numpy_dtype.kind != "f":
         raise InvalidInput(
