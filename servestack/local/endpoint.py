@@ -89,6 +89,9 @@ def main(args: list[str] | None = None) -> int:
     def rehearsal(router: Router, request: dict[str, Any]) -> Rehearsal:
         return Rehearsal.from_request(router, spec, options.deployment, request, cache_dir=cache_dir)
 
+    from models.settings import ServingSettings
+
+    limits = ServingSettings.from_environment()  # the children's own body limit and read deadline
     router = Router(
         options.deployment,
         variants,
@@ -98,6 +101,8 @@ def main(args: list[str] | None = None) -> int:
         child_env={"SERVESTACK_CACHE_DIR": str(cache_dir)},
         workers=options.workers,
         rehearsal_factory=rehearsal,
+        max_body_bytes=limits.max_payload_bytes,
+        body_read_timeout_sec=limits.body_read_timeout_sec,
     )
     uvicorn.run(
         router,
