@@ -3,7 +3,8 @@ in DynamoDB (with TTL). Or, with `backend="sagemaker"`, a GPU SageMaker async en
 on backlog, whose SNS success/error notifications feed the same queue so the worker records the outcome.
 
 Handler contract (env): SERVESTACK_BUCKET, SERVESTACK_REQUEST_PREFIX, SERVESTACK_RESULT_PREFIX,
-SERVESTACK_QUEUE_URL, SERVESTACK_JOBS_TABLE (key `job_id`, TTL attribute `expires_at`, epoch seconds),
+SERVESTACK_QUEUE_URL, SERVESTACK_DEAD_LETTER_QUEUE_URL (the worker sends what it gives up on there, with the
+reason), SERVESTACK_JOBS_TABLE (key `job_id`, TTL attribute `expires_at`, epoch seconds),
 SERVESTACK_RESULT_TTL_DAYS, SERVESTACK_PRESIGN_THRESHOLD_BYTES (bodies above it get a presigned S3 PUT
 URL), SERVESTACK_ASYNC_BACKEND (`lambda`|`sagemaker`) and, for sagemaker, SERVESTACK_ENDPOINT_NAME.
 """
@@ -138,6 +139,7 @@ class AsyncEndpoint(Construct):
             SERVESTACK_REQUEST_PREFIX=self.request_prefix,
             SERVESTACK_RESULT_PREFIX=self.result_prefix,
             SERVESTACK_QUEUE_URL=self.queue.queue_url,
+            SERVESTACK_DEAD_LETTER_QUEUE_URL=self.dead_letters.queue_url,
             SERVESTACK_JOBS_TABLE=self.table.table_name,
             SERVESTACK_RESULT_TTL_DAYS=str(result_ttl_days),
             SERVESTACK_PRESIGN_THRESHOLD_BYTES=str(presign_threshold_bytes),
@@ -186,6 +188,9 @@ class AsyncEndpoint(Construct):
         self._allow(self.worker, ["s3:GetObject"], [bucket.arn_for_objects(f"{self.request_prefix}*")])
         self._allow(self.worker, ["s3:PutObject"], [bucket.arn_for_objects(f"{self.result_prefix}*")])
         self._allow(self.worker, ["dynamodb:UpdateItem", "dynamodb:GetItem"], [self.table.table_arn])
+        # The worker moves the messages it gives up on to the DLQ itself, with their reason as attributes
+        # (SQS's own redrive moves a message unchanged, so it could carry none).
+        self._allow(self.worker, ["sqs:SendMessage"], [self.dead_letters.queue_arn])
         if self.endpoint_name:
             endpoint_arn = Stack.of(self).format_arn(
                 service="sagemaker", resource="endpoint", resource_name=self.endpoint_name.lower()

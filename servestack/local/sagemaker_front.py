@@ -196,7 +196,8 @@ class SageMakerRuntime:
             return payload
         content_type = request.header("x-amzn-sagemaker-content-type")
         accept = request.header("x-amzn-sagemaker-accept")
-        job_id = self._submit(name, target, payload, content_type, accept)
+        inference_id = request.header("x-amzn-sagemaker-inference-id")
+        job_id = self._submit(name, target, payload, content_type, accept, inference_id)
         if isinstance(job_id, Reply):
             return job_id
         headers = {
@@ -223,10 +224,21 @@ class SageMakerRuntime:
             return validation_error(f"InputLocation {location}: could not read the payload ({code})")
 
     def _submit(
-        self, name: str, target: AsyncTarget, payload: bytes, content_type: str | None, accept: str | None
+        self,
+        name: str,
+        target: AsyncTarget,
+        payload: bytes,
+        content_type: str | None,
+        accept: str | None,
+        inference_id: str | None = None,
     ) -> str | Reply:
-        """A job on the async deployment: inline up to its presign threshold, else through a presigned upload."""
-        headers = {key: value for key, value in (("Content-Type", content_type), ("Accept", accept)) if value}
+        """A job on the async deployment: inline up to its presign threshold, else through a presigned upload.
+        `InferenceId` is the client token: it goes as the `Idempotency-Key`, so a retried call is one job."""
+        headers = {
+            key: value
+            for key, value in (("Content-Type", content_type), ("Accept", accept), ("Idempotency-Key", inference_id))
+            if value
+        }
         try:
             if len(payload) <= target.presign_threshold_bytes:
                 response = self.http.post(f"{target.url}/jobs", content=payload, headers=headers)
@@ -234,7 +246,9 @@ class SageMakerRuntime:
                     return self._submit_error(name, response)
                 return str(response.json()["job_id"])
             response = self.http.post(
-                f"{target.url}/jobs/uploads", json={"content_type": content_type, "accept": accept}
+                f"{target.url}/jobs/uploads",
+                json={"content_type": content_type, "accept": accept},
+                headers={"Idempotency-Key": inference_id} if inference_id else None,
             )
             if response.status_code != 201:
                 return self._submit_error(name, response)

@@ -171,3 +171,27 @@ def test_queues_and_table_carry_the_names_local_up_creates(synth: Synth) -> None
     t.has_resource_properties("AWS::SQS::Queue", {"QueueName": expected.queue})
     t.has_resource_properties("AWS::SQS::Queue", {"QueueName": expected.dlq})
     t.has_resource_properties("AWS::DynamoDB::Table", {"TableName": expected.table})
+
+
+def test_the_worker_may_send_to_its_dlq_and_is_told_where_it_is(synth: Synth) -> None:
+    # GIVEN the async stack's queues, functions and policies
+    queues = synth.resources("cancer-async", "AWS::SQS::Queue")
+    dlq = next(logical for logical, q in queues.items() if q["Properties"]["QueueName"].endswith("-dlq"))
+    functions = synth.resources("cancer-async", "AWS::Lambda::Function")
+    worker = next(f for f in functions.values() if f["Properties"]["Handler"] == "handlers.asynchronous.worker_handler")
+    submit = next(f for f in functions.values() if f["Properties"]["Handler"] == "handlers.asynchronous.submit_handler")
+    policies = synth.resources("cancer-async", "AWS::IAM::Policy").values()
+    # WHEN the statements that name the DLQ are gathered, by the role they are attached to
+    to_dlq = [
+        (policy["Properties"]["Roles"][0], statement)
+        for policy in policies
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        if statement["Resource"] == {"Fn::GetAtt": [dlq, "Arn"]}
+    ]
+    # THEN exactly one statement grants the worker's role sqs:SendMessage on the DLQ, and nothing else does
+    assert [(role, statement["Action"]) for role, statement in to_dlq] == [
+        ({"Ref": worker["Properties"]["Role"]["Fn::GetAtt"][0]}, "sqs:SendMessage")
+    ]
+    assert submit["Properties"]["Role"] != worker["Properties"]["Role"]
+    # AND the worker (as every function of the deployment) gets the DLQ's URL
+    assert worker["Properties"]["Environment"]["Variables"]["SERVESTACK_DEAD_LETTER_QUEUE_URL"] == {"Ref": dlq}
