@@ -138,11 +138,12 @@ def submit_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
 @logger.inject_lambda_context(clear_state=True)
 def worker_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    jobs = service()
-    outcomes = jobs.prepare(event["Records"])
+    outcomes = service().work(event["Records"])
 
     def record_handler(record: SQSRecord) -> None:
-        jobs.finish(outcomes[record.message_id], int(record.attributes.approximate_receive_count))
+        retry = outcomes[record.message_id].retry
+        if retry is not None:
+            raise retry  # reported in batchItemFailures: SQS delivers this record again
 
     processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
     response = process_partial_response(

@@ -187,7 +187,14 @@ class AsyncEndpoint(Construct):
         self._allow(self.submit, ["dynamodb:PutItem", "dynamodb:GetItem"], [self.table.table_arn])
         self._allow(self.worker, ["s3:GetObject"], [bucket.arn_for_objects(f"{self.request_prefix}*")])
         self._allow(self.worker, ["s3:PutObject"], [bucket.arn_for_objects(f"{self.result_prefix}*")])
-        self._allow(self.worker, ["dynamodb:UpdateItem", "dynamodb:GetItem"], [self.table.table_arn])
+        # PutItem: the worker writes a job's whole record when it claims it (creating it, should submit have
+        # died between sending the message and writing the record) and when it fails; BatchWriteItem: it records
+        # a batch's successes in one call.
+        self._allow(
+            self.worker,
+            ["dynamodb:BatchWriteItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem"],
+            [self.table.table_arn],
+        )
         # The worker moves the messages it gives up on to the DLQ itself, with their reason as attributes
         # (SQS's own redrive moves a message unchanged, so it could carry none).
         self._allow(self.worker, ["sqs:SendMessage"], [self.dead_letters.queue_arn])

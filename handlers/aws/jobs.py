@@ -1,9 +1,10 @@
 """Async jobs on S3 + SQS + DynamoDB: what `handlers/asynchronous.py` calls.
 
-A job's life: `queued` (submit stored the payload, enqueued the job, then recorded it) -> `running` (a
-worker claimed it) -> `succeeded` (result object written, then the record) or `failed` (with a reason).
+A job's life: `queued` (submit stored the payload, enqueued the job, then recorded it) -> `succeeded` (result
+object written, then the record) or `failed` (with a reason); and `running` in between when a worker claims a
+job delivered again (a first delivery goes straight to its outcome: one table write per job, not two).
 Every transition is a conditional write, so redelivered or duplicated messages are harmless:
-- a claim succeeds only from `queued` or `running` (a worker that crashed mid-job leaves `running`);
+- a claim succeeds only from `queued` or `running` (a worker that crashed mid-job may leave `running`);
 - the result is written with `If-None-Match: *`, so a job has exactly one result object whatever happens;
 - `succeeded` is final: nothing overwrites it, and a message for a succeeded job is simply acknowledged;
 - `failed` is final too: a message for a failed job goes to the DLQ with the recorded reason.
@@ -26,6 +27,7 @@ job, and a retry with a different body under the same key is refused (422).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -60,7 +62,19 @@ from models.settings import EnvironmentSettings
 ONE_GIBIBYTE = 1024**3
 QUEUED, RUNNING, SUCCEEDED, FAILED = "queued", "running", "succeeded", "failed"
 # The record fields a job message carries, so that a worker can create the record a crashed submit never wrote.
-RECORD_FIELDS = ("model", "input_key", "content_type", "accept", "created_at", "expires_at", "request_sha256")
+RECORD_FIELDS = (
+    "model",
+    "input_key",
+    "content_type",
+    "accept",
+    "created_at",
+    "expires_at",
+    "request_sha256",
+    "input_bytes",
+)
+# A payload this small also travels inside its message (base64), so the worker need not read it back from S3
+# (SQS takes 256 KiB a message; this keeps a job message far below that).
+INLINE_PAYLOAD_BYTES = 16 * 1024
 # An Idempotency-Key: printable ASCII, at most 255 characters (SageMaker's InferenceId is 1..64 of them).
 IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
 
@@ -93,12 +107,14 @@ class AsyncSettings(EnvironmentSettings, frozen=True, kw_only=True):
 
 @dataclass(frozen=True)
 class JobRef:
-    """What a queue message says: which job, where its payload is, and (our own messages) its record."""
+    """What a queue message says: which job, where its payload is, and (our own messages) its record and,
+    when small, the payload itself."""
 
     job_id: str
     bucket: str
     key: str
     record: dict[str, Any] | None = None
+    payload: bytes | None = None
 
 
 def parse_message(body: str) -> JobRef | None:
@@ -114,7 +130,18 @@ def parse_message(body: str) -> JobRef | None:
         record = message.get("record")
         if isinstance(record, dict):
             record = {name: record[name] for name in RECORD_FIELDS if isinstance(record.get(name), str | int)}
-        return JobRef(str(message["job_id"]), str(message["bucket"]), str(message["key"]), record if record else None)
+        inline = message.get("payload")
+        try:
+            payload = base64.b64decode(inline, validate=True) if isinstance(inline, str) else None
+        except ValueError:
+            payload = None  # unreadable: the worker reads the payload from S3 instead
+        return JobRef(
+            str(message["job_id"]),
+            str(message["bucket"]),
+            str(message["key"]),
+            record if record else None,
+            payload,
+        )
     records = message.get("Records") if isinstance(message, dict) else None
     if isinstance(records, list) and records and isinstance(records[0], dict) and "s3" in records[0]:
         try:
@@ -155,15 +182,18 @@ def _conditional_failed(error: ClientError) -> bool:
 
 @dataclass
 class Outcome:
-    """A record's fate after the claim/read/decode/predict pass, before its result is written."""
+    """A record's fate: after the claim/read/decode/predict pass (`prepare`), then after `commit`, which
+    leaves in `retry` the error to raise for a record SQS must deliver again."""
 
     body: str = ""
+    receives: int = 1
     ref: JobRef | None = None
     job: dict[str, Any] = field(default_factory=dict)
     arrays: Arrays | None = None
     outputs: Arrays | None = None
     error: Exception | None = None
     skip: bool = False
+    retry: Exception | None = None
 
 
 class JobService:
@@ -211,8 +241,9 @@ class JobService:
         if idempotency_key is not None:
             key += f"-{digest[:16]}"  # a retry with other bytes under the same key never overwrites the payload
         self.s3.put_object(Bucket=self.settings.bucket, Key=key, Body=body, ContentType=media_type)
-        job = self._new_record(job_id, key, media_type, accept, len(body), digest)
-        self.enqueue(job_id, key, job)  # first: once the message exists, the job will run (see the module doc)
+        job = self.new_record(job_id, key, media_type, accept, len(body), digest)
+        # First the message: once it exists the job will run, whatever happens to this call (see the module doc).
+        self.enqueue(job_id, key, job, payload=body)
         return self._record(job, digest)
 
     def _check_types(self, content_type: str | None, accept: str | None) -> str:
@@ -250,7 +281,7 @@ class JobService:
             job = existing
         else:
             key = f"{self.settings.upload_prefix}{job_id}"
-            job = self._record(self._new_record(job_id, key, media_type, accept, None, None), None)
+            job = self._record(self.new_record(job_id, key, media_type, accept, None, None), None)
         url = self.s3.generate_presigned_url(
             "put_object",
             Params={"Bucket": self.settings.bucket, "Key": job["input_key"], "ContentType": job["content_type"]},
@@ -271,9 +302,10 @@ class JobService:
             self.enqueue(job_id, job["input_key"], job)
         return job
 
-    def _new_record(
+    def new_record(
         self, job_id: str, key: str, media_type: str, accept: str | None, size: int | None, digest: str | None
     ) -> dict[str, Any]:
+        """A `queued` job record for the payload at `key`."""
         now = _now()
         job: dict[str, Any] = {
             "job_id": job_id,
@@ -308,11 +340,23 @@ class JobService:
             return existing
         return job
 
-    def enqueue(self, job_id: str, key: str, record: dict[str, Any] | None = None) -> None:
+    def job_message(
+        self, job_id: str, key: str, record: dict[str, Any] | None = None, *, payload: bytes | None = None
+    ) -> str:
+        """The queue message of a job: where its payload is; the record's fields, so that a worker can create a
+        record a crashed submit never wrote; and a payload of at most INLINE_PAYLOAD_BYTES itself."""
         message: dict[str, Any] = {"job_id": job_id, "bucket": self.settings.bucket, "key": key}
         if record is not None:
             message["record"] = {name: record[name] for name in RECORD_FIELDS if name in record}
-        self.sqs.send_message(QueueUrl=self.settings.queue_url, MessageBody=json.dumps(message))
+        if payload is not None and len(payload) <= INLINE_PAYLOAD_BYTES and record and "request_sha256" in record:
+            message["payload"] = base64.b64encode(payload).decode()
+        return json.dumps(message)
+
+    def enqueue(
+        self, job_id: str, key: str, record: dict[str, Any] | None = None, *, payload: bytes | None = None
+    ) -> None:
+        body = self.job_message(job_id, key, record, payload=payload)
+        self.sqs.send_message(QueueUrl=self.settings.queue_url, MessageBody=body)
 
     # ----------------------------------------------------------------------------------------- status
 
@@ -345,32 +389,40 @@ class JobService:
 
     # ----------------------------------------------------------------------------------------- worker
 
+    def work(self, records: list[dict[str, Any]]) -> dict[str, Outcome]:
+        """A batch of SQS records end to end: `prepare`, then `commit`. Outcomes by message id; an outcome with
+        `retry` set must be reported as a batch item failure."""
+        outcomes = self.prepare(records)
+        self.commit(list(outcomes.values()))
+        return outcomes
+
     def prepare(self, records: list[dict[str, Any]]) -> dict[str, Outcome]:
         """Claim, read and decode every record, then predict them together where shapes allow."""
         outcomes: dict[str, Outcome] = {}
+        claims: list[Outcome] = []
+        seen: set[str] = set()
         for record in records:
-            outcome = Outcome(body=str(record.get("body", "")))
+            receives = int(record.get("attributes", {}).get("ApproximateReceiveCount", "1"))
+            outcome = Outcome(body=str(record.get("body", "")), receives=receives)
             outcomes[record["messageId"]] = outcome
             try:
                 outcome.ref = parse_message(record["body"])
-                if outcome.ref is None:
-                    outcome.skip = True
-                    continue
-                receives = int(record.get("attributes", {}).get("ApproximateReceiveCount", "1"))
-                state, job = self._claim(outcome.ref, receives)
-                outcome.job = job
-                if state == SUCCEEDED:
-                    outcome.skip = True
-                    continue
-                if state == FAILED:
-                    reason = job.get("error") or {}
-                    message = f"job {outcome.ref.job_id} already failed: {reason.get('message', 'unknown reason')}"
-                    outcome.error = JobFailed(message, field="job_id", value=outcome.ref.job_id)
-                    continue
-                # The record says which payload is the job's (a duplicate message may point at another).
-                payload = JobRef(outcome.ref.job_id, self.settings.bucket, str(job.get("input_key", outcome.ref.key)))
-                outcome.arrays = self.model.decode(self._read(payload), job["content_type"])
-            except Exception as error:  # recorded, then raised for this record alone by `finish`
+            except ServingError as error:
+                outcome.error = error
+                continue
+            if outcome.ref is None or outcome.ref.job_id in seen:
+                outcome.skip = True  # nothing to do, or the same job twice in one batch: once is enough
+                continue
+            seen.add(outcome.ref.job_id)
+            claims.append(outcome)
+        self._claim_all(claims)
+        for outcome in claims:
+            if outcome.error is not None or outcome.skip:
+                continue
+            try:
+                assert outcome.ref is not None
+                outcome.arrays = self.model.decode(self._payload(outcome.ref, outcome.job), outcome.job["content_type"])
+            except Exception as error:  # recorded, then settled for this record alone by `commit`
                 outcome.error = error
         ready = [o for o in outcomes.values() if o.arrays is not None and o.error is None]
         for outcome, result in zip(
@@ -382,42 +434,90 @@ class JobService:
                 outcome.outputs = result
         return outcomes
 
-    def finish(self, outcome: Outcome, receives: int) -> None:
-        """Write the result and mark the job `succeeded`, or record the failure. A failure that another receive
-        cannot mend goes to the DLQ with its reason and counts as handled; a retryable one is raised, so that
-        SQS delivers the message again."""
-        if outcome.skip:
-            return
+    def commit(self, outcomes: list[Outcome]) -> None:
+        """Write each result object and record its success; record and dead-letter the failures another receive
+        cannot mend, and leave `retry` on the ones it can."""
+        created: list[tuple[Outcome, dict[str, Any]]] = []  # results this delivery wrote
+        found: list[tuple[Outcome, dict[str, Any]]] = []  # results an earlier delivery had written
+        for outcome in outcomes:
+            if outcome.skip:
+                continue
+            if outcome.error is None:
+                try:
+                    assert outcome.ref is not None
+                    assert outcome.outputs is not None
+                    done, new = self._write_result(outcome.ref.job_id, outcome.job, outcome.outputs)
+                    (created if new else found).append((outcome, done))
+                    continue
+                except Exception as error:
+                    outcome.error = error
+            try:
+                self._settle_failure(outcome)
+            except Exception as error:  # the table or the DLQ is not reachable: SQS delivers it again
+                outcome.retry = error
         try:
-            if outcome.error is not None:
-                raise outcome.error
-            assert outcome.ref is not None
-            assert outcome.outputs is not None
-            self._write_result(outcome.ref.job_id, outcome.job, outcome.outputs)
-        except ServingError as error:
-            last = receives >= self.settings.max_receive_count
-            job_id = outcome.ref.job_id if outcome.ref is not None else None
-            if isinstance(error, JobFailed):
-                reason = dict(outcome.job.get("error") or error.to_dict())
-            elif not error.retryable:
-                reason = error.to_dict()
-            elif last:
-                reason = error.to_dict() | {"message": f"gave up after {receives} receives: {error.message}"}
-            else:
-                raise
-            if job_id is not None and not isinstance(error, JobFailed | JobNotFound):
-                self._fail(job_id, reason)
-            if not self._dead_letter(outcome.body, reason, job_id, receives):
-                raise
+            # A job whose result object this delivery created cannot have been recorded `succeeded` before
+            # (success is recorded after the result), so its record needs no condition, and the batch's records
+            # go in BatchWriteItem calls of 25 (boto3's batch writer resends what DynamoDB leaves unprocessed).
+            with self.table.batch_writer() as batch:
+                for _, done in created:
+                    batch.put_item(Item=done)
         except Exception as error:
-            if receives < self.settings.max_receive_count:
-                raise
+            for outcome, _ in created:
+                outcome.retry = error
+        for outcome, done in found:
+            try:
+                self._record_success(done)
+            except Exception as error:
+                outcome.retry = error
+
+    def _settle_failure(self, outcome: Outcome) -> None:
+        """A failed record: retryable and not yet on its last receive -> `retry`; else record `failed` with the
+        reason and send the message to the DLQ with it (without a DLQ: `retry`, for SQS's redrive)."""
+        error = outcome.error
+        assert error is not None
+        receives = outcome.receives
+        last = receives >= self.settings.max_receive_count
+        job_id = outcome.ref.job_id if outcome.ref is not None else None
+        if isinstance(error, JobFailed):
+            reason = dict(outcome.job.get("error") or error.to_dict())
+        elif isinstance(error, ServingError) and not error.retryable:
+            reason = error.to_dict()
+        elif not last:
+            outcome.retry = error
+            return
+        elif isinstance(error, ServingError):
+            reason = error.to_dict() | {"message": f"gave up after {receives} receives: {error.message}"}
+        else:
             reason = {"type": type(error).__name__, "message": f"gave up after {receives} receives: {error}"}
-            job_id = outcome.ref.job_id if outcome.ref is not None else None
-            if job_id is not None:
-                self._fail(job_id, reason)
-            if not self._dead_letter(outcome.body, reason, job_id, receives):
-                raise
+        if job_id is not None and not isinstance(error, JobFailed | JobNotFound):
+            self._fail(job_id, reason, outcome.job if "input_key" in outcome.job else None)
+        if not self._dead_letter(outcome.body, reason, job_id, receives):
+            outcome.retry = error
+
+    def _claim_all(self, outcomes: list[Outcome]) -> None:
+        """Claim each job of a batch (see `_claim`); a job that already ended is skipped or failed fast.
+
+        A first delivery whose message carries the record is not claimed: the one write of its outcome
+        follows within this invocation, and a claim would double the table writes of every job. A job is
+        recorded `running` when it is delivered again (a worker failed with it, or a duplicate message), where
+        the claim also stops work on a job that already ended."""
+        for outcome in outcomes:
+            try:
+                assert outcome.ref is not None
+                if outcome.ref.record is not None and outcome.receives <= 1:
+                    outcome.job = self._claimed_record(outcome.ref, outcome.receives)
+                    continue
+                state, outcome.job = self._claim(outcome.ref, outcome.receives)
+            except Exception as error:
+                outcome.error = error
+                continue
+            if state == SUCCEEDED:
+                outcome.skip = True
+            elif state == FAILED:
+                reason = outcome.job.get("error") or {}
+                message = f"job {outcome.ref.job_id} already failed: {reason.get('message', 'unknown reason')}"
+                outcome.error = JobFailed(message, field="job_id", value=outcome.ref.job_id)
 
     def _dead_letter(self, body: str, reason: dict[str, Any], job_id: str | None, receives: int) -> bool:
         """Send the message to the DLQ with its reason; False when no DLQ is configured (SQS's redrive then
@@ -436,34 +536,48 @@ class JobService:
         )
         return True
 
+    def _claimed_record(self, ref: JobRef | None, receives: int) -> dict[str, Any]:
+        """The whole record of a job claimed from a message that carries it: `running`, and `attempts` is the
+        message's receive count."""
+        assert ref is not None
+        assert ref.record is not None
+        job = {"job_id": ref.job_id, "updated_at": _now(), **ref.record}
+        return job | {"status": RUNNING, "attempts": receives, "receives": receives}
+
     def _claim(self, ref: JobRef, receives: int) -> tuple[str, dict[str, Any]]:
-        """Move the job to `running` and return (`running`, record); or (`succeeded` | `failed`, record) when it
-        already ended. A message that carries the record creates it when it is not there yet (submit died
-        between sending the message and writing the record)."""
-        values: dict[str, Any] = {
-            ":running": RUNNING,
-            ":queued": QUEUED,
-            ":zero": 0,
-            ":one": 1,
-            ":receives": receives,
-            ":now": _now(),
-        }
-        expression = "SET #s = :running, attempts = if_not_exists(attempts, :zero) + :one, "
-        expression += "receives = :receives, updated_at = :now"
-        condition = "attribute_exists(job_id) AND (#s = :queued OR #s = :running)"
-        names = {"#s": "status"}
+        """Move one job to `running` and return (`running`, record); or (`succeeded` | `failed`, record) when it
+        already ended. A message that carries the record writes it whole, so one conditional put claims the
+        job whether or not submit lived to write the record."""
         if ref.record is not None:
-            for index, (name, value) in enumerate(sorted(ref.record.items())):
-                expression += f", #r{index} = if_not_exists(#r{index}, :r{index})"
-                names[f"#r{index}"], values[f":r{index}"] = name, value
-            condition = "attribute_not_exists(job_id) OR #s = :queued OR #s = :running"
-        try:
+            job = self._claimed_record(ref, receives)
+            try:
+                self.table.put_item(
+                    Item=job,
+                    ConditionExpression="attribute_not_exists(job_id) OR #s = :queued OR #s = :running",
+                    ExpressionAttributeNames={"#s": "status"},
+                    ExpressionAttributeValues={":queued": QUEUED, ":running": RUNNING},
+                )
+                return RUNNING, job
+            except ClientError as error:
+                if not _conditional_failed(error):
+                    raise
+                ended = self.get(ref.job_id)
+                return str(ended["status"]), ended
+        try:  # an S3 upload notification: the record was written by create_upload
             attributes = self.table.update_item(
                 Key={"job_id": ref.job_id},
-                UpdateExpression=expression,
-                ConditionExpression=condition,
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
+                UpdateExpression="SET #s = :running, attempts = if_not_exists(attempts, :zero) + :one, "
+                "receives = :receives, updated_at = :now",
+                ConditionExpression="attribute_exists(job_id) AND (#s = :queued OR #s = :running)",
+                ExpressionAttributeNames={"#s": "status"},
+                ExpressionAttributeValues={
+                    ":running": RUNNING,
+                    ":queued": QUEUED,
+                    ":zero": 0,
+                    ":one": 1,
+                    ":receives": receives,
+                    ":now": _now(),
+                },
                 ReturnValues="ALL_NEW",
             )["Attributes"]
         except ClientError as error:
@@ -472,6 +586,13 @@ class JobService:
             job = self.get(ref.job_id)  # raises JobNotFound when there is no record at all
             return str(job["status"]), job
         return RUNNING, dict(attributes)
+
+    def _payload(self, ref: JobRef, job: dict[str, Any]) -> bytes:
+        """The job's payload: the copy its message carries when it is the recorded one, else the S3 object the
+        record names (a duplicate message may point at another)."""
+        if ref.payload is not None and job.get("request_sha256") == hashlib.sha256(ref.payload).hexdigest():
+            return ref.payload
+        return self._read(JobRef(ref.job_id, self.settings.bucket, str(job.get("input_key", ref.key))))
 
     def _read(self, ref: JobRef) -> bytes:
         if ref.bucket != self.settings.bucket or not ref.key.startswith(self.settings.request_prefix):
@@ -489,9 +610,12 @@ class JobService:
         chunks = list(response["Body"].iter_chunks(1024 * 1024))
         return b"".join(chunks)
 
-    def _write_result(self, job_id: str, job: dict[str, Any], outputs: Arrays) -> None:
+    def _write_result(self, job_id: str, job: dict[str, Any], outputs: Arrays) -> tuple[dict[str, Any], bool]:
+        """Write the result object (once: `If-None-Match: *`); returns the `succeeded` record to put, and whether
+        this call created the object."""
         encoded = codecs.encode_response(self.model.respond(outputs), job.get("accept") or codecs.JSON)
         key = f"{self.settings.result_prefix}{job_id}"
+        created = True
         try:
             self.s3.put_object(
                 Bucket=self.settings.bucket, Key=key, Body=encoded.body, ContentType=encoded.media_type, IfNoneMatch="*"
@@ -499,26 +623,46 @@ class JobService:
         except ClientError as error:
             if not _conditional_failed(error):
                 raise
-            # An earlier delivery wrote it and crashed before recording success: the result stands.
+            created = False  # an earlier delivery wrote it and crashed before recording success: it stands
+        return {name: value for name, value in job.items() if name != "error"} | {
+            "job_id": job_id,
+            "status": SUCCEEDED,
+            "result_key": key,
+            "result_type": encoded.media_type,
+            "updated_at": _now(),
+        }, created
+
+    def _record_success(self, done: dict[str, Any]) -> None:
+        """Put the whole `succeeded` record (the claim gave this worker all of it), never over a success."""
         try:
-            self.table.update_item(
-                Key={"job_id": job_id},
-                UpdateExpression="SET #s = :succeeded, result_key = :key, result_type = :type, updated_at = :now",
-                ConditionExpression="#s <> :succeeded",
+            self.table.put_item(
+                Item=done,
+                ConditionExpression="attribute_not_exists(job_id) OR #s <> :succeeded",
                 ExpressionAttributeNames={"#s": "status"},
-                ExpressionAttributeValues={
-                    ":succeeded": SUCCEEDED,
-                    ":key": key,
-                    ":type": encoded.media_type,
-                    ":now": _now(),
-                },
+                ExpressionAttributeValues={":succeeded": SUCCEEDED},
             )
         except ClientError as error:
             if not _conditional_failed(error):
                 raise
 
-    def _fail(self, job_id: str, reason: dict[str, Any]) -> None:
-        """Record `failed` with a reason, never over a success."""
+    def _fail(self, job_id: str, reason: dict[str, Any], record: dict[str, Any] | None = None) -> None:
+        """Record `failed` with a reason, never over a success. With the job's `record` (from its message) the
+        whole record is put, so a job whose submit died before writing it still ends `failed` in the table."""
+        error = json.loads(json.dumps(reason, default=str), parse_float=Decimal)
+        if record is not None:
+            failed = {name: value for name, value in record.items() if name not in ("result_key", "result_type")}
+            failed |= {"job_id": job_id, "status": FAILED, "error": error, "updated_at": _now()}
+            try:
+                self.table.put_item(
+                    Item=failed,
+                    ConditionExpression="attribute_not_exists(job_id) OR #s <> :succeeded",
+                    ExpressionAttributeNames={"#s": "status"},
+                    ExpressionAttributeValues={":succeeded": SUCCEEDED},
+                )
+            except ClientError as problem:
+                if not _conditional_failed(problem):
+                    raise
+            return
         try:
             self.table.update_item(
                 Key={"job_id": job_id},
@@ -528,7 +672,7 @@ class JobService:
                 ExpressionAttributeValues={
                     ":failed": FAILED,
                     ":succeeded": SUCCEEDED,
-                    ":error": json.loads(json.dumps(reason, default=str), parse_float=Decimal),
+                    ":error": error,
                     ":now": _now(),
                 },
             )

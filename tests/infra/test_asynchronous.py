@@ -195,3 +195,15 @@ def test_the_worker_may_send_to_its_dlq_and_is_told_where_it_is(synth: Synth) ->
     assert submit["Properties"]["Role"] != worker["Properties"]["Role"]
     # AND the worker (as every function of the deployment) gets the DLQ's URL
     assert worker["Properties"]["Environment"]["Variables"]["SERVESTACK_DEAD_LETTER_QUEUE_URL"] == {"Ref": dlq}
+    # AND on the job table the worker may read, put (claims, failures), batch-put (successes) and update
+    # (uploaded jobs' claims), and nothing else
+    worker_role = {"Ref": worker["Properties"]["Role"]["Fn::GetAtt"][0]}
+    table_actions = {
+        action
+        for policy in policies
+        if policy["Properties"]["Roles"] == [worker_role]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        for action in ([statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"])
+        if action.startswith("dynamodb:")
+    }
+    assert table_actions == {"dynamodb:BatchWriteItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem"}
