@@ -264,7 +264,8 @@ def _read_npy_header(body: bytes) -> tuple[str, bool, tuple[int, ...]]:
         version = np.lib.format.read_magic(stream)
         read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
         shape, fortran_order, dtype = read(stream, max_header_size=10_000)
-    except (ValueError, OSError, EOFError, SyntaxError, TypeError) as exc:  # header text is literal-evaluated
+    except Exception as exc:  # numpy tokenizes and literal-evaluates the header text: ValueError,
+        # SyntaxError, tokenize.TokenError, RecursionError... whatever a hostile header provokes is the body's fault
         raise InvalidInput(
             f"body: not a readable .npy array ({str(exc)[:200]})", field="body", allowed=_NPY_ALLOWED
         ) from None
