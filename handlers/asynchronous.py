@@ -56,6 +56,15 @@ def _serving_error(error: ServingError) -> Response[Any]:
 
 
 api.exception_handler(ServingError)(_serving_error)
+ROUTES = "POST /jobs, POST /jobs/uploads, POST /jobs/{id}/confirm, GET /jobs/{id}"
+
+
+@api.not_found
+def _not_found(_: Exception) -> Response[Any]:
+    """An unknown route is the same JSON error shape as every other refusal."""
+    event = api.current_event
+    where = f"{event.request_context.http.method} {event.raw_path}"[:200]
+    return _json(404, {"error": {"type": "NotFound", "message": f"{where}: no such route", "allowed": ROUTES}})
 
 
 @api.post("/jobs")

@@ -77,6 +77,8 @@ RECORD_FIELDS = (
 INLINE_PAYLOAD_BYTES = 16 * 1024
 # An Idempotency-Key: printable ASCII, at most 255 characters (SageMaker's InferenceId is 1..64 of them).
 IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+# What a job id can be: ours are 32 hex digits; an uploaded payload's S3 key names its job.
+JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 
 class AsyncSettings(EnvironmentSettings, frozen=True, kw_only=True):
@@ -361,6 +363,12 @@ class JobService:
     # ----------------------------------------------------------------------------------------- status
 
     def get(self, job_id: str) -> dict[str, Any]:
+        """The job's record; `JobNotFound` for an id that is none (a hostile one never reaches the table, which
+        would refuse a key of over 2 KiB with an error of its own)."""
+        if not JOB_ID.fullmatch(job_id):
+            raise JobNotFound(
+                "job_id: not a job id", field="job_id", value=job_id[:80], allowed="an id POST /jobs returned"
+            )
         item = self.table.get_item(Key={"job_id": job_id}, ConsistentRead=True).get("Item")
         if item is None:
             raise JobNotFound(f"job {job_id!r} does not exist (or has expired)", field="job_id", value=job_id)

@@ -222,3 +222,13 @@ def test_a_gzipped_submit_is_decoded_and_a_bomb_is_413(deployment: AsyncDeployme
     status = deployment.status(accepted["job_id"])[1]
     assert status["status"] == "succeeded"
     assert json.loads(fetch(status["result"]["url"])) == expected_result(SAMPLE)
+
+
+@pytest.mark.parametrize("job_id", ["x" * 5000, "../../etc", "a b", "%00"])
+def test_a_status_request_for_a_hostile_job_id_is_404(deployment: AsyncDeploymentUnderTest, job_id: str) -> None:
+    # GIVEN a job id that is no job id (too long for a table key, a path, a space) WHEN its status is asked
+    code, body = deployment.status(job_id)
+    # THEN the answer is a JSON 404 (no such job, or no such route), never a 500
+    assert code == 404
+    assert body["error"]["type"] in ("JobNotFound", "NotFound")
+    assert len(json.dumps(body)) < 2000
