@@ -146,9 +146,10 @@ class ServingApp:
     ) -> tuple[bytes, bytes, str]:
         """Read, decode, batch, predict, encode: returns (body, content type, model key).
 
-        The body is read before the request is admitted (a slot is never held by bytes that have not
-        arrived); a worker already full answers 429 before reading it, as any refusal made before the body
-        is read drains the body first, so that the caller sees it (handlers/body.py)."""
+        The body is read before the request takes an admission slot, so a slot is never held by bytes that
+        have not arrived; a worker already full answers 429 without reading it. Like every refusal made
+        before the body is read, that answer first drains the body (a bounded amount), so that a caller
+        still sending it sees the answer (handlers/body.py)."""
         try:
             found = self.repository.lookup(target)
             if found is not None:
