@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from handlers.body import DRAIN_BYTES, ClientDisconnected, ReadDeadlines, drain_body, read_body
 from models import codecs
 from models.batching import BatchingConfig, MicroBatcher
 from models.cache import ModelCache
-from models.errors import InternalError, Overloaded, PayloadTooLarge, ServingError
+from models.errors import InternalError, Overloaded, ServingError, redact
 from models.multi_model import MultiModelStore
 from models.service import ModelRepository, ServedModel
 from models.settings import ServingSettings
@@ -42,50 +43,22 @@ Repository = ModelRepository | ModelCache | MultiModelStore
 TARGET_MODEL = b"x-amzn-sagemaker-target-model"
 CUSTOM_ATTRIBUTES = b"x-amzn-sagemaker-custom-attributes"
 VARIANT = b"x-amzn-invoked-production-variant"
-WANTED_HEADERS = (b"content-type", b"accept", b"content-length", TARGET_MODEL, CUSTOM_ATTRIBUTES)
+CONTENT_ENCODING = b"content-encoding"
+EXPECT = b"expect"
+WANTED_HEADERS = (
+    b"content-type",
+    b"accept",
+    b"content-length",
+    TARGET_MODEL,
+    CUSTOM_ATTRIBUTES,
+    CONTENT_ENCODING,
+    EXPECT,
+)
 PREDICT_PREFIX, PREDICT_SUFFIX = "/v1/models/", "/predict"
-
-
-class ClientDisconnected(Exception):
-    """The caller went away before sending its whole body; nobody is left to answer."""
 
 
 def error_body(error: ServingError) -> bytes:
     return orjson.dumps({"error": error.to_dict()})
-
-
-async def read_body(receive: Receive, limit: int, declared_length: bytes | None) -> bytes:
-    """Read the body, refusing it as soon as it is known to be over `limit` bytes."""
-    if declared_length is not None and declared_length.isdigit() and int(declared_length) > limit:
-        raise PayloadTooLarge(
-            f"body of {int(declared_length)} bytes is over the limit",
-            field="body",
-            value=int(declared_length),
-            allowed=f"<= {limit} bytes",
-        )
-    message = await receive()
-    if not message.get("more_body", False) and message["type"] == "http.request":  # the whole body at once
-        body: bytes = message.get("body", b"")
-        if len(body) > limit:
-            raise PayloadTooLarge(
-                "body is over the limit", field="body", value=f"> {limit} bytes", allowed=f"<= {limit}"
-            )
-        return body
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnected
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(
-                "body is over the limit", field="body", value=f"> {limit} bytes", allowed=f"<= {limit}"
-            )
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
-        message = await receive()
 
 
 class ServingApp:
@@ -99,6 +72,7 @@ class ServingApp:
         self._batchers: dict[str, MicroBatcher] = {}
         self._fastapi: FastAPI | None = None
         self._metrics_task: asyncio.Task[None] | None = None
+        self.read_deadlines = ReadDeadlines(self.settings.body_read_timeout_sec)
         if isinstance(repository, ModelCache | MultiModelStore):
             repository.on_evict = self._drop_batcher
         self.multi_model: MultiModelRoutes | None = None
@@ -172,7 +146,7 @@ class ServingApp:
     def ping(self) -> tuple[int, bytes]:
         body: dict[str, Any] = {"status": self.repository.state}
         if self.repository.error:
-            body["error"] = self.repository.error
+            body["error"] = redact(self.repository.error)
         return (200 if self.repository.ready else 503), orjson.dumps(body)
 
     def cache_metrics(self) -> dict[str, Any]:
@@ -201,20 +175,36 @@ class ServingApp:
     async def predict(
         self, target: str | None, headers: dict[bytes, bytes], receive: Receive
     ) -> tuple[bytes, bytes, str]:
-        """Decode, batch, predict, encode: returns (body, content type, model key)."""
-        found = self.repository.lookup(target)
-        if found is not None:
-            model = found
-        else:  # a multi-model cache miss: load (once, however many requests wait for it)
-            assert isinstance(self.repository, ModelCache | MultiModelStore)
-            model = await asyncio.wrap_future(self.repository.load(target))
-        batcher = self.batcher(model)
-        batcher.acquire()  # an overloaded worker answers 429 before spending anything on the body
+        """Read, decode, batch, predict, encode: returns (body, content type, model key).
+
+        The body is read before the request takes an admission slot, so a slot is never held by bytes that
+        have not arrived; a worker already full answers 429 without reading it. Like every refusal made
+        before the body is read, that answer first drains the body (a bounded amount), so that a caller
+        still sending it sees the answer (handlers/body.py)."""
         try:
+            found = self.repository.lookup(target)
+            if found is not None:
+                model = found
+            else:  # a multi-model cache miss: load (once, however many requests wait for it)
+                assert isinstance(self.repository, ModelCache | MultiModelStore)
+                model = await asyncio.wrap_future(self.repository.load(target))
+            batcher = self.batcher(model)
+            batcher.check_admission()
             media_type = _memo(_ACCEPTED, headers.get(b"accept"), codecs.negotiate)
-            body = await read_body(receive, self.settings.max_payload_bytes, headers.get(b"content-length"))
-            arrays = model.decode(body, _memo(_CONTENT_TYPES, headers.get(b"content-type"), codecs.media_type_of))
-            rows = next(iter(arrays.values())).shape[0]
+        except ServingError:
+            if EXPECT not in headers:
+                await drain_body(receive, DRAIN_BYTES, self.read_deadlines)
+            raise
+        limit = self.settings.max_payload_bytes
+        body = await read_body(
+            receive, limit, headers.get(b"content-length"), self.read_deadlines, expect_continue=EXPECT in headers
+        )
+        if CONTENT_ENCODING in headers:
+            body = codecs.decode_content(body, _text(headers[CONTENT_ENCODING]), limit)
+        arrays = model.decode(body, _memo(_CONTENT_TYPES, headers.get(b"content-type"), codecs.media_type_of))
+        rows = next(iter(arrays.values())).shape[0]
+        batcher.acquire()
+        try:
             outputs = await batcher.submit(arrays, rows, self.settings.request_timeout_sec)
         finally:
             batcher.release()

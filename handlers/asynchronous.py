@@ -1,7 +1,9 @@
 """Async mode on Lambda: `submit_handler` (HTTP API: submit + status) and `worker_handler` (SQS batches).
 
 Routes (API Gateway HTTP API v2 events):
-- `POST /jobs`: the body is the payload (JSON, CSV or .npy, up to the presign threshold): 202 + job id.
+- `POST /jobs`: the body is the payload (JSON, CSV or .npy, up to the presign threshold, optionally with
+  `Content-Encoding: gzip`): 202 + job id. With an `Idempotency-Key` header, retries of the same request
+  are the same job (`"replayed": true` on a repeat); the same key with another body is 422.
 - `POST /jobs/uploads`: a presigned S3 PUT URL for a payload up to 1 GB; the job starts when the object
   lands (S3 notification on the upload prefix) or on `POST /jobs/{id}/confirm`.
 - `GET /jobs/{id}`: `queued | running | succeeded | failed`, the result location and a presigned GET URL, or
@@ -21,6 +23,7 @@ import functools
 import os
 from typing import Any
 
+import orjson
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
@@ -28,7 +31,7 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
 from handlers.aws.jobs import AsyncSettings, JobService
 from handlers.aws.sagemaker_jobs import BackendSettings, NotificationRecorder, SageMakerJobService
-from models.errors import ServingError
+from models.errors import InvalidInput, ServingError
 from models.service import ModelRepository
 from models.settings import ServingSettings
 
@@ -69,6 +72,15 @@ def _serving_error(error: ServingError) -> Response[Any]:
 
 
 api.exception_handler(ServingError)(_serving_error)
+ROUTES = "POST /jobs, POST /jobs/uploads, POST /jobs/{id}/confirm, GET /jobs/{id}"
+
+
+@api.not_found
+def _not_found(_: Exception) -> Response[Any]:
+    """An unknown route is the same JSON error shape as every other refusal."""
+    event = api.current_event
+    where = f"{event.request_context.http.method} {event.raw_path}"[:200]
+    return _json(404, {"error": {"type": "NotFound", "message": f"{where}: no such route", "allowed": ROUTES}})
 
 
 @api.post("/jobs")
@@ -76,14 +88,49 @@ def submit() -> Response[Any]:
     event = api.current_event
     raw = event.body or ""
     body = base64.b64decode(raw) if event.is_base64_encoded else raw.encode()
-    job = service().submit(body, event.headers.get("content-type"), event.headers.get("accept"))
-    return _json(202, {"job_id": job["job_id"], "status": job["status"], "status_url": _status_url(job["job_id"])})
+    headers = event.headers
+    job = service().submit(
+        body,
+        headers.get("content-type"),
+        headers.get("accept"),
+        idempotency_key=headers.get("idempotency-key"),
+        content_encoding=headers.get("content-encoding"),
+    )
+    answer = {"job_id": job["job_id"], "status": job["status"], "status_url": _status_url(job["job_id"])}
+    if job.get("replayed"):
+        answer["replayed"] = True
+    return _json(202, answer)
+
+
+def _json_request() -> dict[str, Any]:
+    """The request's JSON object body ({} when empty); anything else is a 400, never a 500."""
+    event = api.current_event
+    if not event.body:
+        return {}
+    raw = base64.b64decode(event.body) if event.is_base64_encoded else event.body.encode()
+    try:
+        request = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInput(f"body: malformed JSON ({exc})", field="body", allowed="a JSON object") from None
+    if not isinstance(request, dict) or not all(
+        isinstance(request.get(key), str | None) for key in ("content_type", "accept")
+    ):
+        raise InvalidInput(
+            'body: expected {"content_type": ..., "accept": ...}',
+            field="body",
+            allowed='a JSON object with string "content_type" and "accept"',
+        )
+    return request
 
 
 @api.post("/jobs/uploads")
 def create_upload() -> Response[Any]:
-    request = api.current_event.json_body if api.current_event.body else {}
-    job, url = service().create_upload(request.get("content_type"), request.get("accept"))
+    request = _json_request()
+    job, url = service().create_upload(
+        request.get("content_type"),
+        request.get("accept"),
+        idempotency_key=api.current_event.headers.get("idempotency-key"),
+    )
     status_url = _status_url(job["job_id"])
     return _json(
         201,
@@ -121,11 +168,12 @@ def submit_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
 @logger.inject_lambda_context(clear_state=True)
 def worker_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    jobs = service()
-    outcomes = jobs.prepare(event["Records"])
+    outcomes = service().work(event["Records"])
 
     def record_handler(record: SQSRecord) -> None:
-        jobs.finish(outcomes[record.message_id], int(record.attributes.approximate_receive_count))
+        retry = outcomes[record.message_id].retry
+        if retry is not None:
+            raise retry  # reported in batchItemFailures: SQS delivers this record again
 
     processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
     response = process_partial_response(

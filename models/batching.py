@@ -104,13 +104,20 @@ class MicroBatcher:
         batches_ahead = self._queued_rows / self.config.max_batch_size + 1
         return max(1, int(batches_ahead * self._service_time_sec + 0.999))
 
-    def acquire(self) -> None:
-        """Take one of the worker's request slots before the body is read, or refuse at once with
-        `Overloaded` when they are all taken. Taking it before any await means requests that arrive together
-        cannot all pass the check before any of them counts. Pair with `release()` in a `finally`."""
+    def check_admission(self) -> None:
+        """Refuse at once with `Overloaded` when every slot is taken, taking nothing: a full worker answers
+        429 before reading a body it could not serve."""
         if self._in_flight >= self.config.max_queue_requests or self._queued_rows >= self.config.max_queue_rows:
             self.stats.rejected += 1
             raise self._overloaded()
+
+    def acquire(self) -> None:
+        """Take one of the worker's request slots once the body is read and decoded, or refuse with
+        `Overloaded` when they are all taken. The slot is taken with no await between the check and the
+        count, so requests that arrive together cannot all pass the check before any of them counts; and it
+        is taken after the body has arrived, so a client stalling mid-body holds no slot. Pair with
+        `release()` in a `finally`."""
+        self.check_admission()
         self._in_flight += 1
 
     def release(self) -> None:

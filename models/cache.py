@@ -28,7 +28,7 @@ from typing import Any
 
 from models.errors import ModelLoadError, ServingError
 from models.registry import ModelRegistry
-from models.service import ServedModel
+from models.service import ServedModel, parse_target
 from models.settings import ServingSettings
 
 logger = logging.getLogger("servestack.cache")
@@ -49,15 +49,6 @@ class CacheStats:
 class _Entry:
     model: ServedModel
     size_bytes: int
-
-
-def parse_target(target: str | None, default_model: str) -> tuple[str, str | None]:
-    """`name`, `name@version`, `name/version`, `name/version.tar.gz` (SageMaker) -> (name, version or None)."""
-    if target is None or not target.strip():
-        return default_model, None
-    cleaned = target.strip().removesuffix(".tar.gz").strip("/")
-    name, _, version = cleaned.partition("@" if "@" in cleaned else "/")
-    return name, version or None
 
 
 def process_rss_bytes() -> int | None:

@@ -3,14 +3,28 @@
 Decoding turns a body into arrays that match the manifest, validating a whole batch at once as an array;
 only when that fails do we walk the rows to name the offending element. Encoding turns model outputs into
 the response type the caller accepts. The runtime never sees JSON.
+
+Decoding is bounded whatever the body holds, and every malformed body is an `InvalidInput` (or another
+`ServingError`), never another exception:
+- size: the transports cap the body; a `Content-Encoding` is decoded only up to that cap (`decode_content`);
+- values: a body holding more values than `max_batch_rows` rows of the model can is refused before parsing
+  (`check_value_count`: every JSON or CSV value but the first follows a comma, so counting commas bounds them);
+- depth: orjson refuses nesting past 1,024 levels, and the fallback parser's RecursionError is caught;
+- `.npy`: the header is parsed without `np.load`, the dtype must be one of `NPY_DTYPES`, and the shape must
+  account for the body's bytes exactly and fit the model's signature before any array is allocated (the
+  array is a view of the body until it is cast);
+- numbers: CSV cells are plain ASCII decimals (`1_0`, `١٢` or `true` are not numbers, though Python's
+  float() reads the first two), and JSON `true`/`false` are never read as 1/0 by a numeric input.
 """
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import math
 import re
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +32,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from models.errors import InvalidInput, NotAcceptable, UnsupportedMediaType
+from models.errors import InvalidInput, NotAcceptable, PayloadTooLarge, UnsupportedMediaType, short_repr
 from models.manifest import Manifest, TensorSpec
 
 JSON = "application/json"
@@ -43,24 +57,94 @@ def media_type_of(header: str | None) -> str:
     return header.split(";", 1)[0].strip().lower() or JSON
 
 
+_QVALUE = re.compile(r"0(?:\.\d{0,3})?|1(?:\.0{0,3})?")
+MAX_ACCEPT_RANGES = 32
+
+
 def negotiate(accept: str | None) -> str:
-    """Pick the first type in `Accept` that we can write; no header or a wildcard means JSON."""
-    if not accept:
+    """The type to answer in: the writable type with the highest quality in `Accept` (RFC 9110 12.5.1), the
+    earlier-listed one on a tie, JSON first among those a wildcard covers. `q=0` means "not this type"; no
+    header means JSON."""
+    if not accept or not accept.strip():
         return JSON
-    for part in accept.split(","):
-        media_type = part.split(";", 1)[0].strip().lower()
-        if media_type in WRITABLE_TYPES:
-            return media_type
-        if media_type in ("*/*", "application/*", ""):
-            return JSON
-        if media_type == "text/*":
-            return CSV
-    raise NotAcceptable(
-        f"Accept: {accept!r} names no type this server can write",
-        field="Accept",
-        value=accept,
-        allowed=", ".join(WRITABLE_TYPES),
-    )
+    ranges: list[tuple[str, float]] = []
+    for part in accept.split(",")[:MAX_ACCEPT_RANGES]:
+        media_range, *parameters = part.split(";")
+        quality = 1.0
+        for parameter in parameters:
+            key, _, value = parameter.partition("=")
+            if key.strip().lower() == "q":
+                value = value.strip()
+                quality = float(value) if _QVALUE.fullmatch(value) else 0.0  # a malformed q accepts nothing
+        ranges.append((media_range.strip().lower() or "*/*", quality))
+    best: tuple[float, int, int] | None = None
+    chosen = None
+    for preference, media_type in enumerate(WRITABLE_TYPES):
+        major = media_type.split("/", 1)[0]
+        # The most specific range that matches decides the type's quality (RFC 9110 12.5.1).
+        for pattern in (media_type, f"{major}/*", "*/*"):
+            matches = [(quality, order) for order, (name, quality) in enumerate(ranges) if name == pattern]
+            if matches:
+                quality, order = max(matches, key=lambda match: (match[0], -match[1]))
+                rank = (quality, -order, -preference)
+                if quality > 0 and (best is None or rank > best):
+                    best, chosen = rank, media_type
+                break
+    if chosen is None:
+        raise NotAcceptable(
+            f"Accept: {accept!r} names no type this server can write",
+            field="Accept",
+            value=accept,
+            allowed=", ".join(WRITABLE_TYPES),
+        )
+    return chosen
+
+
+# ---------------------------------------------------------------------------------------------- content coding
+
+CONTENT_CODINGS = ("gzip", "x-gzip", "deflate", "identity")
+
+
+def decode_content(body: bytes, encoding: str | None, limit: int) -> bytes:
+    """Undo `Content-Encoding` (gzip or deflate, one of them), never producing more than `limit` bytes: a
+    small bomb that inflates past the limit is refused with 413 as soon as it does. Anything else is 415."""
+    codings = [c.strip().lower() for c in (encoding or "").split(",") if c.strip() and c.strip().lower() != "identity"]
+    if not codings:
+        return body
+    if len(codings) > 1 or codings[0] not in CONTENT_CODINGS:
+        raise UnsupportedMediaType(
+            f"Content-Encoding: {encoding!r} is not supported",
+            field="Content-Encoding",
+            value=encoding,
+            allowed="gzip or deflate (one coding), or identity",
+        )
+    # 47 = 32 + 15: zlib detects a gzip or zlib header itself; raw deflate (no header) is -15.
+    wbits = 47 if codings[0] != "deflate" or body[:1] == b"\x78" else -15
+    inflater = zlib.decompressobj(wbits)
+    try:
+        decoded = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise InvalidInput(
+            f"body: not valid {codings[0]} data ({exc})",
+            field="Content-Encoding",
+            value=encoding,
+            allowed=f"a body compressed with {codings[0]}",
+        ) from None
+    if len(decoded) > limit:
+        raise PayloadTooLarge(
+            f"body: decompresses to more than {limit} bytes",
+            field="body",
+            value=f"> {limit} bytes decoded",
+            allowed=f"<= {limit} bytes after decoding",
+        )
+    if not inflater.eof or inflater.unused_data:
+        raise InvalidInput(
+            f"body: {codings[0]} data is truncated or followed by other bytes",
+            field="Content-Encoding",
+            value=encoding,
+            allowed=f"one complete {codings[0]} stream",
+        )
+    return decoded
 
 
 # ---------------------------------------------------------------------------------------------- decoding
@@ -86,58 +170,110 @@ def _parse_json(body: bytes) -> Any:
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as strict_error:
+        malformed = InvalidInput(f"body: malformed JSON ({strict_error})", field="body", allowed="a JSON document")
+        if b"NaN" not in body and b"Infinity" not in body:
+            raise malformed from None
         # Python's json module writes NaN/Infinity literals; parse them so validation can name the element.
         try:
             return json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+        except RecursionError:
             raise InvalidInput(
-                f"body: malformed JSON ({strict_error})", field="body", allowed="a JSON document"
+                "body: JSON nested too deeply", field="body", allowed="a JSON document nested < 1000 levels"
             ) from None
+        except (ValueError, UnicodeDecodeError):
+            raise malformed from None
 
 
 def _parse_csv(body: bytes) -> list[list[str]]:
+    """Rows of cells. Only `\n` and `\r\n` end a row (str.splitlines would also split on `\x1c`, `\u2028`...,
+    turning one line into two rows); quoted cells are unquoted; a leading byte order mark is dropped."""
     try:
-        text = body.decode("utf-8")
+        text = body.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise InvalidInput("body: CSV must be UTF-8 text", field="body", allowed="UTF-8 CSV rows") from None
-    return [line.split(",") for line in text.splitlines() if line.strip()]
+    try:
+        rows = list(csv.reader(io.StringIO(text, newline=""), strict=True))
+    except csv.Error as exc:
+        raise InvalidInput(
+            f"body: malformed CSV ({exc})", field="body", allowed="comma-separated numbers, optionally quoted"
+        ) from None
+    return [row for row in rows if row and (len(row) > 1 or row[0].strip())]
 
 
 _NPY_MAGIC = b"\x93NUMPY"
+# The dtypes an .npy body may carry: booleans, integers and floats of the sizes numpy has, in either byte
+# order. Nothing else (objects, strings, structured records, `<i3`...) is read.
+NPY_DTYPES = frozenset(
+    [f"|{kind}1" for kind in "biu"]
+    + [f"{order}{kind}{size}" for order in "<>" for kind in "iu" for size in (2, 4, 8)]
+    + [f"{order}f{size}" for order in "<>" for size in (2, 4, 8)]
+)
+_NPY_ALLOWED = "numpy .npy of bool, int, uint or float (no object, string or structured dtype)"
 # What np.save writes for a plain C-ordered array, e.g. {'descr': '<f4', 'fortran_order': False, 'shape': (32, 64), }
-_NPY_HEADER = re.compile(rb"\{'descr': '([<>|=]?[biuf]\d{1,2})', 'fortran_order': False, 'shape': \(([\d, ]*)\), \}")
+_NPY_HEADER = re.compile(rb"\{'descr': '([<>|][biuf]\d)', 'fortran_order': False, 'shape': \(([\d, ]*)\), \}")
+_NPY_MAX_DIMS = 32
+_NPY_MAX_DIM = 1 << 40
 
 
 def _parse_npy(body: bytes) -> np.ndarray:
-    """Read the common case (a C-ordered numeric array) straight from the buffer; np.load parses the header
-    with Python's tokenizer, which costs more than inferring a small batch. Anything else goes to np.load."""
-    if body[:6] == _NPY_MAGIC and len(body) >= 10:
-        major = body[6]
-        size_bytes = 2 if major == 1 else 4
-        start = 8 + size_bytes
-        end = start + int.from_bytes(body[8:start], "little")
-        header = _NPY_HEADER.match(body, start, end)
-        if header is not None:
-            dtype = np.dtype(header.group(1).decode())
-            shape = tuple(int(dim) for dim in header.group(2).split(b",") if dim.strip())
-            if len(body) - end == math.prod(shape) * dtype.itemsize:
-                return np.frombuffer(body, dtype=dtype, offset=end).reshape(shape)
-    return _parse_npy_slowly(body)
-
-
-def _parse_npy_slowly(body: bytes) -> np.ndarray:
-    try:
-        # allow_pickle=False: an .npy body is data, never code.
-        loaded = np.load(io.BytesIO(body), allow_pickle=False)
-    except ValueError as exc:
+    """A view of the body as the array its header describes. np.save's usual header is matched directly (np.load
+    parses it with Python's tokenizer, which costs more than inferring a small batch); other headers go through
+    numpy's own header reader, which evaluates literals only, and never through np.load, which would allocate
+    whatever shape the header claims before knowing whether the bytes are there."""
+    if body[:6] != _NPY_MAGIC or len(body) < 10:
+        raise InvalidInput("body: not an .npy array (no \\x93NUMPY magic)", field="body", allowed=_NPY_ALLOWED)
+    if body[6] == 1:
+        start = 10
+    elif body[6] == 2 and len(body) >= 12:
+        start = 12
+    else:
+        raise InvalidInput(f"body: .npy format version {body[6]} is not read", field="body", allowed=".npy 1.0 or 2.0")
+    end = start + int.from_bytes(body[8:start], "little")
+    if end > len(body):
+        raise InvalidInput("body: .npy header is truncated", field="body", allowed=_NPY_ALLOWED)
+    header = _NPY_HEADER.match(body, start, end)
+    if header is not None and header.group(1).decode() in NPY_DTYPES:
+        descr, fortran_order = header.group(1).decode(), False
+        shape = tuple(int(dim) for dim in header.group(2).split(b",") if dim.strip())
+    else:
+        descr, fortran_order, shape = _read_npy_header(body)
+    if len(shape) > _NPY_MAX_DIMS or any(not 0 <= dim <= _NPY_MAX_DIM for dim in shape):
         raise InvalidInput(
-            f"body: not a readable .npy array ({exc})", field="body", allowed="numpy .npy, no object dtype"
+            f"body: .npy shape {list(shape)[:8]} is not an array shape",
+            field="body",
+            value=f"shape {list(shape)[:8]}",
+            allowed=f"at most {_NPY_MAX_DIMS} dimensions of 0..{_NPY_MAX_DIM}",
+        )
+    dtype = np.dtype(descr)
+    count = math.prod(shape)
+    if len(body) - end != count * dtype.itemsize:  # Python integers: a lying shape cannot overflow this
+        raise InvalidInput(
+            f"body: .npy header says shape {list(shape)} of {descr} ({count * dtype.itemsize} bytes), "
+            f"the body carries {len(body) - end} bytes after it",
+            field="body",
+            value=f"shape {list(shape)}",
+            allowed="a shape that matches the data",
+        )
+    flat = np.frombuffer(body, dtype=dtype, count=count, offset=end) if count else np.empty(0, dtype=dtype)
+    return flat.reshape(shape, order="F" if fortran_order else "C")
+
+
+def _read_npy_header(body: bytes) -> tuple[str, bool, tuple[int, ...]]:
+    stream = io.BytesIO(body)
+    try:
+        version = np.lib.format.read_magic(stream)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran_order, dtype = read(stream, max_header_size=10_000)
+    except Exception as exc:  # numpy tokenizes and literal-evaluates the header text: ValueError,
+        # SyntaxError, tokenize.TokenError, RecursionError... whatever a hostile header provokes is the body's fault
+        raise InvalidInput(
+            f"body: not a readable .npy array ({str(exc)[:200]})", field="body", allowed=_NPY_ALLOWED
         ) from None
-    except (OSError, EOFError) as exc:
-        raise InvalidInput(f"body: not a readable .npy array ({exc})", field="body", allowed="numpy .npy") from None
-    if not isinstance(loaded, np.ndarray):
-        raise InvalidInput("body: an .npz archive, not one .npy array", field="body", allowed="numpy .npy")
-    return loaded
+    if dtype.str not in NPY_DTYPES or dtype.fields is not None or dtype.subdtype is not None:
+        raise InvalidInput(
+            f"body: .npy dtype {dtype.str!r} is not read", field="body", value=dtype.str, allowed=_NPY_ALLOWED
+        )
+    return dtype.str, bool(fortran_order), tuple(int(dim) for dim in shape)
 
 
 def payload_to_arrays(payload: Any, content_type: str, manifest: Manifest) -> dict[str, tuple[str, Any]]:
@@ -185,11 +321,47 @@ def _single_input(manifest: Manifest, form: str) -> TensorSpec:
     return manifest.inputs[0]
 
 
-def fast_instances(payload: Any, manifest: Manifest, *, max_batch_rows: int) -> Arrays | None:
+MAX_VALUES_FREE_SHAPE = 1 << 24
+
+
+def max_values(manifest: Manifest, max_batch_rows: int) -> int:
+    """The most values a valid request for `manifest` can carry: `max_batch_rows` rows of every input. An
+    input with a free row dimension has no such bound; then MAX_VALUES_FREE_SHAPE (16 Mi values) is."""
+    per_row = 0
+    for spec in manifest.inputs:
+        if any(size is None for size in spec.row_shape):
+            return MAX_VALUES_FREE_SHAPE
+        per_row += math.prod(size for size in spec.row_shape if size is not None)
+    return max(1, max_batch_rows * per_row)
+
+
+def check_value_count(body: bytes, limit: int) -> None:
+    """Refuse, before parsing, a JSON or CSV body with more than `limit` values: each value after the first
+    follows a comma, so a body with `limit` commas holds too many. Only a body longer than `limit` bytes can
+    hold that many commas, so the common small body costs one comparison."""
+    if len(body) > limit and body.count(b",") >= limit:
+        raise PayloadTooLarge(
+            f"body: more than {limit} values, more than a batch of this model can hold",
+            field="body",
+            value=f"> {limit} values",
+            allowed=f"<= {limit} values (the row limit times the values in a row)",
+        )
+
+
+def may_hold_booleans(body: bytes) -> bool:
+    """Whether a JSON body has `true` or `false` in it: numpy would read those as 1 and 0 in a list of
+    numbers, so such a body takes the path that checks every element."""
+    return b"true" in body or b"false" in body
+
+
+def fast_instances(
+    payload: Any, manifest: Manifest, *, max_batch_rows: int, may_hold_booleans: bool = True
+) -> Arrays | None:
     """The common request, `{"instances": [[numbers...], ...]}` for a one-input model with fixed numeric rows,
     checked in one pass. Anything else, or anything wrong, returns None: `validate_inputs` then decides,
-    and names the problem. Both accept and refuse exactly the same bodies (tests/unit/test_codecs.py)."""
-    if type(payload) is not dict or len(payload) != 1 or len(manifest.inputs) != 1:
+    and names the problem. Both accept and refuse exactly the same bodies (tests/unit/test_codecs.py).
+    `may_hold_booleans`: the body has `true`/`false` in it (see `may_hold_booleans()`); then None."""
+    if type(payload) is not dict or len(payload) != 1 or len(manifest.inputs) != 1 or may_hold_booleans:
         return None
     value = payload.get("instances")
     spec = manifest.inputs[0]
@@ -197,7 +369,7 @@ def fast_instances(payload: Any, manifest: Manifest, *, max_batch_rows: int) -> 
         return None
     try:
         array = np.asarray(value)
-    except ValueError:
+    except (ValueError, OverflowError):
         return None
     target = spec.numpy_dtype
     if array.dtype.kind not in _NUMERIC_KINDS[target.kind] or array.shape[1:] != spec.shape[1:]:
@@ -207,19 +379,26 @@ def fast_instances(payload: Any, manifest: Manifest, *, max_batch_rows: int) -> 
     return {spec.name: array.astype(target, copy=False)}
 
 
-def validate_inputs(raw: Mapping[str, tuple[str, Any]], manifest: Manifest, *, max_batch_rows: int) -> Arrays:
-    """Turn raw values into arrays of the manifest's dtype and shape, or raise `InvalidInput`."""
+def validate_inputs(
+    raw: Mapping[str, tuple[str, Any]], manifest: Manifest, *, max_batch_rows: int, may_hold_booleans: bool = True
+) -> Arrays:
+    """Turn raw values into arrays of the manifest's dtype and shape, or raise `InvalidInput`. Row counts and
+    shapes are checked before anything is converted. `may_hold_booleans=False` only when the body is known to
+    have no JSON `true`/`false` in it."""
     expected = {spec.name: spec for spec in manifest.inputs}
     if raw.keys() != expected.keys():
         unknown = sorted(set(raw) - set(expected))
         missing = sorted(set(expected) - set(raw))
         raise InvalidInput(
-            f"inputs: unknown {unknown} / missing {missing}",
+            f"inputs: unknown {unknown[:8]} / missing {missing}",
             field="inputs",
-            value=sorted(raw),
+            value=sorted(raw)[:8],
             allowed=str(sorted(expected)),
         )
-    arrays = {name: _to_array(field, value, expected[name], manifest) for name, (field, value) in raw.items()}
+    arrays = {
+        name: _to_array(field, value, expected[name], manifest, max_batch_rows, may_hold_booleans)
+        for name, (field, value) in raw.items()
+    }
     batch_sizes = {name: array.shape[0] for name, array in arrays.items()}
     if len(batch_sizes) > 1 and len(set(batch_sizes.values())) > 1:
         raise InvalidInput(
@@ -231,13 +410,6 @@ def validate_inputs(raw: Mapping[str, tuple[str, Any]], manifest: Manifest, *, m
     rows = next(iter(batch_sizes.values()))
     if rows == 0:
         raise InvalidInput("empty batch: send at least one row", field="instances", value=[], allowed="1 or more rows")
-    if rows > max_batch_rows:
-        raise InvalidInput(
-            f"batch of {rows} rows is over the limit",
-            field="instances",
-            value=rows,
-            allowed=f"1..{max_batch_rows} rows",
-        )
     return arrays
 
 
@@ -245,10 +417,22 @@ _NUMERIC_KINDS = {"f": "fiu", "i": "iu", "u": "u", "b": "b"}
 _SEQUENCES = (list, np.ndarray)
 
 
-def _to_array(field: str, value: Any, spec: TensorSpec, manifest: Manifest) -> np.ndarray:
+def _check_rows(field: str, rows: int, max_rows: int) -> None:
+    if rows > max_rows:
+        raise InvalidInput(
+            f"batch of {rows} rows is over the limit",
+            field="instances" if field == "csv" else field,
+            value=rows,
+            allowed=f"1..{max_rows} rows",
+        )
+
+
+def _to_array(
+    field: str, value: Any, spec: TensorSpec, manifest: Manifest, max_rows: int, may_hold_booleans: bool
+) -> np.ndarray:
     """Validate one input as a whole array; walk the elements only to explain a failure."""
     if field == "csv":
-        return _csv_to_array(value, spec, manifest)
+        return _csv_to_array(value, spec, manifest, max_rows)
     if not isinstance(value, _SEQUENCES):
         raise InvalidInput(
             f"{field}: expected a list of rows, got {type(value).__name__}",
@@ -256,13 +440,25 @@ def _to_array(field: str, value: Any, spec: TensorSpec, manifest: Manifest) -> n
             value=value,
             allowed=f"rows of shape {_shape_text(spec.row_shape)}",
         )
+    target = spec.numpy_dtype
+    if isinstance(value, np.ndarray):  # .npy (or a hook's array): dtype and shape first, then the one copy
+        _check_rows(field, value.shape[0] if value.ndim else 1, max_rows)
+        if spec.dtype == "string" or value.dtype.kind not in _NUMERIC_KINDS[target.kind]:
+            raise InvalidInput(
+                f"{field}: an array of {value.dtype.name}; input {spec.name!r} takes {spec.dtype}",
+                field=field,
+                value=value.dtype.name,
+                allowed=f"{spec.dtype} (or a dtype that converts to it without loss of kind)",
+            )
+        _check_shape(field, value, spec)
+        return _cast(field, value, target, manifest)
+    _check_rows(field, len(value), max_rows)
     try:
         array = np.asarray(value)
-    except ValueError:  # ragged nesting: numpy refuses to build the array
+    except (ValueError, OverflowError):  # ragged or too deep: numpy refuses to build the array
         raise _explain(field, value, spec) from None
     if array.dtype == object:
         raise _explain(field, value, spec)
-    target = spec.numpy_dtype
     if spec.dtype == "string":
         if array.dtype.kind != "U":
             raise _explain(field, value, spec)
@@ -270,16 +466,42 @@ def _to_array(field: str, value: Any, spec: TensorSpec, manifest: Manifest) -> n
     elif array.dtype.kind not in _NUMERIC_KINDS[target.kind]:
         raise _explain(field, value, spec)
     _check_shape(field, array, spec)
+    if may_hold_booleans and target.kind != "b" and array.dtype.kind in "iuf":
+        # np.asarray([1, True]) is [1, 1]: a boolean among numbers must be found by looking at each element.
+        problem = _find_problem(field, value, spec)
+        if problem is not None:
+            raise problem
     if spec.dtype != "string":
         array = _cast(field, array, target, manifest)
     return array
 
 
-def _csv_to_array(rows: list[list[str]], spec: TensorSpec, manifest: Manifest) -> np.ndarray:
+# A CSV cell is a plain ASCII decimal: float() alone would also take `1_0`, `١٢` and ` ∞`-like spellings.
+_CSV_NUMBER = re.compile(
+    r"[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|nan|inf|infinity)", re.IGNORECASE | re.ASCII
+)
+
+
+def is_csv_number(cell: str) -> bool:
+    """Whether a CSV cell is a number the CSV codec reads."""
+    return _CSV_NUMBER.fullmatch(cell.strip(" \t")) is not None
+
+
+def _csv_to_array(rows: list[list[str]], spec: TensorSpec, manifest: Manifest, max_rows: int) -> np.ndarray:
+    if spec.dtype == "string" or spec.numpy_dtype.kind != "f":
+        raise InvalidInput(
+            f"CSV carries numbers; input {spec.name!r} takes {spec.dtype}",
+            field="Content-Type",
+            value=CSV,
+            allowed="application/json or application/x-npy",
+        )
+    _check_rows("csv", len(rows), max_rows)
     width = spec.row_shape[0] if len(spec.row_shape) == 1 else None
+    if width is None and rows:
+        width = len(rows[0])
     values: list[list[float]] = []
     for line_number, cells in enumerate(rows, start=1):
-        if width is not None and len(cells) != width:
+        if len(cells) != width:
             raise InvalidInput(
                 f"csv line {line_number}: {len(cells)} columns, the model takes {width}",
                 field=f"csv line {line_number}",
@@ -288,23 +510,16 @@ def _csv_to_array(rows: list[list[str]], spec: TensorSpec, manifest: Manifest) -
             )
         row: list[float] = []
         for column_number, cell in enumerate(cells, start=1):
-            try:
-                row.append(float(cell))
-            except ValueError:
+            text = cell.strip(" \t")
+            if _CSV_NUMBER.fullmatch(text) is None:
                 raise InvalidInput(
-                    f"csv line {line_number}, column {column_number}: {cell.strip()!r} is not a number",
+                    f"csv line {line_number}, column {column_number}: {text[:40]!r} is not a number",
                     field=f"csv line {line_number} column {column_number}",
-                    value=cell.strip(),
-                    allowed=f"{spec.dtype} numbers",
-                ) from None
+                    value=text,
+                    allowed=f"{spec.dtype} numbers (ASCII decimal, e.g. -1.5e3)",
+                )
+            row.append(float(text))
         values.append(row)
-    if spec.dtype == "string" or np.dtype(spec.dtype).kind not in "f":
-        raise InvalidInput(
-            f"CSV carries numbers; input {spec.name!r} takes {spec.dtype}",
-            field="Content-Type",
-            value=CSV,
-            allowed="application/json or application/x-npy",
-        )
     array = np.asarray(values, dtype=np.float64).reshape(len(values), -1) if values else np.empty((0,))
     if array.size:
         _check_shape("csv", array, spec)
@@ -397,6 +612,20 @@ def _check_finite(field: str, array: np.ndarray) -> None:
 
 def _explain(field: str, value: Any, spec: TensorSpec) -> InvalidInput:
     """Find the first element that stops `value` from being an array of `spec`, and say what it is."""
+    problem = _find_problem(field, value, spec)
+    if problem is not None:
+        return problem
+    lengths = sorted({len(row) for row in value if isinstance(row, list)})
+    return InvalidInput(
+        f"{field}: rows of different lengths {lengths[:8]}",
+        field=field,
+        value=lengths[:8],
+        allowed=f"rows of shape {_shape_text(spec.row_shape)}",
+    )
+
+
+def _find_problem(field: str, value: Any, spec: TensorSpec) -> InvalidInput | None:
+    """The first element, in row order, that is not what `spec` takes; None when every element is."""
     wanted = "strings" if spec.dtype == "string" else ("integers" if spec.numpy_dtype.kind in "iu" else "numbers")
     row_shape = spec.row_shape
 
@@ -404,7 +633,7 @@ def _explain(field: str, value: Any, spec: TensorSpec) -> InvalidInput:
         if depth < len(spec.shape):
             if not isinstance(node, _SEQUENCES):
                 return InvalidInput(
-                    f"{path}: expected a list, got {type(node).__name__} {node!r}",
+                    f"{path}: expected a list, got {type(node).__name__} {short_repr(node)}",
                     field=path,
                     value=node,
                     allowed=f"rows of shape {_shape_text(row_shape)}",
@@ -422,32 +651,27 @@ def _explain(field: str, value: Any, spec: TensorSpec) -> InvalidInput:
                 if problem is not None:
                     return problem
             return None
-        ok = (
-            isinstance(node, str)
-            if spec.dtype == "string"
-            else isinstance(node, int | float | np.number) and not isinstance(node, bool)
-        )
+        if spec.dtype == "string":
+            ok = isinstance(node, str)
+        elif spec.numpy_dtype.kind == "b":
+            ok = isinstance(node, bool | np.bool_)
+        else:
+            ok = isinstance(node, int | float | np.number) and not isinstance(node, bool)
+            if isinstance(node, int) and not -(2**63) <= node < 2**64:
+                ok = False  # beyond any integer dtype
         if spec.numpy_dtype.kind in "iu" and isinstance(node, float):
             ok = False
         if not ok:
             return InvalidInput(
-                f"{path}: {node!r} ({type(node).__name__}) is not allowed; input {spec.name!r} takes {wanted}",
+                f"{path}: {short_repr(node)} ({type(node).__name__}) is not allowed; "
+                f"input {spec.name!r} takes {wanted}",
                 field=path,
                 value=node,
                 allowed=f"{spec.dtype} {wanted}",
             )
         return None
 
-    problem = walk(value, field, 0)
-    if problem is not None:
-        return problem
-    lengths = sorted({len(row) for row in value if isinstance(row, list)})
-    return InvalidInput(
-        f"{field}: rows of different lengths {lengths}",
-        field=field,
-        value=lengths,
-        allowed=f"rows of shape {_shape_text(row_shape)}",
-    )
+    return walk(value, field, 0)
 
 
 def _dim_text(size: int | None) -> str:

@@ -8,7 +8,32 @@ else in the code base invents its own error classes for serving failures.
 
 from __future__ import annotations
 
+import re
+import reprlib
 from typing import Any, ClassVar
+
+# What a client may see of an error is bounded: a message of at most this many characters...
+MAX_MESSAGE_CHARS = 1000
+# ...and values printed by `reprlib` with these limits, so a 6 MiB list or a 1,000-deep one costs no more
+# to describe than a short one (a plain `repr` of either is slow, large, or a RecursionError).
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict = 3, 8, 8, 8
+_REPR.maxstring, _REPR.maxother, _REPR.maxlong = 80, 80, 40
+
+# Server-side locations never reach a client: URIs (s3://bucket/prefix, file:///...) and absolute file system
+# paths of two or more segments. API routes that messages name on purpose (`POST /jobs/uploads`) are kept.
+_URI = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\",;)\]]*")
+_ROUTES = "jobs|v1|invocations|ping|models|endpoints|_servestack|2015-03-31"
+_PATH = re.compile(rf"(?<![\w.:/@-])/(?!(?:{_ROUTES})\b)[\w.@+~-]+(?:/[\w.@+~-]*)+")
+
+
+def redact(text: str) -> str:
+    """`text` without server paths or URIs, and at most MAX_MESSAGE_CHARS long: what a client may read."""
+    if len(text) > MAX_MESSAGE_CHARS:
+        text = text[: MAX_MESSAGE_CHARS - 3] + "..."
+    if "/" not in text:
+        return text
+    return _PATH.sub("<path>", _URI.sub("<uri>", text))
 
 
 class ServingError(Exception):
@@ -33,26 +58,33 @@ class ServingError(Exception):
         self.allowed = allowed
 
     def to_dict(self) -> dict[str, Any]:
-        """The `error` object of a JSON error body."""
-        body: dict[str, Any] = {"type": self.error_type, "message": self.message}
+        """The `error` object of a JSON error body: bounded in size, with server paths and URIs redacted."""
+        body: dict[str, Any] = {"type": self.error_type, "message": redact(self.message)}
         if self.field is not None:
-            body["field"] = self.field
-            body["value"] = _printable(self.value)
+            body["field"] = redact(self.field)
+            value = _printable(self.value)
+            body["value"] = redact(value) if isinstance(value, str) else value
         if self.allowed is not None:
-            body["allowed"] = self.allowed
+            body["allowed"] = redact(self.allowed)
         return body
+
+
+def short_repr(value: Any) -> str:
+    """`repr(value)` at most ~80 characters, in time and memory that do not grow with the value."""
+    return _REPR.repr(value)
 
 
 def _printable(value: Any) -> Any:
     """Keep error bodies small and JSON-safe whatever the caller sent."""
-    if value is None or isinstance(value, bool | int | str):
+    if value is None or isinstance(value, bool | str) or (isinstance(value, int) and abs(value) < 10**18):
         return value if not isinstance(value, str) or len(value) <= 80 else value[:77] + "..."
     if isinstance(value, float):
         return value if value == value and value not in (float("inf"), float("-inf")) else repr(value)
-    text = repr(value)
-    if isinstance(value, list | tuple) and len(text) <= 80:
+    text = _REPR.repr(value)
+    whole = "..." not in text and len(text) <= 80  # reprlib marks whatever it left out with "..."
+    if isinstance(value, list | tuple) and whole:
         return [_printable(item) for item in value]
-    if isinstance(value, dict) and len(text) <= 80:
+    if isinstance(value, dict) and whole:
         return {str(key): _printable(item) for key, item in value.items()}
     return text if len(text) <= 80 else text[:77] + "..."
 
@@ -141,6 +173,14 @@ class InternalError(ServingError):
     error_type = "InternalError"
 
 
+class RequestTimeout(ServingError):
+    """The body did not arrive within the read deadline; the slot it would have taken went to others."""
+
+    status_code = 408
+    retryable = True
+    error_type = "RequestTimeout"
+
+
 class Overloaded(ServingError):
     """Too much work is queued in this worker; retry after `retry_after_sec` (HTTP 429 with Retry-After)."""
 
@@ -175,6 +215,13 @@ class JobFailed(ServingError):
     error_type = "JobFailed"
 
 
+class IdempotencyConflict(ServingError):
+    """An idempotency key was reused with a different request; keys name one request, forever."""
+
+    status_code = 422
+    error_type = "IdempotencyConflict"
+
+
 class VersionConflict(ServingError):
     """A registry version is immutable: it was pushed before with different bytes. Push a new version."""
 
@@ -203,3 +250,10 @@ class RegistryError(ServingError):
 
     status_code = 400
     error_type = "RegistryError"
+
+
+class UnsafePath(ServingError):
+    """A name or key would reach outside the directory it must stay in (absolute, `..`, or a link out)."""
+
+    status_code = 400
+    error_type = "UnsafePath"

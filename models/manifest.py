@@ -11,9 +11,16 @@ import msgspec
 import numpy as np
 
 from models.errors import ChecksumMismatch, ModelLoadError
+from models.paths import confined
 
 MANIFEST_FILE = "manifest.json"
 HOOKS_FILE = "process.py"
+# Model names and versions: what a registry, a cache directory and a target-model header may hold. Neither can
+# spell a path (`/`, `..`) and both are short, so they are safe as directory names wherever they are used.
+NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
+VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+# The model file a manifest names sits next to it: a plain file name, never a path.
+FILE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 
 # The ONNX tensor element types the codecs can fill from JSON, CSV and .npy.
 TensorDType = Literal["float32", "float64", "float16", "int64", "int32", "int8", "uint8", "bool", "string"]
@@ -89,9 +96,9 @@ class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_def
     """What a model package declares about itself; `manifest.json` on disk. Parsed with msgspec, which
     validates as strictly as pydantic but keeps a Lambda cold start free of pydantic's import."""
 
-    name: Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")]
-    version: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
-    file: str = "model.onnx"
+    name: Annotated[str, msgspec.Meta(pattern=NAME_PATTERN)]
+    version: Annotated[str, msgspec.Meta(pattern=VERSION_PATTERN)]
+    file: Annotated[str, msgspec.Meta(pattern=FILE_PATTERN)] = "model.onnx"
     sha256: Sha256
     process_sha256: Sha256 | None = None
     inputs: Annotated[tuple[TensorSpec, ...], msgspec.Meta(min_length=1)]
@@ -107,6 +114,8 @@ class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_def
     optimization: Optimization | None = None
 
     def __post_init__(self) -> None:
+        if self.file in (MANIFEST_FILE, HOOKS_FILE):
+            raise ValueError(f"file: {self.file!r} is the name of another file of the package")
         names = {output.name for output in self.outputs}
         for role in ("prediction_output", "probability_output"):
             chosen = getattr(self, role)
@@ -156,7 +165,7 @@ def verify_checksums(package_dir: Path, manifest: Manifest) -> None:
             )
         expected_files.append((HOOKS_FILE, manifest.process_sha256))
     for file_name, expected in expected_files:
-        path = package_dir / file_name
+        path = confined(package_dir, file_name, field="file")
         if not path.is_file():
             raise ModelLoadError(f"{path}: file named by the manifest does not exist")
         actual = sha256_of(path)

@@ -29,12 +29,21 @@ from typing import Protocol
 
 import msgspec
 
-from models.errors import ModelNotFound, RegistryError, VersionConflict
-from models.manifest import HOOKS_FILE, MANIFEST_FILE, Manifest, read_manifest, verify_checksums
+from models.errors import ModelLoadError, ModelNotFound, RegistryError, VersionConflict
+from models.manifest import (
+    HOOKS_FILE,
+    MANIFEST_FILE,
+    NAME_PATTERN,
+    VERSION_PATTERN,
+    Manifest,
+    read_manifest,
+    verify_checksums,
+)
+from models.paths import confined
 from models.service import version_order
 
-NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
-VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+NAME = re.compile(NAME_PATTERN)
+VERSION = re.compile(VERSION_PATTERN)
 ALIAS = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 ALIASES_FILE = "aliases.json"
 DEFAULT_ALIAS = "live"
@@ -76,7 +85,7 @@ class ObjectStore(Protocol):
 
 
 class DirectoryStore:
-    """The registry layout in a local folder."""
+    """The registry layout in a local folder; every key is confined to it (models/paths.py)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -84,22 +93,28 @@ class DirectoryStore:
 
     def read(self, key: str) -> bytes | None:
         try:
-            return (self.root / key).read_bytes()
-        except FileNotFoundError:
+            return confined(self.root, key, field="key").read_bytes()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
 
     def write(self, key: str, data: bytes) -> None:
-        path = self.root / key
+        path = confined(self.root, key, field="key")
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(f".{path.name}.tmp")
         temporary.write_bytes(data)
         temporary.replace(path)
 
     def keys(self, prefix: str) -> list[str]:
-        base = self.root / prefix
+        base = confined(self.root, prefix, field="key") if prefix else self.root
         if not base.is_dir():
             return []
-        return sorted(str(p.relative_to(self.root)) for p in base.rglob("*") if p.is_file())
+        root = self.root.resolve()
+        found = []
+        for path in base.rglob("*"):
+            # A link inside the registry that leads out of it is not one of its keys.
+            if path.is_file() and root in path.resolve().parents:
+                found.append(str(path.relative_to(self.root)))
+        return sorted(found)
 
 
 @dataclass(frozen=True)
@@ -153,16 +168,16 @@ class ModelRegistry:
 
     def versions(self, name: str) -> list[str]:
         """Every pushed version of `name`, oldest first ('10' after '9')."""
-        base = f"{self.prefix}{name}/"
+        base = f"{self.prefix}{check_name(name)}/"
         found = {key[len(base) :].split("/")[0] for key in self.store.keys(base) if key.endswith(f"/{MANIFEST_FILE}")}
         return sorted(found, key=version_order)
 
     def manifest(self, name: str, version: str) -> Manifest | None:
-        raw = self.store.read(f"{self.prefix}{name}/{version}/{MANIFEST_FILE}")
+        raw = self.store.read(f"{self.prefix}{check_name(name)}/{check_version(version)}/{MANIFEST_FILE}")
         return None if raw is None else msgspec.json.decode(raw, type=Manifest)
 
     def _alias_state(self, name: str) -> dict[str, dict[str, list[str]]]:
-        raw = self.store.read(f"{self.prefix}{name}/{ALIASES_FILE}")
+        raw = self.store.read(f"{self.prefix}{check_name(name)}/{ALIASES_FILE}")
         return {} if raw is None else dict(json.loads(raw))
 
     def aliases(self, name: str) -> dict[str, str]:
@@ -171,10 +186,12 @@ class ModelRegistry:
     def resolve(self, name: str, ref: str | None = None) -> str:
         """A version of `name`: `ref` as a version or an alias; None: the `live` alias, else the newest version."""
         versions = self.versions(name)
+        if ref is not None:
+            check_version(ref)
         if not versions:
             known = self.names()
             raise ModelNotFound(
-                f"model {name!r} is not in the registry {self.uri}",
+                f"model {name!r} is not in the registry",
                 field="model",
                 value=name,
                 allowed=", ".join(known) or "(registry is empty: servestack models push)",
@@ -313,26 +330,31 @@ class ModelRegistry:
 
     # ------------------------------------------------------------------------------------------ fetching
     def fetch(self, name: str, version: str, cache_dir: Path) -> Path:
-        """The package as a local directory `<cache_dir>/<name>/<version>/`, downloaded once, verified always."""
-        destination = cache_dir / name / version
+        """The package as a local directory `<cache_dir>/<name>/<version>/`, downloaded once, verified always.
+        Nothing is written outside `cache_dir`: the name, the version and the manifest's file name are checked
+        before they become paths, and every path is confined (models/paths.py)."""
+        destination = confined(cache_dir, f"{check_name(name)}/{check_version(version)}", field="model")
         manifest_bytes = self.store.read(f"{self.prefix}{name}/{version}/{MANIFEST_FILE}")
         if manifest_bytes is None:
             self.resolve(name, version)  # raises ModelNotFound listing what exists
-            raise ModelNotFound(f"model {name}@{version} has no manifest in {self.uri}")
+            raise ModelNotFound(f"model {name}@{version} has no manifest in the registry")
         local = destination / MANIFEST_FILE
         if local.is_file():
             if local.read_bytes() == manifest_bytes:
                 return destination  # `ServedModel.load` verifies the files against it at every load
             shutil.rmtree(destination)  # a copy from another registry (or an older one): fetch again
-        manifest = msgspec.json.decode(manifest_bytes, type=Manifest)
+        try:
+            manifest = msgspec.json.decode(manifest_bytes, type=Manifest)
+        except msgspec.DecodeError as exc:  # the message names the field, e.g. `$.file`, never a local path
+            raise ModelLoadError(f"model {name}@{version}: invalid manifest in the registry: {exc}") from None
         destination.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=destination.parent))
         try:
             for file_name in [manifest.file, *([HOOKS_FILE] if manifest.process_sha256 else [])]:
                 data = self.store.read(f"{self.prefix}{name}/{version}/{file_name}")
                 if data is None:
-                    raise ModelNotFound(f"model {name}@{version}: {file_name} is missing from {self.uri}")
-                (staging / file_name).write_bytes(data)
+                    raise ModelNotFound(f"model {name}@{version}: {file_name} is missing from the registry")
+                confined(staging, file_name, field="file").write_bytes(data)
             (staging / MANIFEST_FILE).write_bytes(manifest_bytes)
             verify_checksums(staging, manifest)
             try:

@@ -20,7 +20,16 @@ import numpy as np
 from models import codecs
 from models.errors import InvalidInput, ModelLoadError, ModelNotFound, ModelNotReady, ServingError
 from models.hooks import Hooks, load_hooks
-from models.manifest import HOOKS_FILE, MANIFEST_FILE, Manifest, read_manifest, verify_checksums
+from models.manifest import (
+    HOOKS_FILE,
+    MANIFEST_FILE,
+    NAME_PATTERN,
+    VERSION_PATTERN,
+    Manifest,
+    read_manifest,
+    verify_checksums,
+)
+from models.paths import confined
 from models.runtime import Arrays, ModelRuntime
 from models.settings import ServingSettings
 
@@ -43,7 +52,7 @@ class ServedModel:
         verify_checksums(package_dir, manifest)
         runtime = ModelRuntime(
             manifest,
-            package_dir / manifest.file,
+            confined(package_dir, manifest.file, field="file"),
             providers=settings.providers,
             intra_op_threads=settings.intra_op_threads,
         )
@@ -53,11 +62,25 @@ class ServedModel:
             runtime.warm_up()
         return model
 
+    def __post_init__(self) -> None:
+        self.max_values = codecs.max_values(self.manifest, self.max_batch_rows)
+
     def decode(self, body: bytes, content_type: str) -> Arrays:
         """Request body -> validated input arrays (through `preprocess` when the package has one)."""
+        if content_type != codecs.NPY:
+            codecs.check_value_count(
+                body, self.max_values if self.hooks.preprocess is None else codecs.MAX_VALUES_FREE_SHAPE
+            )
         payload = codecs.decode_body(body, content_type)
+        booleans = content_type == codecs.JSON and codecs.may_hold_booleans(body)
+        return self.decode_payload(payload, content_type, may_hold_booleans=booleans)
+
+    def decode_payload(self, payload: Any, content_type: str, *, may_hold_booleans: bool = True) -> Arrays:
+        """A decoded payload (what `codecs.decode_body` returns) -> validated input arrays."""
         if content_type == codecs.JSON and self.hooks.preprocess is None:
-            fast = codecs.fast_instances(payload, self.manifest, max_batch_rows=self.max_batch_rows)
+            fast = codecs.fast_instances(
+                payload, self.manifest, max_batch_rows=self.max_batch_rows, may_hold_booleans=may_hold_booleans
+            )
             if fast is not None:
                 return fast
         if self.hooks.preprocess is not None:
@@ -73,7 +96,9 @@ class ServedModel:
             raw = {name: (f"inputs.{name}", value) for name, value in produced.items()}
         else:
             raw = codecs.payload_to_arrays(payload, content_type, self.manifest)
-        return codecs.validate_inputs(raw, self.manifest, max_batch_rows=self.max_batch_rows)
+        return codecs.validate_inputs(
+            raw, self.manifest, max_batch_rows=self.max_batch_rows, may_hold_booleans=may_hold_booleans
+        )
 
     def predict(self, arrays: Mapping[str, np.ndarray]) -> Arrays:
         return self.runtime.predict(arrays)
@@ -106,6 +131,28 @@ class ServedModel:
 
 
 _VERSION_PART = re.compile(r"(\d+)|(\D+)")
+_NAME = re.compile(NAME_PATTERN)
+_VERSION = re.compile(VERSION_PATTERN)
+TARGET_FORMS = "name, name@version, name/version or name/version.tar.gz (name: a-z, 0-9, '-'; both <= 63 chars)"
+
+
+def parse_target(target: str | None, default_model: str) -> tuple[str, str | None]:
+    """A SageMaker target-model value or a REST name -> (name, version or None): `name`, `name@version`,
+    `name/version`, `name/version.tar.gz`. Anything else (a path, `..`, `@` alone, a 5,000-character name) is
+    `InvalidInput`: a target is checked here, before it names a directory, a registry key or a cache entry."""
+    if target is None or not target.strip():
+        return default_model, None
+    cleaned = target.strip().removesuffix(".tar.gz").strip("/")
+    name, _, version = cleaned.partition("@" if "@" in cleaned else "/")
+    if not _NAME.fullmatch(name) or (version and not _VERSION.fullmatch(version)) or len(cleaned) > 127:
+        shown = target if len(target) <= 80 else target[:77] + "..."
+        raise InvalidInput(
+            f"target model: {shown!r} does not name a model",
+            field="target model",
+            value=shown,
+            allowed=TARGET_FORMS,
+        )
+    return name, version or None
 
 
 def version_order(version: str) -> tuple[tuple[int, str], ...]:
@@ -199,10 +246,8 @@ class ModelRepository:
             return self.get()
         if target in self._newest and self.ready:  # the common case: a plain name
             return self._newest[target]
-        cleaned = target.strip().removesuffix(".tar.gz").strip("/")
-        separator = "@" if "@" in cleaned else "/"
-        name, _, version = cleaned.partition(separator)
-        return self.get(name, version or None)
+        name, version = parse_target(target, self.settings.default_model)
+        return self.get(name, version)
 
     def lookup(self, target: str | None) -> ServedModel:
         """Every model here is resident: the same as `resolve` (the cache-backed repository may miss)."""

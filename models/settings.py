@@ -102,6 +102,10 @@ class ServingSettings(EnvironmentSettings, frozen=True, kw_only=True):
     # turn rejections into a storm that starves the admitted requests of the event loop.
     reject_pause_ms: Annotated[float, msgspec.Meta(ge=0, le=5000)] = 200.0
     request_timeout_sec: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 60.0
+    # A request body must have arrived this long after its read began, or the request is answered 408. The
+    # body is read before the request takes one of the `max_queue_requests` slots, so a client that stalls
+    # mid-body holds a connection for at most this long, and never a slot.
+    body_read_timeout_sec: Annotated[float, msgspec.Meta(gt=0, le=300)] = 10.0
     # Multi-model serving: when `registry_uri` is set (`s3://bucket/prefix/` or a directory), models load from
     # the registry on first request into an LRU cache bounded by bytes and by count (per worker process).
     registry_uri: str = ""

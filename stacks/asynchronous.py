@@ -12,10 +12,11 @@ scaling policy (+1 instance, lower bound 0) on an alarm of `HasBacklogWithoutCap
 60 s, 2 of 2 periods), since target tracking cannot act while no instance reports a backlog per instance.
 
 Handler contract (env): SERVESTACK_BUCKET, SERVESTACK_REQUEST_PREFIX, SERVESTACK_RESULT_PREFIX,
-SERVESTACK_QUEUE_URL (the queue the function consumes), SERVESTACK_JOBS_TABLE (key `job_id`, TTL attribute
-`expires_at`, epoch seconds), SERVESTACK_RESULT_TTL_DAYS, SERVESTACK_PRESIGN_THRESHOLD_BYTES (bodies above it
-get a presigned S3 PUT URL), SERVESTACK_ASYNC_BACKEND (`lambda`|`sagemaker`) and, for sagemaker,
-SERVESTACK_ENDPOINT_NAME and SERVESTACK_FAILURE_PREFIX.
+SERVESTACK_QUEUE_URL (the queue the function consumes), SERVESTACK_DEAD_LETTER_QUEUE_URL (the Lambda worker sends
+what it gives up on there, with the reason), SERVESTACK_JOBS_TABLE (key `job_id`, TTL attribute `expires_at`,
+epoch seconds), SERVESTACK_RESULT_TTL_DAYS, SERVESTACK_PRESIGN_THRESHOLD_BYTES (bodies above it get a presigned
+S3 PUT URL), SERVESTACK_ASYNC_BACKEND (`lambda`|`sagemaker`) and, for sagemaker, SERVESTACK_ENDPOINT_NAME and
+SERVESTACK_FAILURE_PREFIX.
 """
 
 from __future__ import annotations
@@ -167,6 +168,7 @@ class AsyncEndpoint(Construct):
             SERVESTACK_REQUEST_PREFIX=self.request_prefix,
             SERVESTACK_RESULT_PREFIX=self.result_prefix,
             SERVESTACK_QUEUE_URL=self.queue.queue_url,
+            SERVESTACK_DEAD_LETTER_QUEUE_URL=self.dead_letters.queue_url,
             SERVESTACK_JOBS_TABLE=self.table.table_name,
             SERVESTACK_RESULT_TTL_DAYS=str(result_ttl_days),
             SERVESTACK_PRESIGN_THRESHOLD_BYTES=str(presign_threshold_bytes),
@@ -264,7 +266,17 @@ class AsyncEndpoint(Construct):
             self._allow(self.submit, ["dynamodb:PutItem", "dynamodb:GetItem"], [self.table.table_arn])
             self._allow(self.worker, ["s3:GetObject"], [bucket.arn_for_objects(f"{self.request_prefix}*")])
             self._allow(self.worker, ["s3:PutObject"], [bucket.arn_for_objects(f"{self.result_prefix}*")])
-            self._allow(self.worker, ["dynamodb:UpdateItem", "dynamodb:GetItem"], [self.table.table_arn])
+            # PutItem: the worker writes a job's whole record when it claims it (creating it, should submit have
+            # died between sending the message and writing the record) and when it fails; BatchWriteItem: it
+            # records a batch's successes in one call.
+            self._allow(
+                self.worker,
+                ["dynamodb:BatchWriteItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem"],
+                [self.table.table_arn],
+            )
+            # The worker moves the messages it gives up on to the DLQ itself, with their reason as attributes
+            # (SQS's own redrive moves a message unchanged, so it could carry none).
+            self._allow(self.worker, ["sqs:SendMessage"], [self.dead_letters.queue_arn])
         bucket_id = logical_id(bucket)
         for fn in (self.submit, self.worker):
             assert fn.role is not None

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import copy
 import json
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, settings
 
 from servestack.local.processes import RealtimeProcess, free_port, http_status
 
@@ -184,3 +186,24 @@ def lambda_handler() -> Iterator[LambdaHandler]:
 def response_body(response: dict[str, Any]) -> bytes:
     body = response.get("body") or ""
     return base64.b64decode(body) if response.get("isBase64Encoded") else body.encode()
+
+
+# ------------------------------------------------------------------------------------------ hypothesis
+
+# Property tests run a few hundred examples each in `make test`; SERVESTACK_HYPOTHESIS_PROFILE=long runs
+# thousands (a release check). No deadline: a shared 2-core machine makes per-example timing meaningless.
+# Fixtures that span every example of a test (the peak-memory bound) are what they are meant to be.
+SUPPRESSED = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture]
+settings.register_profile(
+    "default",
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=SUPPRESSED,
+)
+settings.register_profile(
+    "long",
+    max_examples=3000,
+    deadline=None,
+    suppress_health_check=SUPPRESSED,
+)
+settings.load_profile(os.environ.get("SERVESTACK_HYPOTHESIS_PROFILE", "default"))

@@ -67,9 +67,12 @@ class SageMakerJobService(JobService):
         self.endpoint_name = endpoint_name
         self.runtime = aws_client("sagemaker-runtime")
 
-    def enqueue(self, job_id: str, key: str) -> None:
-        """Hand the stored payload to SageMaker (called by submit, and by confirm for an upload)."""
-        job = self.get(job_id)
+    def enqueue(
+        self, job_id: str, key: str, record: dict[str, Any] | None = None, *, payload: bytes | None = None
+    ) -> None:
+        """Hand the stored payload to SageMaker: called by submit before it writes the job's `record` (which
+        then carries where SageMaker will write), and by confirm for an upload already recorded."""
+        job = record if record is not None else self.get(job_id)
         try:
             response = self.runtime.invoke_endpoint_async(
                 EndpointName=self.endpoint_name,
@@ -89,13 +92,20 @@ class SageMakerJobService(JobService):
             "failure_location": response.get("FailureLocation"),
         }
         known = {name: value for name, value in locations.items() if value}
-        if known:
+        if record is not None:
+            record.update(known)  # submit writes the record next, with these in it
+        elif known:
             # Only where SageMaker will write: the status is the notification's to set, and may already be.
             self.table.update_item(
                 Key={"job_id": job_id},
                 UpdateExpression="SET " + ", ".join(f"{name} = :{name}" for name in known),
+                ConditionExpression="attribute_exists(job_id)",
                 ExpressionAttributeValues={f":{name}": value for name, value in known.items()},
             )
+
+
+class JobNotYetRecorded(Exception):
+    """A notification for a job whose record submit has not written yet: retried by SQS."""
 
 
 class NotificationRecorder:
@@ -185,7 +195,13 @@ class NotificationRecorder:
         except ClientError as error:
             if not _conditional_failed(error):
                 raise
-            logger.info("notification for job %s ignored: no such job, or it already succeeded", job_id)
+            if self.table.get_item(Key={"job_id": job_id}, ConsistentRead=True).get("Item") is None:
+                # SageMaker answered before submit wrote the record (it invokes first, then records): fail this
+                # message so SQS delivers it again once the record exists.
+                raise JobNotYetRecorded(
+                    f"job {job_id}: no record yet; the notification will be delivered again"
+                ) from None
+            logger.info("notification for job %s ignored: it already succeeded", job_id)
 
 
 def parse_notification(body: str) -> dict[str, Any]:

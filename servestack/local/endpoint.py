@@ -60,6 +60,9 @@ def main(args: list[str] | None = None) -> int:
             return Rehearsal.from_request(router, spec, deployment, request, cache_dir=cache_dir)
 
         rehearsal_factory = rehearsal
+    from models.settings import ServingSettings
+
+    limits = ServingSettings.from_environment()  # the children's own body limit and read deadline
     router = Router(
         deployment,
         variants,
@@ -69,6 +72,8 @@ def main(args: list[str] | None = None) -> int:
         child_env={"SERVESTACK_CACHE_DIR": str(cache_dir), **config.get("environment", {})},
         workers=int(config.get("workers", 1)),
         rehearsal_factory=rehearsal_factory,
+        max_body_bytes=limits.max_payload_bytes,
+        body_read_timeout_sec=limits.body_read_timeout_sec,
     )
     uvicorn.run(
         router,

@@ -20,8 +20,10 @@ import urllib.parse
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
+
+from servestack.local.http_server import BODY_TIMEOUT_SEC, MAX_BODY_BYTES, BodyRefused, BoundedRequestHandler
 
 logger = logging.getLogger("servestack.local")
 
@@ -32,6 +34,10 @@ ACCOUNT = "123456789012"
 
 class FunctionTimeout(Exception):
     """The handler ran past its timeout (Lambda reports `Task timed out after N seconds`)."""
+
+
+class FunctionThrottled(Exception):
+    """No instance of the function became free before the caller's deadline (Lambda throttles, it never queues)."""
 
 
 class LambdaContext:
@@ -49,8 +55,8 @@ class LambdaContext:
         self._deadline = time.monotonic() + timeout_sec
         self.log: list[str] | None = None  # set to collect what this invocation prints (Lambda's LogType=Tail)
 
-    def restart_clock(self) -> None:
-        self._deadline = time.monotonic() + self._timeout_sec
+    def restart_clock(self, timeout_sec: float | None = None) -> None:
+        self._deadline = time.monotonic() + (self._timeout_sec if timeout_sec is None else timeout_sec)
 
     def get_remaining_time_in_millis(self) -> int:
         return max(0, int((self._deadline - time.monotonic()) * 1000))
@@ -105,20 +111,30 @@ class LocalFunction:
     def new_context(self) -> LambdaContext:
         return LambdaContext(self.name, self.timeout_sec, self.memory_mib)
 
-    def invoke(self, event: Any, context: LambdaContext | None = None) -> Any:
-        """Run the handler on `event` (any JSON value, as Lambda allows); the timeout starts once it runs."""
-        with self._lock:  # one event at a time per instance, as Lambda runs them
+    def invoke(self, event: Any, context: LambdaContext | None = None, *, deadline: float | None = None) -> Any:
+        """Run the handler on `event` (any JSON value, as Lambda allows); the timeout starts once it runs.
+
+        `deadline` (time.monotonic()): the caller gives up then, so the wait for the instance and the run
+        together end by it: `FunctionThrottled` if the instance is still busy then, `FunctionTimeout` if the
+        run is cut short by it. Without one, the call waits for the instance as long as it takes."""
+        wait_sec = -1.0 if deadline is None else max(0.0, deadline - time.monotonic())
+        if not self._lock.acquire(timeout=wait_sec):  # one event at a time per instance, as Lambda runs them
+            raise FunctionThrottled(f"{self.name}: no free instance within {wait_sec:.2f}s")
+        try:
+            run_sec = self.timeout_sec if deadline is None else min(self.timeout_sec, deadline - time.monotonic())
             context = context or self.new_context()
-            context.restart_clock()
+            context.restart_clock(run_sec)
             future = self._instance.submit(_call_with_loop, self.handler, event, context)
             try:
-                return future.result(timeout=self.timeout_sec)
+                return future.result(timeout=max(0.0, run_sec))
             except concurrent.futures.TimeoutError:
                 self._instance.shutdown(wait=False, cancel_futures=True)
                 self._instance = self._new_instance()
-                message = f"{context.aws_request_id} Task timed out after {self.timeout_sec:.2f} seconds"
+                message = f"{context.aws_request_id} Task timed out after {max(0.0, run_sec):.2f} seconds"
                 logger.error("%s: %s", self.name, message)
                 raise FunctionTimeout(message) from None
+        finally:
+            self._lock.release()
 
 
 def http_api_event(
@@ -171,18 +187,36 @@ def http_api_event(
 
 
 class HttpFront:
-    """A local HTTP API: each request becomes a v2 event for `function`; its response goes back as HTTP."""
+    """A local HTTP API: each request becomes a v2 event for `function`; its response goes back as HTTP.
 
-    def __init__(self, function: LocalFunction, port: int, host: str = "127.0.0.1") -> None:
+    Bodies are read by `BoundedRequestHandler.read_body` (servestack/local/http_server.py): chunked or sized,
+    at most `max_body_bytes` (Lambda's 6 MB payload limit by default), within the read deadline; refusals
+    are API Gateway's `{"message": ...}` errors. A request waits for the function's instance no longer than
+    the function's timeout: then it is throttled (429), as Lambda throttles rather than queues."""
+
+    def __init__(
+        self,
+        function: LocalFunction,
+        port: int,
+        host: str = "127.0.0.1",
+        *,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        body_timeout_sec: float = BODY_TIMEOUT_SEC,
+    ) -> None:
         self.function = function
         front = self
+        body_limit, body_deadline = max_body_bytes, body_timeout_sec
 
-        class RequestHandler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+        class RequestHandler(BoundedRequestHandler):
+            max_body_bytes = body_limit
+            body_timeout_sec = body_deadline
 
             def _handle(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                body = self.rfile.read(length) if length else b""
+                try:
+                    body = self.read_body()
+                except BodyRefused as refusal:
+                    self.refuse(refusal)
+                    return
                 event = http_api_event(
                     self.command,
                     self.path,
@@ -211,8 +245,12 @@ class HttpFront:
         self.url = f"http://{host}:{self.port}"
 
     def call(self, event: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+        """Invoke the function for one request; the request ends within the function's timeout, waiting
+        for the instance included (a caller stuck behind others would otherwise outlive its timeout)."""
         try:
-            response = self.function.invoke(event)
+            response = self.function.invoke(event, deadline=time.monotonic() + self.function.timeout_sec)
+        except FunctionThrottled:
+            return 429, {"content-type": "application/json"}, b'{"message":"Too Many Requests"}'
         except FunctionTimeout:
             return 504, {"content-type": "application/json"}, b'{"message":"Endpoint request timed out"}'
         except Exception:

@@ -29,6 +29,9 @@ from typing import Any
 import numpy as np
 import orjson
 
+from handlers.body import ClientDisconnected, ReadDeadlines, read_body
+from models.errors import InvalidInput, ServingError
+from models.settings import SIX_MEBIBYTES
 from servestack.alarms import Observation
 from servestack.local.processes import RealtimeProcess, free_port
 
@@ -80,58 +83,134 @@ class Faults:
         return bool(self.error_rate or self.latency_ms)
 
 
+class UpstreamError(OSError):
+    """A variant's answer could not be read as HTTP/1.1 (the connection it came on is closed, never reused)."""
+
+
 class Upstream:
     """A keep-alive HTTP/1.1 connection pool to one realtime child (a general client costs more CPU than
-    the child it calls)."""
+    the child it calls).
+
+    The request line is built from the caller's raw target, which `Router` has checked holds no control
+    characters or spaces, so nothing a caller sends can end one request and start another on a pooled
+    connection. A connection goes back to the pool only after an answer was read whole by its framing;
+    one idle longer than IDLE_SEC (the child's keep-alive timeout is uvicorn's 5 s) is not reused, and a
+    pooled connection that fails before any answer (the child closed it meanwhile) is retried once, on a
+    fresh connection."""
+
+    IDLE_SEC = 2.0
+    MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 
     def __init__(self, host: str, port: int) -> None:
         self.host, self.port = host, port
-        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]] = []
+        self._host_header = f"Host: {host}:{port}\r\n".encode()
+
+    def _pooled(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        now = time.monotonic()
+        while self._idle:
+            reader, writer, since = self._idle.pop()
+            if now - since < self.IDLE_SEC and not reader.at_eof() and not writer.is_closing():
+                return reader, writer
+            writer.close()
+        return None
 
     async def request(
-        self, method: str, path: str, headers: list[tuple[bytes, bytes]], body: bytes
+        self, method: str, target: str | bytes, headers: list[tuple[bytes, bytes]], body: bytes
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        raw_target = target.encode("latin-1") if isinstance(target, str) else target
+        head = [method.encode() + b" " + raw_target + b" HTTP/1.1\r\n", self._host_header]
+        head += [name + b": " + value + b"\r\n" for name, value in headers]
+        head.append(b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n")
+        message = b"".join(head) + body
+        pooled = self._pooled()
         while True:
-            # A pooled connection may have been closed by the child meanwhile (uvicorn drops keep-alive connections
-            # idle for 5 s): then the others idle as long are stale too, so drop them all and retry on a new one.
-            # A new connection that fails is a real failure.
-            pooled = bool(self._idle)
-            reader, writer = self._idle.pop() if pooled else await asyncio.open_connection(self.host, self.port)
-            try:
-                head = [f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n".encode()]
-                head += [name + b": " + value + b"\r\n" for name, value in headers]
-                head.append(f"Content-Length: {len(body)}\r\n\r\n".encode())
-                writer.write(b"".join(head) + body)
-                raw = await reader.readuntil(b"\r\n\r\n")
-            except (OSError, asyncio.IncompleteReadError):
-                writer.close()
-                if not pooled:
-                    raise
-                self.close()
-                continue
-            lines = raw.split(b"\r\n")
-            status = int(lines[0][9:12])
-            response_headers: list[tuple[bytes, bytes]] = []
-            length, close = None, False
-            for line in lines[1:]:
-                if not line:
-                    continue
-                name, _, value = line.partition(b":")
-                name, value = name.strip().lower(), value.strip()
-                if name == b"content-length":
-                    length = int(value)
-                elif name == b"connection" and value.lower() == b"close":
-                    close = True
-                response_headers.append((name, value))
-            payload = await (reader.readexactly(length) if length is not None else reader.read())
-            if close or length is None:
-                writer.close()
+            if pooled is not None:
+                reader, writer = pooled
             else:
-                self._idle.append((reader, writer))
-            return status, response_headers, payload
+                reader, writer = await asyncio.open_connection(self.host, self.port)
+            try:
+                writer.write(message)
+                raw = await reader.readuntil(b"\r\n\r\n")
+            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+                writer.close()
+                if pooled is None:
+                    raise
+                pooled = None  # the child closed it while it was idle: once more, on a fresh connection
+                continue
+            break
+        try:
+            status, response_headers, payload, keep = await self._read_answer(method, reader, raw)
+        except BaseException:
+            writer.close()  # an answer not read to its end must never meet the next request
+            raise
+        if keep:
+            self._idle.append((reader, writer, time.monotonic()))
+        else:
+            writer.close()
+        return status, response_headers, payload
+
+    async def _read_answer(
+        self, method: str, reader: asyncio.StreamReader, raw: bytes
+    ) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
+        lines = raw.split(b"\r\n")
+        status_line = lines[0]
+        if not status_line.startswith(b"HTTP/1.") or len(status_line) < 12 or not status_line[9:12].isdigit():
+            raise UpstreamError(f"not an HTTP/1.1 status line: {status_line[:40]!r}")
+        status = int(status_line[9:12])
+        response_headers: list[tuple[bytes, bytes]] = []
+        length, chunked, keep = None, False, status_line.startswith(b"HTTP/1.1")
+        for line in lines[1:]:
+            if not line:
+                continue
+            name, _, value = line.partition(b":")
+            name, value = name.strip().lower(), value.strip()
+            if name == b"content-length":
+                if not value.isdigit() or (length is not None and int(value) != length):
+                    raise UpstreamError(f"bad Content-Length {value[:20]!r}")
+                length = int(value)
+            elif name == b"transfer-encoding":
+                chunked = value.lower() == b"chunked"
+                if not chunked:
+                    raise UpstreamError(f"unsupported Transfer-Encoding {value[:20]!r}")
+            elif name == b"connection" and value.lower() == b"close":
+                keep = False
+            response_headers.append((name, value))
+        if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+            return status, response_headers, b"", keep
+        if chunked:
+            return status, response_headers, await self._read_chunked(reader), keep
+        if length is not None:
+            if length > self.MAX_RESPONSE_BYTES:
+                raise UpstreamError(f"an answer of {length} bytes")
+            return status, response_headers, await reader.readexactly(length), keep
+        payload = await reader.read(self.MAX_RESPONSE_BYTES + 1)  # framed by the end of the connection
+        if len(payload) > self.MAX_RESPONSE_BYTES or not reader.at_eof():
+            raise UpstreamError("an answer without a length that does not end")
+        return status, response_headers, payload, False
+
+    async def _read_chunked(self, reader: asyncio.StreamReader) -> bytes:
+        chunks: list[bytes] = []
+        size_so_far = 0
+        while True:
+            size_line = (await reader.readuntil(b"\r\n")).split(b";", 1)[0].strip()
+            try:
+                size = int(size_line, 16)
+            except ValueError:
+                raise UpstreamError(f"bad chunk size {size_line[:20]!r}") from None
+            if size == 0:
+                while (await reader.readuntil(b"\r\n")).strip():
+                    pass  # trailer fields
+                return b"".join(chunks)
+            size_so_far += size
+            if size_so_far > self.MAX_RESPONSE_BYTES:
+                raise UpstreamError("a chunked answer over the response limit")
+            chunks.append(await reader.readexactly(size))
+            if await reader.readexactly(2) != b"\r\n":
+                raise UpstreamError("a chunk longer than its size")
 
     def close(self) -> None:
-        for _, writer in self._idle:
+        for _, writer, _ in self._idle:
             writer.close()
         self._idle.clear()
 
@@ -252,6 +331,8 @@ class Router:
         child_env: dict[str, str] | None = None,
         workers: int = 1,
         rehearsal_factory: Callable[[Router, dict[str, Any]], Any] | None = None,
+        max_body_bytes: int = SIX_MEBIBYTES,
+        body_read_timeout_sec: float = 10.0,
     ) -> None:
         self.deployment = deployment
         self.plans = plans
@@ -267,6 +348,10 @@ class Router:
         self._random = random.Random()  # noqa: S311 - traffic splitting, not cryptography
         self.rehearsal: Any = None
         self.rehearsal_factory = rehearsal_factory
+        # The container's own limit (SageMaker InvokeEndpoint's 6 MB payload limit): a bigger body is the
+        # router's 413, never buffered past it and never a variant's 5xx.
+        self.max_body_bytes = max_body_bytes
+        self.read_deadlines = ReadDeadlines(body_read_timeout_sec)
 
     # ------------------------------------------------------------------------------------------ children
     def spawn(self, plan: VariantPlan) -> RealtimeProcess:
@@ -324,18 +409,29 @@ class Router:
         if scope["type"] == "lifespan":
             return await self._lifespan(receive, send)
         path, method = scope["path"], scope["method"]
-        body = await _read_body(receive)
+        request_headers: list[tuple[bytes, bytes]] = scope["headers"]
+        try:
+            target = _raw_target(scope)
+            body = await read_body(
+                receive,
+                self.max_body_bytes,
+                next((value for name, value in request_headers if name == b"content-length"), None),
+                self.read_deadlines,
+                expect_continue=any(name == b"expect" for name, _ in request_headers),
+            )
+        except ServingError as refused:
+            return await _respond(send, refused.status_code, _JSON, orjson.dumps({"error": refused.to_dict()}))
+        except ClientDisconnected:
+            return None
         if path.startswith(ADMIN):
             status, answer = await self.admin(method, path[len(ADMIN) :], body)
             return await _respond(send, status, [(b"content-type", b"application/json")], orjson.dumps(answer))
         if method == "GET" and path == "/ping":
             live = [v for v in self.variants if v.weight > 0] or self.variants
-            status, headers, payload = await live[0].upstream.request("GET", "/ping", [], b"")
+            status, headers, payload = await self.forward(live[0], "GET", b"/ping", [], b"")
             return await _respond(send, status, _returned(headers), payload)
-        headers = [(name, value) for name, value in scope["headers"] if name in FORWARDED]
-        query = scope.get("query_string", b"")
-        target = path + ("?" + query.decode("latin-1") if query else "")
-        wanted = next((value for name, value in scope["headers"] if name == TARGET_VARIANT), None)
+        headers = [(name, value) for name, value in request_headers if name in FORWARDED]
+        wanted = next((value for name, value in request_headers if name == TARGET_VARIANT), None)
         backend = self.pick() if wanted is None else self.variant(wanted.decode("latin-1"))
         if backend is None:  # SageMaker's TargetVariant names a production variant, whatever its weight
             names = ", ".join(v.name for v in self.variants)
@@ -352,7 +448,7 @@ class Router:
         return None
 
     async def forward(
-        self, backend: Backend, method: str, path: str, headers: list[tuple[bytes, bytes]], body: bytes
+        self, backend: Backend, method: str, path: bytes, headers: list[tuple[bytes, bytes]], body: bytes
     ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         faults = backend.faults
         if faults.latency_ms:
@@ -362,14 +458,14 @@ class Router:
             return 500, [(b"content-type", b"application/json")], orjson.dumps({"error": error})
         try:
             return await backend.upstream.request(method, path, headers, body)
-        except (OSError, asyncio.IncompleteReadError) as exc:
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
             error = {"type": "VariantUnavailable", "message": f"variant {backend.name}: {type(exc).__name__}"}
             return 502, [(b"content-type", b"application/json")], orjson.dumps({"error": error})
 
     def _copy_to_shadow(
         self,
         method: str,
-        path: str,
+        path: bytes,
         headers: list[tuple[bytes, bytes]],
         body: bytes,
         primary_status: int,
@@ -387,7 +483,7 @@ class Router:
             started = time.perf_counter()
             try:
                 status, _, payload = await shadow.upstream.request(method, path, headers, body)
-            except (OSError, asyncio.IncompleteReadError):
+            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
                 status, payload = 599, b""
             elapsed = time.perf_counter() - started
             shadow.record(status, elapsed * 1e6)
@@ -454,13 +550,24 @@ class Router:
                 return
 
 
-async def _read_body(receive: Receive) -> bytes:
-    chunks = []
-    while True:
-        message = await receive()
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+_JSON = [(b"content-type", b"application/json")]
+
+
+def _raw_target(scope: Scope) -> bytes:
+    """The request target as the caller sent it (percent-encoding kept), refused when it holds a byte that
+    could end the upstream request line (a space, CR, LF or another control character); the decoded `path`
+    is never put on the wire (`%0D%0A` would become a line break in it)."""
+    raw: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
+    query: bytes = scope.get("query_string", b"")
+    target = raw + b"?" + query if query else raw
+    if not target.startswith(b"/") or any(byte <= 0x20 or byte == 0x7F for byte in target):
+        raise InvalidInput(
+            "request target: holds a space or a control character",
+            field="path",
+            value=target[:80].decode("latin-1"),
+            allowed="a path and query of visible ASCII characters, percent-encoded",
+        )
+    return target
 
 
 def _returned(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

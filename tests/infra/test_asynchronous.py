@@ -339,3 +339,39 @@ def test_sagemaker_backend_wakes_from_zero_by_awss_documented_recipe(synth: Synt
             },
         },
     )
+
+
+def test_the_worker_may_send_to_its_dlq_and_is_told_where_it_is(synth: Synth) -> None:
+    # GIVEN the async stack's queues, functions and policies
+    queues = synth.resources("cancer-async", "AWS::SQS::Queue")
+    dlq = next(logical for logical, q in queues.items() if q["Properties"]["QueueName"].endswith("-dlq"))
+    functions = synth.resources("cancer-async", "AWS::Lambda::Function")
+    worker = next(f for f in functions.values() if f["Properties"]["Handler"] == "handlers.asynchronous.worker_handler")
+    submit = next(f for f in functions.values() if f["Properties"]["Handler"] == "handlers.asynchronous.submit_handler")
+    policies = synth.resources("cancer-async", "AWS::IAM::Policy").values()
+    # WHEN the statements that name the DLQ are gathered, by the role they are attached to
+    to_dlq = [
+        (policy["Properties"]["Roles"][0], statement)
+        for policy in policies
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        if statement["Resource"] == {"Fn::GetAtt": [dlq, "Arn"]}
+    ]
+    # THEN exactly one statement grants the worker's role sqs:SendMessage on the DLQ, and nothing else does
+    assert [(role, statement["Action"]) for role, statement in to_dlq] == [
+        ({"Ref": worker["Properties"]["Role"]["Fn::GetAtt"][0]}, "sqs:SendMessage")
+    ]
+    assert submit["Properties"]["Role"] != worker["Properties"]["Role"]
+    # AND the worker (as every function of the deployment) gets the DLQ's URL
+    assert worker["Properties"]["Environment"]["Variables"]["SERVESTACK_DEAD_LETTER_QUEUE_URL"] == {"Ref": dlq}
+    # AND on the job table the worker may read, put (claims, failures), batch-put (successes) and update
+    # (uploaded jobs' claims), and nothing else
+    worker_role = {"Ref": worker["Properties"]["Role"]["Fn::GetAtt"][0]}
+    table_actions = {
+        action
+        for policy in policies
+        if policy["Properties"]["Roles"] == [worker_role]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        for action in ([statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"])
+        if action.startswith("dynamodb:")
+    }
+    assert table_actions == {"dynamodb:BatchWriteItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:GetItem"}

@@ -34,6 +34,14 @@ class AsyncDeploymentUnderTest:
         response = submit_handler(event, LambdaContext("submit", 15, 512))
         return response["statusCode"], json.loads(response["body"])
 
+    def submit_with(self, body: bytes, headers: dict[str, str], path: str = "/jobs") -> tuple[int, Any]:
+        """POST with extra headers (Idempotency-Key, Content-Encoding...), through the submit handler."""
+        from handlers.asynchronous import submit_handler
+
+        event = http_api_event("POST", path, {"content-type": "application/json", **headers}, body, "jobs.local", "x")
+        response = submit_handler(event, LambdaContext("submit", 15, 512))
+        return response["statusCode"], json.loads(response["body"])
+
     def status(self, job_id: str) -> tuple[int, Any]:
         from handlers.asynchronous import submit_handler
 

@@ -113,6 +113,8 @@ def environment(spec: ServingSpec, deployment: str, *, queue_url: str = "") -> d
             "SERVESTACK_REQUEST_PREFIX": n.request_prefix,
             "SERVESTACK_RESULT_PREFIX": n.result_prefix,
             "SERVESTACK_QUEUE_URL": queue_url,
+            # The DLQ sits next to the queue (same account and endpoint), named by the rule above.
+            "SERVESTACK_DEAD_LETTER_QUEUE_URL": f"{queue_url.rsplit('/', 1)[0]}/{n.dlq}" if queue_url else "",
             "SERVESTACK_JOBS_TABLE": n.table,
             "SERVESTACK_RESULT_TTL_DAYS": str(d.result_ttl_days),
             "SERVESTACK_PRESIGN_THRESHOLD_BYTES": str(d.presign_threshold_bytes),

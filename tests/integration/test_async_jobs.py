@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import handlers.asynchronous
+from handlers.aws.jobs import job_id_for
 from models.service import ModelRepository
 from models.settings import ServingSettings
 from servestack.local.lambda_runtime import LambdaContext
@@ -103,10 +104,18 @@ def test_poison_payloads_fail_alone_then_reach_the_dlq_with_a_reason(deployment:
         assert status["error"]["type"] == "InvalidInput"
         assert "30" in status["error"]["message"] or "30" in str(status["error"].get("allowed"))
         assert deployment.result_versions(job_id) == 0
-    # ...and their messages are in the DLQ, after more than one invocation
-    assert poller.invocations >= 2
-    dead = deployment.aws.sqs.receive_message(QueueUrl=deployment.dlq_url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+    # ...and their messages are in the DLQ from their first receive, each carrying the reason
+    assert poller.invocations >= 1
+    dead = deployment.aws.sqs.receive_message(
+        QueueUrl=deployment.dlq_url, MaxNumberOfMessages=10, WaitTimeSeconds=1, MessageAttributeNames=["All"]
+    )
     assert sorted(json.loads(m["Body"])["job_id"] for m in dead["Messages"]) == sorted(bad)
+    for message in dead["Messages"]:
+        attributes = {name: value["StringValue"] for name, value in message["MessageAttributes"].items()}
+        assert attributes["ErrorType"] == "InvalidInput"
+        assert attributes["JobId"] == json.loads(message["Body"])["job_id"]
+        assert attributes["ReceiveCount"] == "1"
+        assert "30" in attributes["ErrorMessage"]
 
 
 def test_large_payload_goes_through_a_presigned_upload(deployment: AsyncDeploymentUnderTest) -> None:
@@ -138,3 +147,88 @@ def test_submit_refuses_what_it_cannot_take(deployment: AsyncDeploymentUnderTest
     assert (code, body["error"]["type"]) == (404, "JobNotFound")
     code, body = deployment.submit(b"x", content_type="application/xml")
     assert (code, body["error"]["type"]) == (415, "UnsupportedMediaType")
+
+
+class CrashingTable:
+    """The job table of a submit that dies just before it writes the record (after the message is sent)."""
+
+    def __init__(self, table: Any) -> None:
+        self.table = table
+
+    def put_item(self, **_: Any) -> None:
+        raise SystemExit("the submit function died here")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.table, name)
+
+
+def test_a_submit_that_dies_after_sending_still_runs_once_and_a_retry_finds_it(
+    deployment: AsyncDeploymentUnderTest,
+) -> None:
+    # GIVEN a submit with an idempotency key that dies between sending the message and writing the record
+    jobs = handlers.asynchronous.service()
+    real_table = jobs.table
+    jobs.table = CrashingTable(real_table)
+    with pytest.raises(SystemExit):
+        jobs.submit(SAMPLE, "application/json", None, idempotency_key="order-17")
+    jobs.table = real_table
+    # WHEN the worker runs the queue
+    deployment.drain()
+    # THEN the job ran (the worker wrote the record the submit never did), once
+    job_id = job_id_for("order-17")
+    status = deployment.status(job_id)[1]
+    assert status["status"] == "succeeded"
+    assert deployment.result_versions(job_id) == 1
+    # AND the client's retry with the same key is that job, not a new one, and enqueues nothing
+    code, retried = deployment.submit_with(SAMPLE, {"Idempotency-Key": "order-17"})
+    assert code == 202
+    assert (retried["job_id"], retried["status"], retried["replayed"]) == (job_id, "succeeded", True)
+    assert deployment.depth(deployment.queue_url) == 0
+
+
+def test_retries_with_an_idempotency_key_are_one_job_and_another_body_is_422(
+    deployment: AsyncDeploymentUnderTest,
+) -> None:
+    # GIVEN five retries of one submit under one key, and two submits without a key
+    answers = [deployment.submit_with(SAMPLE, {"Idempotency-Key": "batch-2026-11-30"}) for _ in range(5)]
+    plain = [deployment.submit(SAMPLE)[1]["job_id"] for _ in range(2)]
+    # THEN the retries are one job (the first is new, the rest replays) and the keyless submits are two
+    assert {code for code, _ in answers} == {202}
+    assert len({answer["job_id"] for _, answer in answers}) == 1
+    assert [answer.get("replayed", False) for _, answer in answers] == [False, True, True, True, True]
+    assert len(set(plain)) == 2
+    # AND the same key with another body is refused, naming the header
+    code, refused = deployment.submit_with(POISON.encode(), {"Idempotency-Key": "batch-2026-11-30"})
+    assert (code, refused["error"]["type"], refused["error"]["field"]) == (
+        422,
+        "IdempotencyConflict",
+        "Idempotency-Key",
+    )
+    # AND the queue ran the keyed job once: three jobs, three results
+    deployment.drain()
+    for job_id in [answers[0][1]["job_id"], *plain]:
+        assert deployment.status(job_id)[1]["status"] == "succeeded"
+        assert deployment.result_versions(job_id) == 1
+
+
+def test_a_gzipped_submit_is_decoded_and_a_bomb_is_413(deployment: AsyncDeploymentUnderTest) -> None:
+    import gzip
+
+    code, accepted = deployment.submit_with(gzip.compress(SAMPLE), {"Content-Encoding": "gzip"})
+    assert code == 202
+    code, bomb = deployment.submit_with(gzip.compress(b" " * 50_000_000), {"Content-Encoding": "gzip"})
+    assert (code, bomb["error"]["type"]) == (413, "PayloadTooLarge")
+    deployment.drain()
+    status = deployment.status(accepted["job_id"])[1]
+    assert status["status"] == "succeeded"
+    assert json.loads(fetch(status["result"]["url"])) == expected_result(SAMPLE)
+
+
+@pytest.mark.parametrize("job_id", ["x" * 5000, "../../etc", "a b", "%00"])
+def test_a_status_request_for_a_hostile_job_id_is_404(deployment: AsyncDeploymentUnderTest, job_id: str) -> None:
+    # GIVEN a job id that is no job id (too long for a table key, a path, a space) WHEN its status is asked
+    code, body = deployment.status(job_id)
+    # THEN the answer is a JSON 404 (no such job, or no such route), never a 500
+    assert code == 404
+    assert body["error"]["type"] in ("JobNotFound", "NotFound")
+    assert len(json.dumps(body)) < 2000

@@ -168,3 +168,89 @@ def test_the_fargate_entry_runs_one_job_from_its_environment(aws: Aws, unique: s
     assert json.loads(done.stdout.splitlines()[-1])["manifest"] == f"s3://{unique}/fargate/manifest.json"
     manifest = json.loads(aws.s3.get_object(Bucket=unique, Key="fargate/manifest.json")["Body"].read())
     assert manifest["rows"]["succeeded"] == 40
+
+
+def hostile_input(aws: Aws, bucket: str) -> set[tuple[str, int]]:
+    """Rows that decode to more, fewer or shifted rows if lines are not kept apart; returns every row's
+    (file, line): what the union of predictions and errors must cover exactly once."""
+    good = [json.dumps(row.tolist()) for row in ROWS[:6]]
+    row = ",".join(str(v) for v in ROWS[0])
+    half = len(ROWS[0]) // 2
+    first_half, second_half = ROWS[0][:half].tolist(), ROWS[0][half:].tolist()
+    jsonl = [
+        good[0],
+        f"{good[1]}, {good[2]}",  # two rows on one line
+        json.dumps(first_half)[:-1] + "], [1.0",  # `[a...], [1.0` ...
+        json.dumps(second_half)[1:],  # ... `b...]`: with the line above, two rows of plausible length
+        good[3],
+        json.dumps([True, *ROWS[1][1:].tolist()]),  # a boolean among numbers
+        "",  # blank: not a row
+        "3.0",
+        json.dumps({"instances": [ROWS[2].tolist()]}),
+        "[]",
+        good[4],
+        json.dumps([[*ROWS[3].tolist()]]),  # one row, nested once too deep
+        good[5],
+    ]
+    csv_lines = [
+        "\ufeff" + ",".join(f"f{i}" for i in range(30)),  # header behind a byte order mark
+        row,
+        row.replace(",", "\x1c", 1),  # a file separator inside the line
+        row.replace(",", "\u2028", 1),  # a unicode line separator inside the line
+        ",".join(f'"{v}"' for v in ROWS[1]) + "\r",  # quoted numbers, CRLF
+        row.replace(",", ',"', 1),  # an unbalanced quote
+        row.replace("0.", "0_0.", 1) if "0." in row else "1_0," + row.split(",", 1)[1],
+        row,
+    ]
+    aws.s3.put_object(Bucket=bucket, Key="hostile/a.jsonl", Body="\n".join(jsonl).encode() + b"\n")
+    aws.s3.put_object(Bucket=bucket, Key="hostile/b.csv", Body="\n".join(csv_lines).encode() + b"\n")
+    rows = {("hostile/a.jsonl", n) for n, line in enumerate(jsonl, start=1) if line.strip()}
+    return rows | {("hostile/b.csv", n) for n in range(2, len(csv_lines) + 1)}
+
+
+def test_hostile_rows_each_end_in_exactly_one_place_and_the_manifest_agrees(aws: Aws, unique: str) -> None:
+    # GIVEN JSONL and CSV lines built to decode to extra, missing or shifted rows
+    ensure_bucket(aws.s3, unique)
+    expected = hostile_input(aws, unique)
+    # WHEN the job runs in chunks that split them across parts
+    manifest = run_batch(
+        BatchSettings(bucket=unique, input_prefix="hostile/", output_prefix="out/", model="breast-cancer", chunk_rows=4)
+    )
+    files = outputs(aws, unique, "out/")
+    predicted = [json.loads(line) for part in manifest["parts"] for line in files[part["key"]].splitlines()]
+    failed = [json.loads(line) for line in files["errors.jsonl"].splitlines()]
+    # THEN every input row is either predicted or an error, exactly once, and every prediction has its value
+    places = [(r["file"], r["line"]) for r in predicted + failed]
+    assert sorted(places) == sorted(expected)
+    assert all("prediction" in r and "label" in r for r in predicted)
+    assert all(r["error"]["type"] in ("InvalidInput", "PayloadTooLarge") for r in failed)
+    # AND the manifest counts what was written
+    assert manifest["rows"] == {"total": len(expected), "succeeded": len(predicted), "failed": len(failed)}
+    # AND the predictions are the core's for exactly the rows that are whole and valid
+    good_lines = {("hostile/a.jsonl", n) for n in (1, 5, 11, 13)} | {("hostile/b.csv", n) for n in (2, 5, 8)}
+    assert {(r["file"], r["line"]) for r in predicted} == good_lines
+
+
+def test_a_rerun_with_other_input_leaves_no_stale_error_parts(aws: Aws, unique: str) -> None:
+    # GIVEN a run whose input had bad rows in several parts
+    ensure_bucket(aws.s3, unique)
+    hostile_input(aws, unique)
+    settings = BatchSettings(bucket=unique, input_prefix="hostile/", output_prefix="out/", model="breast-cancer")
+    run_batch(settings.__class__(**{**msgspec_fields(settings), "chunk_rows": 4}))
+    assert any(key.startswith("errors/") for key in outputs(aws, unique, "out/"))
+    # WHEN the same output prefix is used for a run over clean input
+    for key in ("hostile/a.jsonl", "hostile/b.csv"):
+        aws.s3.delete_object(Bucket=unique, Key=key)
+    aws.s3.put_object(
+        Bucket=unique, Key="hostile/c.jsonl", Body="\n".join(json.dumps(r.tolist()) for r in ROWS[:10]).encode()
+    )
+    manifest = run_batch(settings.__class__(**{**msgspec_fields(settings), "chunk_rows": 4}))
+    # THEN no error part or error file of the earlier run is left, and the manifest lists only this run's parts
+    left = outputs(aws, unique, "out/")
+    assert manifest["rows"] == {"total": 10, "succeeded": 10, "failed": 0}
+    assert not [key for key in left if key.startswith("errors")]
+    assert sorted(key for key in left if key.startswith("parts/")) == sorted(p["key"] for p in manifest["parts"])
+
+
+def msgspec_fields(settings: BatchSettings) -> dict[str, Any]:
+    return {name: getattr(settings, name) for name in settings.__struct_fields__}

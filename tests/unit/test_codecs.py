@@ -218,15 +218,22 @@ FAST_PATH_BODIES = [
     {"instances": [[0.0] * 64, [0.0] * 63]},
     {"inputs": {"input": ROWS.tolist()}},
     {"instances": ROWS.tolist(), "extra": 1},
+    {"instances": [[1.0] * 63 + [True]]},  # numpy would read the boolean as 1.0
+    {"instances": [[1] * 63 + [False]]},
 ]
 
 
 @pytest.mark.parametrize("document", FAST_PATH_BODIES)
 def test_the_fast_path_accepts_exactly_what_the_general_path_accepts(document: dict[str, object]) -> None:
-    fast = codecs.fast_instances(document, DIGITS, max_batch_rows=10_000)
+    body = orjson.dumps(document)
+    booleans = codecs.may_hold_booleans(body)
+    fast = codecs.fast_instances(document, DIGITS, max_batch_rows=10_000, may_hold_booleans=booleans)
     try:
         general = codecs.validate_inputs(
-            codecs.payload_to_arrays(document, codecs.JSON, DIGITS), DIGITS, max_batch_rows=10_000
+            codecs.payload_to_arrays(document, codecs.JSON, DIGITS),
+            DIGITS,
+            max_batch_rows=10_000,
+            may_hold_booleans=booleans,
         )
     except InvalidInput:
         assert fast is None

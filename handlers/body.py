@@ -1,0 +1,165 @@
+"""Reading an ASGI request body with a size limit and a deadline: the one reader of every ASGI front
+(handlers/app.py, and the local endpoint router in servestack/local/router.py).
+
+- Size: a declared `Content-Length` over the limit is refused before any byte is read; a chunked body is
+  refused as soon as it passes the limit. Either way the 413 is sent only after the rest of the body has
+  been drained (discarded, up to `DRAIN_BYTES`): a client that sends its whole body before reading, as
+  Python's urllib does with `Connection: close`, would otherwise see its connection reset instead of the
+  answer, because a socket closed with unread data is reset. A request with `Expect: 100-continue` has
+  sent no body yet and is answered at once.
+- Time: a read that has not finished `timeout_sec` after it started is abandoned with 408. Deadlines cost
+  no timer per request (`asyncio.timeout` arms and cancels one for every read, several times the cost of
+  the read itself on the hot path): reads register their task in `ReadDeadlines`, and one sweep every
+  quarter deadline (at most every second) cancels the reads past theirs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from models.errors import PayloadTooLarge, RequestTimeout
+
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+
+# How much of a refused body is read and thrown away so that the client sees the answer (16 MiB: a body a
+# few MiB over a 6 MiB limit is drained; a 300 MB one is not, and that client may see a reset).
+DRAIN_BYTES = 16 * 1024 * 1024
+
+
+class ClientDisconnected(Exception):
+    """The caller went away before sending its whole body; nobody is left to answer."""
+
+
+class ReadDeadlines:
+    """Body-read deadlines of one event loop's requests, enforced by a periodic sweep (see the module doc)."""
+
+    def __init__(self, timeout_sec: float) -> None:
+        self.timeout_sec = timeout_sec
+        self._reading: dict[asyncio.Task[Any], float] = {}
+        self._expired: set[asyncio.Task[Any]] = set()
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def begin(self) -> asyncio.Task[Any] | None:
+        """Start the clock for the current task's read; pair with `end(task)` in a `finally`."""
+        task = asyncio.current_task()
+        if task is None:
+            return None
+        loop = task.get_loop()
+        self._reading[task] = loop.time() + self.timeout_sec
+        if self._sweeper is None or self._loop is not loop:  # Lambda runs each invocation on a fresh loop
+            self._loop = loop
+            self._sweeper = loop.call_later(self._interval(), self._sweep)
+        return task
+
+    def end(self, task: asyncio.Task[Any] | None) -> None:
+        if task is not None:
+            self._reading.pop(task, None)
+
+    def timed_out(self, task: asyncio.Task[Any] | None) -> bool:
+        """Whether the cancellation `task` is seeing came from this sweep; if so it is taken back."""
+        if task is None or task not in self._expired:
+            return False
+        self._expired.discard(task)
+        task.uncancel()
+        return True
+
+    def _interval(self) -> float:
+        return min(1.0, self.timeout_sec / 4)
+
+    def _sweep(self) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        now = loop.time()
+        for task, deadline in list(self._reading.items()):
+            if deadline <= now:
+                del self._reading[task]
+                if not task.done():
+                    self._expired.add(task)
+                    task.cancel()
+        self._expired = {task for task in self._expired if not task.done()}
+        self._sweeper = loop.call_later(self._interval(), self._sweep) if self._reading else None
+
+
+def _too_large(limit: int, value: int | str) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"body of {value} bytes is over the limit" if isinstance(value, int) else "body is over the limit",
+        field="body",
+        value=value,
+        allowed=f"<= {limit} bytes",
+    )
+
+
+async def read_body(
+    receive: Receive,
+    limit: int,
+    declared_length: bytes | None,
+    deadlines: ReadDeadlines,
+    *,
+    expect_continue: bool = False,
+) -> bytes:
+    """The whole body, at most `limit` bytes, read before `deadlines.timeout_sec` passes. Raises
+    `PayloadTooLarge` (after draining), `RequestTimeout`, or `ClientDisconnected`."""
+    if declared_length is not None and declared_length.isdigit() and int(declared_length) > limit:
+        declared = int(declared_length)
+        if not expect_continue and declared - limit <= DRAIN_BYTES:
+            await drain_body(receive, declared, deadlines)
+        raise _too_large(limit, declared)
+    task = deadlines.begin()
+    try:
+        message = await receive()
+        if not message.get("more_body", False) and message["type"] == "http.request":  # the whole body at once
+            body: bytes = message.get("body", b"")
+            if len(body) > limit:
+                raise _too_large(limit, len(body))
+            return body
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            if message["type"] == "http.disconnect":
+                raise ClientDisconnected
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                deadlines.end(task)
+                task = None
+                if message.get("more_body", False):
+                    await drain_body(receive, DRAIN_BYTES, deadlines)
+                raise _too_large(limit, f"> {limit}")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+            message = await receive()
+    except asyncio.CancelledError:
+        if deadlines.timed_out(task):
+            raise RequestTimeout(
+                f"the body did not arrive within {deadlines.timeout_sec:g}s",
+                field="body",
+                value=f"{deadlines.timeout_sec:g}s",
+                allowed=f"a whole body within {deadlines.timeout_sec:g}s (SERVESTACK_BODY_READ_TIMEOUT_SEC)",
+            ) from None
+        raise
+    finally:
+        deadlines.end(task)
+
+
+async def drain_body(receive: Receive, max_bytes: int, deadlines: ReadDeadlines) -> None:
+    """Read and discard what is left of the body (up to `max_bytes`, within the read deadline), so that an
+    answer sent before it was read reaches a client still sending it. Never raises for the body's sake."""
+    task = deadlines.begin()
+    drained = 0
+    try:
+        while drained <= max_bytes:
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                return
+            drained += len(message.get("body", b""))
+    except asyncio.CancelledError:
+        if not deadlines.timed_out(task):
+            raise
+    finally:
+        deadlines.end(task)

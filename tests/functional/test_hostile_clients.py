@@ -1,0 +1,160 @@
+"""The realtime container against clients that stall, oversend or encode: the real `serve` process, real sockets.
+
+A client that stalls mid-body holds a connection until the read deadline, never an admission slot; a body over
+the limit is answered 413 even to a client that sends it all before reading (urllib); `Content-Encoding` is
+decoded with a bound or refused."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import ARTIFACTS, RealtimeServer
+
+pytestmark = pytest.mark.slow
+SAMPLE = (ARTIFACTS / "digits" / "1" / "sample-request.json").read_bytes()
+READ_TIMEOUT_SEC = 2
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealtimeServer]:
+    started = RealtimeServer.start(
+        tmp_path_factory.mktemp("hostile"), env={"SERVESTACK_BODY_READ_TIMEOUT_SEC": str(READ_TIMEOUT_SEC)}
+    )
+    yield started
+    started.stop()
+
+
+def stalled_upload(url: str) -> socket.socket:
+    """Headers that promise 1,000 bytes of body, then one byte, then nothing."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)))
+    sock.sendall(
+        b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+    )
+    return sock
+
+
+def read_status(sock: socket.socket, timeout_sec: float) -> int | None:
+    sock.settimeout(timeout_sec)
+    try:
+        head = sock.recv(4096)
+    except (TimeoutError, OSError):
+        return None
+    return int(head[9:12]) if head.startswith(b"HTTP/1.1 ") else None
+
+
+def test_64_stalled_uploads_do_not_lock_out_a_well_behaved_caller(server: RealtimeServer) -> None:
+    # GIVEN 64 connections (as many as the worker has admission slots) that sent headers and one body byte
+    stalled = [stalled_upload(server.url) for _ in range(64)]
+    try:
+        time.sleep(0.3)  # they are all inside their body reads now
+        # WHEN a well-behaved caller sends a whole request
+        started = time.monotonic()
+        answer = httpx.post(f"{server.url}/invocations", content=SAMPLE, timeout=5)
+        elapsed = time.monotonic() - started
+        # THEN it is served at once: the stalled reads hold connections, not slots
+        assert answer.status_code == 200, answer.text
+        assert elapsed < 1.0, f"{elapsed:.2f}s"
+        # AND each stalled upload is answered 408 once its read deadline has passed
+        statuses = [read_status(sock, READ_TIMEOUT_SEC + 5) for sock in stalled]
+        assert statuses == [408] * 64
+    finally:
+        for sock in stalled:
+            sock.close()
+    assert httpx.post(f"{server.url}/invocations", content=SAMPLE).status_code == 200
+
+
+def test_a_body_over_the_limit_reaches_urllib_as_413(server: RealtimeServer) -> None:
+    # GIVEN 7 MiB (the limit is 6 MiB), sent by urllib, which writes the whole body before reading anything
+    body = b" " * (7 * 1024 * 1024)
+    request = urllib.request.Request(
+        f"{server.url}/invocations", data=body, headers={"Content-Type": "application/json"}, method="POST"
+    )
+    # WHEN it is sent THEN the answer is the JSON 413, not a reset connection
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=30)
+    with caught.value as answer:
+        assert answer.code == 413
+        assert json.loads(answer.read())["error"]["type"] == "PayloadTooLarge"
+
+
+def test_a_chunked_body_over_the_limit_reaches_urllib_as_413(server: RealtimeServer) -> None:
+    # GIVEN a chunked body (no Content-Length) that passes the limit only as it arrives
+    def chunks() -> Iterator[bytes]:
+        for _ in range(7):
+            yield b" " * (1024 * 1024)
+
+    request = urllib.request.Request(
+        f"{server.url}/invocations",
+        data=chunks(),
+        headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"},
+        method="POST",
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=30)
+    with caught.value as answer:
+        assert answer.code == 413
+
+
+def test_gzip_is_decoded_with_a_bound_and_other_codings_are_415(server: RealtimeServer) -> None:
+    # GIVEN the sample gzipped, a gzip bomb (50 MB of spaces in ~50 KB) and a coding the server does not read
+    plain = httpx.post(f"{server.url}/invocations", content=SAMPLE).json()
+    zipped = httpx.post(
+        f"{server.url}/invocations", content=gzip.compress(SAMPLE), headers={"Content-Encoding": "gzip"}
+    )
+    bomb = httpx.post(
+        f"{server.url}/invocations",
+        content=gzip.compress(b" " * 50_000_000),
+        headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
+    )
+    brotli = httpx.post(f"{server.url}/invocations", content=SAMPLE, headers={"Content-Encoding": "br"})
+    # THEN the gzipped sample predicts what the plain one does, the bomb is 413, and br is 415 naming the header
+    assert zipped.status_code == 200
+    assert zipped.json() == plain
+    assert bomb.status_code == 413
+    assert brotli.status_code == 415
+    assert brotli.json()["error"]["field"] == "Content-Encoding"
+
+
+def test_an_accept_with_q_0_for_every_writable_type_is_406(server: RealtimeServer) -> None:
+    refused = httpx.post(f"{server.url}/invocations", content=SAMPLE, headers={"Accept": "application/json;q=0"})
+    preferred = httpx.post(
+        f"{server.url}/invocations", content=SAMPLE, headers={"Accept": "application/json;q=0.1, text/csv"}
+    )
+    assert refused.status_code == 406
+    assert preferred.status_code == 200
+    assert preferred.headers["content-type"] == "text/csv"
+
+
+def test_error_bodies_name_no_server_path(tmp_path: Path) -> None:
+    # GIVEN a server whose model package fails its checksum (the failure message names the file's path)
+    import shutil
+
+    models = tmp_path / "models"
+    shutil.copytree(ARTIFACTS / "digits", models / "digits")
+    (models / "digits" / "1" / "model.onnx").write_bytes(b"tampered")
+    failed = RealtimeServer.start(tmp_path, env={"SERVESTACK_MODEL_DIR": str(models)}, wait_ready=False)
+    try:
+        for _ in range(100):
+            ping = httpx.get(f"{failed.url}/ping")
+            if ping.json()["status"] != "loading":
+                break
+            time.sleep(0.05)
+        answer = httpx.post(f"{failed.url}/invocations", content=SAMPLE)
+        # THEN neither /ping nor the invocation reveals where the server keeps its models
+        for text in (ping.text, answer.text):
+            assert str(tmp_path) not in text
+            assert "sha256 mismatch" in text
+        assert str(tmp_path) in failed.log_path.read_text()  # the operator's log keeps it
+    finally:
+        failed.stop()
