@@ -26,11 +26,9 @@ LABELS = json.loads((ARTIFACTS / "digits" / "1" / "sample-response.json").read_t
 
 @pytest.fixture(scope="module")
 def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterProcess]:
-    spec = {
-        "models": [{"name": "digits", "version": 1}],
-        "deployments": {"digits-rt": {"mode": "realtime", "model": "digits"}},
-    }
-    started = RouterProcess.start(tmp_path_factory.mktemp("hostile-router"), spec, "digits-rt")
+    primary = {"name": "primary", "model": "digits", "version": "1", "weight": 1,
+               "package_dir": str(ARTIFACTS / "digits" / "1")}  # fmt: skip
+    started = RouterProcess.start(tmp_path_factory.mktemp("hostile-router"), "digits-rt", [primary])
     yield started
     started.stop()
 

@@ -183,6 +183,10 @@ def test_notifications_delivered_twice_or_late_change_nothing(
     _, again = deployment.status(job["job_id"])
     assert again["status"] == "succeeded"
     assert again["result"]["location"] == first["result"]["location"]
-    # AND a notification for a job that does not exist is acknowledged without creating one
-    recorder.record(json.dumps(success | {"inferenceId": "no-such-job"}))
+    # AND a notification for a job with no record yet (SageMaker can answer before submit, which invokes first,
+    # writes the record) fails so that SQS delivers it again; it never creates a record of its own
+    from handlers.aws.sagemaker_jobs import JobNotYetRecorded
+
+    with pytest.raises(JobNotYetRecorded):
+        recorder.record(json.dumps(success | {"inferenceId": "no-such-job"}))
     assert deployment.status("no-such-job")[0] == 404
