@@ -82,6 +82,7 @@ class SqsPoller:
         function: Invoker,
         *,
         batch_size: int = 10,
+        report_batch_item_failures: bool = True,
         batch_window_sec: float = 0,
         wait_sec: int = 2,
     ) -> None:
@@ -89,6 +90,9 @@ class SqsPoller:
         self.queue_url = queue_url
         self.function = function
         self.batch_size = batch_size
+        # Without `ReportBatchItemFailures` on the mapping, Lambda ignores a response's `batchItemFailures`: a
+        # normal return settles the whole batch (and so does this poller).
+        self.report_batch_item_failures = report_batch_item_failures
         self.batch_window_sec = batch_window_sec
         self.wait_sec = wait_sec
         self.queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"][
@@ -132,7 +136,8 @@ class SqsPoller:
         self.invocations += 1
         try:
             response = self.function.invoke(event)
-            failed = {item["itemIdentifier"] for item in (response or {}).get("batchItemFailures", [])}
+            reported = (response or {}).get("batchItemFailures", []) if self.report_batch_item_failures else []
+            failed = {item["itemIdentifier"] for item in reported}
         except Exception:
             logger.exception(
                 "%s: invocation failed; all %d messages will be retried", self.function.name, len(messages)

@@ -788,6 +788,7 @@ class World:
             poller = SqsPoller(
                 sqs, queue_url, RemoteFunction(lambdas, function.name),
                 batch_size=mapping.batch_size, batch_window_sec=mapping.window_sec,
+                report_batch_item_failures=mapping.report_batch_item_failures,
             )  # fmt: skip
             thread = threading.Thread(target=poller.run, args=(stop,), name=f"esm-{function.name}", daemon=True)
             thread.start()
@@ -870,6 +871,9 @@ class World:
                 lines.append(f"{'':<20} {'':<11} {'  function ' + logical_id:<28} {function}")
             if "endpoint_name" in entry:
                 lines.append(f"{'':<20} {'':<11} {'  sagemaker endpoint':<28} {entry['endpoint_name']}")
+            for key, value in sorted(entry.get("outputs", {}).items()):
+                if key not in ("SmokeKind", "SmokeTarget"):
+                    lines.append(f"{'':<20} {'':<11} {'  output ' + key:<28} {value}")
         lines.append(f"{'(aws apis)':<20} {'boto3':<11} {'':<28} {plan.aws_api_url}")
         lines.append("")
         lines += plan.curls

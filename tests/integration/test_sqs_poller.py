@@ -69,6 +69,24 @@ def test_poller_sends_lambda_shaped_batches_and_poison_reaches_the_dlq(aws: Aws,
     assert [m["Body"] for m in dead] == ["poison"]
 
 
+def test_without_report_batch_item_failures_a_normal_return_settles_the_whole_batch(aws: Aws, unique: str) -> None:
+    # GIVEN a mapping without ReportBatchItemFailures, and a worker that names a failed record anyway
+    queue, dlq = queue_with_dlq(aws, unique)
+    for body in ["a", "poison"]:
+        aws.sqs.send_message(QueueUrl=queue, MessageBody=body)
+    worker = RecordingWorker()
+    poller = SqsPoller(aws.sqs, queue, LocalFunction("w", worker, timeout_sec=10), batch_size=5, wait_sec=1,
+                       report_batch_item_failures=False)  # fmt: skip
+    # WHEN the poller runs once
+    handled = poller.run_once(threading.Event())
+    while handled < 2:
+        handled += poller.run_once(threading.Event())
+    # THEN, as Lambda ignores the response's batchItemFailures then, both messages are deleted
+    time.sleep(1.5)  # past the queue's visibility timeout: nothing comes back
+    assert aws.sqs.receive_message(QueueUrl=queue, WaitTimeSeconds=0).get("Messages", []) == []
+    assert aws.sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=0).get("Messages", []) == []
+
+
 def test_an_upload_notification_names_the_job(aws: Aws, unique: str) -> None:
     # GIVEN a bucket notifying a queue of objects created under the uploads prefix
     queue, _ = queue_with_dlq(aws, unique)
