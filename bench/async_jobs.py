@@ -26,7 +26,7 @@ import numpy as np
 
 from servestack.local.access import DEVELOPER
 from servestack.local.commands import signed
-from tests.e2e.conftest import copy_project, start_local_up
+from tests.e2e.conftest import async_worker_pids, copy_project, start_local_up
 
 SPEC = """\
 models:
@@ -41,19 +41,6 @@ deployments:
     batch_window_sec: 0
     max_receive_count: 3
 """
-
-
-def worker_pids() -> list[int]:
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                command = (proc / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"servestack.local.runner" in command and any(b"AsyncWorker" in part for part in command):
-                found.append(int(proc.name))
-    return found
 
 
 def main() -> int:
@@ -101,7 +88,7 @@ def main() -> int:
         started = time.perf_counter()
         while results() < min(args.kill_after, len(good)):
             time.sleep(0.1)
-        for pid in worker_pids():
+        for pid in async_worker_pids():
             os.kill(pid, signal.SIGKILL)
         print(f"SIGKILLed the worker with {results()} results written; local up restarts it")
         statuses: dict[str, str] = {}

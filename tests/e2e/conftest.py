@@ -135,3 +135,19 @@ def wait_for(check: Any, timeout_sec: float = 60, what: str = "the condition") -
             return value
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.2)
+
+
+def async_worker_pids() -> list[int]:
+    """The processes of async workers' execution environments (`servestack.local.runner` children of local up,
+    whose config names an `AsyncWorker` function)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            command = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"servestack.local.runner" in command and any(b"AsyncWorker" in part for part in command):
+            found.append(int(proc.name))
+    return found

@@ -14,7 +14,7 @@ import pytest
 from servestack.local.access import Credentials
 from servestack.local.commands import signed
 from tests.conftest import ARTIFACTS
-from tests.e2e.conftest import copy_project, running, wait_for
+from tests.e2e.conftest import async_worker_pids, copy_project, running, wait_for
 
 pytestmark = pytest.mark.slow
 DEVELOPER = Credentials("arn:aws:iam::123456789012:user/developer", "local", "local")
@@ -34,21 +34,6 @@ deployments:
     max_receive_count: 5
 """
 JOBS = 30
-
-
-def worker_pids() -> list[int]:
-    """The async worker's execution environment (a `servestack.local.runner` child of local up)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            command = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"servestack.local.runner" in command and any(b"AsyncWorker" in part for part in command):
-            found.append(int(proc.name))
-    return found
 
 
 def statuses(url: str, ids: list[str]) -> dict[str, str]:
@@ -73,10 +58,10 @@ def test_a_killed_worker_is_restarted_and_no_job_is_lost_or_duplicated(tmp_path:
             assert status == 202, body
             ids.append(json.loads(body)["job_id"])
         # WHEN the worker's process is SIGKILLed mid-run
-        (pid,) = wait_for(worker_pids, 30, "the worker process")
+        (pid,) = wait_for(async_worker_pids, 30, "the worker process")
         os.kill(pid, signal.SIGKILL)
         # THEN local up restarts it, and every job ends `succeeded`
-        wait_for(lambda: any(p != pid for p in worker_pids()), 60, "a restarted worker")
+        wait_for(lambda: any(p != pid for p in async_worker_pids()), 60, "a restarted worker")
         wait_for(lambda: set(statuses(url, ids).values()) == {"succeeded"}, 120, "every job to succeed")
         assert "restarting" in up.log_text()
         # AND each job has exactly one result object (one version in the versioned bucket)
