@@ -8,8 +8,8 @@ count, as a variant runs one instance locally. The copy count still matters wher
   service, `InvokeEndpoint` on the component answers SageMaker's "has no capacity" ValidationError
   (servestack/local/sagemaker_front.py). From 0 to N the container starts again, which takes a moment, as a copy
   takes minutes to come up in SageMaker: meanwhile the component is `Updating` and still has no capacity;
-- an update while the previous one is still running is refused (the wording is ours: SageMaker refuses changes
-  to a component in a transient state).
+- an update while the previous one is still running is refused (not verified against SageMaker, which refuses
+  to delete a component during a copy-count update; docs/sagemaker-strictness.md; the wording is ours).
 Application Auto Scaling is not emulated: nothing takes a component to zero on its own, or back from it.
 """
 
