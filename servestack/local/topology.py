@@ -675,6 +675,8 @@ def _endpoint(
     variants = tuple(variant(v) for v in _as_list(p.get("ProductionVariants")))
     name = resolver.physical_name(endpoint.logical_id)
     execution_role = _logical_of(p.get("ExecutionRoleArn"))
+    if execution_role not in template.resources:  # absent, or AWS::NoValue, or a role outside the stack
+        execution_role = None
     if any(v.model_name is None for v in variants) and execution_role is None:
         # CreateEndpointConfig refuses a config for inference components without one (stdapi-ai/stdapi.ai #43).
         raise TemplateError(
