@@ -185,3 +185,10 @@ def test_local_mode_reads_the_components_of_the_endpoint(synth: Synth) -> None:
     }
     assert all(c.arn.endswith(f":inference-component/{c.name}") for c in endpoint.components)
     assert {r.type for r in read.report if r.emulated} >= {"AWS::SageMaker::InferenceComponent"}
+
+
+def test_the_smoke_test_calls_the_component_serving_the_deployments_model(synth: Synth) -> None:
+    outputs = synth.templates["servestack-two-models"]["Outputs"]
+
+    assert outputs["SmokeKind"]["Value"] == "sagemaker-component"
+    assert outputs["SmokeTarget"]["Value"] == "servestack-two-models/servestack-two-models-digits"
