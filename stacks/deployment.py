@@ -107,7 +107,11 @@ class DeploymentStack(Stack):
             panels = [
                 Panel(
                     "Model latency by component (µs, as SageMaker publishes it)",
-                    [ce.metric("ModelLatency", "p99", c.component_name) for c in components],
+                    [
+                        m
+                        for c in components
+                        for m in percentiles(ce.metric("ModelLatency", "p99", c.component_name), c.component_name)
+                    ],
                 ),
                 Panel(
                     "Invocations and errors by component",

@@ -111,16 +111,25 @@ def front(realtime_server: RealtimeServer) -> Iterator[str]:
     server = AwsFront(runtime, lambdas, OpenAccess(), components=InferenceComponents(COMPONENTS, SCALER))
     server.serve_in_background()
     yield server.url
+    for client in CLIENTS:
+        client.close()
     server.close()
     lambdas.close()
     slow.shutdown()
     slow.server_close()
 
 
+# Every client the tests make, closed when the front stops (a client collected mid-test would close its pooled
+# connections from the garbage collector, a ResourceWarning in whichever test runs then).
+CLIENTS: list[Any] = []
+
+
 def runtime_client(url: str) -> Any:
     session = boto3.session.Session(aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1")
     config = Config(retries={"mode": "standard", "max_attempts": 1}, read_timeout=30)
-    return session.client("sagemaker-runtime", endpoint_url=url, config=config)
+    client = session.client("sagemaker-runtime", endpoint_url=url, config=config)
+    CLIENTS.append(client)
+    return client
 
 
 def error_of(call: Any) -> dict[str, Any]:
@@ -279,7 +288,10 @@ def test_a_component_with_no_copy_has_no_capacity(front: str) -> None:
 
 def sagemaker_client(url: str) -> Any:
     session = boto3.session.Session(aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1")
-    return session.client("sagemaker", endpoint_url=url, config=Config(retries={"mode": "standard", "max_attempts": 1}))
+    config = Config(retries={"mode": "standard", "max_attempts": 1})
+    client = session.client("sagemaker", endpoint_url=url, config=config)
+    CLIENTS.append(client)
+    return client
 
 
 def wait_in_service(client: Any, name: str) -> dict[str, Any]:
