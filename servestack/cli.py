@@ -155,6 +155,11 @@ def deploy_arguments(rehearse: argparse.ArgumentParser) -> None:
         "--version", required=True, help="the registry version (or alias) to release: push it first (models push)"
     )
     rehearse.add_argument(
+        "--component",
+        default=None,
+        help="on an endpoint hosting inference components: the component to update (its name in serving.yaml)",
+    )
+    rehearse.add_argument(
         "--inject-faults", default=None, help="make green misbehave, e.g. error_rate=0.2,latency_ms=50 (default: none)"
     )
     rehearse.add_argument(
@@ -203,6 +208,7 @@ def run_deploy(args: argparse.Namespace) -> int:
         options=options,
         traffic_rps=args.traffic_rps,
         output=args.output,
+        component=args.component,
     )
 
 
@@ -236,6 +242,9 @@ def run_batch(args: argparse.Namespace) -> int:
 def invoke_arguments(invoke: argparse.ArgumentParser) -> None:
     invoke.add_argument("name", help="the deployment in serving.yaml")
     invoke.add_argument("--data", type=Path, required=True, help="request body (.json, .csv or .npy)")
+    invoke.add_argument(
+        "--component", default=None, help="realtime endpoints hosting inference components: the component to call"
+    )
     invoke.add_argument("--state", type=Path, default=None, help="state file of local up (default: the project's)")
     invoke.add_argument("--timeout-sec", type=float, default=120, help="how long to wait for an async job")
 
@@ -243,7 +252,7 @@ def invoke_arguments(invoke: argparse.ArgumentParser) -> None:
 def run_invoke(args: argparse.Namespace) -> int:
     from servestack.local.commands import invoke
 
-    return invoke(args.name, args.data, state_path=args.state, timeout_sec=args.timeout_sec)
+    return invoke(args.name, args.data, state_path=args.state, timeout_sec=args.timeout_sec, component=args.component)
 
 
 # ------------------------------------------------------------------------------------------ loadtest, serve

@@ -66,6 +66,23 @@ class KnownInstanceType:
         )
 
 
+# vCPUs and GPUs per instance type, where servestack knows them: the instance table of the price file that
+# `servestack plan` reads (its source page is named there). Types outside that table have no known shape.
+SHAPES_FILE = Path(__file__).resolve().parent / "data" / "prices.json"
+
+
+@functools.cache
+def _shapes() -> dict[str, tuple[int, int]]:
+    data: dict[str, Any] = json.loads(SHAPES_FILE.read_text(encoding="utf-8"))
+    instances: dict[str, Any] = data["sagemaker_realtime"]["instances"]
+    return {name: (int(row["vcpus"]), int(row["gpus"])) for name, row in instances.items()}
+
+
+def instance_shape(instance_type: str) -> tuple[int, int] | None:
+    """(vCPUs, GPUs) of one instance of `instance_type`, or None where servestack does not know them."""
+    return _shapes().get(instance_type)
+
+
 def from_botocore() -> dict[str, Any]:
     """The enums from the installed botocore's SageMaker service model."""
     import botocore

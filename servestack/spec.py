@@ -29,7 +29,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError, core_schema
 
-from servestack.instance_types import KnownInstanceType
+from servestack.instance_types import KnownInstanceType, instance_shape
 
 __all__ = [
     "MODES",
@@ -37,6 +37,7 @@ __all__ = [
     "AsyncDeployment",
     "BatchDeployment",
     "Batching",
+    "Component",
     "Deployment",
     "ModelSpec",
     "RealtimeDeployment",
@@ -304,6 +305,44 @@ class RealtimeServerless(Strict):
     max_concurrency: Annotated[int, Between(1, 200)] = 20
 
 
+class Component(Strict):
+    """A model placed on a realtime endpoint as a SageMaker inference component: its own share of each instance
+    (CPU cores, accelerators, memory), its own copies, scaled on their own (to zero too), and invoked by name
+    (`InferenceComponentName`). The component is named `<endpoint name>-<name>` in the templates."""
+
+    name: Name | None = Field(default=None, description="default: the model's name")
+    model: Name
+    version: Version | None = None
+    # InferenceComponentComputeResourceRequirements (SageMaker API reference): cores >= 0.25, accelerators >= 1
+    # when set (0 here leaves them out), memory >= 128 MB.
+    cpu_cores: Annotated[float, Between(0.25, 192)] = 1.0
+    accelerators: Annotated[int, Between(0, 16)] = 0
+    memory_mib: Annotated[int, Between(128, 2_097_152)] = 1024
+    copies: Annotated[int, Between(0, 1000)] = 1
+    min_copies: Annotated[int, Between(0, 1000)] = 1
+    max_copies: Annotated[int, Between(1, 1000)] = 2
+    target_invocations_per_copy: Annotated[int, Between(1, 1_000_000)] = 1000
+
+    @property
+    def component_name(self) -> str:
+        return self.name or self.model
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Self:
+        if self.copies < 1:
+            _fail(
+                "copies",
+                self.copies,
+                "in 1..1000: SageMaker creates a component with at least one copy (min_copies: 0 lets autoscaling "
+                "take it to zero afterwards)",
+            )
+        if self.min_copies > self.max_copies:
+            _fail("min_copies", self.min_copies, f"<= max_copies ({self.max_copies})")
+        if not self.min_copies <= self.copies <= self.max_copies:
+            _fail("copies", self.copies, f"in min_copies..max_copies ({self.min_copies}..{self.max_copies})")
+        return self
+
+
 class RealtimeDeployment(_DeploymentBase):
     mode: Literal["realtime"]
     instance_type: InstanceType = "ml.g5.xlarge"
@@ -315,9 +354,28 @@ class RealtimeDeployment(_DeploymentBase):
     shadow: ShadowVariant | None = None
     serverless: RealtimeServerless | None = None
     multi_model: bool = False
+    components: list[Component] = Field(
+        default_factory=list, description="several models on one endpoint, each an inference component"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _model_from_components(cls, data: Any) -> Any:
+        """With components, `model` (the deployment's sample and description) defaults to the first one's."""
+        if isinstance(data, Mapping) and "model" not in data:
+            components = data.get("components")
+            if isinstance(components, list) and components and isinstance(components[0], Mapping):
+                first = components[0]
+                if "model" in first:
+                    data = {**data, "model": first["model"]}
+                    if "version" in first and "version" not in data:
+                        data["version"] = first["version"]
+        return data
 
     @model_validator(mode="after")
     def _coherent(self) -> Self:
+        if self.components:
+            self._components_coherent()
         if self.min_instances > self.max_instances:
             _fail("min_instances", self.min_instances, f"<= max_instances ({self.max_instances})")
         names = [v.name for v in self.variants] + ([self.shadow.name] if self.shadow else [])
@@ -340,6 +398,56 @@ class RealtimeDeployment(_DeploymentBase):
                 "multi-model containers on CPU instances only (GPU multi-model endpoints need its Triton container)",
             )
         return self
+
+    def _components_coherent(self) -> None:
+        """What SageMaker refuses for endpoints that host inference components (docs/sagemaker-strictness.md)."""
+        if self.serverless:
+            _fail(
+                "components",
+                "inference components",
+                "combinable with serverless: SageMaker places inference components on instance-based variants only",
+            )
+        if self.multi_model:
+            _fail("components", "inference components", "combinable with multi_model: true (one model per component)")
+        if self.variants or self.shadow:
+            _fail(
+                "components",
+                "inference components",
+                "combinable with variants or shadow in servestack (its component endpoints have one variant)",
+            )
+        if self.model not in {c.model for c in self.components}:
+            served = ", ".join(sorted({c.model for c in self.components}))
+            _fail("model", repr(self.model), f"one of the components' models ({served}): the endpoint serves only them")
+        names = [c.component_name for c in self.components]
+        for name in names:
+            if names.count(name) > 1:
+                _fail("components", repr(name), "a unique component name (set `name` to tell them apart)")
+        gpu = uses_gpu(self.instance_type)
+        shape = instance_shape(self.instance_type)
+        for i, c in enumerate(self.components):
+            where = f"components.{i}"
+            if c.accelerators and not gpu:
+                _fail(
+                    f"{where}.accelerators",
+                    c.accelerators,
+                    f"available on {self.instance_type}, which has no GPU: use 0 or a GPU type (ml.g*, ml.p*)",
+                )
+            if shape is None:
+                continue
+            vcpus, gpus = shape
+            # SageMaker places each copy on one instance; a copy bigger than an instance is never placed.
+            if c.cpu_cores > vcpus:
+                _fail(
+                    f"{where}.cpu_cores",
+                    _num(c.cpu_cores),
+                    f"<= the {vcpus} vCPUs of one {self.instance_type} (a copy runs on one instance)",
+                )
+            if c.accelerators > gpus:
+                _fail(
+                    f"{where}.accelerators",
+                    c.accelerators,
+                    f"<= the {gpus} GPU(s) of one {self.instance_type} (a copy runs on one instance)",
+                )
 
 
 class ServerlessDeployment(_DeploymentBase):
@@ -432,12 +540,13 @@ class ServingSpec(Strict):
         return matches[0]
 
     def models_of(self, deployment: str) -> list[ModelSpec]:
-        """Every model a deployment serves (its own, then variants', then the shadow's)."""
+        """Every model a deployment serves (its own, then variants', the shadow's, then components')."""
         d = self.deployments[deployment]
         refs: list[tuple[str, str | None]] = [(d.model, d.version)]
         if isinstance(d, RealtimeDeployment):
             refs += [(v.model, v.version) for v in d.variants]
             refs += [(d.shadow.model, d.shadow.version)] if d.shadow else []
+            refs += [(c.model, c.version) for c in d.components]
         out: list[ModelSpec] = []
         for name, version in refs:
             m = self.model(name, version)
@@ -482,6 +591,8 @@ def _references(spec: ServingSpec) -> Iterator[str]:
                 yield from check(f"{base}.variants.{i}", v.model, v.version)
             if d.shadow:
                 yield from check(f"{base}.shadow", d.shadow.model, d.shadow.version)
+            for i, c in enumerate(d.components):
+                yield from check(f"{base}.components.{i}", c.model, c.version)
 
 
 def _format(err: Mapping[str, Any]) -> str:

@@ -30,6 +30,7 @@ from servestack.spec import (
 from stacks.asynchronous import AsyncEndpoint
 from stacks.batch import BatchJob
 from stacks.bundling import lambda_code
+from stacks.components import ComponentEndpoint
 from stacks.observability import PERIOD, DeploymentDashboard, Panel, percentiles
 from stacks.realtime import DOCKER_EXCLUDE, RealtimeEndpoint, model_data_archive
 from stacks.serverless import ServerlessEndpoint
@@ -75,8 +76,54 @@ class DeploymentStack(Stack):
         self.shared = ArtifactBucket(self, "Artifacts")
         bucket = self.shared.bucket
         name = self.resource_name
+        self.construct: Construct
 
-        if isinstance(d, RealtimeDeployment):
+        if isinstance(d, RealtimeDeployment) and d.components:
+            components = [
+                c.model_copy(update={"version": spec.model(c.model, c.version).version}) for c in d.components
+            ]
+            data = {
+                m.key: s3_assets.Asset(self, f"ModelData{i}", path=str(model_data_archive(root, [m])))
+                for i, m in enumerate(models)
+            }
+            ce = ComponentEndpoint(
+                self,
+                "Components",
+                endpoint_name=name,
+                model_data=data,
+                components=components,
+                image=self._image_for(d.instance_type),
+                instance_type=d.instance_type,
+                min_instances=d.min_instances,
+                max_instances=d.max_instances,
+                max_payload_bytes=d.max_payload_bytes,
+                log_retention_days=d.log_retention_days,
+                strategy=d.strategy,
+                alarms=d.alarms,
+                batching=d.batching,
+            )
+            self.construct = ce
+            alarms = [*ce.alarms, *ce.overload_alarms]
+            panels = [
+                Panel(
+                    "Model latency by component (µs, as SageMaker publishes it)",
+                    [
+                        m
+                        for c in components
+                        for m in percentiles(ce.metric("ModelLatency", "p99", c.component_name), c.component_name)
+                    ],
+                ),
+                Panel(
+                    "Invocations and errors by component",
+                    [ce.metric("Invocations", "Sum", c.component_name) for c in components],
+                    [ce.metric("Invocation5XXErrors", "Sum", c.component_name) for c in components]
+                    + [ce.metric("NoCapacityInvocationFailures", "Sum", c.component_name) for c in components],
+                ),
+            ]
+            # The smoke test invokes the component serving the deployment's model (the spec requires one).
+            smoke = next(c for c in components if c.model == primary.name)
+            self._smoke("sagemaker-component", f"{name}/{ce.component_names[smoke.component_name]}")
+        elif isinstance(d, RealtimeDeployment):
             variants = d.variants or [Variant(name="primary", model=primary.name, version=primary.version)]
             families = {
                 d.serverless is None and uses_gpu(t)
@@ -116,7 +163,7 @@ class DeploymentStack(Stack):
                 alarms=d.alarms,
                 batching=d.batching,
             )
-            self.construct: Construct = rt
+            self.construct = rt
             alarms = [*rt.alarms, *rt.overload_alarms]
             instance_ns = "/aws/sagemaker/Endpoints"
             overload_ns = "servestack"  # the containers' EMF metrics (handlers/metrics.py)

@@ -200,6 +200,72 @@ def sagemaker_deployment_config(
     )
 
 
+# --- SageMaker inference components ---------------------------------------------------------------
+# An inference component's invocation metrics are in AWS/SageMaker (SageMaker developer guide, "enhanced
+# metrics for inference endpoints"), by the dimension InferenceComponentName (the guide's "Scale an endpoint to
+# zero instances" alarms on NoCapacityInvocationFailures with it).
+# A rolling update's batch is 5% to 50% of the component's copies (API reference,
+# InferenceComponentRollingUpdatePolicy.MaximumBatchSize); its wait interval is 0..3600 s.
+_COMPONENT_BATCH_PERCENT = (5, 50)
+
+
+def sagemaker_component_metric(component: str, metric: str, statistic: str, period: Duration) -> cw.Metric:
+    return cw.Metric(
+        namespace=SAGEMAKER_NAMESPACE,
+        metric_name=metric,
+        dimensions_map={"InferenceComponentName": component},
+        statistic=statistic,
+        period=period,
+    )
+
+
+def sagemaker_component_alarms(
+    scope: Construct, id_prefix: str, *, component: str, settings: AlarmSettings
+) -> list[cw.Alarm]:
+    """5xx rate (%) and p99 model latency of one inference component, from the same definitions as a variant's
+    (`servestack.alarms`); a rolling update of the component rolls back on either."""
+    alarms: list[cw.Alarm] = []
+    for definition in definitions.sagemaker_variant_alarms(settings):
+        period = Duration.seconds(definition.period_sec)
+        statistic = "Sum" if definition.statistic == "rate" else definition.statistic
+        metric: cw.IMetric = sagemaker_component_metric(component, definition.metric, statistic, period)
+        if definition.denominator is not None:
+            total = sagemaker_component_metric(component, definition.denominator, "Sum", period)
+            metric = _rate_percent(metric, total, period, "5xx %")
+        alarms.append(_from_definition(scope, f"{id_prefix}{definition.id}", component, component, definition, metric))
+    return alarms
+
+
+def sagemaker_component_deployment_config(
+    strategy: Strategy, alarms: list[cw.Alarm]
+) -> sagemaker.CfnInferenceComponent.InferenceComponentDeploymentConfigProperty:
+    """A rolling update of one component in batches of the strategy's step (canary percent, linear step, or the
+    largest batch SageMaker allows for all at once), baking each batch for the interval, rolling back (all at
+    once) when any of `alarms` fires."""
+    lo, hi = _COMPONENT_BATCH_PERCENT
+    step = {"canary": strategy.canary_percent, "linear": strategy.linear_step_percent}.get(strategy.type, hi)
+    batch = max(lo, min(hi, step))
+    batches = -(-100 // batch)
+    wait_sec = strategy.interval_minutes * 60 if strategy.type != "all_at_once" else 0
+    needed = _PROVISIONING_ALLOWANCE_SEC + batches * wait_sec + strategy.bake_minutes * 60
+    timeout_lo, timeout_hi = _MAX_EXECUTION_SEC
+    return sagemaker.CfnInferenceComponent.InferenceComponentDeploymentConfigProperty(
+        rolling_update_policy=sagemaker.CfnInferenceComponent.InferenceComponentRollingUpdatePolicyProperty(
+            maximum_batch_size=sagemaker.CfnInferenceComponent.InferenceComponentCapacitySizeProperty(
+                type="CAPACITY_PERCENT", value=batch
+            ),
+            wait_interval_in_seconds=wait_sec,
+            maximum_execution_timeout_in_seconds=max(timeout_lo, min(timeout_hi, needed)),
+            rollback_maximum_batch_size=sagemaker.CfnInferenceComponent.InferenceComponentCapacitySizeProperty(
+                type="CAPACITY_PERCENT", value=100
+            ),
+        ),
+        auto_rollback_configuration=sagemaker.CfnInferenceComponent.AutoRollbackConfigurationProperty(
+            alarms=[sagemaker.CfnInferenceComponent.AlarmProperty(alarm_name=a.alarm_name) for a in alarms]
+        ),
+    )
+
+
 # --- Lambda -------------------------------------------------------------------------------------
 
 

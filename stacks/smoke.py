@@ -2,6 +2,7 @@
 
 Reads SMOKE_<i>_DEPLOYMENT (name in serving.yaml), SMOKE_<i>_KIND and SMOKE_<i>_TARGET (stack outputs):
 - sagemaker:    InvokeEndpoint with sample-request.json, predictions must equal sample-response.json;
+- sagemaker-component: the same on `<endpoint>/<inference component>`, with InferenceComponentName;
 - lambda-http:  invoke the `live` alias with an HTTP API (v2) POST /invocations event, same check;
 - lambda-async: invoke the submit function with POST /jobs, expect 2xx;
 - batch:        the schedule exists and is ENABLED.
@@ -53,9 +54,11 @@ def check(deployment: str, kind: str, target: str) -> str | None:
     model = spec.models_of(deployment)[0]
     sample = (ROOT / model.artifact_path / "sample-request.json").read_text(encoding="utf-8")
     expected = json.loads((ROOT / model.artifact_path / "sample-response.json").read_text(encoding="utf-8"))
-    if kind == "sagemaker":
+    if kind in {"sagemaker", "sagemaker-component"}:
+        endpoint, _, component = target.partition("/")
+        named = {"InferenceComponentName": component} if kind == "sagemaker-component" else {}
         out = boto3.client("sagemaker-runtime").invoke_endpoint(
-            EndpointName=target, ContentType="application/json", Accept="application/json", Body=sample
+            EndpointName=endpoint, ContentType="application/json", Accept="application/json", Body=sample, **named
         )
         got = json.loads(out["Body"].read())
     elif kind in {"lambda-http", "lambda-async"}:

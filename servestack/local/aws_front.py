@@ -5,7 +5,9 @@ this server (their paths do not collide). Every request is authenticated (SigV4)
 (`sagemaker:InvokeEndpoint`, `lambda:InvokeFunction`...) as in the cloud, then:
 - `/endpoints/{EndpointName}/...`: servestack/local/sagemaker_front.py;
 - `/2015-03-31/functions/{FunctionName}/invocations`: the Lambda service (servestack/local/lambda_service.py),
-  by the template's function names, ARNs and qualifiers.
+  by the template's function names, ARNs and qualifiers;
+- `POST /` with `X-Amz-Target: SageMaker.DescribeInferenceComponent` or `...UpdateInferenceComponentRuntimeConfig`
+  (boto3's `sagemaker` client): the templates' inference components (servestack/local/inference_components.py).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from servestack.local.http_server import LocalHttpServer, Reply, Request
+from servestack.local.inference_components import ComponentState, InferenceComponents
 from servestack.local.lambda_invoke import INVOKE_PREFIX, INVOKE_SUFFIX, lambda_error
 from servestack.local.lambda_service import LambdaService
 from servestack.local.sagemaker_front import ENDPOINT_PREFIX, SageMakerRuntime
@@ -23,10 +26,18 @@ MAX_BODY_BYTES = 7 * 1024 * 1024  # above both services' request limits (6 MB), 
 class AwsFront:
     """SageMaker Runtime and Lambda Invoke on one port."""
 
-    def __init__(self, sagemaker: SageMakerRuntime, lambdas: LambdaService, access: Any, port: int = 0) -> None:
+    def __init__(
+        self,
+        sagemaker: SageMakerRuntime,
+        lambdas: LambdaService,
+        access: Any,
+        port: int = 0,
+        components: InferenceComponents | None = None,
+    ) -> None:
         self.sagemaker = sagemaker
         self.lambdas = lambdas
         self.access = access
+        self.components = components or InferenceComponents({}, _no_scaling)
         self.server = LocalHttpServer(
             "aws-api",
             self.handle,
@@ -43,6 +54,9 @@ class AwsFront:
         if path.startswith(ENDPOINT_PREFIX):
             allowed = self.access.check(request, "sagemaker")
             return allowed if isinstance(allowed, Reply) else self.sagemaker.handle(request)
+        if InferenceComponents.is_control_plane(request):
+            allowed = self.access.check(request, "sagemaker")
+            return allowed if isinstance(allowed, Reply) else self.components.handle(request)
         if request.method == "POST" and path.startswith(INVOKE_PREFIX) and path.endswith(INVOKE_SUFFIX):
             allowed = self.access.check(request, "lambda")
             if isinstance(allowed, Reply):
@@ -52,8 +66,8 @@ class AwsFront:
         return lambda_error(
             404,
             "UnknownOperationException",
-            f"{request.method} {path}: local up answers SageMaker Runtime InvokeEndpoint/InvokeEndpointAsync "
-            "and Lambda Invoke here",
+            f"{request.method} {path}: local up answers SageMaker Runtime InvokeEndpoint/InvokeEndpointAsync, "
+            "SageMaker DescribeInferenceComponent/UpdateInferenceComponentRuntimeConfig and Lambda Invoke here",
         )
 
     def serve_in_background(self) -> AwsFront:
@@ -63,3 +77,7 @@ class AwsFront:
     def close(self) -> None:
         self.server.close()
         self.sagemaker.close()
+
+
+def _no_scaling(component: ComponentState, copies: int) -> None:
+    raise RuntimeError(f"{component.name}: this front runs no inference components")

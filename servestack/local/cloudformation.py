@@ -95,6 +95,7 @@ NAME_LIMITS: dict[str, tuple[int, bool]] = {
     "AWS::SageMaker::Model": (63, False),
     "AWS::SageMaker::EndpointConfig": (63, False),
     "AWS::SageMaker::Endpoint": (63, False),
+    "AWS::SageMaker::InferenceComponent": (63, False),
     "AWS::Scheduler::Schedule": (64, False),
     "AWS::StepFunctions::StateMachine": (80, False),
 }
@@ -110,8 +111,18 @@ NAME_PROPERTY = {
     "AWS::SageMaker::Model": "ModelName",
     "AWS::SageMaker::EndpointConfig": "EndpointConfigName",
     "AWS::SageMaker::Endpoint": "EndpointName",
+    "AWS::SageMaker::InferenceComponent": "InferenceComponentName",
     "AWS::Scheduler::Schedule": "Name",
     "AWS::ApiGatewayV2::Api": "Name",
+}
+
+
+# Ref of a SageMaker resource is its ARN, `arn:aws:sagemaker:<region>:<account>:<kind>/<name lower-cased>`.
+SAGEMAKER_ARN_KINDS = {
+    "AWS::SageMaker::Model": "model",
+    "AWS::SageMaker::EndpointConfig": "endpoint-config",
+    "AWS::SageMaker::Endpoint": "endpoint",
+    "AWS::SageMaker::InferenceComponent": "inference-component",
 }
 
 
@@ -196,9 +207,8 @@ class Resolver:
             return f"{self.local.emulator_url}/{self.local.account}/{name}"
         if t == "AWS::SNS::Topic":
             return self.arn("sns", name)
-        if t in ("AWS::SageMaker::Model", "AWS::SageMaker::EndpointConfig", "AWS::SageMaker::Endpoint"):
-            kind = {"Model": "model", "EndpointConfig": "endpoint-config", "Endpoint": "endpoint"}[t.rsplit(":", 1)[1]]
-            return self.arn("sagemaker", f"{kind}/{name.lower()}")
+        if t in SAGEMAKER_ARN_KINDS:
+            return self.arn("sagemaker", f"{SAGEMAKER_ARN_KINDS[t]}/{name.lower()}")
         if t == "AWS::Lambda::Version":
             function = self.resolve(resource.properties["FunctionName"])
             return f"{self._function_arn(function)}:{self.get_att(logical_id, 'Version')}"
@@ -248,6 +258,8 @@ class Resolver:
             table = {"EndpointConfigName": lambda: name}
         elif t == "AWS::SageMaker::Endpoint":
             table = {"EndpointName": lambda: name}
+        elif t == "AWS::SageMaker::InferenceComponent":
+            table = {"InferenceComponentName": lambda: name, "InferenceComponentArn": lambda: self.ref(logical_id)}
         elif t == "AWS::Scheduler::Schedule":
             table = {"Arn": lambda: self.arn("scheduler", f"schedule/default/{name}")}
         elif t == "AWS::ApiGatewayV2::Api":

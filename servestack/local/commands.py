@@ -69,8 +69,11 @@ def sagemaker_runtime(about: dict[str, Any]) -> Any:
     return session, config
 
 
-def invoke(name: str, data: Path, *, state_path: Path | None = None, timeout_sec: float = 120) -> int:
-    """Send the file to the deployment; for async, wait for the job and print its result."""
+def invoke(
+    name: str, data: Path, *, state_path: Path | None = None, timeout_sec: float = 120, component: str | None = None
+) -> int:
+    """Send the file to the deployment (to one of its inference components); for async, wait for the job and
+    print its result."""
     if not data.is_file():
         raise CommandError(f"--data {data}: no such file; give a request body (.json, .csv or .npy)")
     about = state.read(state_path)
@@ -87,8 +90,15 @@ def invoke(name: str, data: Path, *, state_path: Path | None = None, timeout_sec
     if d["mode"] == "realtime":
         session, config = sagemaker_runtime(about)
         runtime = session.client("sagemaker-runtime", endpoint_url=about["aws_api_url"], config=config)
+        named: dict[str, str] = {}
+        if component is not None:
+            components: dict[str, Any] = d.get("components") or {}
+            full = f"{d['endpoint_name']}-{component}"
+            named["InferenceComponentName"] = full if full in components else component
         try:
-            response = runtime.invoke_endpoint(EndpointName=d["endpoint_name"], Body=body, ContentType=content_type)
+            response = runtime.invoke_endpoint(
+                EndpointName=d["endpoint_name"], Body=body, ContentType=content_type, **named
+            )
         except runtime.exceptions.ClientError as error:
             print(f"{name}: {error}", file=sys.stderr)
             return 1

@@ -1,4 +1,6 @@
-"""`servestack local deploy NAME --version V`: rehearse a blue/green release on the running `local up`.
+"""`servestack local deploy NAME --version V [--component C]`: rehearse a blue/green release on the running
+`local up`; on an endpoint hosting inference components, of one component (`C`: its name in serving.yaml or the
+template's), the others untouched.
 
 The deployment's router runs the rehearsal (servestack/local/rehearsal.py); this command starts it, sends
 the deployment's sample request at `--traffic-rps` meanwhile (alarms only see traffic that exists), prints
@@ -35,6 +37,7 @@ class Traffic:
     body: bytes
     rate: float
     threads: int = 4
+    headers: dict[str, str] = field(default_factory=dict)
     records: list[tuple[float, int, str]] = field(default_factory=list)  # (sent at, status, variant)
     _stop: threading.Event = field(default_factory=threading.Event)
     _workers: list[threading.Thread] = field(default_factory=list)
@@ -63,7 +66,7 @@ class Traffic:
             next_at += interval
             sent = time.time()
             try:
-                connection.request("POST", parsed.path, self.body, {"Content-Type": "application/json"})
+                connection.request("POST", parsed.path, self.body, {"Content-Type": "application/json", **self.headers})
                 response = connection.getresponse()
                 response.read()
                 status, variant = response.status, response.getheader("x-amzn-invoked-production-variant") or ""
@@ -114,6 +117,24 @@ def client_windows(timeline: list[dict[str, Any]], records: list[tuple[float, in
     return windows
 
 
+def _component(name: str, entry: dict[str, Any], wanted: str | None) -> str:
+    """The template's name of the component to update: `wanted` as serving.yaml or the template names it."""
+    components: dict[str, Any] = entry.get("components") or {}
+    if not components:
+        raise CommandError(f"--component: {name} hosts no inference components; leave --component out")
+    short = {full.removeprefix(f"{entry['endpoint_name']}-"): full for full in components}
+    if wanted is None:
+        raise CommandError(
+            f"--component: missing is not allowed: {name} hosts inference components ({', '.join(short)}); "
+            "name the one to update"
+        )
+    if wanted in components:
+        return wanted
+    if wanted in short:
+        return short[wanted]
+    raise CommandError(f"--component: {wanted!r} is not one of {name}'s components ({', '.join(short)})")
+
+
 def deploy(
     name: str,
     version: str,
@@ -124,6 +145,7 @@ def deploy(
     traffic_rps: float = 20.0,
     output: Path | None = None,
     timeout_sec: float = 3600,
+    component: str | None = None,
 ) -> int:
     try:
         Faults.parse(faults)
@@ -138,6 +160,13 @@ def deploy(
             f"{name}: not a realtime deployment of the running local up ({', '.join(realtime)})", ExitCode.NOT_FOUND
         )
     url = entry["url"]
+    sample, headers, component_name = Path(entry["sample"]), {}, None
+    components: dict[str, Any] = entry.get("components") or {}
+    if component is not None or components:
+        component_name = _component(name, entry, component)
+        headers = {"X-Amzn-SageMaker-Inference-Component": component_name}
+        if components[component_name].get("sample"):
+            sample = Path(components[component_name]["sample"])
     if not options or options.get("interval_sec") is None or options.get("bake_sec") is None:
         print(
             f"{name}: rehearsing at the deployment's own clocks (strategy interval_minutes and bake_minutes, alarm "
@@ -146,6 +175,8 @@ def deploy(
             flush=True,
         )
     request = {"version": version, "faults": faults, **{k: v for k, v in (options or {}).items() if v is not None}}
+    if component_name is not None:
+        request["component"] = component_name
     status, answer = _request(f"{url}/_servestack/deploy", request)
     if status != 202:
         error = answer.get("error", {}) if isinstance(answer, dict) else {}
@@ -153,7 +184,7 @@ def deploy(
             f" (allowed: {error['allowed']})" if error.get("allowed") else ""
         )
         raise CommandError(f"{name}: {message}", ExitCode.NOT_FOUND if status == 404 else ExitCode.USAGE)
-    traffic = Traffic(f"{url}/invocations", Path(entry["sample"]).read_bytes(), traffic_rps)
+    traffic = Traffic(f"{url}/invocations", sample.read_bytes(), traffic_rps, headers=headers)
     traffic.start()
     printed = 0
     deadline = time.monotonic() + timeout_sec

@@ -5,7 +5,9 @@ of one realtime container per production variant (and the shadow), and the blue/
 `python -m servestack.local.endpoint --config ENDPOINT.json --port N [--spec serving.yaml]`. The config is
 what `local up` read from the endpoint's `AWS::SageMaker::EndpointConfig` and `AWS::SageMaker::Model`s:
 each variant's name, weight, container environment (with `/opt/ml/model` mapped to the extracted model
-data) and execution role credentials; the shadow variants and their sampling. `--spec` is only for
+data) and execution role credentials; the shadow variants and their sampling. On an endpoint hosting
+inference components, each entry of `variants` is a component (`"component": its name`), from its
+`AWS::SageMaker::InferenceComponent` and the model it names. `--spec` is only for
 rehearsals (`servestack local deploy`), which take their strategy and alarms from serving.yaml.
 This module wires the router and the rehearsal together, so that neither imports the other.
 """
@@ -33,6 +35,7 @@ def plan_of(entry: dict[str, Any]) -> VariantPlan:
         float(entry["weight"]),
         Path(package) if package else None,
         dict(entry.get("environment", {})),
+        entry.get("component"),
     )
 
 

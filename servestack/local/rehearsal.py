@@ -7,6 +7,12 @@ The alarms are `servestack.alarms.sagemaker_variant_alarms(deployment.alarms)`, 
 constructs deploy, evaluated on the router's live observations of the green side (period and number of
 periods can be shortened for a rehearsal). On success the green fleet takes the variant's name, the blue
 fleet stops, and the registry's `live` alias moves to the new version. Every step goes on a timeline.
+
+On an endpoint hosting inference components, a rehearsal updates one component (`component` in the request):
+blue and green are that component's copies, requests naming it split between them, the alarms are the
+component's (named as the template names them, `<component>-5xx-rate`...), and the other components serve
+untouched throughout. SageMaker rolls a component's copies over in batches; the rehearsal shifts the
+component's traffic in the strategy's steps, as for a variant.
 """
 
 from __future__ import annotations
@@ -72,8 +78,10 @@ class Rehearsal:
         faults: Faults,
         cache_dir: Path,
         strategy: dict[str, Any],
+        component: str | None = None,
     ) -> None:
         self.router = router
+        self.component = component
         self.deployment = deployment
         self.version = version
         self.steps = steps
@@ -98,7 +106,22 @@ class Rehearsal:
         assert isinstance(d, RealtimeDeployment)
         if d.multi_model:
             raise ValueError(f"{deployment}: multi_model endpoints load versions on demand; nothing to rehearse")
-        live = [v for v in router.variants if v.weight > 0]
+        component = request.get("component")
+        if router.copies:
+            hosted = ", ".join(router.copies)
+            if component is None:
+                raise ValueError(
+                    f"component: missing is not allowed: {deployment} hosts inference components ({hosted})"
+                )
+            if component not in router.copies:
+                raise ValueError(
+                    f"component: {component!r} is not one of {deployment}'s inference components ({hosted})"
+                )
+        elif component is not None:
+            raise ValueError(f"component: {component!r} is not allowed: {deployment} hosts no inference components")
+        live = [v for v in router.variants if v.weight > 0 and v.component == component]
+        if component is not None and not live:
+            raise ValueError(f"component: {component} has no copy in service; set its copies to 1 or more first")
         if len(live) != 1:
             raise ValueError(f"{deployment}: has {len(live)} production variants taking traffic, rehearsal needs 1")
         version = request.get("version")
@@ -131,6 +154,7 @@ class Rehearsal:
             faults=faults,
             cache_dir=cache_dir,
             strategy=strategy,
+            component=component,
         )
 
     # ------------------------------------------------------------------------------------------ state
@@ -153,6 +177,7 @@ class Rehearsal:
     def status(self) -> dict[str, Any]:
         return {
             "deployment": self.deployment,
+            "component": self.component,
             "version": self.version,
             "from": self.blue.model if self.blue else None,
             "state": self.state,
@@ -165,9 +190,14 @@ class Rehearsal:
             "timeline": self.timeline,
         }
 
+    @property
+    def alarm_prefix(self) -> str:
+        """A component's alarms carry its name, as in the template; a variant rehearsal's the deployment's."""
+        return self.component or self.deployment
+
     def describe_alarm(self, alarm: AlarmDefinition) -> dict[str, Any]:
         return {
-            "name": f"{self.deployment}-{alarm.name}",
+            "name": f"{self.alarm_prefix}-{alarm.name}",
             "metric": alarm.metric,
             "statistic": alarm.statistic,
             "threshold": alarm.threshold,
@@ -208,10 +238,11 @@ class Rehearsal:
     async def _rehearse(self) -> None:
         from servestack.registry import open_registry
 
-        blue = next(v for v in self.router.variants if v.weight > 0)
+        blue = next(v for v in self.router.variants if v.weight > 0 and v.component == self.component)
         self.blue = blue
         name, blue_version = blue.model.split("@")
-        self.event("started", blue=blue.model, green=f"{name}@{self.version}", strategy=self.strategy)
+        started = {"component": self.component} if self.component else {}
+        self.event("started", blue=blue.model, green=f"{name}@{self.version}", strategy=self.strategy, **started)
         registry = open_registry(self.router.registry_uri)
         version = await asyncio.to_thread(registry.resolve, name, self.version)
         if version == blue_version:
@@ -221,7 +252,7 @@ class Rehearsal:
         self.event("green starting", package=str(package), faults=self.strategy_faults())
         # Green runs the blue variant's container environment (batching, limits, role), with the new model.
         environment = next((p.environment for p in self.router.plans if p.name == blue.name), {})
-        plan = VariantPlan("green", name, version, 0, package, environment)
+        plan = VariantPlan("green", name, version, 0, package, environment, self.component)
         self.green = green = await self.router.start_backend(plan, weight=0, faults=self.faults)
         self.router.variants.append(green)
         self.event("green ready", url=green.url)
@@ -238,10 +269,16 @@ class Rehearsal:
                 self.event("rolled back", green_percent=0, blue=blue.model)
                 self.state = "rolled_back"
                 return
-        # Success: the green fleet takes over the variant's name; the blue fleet goes.
+        # Success: the green fleet takes over the variant's (or component's) name; the blue fleet goes. The plan
+        # of that name now starts the new version (a component scaled to zero and back comes up on it).
         self.router.variants.remove(blue)
         await self.router.stop_backend(blue)
         green.name = blue.name
+        self.router.plans = [
+            VariantPlan(p.name, name, version, p.weight, package, p.environment, p.component) if p.name == blue.name
+            else p
+            for p in self.router.plans
+        ]  # fmt: skip
         self.event("blue stopped", blue=blue.model)
         change = await asyncio.to_thread(registry.promote, name, version)
         self.event("live", alias="live", previous=change.previous, current=change.current)
@@ -262,8 +299,8 @@ class Rehearsal:
                 if alarm.evaluate(points):
                     recent = points[-alarm.evaluation_periods :]
                     return {
-                        "alarm": f"{self.deployment}-{alarm.name}",
-                        "description": alarm.describe(f"{self.deployment}/green"),
+                        "alarm": f"{self.alarm_prefix}-{alarm.name}",
+                        "description": alarm.describe(f"{self.alarm_prefix}/green"),
                         "datapoints": [round(p, 2) if p is not None else None for p in recent],
                         "threshold": alarm.threshold,
                         "unit": alarm.unit,

@@ -1,5 +1,7 @@
 """The local stand-in for a SageMaker endpoint's front: production variants split by weight, a shadow copy,
-per-variant metrics, and the blue/green rehearsal (servestack/local/rehearsal.py) that shifts the weights.
+per-variant metrics, and the blue/green rehearsal (servestack/local/rehearsal.py) that shifts the weights. An
+endpoint hosting inference components runs one child per component instead, picked by the request's
+`X-Amzn-SageMaker-Inference-Component` header.
 
 `python -m servestack.local.endpoint DEPLOYMENT ...` (servestack/local/endpoint.py)
 starts one realtime child (`python -m handlers.realtime serve`) per variant (and the shadow), then serves:
@@ -8,7 +10,9 @@ starts one realtime child (`python -m handlers.realtime serve`) per variant (and
 - `GET /ping`: the first live variant's;
 - `GET /_servestack/metrics`: requests, 4xx/5xx and latency per variant; `GET /_servestack/shadow`: the shadow
   report (label agreement, mean |probability difference|, latency of each);
-- `POST /_servestack/deploy`, `GET /_servestack/deploy`: start and follow a rehearsal.
+- `POST /_servestack/deploy`, `GET /_servestack/deploy`: start and follow a rehearsal;
+- `GET /_servestack/components`, `POST /_servestack/components/{name}` `{"copies": N}`: a component's copies (0
+  stops its child, N >= 1 starts it again if it was stopped; locally one child stands for all its copies).
 
 Fault injection (`error_rate`, `latency_ms`) exists only here, in the local router, applied to the green side
 of a rehearsal: nothing in `handlers/` or `models/` can misbehave on purpose.
@@ -44,6 +48,7 @@ Send = Callable[[Message], Awaitable[None]]
 
 VARIANT_HEADER = b"x-amzn-invoked-production-variant"
 TARGET_VARIANT = b"x-amzn-sagemaker-target-variant"
+INFERENCE_COMPONENT = b"x-amzn-sagemaker-inference-component"
 FORWARDED = {b"content-type", b"accept", b"x-amzn-sagemaker-target-model", b"x-amzn-sagemaker-custom-attributes"}
 RETURNED = {b"content-type", b"retry-after", b"x-amzn-sagemaker-custom-attributes"}
 ADMIN = "/_servestack/"
@@ -225,6 +230,7 @@ class Backend:
     weight: float = 1.0
     faults: Faults = field(default_factory=Faults)
     observations: deque[Observation] = field(default_factory=lambda: deque(maxlen=200_000))
+    component: str | None = None  # the inference component it serves, on an endpoint hosting components
 
     def __post_init__(self) -> None:
         self.upstream = Upstream(self.process.host, self.process.port)
@@ -315,6 +321,7 @@ class VariantPlan:
     weight: float
     package_dir: Path | None  # None: multi-model, served from the registry
     environment: dict[str, str] = field(default_factory=dict)  # the container's, from the SageMaker model
+    component: str | None = None  # the inference component this plan is (its name is the plan's name then)
 
 
 class Router:
@@ -352,6 +359,8 @@ class Router:
         # router's 413, never buffered past it and never a variant's 5xx.
         self.max_body_bytes = max_body_bytes
         self.read_deadlines = ReadDeadlines(body_read_timeout_sec)
+        # Inference components: their copy counts (every component is created with at least one copy).
+        self.copies: dict[str, int] = {plan.component: 1 for plan in plans if plan.component is not None}
 
     # ------------------------------------------------------------------------------------------ children
     def spawn(self, plan: VariantPlan) -> RealtimeProcess:
@@ -372,7 +381,9 @@ class Router:
         except BaseException:
             await asyncio.to_thread(process.stop)
             raise
-        return Backend(plan.name, f"{plan.model}@{plan.version}", process, weight, faults or Faults())
+        return Backend(
+            plan.name, f"{plan.model}@{plan.version}", process, weight, faults or Faults(), component=plan.component
+        )
 
     async def start(self) -> None:
         started = await asyncio.gather(*(self.start_backend(plan, weight=plan.weight) for plan in self.plans))
@@ -391,8 +402,11 @@ class Router:
         await asyncio.gather(*(self.stop_backend(backend) for backend in backends))
 
     # ------------------------------------------------------------------------------------------ routing
-    def pick(self) -> Backend:
-        live = [v for v in self.variants if v.weight > 0]
+    def pick(self, component: str | None = None) -> Backend | None:
+        """A backend taking traffic (of `component` on an endpoint hosting components), at random by weight."""
+        live = [v for v in self.variants if v.weight > 0 and v.component == component]
+        if not live:
+            return None
         if len(live) == 1:
             return live[0]
         point = self._random.random() * sum(v.weight for v in live)
@@ -428,15 +442,24 @@ class Router:
             return await _respond(send, status, [(b"content-type", b"application/json")], orjson.dumps(answer))
         if method == "GET" and path == "/ping":
             live = [v for v in self.variants if v.weight > 0] or self.variants
+            if not live:  # every component scaled to zero: the endpoint itself is still in service
+                return await _respond(send, 200, [(b"content-type", b"application/json")], b"{}")
             status, headers, payload = await self.forward(live[0], "GET", b"/ping", [], b"")
             return await _respond(send, status, _returned(headers), payload)
         headers = [(name, value) for name, value in request_headers if name in FORWARDED]
-        wanted = next((value for name, value in request_headers if name == TARGET_VARIANT), None)
-        backend = self.pick() if wanted is None else self.variant(wanted.decode("latin-1"))
-        if backend is None:  # SageMaker's TargetVariant names a production variant, whatever its weight
-            names = ", ".join(v.name for v in self.variants)
-            error = {"type": "ValidationError", "message": f"TargetVariant: {wanted!r} is not one of {names}"}
-            return await _respond(send, 400, [(b"content-type", b"application/json")], orjson.dumps({"error": error}))
+        if self.copies:
+            backend, refusal = self._component_backend(request_headers)
+            if refusal is not None:
+                return await _respond(send, 400, [(b"content-type", b"application/json")], orjson.dumps(refusal))
+        else:
+            wanted = next((value for name, value in request_headers if name == TARGET_VARIANT), None)
+            backend = self.pick() if wanted is None else self.variant(wanted.decode("latin-1"))
+            if backend is None:  # SageMaker's TargetVariant names a production variant, whatever its weight
+                names = ", ".join(v.name for v in self.variants)
+                error = {"type": "ValidationError", "message": f"TargetVariant: {wanted!r} is not one of {names}"}
+                refusal_body = orjson.dumps({"error": error})
+                return await _respond(send, 400, [(b"content-type", b"application/json")], refusal_body)
+        assert backend is not None
         started = time.perf_counter()
         status, response_headers, payload = await self.forward(backend, method, target, headers, body)
         elapsed = time.perf_counter() - started
@@ -446,6 +469,48 @@ class Router:
         if self.shadow is not None and method == "POST" and self._random.random() * 100 < self.shadow_percent:
             self._copy_to_shadow(method, target, headers, body, status, payload, elapsed)
         return None
+
+    def _component_backend(self, headers: list[tuple[bytes, bytes]]) -> tuple[Backend | None, Any]:
+        """The backend of the request's inference component, or the refusal SageMaker makes (the SageMaker
+        Runtime front makes them first; a request sent to the router directly gets them here)."""
+        from servestack.local.sagemaker_front import COMPONENT_NAME_REQUIRED, NO_CAPACITY
+
+        raw = next((value for name, value in headers if name == INFERENCE_COMPONENT), None)
+        allowed = ", ".join(self.copies)
+        field_name = "X-Amzn-SageMaker-Inference-Component"
+        if raw is None:
+            error = {"type": "ValidationError", "message": COMPONENT_NAME_REQUIRED, "field": field_name}
+            return None, {"error": {**error, "value": None, "allowed": allowed}}
+        name = raw.decode("latin-1")
+        if name not in self.copies:
+            message = f"Inference Component {name} is not hosted by this endpoint"
+            return None, {"error": {"type": "ValidationError", "message": message, "field": field_name,
+                                    "value": name, "allowed": allowed}}  # fmt: skip
+        backend = self.pick(name)
+        if backend is None:
+            return None, {"error": {"type": "ValidationError", "message": NO_CAPACITY, "field": field_name,
+                                    "value": name, "allowed": f"a component with copies ({allowed})"}}  # fmt: skip
+        return backend, None
+
+    async def scale(self, component: str, copies: int) -> dict[str, Any]:
+        """Set a component's copies: 0 stops its children; from 0 to N >= 1 its child starts again (the plan's
+        version, the live one after a rehearsal). Returns once the change is in service."""
+        plan = next(p for p in self.plans if p.component == component)
+        running = [v for v in self.variants if v.component == component]
+        if copies == 0:
+            for backend in running:
+                self.variants.remove(backend)
+            await asyncio.gather(*(self.stop_backend(backend) for backend in running))
+        elif not running:
+            self.variants.append(await self.start_backend(plan, weight=plan.weight or 1.0))
+        self.copies[component] = copies
+        return self.components()
+
+    def components(self) -> dict[str, Any]:
+        return {
+            name: {"copies": copies, "backends": [v.name for v in self.variants if v.component == name]}
+            for name, copies in self.copies.items()
+        }
 
     async def forward(
         self, backend: Backend, method: str, path: bytes, headers: list[tuple[bytes, bytes]], body: bytes
@@ -526,12 +591,33 @@ class Router:
                 return 400, {"error": {"type": "InvalidRehearsal", "message": str(exc)}}
             self.rehearsal.begin()
             return 202, self.rehearsal.status()
+        if what == "components" and method == "GET":
+            return 200, self.components()
+        if what.startswith("components/") and method == "POST":
+            return await self._scale_request(what.removeprefix("components/"), body)
         if what == "deploy" and method == "GET":
             if self.rehearsal is None:
                 return 404, {"error": {"type": "NoRehearsal", "message": "no rehearsal has run"}}
             return 200, self.rehearsal.status()
-        routes = "GET metrics, GET shadow, POST deploy, GET deploy"
+        routes = "GET metrics, GET shadow, POST deploy, GET deploy, GET components, POST components/{name}"
         return 404, {"error": {"type": "NotFound", "message": f"{method} {ADMIN}{what}", "allowed": routes}}
+
+    async def _scale_request(self, component: str, body: bytes) -> tuple[int, Any]:
+        if component not in self.copies:
+            allowed = ", ".join(self.copies) or "none: this endpoint hosts no inference components"
+            return 404, {"error": {"type": "NotFound", "message": f"component {component!r} is not hosted here",
+                                   "field": "component", "value": component, "allowed": allowed}}  # fmt: skip
+        try:
+            copies = orjson.loads(body or b"{}").get("copies")
+        except (orjson.JSONDecodeError, AttributeError):
+            copies = None
+        if isinstance(copies, bool) or not isinstance(copies, int) or not 0 <= copies <= 1000:
+            return 400, {"error": {"type": "InvalidCopies", "message": "copies must be an integer in 0..1000",
+                                   "field": "copies", "value": copies, "allowed": "0..1000"}}  # fmt: skip
+        rehearsal = self.rehearsal
+        if rehearsal is not None and not rehearsal.done and getattr(rehearsal, "component", None) == component:
+            return 409, {"error": {"type": "RehearsalRunning", "message": f"a rehearsal is updating {component}"}}
+        return 200, await self.scale(component, copies)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

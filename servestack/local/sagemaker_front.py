@@ -18,6 +18,15 @@ What SageMaker refuses (docs/sagemaker-strictness.md traces each rule to its sou
 - a container that takes more than 60 s: 424 `ModelError` "Received server error (0) from <variant> with
   message "Your invocation timed out while waiting for a response from container <variant>. ..."";
 - `InvokeEndpointAsync` without `InputLocation`, or with an input over 1 GB: 400 `ValidationError`.
+On an endpoint hosting inference components (`InferenceComponentName`, header
+`X-Amzn-SageMaker-Inference-Component`, routes to that component's container):
+- no component name: 400 `ValidationError` "Inference Component Name header is required for endpoints to which
+  you plan to deploy inference components. Please include Inference Component Name header or consider using
+  SageMaker models.";
+- a component the endpoint does not host (or a name on an endpoint without components): 400 `ValidationError`;
+- a component with no copy (scaled to zero): 400 `ValidationError` "Inference Component has no capacity to
+  process this request. ApplicationAutoScaling may be in-progress (if configured) or try to increase the capacity
+  by invoking UpdateInferenceComponentRuntimeConfig API.", until a copy is in service again.
 Errors carry `x-amzn-ErrorType`, which botocore reads for the exception's class.
 """
 
@@ -27,9 +36,9 @@ import json
 import re
 import urllib.parse
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import httpx
 
@@ -45,14 +54,35 @@ FORWARDED = (
     "x-amzn-sagemaker-custom-attributes",
     "x-amzn-sagemaker-target-variant",
     "x-amzn-sagemaker-inference-id",
+    "x-amzn-sagemaker-inference-component",
 )
 CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes"
 VARIANT = "x-amzn-invoked-production-variant"
+INFERENCE_COMPONENT = "x-amzn-sagemaker-inference-component"
+# SageMaker's words for an endpoint with inference components (docs/sagemaker-strictness.md says where from).
+COMPONENT_NAME_REQUIRED = (
+    "Inference Component Name header is required for endpoints to which you plan to deploy inference components. "
+    "Please include Inference Component Name header or consider using SageMaker models."
+)
+NO_CAPACITY = (
+    "Inference Component has no capacity to process this request. ApplicationAutoScaling may be in-progress (if "
+    "configured) or try to increase the capacity by invoking UpdateInferenceComponentRuntimeConfig API."
+)
 REALTIME_TIMEOUT_SEC = 60.0  # SageMaker gives a container 60 s to answer /invocations
 
 
 MAX_BODY_BYTES = 6 * 1024 * 1024  # InvokeEndpoint's Body: "Maximum length of 6291456" (API reference)
 MAX_ASYNC_INPUT_BYTES = 1024**3  # asynchronous inference payloads: up to 1 GB (developer guide)
+
+
+class ComponentCapacity(Protocol):
+    """What the front needs of an inference component: its variant and its copies in service now."""
+
+    @property
+    def variant(self) -> str: ...
+
+    @property
+    def current_copies(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -61,6 +91,8 @@ class RealtimeTarget:
     variants: tuple[str, ...] = ("primary",)
     multi_model: bool = False  # the model's container Mode is MultiModel
     multi_model_front: Any = None  # servestack.local.multi_model.MultiModelFront, for MultiModel endpoints
+    # Inference components the endpoint hosts, by name (servestack.local.inference_components.ComponentState).
+    components: Mapping[str, ComponentCapacity] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -185,23 +217,36 @@ class SageMakerRuntime:
                 f"The variant {wanted_variant} is not a production variant of endpoint {name} "
                 f"(its variants: {', '.join(target.variants)})."
             )
+        component_name = request.header(INFERENCE_COMPONENT)
+        component = None
+        if component_name is not None or target.components:
+            if component_name is None:
+                return validation_error(COMPONENT_NAME_REQUIRED)
+            component = target.components.get(component_name)
+            if component is None:
+                return validation_error(f"Inference Component {component_name} of account {ACCOUNT} not found.")
+            if component.current_copies < 1:
+                return validation_error(NO_CAPACITY)
         headers = {key: value for key in FORWARDED if (value := request.header(key)) is not None}
         try:
             response = self.http.post(f"{target.url}/invocations", content=request.body, headers=headers)
         except httpx.TimeoutException:
-            variant = wanted_variant or target.variants[0]
+            variant = component.variant if component else wanted_variant or target.variants[0]
             message = (
                 f"Your invocation timed out while waiting for a response from container {variant}. Review the "
                 "latency metrics for each container in Amazon CloudWatch, resolve the issue, and try again."
             )
-            return self._model_error(name, variant, 0, message)
+            return self._model_error(name, variant, 0, message, component_name)
         except httpx.HTTPError as error:
             return sagemaker_error(
                 503, "ServiceUnavailable", f"Endpoint {name}: its container at {target.url} is not answering ({error})"
             )
-        variant = response.headers.get(VARIANT) or wanted_variant or target.variants[0]
+        # A component's answer names the variant hosting it (the router names the component's container).
+        variant = (
+            component.variant if component else response.headers.get(VARIANT) or wanted_variant or target.variants[0]
+        )
         if response.status_code >= 400:
-            return self._model_error(name, variant, response.status_code, response.text)
+            return self._model_error(name, variant, response.status_code, response.text, component_name)
         reply_headers = {
             "Content-Type": response.headers.get("content-type", "application/octet-stream"),
             "x-Amzn-Invoked-Production-Variant": variant,
@@ -211,9 +256,10 @@ class SageMakerRuntime:
             reply_headers["X-Amzn-SageMaker-Custom-Attributes"] = response.headers[CUSTOM_ATTRIBUTES]
         return Reply(200, reply_headers, response.content)
 
-    def _model_error(self, name: str, variant: str, status: int, text: str) -> Reply:
-        """A container's 4xx/5xx (or its silence) as SageMaker reports it to the caller."""
-        group = f"/aws/sagemaker/Endpoints/{name}"
+    def _model_error(self, name: str, variant: str, status: int, text: str, component: str | None = None) -> Reply:
+        """A container's 4xx/5xx (or its silence) as SageMaker reports it to the caller; a component's container
+        logs to its own group."""
+        group = f"/aws/sagemaker/InferenceComponents/{component}" if component else f"/aws/sagemaker/Endpoints/{name}"
         kind = "client" if 400 <= status < 500 else "server"
         message = (
             f'Received {kind} error ({status}) from {variant} with message "{text}". See '

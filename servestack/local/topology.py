@@ -41,14 +41,18 @@ EMULATED: dict[str, str] = {
     "AWS::SageMaker::Model": "container entry (`serve`) run locally with the model's environment and data",
     "AWS::SageMaker::EndpointConfig": "variants, weights, shadow, serverless and async configuration, model mode",
     "AWS::SageMaker::Endpoint": "local endpoint behind the SageMaker Runtime front",
+    "AWS::SageMaker::InferenceComponent": "its model's container run locally, invoked by InferenceComponentName; "
+    "copies set by UpdateInferenceComponentRuntimeConfig (0 stops it)",
     "AWS::Logs::LogGroup": "logs go to local up's output, one tag per process",
     "AWS::ECS::TaskDefinition": "the container's command run as a local process, its environment, its task role",
 }
 REPORTED: dict[str, str] = {
     "AWS::CloudWatch::Alarm": "not evaluated (the `local deploy` rehearsal evaluates the rollback alarms)",
     "AWS::CloudWatch::Dashboard": "not emulated",
-    "AWS::ApplicationAutoScaling::ScalableTarget": "not emulated: one instance per variant locally",
-    "AWS::ApplicationAutoScaling::ScalingPolicy": "not emulated: one instance per variant locally",
+    "AWS::ApplicationAutoScaling::ScalableTarget": "not emulated: one instance per variant (one container per "
+    "inference component) locally",
+    "AWS::ApplicationAutoScaling::ScalingPolicy": "not emulated: one instance per variant (one container per "
+    "inference component) locally",
     "AWS::CodeDeploy::Application": "not emulated (`local deploy` rehearses SageMaker blue/green)",
     "AWS::CodeDeploy::DeploymentConfig": "not emulated (`local deploy` rehearses SageMaker blue/green)",
     "AWS::CodeDeploy::DeploymentGroup": "not emulated (`local deploy` rehearses SageMaker blue/green)",
@@ -223,13 +227,29 @@ class ContainerDef:
 @dataclass(frozen=True)
 class VariantDef:
     name: str
-    model_name: str
-    container: ContainerDef
-    execution_role: str  # role logical id
+    model_name: str | None  # None: the variant hosts inference components
+    container: ContainerDef | None
+    execution_role: str | None  # role logical id (the model's)
     weight: float
     instance_type: str | None
     instance_count: int
     serverless: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class ComponentDef:
+    """An inference component: a model placed on an endpoint's variant, invoked by its name."""
+
+    logical_id: str
+    name: str
+    arn: str
+    variant: str
+    model_name: str
+    container: ContainerDef
+    execution_role: str  # role logical id (the model's)
+    copies: int
+    compute: dict[str, Any]  # ComputeResourceRequirements, as the template gives them
+    deployment_config: dict[str, Any] | None
 
 
 @dataclass(frozen=True)
@@ -241,6 +261,8 @@ class EndpointDef:
     shadow_variants: tuple[VariantDef, ...]
     async_config: dict[str, Any] | None
     deployment_config: dict[str, Any] | None
+    components: tuple[ComponentDef, ...] = ()
+    execution_role: str | None = None  # the endpoint config's (role logical id): component endpoints need one
 
 
 @dataclass
@@ -531,6 +553,12 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
             )
         elif res.type == "AWS::SageMaker::Endpoint":
             topology.endpoints[res.logical_id] = _endpoint(template, resolver, res, resources)
+    hosted = {c.logical_id for e in topology.endpoints.values() for c in e.components}
+    for res in resources:
+        if res.type == "AWS::SageMaker::InferenceComponent" and res.logical_id not in hosted:
+            raise TemplateError(
+                f"{template.name}: inference component {res.logical_id} names an endpoint that is not in the stack"
+            )
     topology.apis = _http_apis(template, resolver, resources, topology)
     for key, output in template.body.get("Outputs", {}).items():
         topology.outputs[key] = str(resolver.resolve(output["Value"]))
@@ -598,6 +626,14 @@ def _container(resolver: Resolver, model: Resource) -> tuple[ContainerDef, str]:
     return container, role
 
 
+# What SageMaker refuses when an endpoint hosts inference components (docs/sagemaker-strictness.md).
+NOT_A_COMPONENT_ENDPOINT = (
+    "Inference Components are not supported in this Endpoint. Please make sure this endpoint can deploy inference "
+    "components."
+)
+ZERO_COPIES_AT_CREATION = "Inference components copy count an integer larger than 0"
+
+
 def _endpoint(
     template: StackTemplate, resolver: Resolver, endpoint: Resource, resources: list[Resource]
 ) -> EndpointDef:
@@ -607,13 +643,23 @@ def _endpoint(
         raise TemplateError(f"{template.name}: endpoint {endpoint.logical_id} has no endpoint config in the stack")
     models = {resolver.physical_name(m.logical_id): m for m in resources if m.type == "AWS::SageMaker::Model"}
 
-    def variant(raw: Mapping[str, Any]) -> VariantDef:
-        model_name = str(resolver.resolve(raw["ModelName"]))
+    def model_of(model_name: str, who: str) -> Resource:
         model = models.get(model_name)
         if model is None:
-            raise TemplateError(f"{template.name}: variant {raw.get('VariantName')} names unknown model {model_name}")
-        container, role = _container(resolver, model)
+            raise TemplateError(f"{template.name}: {who} names unknown model {model_name}")
+        return model
+
+    def variant(raw: Mapping[str, Any]) -> VariantDef:
         resolved = resolver.resolve(dict(raw))
+        container, role, model_name = None, None, None
+        if "ModelName" in raw:
+            model_name = str(resolver.resolve(raw["ModelName"]))
+            container, role = _container(resolver, model_of(model_name, f"variant {raw.get('VariantName')}"))
+        elif "ServerlessConfig" in resolved:
+            raise TemplateError(
+                f"{template.name}: variant {resolved.get('VariantName')} of {endpoint.logical_id} is serverless and "
+                "names no model: SageMaker places inference components on instance-based variants only"
+            )
         return VariantDef(
             str(resolved["VariantName"]),
             model_name,
@@ -626,16 +672,73 @@ def _endpoint(
         )
 
     p = config.properties
+    variants = tuple(variant(v) for v in _as_list(p.get("ProductionVariants")))
+    name = resolver.physical_name(endpoint.logical_id)
+    execution_role = _logical_of(p.get("ExecutionRoleArn"))
+    if execution_role not in template.resources:  # absent, or AWS::NoValue, or a role outside the stack
+        execution_role = None
+    if any(v.model_name is None for v in variants) and execution_role is None:
+        # CreateEndpointConfig refuses a config for inference components without one (stdapi-ai/stdapi.ai #43).
+        raise TemplateError(
+            f"{template.name}: endpoint config {config.logical_id} has a variant without ModelName (for inference "
+            "components) but no ExecutionRoleArn in the stack; SageMaker requires one for such a config"
+        )
+
+    def component(res: Resource) -> ComponentDef:
+        props = res.properties
+        resolved = resolver.resolve(dict(props))
+        who = f"inference component {res.logical_id}"
+        wanted = str(resolved.get("VariantName") or variants[0].name)
+        host = next((v for v in variants if v.name == wanted), None)
+        if host is None:
+            raise TemplateError(
+                f"{template.name}: {who} names variant {wanted}, not one of {name}'s "
+                f"({', '.join(v.name for v in variants)})"
+            )
+        if host.model_name is not None:
+            raise TemplateError(f"{template.name}: {who} on variant {wanted} of {name}: {NOT_A_COMPONENT_ENDPOINT}")
+        copies = int((resolved.get("RuntimeConfig") or {}).get("CopyCount", 1))
+        if copies < 1:
+            raise TemplateError(f"{template.name}: {who}: {ZERO_COPIES_AT_CREATION} (CopyCount {copies})")
+        specification = props.get("Specification") or {}
+        if "ModelName" not in specification:
+            raise TemplateError(f"{template.name}: {who} names no SageMaker model; local mode runs a model's container")
+        model_name = str(resolver.resolve(specification["ModelName"]))
+        container, role = _container(resolver, model_of(model_name, who))
+        component_name = resolver.physical_name(res.logical_id)
+        return ComponentDef(
+            res.logical_id,
+            component_name,
+            resolver.ref(res.logical_id),
+            wanted,
+            model_name,
+            container,
+            role,
+            copies,
+            dict(resolved.get("Specification", {}).get("ComputeResourceRequirements") or {}),
+            resolved.get("DeploymentConfig"),
+        )
+
+    endpoint_arn = resolver.ref(endpoint.logical_id)
+    components = tuple(
+        component(r)
+        for r in resources
+        if r.type == "AWS::SageMaker::InferenceComponent"
+        and str(resolver.resolve(r.properties.get("EndpointName") or r.properties.get("EndpointArn")))
+        in (name, endpoint_arn)
+    )
     return EndpointDef(
         endpoint.logical_id,
-        resolver.physical_name(endpoint.logical_id),
-        resolver.ref(endpoint.logical_id),
-        tuple(variant(v) for v in _as_list(p.get("ProductionVariants"))),
+        name,
+        endpoint_arn,
+        variants,
         tuple(variant(v) for v in _as_list(p.get("ShadowProductionVariants"))),
         resolver.resolve(p["AsyncInferenceConfig"]) if "AsyncInferenceConfig" in p else None,
         resolver.resolve(endpoint.properties["DeploymentConfig"])
         if "DeploymentConfig" in endpoint.properties
         else None,
+        components,
+        execution_role,
     )
 
 

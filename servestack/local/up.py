@@ -506,6 +506,8 @@ class World:
     aws: dict[str, Any]
     registry_uri: str
     service_endpoints: dict[str, str] = field(default_factory=dict)  # AWS_ENDPOINT_URL_<SERVICE> for functions
+    components: dict[str, Any] = field(default_factory=dict)  # inference component name -> ComponentState
+    component_routers: dict[str, str] = field(default_factory=dict)  # inference component name -> router URL
 
     # ------------------------------------------------------------------------------------ what to run
     def plan(
@@ -604,6 +606,11 @@ class World:
                 else:
                     plan.endpoints[endpoint.name] = target
                     entry |= {"url": target.url, "endpoint_name": endpoint.name}
+                if endpoint.components:
+                    entry["components"] = {
+                        c.name: self._component_entry(c.container.environment.get("SERVESTACK_DEFAULT_MODEL", ""))
+                        for c in endpoint.components
+                    }
             buckets = [b for b in topology.buckets.values() if "accesslogs" not in b.logical_id.lower()]
             if buckets:
                 entry["bucket"] = buckets[0].name
@@ -625,7 +632,8 @@ class World:
 
         multi_model_roots: dict[str, Path] = {}
 
-        def variant(v: Any) -> dict[str, Any]:
+        def variant(v: Any, component: str | None = None) -> dict[str, Any]:
+            """A variant's (or an inference component's) container as the router starts it."""
             container = v.container
             env = dict(container.environment)
             package_dir = None
@@ -647,10 +655,15 @@ class World:
             model = env.get("SERVESTACK_DEFAULT_MODEL", "")
             version = first_version(package_dir, model) if package_dir else self.spec.model(model, None).version
             env |= credentials[v.execution_role].environment()
-            return {"name": v.name, "model": model, "version": version, "weight": v.weight,
-                    "package_dir": str(package_dir) if package_dir else None, "environment": env}  # fmt: skip
+            return {"name": v.name, "model": model, "version": version, "weight": getattr(v, "weight", 1.0),
+                    "package_dir": str(package_dir) if package_dir else None, "environment": env,
+                    "component": component}  # fmt: skip
 
-        variants = [variant(v) for v in endpoint.variants]
+        if endpoint.components:
+            # One container per inference component, from the model it names (its variant runs no model).
+            variants = [variant(c, component=c.name) for c in endpoint.components]
+        else:
+            variants = [variant(v) for v in endpoint.variants]
         shadow = variant(endpoint.shadow_variants[0]) if endpoint.shadow_variants else None
         production_weight = sum(v["weight"] for v in variants) or 1.0
         config = {
@@ -672,7 +685,19 @@ class World:
         url = f"http://127.0.0.1:{port}"
         names = tuple(v.name for v in endpoint.variants)
         child = Child(f"{topology.deployment}/endpoint", argv, env, f"{url}/ping", ready_status=200)
-        multi = [v for v in endpoint.variants if v.container.mode == "MultiModel"]
+        if endpoint.components:
+            from servestack.local.inference_components import ComponentState
+
+            states = {
+                c.name: ComponentState(
+                    c.name, c.arn, endpoint.name, endpoint.arn, c.variant, c.model_name, c.compute, c.copies, c.copies
+                )
+                for c in endpoint.components
+            }
+            self.components.update(states)
+            self.component_routers.update(dict.fromkeys(states, url))
+            return child, RealtimeTarget(url, names, components=states)
+        multi = [v for v in endpoint.variants if v.container is not None and v.container.mode == "MultiModel"]
         if not multi:
             return child, RealtimeTarget(url, names)
         from servestack.local.emulator import client_as
@@ -691,6 +716,12 @@ class World:
             variant=v.name,
         )
         return child, RealtimeTarget(url, names, multi_model=True, multi_model_front=front)
+
+    def _component_entry(self, model: str) -> dict[str, Any]:
+        """What other commands need of a component: its model and that model's sample request."""
+        declared = next((m for m in self.spec.models if m.name == model), None)
+        sample = self.project / declared.artifact_path / "sample-request.json" if declared else None
+        return {"model": model, "sample": str(sample) if sample is not None and sample.is_file() else None}
 
     def _bundle_view(self, deployment: str) -> Path:
         """What the deployment's Lambda bundle carries under models/artifacts: its own pinned packages only
@@ -730,7 +761,14 @@ class World:
         url = entry.get("url")
         if topology.mode == "realtime" and url:
             lines += [f"curl -s {url}/ping"]
-            if sample is not None:
+            components: dict[str, Any] = entry.get("components") or {}
+            for name, component in components.items():
+                if component.get("sample"):
+                    lines.append(
+                        f"curl -s -X POST {url}/invocations -H 'Content-Type: application/json' "
+                        f"-H 'X-Amzn-SageMaker-Inference-Component: {name}' --data @{shown(Path(component['sample']))}"
+                    )
+            if sample is not None and not components:
                 lines.append(
                     f"curl -s -X POST {url}/invocations -H 'Content-Type: application/json' --data @{shown(sample)}"
                 )
@@ -773,7 +811,10 @@ class World:
             closers.append(invocations.close)
             asynchronous[name] = AsyncTarget(_submitter(invocations))
         runtime = SageMakerRuntime(plan.endpoints, asynchronous, self.aws["s3"])
-        front = AwsFront(runtime, lambdas, self.access, plan.aws_port).serve_in_background()
+        from servestack.local.inference_components import InferenceComponents
+
+        components = InferenceComponents(self.components, self._scale_component)
+        front = AwsFront(runtime, lambdas, self.access, plan.aws_port, components).serve_in_background()
         closers.append(front.close)
         for api, port in plan.apis:
             http_front = HttpApiFront(api, lambdas, self._authorize_api, port=port).serve_in_background()
@@ -812,6 +853,15 @@ class World:
 
         closers.append(stop_threads)
         return closers
+
+    def _scale_component(self, component: Any, copies: int) -> None:
+        """Tell the component's router to run its copies (0 stops its container); returns once they serve."""
+        import httpx
+
+        url = f"{self.component_routers[component.name]}/_servestack/components/{component.name}"
+        response = httpx.post(url, json={"copies": copies}, timeout=180)
+        if response.status_code != 200:
+            raise RuntimeError(f"the endpoint's router answered {response.status_code}: {response.text[:300]}")
 
     def _authorize_api(self, request: Any, resource: str) -> Any:
         return self.access.check(request, "execute-api", resource)
@@ -871,6 +921,8 @@ class World:
                 lines.append(f"{'':<20} {'':<11} {'  function ' + logical_id:<28} {function}")
             if "endpoint_name" in entry:
                 lines.append(f"{'':<20} {'':<11} {'  sagemaker endpoint':<28} {entry['endpoint_name']}")
+            for component in entry.get("components", {}):
+                lines.append(f"{'':<20} {'':<11} {'  inference component':<28} {component}")
             for key, value in sorted(entry.get("outputs", {}).items()):
                 if key not in ("SmokeKind", "SmokeTarget"):
                     lines.append(f"{'':<20} {'':<11} {'  output ' + key:<28} {value}")

@@ -189,3 +189,49 @@ def test_the_shadow_never_changes_a_primary_answer_and_is_reported(shadow_router
     assert report["latency_ms"]["primary"]["p50"] > 0
     assert report["latency_ms"]["shadow"]["p50"] > 0
     print(f"\nshadow report: {json.dumps(report)}")
+
+
+@pytest.fixture(scope="module")
+def component_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterProcess]:
+    def component(name: str, model: str) -> dict:
+        return {"name": name, "model": model, "version": "1", "weight": 1, "component": name,
+                "package_dir": str(ARTIFACTS / model / "1")}  # fmt: skip
+
+    components = [component("ep-digits", "digits"), component("ep-cancer", "breast-cancer")]
+    router = RouterProcess.start(tmp_path_factory.mktemp("components"), "two-models", components)
+    yield router
+    router.stop()
+
+
+def test_inference_components_are_routed_by_name_and_refused_as_sagemaker_refuses(
+    component_router: RouterProcess,
+) -> None:
+    cancer = (ARTIFACTS / "breast-cancer" / "1" / "sample-request.json").read_bytes()
+    with httpx.Client(base_url=component_router.url, headers={"Content-Type": "application/json"}) as client:
+
+        def call(body: bytes, component: str | None) -> httpx.Response:
+            named = {"X-Amzn-SageMaker-Inference-Component": component} if component else {}
+            return client.post("/invocations", content=body, headers=named)
+
+        # WHEN each component is named THEN its own model answers, the answer naming the component's container
+        digits_answer, cancer_answer = call(SAMPLE, "ep-digits"), call(cancer, "ep-cancer")
+        assert (digits_answer.json()["model"], cancer_answer.json()["model"]) == ("digits", "breast-cancer")
+        assert digits_answer.headers["x-amzn-invoked-production-variant"] == "ep-digits"
+        # AND no name or an unknown one is a 400 naming the header, the value and the components
+        missing, unknown = call(SAMPLE, None).json()["error"], call(SAMPLE, "ep-nope").json()["error"]
+        assert missing["message"].startswith("Inference Component Name header is required")
+        assert (unknown["field"], unknown["value"], unknown["allowed"]) == (
+            "X-Amzn-SageMaker-Inference-Component", "ep-nope", "ep-digits, ep-cancer"
+        )  # fmt: skip
+        # WHEN a component is set to zero copies THEN its container stops and it has no capacity
+        zero = client.post("/_servestack/components/ep-cancer", json={"copies": 0})
+        assert zero.json()["ep-cancer"] == {"copies": 0, "backends": []}
+        no_capacity = call(cancer, "ep-cancer")
+        assert no_capacity.status_code == 400
+        assert no_capacity.json()["error"]["message"].startswith("Inference Component has no capacity")
+        assert call(SAMPLE, "ep-digits").status_code == 200  # the other one serves on
+        # WHEN it gets copies again THEN it answers again; a bad copy count is refused with what is allowed
+        assert client.post("/_servestack/components/ep-cancer", json={"copies": 2}).status_code == 200
+        assert call(cancer, "ep-cancer").json()["model"] == "breast-cancer"
+        bad = client.post("/_servestack/components/ep-cancer", json={"copies": -1})
+        assert (bad.status_code, bad.json()["error"]["allowed"]) == (400, "0..1000")

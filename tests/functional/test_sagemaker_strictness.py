@@ -20,8 +20,16 @@ from botocore.exceptions import ClientError
 
 from servestack.local.access import OpenAccess
 from servestack.local.aws_front import AwsFront
+from servestack.local.inference_components import ComponentState, InferenceComponents
 from servestack.local.lambda_service import LambdaService
-from servestack.local.sagemaker_front import MAX_BODY_BYTES, AsyncTarget, RealtimeTarget, SageMakerRuntime
+from servestack.local.sagemaker_front import (
+    COMPONENT_NAME_REQUIRED,
+    MAX_BODY_BYTES,
+    NO_CAPACITY,
+    AsyncTarget,
+    RealtimeTarget,
+    SageMakerRuntime,
+)
 from tests.conftest import ARTIFACTS, RealtimeServer
 
 pytestmark = pytest.mark.slow
@@ -56,6 +64,32 @@ class FakeS3:
         return {"ContentLength": self.sizes[f"{Bucket}/{Key}"]}
 
 
+def component(name: str, copies: int) -> ComponentState:
+    arn = f"arn:aws:sagemaker:us-east-1:123456789012:inference-component/{name}"
+    endpoint = "arn:aws:sagemaker:us-east-1:123456789012:endpoint/components"
+    return ComponentState(name, arn, "components", endpoint, "primary", "m-digits", {}, copies, copies)
+
+
+class RecordingScaler:
+    """Stands for the endpoint's router: records each copy count asked, and can be told to fail."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+        self.fail = False
+
+    def __call__(self, state: ComponentState, copies: int) -> None:
+        self.calls.append((state.name, copies))
+        if self.fail:
+            raise RuntimeError("the router is not answering")
+
+
+COMPONENTS = {
+    "components-digits": component("components-digits", 1),
+    "components-idle": component("components-idle", 0),
+}
+SCALER = RecordingScaler()
+
+
 @pytest.fixture(scope="module")
 def front(realtime_server: RealtimeServer) -> Iterator[str]:
     slow = ThreadingHTTPServer(("127.0.0.1", 0), SlowContainer)
@@ -66,24 +100,36 @@ def front(realtime_server: RealtimeServer) -> Iterator[str]:
             "single": RealtimeTarget(realtime_server.url, ("primary",)),
             "two-variants": RealtimeTarget(realtime_server.url, ("blue", "green")),
             "slow": RealtimeTarget(f"http://127.0.0.1:{slow.server_address[1]}", ("primary",)),
+            # An endpoint hosting inference components (the container stands in for the endpoint's router).
+            "components": RealtimeTarget(realtime_server.url, ("primary",), components=COMPONENTS),
         },
         {"async-ep": AsyncTarget(lambda b, k, c, a, i: (submitted.append(i) or f"s3://out/{i}.out", None))},
         FakeS3({"in/big": 1024**3 + 1, "in/small": 10}),
         invocation_timeout_sec=1.0,
     )
     lambdas = LambdaService([])
-    server = AwsFront(runtime, lambdas, OpenAccess()).serve_in_background()
+    server = AwsFront(runtime, lambdas, OpenAccess(), components=InferenceComponents(COMPONENTS, SCALER))
+    server.serve_in_background()
     yield server.url
+    for client in CLIENTS:
+        client.close()
     server.close()
     lambdas.close()
     slow.shutdown()
     slow.server_close()
 
 
+# Every client the tests make, closed when the front stops (a client collected mid-test would close its pooled
+# connections from the garbage collector, a ResourceWarning in whichever test runs then).
+CLIENTS: list[Any] = []
+
+
 def runtime_client(url: str) -> Any:
     session = boto3.session.Session(aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1")
     config = Config(retries={"mode": "standard", "max_attempts": 1}, read_timeout=30)
-    return session.client("sagemaker-runtime", endpoint_url=url, config=config)
+    client = session.client("sagemaker-runtime", endpoint_url=url, config=config)
+    CLIENTS.append(client)
+    return client
 
 
 def error_of(call: Any) -> dict[str, Any]:
@@ -177,3 +223,142 @@ def test_async_on_a_realtime_endpoint_names_the_right_operation(front: str) -> N
     )
     assert error["Error"]["Code"] == "ValidationError"
     assert "call InvokeEndpoint" in error["Error"]["Message"]
+
+
+# ------------------------------------------------------------------------------------------ inference components
+
+
+def test_an_inference_component_answers_under_its_variant(front: str) -> None:
+    # GIVEN an endpoint hosting components WHEN boto3 names one with InferenceComponentName
+    response = runtime_client(front).invoke_endpoint(
+        EndpointName="components", InferenceComponentName="components-digits", Body=DIGITS,
+        ContentType="application/json",
+    )  # fmt: skip
+    # THEN its container answers, reported under the variant that hosts it
+    assert response["InvokedProductionVariant"] == "primary"
+    assert b"predictions" in response["Body"].read()
+
+
+def test_no_component_name_on_an_endpoint_with_components_is_a_validation_error(front: str) -> None:
+    error = error_of(lambda: runtime_client(front).invoke_endpoint(EndpointName="components", Body=DIGITS))
+
+    assert error["Error"]["Code"] == "ValidationError"
+    assert error["Error"]["Message"] == COMPONENT_NAME_REQUIRED
+    assert error["Error"]["Message"].startswith("Inference Component Name header is required for endpoints")
+
+
+def test_an_unknown_component_is_a_validation_error(front: str) -> None:
+    client = runtime_client(front)
+    # WHEN the name is no component of the endpoint, or the endpoint hosts no components at all
+    unknown = error_of(
+        lambda: client.invoke_endpoint(EndpointName="components", InferenceComponentName="nope", Body=DIGITS)
+    )
+    plain = error_of(
+        lambda: client.invoke_endpoint(EndpointName="single", InferenceComponentName="components-digits", Body=DIGITS)
+    )
+    # THEN ValidationError naming the component
+    assert (unknown["Error"]["Code"], plain["Error"]["Code"]) == ("ValidationError", "ValidationError")
+    assert unknown["Error"]["Message"] == "Inference Component nope of account 123456789012 not found."
+    assert "components-digits" in plain["Error"]["Message"]
+
+
+def test_target_model_on_an_endpoint_with_components_is_a_validation_error(front: str) -> None:
+    error = error_of(
+        lambda: runtime_client(front).invoke_endpoint(
+            EndpointName="components", InferenceComponentName="components-digits", TargetModel="digits/1.tar.gz",
+            Body=DIGITS,
+        )
+    )  # fmt: skip
+    assert error["Error"]["Code"] == "ValidationError"
+    assert "is not a multi-model endpoint" in error["Error"]["Message"]
+
+
+def test_a_component_with_no_copy_has_no_capacity(front: str) -> None:
+    # GIVEN a component at zero copies WHEN it is invoked
+    error = error_of(
+        lambda: runtime_client(front).invoke_endpoint(
+            EndpointName="components", InferenceComponentName="components-idle", Body=DIGITS
+        )
+    )
+    # THEN SageMaker's ValidationError for a component without capacity, with its words
+    assert error["ResponseMetadata"]["HTTPStatusCode"] == 400
+    assert error["Error"]["Code"] == "ValidationError"
+    assert error["Error"]["Message"] == NO_CAPACITY
+
+
+def sagemaker_client(url: str) -> Any:
+    session = boto3.session.Session(aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1")
+    config = Config(retries={"mode": "standard", "max_attempts": 1})
+    client = session.client("sagemaker", endpoint_url=url, config=config)
+    CLIENTS.append(client)
+    return client
+
+
+def wait_in_service(client: Any, name: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 30
+    while True:
+        described: dict[str, Any] = client.describe_inference_component(InferenceComponentName=name)
+        if described["InferenceComponentStatus"] != "Updating" or time.monotonic() > deadline:
+            return described
+        time.sleep(0.05)
+
+
+def test_copies_set_by_update_runtime_config_open_and_close_capacity(front: str) -> None:
+    control, runtime = sagemaker_client(front), runtime_client(front)
+    SCALER.calls.clear()
+    # WHEN boto3's sagemaker client scales a component to zero
+    answer = control.update_inference_component_runtime_config(
+        InferenceComponentName="components-digits", DesiredRuntimeConfig={"CopyCount": 0}
+    )
+    assert answer["InferenceComponentArn"].endswith(":inference-component/components-digits")
+    described = wait_in_service(control, "components-digits")
+    # THEN it reports no copy, and invoking it is SageMaker's no-capacity error
+    assert described["RuntimeConfig"] == {"DesiredCopyCount": 0, "CurrentCopyCount": 0}
+    assert described["InferenceComponentStatus"] == "InService"
+    error = error_of(
+        lambda: runtime.invoke_endpoint(
+            EndpointName="components", InferenceComponentName="components-digits", Body=DIGITS
+        )
+    )
+    assert error["Error"]["Message"] == NO_CAPACITY
+    # WHEN it is given two copies again THEN once they serve, it answers
+    control.update_inference_component_runtime_config(
+        InferenceComponentName="components-digits", DesiredRuntimeConfig={"CopyCount": 2}
+    )
+    assert wait_in_service(control, "components-digits")["RuntimeConfig"] == {
+        "DesiredCopyCount": 2, "CurrentCopyCount": 2,
+    }  # fmt: skip
+    response = runtime.invoke_endpoint(
+        EndpointName="components", InferenceComponentName="components-digits", Body=DIGITS,
+        ContentType="application/json",
+    )  # fmt: skip
+    assert response["InvokedProductionVariant"] == "primary"
+    # Read the body: an unread StreamingBody keeps its pooled connection until it is garbage collected.
+    assert b"predictions" in response["Body"].read()
+    assert SCALER.calls == [("components-digits", 0), ("components-digits", 2)]
+
+
+def test_a_scaling_that_fails_leaves_the_component_failed_with_the_reason(front: str) -> None:
+    control = sagemaker_client(front)
+    SCALER.fail = True
+    try:
+        control.update_inference_component_runtime_config(
+            InferenceComponentName="components-idle", DesiredRuntimeConfig={"CopyCount": 1}
+        )
+        described = wait_in_service(control, "components-idle")
+    finally:
+        SCALER.fail = False
+    assert described["InferenceComponentStatus"] == "Failed"
+    assert described["FailureReason"] == "the router is not answering"
+    assert described["RuntimeConfig"]["CurrentCopyCount"] == 0
+
+
+def test_the_control_plane_refuses_an_unknown_component_and_other_operations(front: str) -> None:
+    control = sagemaker_client(front)
+    unknown = error_of(lambda: control.describe_inference_component(InferenceComponentName="nope"))
+    other = error_of(lambda: control.describe_endpoint(EndpointName="components"))
+
+    assert unknown["Error"]["Code"] == "ValidationException"
+    assert "nope" in unknown["Error"]["Message"]
+    assert other["Error"]["Code"] == "UnknownOperationException"
+    assert "DescribeInferenceComponent and UpdateInferenceComponentRuntimeConfig" in other["Error"]["Message"]

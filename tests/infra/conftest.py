@@ -1,6 +1,7 @@
 """One synth per test session: the repo's serving.yaml plus a few extra deployments that exercise the
-options the repo file does not use (A/B variants, shadow, multi-model, serverless variant, SageMaker async
-backend, Fargate batch). Bundling is skipped (`aws:cdk:bundling-stacks: []`); only test_bundling bundles.
+options the repo file does not use (A/B variants, shadow, multi-model, serverless variant, inference
+components on CPU and GPU, SageMaker async backend, Fargate batch). Bundling is skipped
+(`aws:cdk:bundling-stacks: []`); only test_bundling bundles.
 
 The synth runs in a throwaway project root holding the repo's serving.yaml, stub Dockerfiles and stub
 model artifacts, so these tests check the templates whatever state `models/` and `containers/` are in.
@@ -71,6 +72,30 @@ EXTRA_DEPLOYMENTS: dict[str, dict[str, Any]] = {
         "model": "breast-cancer",
         "backend": "sagemaker",
         "max_instances": 3,
+    },
+    "two-models": {
+        "mode": "realtime",
+        "instance_type": "ml.c6i.xlarge",
+        "min_instances": 1,
+        "max_instances": 3,
+        "strategy": {"type": "linear", "linear_step_percent": 25, "interval_minutes": 2, "bake_minutes": 5},
+        "components": [
+            {"model": "digits", "cpu_cores": 1, "memory_mib": 1024, "copies": 2, "min_copies": 1, "max_copies": 4},
+            {
+                "name": "cancer",
+                "model": "breast-cancer",
+                "cpu_cores": 0.5,
+                "memory_mib": 512,
+                "min_copies": 0,
+                "max_copies": 2,
+                "target_invocations_per_copy": 200,
+            },
+        ],
+    },
+    "gpu-components": {
+        "mode": "realtime",
+        "instance_type": "ml.g5.xlarge",
+        "components": [{"model": "digits", "accelerators": 1, "cpu_cores": 2, "memory_mib": 2048}],
     },
     "digits-weekly": {
         "mode": "batch",

@@ -17,7 +17,7 @@ from servestack.local.cloudformation import (
     TemplateError,
     generated_name,
 )
-from servestack.local.topology import EMULATED, REPORTED
+from servestack.local.topology import EMULATED, REPORTED, read_stack
 from tests.conftest import REPO_ROOT
 
 LOCAL = LocalValues(region="eu-west-1", account="123456789012", emulator_url="http://emu:5000",
@@ -115,3 +115,67 @@ def test_the_readme_names_every_resource_type_local_mode_knows() -> None:
     readme = (REPO_ROOT / "README.md").read_text()
     missing = [t for t in [*EMULATED, *REPORTED] if f"`{t}`" not in readme]
     assert missing == []
+
+
+def component_stack(
+    tmp_path: Path, *, variant: dict[str, Any] | None = None, config: dict[str, Any] | None = None,
+    component: dict[str, Any] | None = None,
+) -> tuple[StackTemplate, Resolver]:  # fmt: skip
+    """An endpoint hosting one inference component, as stacks/components.py writes it, with `overrides`."""
+    role = {"Fn::GetAtt": ["Role", "Arn"]}
+    resources: dict[str, Any] = {
+        "Role": {"Type": "AWS::IAM::Role", "Properties": {"AssumeRolePolicyDocument": {"Statement": []}}},
+        "Model": {"Type": "AWS::SageMaker::Model", "Properties": {
+            "ExecutionRoleArn": role,
+            "PrimaryContainer": {"Image": "img", "ModelDataUrl": "s3://b/m.tar.gz",
+                                 "Environment": {"SERVESTACK_DEFAULT_MODEL": "digits"}}}},
+        "Config": {"Type": "AWS::SageMaker::EndpointConfig", "Properties": {
+            "ExecutionRoleArn": role,
+            "ProductionVariants": [{"VariantName": "primary", "InstanceType": "ml.c6i.xlarge",
+                                    "InitialInstanceCount": 1, **(variant or {})}],
+            **(config or {})}},
+        "Endpoint": {"Type": "AWS::SageMaker::Endpoint", "Properties": {
+            "EndpointName": "two-models", "EndpointConfigName": {"Fn::GetAtt": ["Config", "EndpointConfigName"]}}},
+        "Digits": {"Type": "AWS::SageMaker::InferenceComponent", "Properties": {
+            "InferenceComponentName": "two-models-digits", "VariantName": "primary",
+            "EndpointName": {"Fn::GetAtt": ["Endpoint", "EndpointName"]},
+            "Specification": {"ModelName": {"Fn::GetAtt": ["Model", "ModelName"]},
+                              "ComputeResourceRequirements": {"NumberOfCpuCoresRequired": 1,
+                                                              "MinMemoryRequiredInMb": 1024}},
+            "RuntimeConfig": {"CopyCount": 2}, **(component or {})}},
+    }  # fmt: skip
+    return stack(tmp_path, resources)
+
+
+def test_an_endpoint_hosting_a_component_reads_its_component(tmp_path: Path) -> None:
+    (endpoint,) = read_stack(*component_stack(tmp_path)).endpoints.values()
+
+    (digits,) = endpoint.components
+    assert (digits.name, digits.variant, digits.copies) == ("two-models-digits", "primary", 2)
+    assert digits.arn == "arn:aws:sagemaker:eu-west-1:123456789012:inference-component/two-models-digits"
+    assert digits.container.environment == {"SERVESTACK_DEFAULT_MODEL": "digits"}
+    assert digits.compute == {"NumberOfCpuCoresRequired": 1, "MinMemoryRequiredInMb": 1024}
+    assert (endpoint.execution_role, endpoint.variants[0].model_name) == ("Role", None)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "refusal"),
+    [
+        (
+            {"variant": {"ModelName": {"Fn::GetAtt": ["Model", "ModelName"]}}},
+            "Inference Components are not supported in this Endpoint. Please make sure this endpoint can deploy "
+            "inference components.",
+        ),
+        ({"config": {"ExecutionRoleArn": {"Ref": "AWS::NoValue"}}}, "has a variant without ModelName"),
+        ({"component": {"RuntimeConfig": {"CopyCount": 0}}}, "Inference components copy count an integer larger"),
+        ({"component": {"VariantName": "blue"}}, "names variant blue, not one of two-models's (primary)"),
+        ({"component": {"EndpointName": "elsewhere"}}, "names an endpoint that is not in the stack"),
+        ({"variant": {"ServerlessConfig": {"MemorySizeInMB": 2048, "MaxConcurrency": 1}}}, "is serverless"),
+    ],
+)
+def test_a_template_sagemaker_would_refuse_is_refused(tmp_path: Path, overrides: dict[str, Any], refusal: str) -> None:
+    # GIVEN a component endpoint with one thing SageMaker refuses to create WHEN local mode reads it
+    with pytest.raises(TemplateError) as raised:
+        read_stack(*component_stack(tmp_path, **overrides))
+    # THEN it stops, saying why
+    assert refusal in str(raised.value)

@@ -370,6 +370,35 @@ CASES: list[tuple[str, str, dict[str, Any], list[tuple[str, str]]]] = [
         {"EndpointName": "digits-async", "InputLocation": "s3://b/k"},
         [("sagemaker:InvokeEndpointAsync", f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:endpoint/digits-async")],
     ),
+    (
+        "sagemaker-runtime",
+        "invoke_endpoint",
+        {"EndpointName": "two-models", "InferenceComponentName": "two-models-digits", "Body": b"{}"},
+        [("sagemaker:InvokeEndpoint", f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:endpoint/two-models")],
+    ),
+    # ---- SageMaker: the inference component calls local up answers
+    (
+        "sagemaker",
+        "update_inference_component_runtime_config",
+        {"InferenceComponentName": "Two-Models-Digits", "DesiredRuntimeConfig": {"CopyCount": 0}},
+        [
+            (
+                "sagemaker:UpdateInferenceComponentRuntimeConfig",
+                f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:inference-component/two-models-digits",
+            )
+        ],
+    ),
+    (
+        "sagemaker",
+        "describe_inference_component",
+        {"InferenceComponentName": "two-models-digits"},
+        [
+            (
+                "sagemaker:DescribeInferenceComponent",
+                f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:inference-component/two-models-digits",
+            )
+        ],
+    ),
     # ---- Lambda
     ("lambda", "invoke", {"FunctionName": "digits-api"}, [("lambda:InvokeFunction", FUNCTION)]),
     ("lambda", "invoke", {"FunctionName": "digits-api:live"}, [("lambda:InvokeFunction", f"{FUNCTION}:live")]),

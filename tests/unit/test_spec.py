@@ -273,3 +273,113 @@ def test_multi_model_on_a_cpu_instance_is_accepted() -> None:
 
     assert isinstance(d, RealtimeDeployment)
     assert d.multi_model
+
+
+TWO_MODELS = {
+    "models": [{"name": "digits", "version": 1}, {"name": "breast-cancer", "version": 1}],
+    "deployments": {
+        "d": {
+            "mode": "realtime",
+            "instance_type": "ml.c6i.xlarge",
+            "components": [{"model": "digits"}, {"name": "cancer", "model": "breast-cancer", "min_copies": 0}],
+        }
+    },
+}
+
+
+def with_components(*components: dict[str, Any], **deployment: Any) -> dict[str, Any]:
+    data: dict[str, Any] = copy.deepcopy(TWO_MODELS)
+    d = data["deployments"]["d"]
+    if components:
+        d["components"] = list(components)
+    d.update(deployment)
+    return data
+
+
+def test_components_place_several_models_on_one_endpoint() -> None:
+    spec = parse_spec(copy.deepcopy(TWO_MODELS))
+
+    d = spec.deployments["d"]
+    assert isinstance(d, RealtimeDeployment)
+    assert [c.component_name for c in d.components] == ["digits", "cancer"]
+    assert d.model == "digits"  # the first component's model stands for the deployment
+    assert [m.key for m in spec.models_of("d")] == ["digits@1", "breast-cancer@1"]
+    cancer = d.components[1]
+    assert (cancer.copies, cancer.min_copies, cancer.max_copies, cancer.cpu_cores, cancer.memory_mib) == (
+        1, 0, 2, 1.0, 1024
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (
+            with_components({"model": "digits", "copies": 0}),
+            "deployments.d.components.0.copies: 0 is not in 1..1000: SageMaker creates a component with at least "
+            "one copy",
+        ),
+        (
+            with_components({"model": "digits", "min_copies": 3, "max_copies": 2}),
+            "deployments.d.components.0.min_copies: 3 is not <= max_copies (2)",
+        ),
+        (
+            with_components({"model": "digits", "copies": 5, "max_copies": 4}),
+            "deployments.d.components.0.copies: 5 is not in min_copies..max_copies (1..4)",
+        ),
+        (
+            with_components({"model": "digits", "cpu_cores": 0.1}),
+            "deployments.d.components.0.cpu_cores: 0.1 is not in 0.25..192",
+        ),
+        (
+            with_components({"model": "digits", "memory_mib": 64}),
+            "deployments.d.components.0.memory_mib: 64 is not in 128..2097152",
+        ),
+        (
+            with_components({"model": "digits", "accelerators": 1}),
+            "deployments.d.components.0.accelerators: 1 is not available on ml.c6i.xlarge, which has no GPU",
+        ),
+        (
+            with_components({"model": "digits", "cpu_cores": 8}),
+            "deployments.d.components.0.cpu_cores: 8 is not <= the 4 vCPUs of one ml.c6i.xlarge",
+        ),
+        (
+            with_components({"model": "digits", "accelerators": 2}, instance_type="ml.g5.xlarge"),
+            "deployments.d.components.0.accelerators: 2 is not <= the 1 GPU(s) of one ml.g5.xlarge",
+        ),
+        (
+            with_components(serverless={}),
+            "deployments.d.components: inference components is not combinable with serverless: SageMaker places "
+            "inference components on instance-based variants only",
+        ),
+        (
+            with_components(multi_model=True),
+            "deployments.d.components: inference components is not combinable with multi_model: true",
+        ),
+        (
+            with_components(variants=[{"name": "a", "model": "digits"}]),
+            "deployments.d.components: inference components is not combinable with variants or shadow",
+        ),
+        (
+            with_components({"model": "digits"}, {"model": "digits"}),
+            "deployments.d.components: 'digits' is not a unique component name",
+        ),
+        (
+            with_components({"model": "digits"}, model="breast-cancer"),
+            "deployments.d.model: 'breast-cancer' is not one of the components' models (digits)",
+        ),
+        (
+            with_components({"model": "digits", "gpus": 1}),
+            "deployments.d.components.0.gpus: unknown key is not one of name, model, version, cpu_cores",
+        ),
+    ],
+)
+def test_component_settings_sagemaker_refuses_are_refused(data: dict[str, Any], expected: str) -> None:
+    (problem,) = problems_of(data)
+
+    assert problem.startswith(expected)
+
+
+def test_a_components_model_must_be_declared() -> None:
+    problems = problems_of(with_components({"model": "digits"}, {"model": "cats"}))
+
+    assert "deployments.d.components.1.model: 'cats' is not a declared model (breast-cancer, digits)" in problems

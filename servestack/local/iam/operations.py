@@ -30,7 +30,9 @@ reader might doubt are commented where they are made. Covered, because servestac
 - EventBridge (`AWSEvents.<Op>`): rules and event buses.
 - SageMaker Runtime (`POST /endpoints/{name}/invocations|async-invocations|invocations-response-stream`):
   `sagemaker:InvokeEndpoint`/`InvokeEndpointAsync`/`InvokeEndpointWithResponseStream` on
-  `arn:aws:sagemaker:{region}:{account}:endpoint/{name lower-cased}` (SageMaker ARNs carry lower-case names).
+  `arn:aws:sagemaker:{region}:{account}:endpoint/{name lower-cased}` (SageMaker ARNs carry lower-case names);
+  SageMaker's `DescribeInferenceComponent` and `UpdateInferenceComponentRuntimeConfig` (`X-Amz-Target:
+  SageMaker.<Op>`) as `sagemaker:<Op>` on `...:inference-component/{name lower-cased}`.
 - Lambda (rest-json, operations recognised from botocore's service model): Invoke and
   InvokeWithResponseStream are `lambda:InvokeFunction` on the function ARN, with the qualifier when one is
   given (`name:alias` or `?Qualifier=`); other operations naming a function are `lambda:<Op>` on it.
@@ -834,6 +836,12 @@ SAGEMAKER_RUNTIME_ACTIONS = {
 }
 
 
+# The control-plane calls local up answers for inference components (servestack/local/inference_components.py):
+# `sagemaker:<Operation>` on the component's ARN (Service Authorization Reference: resource type
+# inference-component).
+SAGEMAKER_COMPONENT_OPERATIONS = frozenset({"DescribeInferenceComponent", "UpdateInferenceComponentRuntimeConfig"})
+
+
 def sagemaker_endpoint_arn(name: str, where: Where) -> str:
     return f"arn:aws:sagemaker:{where.region}:{where.account}:endpoint/{name.lower()}"
 
@@ -845,7 +853,14 @@ def describe_sagemaker(request: HttpRequest, where: Where) -> Operation:
         arn = sagemaker_endpoint_arn(params["EndpointName"], where)
         return Operation("sagemaker", operation, (Check(SAGEMAKER_RUNTIME_ACTIONS[operation], arn),))
     control_plane = _target_operation(request, "SageMaker")
-    return unrecognised("sagemaker", control_plane, "only SageMaker Runtime's invocations are recognised")
+    if control_plane in SAGEMAKER_COMPONENT_OPERATIONS:
+        name = _json_body(request).get("InferenceComponentName")
+        if isinstance(name, str) and name:
+            arn = f"arn:aws:sagemaker:{where.region}:{where.account}:inference-component/{name.lower()}"
+            return Operation("sagemaker", control_plane, (Check(f"sagemaker:{control_plane}", arn),))
+    return unrecognised(
+        "sagemaker", control_plane, "only SageMaker Runtime's invocations and inference component calls are recognised"
+    )
 
 
 LAMBDA_ACTIONS = {
