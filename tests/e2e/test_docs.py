@@ -1,4 +1,5 @@
-"""The docs are executed: every code block of README.md and docs/*.md runs here, or says why it cannot.
+"""The docs are executed: every code block of README.md, docs/*.md and localstack/README.md runs here, or its
+marker says why it cannot.
 
 Marker convention (for whoever edits the docs next)
 ---------------------------------------------------
@@ -6,47 +7,50 @@ A block may carry one marker: an HTML comment on the line right above its openin
 render it). The kind comes first, then options after a colon, then, after a semicolon, a note for humans:
 
     <!-- runnable -->                            the default for ```bash / ```sh / ```shell / ```python blocks
-    <!-- runnable: repo; writes models/... -->   same: in the `repo` fixture (below), with a note
+    <!-- runnable: repo; writes models/... -->   the same (the `repo` fixture, below), with a note
     <!-- runnable: project=iris -->              in the scratch project folder `iris` (below)
-    <!-- runnable: project=iris, background -->  a long-running command (`servestack local up`): started,
+    <!-- runnable: project=iris, background -->  one long-running command (`servestack local up`): started,
                                                  waited for, stopped once every block has run
-    <!-- runnable: project=iris, file=check.py -->  a ```python block saved as check.py in the folder, then
+    <!-- runnable: project=iris, file=check.py -->  a ```python block saved as check.py in the folder and
                                                  run there as `python check.py`
     <!-- runnable: timeout=300 -->               seconds before the block counts as hung (default 180)
-    <!-- file: serving.yaml, project=iris -->    the block is that file's content: written into the folder
-                                                 (YAML must parse, a serving.yaml must pass its schema,
-                                                 Python must compile), not run
-    <!-- output -->, <!-- output of `cmd` -->    the block shows output (or a usage synopsis), not a command.
+    <!-- file: serving.yaml, project=iris -->    the block is that file's content: written into the folder,
+                                                 not run (YAML must parse, a serving.yaml must pass its
+                                                 schema, Python must compile)
+    <!-- output -->, <!-- output of `cmd` -->    the block shows output (or a usage synopsis), not a command;
                                                  `output of `make local`` is compared with what the `repo`
-                                                 fixture's `local up` printed (numbers and paths aside)
+                                                 fixture's local up printed (numbers and paths aside)
     <!-- cloud-only: REASON -->                  needs AWS (an account, credentials, a deployed stack)
     <!-- not-run: REASON -->                     runs on a developer's machine but not in this suite (it is
-                                                 the suite itself, or needs Docker)
+                                                 the suite itself, it rewrites a committed file, it needs
+                                                 Docker)
 
-An unmarked ```yaml / ```json block must parse, and a YAML block with `models` and `deployments` must pass
+An unmarked ```yaml or ```json block must parse, and a YAML block with `models` and `deployments` must pass
 serving.yaml's schema. A block with no language, or another one, must be marked. Every mistake (a block
 neither runnable nor marked, an unknown kind or option, a marker that is not right above a fence, a
 cloud-only or not-run marker without a reason) fails `test_every_block_is_runnable_or_marked`, which
 needs no server.
 
-Fixtures: blocks of one fixture run in document order (README.md, then docs/*.md by name), each in a
-fresh `bash -e -o pipefail` (or the repository's Python), with `.venv/bin` first on PATH and no
-`SERVESTACK_*` or `AWS_*` variables, as in a new shell.
+Fixtures. The blocks of one fixture run in document order; the scratch projects' blocks run first, then the
+repo's, whose local up starts meanwhile. A shell block is fed to `bash -e -o pipefail`, a Python block to
+the repository's `python -` (or `python FILE` with file=), in the fixture's folder, with `.venv/bin` first
+on PATH and no `SERVESTACK_*` or `AWS_*` variables, as in a new shell. A failed block fails the later
+blocks of its fixture at once.
 - `repo`: a copy of this repository's project (the CDK app, stacks, containers, model artifacts,
-  serving.yaml, Makefile, tests/events; `.venv`, `.tools` and `node_modules` linked), so blocks that write
-  (`models push` writes models/artifacts/<name>/<version>/) leave the repository alone. `servestack local
-  up` runs in it, started by the test as `make local` starts it.
-- `project=NAME`: an empty folder; its blocks build the project (`touch serving.yaml`, `file:` blocks,
-  `models push`) and start `local up` with a `background` block.
+  serving.yaml, Makefile, tests/events; `.venv`, `.tools` and `node_modules` linked), so that blocks which
+  write (`models push` writes models/artifacts/<name>/<version>/) leave the repository alone. The test
+  starts `servestack local up` in it, as `make local` does.
+- `project=NAME`: an empty folder; its blocks make the project (`touch serving.yaml`, `file:` blocks,
+  `models push`) and start its local up with a `background` block.
 
-Ports: every `local up` here runs on free ports (two suites at once on one machine must not collide): the
-test passes `--port` and `--aws-port` (appended to a `background` block's `servestack local up`), and
-replaces the documented defaults `127.0.0.1:8080` (the first realtime endpoint's container) and
-`127.0.0.1:8090` (boto3's endpoint_url for sagemaker-runtime and lambda) in the fixture's blocks with them.
-Blocks that read `.servestack/local.json` need no substitution.
+Ports. Every local up here runs on free ports, so that two suites on one machine cannot collide: the test
+passes `--port` and `--aws-port` (appended to a `background` block's command), and replaces the documented
+defaults `127.0.0.1:8080` (the first realtime endpoint's container) and `127.0.0.1:8090` (boto3's
+endpoint_url for sagemaker-runtime and lambda) with them in the fixture's blocks. Blocks that read
+`.servestack/local.json` need no substitution.
 
-`python -m tests.e2e.test_docs` prints the blocks that are not run (cloud-only and not-run) with their
-reasons, as a Markdown list.
+`python -m tests.e2e.test_docs` prints the blocks that are not run (cloud-only, not-run) with their reasons,
+as a Markdown list.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -62,7 +67,6 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -164,13 +168,22 @@ def parse_marker(text: str, where: str) -> Marker | None:
     return Marker(kind, options, note.strip())
 
 
+def closes(line: str, fence: str) -> bool:
+    """Whether `line` closes a block opened by `fence`: the same character, at least as many, no info string."""
+    closing = FENCE.match(line)
+    if closing is None or closing["info"].strip():
+        return False
+    return closing["fence"][0] == fence[0] and len(closing["fence"]) >= len(fence)
+
+
 def parse_blocks(text: str, document: str) -> list[Block]:
     """Every fenced block of a Markdown text, with the marker right above it. A small parser of CommonMark's
     fences (``` or ~~~, indented in list items, closed by a fence of the same character at least as long):
-    the docs need no more, and a Markdown library would add a dependency for these twenty lines."""
+    the docs need no more, and a Markdown library would be a dependency for this much."""
     lines = text.split("\n")
     blocks: list[Block] = []
-    attached: set[int] = set()
+    attached: set[int] = set()  # lines of the markers found right above a fence
+    inside: set[int] = set()  # lines of the blocks' fences and bodies
     index = 0
     while index < len(lines):
         opening = FENCE.match(lines[index])
@@ -182,10 +195,8 @@ def parse_blocks(text: str, document: str) -> list[Block]:
         body: list[str] = []
         end = index + 1
         while end < len(lines):
-            closing = FENCE.match(lines[end])
-            if closing and closing["fence"][0] == fence[0] and len(closing["fence"]) >= len(fence):
-                if not closing["info"].strip():
-                    break
+            if closes(lines[end], fence):
+                break
             body.append(lines[end][indent:] if lines[end][:indent].strip() == "" else lines[end].lstrip())
             end += 1
         if end == len(lines):
@@ -197,10 +208,13 @@ def parse_blocks(text: str, document: str) -> list[Block]:
             if marker is not None:
                 attached.add(index - 1)
         blocks.append(Block(document, index + 1, language, "\n".join(body) + "\n", marker))
+        inside.update(range(index, end + 1))
         index = end + 1
     for number, line in enumerate(lines):
         comment = COMMENT.match(line)
-        if comment and number not in attached and parse_marker(comment["text"], f"{document}:{number + 1}"):
+        if number in attached or number in inside or not comment:
+            continue
+        if parse_marker(comment["text"], f"{document}:{number + 1}"):
             raise DocError(f"{document}:{number + 1}: a marker must be on the line right above a block's fence")
     return blocks
 
@@ -259,6 +273,14 @@ def check_block(block: Block) -> None:
         check_data(block)
 
 
+def checked(markdown: str, document: str = "doc.md") -> list[Block]:
+    """The blocks of a Markdown text, each checked; the first mistake raises."""
+    blocks = parse_blocks(markdown, document)
+    for block in blocks:
+        check_block(block)
+    return blocks
+
+
 def commands(script: str) -> list[str]:
     """The commands of a shell block: its lines without comments, continuation lines joined."""
     joined = re.sub(r"\\\n", " ", script)
@@ -270,11 +292,13 @@ def not_run(blocks: list[Block]) -> list[Block]:
 
 
 def not_run_report(blocks: list[Block]) -> str:
+    """A Markdown list: where each block is, its kind, its first command and the reason."""
     lines = ["Doc blocks the tests do not run (tests/e2e/test_docs.py):"]
     for block in not_run(blocks):
         assert block.marker is not None
-        first = commands(block.text)[:1] if block.language in SHELLS else block.text.strip().splitlines()[:1]
-        lines.append(f"- {block.where} ({block.marker.kind}) `{first[0] if first else ''}`: {block.marker.text}")
+        code = [line.split(" #")[0].strip() for line in block.text.splitlines() if line.strip()[:1] not in ("", "#")]
+        first = f"`{code[0]}`" + (f" (+{len(code) - 1} more)" if len(code) > 1 else "") if code else "(empty)"
+        lines.append(f"- {block.where}, {block.marker.kind}: {first}: {block.marker.text}")
     return "\n".join(lines)
 
 
@@ -296,8 +320,6 @@ REPO_LINKS = (".venv", ".tools", "node_modules")
 def copy_repository(target: Path) -> None:
     """The `repo` fixture's folder: the project as tests/e2e/conftest.py copies it, plus what `make` and the
     docs' blocks read. Modification times are kept, so make finds .venv and node_modules up to date."""
-    import shutil
-
     from tests.e2e.conftest import copy_project
 
     copy_project(target, (REPO_ROOT / "serving.yaml").read_text(encoding="utf-8"))
@@ -309,7 +331,8 @@ def copy_repository(target: Path) -> None:
         else:
             shutil.copy2(source, destination)
     for item in REPO_LINKS:
-        (target / item).symlink_to(REPO_ROOT / item)
+        if (REPO_ROOT / item).exists():
+            (target / item).symlink_to(REPO_ROOT / item)
 
 
 @dataclass
@@ -319,7 +342,7 @@ class Fixture:
     ports: dict[str, int]
     env: dict[str, str]
     processes: list[tuple[subprocess.Popen[bytes], Path]] = field(default_factory=list)
-    failed: str | None = None  # the block that failed first: later ones depend on it
+    starting: tuple[subprocess.Popen[bytes], str, float] | None = None  # launched, not known to be ready
 
     @property
     def state_file(self) -> Path:
@@ -331,20 +354,27 @@ class Fixture:
                 text = text.replace(f"{host}:{documented}", f"{host}:{self.ports[role]}")
         return text
 
-    def start_local_up(self, argv: list[str], timeout_sec: float = 300) -> None:
-        """`servestack local up` in the folder, on this fixture's ports; returns once its state file exists."""
+    def launch_local_up(self, argv: list[str]) -> None:
+        """`servestack local up` in the folder, on this fixture's ports; `wait_ready` waits for it."""
         self.state_file.unlink(missing_ok=True)
-        log_path = self.folder.parent / f"{self.name}-local-up-{len(self.processes)}.log"
+        log_path = self.folder.parent / f"{self.folder.name}-local-up-{len(self.processes)}.log"
         argv = [*argv, "--port", str(self.ports["realtime"]), "--aws-port", str(self.ports["aws"])]
         with log_path.open("wb") as log:
             process = subprocess.Popen(argv, cwd=self.folder, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         self.processes.append((process, log_path))
-        deadline = time.monotonic() + timeout_sec
+        self.starting = (process, shlex.join(argv), time.monotonic())
+
+    def wait_ready(self, timeout_sec: float = 300) -> None:
+        """Returns once the local up launched last has written its state file (at once if it has)."""
+        if self.starting is None:
+            return
+        process, command, launched = self.starting
+        self.starting = None
         while not self.state_file.exists():
             if process.poll() is not None:
-                raise AssertionError(f"{shlex.join(argv)} exited ({process.returncode}):\n{self.log_tail()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{shlex.join(argv)} not ready after {timeout_sec}s:\n{self.log_tail()}")
+                raise AssertionError(f"{command} exited ({process.returncode}):\n{self.log_tail()}")
+            if time.monotonic() > launched + timeout_sec:
+                raise AssertionError(f"{command} not ready after {timeout_sec}s:\n{self.log_tail()}")
             time.sleep(0.2)
 
     def local_up_output(self) -> str:
@@ -380,8 +410,11 @@ class DocsRun:
         self.workdir = workdir
         self.free_port: Callable[[], int] = free_port
         self.fixtures: dict[str, Fixture] = {}
+        self.failed: dict[str, str] = {}  # fixture -> the block that failed first: later blocks depend on it
 
     def fixture(self, name: str) -> Fixture:
+        """The fixture, made on first use. The repo's local up is launched then and waited for by the blocks
+        that need it, so it starts while the blocks before them run."""
         if name not in self.fixtures:
             folder = self.workdir / name.replace("project=", "")
             folder.mkdir()
@@ -390,17 +423,19 @@ class DocsRun:
             self.fixtures[name] = fixture
             if name == "repo":
                 copy_repository(folder)
-                fixture.start_local_up([str(folder / ".venv/bin/servestack"), "local", "up"])
+                fixture.launch_local_up([str(folder / ".venv/bin/servestack"), "local", "up"])
         return self.fixtures[name]
 
     def run(self, block: Block) -> None:
-        fixture = self.fixture(block.fixture)
-        if fixture.failed:
-            pytest.fail(f"{block.where} not run: an earlier block of {fixture.name} failed ({fixture.failed})")
+        name = block.fixture
+        if name in self.failed:
+            pytest.fail(f"{block.where} not run: an earlier block of the {name} fixture failed ({self.failed[name]})")
         try:
+            fixture = self.fixture(name)
+            fixture.wait_ready()
             self._run(block, fixture)
-        except BaseException:
-            fixture.failed = block.where
+        except BaseException:  # pytest.fail's exception included
+            self.failed[name] = block.where
             raise
 
     def _run(self, block: Block, fixture: Fixture) -> None:
@@ -412,27 +447,33 @@ class DocsRun:
             target.write_text(block.text, encoding="utf-8")
             return
         if block.kind == "output":
-            compare_output(block, fixture)
+            compare_output(block, fixture)  # an output block's fixture is `repo`, the one OUTPUT_SOURCES names
             return
         text = fixture.substitute(block.text)
         if "background" in options:
             (command,) = commands(text)
-            fixture.start_local_up(shlex.split(command))
+            fixture.launch_local_up(shlex.split(command))
+            fixture.wait_ready()
             return
-        scripts = self.workdir / "scripts"
-        scripts.mkdir(exist_ok=True)
-        if block.language in PYTHONS:
-            script = fixture.folder / options["file"] if options.get("file") else scripts / f"{block.line}.py"
-            script.write_text(text, encoding="utf-8")
-            argv = [str(VENV_BIN / "python"), str(script)]
+        stdin: str | None = text  # as if pasted into `python -` or `bash` in the folder
+        if block.language in PYTHONS and options.get("file"):
+            (fixture.folder / options["file"]).write_text(text, encoding="utf-8")
+            argv, stdin = [str(VENV_BIN / "python"), options["file"]], None
+        elif block.language in PYTHONS:
+            argv = [str(VENV_BIN / "python"), "-"]
         else:
-            script = scripts / f"{Path(block.document).stem}-{block.line}.sh"
-            script.write_text(text, encoding="utf-8")
-            argv = ["bash", "-e", "-o", "pipefail", str(script)]
+            argv = ["bash", "-e", "-o", "pipefail", "-s"]
         timeout = int(options.get("timeout") or DEFAULT_TIMEOUT_SEC)
         try:
             done = subprocess.run(
-                argv, cwd=fixture.folder, env=fixture.env, capture_output=True, text=True, timeout=timeout, check=False
+                argv,
+                cwd=fixture.folder,
+                env=fixture.env,
+                input=stdin,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
             )
         except subprocess.TimeoutExpired as hung:
             pytest.fail(f"{block.where}: still running after {timeout}s:\n{text}\n{hung.stdout}\n{fixture.log_tail()}")
@@ -482,14 +523,14 @@ def compare_output(block: Block, fixture: Fixture) -> None:
 
 
 def executed(blocks: list[Block]) -> list[Block]:
-    """The blocks the suite runs, in order: runnable and file blocks, and outputs it can compare."""
-    chosen = []
-    for block in blocks:
-        if block.kind in ("runnable", "file"):
-            chosen.append(block)
-        elif block.kind == "output" and block.marker and block.marker.text.removeprefix("of ") in OUTPUT_SOURCES:
-            chosen.append(block)
-    return chosen
+    """The blocks the suite runs (runnable and file blocks, outputs it can compare): each fixture's in document
+    order, the repo fixture's last, so that its local up starts while the projects' blocks run."""
+    chosen = [b for b in blocks if b.kind in ("runnable", "file") or (b.kind == "output" and compared(b))]
+    return sorted(chosen, key=lambda block: block.fixture == "repo")  # stable: document order within each
+
+
+def compared(block: Block) -> bool:
+    return block.marker is not None and block.marker.text.removeprefix("of ") in OUTPUT_SOURCES
 
 
 def _blocks_or_nothing() -> list[Block]:
@@ -521,9 +562,63 @@ def test_every_block_is_runnable_or_marked() -> None:
     assert len(executed(blocks)) >= 10  # the walkthrough and the repo's commands, at least
 
 
+@pytest.mark.parametrize(
+    ("markdown", "problem"),
+    [
+        ("```\nmake local\n```\n", "needs a marker"),
+        ("```console\n$ ls\n```\n", "needs a marker"),
+        ("<!-- cloud-only -->\n```bash\nx\n```\n", "needs a reason"),
+        ("<!-- not-run:   -->\n```bash\nx\n```\n", "needs a reason"),
+        ("<!-- runnable: projcet=iris -->\n```bash\nx\n```\n", "'projcet' is not an option of runnable"),
+        ("<!-- runnable: repo, project=iris -->\n```bash\nx\n```\n", "two fixtures"),
+        ("<!-- runnable -->\n\n```bash\nx\n```\n", "right above a block's fence"),
+        ("<!-- runnable: project=a, background -->\n```bash\nservestack local up\nls\n```\n", "one shell command"),
+        ("<!-- runnable -->\n```yaml\na: 1\n```\n", "only shell and Python blocks are runnable"),
+        ("<!-- file: project=a -->\n```yaml\na: 1\n```\n", "needs the file's path first"),
+        ("<!-- file: serving.yaml -->\n```yaml\nmodels: []\n```\n", "not valid"),
+        ("```yaml\nmodels: [\n```\n", "not valid"),
+        ("```yaml\nmodels: []\ndeployments: {a: {mode: realtime, model: a, workers: 2}}\n```\n", "not valid"),
+        ('```json\n{"a": }\n```\n', "not valid"),
+        ("```bash\nls\n", "never closed"),
+    ],
+)
+def test_the_convention_refuses_what_it_cannot_run_or_check(markdown: str, problem: str) -> None:
+    # GIVEN a Markdown text with one mistake
+    # WHEN its blocks are parsed and checked
+    # THEN the mistake is named
+    with pytest.raises(DocError, match=re.escape(problem)):
+        checked(markdown)
+
+
+def test_blocks_in_list_items_and_long_fences_keep_their_marker_and_code() -> None:
+    # GIVEN a marked block indented in a list item, and a four-backtick block that shows a fence
+    markdown = (
+        "- item\n"
+        "  <!-- runnable: project=iris, timeout=60; a note -->\n"
+        "  ```bash\n"
+        "  servestack invoke iris-api \\\n"
+        "    --data rows.json  # the CLI\n"
+        "  ```\n"
+        "<!-- output -->\n"
+        "````\n"
+        "```bash\n"
+        "````\n"
+    )
+    # WHEN it is parsed
+    first, second = parse_blocks(markdown, "doc.md")
+    # THEN the first is runnable in the iris project, dedented, one command
+    assert (first.kind, first.fixture, first.options["timeout"], first.line) == ("runnable", "project=iris", "60", 3)
+    assert first.text == "servestack invoke iris-api \\\n  --data rows.json  # the CLI\n"
+    assert commands(first.text) == ["servestack invoke iris-api --data rows.json"]
+    # AND the second holds the inner fence as text
+    assert (second.kind, second.text) == ("output", "```bash\n")
+
+
 @pytest.fixture(scope="module")
 def docs_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DocsRun]:
     run = DocsRun(tmp_path_factory.mktemp("docs"))
+    if any(block.fixture == "repo" for block in _blocks_or_nothing()):
+        run.fixture("repo")  # its local up starts now, beside the first blocks
     yield run
     problems = run.stop()
     assert not problems, "\n\n".join(problems)
