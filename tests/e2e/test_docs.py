@@ -477,6 +477,9 @@ class DocsRun:
             )
         except subprocess.TimeoutExpired as hung:
             pytest.fail(f"{block.where}: still running after {timeout}s:\n{text}\n{hung.stdout}\n{fixture.log_tail()}")
+        outputs = self.workdir / "outputs"  # kept for whoever checks a block's comments against its output
+        outputs.mkdir(exist_ok=True)
+        (outputs / f"{block.where.replace('/', '-')}.txt").write_text(f"$ {text}\n{done.stdout}{done.stderr}")
         assert done.returncode == 0, (
             f"{block.where}: exit {done.returncode} in {fixture.folder}\n--- block as run:\n{text}"
             f"--- stdout:\n{done.stdout[-4000:]}\n--- stderr:\n{done.stderr[-4000:]}\n{fixture.log_tail()}"
