@@ -385,12 +385,16 @@ class Fixture:
             return ""
         return f"--- local up ({self.processes[-1][1]}):\n{self.processes[-1][1].read_text(errors='replace')[-chars:]}"
 
-    def stop(self) -> list[str]:
-        """Stops every background process; the ones that did not exit cleanly, with their logs."""
-        problems = []
-        for process, log_path in reversed(self.processes):
+    def signal_stop(self) -> None:
+        for process, _ in self.processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
+
+    def stop(self) -> list[str]:
+        """Stops every background process; the ones that did not exit cleanly, with their logs."""
+        self.signal_stop()
+        problems = []
+        for process, log_path in self.processes:
             try:
                 code = process.wait(timeout=60)
             except subprocess.TimeoutExpired:
@@ -486,6 +490,8 @@ class DocsRun:
         )
 
     def stop(self) -> list[str]:
+        for fixture in self.fixtures.values():  # all at once: each local up takes seconds to wind down
+            fixture.signal_stop()
         return [problem for fixture in self.fixtures.values() for problem in fixture.stop()]
 
 
