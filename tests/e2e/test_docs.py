@@ -163,8 +163,10 @@ def parse_marker(text: str, where: str) -> Marker | None:
         if key not in allowed:
             raise DocError(f"{where}: {key!r} is not an option of {kind}; allowed: {', '.join(allowed)}")
         options[key.strip()] = value.strip()
-    if options.get("project") == "" or ("timeout" in options and not options["timeout"].isdigit()):
-        raise DocError(f"{where}: {spec!r}: project=NAME and timeout=SECONDS need a value")
+    if "project" in options and not re.fullmatch(r"[a-z][a-z0-9-]*", options["project"]):
+        raise DocError(f"{where}: project={options['project']!r}: a project is named in lower case, e.g. project=iris")
+    if "timeout" in options and not options["timeout"].isdigit():
+        raise DocError(f"{where}: timeout={options['timeout']!r}: a number of seconds")
     return Marker(kind, options, note.strip())
 
 
@@ -263,8 +265,12 @@ def check_block(block: Block) -> None:
             raise DocError(f"{block.where}: only shell and Python blocks are runnable, not {block.language!r}")
         if "repo" in options and "project" in options:
             raise DocError(f"{block.where}: `repo` and `project=` are two fixtures; name one")
-        if "background" in options and (block.language not in SHELLS or len(commands(block.text)) != 1):
-            raise DocError(f"{block.where}: a background block is one shell command")
+        if "background" in options and (
+            block.language not in SHELLS
+            or len(commands(block.text)) != 1
+            or not commands(block.text)[0].startswith("servestack local up")
+        ):
+            raise DocError(f"{block.where}: a background block is one shell command: servestack local up [...]")
         if "file" in options and block.language not in PYTHONS:
             raise DocError(f"{block.where}: file= saves a Python block; write a shell block's files with `file:`")
     elif kind == "file":
@@ -582,6 +588,9 @@ def test_every_block_is_runnable_or_marked() -> None:
         ("<!-- runnable: repo, project=iris -->\n```bash\nx\n```\n", "two fixtures"),
         ("<!-- runnable -->\n\n```bash\nx\n```\n", "right above a block's fence"),
         ("<!-- runnable: project=a, background -->\n```bash\nservestack local up\nls\n```\n", "one shell command"),
+        ("<!-- runnable: project=a, background -->\n```bash\nsleep 9\n```\n", "servestack local up [...]"),
+        ("<!-- runnable: project=My Project -->\n```bash\nx\n```\n", "a project is named in lower case"),
+        ("<!-- runnable: timeout=soon -->\n```bash\nx\n```\n", "a number of seconds"),
         ("<!-- runnable -->\n```yaml\na: 1\n```\n", "only shell and Python blocks are runnable"),
         ("<!-- file: project=a -->\n```yaml\na: 1\n```\n", "needs the file's path first"),
         ("<!-- file: serving.yaml -->\n```yaml\nmodels: []\n```\n", "not valid"),
