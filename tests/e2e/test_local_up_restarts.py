@@ -36,8 +36,10 @@ deployments:
 JOBS = 30
 
 
-def worker_pids() -> list[int]:
-    """The async worker's execution environment (a `servestack.local.runner` child of local up)."""
+def worker_pids(project: Path) -> list[int]:
+    """The async worker's execution environment (a `servestack.local.runner` child of local up) of `project`:
+    its command names its configuration under the project's .servestack/run. Other local ups on the machine
+    (other test runs) have workers of their own."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -46,7 +48,8 @@ def worker_pids() -> list[int]:
             command = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"servestack.local.runner" in command and any(b"AsyncWorker" in part for part in command):
+        mine = any(part.startswith(bytes(project)) and b"AsyncWorker" in part for part in command)
+        if b"servestack.local.runner" in command and mine:
             found.append(int(proc.name))
     return found
 
@@ -73,10 +76,10 @@ def test_a_killed_worker_is_restarted_and_no_job_is_lost_or_duplicated(tmp_path:
             assert status == 202, body
             ids.append(json.loads(body)["job_id"])
         # WHEN the worker's process is SIGKILLed mid-run
-        (pid,) = wait_for(worker_pids, 30, "the worker process")
+        (pid,) = wait_for(lambda: worker_pids(spec.parent), 30, "the worker process")
         os.kill(pid, signal.SIGKILL)
         # THEN local up restarts it, and every job ends `succeeded`
-        wait_for(lambda: any(p != pid for p in worker_pids()), 60, "a restarted worker")
+        wait_for(lambda: any(p != pid for p in worker_pids(spec.parent)), 60, "a restarted worker")
         wait_for(lambda: set(statuses(url, ids).values()) == {"succeeded"}, 120, "every job to succeed")
         assert "restarting" in up.log_text()
         # AND each job has exactly one result object (one version in the versioned bucket)
