@@ -88,7 +88,7 @@ def main() -> int:
         started = time.perf_counter()
         while results() < min(args.kill_after, len(good)):
             time.sleep(0.1)
-        for pid in async_worker_pids():
+        for pid in async_worker_pids(spec.parent):
             os.kill(pid, signal.SIGKILL)
         print(f"SIGKILLed the worker with {results()} results written; local up restarts it")
         statuses: dict[str, str] = {}

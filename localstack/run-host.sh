@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make test-localstack`: LocalStack in host mode (no Docker), the S3/SQS-only integration tests against it,
-# then stop it. Recipe and pins: DESIGN.md §4. LocalStack ignores SIGTERM while it tries to reach its
-# analytics host, so it gets SIGKILL after a short grace period.
+# then stop it. Recipe and pins: localstack/README.md ("Host mode"). LocalStack ignores SIGTERM while it tries
+# to reach its analytics host, so it gets SIGKILL after a short grace period.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=localstack/.venv

@@ -93,7 +93,8 @@ def up_arguments(up: argparse.ArgumentParser) -> None:
         "--no-iam",
         dest="iam",
         action="store_false",
-        help="debugging only: do not enforce the templates' IAM policies (local mode then allows what AWS refuses)",
+        help="debugging only: do not enforce the templates' IAM policies (local mode then allows what AWS refuses) "
+        "(default: enforced)",
     )
     up.add_argument(
         "--explain",

@@ -137,9 +137,10 @@ def wait_for(check: Any, timeout_sec: float = 60, what: str = "the condition") -
         time.sleep(0.2)
 
 
-def async_worker_pids() -> list[int]:
+def async_worker_pids(project: Path | None = None) -> list[int]:
     """The processes of async workers' execution environments (`servestack.local.runner` children of local up,
-    whose config names an `AsyncWorker` function)."""
+    whose config names an `AsyncWorker` function); with `project`, only that project's (its config lies under
+    the project's .servestack/run: other local ups on the machine, other test runs, have workers of their own)."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -148,6 +149,9 @@ def async_worker_pids() -> list[int]:
             command = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"servestack.local.runner" in command and any(b"AsyncWorker" in part for part in command):
+        mine = [part for part in command if b"AsyncWorker" in part]
+        if project is not None:
+            mine = [part for part in mine if part.startswith(bytes(project))]
+        if b"servestack.local.runner" in command and mine:
             found.append(int(proc.name))
     return found

@@ -58,10 +58,10 @@ def test_a_killed_worker_is_restarted_and_no_job_is_lost_or_duplicated(tmp_path:
             assert status == 202, body
             ids.append(json.loads(body)["job_id"])
         # WHEN the worker's process is SIGKILLed mid-run
-        (pid,) = wait_for(async_worker_pids, 30, "the worker process")
+        (pid,) = wait_for(lambda: async_worker_pids(spec.parent), 30, "the worker process")
         os.kill(pid, signal.SIGKILL)
         # THEN local up restarts it, and every job ends `succeeded`
-        wait_for(lambda: any(p != pid for p in async_worker_pids()), 60, "a restarted worker")
+        wait_for(lambda: any(p != pid for p in async_worker_pids(spec.parent)), 60, "a restarted worker")
         wait_for(lambda: set(statuses(url, ids).values()) == {"succeeded"}, 120, "every job to succeed")
         assert "restarting" in up.log_text()
         # AND each job has exactly one result object (one version in the versioned bucket)
