@@ -48,8 +48,11 @@ lint: setup
 typecheck: setup
 	$(VENV)/bin/mypy
 
+# Two workers: most of the suite waits on real servers and local up children (tests/conftest.py says how the
+# modules are spread). PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 2
 pytest: setup
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(PYTEST_WORKERS)
 
 test: lint typecheck pytest
 

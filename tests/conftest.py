@@ -207,3 +207,25 @@ settings.register_profile(
     suppress_health_check=SUPPRESSED,
 )
 settings.load_profile(os.environ.get("SERVESTACK_HYPOTHESIS_PROFILE", "default"))
+
+
+# ------------------------------------------------------------------------------------------ pytest-xdist
+
+# `make test` runs the suite on two xdist workers: most of its time is spent waiting on real servers and
+# `local up` children, not on the CPU. A module is one unit of work, so its module-scoped servers start once.
+# These modules run `local up` or a synth in the repository's own folder (its .servestack/ cache and state):
+# they share one unit, so they never run at the same time as each other.
+REPOSITORY_FOLDER_MODULES = frozenset(
+    {"tests/e2e/test_local_up_enforced.py", "tests/e2e/test_rehearsal.py", "tests/e2e/test_iam_mutation.py"}
+)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "repository-folder" if module in REPOSITORY_FOLDER_MODULES else module
+
+    return ModuleScheduling(config, log)
