@@ -27,4 +27,14 @@ from models.tabular.job import OUTPUT_FORMATS, PART_FORMAT, BatchJob, sha256
 from models.tabular.rows import FORMATS, PARQUET, Progress
 from models.tabular.store import Store, StoredObject
 
-__all__ = ["FORMATS", "OUTPUT_FORMATS", "PARQUET", "PART_FORMAT", "BatchJob", "Progress", "Store", "StoredObject", "sha256"]
+__all__ = [
+    "FORMATS",
+    "OUTPUT_FORMATS",
+    "PARQUET",
+    "PART_FORMAT",
+    "BatchJob",
+    "Progress",
+    "Store",
+    "StoredObject",
+    "sha256",
+]

@@ -90,12 +90,12 @@ def fast_lines(model: ServedModel, lines: Lines) -> Arrays | None:
         if not _one_array_per_line(arr, len(lines)):
             return None
         if arrow_csv() is not None:
-            values = _json_numbers_exact(arr) and _parse_arrow(body.translate(None, b"[]"), len(lines), width)
+            values = _parse_arrow(body.translate(None, b"[]"), len(lines), width) if _json_numbers_exact(arr) else None
         else:
             values = _parse_orjson(body, len(lines), width)
     else:
         values = _parse_arrow(body, len(lines), width) if arrow_csv() is not None else None
-    if values is None or values is False or not _fits(values, spec):
+    if values is None or not _fits(values, spec):
         return None
     return {spec.name: values.astype(spec.numpy_dtype, copy=False)}
 
@@ -281,8 +281,8 @@ def slow_lines(model: ServedModel, lines: Lines) -> Decoded:
         except ServingError as error:
             bad.append((item.index, error))
     bad.sort(key=lambda pair: pair[0])
-    arrays = _decode_rows(model, good, lines.media_type) if good else None
-    return Decoded(np.array([p.index for p in good], dtype=np.int64), arrays, bad)
+    good_arrays = _decode_rows(model, good, lines.media_type) if good else None
+    return Decoded(np.array([p.index for p in good], dtype=np.int64), good_arrays, bad)
 
 
 # ------------------------------------------------------------------------------------------ Parquet
@@ -398,7 +398,11 @@ def _columns_to_array(
                 values[:] = data
     else:
         (column,) = columns
-        if not (pa.types.is_list(column.type) or pa.types.is_large_list(column.type) or pa.types.is_fixed_size_list(column.type)):
+        if not (
+            pa.types.is_list(column.type)
+            or pa.types.is_large_list(column.type)
+            or pa.types.is_fixed_size_list(column.type)
+        ):
             return None, dict.fromkeys(range(rows), _type_error(spec, where, column.type, None))
         inner = column.type.value_type
         if len(row_shape) != 1 or row_shape[0] is None or not _numeric_type(inner, target.kind):

@@ -34,9 +34,8 @@ def per_row_fields(model: ServedModel, fields: dict[str, Any], rows: int) -> dic
     without its prediction) is an error, never a part of lines without predictions."""
     per_row: dict[str, Any] = {}
     for name, value in fields.items():
-        if isinstance(value, np.ndarray) and value.ndim >= 1 and value.shape[0] == rows:
-            per_row[SINGULAR.get(name, name)] = value
-        elif isinstance(value, list) and len(value) == rows:
+        one_per_row = isinstance(value, np.ndarray) and value.ndim >= 1 and value.shape[0] == rows
+        if one_per_row or (isinstance(value, list) and len(value) == rows):
             per_row[SINGULAR.get(name, name)] = value
     primary = "prediction" if "predictions" in fields else None
     if not per_row or (primary is not None and primary not in per_row):
@@ -88,7 +87,9 @@ def json_lines(columns: Sequence[tuple[str, Cells]], rows: int) -> bytes:
         if len(cells) != rows:
             raise InternalError(f"field {name!r}: {len(cells)} values for {rows} rows")
         opener = b"[" if bracketed else b""
-        pieces[2 * position :: width] = [closer + (b"," if position else b"{") + orjson.dumps(name) + b":" + opener] * rows
+        pieces[2 * position :: width] = [
+            closer + (b"," if position else b"{") + orjson.dumps(name) + b":" + opener
+        ] * rows
         pieces[2 * position + 1 :: width] = cells
         closer = b"]" if bracketed else b""
     pieces[2 * len(columns) :: width] = [closer + b"}\n"] * rows
@@ -199,7 +200,11 @@ def parquet_keys(body: bytes, sources: Sequence[str]) -> tuple[np.ndarray, np.nd
         raise ValueError("a row has a null")
     files = pc.cast(table.column("file"), pa.string()).to_numpy(zero_copy_only=False)
     position = {source: index for index, source in enumerate(sources)}
-    which = np.array([position.get(str(name), -1) for name in files], dtype=np.int64) if len(files) else np.empty(0, np.int64)
+    which = (
+        np.array([position.get(str(name), -1) for name in files], dtype=np.int64)
+        if len(files)
+        else np.empty(0, np.int64)
+    )
     if np.any(which < 0):
         raise ValueError("a row names a file that is not in this part")
     return which, table.column("line").to_numpy(zero_copy_only=False).astype(np.int64)

@@ -9,10 +9,11 @@ memory stays a few chunks whatever the input's size.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -71,7 +72,7 @@ class _Failure:
 _END = object()
 
 
-def prefetched(source: Iterator[T], depth: int = _DEPTH) -> Iterator[T]:
+def prefetched(source: Iterator[T], depth: int = _DEPTH) -> Generator[T, None, None]:
     """`source` consumed by a background thread, at most `depth` items ahead of the caller."""
     items: queue.Queue[Any] = queue.Queue(maxsize=depth)
     stop = threading.Event()
@@ -104,10 +105,8 @@ def prefetched(source: Iterator[T], depth: int = _DEPTH) -> Iterator[T]:
     finally:
         stop.set()
         while thread.is_alive():
-            try:
+            with contextlib.suppress(queue.Empty):
                 items.get(timeout=0.1)
-            except queue.Empty:
-                pass
         thread.join()
 
 
@@ -157,10 +156,8 @@ class _Writer(Generic[T]):
             try:
                 self.items.put(_END, timeout=0.1)
             except queue.Full:
-                try:
+                with contextlib.suppress(queue.Empty):
                     self.items.get_nowait()
-                except queue.Empty:
-                    pass
         self.thread.join()
 
 
@@ -236,7 +233,9 @@ class BatchJob:
         writer: _Writer[tuple[ScoredPart | None, dict[str, Any] | None]] = _Writer(
             lambda item: self._store_part(item, run_id, parts)
         )
-        reader = prefetched(chunks(pieces(self.store, inputs, self.progress, self.chunk_rows), self.chunk_rows))
+        reader: Generator[list[Piece], None, None] = prefetched(
+            chunks(pieces(self.store, inputs, self.progress, self.chunk_rows), self.chunk_rows)
+        )
         try:
             for index, chunk in enumerate(reader):
                 writer.check()
@@ -258,9 +257,7 @@ class BatchJob:
             self.store.delete(stale)  # error parts of an earlier run with other input
         return self._finish(inputs, parts, run_id)
 
-    def _reusable(
-        self, index: int, chunk: list[Piece], run_id: str, existing: set[str]
-    ) -> dict[str, Any] | None:
+    def _reusable(self, index: int, chunk: list[Piece], run_id: str, existing: set[str]) -> dict[str, Any] | None:
         """A finished part of this run's fingerprint that still checks out, else None (score it again)."""
         key = self.part_key(index)
         meta = self.store.metadata(key) if key in existing else None

@@ -102,12 +102,28 @@ def _answered(store: Store, obj: StoredObject, media_type: str, progress: Progre
         yield numbers
 
 
+class _Hashed:
+    """An object's blocks, passed through while their sha256 and size are taken."""
+
+    def __init__(self, blocks: Iterator[bytes]) -> None:
+        self.blocks = blocks
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        for block in self.blocks:
+            self.digest.update(block)
+            self.size += len(block)
+            yield block
+
+
 def _starts_with(lines: Lines, prefix: bytes) -> np.ndarray:
     arr = np.frombuffer(lines.data + b"\0" * len(prefix), dtype=np.uint8)
     expected = np.frombuffer(prefix, dtype=np.uint8)
-    return np.all(arr[lines.starts[:, None] + np.arange(len(prefix))] == expected, axis=1) & (
-        lines.ends - lines.starts >= len(prefix)
-    )
+    found: np.ndarray = np.all(arr[lines.starts[:, None] + np.arange(len(prefix))] == expected, axis=1)
+    long_enough: np.ndarray = lines.ends - lines.starts >= len(prefix)
+    both: np.ndarray = found & long_enough
+    return both
 
 
 def assemble(
@@ -143,20 +159,11 @@ def assemble(
         key = out_key(obj.key, input_prefix, output_prefix)
         if store.metadata(key) is None:
             raise InternalError(f"{key}: the job wrote no answers for {obj.key}; the run stops before a manifest")
-        digest = hashlib.sha256()
-        size = 0
-
-        def hashed(key: str = key) -> Iterator[bytes]:
-            nonlocal size
-            for block in store.blocks(key):
-                digest.update(block)
-                size += len(block)
-                yield block
-
+        hashed = _Hashed(store.blocks(key))
         numbers = _answered(store, obj, media_type, progress)
         pending = np.empty(0, dtype=np.int64)
         rows = bad = 0
-        for answers in block_lines(hashed(), key, codecs.JSON, progress, skip_header=False):
+        for answers in block_lines(hashed, key, codecs.JSON, progress, skip_header=False):
             while len(pending) < len(answers):
                 more = next(numbers, None)
                 if more is None:
@@ -173,7 +180,7 @@ def assemble(
         if len(pending) or next(numbers, None) is not None:
             raise InternalError(f"{key}: fewer answers than {obj.key} has lines")
         part = {"key": key.removeprefix(output_prefix), "input": obj.key, "rows": rows, "errors": bad}
-        parts.append(part | {"bytes": size, "sha256": digest.hexdigest()})
+        parts.append(part | {"bytes": hashed.size, "sha256": hashed.digest.hexdigest()})
     part_keys = {f"{output_prefix}{part['key']}" for part in parts}
     for stale in sorted(o.key for o in store.list(output_prefix) if o.key.endswith(".out") and o.key not in part_keys):
         store.delete(stale)  # answers for objects that are not input (a README), or of an earlier run's input
@@ -182,7 +189,12 @@ def assemble(
     if failed_rows:
         body = bytes(errors)
         store.put(f"{output_prefix}errors.jsonl", body, {"run": job})
-        error_file = {"key": "errors.jsonl", "rows": failed_rows, "bytes": len(body), "sha256": hashlib.sha256(body).hexdigest()}
+        error_file = {
+            "key": "errors.jsonl",
+            "rows": failed_rows,
+            "bytes": len(body),
+            "sha256": hashlib.sha256(body).hexdigest(),
+        }
     else:
         store.delete(f"{output_prefix}errors.jsonl")
     succeeded = sum(part["rows"] for part in parts)
