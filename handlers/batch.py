@@ -43,8 +43,9 @@ class BatchSettings(EnvironmentSettings, frozen=True, kw_only=True):
     chunk_rows: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 10_000
     strict: bool = False
     output_format: Literal["jsonl", "parquet"] = "jsonl"
-    # engine: transform only: which objects under the input prefix are input (the job's content type)
-    input_format: Literal["jsonl", "csv"] = "jsonl"
+    # Which objects under the input prefix are input: by default every suffix models.tabular reads; a transform
+    # job has one content type, jsonl unless set.
+    input_format: Literal["jsonl", "csv", "parquet"] | None = None
 
 
 BLOCK_BYTES = 8 * 1024 * 1024
@@ -112,6 +113,7 @@ def run_batch(
         chunk_rows=settings.chunk_rows,
         strict=settings.strict,
         output_format=settings.output_format,
+        input_format=settings.input_format,
         on_progress=on_progress,
     )
     return job.run()
@@ -161,7 +163,7 @@ def transform_done(event: dict[str, Any], context: Any) -> dict[str, Any]:
         input_prefix=settings.input_prefix,
         output_prefix=settings.output_prefix,
         job=job,
-        input_format=settings.input_format,
+        input_format=settings.input_format or "jsonl",
     )
     logger.info("transform assembled", extra={"job": job, "rows": manifest["rows"], "parts": len(manifest["parts"])})
     return {"manifest": f"s3://{settings.bucket}/{settings.output_prefix}manifest.json", "rows": manifest["rows"]}

@@ -40,6 +40,11 @@ OUTPUT_FORMATS = ("jsonl", "parquet")
 # again rather than reused. 2: floats in their shortest form (float32 as float32), columnar encoding.
 PART_FORMAT = 2
 _DEPTH = 2
+INPUT_SUFFIXES: dict[str, tuple[str, ...]] = {
+    "jsonl": (".jsonl", ".ndjson", ".json"),
+    "csv": (".csv",),
+    "parquet": (".parquet",),
+}
 
 T = TypeVar("T")
 
@@ -176,10 +181,18 @@ class BatchJob:
     chunk_rows: int = 10_000
     strict: bool = False
     output_format: str = "jsonl"
+    input_format: str | None = None  # jsonl, csv or parquet: only objects of that format; None: every format
     on_progress: Callable[[Progress], None] | None = None
     progress: Progress = field(default_factory=Progress)
 
     def __post_init__(self) -> None:
+        if self.input_format is not None and self.input_format not in INPUT_SUFFIXES:
+            raise InvalidInput(
+                f"input_format: {self.input_format!r} is not one of {', '.join(INPUT_SUFFIXES)}",
+                field="input_format",
+                value=self.input_format,
+                allowed=", ".join(INPUT_SUFFIXES),
+            )
         if self.output_format not in OUTPUT_FORMATS:
             raise InvalidInput(
                 f"output_format: {self.output_format!r} is not one of {', '.join(OUTPUT_FORMATS)}",
@@ -199,7 +212,8 @@ class BatchJob:
         return key.removeprefix(self.output_prefix)
 
     def inputs(self) -> list[StoredObject]:
-        found = [o for o in self.store.list(self.input_prefix) if suffix(o.key) in FORMATS]
+        wanted = FORMATS if self.input_format is None else INPUT_SUFFIXES[self.input_format]
+        found = [o for o in self.store.list(self.input_prefix) if suffix(o.key) in wanted]
         return sorted(found, key=lambda o: o.key)
 
     def fingerprint(self, inputs: list[StoredObject]) -> str:
