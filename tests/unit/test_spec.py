@@ -308,7 +308,8 @@ def test_a_transform_batch_deployment_takes_engine_and_gpu_instances_and_fargate
     spec = parse_spec(data)
     # THEN engine is the runner, with the transform settings and their defaults
     transform, fargate = spec.deployments["d"], spec.deployments["p"]
-    assert isinstance(transform, BatchDeployment) and isinstance(fargate, BatchDeployment)
+    assert isinstance(transform, BatchDeployment)
+    assert isinstance(fargate, BatchDeployment)
     assert (transform.runner, transform.instance_type, transform.instance_count) == ("transform", "ml.g4dn.xlarge", 3)
     assert (transform.max_payload_mb, transform.output_format) == (6, "jsonl")
     assert (fargate.runner, fargate.output_format) == ("fargate", "parquet")
