@@ -55,6 +55,7 @@ REPORTED: dict[str, str] = {
     "AWS::KMS::Key": "not emulated: data at rest is not encrypted locally",
     "AWS::KMS::Alias": "not emulated: data at rest is not encrypted locally",
     "AWS::CDK::Metadata": "CDK's own metadata",
+    "AWS::Events::Rule": "not emulated: SageMaker's transform job state change events (engine: transform)",
 }
 REPORTED_PREFIXES = {
     "AWS::EC2::": "not emulated: local processes share this machine's network",
@@ -73,11 +74,28 @@ class ResourceReport:
     how: str
 
 
+UNIVERSAL_TARGET = ":scheduler:::aws-sdk:"
+NOT_RUN_UNIVERSAL = (
+    "not emulated: its target is the AWS SDK action {action} (EventBridge Scheduler's universal target, "
+    "engine: transform); local up does not start SageMaker transform jobs"
+)
+
+
+def universal_action(target_arn: str) -> str | None:
+    """`service:action` of a Scheduler universal target ARN (`arn:aws:scheduler:::aws-sdk:service:action`)."""
+    _, found, action = target_arn.partition(UNIVERSAL_TARGET)
+    return action if found else None
+
+
 def report_of(template: StackTemplate, resolver: Resolver) -> list[ResourceReport]:
     rows: list[ResourceReport] = []
     for resource in template.resources.values():
         how = EMULATED.get(resource.type)
         emulated = how is not None
+        if resource.type == "AWS::Scheduler::Schedule":
+            action = universal_action(str(resolver.resolve((resource.properties.get("Target") or {}).get("Arn", ""))))
+            if action is not None:
+                how, emulated = NOT_RUN_UNIVERSAL.format(action=action), False
         if how is None:
             how = REPORTED.get(resource.type) or next(
                 (text for prefix, text in REPORTED_PREFIXES.items() if resource.type.startswith(prefix)),
@@ -181,6 +199,9 @@ class ScheduleDef:
     maximum_event_age_sec: int
     dead_letter_arn: str | None
     task: str | None = None  # an ECS target's task definition (logical id); None for a Lambda target
+    # A universal target's SDK action ("sagemaker:createTransformJob" for engine: transform); local mode does
+    # not start SageMaker transform jobs from the scheduler: the schedule is reported, not run.
+    universal: str | None = None
 
 
 @dataclass(frozen=True)
@@ -527,6 +548,7 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
                     int(retry.get("MaximumEventAgeInSeconds", 86_400)),
                     (target.get("DeadLetterConfig") or {}).get("Arn"),
                     task_id,
+                    universal_action(str(target["Arn"])),
                 )
             )
         elif res.type == "AWS::SageMaker::Endpoint":

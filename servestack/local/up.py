@@ -720,6 +720,8 @@ class World:
                 "target": schedule.target_arn,
                 "input": payload,
             }
+            if schedule.universal is not None:
+                entry["universal"] = schedule.universal
             bucket, prefix = payload.get("bucket"), payload.get("input_prefix")
             if bucket and prefix and sample is not None and sample.is_file():
                 entry["seeded"] = seed_batch_input(self.aws["s3"], bucket, prefix, sample)
@@ -794,6 +796,9 @@ class World:
             threads.append(thread)
         runners = []
         for schedule in plan.schedules:
+            if schedule.universal is not None:  # reported by --explain, not run (servestack/local/topology.py)
+                print(f"schedule {schedule.name}: its {schedule.universal} target is not run locally", flush=True)
+                continue
             role = schedule.role_arn.rsplit("/", 1)[-1]
             keys = plan.identities.get(role)
             runner = ScheduleRunner(
