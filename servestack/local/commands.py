@@ -142,12 +142,10 @@ def run_batch(
             f"{name}: not a batch deployment of the running local up ({', '.join(batch) or 'none'})",
             ExitCode.NOT_FOUND,
         )
-    if d.get("universal"):
-        raise CommandError(
-            f"{name}: its schedule starts {d['universal']} (engine: transform), which local mode does not run yet; "
-            "`servestack local up --explain` lists it as not emulated. Rehearse the scoring with engine: fargate",
-            ExitCode.USAGE,
-        )
+    if "transform" in d:  # engine: transform: the Batch Transform job its schedule would create, emulated
+        from servestack.local.transform import run_transform
+
+        return run_transform(about, name, d["transform"])
     overrides = {"strict": strict or None, "chunk_rows": chunk_rows, "output_prefix": output_prefix}
     if "task" in d:
         return _run_task(about, name, d["task"], {k: v for k, v in overrides.items() if v is not None})

@@ -55,7 +55,10 @@ REPORTED: dict[str, str] = {
     "AWS::KMS::Key": "not emulated: data at rest is not encrypted locally",
     "AWS::KMS::Alias": "not emulated: data at rest is not encrypted locally",
     "AWS::CDK::Metadata": "CDK's own metadata",
-    "AWS::Events::Rule": "not emulated: SageMaker's transform job state change events (engine: transform)",
+    "AWS::Events::Rule": (
+        "not emulated as a rule: `servestack local run-batch` sends the SageMaker transform job state change event "
+        "to its target function when the emulated job ends"
+    ),
 }
 REPORTED_PREFIXES = {
     "AWS::EC2::": "not emulated: local processes share this machine's network",
@@ -76,8 +79,8 @@ class ResourceReport:
 
 UNIVERSAL_TARGET = ":scheduler:::aws-sdk:"
 NOT_RUN_UNIVERSAL = (
-    "not emulated: its target is the AWS SDK action {action} (EventBridge Scheduler's universal target, "
-    "engine: transform); local up does not start SageMaker transform jobs"
+    "reported: its target is the AWS SDK action {action} (Scheduler's universal target, engine: transform); "
+    "the local scheduler does not fire it: `servestack local run-batch` emulates the job it creates"
 )
 
 
@@ -205,6 +208,20 @@ class ScheduleDef:
 
 
 @dataclass(frozen=True)
+class TransformDef:
+    """An engine: transform schedule's job, as `servestack local run-batch` runs it: the CreateTransformJob
+    request the schedule sends, the model's container and execution role, and the function the job state
+    change rule runs when the job ends."""
+
+    schedule: str  # the schedule's name
+    scheduler_role: str  # the schedule's role ARN (creates the job, passes the execution role)
+    job: dict[str, Any]  # the request; TransformJobName still holds <aws.scheduler.execution-id>
+    container: ContainerDef
+    execution_role: str  # role logical id
+    on_end: str | None  # function logical id
+
+
+@dataclass(frozen=True)
 class TaskDef:
     """An ECS task definition's one container, as local mode runs it: a process."""
 
@@ -282,6 +299,7 @@ class StackTopology:
     apis: dict[str, HttpApiDef] = field(default_factory=dict)
     endpoints: dict[str, EndpointDef] = field(default_factory=dict)
     tasks: dict[str, TaskDef] = field(default_factory=dict)
+    transforms: list[TransformDef] = field(default_factory=list)
     resource_policies: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # resource ARN -> docs
     versioned: set[str] = field(default_factory=set)  # functions the template publishes a version of
     outputs: dict[str, str] = field(default_factory=dict)
@@ -553,6 +571,7 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
             )
         elif res.type == "AWS::SageMaker::Endpoint":
             topology.endpoints[res.logical_id] = _endpoint(template, resolver, res, resources)
+    topology.transforms = _transforms(template, resolver, resources, topology.schedules)
     topology.apis = _http_apis(template, resolver, resources, topology)
     for key, output in template.body.get("Outputs", {}).items():
         topology.outputs[key] = str(resolver.resolve(output["Value"]))
@@ -618,6 +637,39 @@ def _container(resolver: Resolver, model: Resource) -> tuple[ContainerDef, str]:
         str(raw.get("Mode", "SingleModel")),
     )  # fmt: skip
     return container, role
+
+
+TRANSFORM_JOB_ENDED = "SageMaker Transform Job State Change"
+
+
+def _transforms(
+    template: StackTemplate, resolver: Resolver, resources: list[Resource], schedules: list[ScheduleDef]
+) -> list[TransformDef]:
+    """Each schedule whose universal target is CreateTransformJob, with the model it names and the function
+    SageMaker's job state change event runs."""
+    models = {resolver.physical_name(m.logical_id): m for m in resources if m.type == "AWS::SageMaker::Model"}
+    on_end: str | None = None
+    for rule in resources:
+        if rule.type != "AWS::Events::Rule":
+            continue
+        pattern = resolver.resolve(rule.properties.get("EventPattern") or {})
+        if TRANSFORM_JOB_ENDED in _as_list(pattern.get("detail-type")):
+            targets = _as_list(rule.properties.get("Targets"))
+            on_end = _logical_of(targets[0].get("Arn")) if targets else None
+    found: list[TransformDef] = []
+    for schedule in schedules:
+        if schedule.universal != "sagemaker:createTransformJob":
+            continue
+        job = json.loads(schedule.input or "{}")
+        model = models.get(str(job.get("ModelName")))
+        if model is None:
+            raise TemplateError(
+                f"{template.name}: schedule {schedule.logical_id} creates transform jobs of model "
+                f"{job.get('ModelName')!r}, which is not in the stack"
+            )
+        container, role = _container(resolver, model)
+        found.append(TransformDef(schedule.name, schedule.role_arn, job, container, role, on_end))
+    return found
 
 
 def _endpoint(

@@ -113,6 +113,11 @@ def test_a_transform_schedule_is_read_and_reported_as_not_run_locally(synth: Syn
     job = json.loads(schedule.input or "{}")
     assert job["TransformJobName"] == "servestack-cancer-transform-<aws.scheduler.execution-id>"
     assert job["TransformInput"]["SplitType"] == "Line"
+    # AND the job's model container, execution role and the function its end runs are known to run-batch
+    (transform,) = read.transforms
+    assert transform.container.environment["SERVESTACK_TRANSFORM_MAX_PAYLOAD_MB"] == "4"
+    assert "TransformRole" in transform.execution_role
+    assert read.functions[transform.on_end or ""].handler == "handlers.batch.transform_done"
     # AND --explain says that the schedule and the job state change rule are not emulated, and why
     rows = {row.type: row for row in read.report if row.type in ("AWS::Scheduler::Schedule", "AWS::Events::Rule")}
     assert not rows["AWS::Scheduler::Schedule"].emulated
