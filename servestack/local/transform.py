@@ -80,8 +80,11 @@ def assembled(answers: list[bytes]) -> bytes:
     return b"".join(a if a.endswith(b"\n") or not a else a + b"\n" for a in answers)
 
 
-def run_transform(about: dict[str, Any], name: str, transform: dict[str, Any], workers: int | None = None) -> int:
-    """One emulated transform job, then the manifest step; prints the manifest's location and a summary."""
+def run_transform(
+    about: dict[str, Any], name: str, transform: dict[str, Any], developer: tuple[Any, Any], workers: int | None = None
+) -> int:
+    """One emulated transform job, then the manifest step (invoked with `developer`, the CLI's boto3 session
+    and config, as EventBridge would); prints the manifest's location and a summary."""
     import boto3
     from botocore.config import Config
 
@@ -155,7 +158,7 @@ def run_transform(about: dict[str, Any], name: str, transform: dict[str, Any], w
         for process in processes:
             process.stop()
     print(f"{name}: transform job {job_name} {status}{': ' + reason if reason else ''}", file=sys.stderr)
-    return _job_ended(about, name, transform, job_name, status, reason)
+    return _job_ended(about, name, transform, job_name, status, reason, developer)
 
 
 def state_change_event(job: dict[str, Any], job_name: str, status: str, reason: str, region: str) -> dict[str, Any]:
@@ -185,15 +188,19 @@ def state_change_event(job: dict[str, Any], job_name: str, status: str, reason: 
 
 
 def _job_ended(
-    about: dict[str, Any], name: str, transform: dict[str, Any], job_name: str, status: str, reason: str
+    about: dict[str, Any],
+    name: str,
+    transform: dict[str, Any],
+    job_name: str,
+    status: str,
+    reason: str,
+    developer: tuple[Any, Any],
 ) -> int:
-    from servestack.local.commands import sagemaker_runtime
-
     if transform.get("on_end") is None:
         print(f"{name}: no function handles the job's end; no manifest", file=sys.stderr)
         return 0 if status == "Completed" else 1
     event = state_change_event(transform["job"], job_name, status, reason, about.get("region", "us-east-1"))
-    session, config = sagemaker_runtime(about)
+    session, config = developer
     lambdas = session.client("lambda", endpoint_url=about["aws_api_url"], config=config)
     response = lambdas.invoke(FunctionName=transform["on_end"], Payload=json.dumps(event).encode())
     answer = json.loads(response["Payload"].read() or b"null")
