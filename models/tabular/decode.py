@@ -121,33 +121,39 @@ def _json_numbers_exact(arr: np.ndarray) -> bool:
     """Every value between the brackets is a JSON number (RFC 8259 section 6:
     `-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?`) as far as neighbouring bytes can tell, and none is the
     integer `-0` (orjson reads it as 0, the CSV reader as -0.0). What neighbours cannot tell (`1.2.3`, `1e5e5`)
-    the CSV reader refuses itself."""
+    the CSV reader refuses itself.
 
-    def shifted(by: int) -> np.ndarray:
-        out = np.full_like(arr, _NEWLINE)
-        if by > 0:
-            out[by:] = arr[:-by]
-        else:
-            out[:by] = arr[-by:]
-        return out
-
-    before, after, after2 = shifted(1), shifted(-1), shifted(-2)
-    digit, digit_before, digit_after = _DIGIT[arr], _DIGIT[before], _DIGIT[after]
-    exponent = (arr == 101) | (arr == 69)
+    Digits cannot break a number by themselves, so only the other bytes (about a third of a row of floats) and
+    their neighbours are looked at: the rules below are each about a separator, `.`, `e`, `+` or `-`."""
+    padded = np.empty(len(arr) + 4, dtype=np.uint8)  # padded[i + 1] == arr[i]; newlines around
+    padded[0] = _NEWLINE
+    padded[1:-3] = arr
+    padded[-3:] = _NEWLINE
+    at = np.flatnonzero(~_DIGIT[arr]) + 1  # positions in `padded` of the bytes that are not digits
+    kind = padded[at]
+    before, after = padded[at - 1], padded[at + 1]
+    digit_before, digit_after = _DIGIT[before], _DIGIT[after]
     exponent_before = (before == 101) | (before == 69)
-    value_start = (before == _OPEN) | (before == _COMMA)
-    minus = arr == _MINUS
-    sign_started = (before == _MINUS) & ((shifted(2) == _OPEN) | (shifted(2) == _COMMA))
+    separator = (kind == _OPEN) | (kind == _COMMA)
+    exponent = (kind == 101) | (kind == 69)
+    separator_before = (before == _OPEN) | (before == _COMMA)
     broken = (
-        (value_start & ~(minus | digit))  # empty value, `.5`, `+1`, `e5`
-        | ((arr == _DOT) & ~(digit_before & digit_after))  # `1.`, `1.e5`
+        (separator & ~((after == _MINUS) | digit_after))  # empty value, `.5`, `+1`, `e5`
+        | ((kind == _DOT) & ~(digit_before & digit_after))  # `1.`, `1.e5`
         | (exponent & ~(digit_before & (digit_after | (after == _PLUS) | (after == _MINUS))))
-        | ((arr == _PLUS) & ~(exponent_before & digit_after))
-        | (minus & ~((value_start | exponent_before) & digit_after))
-        | ((arr == _ZERO) & (value_start | sign_started) & digit_after)  # leading zeros: `01`, `-01`
-        | (minus & value_start & (after == _ZERO) & ((after2 == _COMMA) | (after2 == _CLOSE)))  # `-0`
+        | ((kind == _PLUS) & ~(exponent_before & digit_after))
+        | ((kind == _MINUS) & ~((separator_before | exponent_before) & digit_after))
     )
-    return not bool(broken.any())
+    if broken.any():
+        return False
+    # Leading zeros (`01`, `-01`) and the integer `-0`, looked at from the separator before the value.
+    starts = at[separator]
+    first, second, third = padded[starts + 1], padded[starts + 2], padded[np.minimum(starts + 3, len(padded) - 1)]
+    leading_zero = (first == _ZERO) & _DIGIT[second]
+    signed = (first == _MINUS) & (second == _ZERO)
+    signed_leading_zero = signed & _DIGIT[third]
+    minus_zero = signed & ((third == _COMMA) | (third == _CLOSE))
+    return not bool((leading_zero | signed_leading_zero | minus_zero).any())
 
 
 _ARROW: list[Any] = []
