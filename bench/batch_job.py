@@ -69,15 +69,26 @@ def start_moto() -> tuple[subprocess.Popen[bytes] | None, str]:
     return moto, url
 
 
-def run_job(output: str, url: str, chunk_rows: int, kill_when: Any = None) -> tuple[int, float]:
+def pin(cores: int) -> Any:
+    """A preexec_fn that keeps the job on its first `cores` CPUs (the issue's target is for one core)."""
+    if cores <= 0 or not hasattr(os, "sched_setaffinity"):
+        return None
+    chosen = set(sorted(os.sched_getaffinity(0))[:cores])
+    return lambda: os.sched_setaffinity(0, chosen)
+
+
+def run_job(
+    output: str, url: str, chunk_rows: int, kill_when: Any = None, cores: int = 1, output_format: str = "jsonl"
+) -> tuple[int, float]:
     started = time.perf_counter()
     settings = {"BUCKET": BUCKET, "INPUT_PREFIX": INPUT, "OUTPUT_PREFIX": output, "CHUNK_ROWS": str(chunk_rows),
-                "DEPLOYMENT": "bench", "MODEL": "breast-cancer"}  # fmt: skip
+                "DEPLOYMENT": "bench", "MODEL": "breast-cancer", "OUTPUT_FORMAT": output_format}  # fmt: skip
     process = subprocess.Popen(
         [sys.executable, "-m", "handlers.batch"],
         cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         env={**os.environ, **aws_environment(url), "SERVESTACK_DEFAULT_MODEL": "breast-cancer",
              **{f"SERVESTACK_BATCH_{k}": v for k, v in settings.items()}},
+        preexec_fn=pin(cores),
     )  # fmt: skip
     while process.poll() is None:
         if kill_when is not None and kill_when():
@@ -123,6 +134,9 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--files", type=int, default=4)
     parser.add_argument("--chunk-rows", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=3, help="uninterrupted runs; the median is reported")
+    parser.add_argument("--cores", type=int, default=1, help="CPUs the job may use (0: all)")
+    parser.add_argument("--output-format", choices=("jsonl", "parquet"), default="jsonl")
     args = parser.parse_args()
     moto, url = start_moto()
     os.environ.update(aws_environment(url))
@@ -136,26 +150,36 @@ def main() -> int:
         s3.upload_file(str(f), BUCKET, f"{INPUT}{f.name}")
     print(f"input: {args.rows:,} rows, {size / 1e6:.0f} MB in {len(files)} JSON Lines files "
           f"(made and uploaded in {time.perf_counter() - started:.0f}s)")  # fmt: skip
-    code, seconds = run_job("bench/whole/", url, args.chunk_rows)
-    peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(f"run A (uninterrupted): exit {code}, {seconds:.1f}s, {args.rows / seconds:,.0f} rows/s, "
-          f"peak RSS {peak_mib:.0f} MiB")  # fmt: skip
+    rates: list[float] = []
+    for attempt in range(max(1, args.repeat)):
+        output = "bench/whole/" if attempt == 0 else f"bench/again-{attempt}/"
+        code, seconds = run_job(output, url, args.chunk_rows, cores=args.cores, output_format=args.output_format)
+        peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        rates.append(args.rows / seconds)
+        where = f"{args.cores or 'all'} core(s), {args.output_format} parts"
+        print(f"run A{attempt + 1} (uninterrupted, {where}): exit {code}, {seconds:.1f}s, "
+              f"{args.rows / seconds:,.0f} rows/s, peak RSS {peak_mib:.0f} MiB")  # fmt: skip
+    median = float(np.median(rates))
     total_parts = -(-args.rows // args.chunk_rows)
 
     def half_done() -> bool:
         listed = s3.list_objects_v2(Bucket=BUCKET, Prefix="bench/resumed/parts/")
         return int(listed.get("KeyCount", 0)) >= total_parts // 2
 
-    code, seconds = run_job("bench/resumed/", url, args.chunk_rows, kill_when=half_done)
+    code, seconds = run_job(
+        "bench/resumed/", url, args.chunk_rows, kill_when=half_done, cores=args.cores, output_format=args.output_format
+    )
     kept = s3.list_objects_v2(Bucket=BUCKET, Prefix="bench/resumed/parts/").get("KeyCount", 0)
     print(f"run B: SIGKILLed after {seconds:.1f}s (exit {code}) with {kept}/{total_parts} parts written")
-    code, seconds = run_job("bench/resumed/", url, args.chunk_rows)
+    code, seconds = run_job("bench/resumed/", url, args.chunk_rows, cores=args.cores, output_format=args.output_format)
     print(f"run B rerun: exit {code}, {seconds:.1f}s")
     whole, resumed = objects(s3, "bench/whole/"), objects(s3, "bench/resumed/")
     identical = whole == resumed and "manifest.json" in whole
     print(f"B == A byte for byte: {identical} ({len(whole)} objects, {sum(map(len, whole.values())) / 1e6:.0f} MB)")
-    print(f"raw onnxruntime (same rows, chunks of {args.chunk_rows}): "
-          f"{raw_onnxruntime_rows_per_sec(files, args.chunk_rows):,.0f} rows/s")  # fmt: skip
+    raw = raw_onnxruntime_rows_per_sec(files, args.chunk_rows)
+    print(f"raw onnxruntime (same rows, chunks of {args.chunk_rows}): {raw:,.0f} rows/s")
+    print(f"batch job, {args.rows:,} rows: median {median:,.0f} rows/s of {len(rates)} runs = "
+          f"{median / raw:.3f} of raw onnxruntime (target >= 0.5)")  # fmt: skip
     peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(f"peak RSS of any job process: {peak_mib:.0f} MiB ({'<=' if peak_mib <= 500 else '>'} 500 MB)")
     if moto is not None:

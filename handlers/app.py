@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from handlers.body import DRAIN_BYTES, ClientDisconnected, ReadDeadlines, drain_body, read_body
+from handlers.transform import PREFIX as TRANSFORM_PREFIX
+from handlers.transform import TransformRoutes, TransformSettings
 from models import codecs
 from models.batching import BatchingConfig, MicroBatcher
 from models.cache import ModelCache
@@ -75,6 +77,12 @@ class ServingApp:
         self.read_deadlines = ReadDeadlines(self.settings.body_read_timeout_sec)
         if isinstance(repository, ModelCache | MultiModelStore):
             repository.on_evict = self._drop_batcher
+        # SageMaker Batch Transform's routes (handlers/transform.py), kept apart from the realtime ones.
+        self.transform = TransformRoutes(
+            TransformSettings.from_environment(prefix=TRANSFORM_PREFIX),
+            lambda: self.repository.resolve(None),
+            self.read_deadlines,
+        )
         self.multi_model: MultiModelRoutes | None = None
         if isinstance(repository, MultiModelStore):
             from handlers.multi_model import MultiModelRoutes
@@ -87,6 +95,8 @@ class ServingApp:
             path, method = scope["path"], scope["method"]
             if method == "POST":
                 if path == "/invocations":
+                    if self.transform.settings.batch:  # a SageMaker Batch Transform job's mini-batches
+                        return await self.transform.invocations(scope, receive, send)
                     return await self._predict(scope, receive, send, None)
                 if path.startswith(PREDICT_PREFIX) and path.endswith(PREDICT_SUFFIX):
                     name = path[len(PREDICT_PREFIX) : -len(PREDICT_SUFFIX)]
@@ -95,6 +105,8 @@ class ServingApp:
             elif method == "GET" and path == "/ping":
                 status, body = self.ping()
                 return await _respond(send, status, body, b"application/json")
+            elif method == "GET" and path == "/execution-parameters":
+                return await self.transform.execution_parameters(send)
             elif method == "GET" and path == "/v1/cache":
                 return await _respond(send, 200, orjson.dumps(self.cache_metrics()), b"application/json")
             if self.multi_model is not None and (path == "/models" or path.startswith("/models/")):

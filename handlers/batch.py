@@ -1,9 +1,11 @@
-"""Batch mode: `handler` runs on an EventBridge Scheduler payload (Lambda) or from the CLI / Fargate task.
+"""Batch mode: `handler` runs on an EventBridge Scheduler payload (Lambda) or from the CLI / Fargate task;
+`transform_done` runs after a SageMaker Batch Transform job (engine: transform) and writes its manifest.
 
 Payload (stacks/batch.py sends it): `{"deployment", "bucket", "input_prefix", "output_prefix", "model"}`,
-optionally `"strict"` and `"chunk_rows"`. Missing keys fall back to the `SERVESTACK_BATCH_*` environment
-(what the Fargate task gets), so an EventBridge rule's plain "Scheduled Event" works too. The scoring itself
-(chunks, parts, manifest, resume, error file) is `models.tabular.BatchJob`; this module is its S3 store.
+optionally `"strict"`, `"chunk_rows"` and `"output_format"` (jsonl or parquet). Missing keys fall back to the
+`SERVESTACK_BATCH_*` environment (what the Fargate task gets), so an EventBridge rule's plain "Scheduled Event"
+works too. The scoring itself (chunks, parts, manifest, resume, error file) is `models.tabular.BatchJob`; this
+module is its S3 store.
 """
 
 from __future__ import annotations
@@ -11,13 +13,15 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Iterator
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
 import msgspec
 from aws_lambda_powertools import Logger
 from botocore.exceptions import ClientError
 
 from handlers.aws.clients import aws_client
+from models.errors import InternalError
 from models.service import ModelRepository
 from models.settings import EnvironmentSettings, ServingSettings
 from models.tabular import BatchJob, Progress, StoredObject
@@ -38,10 +42,17 @@ class BatchSettings(EnvironmentSettings, frozen=True, kw_only=True):
     model: str | None = None
     chunk_rows: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 10_000
     strict: bool = False
+    output_format: Literal["jsonl", "parquet"] = "jsonl"
+    # Which objects under the input prefix are input: by default every suffix models.tabular reads; a transform
+    # job has one content type, jsonl unless set.
+    input_format: Literal["jsonl", "csv", "parquet"] | None = None
+
+
+BLOCK_BYTES = 8 * 1024 * 1024
 
 
 class S3Store:
-    """`models.tabular.Store` on one S3 bucket, streaming reads line by line."""
+    """`models.tabular.Store` on one S3 bucket, streaming reads in blocks."""
 
     def __init__(self, bucket: str, client: Any = None) -> None:
         self.bucket = bucket
@@ -54,12 +65,17 @@ class S3Store:
                 found.append(StoredObject(obj["Key"], int(obj["Size"]), str(obj["ETag"]).strip('"')))
         return found
 
-    def lines(self, key: str) -> Iterator[bytes]:
+    def blocks(self, key: str) -> Iterator[bytes]:
         body = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"]
         try:
-            yield from body.iter_lines(chunk_size=1024 * 1024)
+            yield from body.iter_chunks(chunk_size=BLOCK_BYTES)
         finally:
             body.close()
+
+    def download(self, key: str, path: Path) -> None:
+        with path.open("wb") as out:
+            for block in self.blocks(key):
+                out.write(block)
 
     def get(self, key: str) -> bytes:
         return bytes(self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read())
@@ -96,6 +112,8 @@ def run_batch(
         deployment=settings.deployment,
         chunk_rows=settings.chunk_rows,
         strict=settings.strict,
+        output_format=settings.output_format,
+        input_format=settings.input_format,
         on_progress=on_progress,
     )
     return job.run()
@@ -121,6 +139,46 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     manifest = run_batch(settings, on_progress=_log_progress)
     logger.info("batch done", extra={"rows": manifest["rows"], "parts": len(manifest["parts"])})
     return {"manifest": f"s3://{settings.bucket}/{settings.output_prefix}manifest.json", "rows": manifest["rows"]}
+
+
+@logger.inject_lambda_context(clear_state=True)
+def transform_done(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """EventBridge's "SageMaker Transform Job State Change" for this deployment's job (the rule matches its
+    name prefix and the final states): on Completed, write the manifest and the error file; on Failed or
+    Stopped, raise with SageMaker's reason, which the failure alarm counts."""
+    from models.manifest import read_manifest
+    from models.tabular.transform import assemble
+
+    detail = event.get("detail") or {}
+    job, status = str(detail.get("TransformJobName", "")), str(detail.get("TransformJobStatus", ""))
+    if status != "Completed":
+        raise InternalError(f"transform job {job} ended {status}: {detail.get('FailureReason') or 'no reason given'}")
+    settings = settings_from({})
+    serving = ServingSettings.from_environment()
+    package = _package_dir(serving.model_dir, settings.model or serving.default_model)
+    manifest = assemble(
+        S3Store(settings.bucket),
+        read_manifest(package),
+        deployment=settings.deployment,
+        input_prefix=settings.input_prefix,
+        output_prefix=settings.output_prefix,
+        job=job,
+        input_format=settings.input_format or "jsonl",
+    )
+    logger.info("transform assembled", extra={"job": job, "rows": manifest["rows"], "parts": len(manifest["parts"])})
+    return {"manifest": f"s3://{settings.bucket}/{settings.output_prefix}manifest.json", "rows": manifest["rows"]}
+
+
+def _package_dir(model_dir: Path, name: str) -> Path:
+    """The model's package in the bundle (its manifest names the model in the batch manifest)."""
+    if (model_dir / "manifest.json").is_file():
+        return model_dir
+    versions = sorted((model_dir / name).glob("*/manifest.json"))
+    if not versions:
+        raise InternalError(f"{model_dir}: no package of model {name!r} in this bundle")
+    from models.service import version_order
+
+    return max((path.parent for path in versions), key=lambda folder: version_order(folder.name))
 
 
 def main() -> int:

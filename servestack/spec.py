@@ -178,6 +178,7 @@ Version = Annotated[str, BeforeValidator(_to_str), Matches(VERSION, "a version l
 # Instance types: checked against the list kept in servestack/data/ (servestack/instance_types.py says where it
 # comes from and how to refresh it), with the nearest names suggested; then the accelerator rules.
 InstanceType = Annotated[str, KnownInstanceType("ProductionVariantInstanceType"), AfterValidator(_check_accelerator)]
+TransformInstanceType = Annotated[str, KnownInstanceType("TransformInstanceType"), AfterValidator(_check_accelerator)]
 S3Prefix = Annotated[str, Matches(S3_PREFIX, "an S3 key prefix ending in '/' without a leading '/'")]
 Schedule = Annotated[str, Matches(SCHEDULE, "'cron(<6 fields>)' or 'rate(<n> minutes|hours|days)'")]
 TimeZone = Annotated[str, BeforeValidator(_check_timezone)]
@@ -510,7 +511,13 @@ class BatchDeployment(_DeploymentBase):
     timezone: TimeZone = "UTC"
     input_prefix: S3Prefix | None = Field(default=None, description="default batch/<deployment>/input/")
     output_prefix: S3Prefix | None = Field(default=None, description="default batch/<deployment>/output/")
-    runner: Literal["lambda", "fargate"] = "lambda"
+    # Where a run executes: one Lambda invocation, one Fargate task, or a SageMaker Batch Transform job over
+    # `instance_count` instances of the realtime image (`engine:` is accepted as another name for it).
+    runner: Literal["lambda", "fargate", "transform"] = "lambda"
+    # Input: by default every .jsonl/.ndjson/.json, .csv and .parquet object under the input prefix (a
+    # transform job has one content type: jsonl unless set). Output parts: JSON Lines, or Parquet.
+    input_format: Literal["jsonl", "csv", "parquet"] | None = None
+    output_format: Literal["jsonl", "parquet"] = "jsonl"
     memory_mib: LambdaMemoryMiB = 2048
     timeout_sec: Annotated[int, Between(1, 900)] = 900
     architecture: Architecture = "x86_64"
@@ -518,6 +525,46 @@ class BatchDeployment(_DeploymentBase):
     fargate_memory_mib: Annotated[int, Between(512, 122_880)] = 4096
     retry_attempts: Annotated[int, Between(0, 185)] = 2
     max_event_age_sec: Annotated[int, Between(60, 86_400)] = 3600
+    # runner: transform (SageMaker's CreateTransformJob limits: MaxPayloadInMB 0..100, instance count >= 1)
+    instance_type: TransformInstanceType = "ml.m5.xlarge"
+    instance_count: Annotated[int, Between(1, 100)] = 1
+    max_payload_mb: Annotated[int, Between(1, 100)] = 6
+    max_concurrent_transforms: Annotated[int, Between(1, 64)] = 2
+    transform_timeout_sec: Annotated[int, Between(1, 3600)] = 600
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_is_runner(cls, data: Any) -> Any:
+        """`engine:` (the issue's word) and `runner:` name the same field; both at once is ambiguous."""
+        if isinstance(data, Mapping) and "engine" in data:
+            if "runner" in data:
+                _fail("engine", repr(data["engine"]), "allowed together with runner: (they name the same field)")
+            data = {("runner" if key == "engine" else key): value for key, value in data.items()}
+        return data
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Self:
+        # pyarrow alone is ~165 MB installed: the Lambda bundle (<= 150 MB unzipped, stacks/bundling.py) leaves
+        # it out, so Parquet needs the container image.
+        parquet = "Parquet needs pyarrow, which the Lambda bundle leaves out to stay under 150 MB"
+        if self.runner == "lambda" and self.input_format == "parquet":
+            _fail("input_format", "'parquet'", f"readable with runner: lambda ({parquet}); use runner: fargate")
+        if self.runner == "lambda" and self.output_format == "parquet":
+            _fail("output_format", "'parquet'", f"writable with runner: lambda ({parquet}); use runner: fargate")
+        if self.runner == "transform" and self.input_format == "parquet":
+            _fail(
+                "input_format",
+                "'parquet'",
+                "readable with runner: transform (Batch Transform splits input at lines: SplitType Line); "
+                "use runner: fargate, or jsonl or csv",
+            )
+        if self.runner == "transform" and self.output_format == "parquet":
+            _fail(
+                "output_format",
+                "'parquet'",
+                "writable with runner: transform (Batch Transform assembles answers as lines); use runner: fargate",
+            )
+        return self
 
 
 Deployment = Annotated[

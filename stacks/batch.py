@@ -5,20 +5,32 @@ Short jobs run on Lambda (`handlers.batch.handler`); long ones on ECS Fargate wi
 container (`python -m handlers.batch`). The schedule's target has a retry policy and a dead-letter queue; a
 failure alarm watches both the runs and the DLQ.
 
+`runner="transform"` (data that outgrows one machine): the schedule's target is EventBridge Scheduler's
+universal target for SageMaker's CreateTransformJob API, which runs a Batch Transform job of the realtime
+image and model over `instance_count` instances (`SplitType: Line`, `BatchStrategy: MultiRecord`); the job's
+name is `<name>-<aws.scheduler.execution-id>`, unique per run. CloudFormation has no transform-job resource,
+so nothing is created at deploy time but the model. When the job ends, SageMaker's "SageMaker Transform Job
+State Change" event runs a small function (`handlers.batch.transform_done`) that writes the manifest and the
+error file as the other runners do (models/tabular/transform.py says where Transform's semantics differ).
+
 Handler contract: the scheduled payload is {"deployment", "bucket", "input_prefix", "output_prefix",
 "model"}; on Fargate the same values arrive as SERVESTACK_BATCH_* environment variables.
 """
 
 from __future__ import annotations
 
-from aws_cdk import Duration, TimeZone
+from aws_cdk import Aws, Duration, TimeZone
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as events_targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_s3_assets as s3_assets
+from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_scheduler_targets as targets
 from aws_cdk import aws_sqs as sqs
@@ -28,6 +40,15 @@ from stacks.serverless import runtime_environment, servestack_function
 from stacks.shared import acknowledge, check_choice, check_range, log_group, logical_id
 
 HANDLER = "handlers.batch.handler"
+TRANSFORM_DONE_HANDLER = "handlers.batch.transform_done"
+RUNNERS = ("lambda", "fargate", "transform")
+# The realtime image reads its model from here (containers/*.Dockerfile, stacks/realtime.py).
+CONTAINER_MODEL_DIR = "/opt/ml/model"
+# Universal target: EventBridge Scheduler calls the AWS SDK action itself (no function in between).
+CREATE_TRANSFORM_JOB_TARGET = "arn:aws:scheduler:::aws-sdk:sagemaker:createTransformJob"
+# TransformJobName: at most 63 characters of [a-zA-Z0-9-]; the execution id is 16 ("d32c5kddcf5bb8c3").
+_JOB_NAME_MAX = 63 - len("-") - 16
+_TRANSFORM_CONTENT_TYPES = {"jsonl": "application/jsonlines", "csv": "text/csv"}
 FARGATE_COMMAND = ["python", "-m", "handlers.batch"]
 _ARCH = {"x86_64": ecs.CpuArchitecture.X86_64, "arm64": ecs.CpuArchitecture.ARM64}
 _PREFIX_REASON = (
@@ -54,6 +75,14 @@ class BatchJob(Construct):
         runner: str = "lambda",
         code: lambda_.Code | None = None,
         image: ecr_assets.DockerImageAsset | None = None,
+        model_data: s3_assets.Asset | None = None,
+        input_format: str | None = None,
+        output_format: str = "jsonl",
+        instance_type: str = "ml.m5.xlarge",
+        instance_count: int = 1,
+        max_payload_mb: int = 6,
+        max_concurrent_transforms: int = 2,
+        transform_timeout_sec: int = 600,
         memory_mib: int = 2048,
         timeout_sec: int = 900,
         architecture: str = "x86_64",
@@ -65,7 +94,7 @@ class BatchJob(Construct):
         log_retention_days: int = 30,
     ) -> None:
         super().__init__(scope, id)
-        check_choice("BatchJob", "runner", runner, ("lambda", "fargate"))
+        check_choice("BatchJob", "runner", runner, RUNNERS)
         check_range("BatchJob", "retry_attempts", retry_attempts, 0, 185)
         check_range("BatchJob", "max_event_age_sec", max_event_age_sec, 60, 86_400)
         if not schedule.startswith(("cron(", "rate(")):
@@ -74,6 +103,8 @@ class BatchJob(Construct):
             raise ValueError("BatchJob: runner='lambda' needs code, got None")
         if runner == "fargate" and image is None:
             raise ValueError("BatchJob: runner='fargate' needs image, got None")
+        if runner == "transform" and (image is None or model_data is None or code is None):
+            raise ValueError("BatchJob: runner='transform' needs image, model_data and code, got None")
         self.input_prefix = input_prefix or f"batch/{name}/input/"
         self.output_prefix = output_prefix or f"batch/{name}/output/"
         payload = {
@@ -83,6 +114,11 @@ class BatchJob(Construct):
             "output_prefix": self.output_prefix,
             "model": model_name,
         }
+        # Only when not the default, so that templates of deployments that do not set them stay as they were.
+        if input_format is not None:
+            payload["input_format"] = input_format
+        if output_format != "jsonl":
+            payload["output_format"] = output_format
         self.dead_letters = sqs.Queue(
             self,
             "DeadLetters",
@@ -158,6 +194,17 @@ class BatchJob(Construct):
                 max_event_age=Duration.seconds(max_event_age_sec),
             )
             failures: cw.IMetric = self.function.metric_errors(period=Duration.minutes(5), statistic="Sum")
+        elif runner == "transform":
+            assert image is not None
+            assert model_data is not None
+            assert code is not None
+            target, failures = self._transform(
+                name, bucket, image, model_data, code, payload, model_name, input_format or "jsonl",
+                instance_type, instance_count, max_payload_mb, max_concurrent_transforms, transform_timeout_sec,
+                memory_mib, architecture, max_payload_bytes, log_retention_days,
+                (read_input, list_input, write_output, list_output), prefix_findings, retry_attempts,
+                max_event_age_sec,
+            )  # fmt: skip
         else:
             assert image is not None
             target, failures = self._fargate(
@@ -292,4 +339,204 @@ class BatchJob(Construct):
             statistic="Sum",
             period=Duration.minutes(5),
         )
+        return target, failures
+
+    def _transform(
+        self,
+        name: str,
+        bucket: s3.IBucket,
+        image: ecr_assets.DockerImageAsset,
+        model_data: s3_assets.Asset,
+        code: lambda_.Code,
+        payload: dict[str, str],
+        model_name: str,
+        input_format: str,
+        instance_type: str,
+        instance_count: int,
+        max_payload_mb: int,
+        max_concurrent_transforms: int,
+        timeout_sec: int,
+        memory_mib: int,
+        architecture: str,
+        max_payload_bytes: int,
+        log_retention_days: int,
+        statements: tuple[iam.PolicyStatement, ...],
+        prefix_findings: dict[str, str],
+        retry_attempts: int,
+        max_event_age_sec: int,
+    ) -> tuple[scheduler.IScheduleTarget, cw.IMetric]:
+        """The SageMaker model, the schedule's CreateTransformJob target, and the function that writes the
+        manifest when a job of this deployment ends."""
+        check_choice("BatchJob", "input_format", input_format, tuple(_TRANSFORM_CONTENT_TYPES))
+        check_range("BatchJob", "instance_count", instance_count, 1, 100)
+        check_range("BatchJob", "max_payload_mb", max_payload_mb, 1, 100)
+        check_range("BatchJob", "max_concurrent_transforms", max_concurrent_transforms, 1, 64)
+        check_range("BatchJob", "transform_timeout_sec", timeout_sec, 1, 3600)
+        if len(name) > _JOB_NAME_MAX:
+            raise ValueError(
+                f"BatchJob: name={name!r} is longer than {_JOB_NAME_MAX} characters: with '-' and Scheduler's "
+                "16-character execution id it must fit SageMaker's 63-character TransformJobName"
+            )
+        read_input, list_input = statements[:2]
+        # The job's execution role: pull the image, read the model and the input, write answers (.out) under
+        # the output prefix, and its own logs and metrics.
+        role = iam.Role(self, "TransformRole", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"))
+        image.repository.grant_pull(role)
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:GetObject"], resources=[model_data.bucket.arn_for_objects(model_data.s3_object_key)]
+            )
+        )
+        for statement in (read_input, list_input):
+            role.add_to_policy(statement)
+        role.add_to_policy(
+            iam.PolicyStatement(actions=["s3:PutObject"], resources=[bucket.arn_for_objects(f"{self.output_prefix}*")])
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"],
+                resources=[
+                    f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:/aws/sagemaker/TransformJobs*"
+                ],
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["cloudwatch:PutMetricData"],
+                resources=["*"],
+                conditions={"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/TransformJobs*"}},
+            )
+        )
+        acknowledge(
+            role,
+            prefix_findings
+            | {
+                "AwsSolutions-IAM5[Resource::*]": (
+                    "ecr:GetAuthorizationToken and cloudwatch:PutMetricData have no resource-level permissions "
+                    "(the latter is limited to SageMaker's TransformJobs namespace by a condition)."
+                ),
+                "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:"
+                "/aws/sagemaker/TransformJobs*]": (
+                    "SageMaker names each transform job's log streams at run time under its TransformJobs log group."
+                ),
+            },
+        )
+        self.transform_role = role
+        model = sagemaker.CfnModel(
+            self,
+            "Model",
+            execution_role_arn=role.role_arn,
+            enable_network_isolation=True,
+            primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
+                image=image.image_uri,
+                model_data_url=model_data.s3_object_url,
+                environment={
+                    "SERVESTACK_MODEL_DIR": CONTAINER_MODEL_DIR,
+                    "SERVESTACK_DEFAULT_MODEL": model_name,
+                    "SERVESTACK_PROVIDERS": "auto",
+                    # What /execution-parameters reports (handlers/transform.py): the job's own values.
+                    "SERVESTACK_TRANSFORM_MAX_CONCURRENT_TRANSFORMS": str(max_concurrent_transforms),
+                    "SERVESTACK_TRANSFORM_MAX_PAYLOAD_MB": str(max_payload_mb),
+                },
+            ),
+        )
+        model.node.add_dependency(role)
+        self.model = model
+        content_type = _TRANSFORM_CONTENT_TYPES[input_format]
+        job = {
+            "TransformJobName": f"{name}-{scheduler.ContextAttribute.execution_id}",
+            "ModelName": model.attr_model_name,
+            "MaxConcurrentTransforms": max_concurrent_transforms,
+            "MaxPayloadInMB": max_payload_mb,
+            "BatchStrategy": "MultiRecord",
+            "ModelClientConfig": {"InvocationsTimeoutInSeconds": timeout_sec, "InvocationsMaxRetries": 1},
+            "TransformInput": {
+                "DataSource": {
+                    "S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": bucket.s3_url_for_object(self.input_prefix)}
+                },
+                "ContentType": content_type,
+                "CompressionType": "None",
+                "SplitType": "Line",
+            },
+            "TransformOutput": {
+                "S3OutputPath": bucket.s3_url_for_object(self.output_prefix.rstrip("/")),
+                "Accept": "application/jsonlines",
+                "AssembleWith": "Line",
+            },
+            "TransformResources": {"InstanceType": instance_type, "InstanceCount": instance_count},
+        }
+        scheduler_role = iam.Role(self, "SchedulerRole", assumed_by=iam.ServicePrincipal("scheduler.amazonaws.com"))
+        target = targets.Universal(
+            service="sagemaker",
+            action="createTransformJob",
+            input=scheduler.ScheduleTargetInput.from_object(job),
+            role=scheduler_role,
+            policy_statements=[
+                iam.PolicyStatement(
+                    actions=["sagemaker:CreateTransformJob"],
+                    resources=[
+                        f"arn:{Aws.PARTITION}:sagemaker:{Aws.REGION}:{Aws.ACCOUNT_ID}:transform-job/{name.lower()}-*"
+                    ],
+                ),
+                iam.PolicyStatement(
+                    actions=["iam:PassRole"],
+                    resources=[role.role_arn],
+                    conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
+                ),
+            ],
+            dead_letter_queue=self.dead_letters,
+            retry_attempts=retry_attempts,
+            max_event_age=Duration.seconds(max_event_age_sec),
+        )
+        acknowledge(
+            scheduler_role,
+            {
+                "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:sagemaker:<AWS::Region>:<AWS::AccountId>:"
+                f"transform-job/{name.lower()}-*]": (
+                    "Each run creates a job named <deployment>-<execution id>, only known at run time; the role "
+                    "can create jobs of this deployment's name only."
+                )
+            },
+        )
+        # The step after the job: the manifest and the error file, from the job's .out objects.
+        self.function = servestack_function(
+            self,
+            "TransformDone",
+            code=code,
+            handler=TRANSFORM_DONE_HANDLER,
+            environment=runtime_environment(model_name=model_name, max_payload_bytes=max_payload_bytes)
+            | {f"SERVESTACK_BATCH_{k.upper()}": v for k, v in payload.items()}
+            | {"SERVESTACK_BATCH_INPUT_FORMAT": input_format},
+            memory_mib=memory_mib,
+            timeout_sec=900,
+            architecture=architecture,
+            log_retention_days=log_retention_days,
+            description=f"servestack {name}: the manifest of a finished transform job (handlers.batch)",
+        )
+        for statement in statements:
+            self.function.add_to_role_policy(statement)
+        assert self.function.role is not None
+        acknowledge(self.function.role, prefix_findings)
+        self.job_ended = events.Rule(
+            self,
+            "TransformJobEnded",
+            description=f"servestack {name}: a transform job of this deployment ended",
+            event_pattern=events.EventPattern(
+                source=["aws.sagemaker"],
+                detail_type=["SageMaker Transform Job State Change"],
+                detail={
+                    "TransformJobName": [{"prefix": f"{name}-"}],
+                    "TransformJobStatus": ["Completed", "Failed", "Stopped"],
+                },
+            ),
+            targets=[
+                events_targets.LambdaFunction(
+                    self.function,
+                    dead_letter_queue=self.dead_letters,
+                    retry_attempts=retry_attempts,
+                    max_event_age=Duration.seconds(max_event_age_sec),
+                )
+            ],
+        )
+        failures: cw.IMetric = self.function.metric_errors(period=Duration.minutes(5), statistic="Sum")
         return target, failures

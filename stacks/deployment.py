@@ -340,7 +340,7 @@ class DeploymentStack(Stack):
             self._smoke("lambda-async", ae.submit.function_arn)
             CfnOutput(self, "ApiUrl", value=ae.http.url, description="IAM-authenticated (SigV4) HTTP API")
         elif isinstance(d, BatchDeployment):
-            fargate = d.runner == "fargate"
+            fargate, transform = d.runner == "fargate", d.runner == "transform"
             bj = BatchJob(
                 self,
                 "Batch",
@@ -353,7 +353,21 @@ class DeploymentStack(Stack):
                 output_prefix=d.output_prefix or f"batch/{deployment}/output/",
                 runner=d.runner,
                 code=None if fargate else self._code(models, d.architecture),
-                image=self._image("CpuImage", False) if fargate else None,
+                image=self._image("CpuImage", False)
+                if fargate
+                else self._image_for(d.instance_type)
+                if transform
+                else None,
+                model_data=s3_assets.Asset(self, "ModelData0", path=str(model_data_archive(self.root, [primary])))
+                if transform
+                else None,
+                input_format=d.input_format,
+                output_format=d.output_format,
+                instance_type=d.instance_type,
+                instance_count=d.instance_count,
+                max_payload_mb=d.max_payload_mb,
+                max_concurrent_transforms=d.max_concurrent_transforms,
+                transform_timeout_sec=d.transform_timeout_sec,
                 memory_mib=d.memory_mib,
                 timeout_sec=d.timeout_sec,
                 architecture=d.architecture,

@@ -152,6 +152,10 @@ def run_batch(
             f"{name}: not a batch deployment of the running local up ({', '.join(batch) or 'none'})",
             ExitCode.NOT_FOUND,
         )
+    if "transform" in d:  # engine: transform: the Batch Transform job its schedule would create, emulated
+        from servestack.local.transform import run_transform
+
+        return run_transform(about, name, d["transform"], sagemaker_runtime(about))
     overrides = {"strict": strict or None, "chunk_rows": chunk_rows, "output_prefix": output_prefix}
     if "task" in d:
         return _run_task(about, name, d["task"], {k: v for k, v in overrides.items() if v is not None})

@@ -59,6 +59,10 @@ REPORTED: dict[str, str] = {
     "AWS::KMS::Key": "not emulated: data at rest is not encrypted locally",
     "AWS::KMS::Alias": "not emulated: data at rest is not encrypted locally",
     "AWS::CDK::Metadata": "CDK's own metadata",
+    "AWS::Events::Rule": (
+        "not emulated as a rule: `servestack local run-batch` sends the SageMaker transform job state change event "
+        "to its target function when the emulated job ends"
+    ),
 }
 REPORTED_PREFIXES = {
     "AWS::EC2::": "not emulated: local processes share this machine's network",
@@ -77,11 +81,28 @@ class ResourceReport:
     how: str
 
 
+UNIVERSAL_TARGET = ":scheduler:::aws-sdk:"
+NOT_RUN_UNIVERSAL = (
+    "reported: its target is the AWS SDK action {action} (Scheduler's universal target, engine: transform); "
+    "the local scheduler does not fire it: `servestack local run-batch` emulates the job it creates"
+)
+
+
+def universal_action(target_arn: str) -> str | None:
+    """`service:action` of a Scheduler universal target ARN (`arn:aws:scheduler:::aws-sdk:service:action`)."""
+    _, found, action = target_arn.partition(UNIVERSAL_TARGET)
+    return action if found else None
+
+
 def report_of(template: StackTemplate, resolver: Resolver) -> list[ResourceReport]:
     rows: list[ResourceReport] = []
     for resource in template.resources.values():
         how = EMULATED.get(resource.type)
         emulated = how is not None
+        if resource.type == "AWS::Scheduler::Schedule":
+            action = universal_action(str(resolver.resolve((resource.properties.get("Target") or {}).get("Arn", ""))))
+            if action is not None:
+                how, emulated = NOT_RUN_UNIVERSAL.format(action=action), False
         if how is None:
             how = REPORTED.get(resource.type) or next(
                 (text for prefix, text in REPORTED_PREFIXES.items() if resource.type.startswith(prefix)),
@@ -185,6 +206,23 @@ class ScheduleDef:
     maximum_event_age_sec: int
     dead_letter_arn: str | None
     task: str | None = None  # an ECS target's task definition (logical id); None for a Lambda target
+    # A universal target's SDK action ("sagemaker:createTransformJob" for engine: transform); local mode does
+    # not start SageMaker transform jobs from the scheduler: the schedule is reported, not run.
+    universal: str | None = None
+
+
+@dataclass(frozen=True)
+class TransformDef:
+    """An engine: transform schedule's job, as `servestack local run-batch` runs it: the CreateTransformJob
+    request the schedule sends, the model's container and execution role, and the function the job state
+    change rule runs when the job ends."""
+
+    schedule: str  # the schedule's name
+    scheduler_role: str  # the schedule's role ARN (creates the job, passes the execution role)
+    job: dict[str, Any]  # the request; TransformJobName still holds <aws.scheduler.execution-id>
+    container: ContainerDef
+    execution_role: str  # role logical id
+    on_end: str | None  # function logical id
 
 
 @dataclass(frozen=True)
@@ -283,6 +321,7 @@ class StackTopology:
     apis: dict[str, HttpApiDef] = field(default_factory=dict)
     endpoints: dict[str, EndpointDef] = field(default_factory=dict)
     tasks: dict[str, TaskDef] = field(default_factory=dict)
+    transforms: list[TransformDef] = field(default_factory=list)
     resource_policies: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # resource ARN -> docs
     versioned: set[str] = field(default_factory=set)  # functions the template publishes a version of
     outputs: dict[str, str] = field(default_factory=dict)
@@ -549,6 +588,7 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
                     int(retry.get("MaximumEventAgeInSeconds", 86_400)),
                     (target.get("DeadLetterConfig") or {}).get("Arn"),
                     task_id,
+                    universal_action(str(target["Arn"])),
                 )
             )
         elif res.type == "AWS::SageMaker::Endpoint":
@@ -559,6 +599,7 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
             raise TemplateError(
                 f"{template.name}: inference component {res.logical_id} names an endpoint that is not in the stack"
             )
+    topology.transforms = _transforms(template, resolver, resources, topology.schedules)
     topology.apis = _http_apis(template, resolver, resources, topology)
     for key, output in template.body.get("Outputs", {}).items():
         topology.outputs[key] = str(resolver.resolve(output["Value"]))
@@ -632,6 +673,39 @@ NOT_A_COMPONENT_ENDPOINT = (
     "components."
 )
 ZERO_COPIES_AT_CREATION = "Inference components copy count an integer larger than 0"
+
+
+TRANSFORM_JOB_ENDED = "SageMaker Transform Job State Change"
+
+
+def _transforms(
+    template: StackTemplate, resolver: Resolver, resources: list[Resource], schedules: list[ScheduleDef]
+) -> list[TransformDef]:
+    """Each schedule whose universal target is CreateTransformJob, with the model it names and the function
+    SageMaker's job state change event runs."""
+    models = {resolver.physical_name(m.logical_id): m for m in resources if m.type == "AWS::SageMaker::Model"}
+    on_end: str | None = None
+    for rule in resources:
+        if rule.type != "AWS::Events::Rule":
+            continue
+        pattern = resolver.resolve(rule.properties.get("EventPattern") or {})
+        if TRANSFORM_JOB_ENDED in _as_list(pattern.get("detail-type")):
+            targets = _as_list(rule.properties.get("Targets"))
+            on_end = _logical_of(targets[0].get("Arn")) if targets else None
+    found: list[TransformDef] = []
+    for schedule in schedules:
+        if schedule.universal != "sagemaker:createTransformJob":
+            continue
+        job = json.loads(schedule.input or "{}")
+        model = models.get(str(job.get("ModelName")))
+        if model is None:
+            raise TemplateError(
+                f"{template.name}: schedule {schedule.logical_id} creates transform jobs of model "
+                f"{job.get('ModelName')!r}, which is not in the stack"
+            )
+        container, role = _container(resolver, model)
+        found.append(TransformDef(schedule.name, schedule.role_arn, job, container, role, on_end))
+    return found
 
 
 def _endpoint(

@@ -751,10 +751,43 @@ class World:
                 "target": schedule.target_arn,
                 "input": payload,
             }
+            if schedule.universal is not None:
+                entry["universal"] = schedule.universal
             bucket, prefix = payload.get("bucket"), payload.get("input_prefix")
             if bucket and prefix and sample is not None and sample.is_file():
                 entry["seeded"] = seed_batch_input(self.aws["s3"], bucket, prefix, sample)
                 entry |= {"input_prefix": prefix, "output_prefix": payload.get("output_prefix")}
+        for transform in topology.transforms:
+            entry["transform"] = self._transform_entry(topology, transform)
+            source = transform.job["TransformInput"]["DataSource"]["S3DataSource"]["S3Uri"]
+            bucket, _, prefix = str(source).removeprefix("s3://").partition("/")
+            output = str(transform.job["TransformOutput"]["S3OutputPath"]).removeprefix("s3://").partition("/")[2]
+            entry |= {"input": {"bucket": bucket, "input_prefix": prefix, "output_prefix": output.rstrip("/") + "/"}}
+            if sample is not None and sample.is_file():
+                entry["seeded"] = seed_batch_input(self.aws["s3"], bucket, prefix, sample)
+                entry |= {"input_prefix": prefix, "output_prefix": output.rstrip("/") + "/"}
+
+    def _transform_entry(self, topology: Any, transform: Any) -> dict[str, Any]:
+        """What `local run-batch` needs to run an engine: transform job: the request, the container's
+        environment with the model data extracted here, the roles' names and the function run at the end."""
+        from servestack.local.synth import file_asset
+
+        env = dict(transform.container.environment)
+        url = transform.container.model_data_url
+        if url:
+            archive = file_asset(self.work / "cdk.out", url.split("/", 3)[-1])
+            if archive is None:
+                raise UpError(f"{transform.schedule}: model data {url} is not in the cloud assembly")
+            package_dir = extract_model_data(archive, self.work / "model-data")
+            env = map_paths(env, {CONTAINER_MODEL_DIR: str(package_dir)})
+        on_end = topology.functions.get(transform.on_end or "")
+        return {
+            "job": transform.job,
+            "environment": env,
+            "execution_role": topology.roles[transform.execution_role].name,
+            "scheduler_role": transform.scheduler_role,
+            "on_end": on_end.name if on_end is not None else None,
+        }
 
     def _curls(self, topology: Any, entry: dict[str, Any], sample: Path | None) -> list[str]:
         lines: list[str] = []
@@ -836,6 +869,9 @@ class World:
             threads.append(thread)
         runners = []
         for schedule in plan.schedules:
+            if schedule.universal is not None:  # reported by --explain, not run (servestack/local/topology.py)
+                print(f"schedule {schedule.name}: its {schedule.universal} target is not run locally", flush=True)
+                continue
             role = schedule.role_arn.rsplit("/", 1)[-1]
             keys = plan.identities.get(role)
             runner = ScheduleRunner(

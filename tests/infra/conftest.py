@@ -105,6 +105,16 @@ EXTRA_DEPLOYMENTS: dict[str, dict[str, Any]] = {
         "fargate_cpu": 2048,
         "architecture": "arm64",
     },
+    "cancer-transform": {
+        "mode": "batch",
+        "model": "breast-cancer",
+        "engine": "transform",
+        "schedule": "cron(0 4 * * ? *)",
+        "instance_type": "ml.g4dn.xlarge",
+        "instance_count": 3,
+        "max_payload_mb": 4,
+        "input_format": "csv",
+    },
 }
 # The pipeline stack joins the session synth, deploying two deployments per stage to keep it small.
 PIPELINE_CONTEXT = {

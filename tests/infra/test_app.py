@@ -66,7 +66,7 @@ def test_strategy_that_outlasts_sagemakers_limit_is_rejected_with_the_numbers() 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"runner": "k8s"}, "BatchJob: runner='k8s' is not one of 'lambda', 'fargate'"),
+        ({"runner": "k8s"}, "BatchJob: runner='k8s' is not one of 'lambda', 'fargate', 'transform'"),
         ({"retry_attempts": 500}, "BatchJob: retry_attempts=500 is not in 0..185"),
         ({"schedule": "daily"}, "BatchJob: schedule='daily' is not 'cron(...)' or 'rate(...)'"),
         ({"runner": "fargate"}, "BatchJob: runner='fargate' needs image, got None"),

@@ -113,3 +113,124 @@ def test_fargate_runner_runs_the_same_code_in_the_cpu_container(synth: Synth) ->
         },
     )
     t.resource_count_is("AWS::EC2::NatGateway", 0)
+
+
+def test_transform_runner_schedules_a_batch_transform_job_of_the_realtime_image_and_model(synth: Synth) -> None:
+    t = synth.template("cancer-transform")
+    job = Capture()
+    # GIVEN engine: transform / THEN the schedule's target is Scheduler's universal CreateTransformJob target
+    t.has_resource_properties(
+        "AWS::Scheduler::Schedule",
+        {
+            "ScheduleExpression": "cron(0 4 * * ? *)",
+            "Target": Match.object_like(
+                {
+                    "Arn": {
+                        "Fn::Join": [
+                            "",
+                            ["arn:", {"Ref": "AWS::Partition"}, ":scheduler:::aws-sdk:sagemaker:createTransformJob"],
+                        ]
+                    },
+                    "RoleArn": {"Fn::GetAtt": [Match.string_like_regexp("SchedulerRole"), "Arn"]},
+                    "RetryPolicy": {"MaximumRetryAttempts": 2, "MaximumEventAgeInSeconds": 3600},
+                    "DeadLetterConfig": {"Arn": {"Fn::GetAtt": [Match.any_value(), "Arn"]}},
+                    "Input": job,
+                }
+            ),
+        },
+    )
+    body = job.as_object() if isinstance(job.as_object(), dict) else {}
+    text = "".join(p if isinstance(p, str) else "<ref>" for p in body["Fn::Join"][1])
+    # AND each run's job has a unique name, splits lines into mini-batches, on the spec's instances
+    assert '"TransformJobName":"servestack-cancer-transform-<aws.scheduler.execution-id>"' in text
+    assert '"BatchStrategy":"MultiRecord"' in text
+    assert '"MaxPayloadInMB":4' in text
+    assert '"SplitType":"Line"' in text
+    assert '"ContentType":"text/csv"' in text
+    assert '"AssembleWith":"Line"' in text
+    assert '"TransformResources":{"InstanceType":"ml.g4dn.xlarge","InstanceCount":3}' in text
+    assert "/batch/cancer-transform/input/" in text
+    assert "/batch/cancer-transform/output" in text
+    # AND the model is the realtime (GPU) image with the model data, reporting the job's execution parameters
+    t.has_resource_properties(
+        "AWS::SageMaker::Model",
+        {
+            "EnableNetworkIsolation": True,
+            "PrimaryContainer": Match.object_like(
+                {
+                    "ModelDataUrl": Match.any_value(),
+                    "Environment": Match.object_like(
+                        {"SERVESTACK_TRANSFORM_MAX_PAYLOAD_MB": "4", "SERVESTACK_DEFAULT_MODEL": "breast-cancer"}
+                    ),
+                }
+            ),
+        },
+    )
+
+
+def test_transform_scheduler_role_may_only_create_this_deployments_jobs_and_pass_the_job_role(synth: Synth) -> None:
+    synth.template("cancer-transform").has_resource_properties(
+        "AWS::IAM::Policy",
+        {
+            "PolicyDocument": {
+                "Statement": [
+                    {
+                        "Action": "sagemaker:CreateTransformJob",
+                        "Effect": "Allow",
+                        "Resource": {
+                            "Fn::Join": [
+                                "",
+                                Match.array_with([":transform-job/servestack-cancer-transform-*"]),
+                            ]
+                        },
+                    },
+                    {
+                        "Action": "iam:PassRole",
+                        "Condition": {"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
+                        "Effect": "Allow",
+                        "Resource": {"Fn::GetAtt": [Match.string_like_regexp("TransformRole"), "Arn"]},
+                    },
+                    {  # a run Scheduler cannot start goes to the dead-letter queue
+                        "Action": "sqs:SendMessage",
+                        "Effect": "Allow",
+                        "Resource": {"Fn::GetAtt": [Match.string_like_regexp("DeadLetters"), "Arn"]},
+                    },
+                ]
+            },
+            "Roles": [{"Ref": Match.string_like_regexp("SchedulerRole")}],
+        },
+    )
+
+
+def test_a_finished_transform_job_runs_the_manifest_step(synth: Synth) -> None:
+    t = synth.template("cancer-transform")
+    # THEN SageMaker's job state change event of this deployment's jobs runs handlers.batch.transform_done
+    t.has_resource_properties(
+        "AWS::Events::Rule",
+        {
+            "EventPattern": {
+                "source": ["aws.sagemaker"],
+                "detail-type": ["SageMaker Transform Job State Change"],
+                "detail": {
+                    "TransformJobName": [{"prefix": "servestack-cancer-transform-"}],
+                    "TransformJobStatus": ["Completed", "Failed", "Stopped"],
+                },
+            },
+            "Targets": [Match.object_like({"DeadLetterConfig": Match.any_value(), "RetryPolicy": Match.any_value()})],
+        },
+    )
+    t.has_resource_properties(
+        "AWS::Lambda::Function",
+        {
+            "Handler": "handlers.batch.transform_done",
+            "Environment": {
+                "Variables": Match.object_like(
+                    {
+                        "SERVESTACK_BATCH_INPUT_PREFIX": "batch/cancer-transform/input/",
+                        "SERVESTACK_BATCH_OUTPUT_PREFIX": "batch/cancer-transform/output/",
+                        "SERVESTACK_BATCH_INPUT_FORMAT": "csv",
+                    }
+                )
+            },
+        },
+    )

@@ -102,3 +102,24 @@ def test_batch_schedule_input_retries_and_dead_letters(synth: Synth) -> None:
     assert payload["input_prefix"] == "batch/cancer-nightly/input/"
     assert schedule.dead_letter_arn in {q.arn for q in read.queues.values()}
     assert read.function_by_arn(schedule.target_arn) is not None
+
+
+def test_a_transform_schedule_is_read_and_reported_as_not_run_locally(synth: Synth) -> None:
+    # GIVEN an engine: transform deployment / WHEN local up reads it
+    read = topology(synth, "cancer-transform")
+    (schedule,) = read.schedules
+    # THEN its schedule is known as a universal CreateTransformJob target, with the job it would create
+    assert schedule.universal == "sagemaker:createTransformJob"
+    job = json.loads(schedule.input or "{}")
+    assert job["TransformJobName"] == "servestack-cancer-transform-<aws.scheduler.execution-id>"
+    assert job["TransformInput"]["SplitType"] == "Line"
+    # AND the job's model container, execution role and the function its end runs are known to run-batch
+    (transform,) = read.transforms
+    assert transform.container.environment["SERVESTACK_TRANSFORM_MAX_PAYLOAD_MB"] == "4"
+    assert "TransformRole" in transform.execution_role
+    assert read.functions[transform.on_end or ""].handler == "handlers.batch.transform_done"
+    # AND --explain says that the schedule and the job state change rule are not emulated, and why
+    rows = {row.type: row for row in read.report if row.type in ("AWS::Scheduler::Schedule", "AWS::Events::Rule")}
+    assert not rows["AWS::Scheduler::Schedule"].emulated
+    assert "sagemaker:createTransformJob" in rows["AWS::Scheduler::Schedule"].how
+    assert not rows["AWS::Events::Rule"].emulated

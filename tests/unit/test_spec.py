@@ -156,6 +156,31 @@ def test_every_problem_is_reported_at_once() -> None:
         ),
         ({"mode": "batch", "fargate_cpu": 300}, "deployments.d.fargate_cpu: 300 is not one of 256, 512"),
         (
+            {"mode": "batch", "output_format": "parquet"},
+            "deployments.d.output_format: 'parquet' is not writable with runner: lambda (Parquet needs pyarrow, "
+            "which the Lambda bundle leaves out to stay under 150 MB); use runner: fargate",
+        ),
+        (
+            {"mode": "batch", "input_format": "parquet"},
+            "deployments.d.input_format: 'parquet' is not readable with runner: lambda (Parquet needs pyarrow",
+        ),
+        (
+            {"mode": "batch", "engine": "transform", "input_format": "parquet"},
+            "deployments.d.input_format: 'parquet' is not readable with runner: transform (Batch Transform splits",
+        ),
+        (
+            {"mode": "batch", "engine": "transform", "runner": "lambda"},
+            "deployments.d.engine: 'transform' is not allowed together with runner:",
+        ),
+        (
+            {"mode": "batch", "engine": "transform", "instance_type": "ml.x.large"},
+            "deployments.d.instance_type: 'ml.x.large' is not a SageMaker instance type for batch transform",
+        ),
+        (
+            {"mode": "batch", "engine": "transform", "max_payload_mb": 101},
+            "deployments.d.max_payload_mb: 101 is not in",
+        ),
+        (
             {"mode": "realtime", "multi_model": True},  # the default instance type, ml.g5.xlarge
             "deployments.d.instance_type: 'ml.g5.xlarge' is not a CPU instance type (ml.c*, ml.m*, ml.r*...) "
             "with multi_model: true: SageMaker runs custom multi-model containers on CPU instances only",
@@ -383,3 +408,18 @@ def test_a_components_model_must_be_declared() -> None:
     problems = problems_of(with_components({"model": "digits"}, {"model": "cats"}))
 
     assert "deployments.d.components.1.model: 'cats' is not a declared model (breast-cancer, digits)" in problems
+
+
+def test_a_transform_batch_deployment_takes_engine_and_gpu_instances_and_fargate_takes_parquet() -> None:
+    # GIVEN a batch deployment on Batch Transform (named with `engine:`) on GPU, and one on Fargate with Parquet
+    data = minimal(mode="batch", engine="transform", instance_type="ml.g4dn.xlarge", instance_count=3)
+    data["deployments"]["p"] = {"model": "digits", "mode": "batch", "runner": "fargate", "output_format": "parquet"}
+    # WHEN it is parsed
+    spec = parse_spec(data)
+    # THEN engine is the runner, with the transform settings and their defaults
+    transform, fargate = spec.deployments["d"], spec.deployments["p"]
+    assert isinstance(transform, BatchDeployment)
+    assert isinstance(fargate, BatchDeployment)
+    assert (transform.runner, transform.instance_type, transform.instance_count) == ("transform", "ml.g4dn.xlarge", 3)
+    assert (transform.max_payload_mb, transform.output_format) == (6, "jsonl")
+    assert (fargate.runner, fargate.output_format) == ("fargate", "parquet")

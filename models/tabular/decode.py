@@ -1,0 +1,499 @@
+"""Rows to model inputs: a whole block at once when it holds plain numbers, else line by line.
+
+The fast path takes a block of JSON array lines (`[1.5,-2,3e4]`) or CSV number lines for a model with one
+fixed-width float input. It is a shortcut, never a second dialect: it runs only when a vectorized scan shows
+the block can hold nothing the line-by-line path would refuse or read differently, and it produces the same
+float values (both parse to the correctly rounded float64, then cast). Anything else (a quote, a space that
+does not follow a comma, a blank or bracket out of place, a number JSON does not allow such as `01`, `.5` or
+`+1`, an integer of 2**53 or more, a value that does not fit the input's dtype) sends the whole block to the
+line-by-line path, which names each bad row. tests/unit/test_tabular.py checks both paths agree on random
+lines.
+
+Parsing: pyarrow's CSV reader (C++, ~3x faster than any numpy reader here) when pyarrow is installed (the
+containers), else orjson over the whole block (the Lambda bundle, which leaves pyarrow out to stay small).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+
+from models import codecs
+from models.errors import InvalidInput, ServingError
+from models.manifest import TensorSpec
+from models.runtime import Arrays
+from models.service import ServedModel
+from models.tabular.rows import PARQUET, Lines, Piece, Records
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """`good`: indices (ascending) of the rows that decoded into `arrays`; `bad`: (row index, why), ascending."""
+
+    good: np.ndarray
+    arrays: Arrays | None
+    bad: list[tuple[int, ServingError]]
+
+
+def decode_piece(model: ServedModel, piece: Piece) -> Decoded:
+    if isinstance(piece, Records):
+        return decode_records(model, piece)
+    fast = fast_lines(model, piece)
+    if fast is not None:
+        return Decoded(np.arange(len(piece)), fast, [])
+    return slow_lines(model, piece)
+
+
+# ------------------------------------------------------------------------------------------ the fast path
+
+_DIGIT = np.zeros(256, dtype=bool)
+_DIGIT[48:58] = True
+_OPEN, _CLOSE, _COMMA, _NEWLINE = 91, 93, 44, 10
+_MINUS, _PLUS, _DOT, _ZERO = 45, 43, 46, 48
+_JSON_BYTES = b"0123456789.eE+-,[]\n"
+_CSV_BYTES = b"0123456789.eE+-,\n"
+_EXACT_INTEGERS = float(2**53)  # every integer below this is exact in float64 (and so reads the same either way)
+
+
+def float_rows_input(model: ServedModel) -> TensorSpec | None:
+    """The model's one input when it takes rows of a fixed number of floats and no preprocess hook reads the
+    payload first: the only inputs the fast path decodes."""
+    manifest = model.manifest
+    if model.hooks.preprocess is not None or len(manifest.inputs) != 1:
+        return None
+    spec = manifest.inputs[0]
+    if spec.dtype == "string" or spec.numpy_dtype.kind != "f" or len(spec.row_shape) != 1:
+        return None
+    return spec if spec.row_shape[0] is not None else None
+
+
+def fast_lines(model: ServedModel, lines: Lines) -> Arrays | None:
+    """The block's rows as one array, or None when the line-by-line path must decide."""
+    spec = float_rows_input(model)
+    if spec is None or lines.media_type not in (codecs.JSON, codecs.CSV) or not len(lines):
+        return None
+    width = int(spec.row_shape[0] or 0)
+    body = lines.joined()
+    if b" " in body:  # `1.0, 2.0` (Python's json.dumps) is common; any other space goes the slow way
+        if body.count(b" ") != body.count(b", "):
+            return None
+        body = body.replace(b", ", b",")
+    is_json = lines.media_type == codecs.JSON
+    if body.translate(None, _JSON_BYTES if is_json else _CSV_BYTES):
+        return None  # a byte the plain-number alphabet does not have: quotes, letters, NUL...
+    arr = np.frombuffer(body, dtype=np.uint8)
+    values: np.ndarray | None
+    if is_json:
+        if not _one_array_per_line(arr, len(lines)):
+            return None
+        if arrow_csv() is not None:
+            values = _parse_arrow(body.translate(None, b"[]"), len(lines), width) if _json_numbers_exact(arr) else None
+        else:
+            values = _parse_orjson(body, len(lines), width)
+    else:
+        values = _parse_arrow(body, len(lines), width) if arrow_csv() is not None else None
+    if values is None or not _fits(values, spec):
+        return None
+    return {spec.name: values.astype(spec.numpy_dtype, copy=False)}
+
+
+def _one_array_per_line(arr: np.ndarray, rows: int) -> bool:
+    """Each line is `[`...`]` with no other bracket: so no line can hold two rows, half a row or a nested one."""
+    ends = np.flatnonzero(arr == _NEWLINE)
+    if len(ends) != rows - 1:
+        return False
+    starts = np.concatenate(([0], ends + 1))
+    ends = np.concatenate((ends, [len(arr)]))
+    if np.any(ends <= starts):
+        return False
+    return (
+        bool(np.all(arr[starts] == _OPEN))
+        and bool(np.all(arr[ends - 1] == _CLOSE))
+        and int(np.count_nonzero(arr == _OPEN)) == rows
+        and int(np.count_nonzero(arr == _CLOSE)) == rows
+    )
+
+
+def _json_numbers_exact(arr: np.ndarray) -> bool:
+    """Every value between the brackets is a JSON number (RFC 8259 section 6:
+    `-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?`) as far as neighbouring bytes can tell, and none is the
+    integer `-0` (orjson reads it as 0, the CSV reader as -0.0). What neighbours cannot tell (`1.2.3`, `1e5e5`)
+    the CSV reader refuses itself.
+
+    Digits cannot break a number by themselves, so only the other bytes (about a third of a row of floats) and
+    their neighbours are looked at: the rules below are each about a separator, `.`, `e`, `+` or `-`."""
+    padded = np.empty(len(arr) + 4, dtype=np.uint8)  # padded[i + 1] == arr[i]; newlines around
+    padded[0] = _NEWLINE
+    padded[1:-3] = arr
+    padded[-3:] = _NEWLINE
+    at = np.flatnonzero(~_DIGIT[arr]) + 1  # positions in `padded` of the bytes that are not digits
+    kind = padded[at]
+    before, after = padded[at - 1], padded[at + 1]
+    digit_before, digit_after = _DIGIT[before], _DIGIT[after]
+    exponent_before = (before == 101) | (before == 69)
+    separator = (kind == _OPEN) | (kind == _COMMA)
+    exponent = (kind == 101) | (kind == 69)
+    separator_before = (before == _OPEN) | (before == _COMMA)
+    broken = (
+        (separator & ~((after == _MINUS) | digit_after))  # empty value, `.5`, `+1`, `e5`
+        | ((kind == _DOT) & ~(digit_before & digit_after))  # `1.`, `1.e5`
+        | (exponent & ~(digit_before & (digit_after | (after == _PLUS) | (after == _MINUS))))
+        | ((kind == _PLUS) & ~(exponent_before & digit_after))
+        | ((kind == _MINUS) & ~((separator_before | exponent_before) & digit_after))
+    )
+    if broken.any():
+        return False
+    # Leading zeros (`01`, `-01`) and the integer `-0`, looked at from the separator before the value.
+    starts = at[separator]
+    first, second, third = padded[starts + 1], padded[starts + 2], padded[np.minimum(starts + 3, len(padded) - 1)]
+    leading_zero = (first == _ZERO) & _DIGIT[second]
+    signed = (first == _MINUS) & (second == _ZERO)
+    signed_leading_zero = signed & _DIGIT[third]
+    minus_zero = signed & ((third == _COMMA) | (third == _CLOSE))
+    return not bool((leading_zero | signed_leading_zero | minus_zero).any())
+
+
+_ARROW: list[Any] = []
+
+
+def arrow_csv() -> Any:
+    """pyarrow.csv when pyarrow is installed, else None (looked up once)."""
+    if not _ARROW:
+        try:
+            import pyarrow.csv as arrow_csv_module
+        except ImportError:
+            arrow_csv_module = None
+        _ARROW.append(arrow_csv_module)
+    return _ARROW[0]
+
+
+def _parse_arrow(body: bytes, rows: int, width: int) -> np.ndarray | None:
+    import pyarrow as pa
+
+    csv = arrow_csv()
+    names = [f"c{i}" for i in range(width)]
+    try:
+        table = csv.read_csv(
+            pa.py_buffer(body),
+            # One thread: a chunk is a few MB, and the job overlaps reading, inference and writing already.
+            read_options=csv.ReadOptions(column_names=names, use_threads=False, block_size=max(len(body) + 1, 1 << 20)),
+            parse_options=csv.ParseOptions(quote_char=False, ignore_empty_lines=False),
+            convert_options=csv.ConvertOptions(
+                column_types={name: pa.float64() for name in names},
+                null_values=[],
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None  # a row of another width, a value that is not a number: the slow path names it
+    if table.num_rows != rows or table.num_columns != width:
+        return None
+    values = np.empty((rows, width), dtype=np.float64)
+    for index, column in enumerate(table.columns):
+        values[:, index] = column.to_numpy()
+    return values
+
+
+def _parse_orjson(body: bytes, rows: int, width: int) -> np.ndarray | None:
+    try:
+        parsed = orjson.loads(b"[" + body.replace(b"\n", b",") + b"]")
+    except orjson.JSONDecodeError:
+        return None
+    if len(parsed) != rows:
+        return None
+    try:
+        values = np.asarray(parsed, dtype=np.float64)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    return values if values.shape == (rows, width) else None
+
+
+def _fits(values: np.ndarray, spec: TensorSpec) -> bool:
+    """Finite, within the input dtype's range and below 2**53 (NaN fails every comparison)."""
+    if not values.size:
+        return False
+    largest = float(np.abs(values).max())
+    return largest <= float(np.finfo(spec.numpy_dtype).max) and largest < _EXACT_INTEGERS
+
+
+# ------------------------------------------------------------------------------------------ line by line
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    index: int
+    payload: Any  # JSON: the line's one instance; CSV: its one row of cells
+    booleans: bool
+
+
+def _parse_line(index: int, raw: bytes, media_type: str) -> _Parsed:
+    """One line as exactly one row, or `InvalidInput` saying why not."""
+    decoded = codecs.decode_body(raw, media_type)
+    if media_type == codecs.CSV:
+        if len(decoded) != 1:
+            raise InvalidInput(
+                f"line holds {len(decoded)} CSV rows; each line is one row",
+                field="line",
+                value=f"{len(decoded)} rows",
+                allowed="one row of comma-separated numbers per line",
+            )
+        return _Parsed(index, decoded[0], False)
+    return _Parsed(index, decoded, codecs.may_hold_booleans(raw))
+
+
+def _decode_rows(model: ServedModel, parsed: list[_Parsed], media_type: str) -> Arrays:
+    """The rows as one batch; raises unless it decodes to exactly one array row per input row."""
+    payload: Any = [p.payload for p in parsed]
+    if media_type != codecs.CSV:
+        payload = {"instances": payload}
+    arrays = model.decode_payload(payload, media_type, may_hold_booleans=any(p.booleans for p in parsed))
+    counts = {int(array.shape[0]) for array in arrays.values()}
+    if counts != {len(parsed)}:
+        raise InvalidInput(
+            f"{len(parsed)} lines decoded to {sorted(counts)} rows; each line must be exactly one row",
+            field="line",
+            value=sorted(counts),
+            allowed="one row per line",
+        )
+    return arrays
+
+
+def slow_lines(model: ServedModel, lines: Lines) -> Decoded:
+    """Each line parsed on its own, then the good ones decoded as one batch; when the batch is refused, rows
+    are decoded one by one to find the bad ones."""
+    parsed: list[_Parsed] = []
+    bad: list[tuple[int, ServingError]] = []
+    for index in range(len(lines)):
+        try:
+            parsed.append(_parse_line(index, lines.raw(index), lines.media_type))
+        except ServingError as error:
+            bad.append((index, error))
+    if not parsed:
+        return Decoded(np.empty(0, dtype=np.int64), None, bad)
+    try:
+        arrays = _decode_rows(model, parsed, lines.media_type)
+        return Decoded(np.array([p.index for p in parsed], dtype=np.int64), arrays, bad)
+    except ServingError:
+        pass
+    good: list[_Parsed] = []
+    for item in parsed:
+        try:
+            _decode_rows(model, [item], lines.media_type)
+            good.append(item)
+        except ServingError as error:
+            bad.append((item.index, error))
+    bad.sort(key=lambda pair: pair[0])
+    good_arrays = _decode_rows(model, good, lines.media_type) if good else None
+    return Decoded(np.array([p.index for p in good], dtype=np.int64), good_arrays, bad)
+
+
+# ------------------------------------------------------------------------------------------ Parquet
+
+
+def decode_records(model: ServedModel, records: Records) -> Decoded:
+    """A Parquet record batch to inputs, column by column. Either every model input has a column of its name
+    (a list column for an input with a row dimension), or a one-input model with rows of `k` values reads a
+    file of exactly `k` numeric columns, in file order. Rows with a null, a list of the wrong length or a value
+    the input cannot take are errors; the others decode."""
+    rows = len(records)
+    manifest = model.manifest
+    batch = records.batch
+    names = list(batch.schema.names)
+
+    def every_row(error: ServingError) -> Decoded:
+        return Decoded(np.empty(0, dtype=np.int64), None, [(index, error) for index in range(rows)])
+
+    if model.hooks.preprocess is not None:
+        return every_row(
+            InvalidInput(
+                f"model {manifest.key} has a preprocess hook, which reads JSON or CSV payloads, not Parquet columns",
+                field="format",
+                value=PARQUET,
+                allowed="JSON Lines or CSV input for this model",
+            )
+        )
+    bad_rows = np.zeros(rows, dtype=bool)
+    reasons: dict[int, ServingError] = {}
+    arrays: dict[str, np.ndarray] = {}
+    sources: dict[str, tuple[TensorSpec, list[Any], str, bool]]
+    if all(spec.name in names for spec in manifest.inputs):
+        sources = {spec.name: (spec, [batch.column(spec.name)], spec.name, False) for spec in manifest.inputs}
+    elif (
+        len(manifest.inputs) == 1
+        and len(manifest.inputs[0].row_shape) == 1
+        and manifest.inputs[0].row_shape[0] == len(names)
+    ):
+        spec = manifest.inputs[0]
+        sources = {spec.name: (spec, [batch.column(name) for name in names], "columns", True)}
+    else:
+        widths = [list(spec.row_shape) for spec in manifest.inputs]
+        return every_row(
+            InvalidInput(
+                f"{records.source}: columns {names[:8]} do not fit the inputs of {manifest.key}",
+                field="columns",
+                value=names[:8],
+                allowed=(
+                    f"a column per input {[spec.name for spec in manifest.inputs]}, or for one input of rows of "
+                    f"k values, exactly k numeric columns (rows: {widths})"
+                ),
+            )
+        )
+    for name, (spec, columns, where, stacked) in sources.items():
+        values, problems = _columns_to_array(columns, spec, where, rows, stacked, manifest.allow_non_finite)
+        for index, error in problems.items():
+            if not bad_rows[index]:
+                bad_rows[index] = True
+                reasons[index] = error
+        if values is not None:
+            arrays[name] = values
+    good = np.flatnonzero(~bad_rows)
+    if len(arrays) != len(manifest.inputs) or not len(good):
+        return Decoded(np.empty(0, dtype=np.int64), None, [(index, reasons[index]) for index in range(rows)])
+    bad = [(int(index), reasons[int(index)]) for index in np.flatnonzero(bad_rows)]
+    chosen = {
+        name: values[good].astype(spec_of(manifest.inputs, name).numpy_dtype, copy=False)
+        for name, values in arrays.items()
+    }
+    return Decoded(good, chosen, bad)
+
+
+def spec_of(inputs: tuple[TensorSpec, ...], name: str) -> TensorSpec:
+    return next(spec for spec in inputs if spec.name == name)
+
+
+_KINDS = {"f": "fiu", "i": "iu", "u": "u", "b": "b"}
+
+
+def _columns_to_array(
+    columns: list[Any], spec: TensorSpec, where: str, rows: int, stacked: bool, allow_non_finite: bool
+) -> tuple[np.ndarray | None, dict[int, ServingError]]:
+    """(values for every row, zeros in bad rows; the errors of the bad rows). `stacked`: one scalar column per
+    value of the row, else one column for the input (a list column when rows have a dimension)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    problems: dict[int, ServingError] = {}
+    target = spec.numpy_dtype
+    if spec.dtype == "string" or target.kind not in _KINDS:
+        error = InvalidInput(
+            f"input {spec.name!r} takes {spec.dtype}; Parquet input reads numeric and boolean inputs",
+            field=where,
+            allowed="a numeric or boolean input",
+        )
+        return None, dict.fromkeys(range(rows), error)
+    row_shape = spec.row_shape
+    if stacked or not row_shape:  # scalar columns: one per value of the row (or the input is a scalar)
+        width = len(columns)
+        values = np.zeros((rows, width) if row_shape else (rows,), dtype=np.float64 if target.kind == "f" else target)
+        for position, column in enumerate(columns):
+            if pa.types.is_nested(column.type) or not _numeric_type(column.type, target.kind):
+                error = _type_error(spec, where, column.type, position)
+                return None, dict.fromkeys(range(rows), error)
+            nulls = column.is_null().to_numpy(zero_copy_only=False)
+            for index in np.flatnonzero(nulls):
+                problems.setdefault(int(index), _null_error(spec, where, position))
+            filled = pc.fill_null(column, 0) if column.null_count else column
+            data = filled.to_numpy(zero_copy_only=False)
+            if row_shape:
+                values[:, position] = data
+            else:
+                values[:] = data
+    else:
+        (column,) = columns
+        if not (
+            pa.types.is_list(column.type)
+            or pa.types.is_large_list(column.type)
+            or pa.types.is_fixed_size_list(column.type)
+        ):
+            return None, dict.fromkeys(range(rows), _type_error(spec, where, column.type, None))
+        inner = column.type.value_type
+        if len(row_shape) != 1 or row_shape[0] is None or not _numeric_type(inner, target.kind):
+            return None, dict.fromkeys(range(rows), _type_error(spec, where, column.type, None))
+        width = int(row_shape[0])
+        lengths = pc.fill_null(pc.list_value_length(column), -1).to_numpy(zero_copy_only=False)
+        flat = pc.list_flatten(column)
+        parents = pc.list_parent_indices(column).to_numpy(zero_copy_only=False)
+        inner_nulls = flat.is_null().to_numpy(zero_copy_only=False)
+        for index in np.unique(parents[inner_nulls]):
+            problems.setdefault(int(index), _null_error(spec, where, None))
+        for index in np.flatnonzero(lengths != width):
+            problems.setdefault(
+                int(index),
+                InvalidInput(
+                    f"{where}: a row of {int(lengths[index]) if lengths[index] >= 0 else 'null'} values, the model "
+                    f"takes {width}",
+                    field=where,
+                    value=int(lengths[index]) if lengths[index] >= 0 else None,
+                    allowed=f"{width} values",
+                ),
+            )
+        values = np.zeros((rows, width), dtype=np.float64 if target.kind == "f" else target)
+        fits = lengths == width
+        data = (pc.fill_null(flat, 0) if flat.null_count else flat).to_numpy(zero_copy_only=False)
+        keep = fits[parents]
+        values[fits] = data[keep].reshape(-1, width)
+    if target.kind == "f":
+        flat_values = values.reshape(rows, -1)
+        finite = np.isfinite(flat_values).all(axis=1)
+        limit = float(np.finfo(target).max)
+        if not allow_non_finite:
+            for index in np.flatnonzero(~finite):
+                problems.setdefault(
+                    int(index),
+                    InvalidInput(
+                        f"{where}: NaN or infinity; this model takes finite numbers only",
+                        field=where,
+                        allowed="finite numbers (no NaN or Infinity)",
+                    ),
+                )
+        with np.errstate(invalid="ignore"):
+            too_large = finite & (np.abs(flat_values) > limit).any(axis=1)
+        for index in np.flatnonzero(too_large if not allow_non_finite else []):
+            problems.setdefault(
+                int(index),
+                InvalidInput(
+                    f"{where}: a value does not fit {target.name}",
+                    field=where,
+                    allowed=f"finite numbers within +-{limit:.4g}",
+                ),
+            )
+    return values, problems
+
+
+def _numeric_type(arrow_type: Any, kind: str) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_boolean(arrow_type):
+        return kind == "b"
+    if pa.types.is_floating(arrow_type):
+        return "f" in _KINDS[kind]
+    if pa.types.is_unsigned_integer(arrow_type):
+        return "u" in _KINDS[kind]
+    if pa.types.is_integer(arrow_type):
+        return "i" in _KINDS[kind]
+    return False
+
+
+def _type_error(spec: TensorSpec, where: str, arrow_type: Any, position: int | None) -> InvalidInput:
+    column = f"column {position + 1}" if position is not None else where
+    return InvalidInput(
+        f"{column}: Parquet type {arrow_type} does not fit input {spec.name!r} ({spec.dtype}, rows of "
+        f"{list(spec.row_shape)})",
+        field=where,
+        value=str(arrow_type),
+        allowed=f"{spec.dtype}-compatible numbers" + (" in a list column" if spec.row_shape else ""),
+    )
+
+
+def _null_error(spec: TensorSpec, where: str, position: int | None) -> InvalidInput:
+    column = f"column {position + 1}" if position is not None else where
+    return InvalidInput(
+        f"{column}: null; input {spec.name!r} takes a value in every row",
+        field=where,
+        value=None,
+        allowed=f"{spec.dtype} values, no nulls",
+    )

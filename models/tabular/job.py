@@ -1,0 +1,446 @@
+"""`BatchJob`: every input object under a prefix, scored into parts under another, resumable, with a manifest.
+
+Three stages overlap: a reader thread fetches objects and cuts them into chunks of rows, the calling thread
+decodes and scores a chunk, and a writer thread stores the previous chunk's part, reads it back and checks
+it. On one core this hides the store's latency; with more, parsing (pyarrow), inference (onnxruntime) and
+the store's I/O run at once, as each releases the GIL. At most `_DEPTH` chunks wait between two stages, so
+memory stays a few chunks whatever the input's size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import queue
+import threading
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+import orjson
+
+from models.errors import InternalError, InvalidInput, ServingError
+from models.service import ServedModel
+from models.tabular.decode import Decoded, decode_piece
+from models.tabular.encode import (
+    error_line,
+    json_keys,
+    located_lines,
+    parquet_bytes,
+    parquet_keys,
+    parquet_table,
+    per_row_fields,
+)
+from models.tabular.rows import FORMATS, PARQUET, Piece, Progress, chunks, parquet_module, pieces, suffix
+from models.tabular.store import Store, StoredObject
+
+OUTPUT_FORMATS = ("jsonl", "parquet")
+# Bumped when the bytes of a part change for the same input: a part written by another version is scored
+# again rather than reused. 2: floats in their shortest form (float32 as float32), columnar encoding.
+PART_FORMAT = 2
+_DEPTH = 2
+INPUT_SUFFIXES: dict[str, tuple[str, ...]] = {
+    "jsonl": (".jsonl", ".ndjson", ".json"),
+    "csv": (".csv",),
+    "parquet": (".parquet",),
+}
+
+T = TypeVar("T")
+
+
+def sha256(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
+
+
+@dataclass
+class ScoredPart:
+    index: int
+    rows: int
+    sources: list[str]
+    expected: np.ndarray  # the chunk's rows as keys: source index << 40 | line
+    body: bytes
+    errors: bytes
+    good: int
+    bad: int
+
+
+def _keys(which: np.ndarray, lines: np.ndarray) -> np.ndarray:
+    return (which.astype(np.int64) << 40) | lines.astype(np.int64)
+
+
+class _Failure:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+_END = object()
+
+
+def prefetched(source: Iterator[T], depth: int = _DEPTH) -> Generator[T, None, None]:
+    """`source` consumed by a background thread, at most `depth` items ahead of the caller."""
+    items: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def fill() -> None:
+        try:
+            for item in source:
+                while not stop.is_set():
+                    try:
+                        items.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            items.put(_END)
+        except BaseException as error:  # handed to the caller, who raises it
+            items.put(_Failure(error))
+
+    thread = threading.Thread(target=fill, name="batch-reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = items.get()
+            if item is _END:
+                return
+            if isinstance(item, _Failure):
+                raise item.error
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():
+            with contextlib.suppress(queue.Empty):
+                items.get(timeout=0.1)
+        thread.join()
+
+
+class _Writer(Generic[T]):
+    """One thread that runs `work` on each submitted item, in order; the first failure stops it, and is raised
+    by the next `submit` or by `finish`."""
+
+    def __init__(self, work: Callable[[T], None], depth: int = _DEPTH) -> None:
+        self.work = work
+        self.items: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="batch-writer", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self.items.get()
+            if item is _END:
+                return
+            if self.error is None:
+                try:
+                    self.work(item)
+                except BaseException as error:  # raised in the caller's thread
+                    self.error = error
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    def submit(self, item: T) -> None:
+        while True:
+            self.check()
+            try:
+                self.items.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def finish(self) -> None:
+        self.items.put(_END)
+        self.thread.join()
+        self.check()
+
+    def abandon(self) -> None:
+        self.error = self.error or InternalError("the run stopped")
+        while self.thread.is_alive():
+            try:
+                self.items.put(_END, timeout=0.1)
+            except queue.Full:
+                with contextlib.suppress(queue.Empty):
+                    self.items.get_nowait()
+        self.thread.join()
+
+
+@dataclass
+class BatchJob:
+    """Score everything under `input_prefix` into `output_prefix` of `store`. `run()` returns the manifest.
+
+    `on_progress` is called once per part, from the writer thread, after the part is stored and checked; an
+    exception it raises stops the run (no later part is written) and is raised by `run()`."""
+
+    store: Store
+    model: ServedModel
+    input_prefix: str
+    output_prefix: str
+    deployment: str = ""
+    chunk_rows: int = 10_000
+    strict: bool = False
+    output_format: str = "jsonl"
+    input_format: str | None = None  # jsonl, csv or parquet: only objects of that format; None: every format
+    on_progress: Callable[[Progress], None] | None = None
+    progress: Progress = field(default_factory=Progress)
+
+    def __post_init__(self) -> None:
+        if self.input_format is not None and self.input_format not in INPUT_SUFFIXES:
+            raise InvalidInput(
+                f"input_format: {self.input_format!r} is not one of {', '.join(INPUT_SUFFIXES)}",
+                field="input_format",
+                value=self.input_format,
+                allowed=", ".join(INPUT_SUFFIXES),
+            )
+        if self.output_format not in OUTPUT_FORMATS:
+            raise InvalidInput(
+                f"output_format: {self.output_format!r} is not one of {', '.join(OUTPUT_FORMATS)}",
+                field="output_format",
+                value=self.output_format,
+                allowed=", ".join(OUTPUT_FORMATS),
+            )
+
+    def part_key(self, index: int) -> str:
+        return f"{self.output_prefix}parts/part-{index:05d}.{self.output_format}"
+
+    def error_key(self, index: int) -> str:
+        return f"{self.output_prefix}errors/part-{index:05d}.jsonl"
+
+    def _relative(self, key: str) -> str:
+        """Keys in the manifest are relative to it, so output moved elsewhere stays byte-identical."""
+        return key.removeprefix(self.output_prefix)
+
+    def inputs(self) -> list[StoredObject]:
+        wanted = FORMATS if self.input_format is None else INPUT_SUFFIXES[self.input_format]
+        found = [o for o in self.store.list(self.input_prefix) if suffix(o.key) in wanted]
+        return sorted(found, key=lambda o: o.key)
+
+    def fingerprint(self, inputs: list[StoredObject]) -> str:
+        """What a finished part must have been computed from for a rerun to reuse it."""
+        described = {
+            "inputs": [[o.key, o.size, o.etag] for o in inputs],
+            "model": [self.model.manifest.name, self.model.manifest.version, self.model.manifest.sha256],
+            "chunk_rows": self.chunk_rows,
+            "strict": self.strict,
+            "output": [self.output_format, PART_FORMAT],
+        }
+        return sha256(orjson.dumps(described, option=orjson.OPT_SORT_KEYS))[:32]
+
+    # ------------------------------------------------------------------------------------ the run
+    def run(self) -> dict[str, Any]:
+        inputs = self.inputs()
+        if not inputs:
+            raise InvalidInput(
+                f"no input under {self.input_prefix}",
+                field="input_prefix",
+                value=self.input_prefix,
+                allowed=f"objects ending in {', '.join(FORMATS)}",
+            )
+        if self.output_format == "parquet" or any(FORMATS[suffix(o.key)] == PARQUET for o in inputs):
+            parquet_module()  # no pyarrow here: say so before anything is read
+        self.progress.total_bytes = sum(o.size for o in inputs)
+        run_id = self.fingerprint(inputs)
+        existing = {o.key for o in self.store.list(f"{self.output_prefix}parts/")}
+        existing_errors = {o.key for o in self.store.list(f"{self.output_prefix}errors/")}
+        parts: list[dict[str, Any]] = []
+        writer: _Writer[tuple[ScoredPart | None, dict[str, Any] | None]] = _Writer(
+            lambda item: self._store_part(item, run_id, parts)
+        )
+        reader: Generator[list[Piece], None, None] = prefetched(
+            chunks(pieces(self.store, inputs, self.progress, self.chunk_rows), self.chunk_rows)
+        )
+        try:
+            for index, chunk in enumerate(reader):
+                writer.check()
+                reused = self._reusable(index, chunk, run_id, existing)
+                if reused is not None:
+                    writer.submit((None, reused))
+                else:
+                    writer.submit((self._score(index, chunk), None))
+            writer.finish()
+        except BaseException:
+            writer.abandon()
+            raise
+        finally:
+            reader.close()  # stops the reader thread now, not when the traceback lets go of this frame
+        for stale in sorted(existing - {self.part_key(i) for i in range(len(parts))}):
+            self.store.delete(stale)
+        written_errors = {self.error_key(i) for i, part in enumerate(parts) if part["errors"]}
+        for stale in sorted(existing_errors - written_errors):
+            self.store.delete(stale)  # error parts of an earlier run with other input
+        return self._finish(inputs, parts, run_id)
+
+    def _reusable(self, index: int, chunk: list[Piece], run_id: str, existing: set[str]) -> dict[str, Any] | None:
+        """A finished part of this run's fingerprint that still checks out, else None (score it again)."""
+        key = self.part_key(index)
+        meta = self.store.metadata(key) if key in existing else None
+        if meta is None or meta.get("run") != run_id:
+            return None
+        part = {"key": self._relative(key), "rows": int(meta["rows"]), "errors": int(meta["errors"])}
+        part |= {"bytes": int(meta["bytes"]), "sha256": meta["sha256"]}
+        sources, expected = _expected(chunk)
+        if self._verify(index, sources, expected, part) is not None:
+            return None
+        self.progress.parts_skipped += 1
+        return part | {"_rows": sum(len(piece) for piece in chunk)}
+
+    def _score(self, index: int, chunk: list[Piece]) -> ScoredPart:
+        """Decode every piece, predict the good rows of the chunk at once, encode the part and its error part."""
+        sources, expected = _expected(chunk)
+        decoded: list[Decoded] = []
+        errors = bytearray()
+        for piece in chunk:
+            result = decode_piece(self.model, piece)
+            if result.bad and self.strict:
+                row, error = result.bad[0]
+                where = f"{piece.source}:{int(piece.lines[row])}"
+                raise InvalidInput(
+                    f"{where}: {error.message} (strict: stopping at the first bad row)",
+                    field=where,
+                    allowed=error.allowed,
+                )
+            for row, error in result.bad:
+                errors += error_line(piece.source, int(piece.lines[row]), error)
+            decoded.append(result)
+        good = sum(len(result.good) for result in decoded)
+        bad = sum(len(result.bad) for result in decoded)
+        rows = sum(len(piece) for piece in chunk)
+        if good + bad != rows:
+            raise InternalError(f"part {index}: {rows} rows in, {good} scored + {bad} errors out")
+        body = self._encode(chunk, decoded, sources, good)
+        return ScoredPart(index, rows, sources, expected, body, bytes(errors), good, bad)
+
+    def _encode(self, chunk: list[Piece], decoded: list[Decoded], sources: list[str], good: int) -> bytes:
+        scored = [(piece, result) for piece, result in zip(chunk, decoded, strict=True) if result.arrays is not None]
+        position = {source: i for i, source in enumerate(sources)}
+        lines = np.concatenate([piece.lines[r.good] for piece, r in scored]) if scored else np.empty(0, np.int64)
+        which = (
+            np.concatenate([np.full(len(r.good), position[piece.source], np.int64) for piece, r in scored])
+            if scored
+            else np.empty(0, np.int64)
+        )
+        fields: dict[str, Any] = {}
+        if scored:
+            names = list(scored[0][1].arrays or {})
+            batch = {
+                name: np.concatenate([(r.arrays or {})[name] for _, r in scored]) if len(scored) > 1
+                else (scored[0][1].arrays or {})[name]
+                for name in names
+            }  # fmt: skip
+            fields = per_row_fields(self.model, self.model.respond(self.model.predict(batch)), good)
+        if self.output_format == "parquet":
+            return parquet_bytes([parquet_table(sources, which, lines, fields)])
+        encoded_sources = [orjson.dumps(source) for source in sources]
+        return located_lines([encoded_sources[i] for i in which.tolist()], lines, fields)
+
+    def _store_part(
+        self, item: tuple[ScoredPart | None, dict[str, Any] | None], run_id: str, parts: list[dict[str, Any]]
+    ) -> None:
+        """The writer's work: store a scored part (its error part first) and check it, or take a reused one."""
+        scored, reused = item
+        if reused is not None:
+            rows = reused.pop("_rows")
+            part = reused
+        else:
+            assert scored is not None
+            if scored.errors:
+                self.store.put(self.error_key(scored.index), scored.errors, {"run": run_id})
+            digest = sha256(scored.body)
+            meta = {"run": run_id, "rows": str(scored.good), "errors": str(scored.bad), "bytes": str(len(scored.body))}
+            self.store.put(self.part_key(scored.index), scored.body, meta | {"sha256": digest})
+            part = {
+                "key": self._relative(self.part_key(scored.index)),
+                "rows": scored.good,
+                "errors": scored.bad,
+                "bytes": len(scored.body),
+                "sha256": digest,
+            }
+            problem = self._verify(scored.index, scored.sources, scored.expected, part)
+            if problem is not None:
+                raise InternalError(f"part {scored.index}: {problem}; the run stops before reporting success")
+            rows = scored.rows
+        parts.append(part)
+        self.progress.rows += rows
+        self.progress.errors += part["errors"]
+        self.progress.parts_done += 1
+        if self.on_progress is not None:
+            self.on_progress(self.progress)
+
+    def _verify(self, index: int, sources: list[str], expected: np.ndarray, part: dict[str, Any]) -> str | None:
+        """Read the stored part and error part back: None when together they hold each of the chunk's rows
+        exactly once (predictions with a response field) and the part's bytes match its sha256; else what is
+        wrong."""
+        body = self.store.get(self.part_key(index))
+        if sha256(body) != part["sha256"] or len(body) != part["bytes"]:
+            return "the stored part does not match its sha256"
+        found: list[np.ndarray] = []
+        for kind, key, count in (
+            ("prediction", self.part_key(index), part["rows"]),
+            ("error", self.error_key(index), part["errors"]),
+        ):
+            raw = body if kind == "prediction" else (self.store.get(key) if count else b"")
+            try:
+                which, lines = (
+                    parquet_keys(raw, sources)
+                    if kind == "prediction" and self.output_format == "parquet"
+                    else json_keys(raw, sources)
+                )
+            except ValueError as problem:
+                return f"{key}: {problem}"
+            if len(lines) != count:
+                return f"{key} holds {len(lines)} {kind} records, its count says {count}"
+            found.append(_keys(which, lines))
+        seen = np.sort(np.concatenate(found))
+        if not np.array_equal(seen, np.sort(expected)):
+            missing = len(np.setdiff1d(expected, seen))
+            return f"{missing} rows are in neither the part nor its error part, or a row is there twice"
+        return None
+
+    def _finish(self, inputs: list[StoredObject], parts: list[dict[str, Any]], run_id: str) -> dict[str, Any]:
+        error_file: dict[str, Any] | None = None
+        failed = sum(p["errors"] for p in parts)
+        if self.progress.rows != sum(p["rows"] + p["errors"] for p in parts):
+            raise InternalError(f"{self.progress.rows} rows read, but the parts account for a different number")
+        if not failed:
+            self.store.delete(f"{self.output_prefix}errors.jsonl")  # an earlier run's, if any
+        if failed:
+            gathered = b"".join(self.store.get(self.error_key(i)) for i, p in enumerate(parts) if p["errors"])
+            key = f"{self.output_prefix}errors.jsonl"
+            self.store.put(key, gathered, {"run": run_id})
+            error_file = {
+                "key": self._relative(key),
+                "rows": failed,
+                "bytes": len(gathered),
+                "sha256": sha256(gathered),
+            }
+        manifest = self.model.manifest
+        document = {
+            "deployment": self.deployment,
+            "model": {"name": manifest.name, "version": manifest.version, "sha256": manifest.sha256},
+            "run": run_id,
+            "chunk_rows": self.chunk_rows,
+            "strict": self.strict,
+            "output_format": self.output_format,
+            "inputs": [{"key": o.key, "bytes": o.size, "etag": o.etag} for o in inputs],
+            "rows": {"total": sum(p["rows"] + p["errors"] for p in parts), "succeeded": sum(p["rows"] for p in parts)}
+            | {"failed": failed},
+            "parts": parts,
+            "errors": error_file,
+        }
+        body = orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
+        self.store.put(f"{self.output_prefix}manifest.json", body, {"run": run_id})
+        return document
+
+
+def _expected(chunk: list[Piece]) -> tuple[list[str], np.ndarray]:
+    """The chunk's sources (in order of first appearance) and its rows as keys."""
+    sources: list[str] = []
+    for piece in chunk:
+        if piece.source not in sources:
+            sources.append(piece.source)
+    keys = [_keys(np.full(len(piece), sources.index(piece.source), np.int64), piece.lines) for piece in chunk]
+    return sources, np.concatenate(keys) if keys else np.empty(0, np.int64)
+
+
+__all__ = ["OUTPUT_FORMATS", "BatchJob", "Progress", "ServingError", "StoredObject", "sha256"]
