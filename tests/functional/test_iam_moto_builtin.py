@@ -10,6 +10,7 @@ moto server of another test may be using.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -132,6 +133,8 @@ def test_moto_builtin_enforcement_cannot_stand_for_aws() -> None:
     child = subprocess.run(
         [sys.executable, "-m", "tests.functional.test_iam_moto_builtin"],
         cwd=REPO_ROOT,
+        # moto's in-process mock, not an emulator another test of this worker pointed AWS_ENDPOINT_URL at
+        env={k: v for k, v in os.environ.items() if not k.startswith(("AWS_ENDPOINT_URL", "AWS_PROFILE"))},
         capture_output=True,
         text=True,
         timeout=120,

@@ -90,24 +90,48 @@ def test_rows_of_different_shapes_are_not_concatenated() -> None:
     assert wide["y"].shape == (1, 5)
 
 
+class GatedModel(RecordingModel):
+    """Its first batch waits for `release`; `first_done` is set when that batch has returned. Ordering by
+    events, not sleeps: the test must not depend on how fast a loaded machine schedules threads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started, self.release, self.first_done = threading.Event(), threading.Event(), threading.Event()
+
+    def __call__(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        first = not self.started.is_set()
+        if first:
+            self.started.set()
+            assert self.release.wait(30)
+        answer = super().__call__(inputs)
+        if first:
+            self.first_done.set()
+        return answer
+
+
 def test_max_delay_lets_a_short_queue_fill_after_a_batch() -> None:
-    # GIVEN a model that takes 30 ms a batch, run in a thread so arrivals are seen while it computes
-    model = RecordingModel(delay_sec=0.03)
-    batcher = MicroBatcher(model, BatchingConfig(max_batch_size=8, max_delay_ms=60, use_thread=True))
+    # GIVEN a model run in a thread (arrivals are seen while it computes) and a delay far longer than the test's
+    # own steps, so that it holds on a loaded machine
+    model = GatedModel()
+    batcher = MicroBatcher(model, BatchingConfig(max_batch_size=8, max_delay_ms=1000, use_thread=True))
 
     async def main() -> None:
-        async def arrive(at_sec: float) -> None:
-            await asyncio.sleep(at_sec)
-            await batcher.submit(rows(1.0), 1, 5)
-
-        # WHEN one request finds the worker idle and three more arrive during and just after its batch
-        await asyncio.gather(arrive(0), arrive(0.005), arrive(0.010), arrive(0.040))
+        # WHEN one request finds the worker idle, two more arrive during its batch and one after it
+        first = asyncio.ensure_future(batcher.submit(rows(1.0), 1, 5))
+        await asyncio.to_thread(model.started.wait, 30)
+        during = [asyncio.ensure_future(batcher.submit(rows(1.0), 1, 5)) for _ in range(2)]
+        await asyncio.sleep(0.01)  # both are queued behind the running batch
+        model.release.set()
+        await asyncio.to_thread(model.first_done.wait, 30)
+        after = asyncio.ensure_future(batcher.submit(rows(1.0), 1, 5))
+        await asyncio.gather(first, *during, after)
 
     try:
         asyncio.run(main())
     finally:
         batcher.close()
     # THEN the first ran alone at once, and the late ones waited for each other within max_delay_ms
+    # (without the delay the two queued during the first batch would have run without the last one)
     assert model.batches == [1, 3]
 
 
