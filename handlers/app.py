@@ -208,7 +208,7 @@ class ServingApp:
             outputs = await batcher.submit(arrays, rows, self.settings.request_timeout_sec)
         finally:
             batcher.release()
-        encoded = codecs.encode_response(model.respond(outputs), media_type)
+        encoded = codecs.encode_response(model.respond(outputs, media_type), media_type)
         return encoded.body, _MEDIA_TYPE_BYTES[encoded.media_type], model.manifest.key
 
     async def _predict(self, scope: Scope, receive: Receive, send: Send, name: str | None) -> None:

@@ -59,7 +59,16 @@ def test_npy_in_npy_out(client: httpx.Client, digits: tuple[np.ndarray, np.ndarr
     np.save(buffer, features[:32])
     response = post(client, buffer.getvalue(), "application/x-npy", accept="application/x-npy")
     assert response.status_code == 200
-    np.testing.assert_array_equal(np.load(io.BytesIO(response.content)), targets[:32])
+    assert response.headers["content-type"] == "application/x-npy"
+    stream = io.BytesIO(response.content)
+    predictions = np.load(stream, allow_pickle=False)
+    assert predictions.dtype == np.int64
+    np.testing.assert_array_equal(predictions, targets[:32])
+    # The model's second output follows in the same body: the probabilities, one row of 10 per input row.
+    probabilities = np.load(stream, allow_pickle=False)
+    assert (probabilities.dtype, probabilities.shape) == (np.float32, (32, 10))
+    np.testing.assert_array_equal(probabilities.argmax(axis=1), predictions)
+    assert stream.read() == b""
 
 
 def test_target_model_and_custom_attributes_headers(client: httpx.Client) -> None:
