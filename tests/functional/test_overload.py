@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+from collections.abc import Iterator
 
 import httpx
 import numpy as np
@@ -23,11 +24,11 @@ def npy_batch(rows: int) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def tiny_worker(tmp_path_factory: pytest.TempPathFactory) -> RealtimeServer:
+def tiny_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealtimeServer]:
     # A worker that admits one request at a time and pauses refusals briefly.
     env = {"SERVESTACK_MAX_QUEUE_REQUESTS": "1", "SERVESTACK_REJECT_PAUSE_MS": "20", "SERVESTACK_WORKERS": "1"}
     server = RealtimeServer.start(tmp_path_factory.mktemp("overload"), env=env)
-    yield server  # type: ignore[misc]
+    yield server
     server.stop()
 
 
