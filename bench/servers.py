@@ -53,7 +53,7 @@ def compare(runs: int, seconds: float, overload_sec: float) -> dict[str, dict[st
             mine = measure(
                 f"{server} servestack", start_ours, [(single, 64), (npy32, 64)], "/invocations", runs, seconds, script
             )
-            over = overload_median(single, overload_sec, runs, server)
+            over = overload_median(single, overload_sec, runs, server, script)
             figures[server] = {
                 "ceiling": ceil[(single.name, 64)],
                 "single": mine[(single.name, 64)],
@@ -72,9 +72,9 @@ def print_table(figures: dict[str, dict[str, Any]]) -> None:
     print("HTTP servers, one core each, medians (ratios within each server's own run):")
     print(
         "| server | ceiling req/s | 1-row JSON req/s (of ceiling), p99 | 32-row .npy rows/s, p99 "
-        "| overload 2xx share / admitted p99 x nominal (at once; Retry-After) |"
+        "| overload 2xx share / admitted p99 x nominal (at once; Retry-After) | wrk at once: 2xx share |"
     )
-    print("| --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for server, found in figures.items():
         ceil: LoadResult = found["ceiling"]
         single: LoadResult = found["single"]
@@ -85,7 +85,8 @@ def print_table(figures: dict[str, dict[str, Any]]) -> None:
             f"({single.requests_per_sec / ceil.requests_per_sec:.2f}), {single.p99_ms:.2f} ms "
             f"| {npy32.requests_per_sec * 32:.0f}, {npy32.p99_ms:.2f} ms "
             f"| {over['over_ok_qps'] / over['base_qps']:.2f} / {over['over_ok_p99_ms'] / over['base_p99_ms']:.2f}x; "
-            f"{over['polite_ok_qps'] / over['base_qps']:.2f} / {over['polite_ok_p99_ms'] / over['base_p99_ms']:.2f}x |"
+            f"{over['polite_ok_qps'] / over['base_qps']:.2f} / {over['polite_ok_p99_ms'] / over['base_p99_ms']:.2f}x "
+            f"| {over['wrk_over_ok_qps'] / over['wrk_base_qps']:.2f} |"
         )
     if len(figures) == 2:
         first, second = figures
