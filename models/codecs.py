@@ -231,6 +231,35 @@ def _parse_npy(body: bytes) -> np.ndarray:
     end = start + int.from_bytes(body[8:start], "little")
     if end > len(body):
         raise InvalidInput("body: .npy header is truncated", field="body", allowed=_NPY_ALLOWED)
+    header_bytes = body[:end]
+    known = _NPY_READ_HEADERS.get(header_bytes)
+    if known is None:
+        known = _read_header(body, start, end)
+        if end <= _NPY_MEMO_HEADER_BYTES and len(_NPY_READ_HEADERS) < _NPY_HEADER_MEMO_LIMIT:
+            _NPY_READ_HEADERS[header_bytes] = known
+    dtype, fortran_order, shape, count = known
+    descr = dtype.str
+    if len(body) - end != count * dtype.itemsize:  # Python integers: a lying shape cannot overflow this
+        raise InvalidInput(
+            f"body: .npy header says shape {list(shape)} of {descr} ({count * dtype.itemsize} bytes), "
+            f"the body carries {len(body) - end} bytes after it",
+            field="body",
+            value=f"shape {list(shape)}",
+            allowed="a shape that matches the data",
+        )
+    flat = np.frombuffer(body, dtype=dtype, count=count, offset=end) if count else np.empty(0, dtype=dtype)
+    return flat.reshape(shape, order="F" if fortran_order else "C")
+
+
+# Headers already read and found valid (dtype, order, shape, count): a client sends the same few shapes over
+# and over, so each distinct header is parsed once. Bounded: at most 1,024 headers of at most 256 bytes (np.save
+# pads to 64 or 128); the body's size is still checked against the header every time.
+_NPY_READ_HEADERS: dict[bytes, tuple[np.dtype[Any], bool, tuple[int, ...], int]] = {}
+_NPY_HEADER_MEMO_LIMIT = 1024
+_NPY_MEMO_HEADER_BYTES = 256
+
+
+def _read_header(body: bytes, start: int, end: int) -> tuple[np.dtype[Any], bool, tuple[int, ...], int]:
     header = _NPY_HEADER.match(body, start, end)
     if header is not None and header.group(1).decode() in NPY_DTYPES:
         descr, fortran_order = header.group(1).decode(), False
@@ -244,18 +273,7 @@ def _parse_npy(body: bytes) -> np.ndarray:
             value=f"shape {list(shape)[:8]}",
             allowed=f"at most {_NPY_MAX_DIMS} dimensions of 0..{_NPY_MAX_DIM}",
         )
-    dtype = np.dtype(descr)
-    count = math.prod(shape)
-    if len(body) - end != count * dtype.itemsize:  # Python integers: a lying shape cannot overflow this
-        raise InvalidInput(
-            f"body: .npy header says shape {list(shape)} of {descr} ({count * dtype.itemsize} bytes), "
-            f"the body carries {len(body) - end} bytes after it",
-            field="body",
-            value=f"shape {list(shape)}",
-            allowed="a shape that matches the data",
-        )
-    flat = np.frombuffer(body, dtype=dtype, count=count, offset=end) if count else np.empty(0, dtype=dtype)
-    return flat.reshape(shape, order="F" if fortran_order else "C")
+    return np.dtype(descr), fortran_order, shape, math.prod(shape)
 
 
 def _read_npy_header(body: bytes) -> tuple[str, bool, tuple[int, ...]]:
@@ -781,7 +799,6 @@ def npy_arrays(fields: Mapping[str, Any]) -> list[tuple[str, np.ndarray]]:
 
 # A header per distinct (dtype, shape): shapes repeat from request to request (bounded, like app.py's memos).
 _NPY_HEADERS: dict[tuple[str, tuple[int, ...]], bytes] = {}
-_NPY_HEADER_MEMO_LIMIT = 1024
 
 
 def npy_header(array: np.ndarray) -> bytes:
