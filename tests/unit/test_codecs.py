@@ -349,3 +349,15 @@ def test_labels_are_named_only_for_json() -> None:
     outputs = {"label": np.array([3, 1]), "probabilities": np.eye(10, dtype=np.float32)[[3, 1]]}
     assert "labels" in codecs.default_response(DIGITS, outputs)
     assert "labels" not in codecs.default_response(DIGITS, outputs, with_labels=False)
+
+
+def test_a_header_read_before_still_has_its_body_size_checked() -> None:
+    # GIVEN a header already read (and remembered) from a valid body
+    body = npy(ROWS)
+    np.testing.assert_array_equal(decode(body, codecs.NPY), ROWS)
+    # WHEN the same header comes with too few or too many bytes
+    # THEN each body is refused as not matching its header
+    assert invalid(body[:-4], codecs.NPY).field == "body"
+    assert invalid(body + b"\0" * 4, codecs.NPY).field == "body"
+    # AND the valid body still reads
+    np.testing.assert_array_equal(decode(body, codecs.NPY), ROWS)
