@@ -319,17 +319,18 @@ def print_issue13_table(
     base: dict[tuple[str, int], LoadResult],
     mine: dict[tuple[str, int], LoadResult],
     over: dict[str, Any],
+    http_server: str = DEFAULT_SERVER,
 ) -> None:
     """Issue 13's table, every ratio from this run (targets in brackets; the bench never passes or fails)."""
     s64, n64, c64 = mine[("1-row JSON", 64)], base[("1-row JSON", 64)], ceil[("1-row JSON", 64)]
     npy_rows = mine[("32-row npy", 64)].requests_per_sec * 32
-    print(f"issue 13 table (servestack on {DEFAULT_SERVER}, one server core; targets in brackets):")
+    print(f"issue 13 table (servestack on {http_server}, one server core; targets in brackets):")
     print("| path | this run |")
     print("| --- | --- |")
     print(
         f"| 1-row JSON, 64 connections | {s64.requests_per_sec:.0f} req/s = "
         f"{s64.requests_per_sec / n64.requests_per_sec:.2f}x naive FastAPI [>= 3x]; "
-        f"{s64.requests_per_sec / c64.requests_per_sec:.2f} of the raw ASGI ceiling on {DEFAULT_SERVER} [>= 0.6]; "
+        f"{s64.requests_per_sec / c64.requests_per_sec:.2f} of the raw ASGI ceiling on {http_server} [>= 0.6]; "
         f"p99 {s64.p99_ms:.2f} ms |"
     )
     print(
@@ -397,6 +398,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--duration-sec", type=float, default=5.0)
     parser.add_argument("--overload-sec", type=float, default=10.0, help="each overload phase; --runs of them")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument(
+        "--http-server",
+        choices=HTTP_SERVERS,
+        default=DEFAULT_SERVER,
+        help="the server for ours and the ceiling (serve's SERVESTACK_HTTP_SERVER); naive FastAPI stays on uvicorn",
+    )
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None or shutil.which("taskset") is None:
         sys.exit("bench needs wrk and taskset: apt-get install wrk util-linux")
@@ -418,14 +425,20 @@ def main(argv: list[str] | None = None) -> None:
         print("HTTP (wrk, one server core):")
         single = p["single"]
         ceil = measure(
-            "raw ASGI constant", ceiling, [(single, 64)], "/invocations", args.runs, args.duration_sec, script
+            f"raw ASGI constant ({args.http_server})",
+            lambda port: ceiling(port, args.http_server),
+            [(single, 64)],
+            "/invocations",
+            args.runs,
+            args.duration_sec,
+            script,
         )
         base = measure(
             "naive FastAPI", naive, [(single, 1), (single, 64)], "/invocations", args.runs, args.duration_sec, script
         )
         mine = measure(
             "servestack",
-            ours,
+            lambda port: ours(port, args.http_server),
             [(single, 1), (single, 64), (p["json32"], 64), (p["npy32"], 64)],
             "/invocations",
             args.runs,
@@ -436,7 +449,7 @@ def main(argv: list[str] | None = None) -> None:
             f"overload (servestack load generator, 512 connections for {args.overload_sec:g}s, one worker, "
             f"median of {args.runs}):"
         )
-        over = overload_median(single, args.overload_sec, args.runs, script=script)
+        over = overload_median(single, args.overload_sec, args.runs, args.http_server, script)
         print(f"  64 connections first: {over['base_qps']:.0f} req/s 2xx, p99 {over['base_p99_ms']:.2f} ms")
         print(
             f"  512 connections: {over['over_ok_qps']:.0f} req/s 2xx, 2xx p99 {over['over_ok_p99_ms']:.2f} ms; "
@@ -478,7 +491,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{100 * (over['rss_min_mib'] / over['rss_before_mib'] - 1):+.1f}% min"
     )
     print(f"  Lambda init ours / naive: {median(ours_init) / median(naive_init):.2f}")
-    print_issue13_table(raw, ceil, base, mine, over)
+    print_issue13_table(raw, ceil, base, mine, over, args.http_server)
     if args.json:
         args.json.write_text(
             json.dumps(
