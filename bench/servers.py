@@ -27,6 +27,7 @@ from bench.realtime import (
     PinnedServer,
     ceiling,
     measure,
+    median,
     ours,
     overload_median,
     payloads,
@@ -34,38 +35,63 @@ from bench.realtime import (
 
 
 def compare(runs: int, seconds: float, overload_sec: float) -> dict[str, dict[str, Any]]:
-    figures: dict[str, dict[str, Any]] = {}
+    """Each run measures every server in turn, so that a change in the machine's load between runs touches
+    every server alike (a shared machine's load drifts over minutes); the figures are medians over the runs."""
+    samples: dict[str, dict[str, list[Any]]] = {
+        server: {"ceiling": [], "single": [], "npy32": [], "overload": []} for server in HTTP_SERVERS
+    }
     with tempfile.TemporaryDirectory() as scratch_dir:
         scratch = Path(scratch_dir)
         script = scratch / "post.lua"
         script.write_text(WRK_SCRIPT)
         p = payloads(scratch)
         single, npy32 = p["single"], p["npy32"]
-        for server in HTTP_SERVERS:
+        for run in range(runs):
+            print(f"run {run + 1} of {runs}:", flush=True)
+            for server in HTTP_SERVERS:
 
-            def start_ceiling(port: int, server: str = server) -> PinnedServer:
-                return ceiling(port, server)
+                def start_ceiling(port: int, server: str = server) -> PinnedServer:
+                    return ceiling(port, server)
 
-            def start_ours(port: int, server: str = server) -> PinnedServer:
-                return ours(port, server)
+                def start_ours(port: int, server: str = server) -> PinnedServer:
+                    return ours(port, server)
 
-            ceil = measure(f"{server} ceiling", start_ceiling, [(single, 64)], "/invocations", runs, seconds, script)
-            mine = measure(
-                f"{server} servestack", start_ours, [(single, 64), (npy32, 64)], "/invocations", runs, seconds, script
-            )
-            over = overload_median(single, overload_sec, runs, server, script)
-            figures[server] = {
-                "ceiling": ceil[(single.name, 64)],
-                "single": mine[(single.name, 64)],
-                "npy32": mine[(npy32.name, 64)],
-                "overload": over,
-            }
-            print(
-                f"  {server} overload: 2xx {over['over_ok_qps']:.0f} req/s retrying at once, "
-                f"{over['polite_ok_qps']:.0f} honouring Retry-After; nominal {over['base_qps']:.0f} req/s",
-                flush=True,
-            )
-    return figures
+                ceil = measure(f"{server} ceiling", start_ceiling, [(single, 64)], "/invocations", 1, seconds, script)
+                mine = measure(
+                    f"{server} servestack", start_ours, [(single, 64), (npy32, 64)], "/invocations", 1, seconds, script
+                )
+                over = overload_median(single, overload_sec, 1, server, script)
+                print(
+                    f"  {server} overload: 2xx {over['over_ok_qps']:.0f} req/s retrying at once, "
+                    f"{over['polite_ok_qps']:.0f} honouring Retry-After, nominal {over['base_qps']:.0f} req/s; "
+                    f"wrk: 2xx {over['wrk_over_ok_qps']:.0f} req/s at once, nominal {over['wrk_base_qps']:.0f}",
+                    flush=True,
+                )
+                found = samples[server]
+                found["ceiling"].append(ceil[(single.name, 64)])
+                found["single"].append(mine[(single.name, 64)])
+                found["npy32"].append(mine[(npy32.name, 64)])
+                found["overload"].append(over)
+    return {server: _medians(found) for server, found in samples.items()}
+
+
+def _medians(found: dict[str, list[Any]]) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    for key in ("ceiling", "single", "npy32"):
+        results: list[LoadResult] = found[key]
+        merged[key] = LoadResult(
+            median([r.requests_per_sec for r in results]),
+            median([r.p50_ms for r in results]),
+            median([r.p99_ms for r in results]),
+            sum(r.non_2xx for r in results),
+        )
+    overloads: list[dict[str, Any]] = found["overload"]
+    merged["overload"] = {
+        key: median([float(o[key]) for o in overloads])
+        for key, value in overloads[0].items()
+        if isinstance(value, int | float)
+    }
+    return merged
 
 
 def print_table(figures: dict[str, dict[str, Any]]) -> None:
