@@ -64,6 +64,7 @@ synth: setup
 
 bench: setup
 	$(PY) -m bench.realtime
+	$(PY) -m bench.servers
 	$(PY) -m bench.multi_model
 	$(PY) -m bench.cold_start
 	$(PY) -m bench.batch_job --rows 1000000

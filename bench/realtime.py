@@ -1,5 +1,7 @@
 """Realtime benchmark, one run, same model and payloads: raw onnxruntime, the HTTP ceiling (a raw ASGI app
-returning a constant), a naive FastAPI + onnxruntime server, and ours; then overload and Lambda init.
+returning a constant, on the same HTTP server as ours), a naive FastAPI + onnxruntime server (uvicorn, as its
+users run it), and ours; then overload and Lambda init; last, issue 13's table with its ratios. The HTTP
+server comparison (uvicorn vs granian) is bench/servers.py.
 
     make bench            (or: .venv/bin/python -m bench.realtime --runs 3 --duration-sec 5)
 
@@ -26,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -139,16 +142,30 @@ class PinnedServer:
         self.process.wait(timeout=20)
 
 
+# The HTTP servers `serve` can run on (SERVESTACK_HTTP_SERVER); the first is its default.
+HTTP_SERVERS = ("granian", "uvicorn")
+DEFAULT_SERVER = HTTP_SERVERS[0]
+
+
 def uvicorn_argv(app: str, port: int) -> list[str]:
     return [sys.executable, "-m", "uvicorn", app, "--port", str(port), "--log-level", "warning", "--no-access-log"]
 
 
-def ours(port: int) -> PinnedServer:
+def granian_argv(app: str, port: int) -> list[str]:
+    """granian as `serve` runs it (handlers/realtime.py): ASGI, HTTP/1.1, no websockets, uvloop."""
+    return [
+        sys.executable, "-m", "granian", "--interface", "asgi", "--http", "1", "--no-ws", "--loop", "uvloop",
+        "--port", str(port), "--log-level", "warning", app,
+    ]  # fmt: skip
+
+
+def ours(port: int, http_server: str = DEFAULT_SERVER) -> PinnedServer:
     env = {
         "SAGEMAKER_BIND_TO_PORT": str(port),
         "SERVESTACK_HOST": "127.0.0.1",
         "SERVESTACK_WORKERS": "1",
         "SERVESTACK_LOG_LEVEL": "warning",
+        "SERVESTACK_HTTP_SERVER": http_server,
     }
     return PinnedServer([sys.executable, "-m", "handlers.realtime", "serve"], env, port)
 
@@ -157,8 +174,9 @@ def naive(port: int) -> PinnedServer:
     return PinnedServer(uvicorn_argv("bench.naive_server:app", port), {}, port)
 
 
-def ceiling(port: int) -> PinnedServer:
-    return PinnedServer(uvicorn_argv("bench.ceiling_server:app", port), {}, port)
+def ceiling(port: int, http_server: str = DEFAULT_SERVER) -> PinnedServer:
+    argv = granian_argv if http_server == "granian" else uvicorn_argv
+    return PinnedServer(argv("bench.ceiling_server:app", port), {}, port)
 
 
 def measure(
@@ -200,10 +218,14 @@ def measure(
     return results
 
 
-def overload(payload: Payload, seconds: float) -> dict[str, float | dict[str, int]]:
-    """512 connections for `seconds` against one worker, measured by servestack's load generator on core 1."""
+def overload(
+    payload: Payload, seconds: float, http_server: str = DEFAULT_SERVER, script: Path | None = None
+) -> dict[str, Any]:
+    """512 connections for `seconds` against one worker, measured by servestack's load generator on core 1
+    (which splits latency by status); then, with `script`, the same with wrk, a C client that does not itself
+    become the bottleneck: its connections retry at once, and 2xx/s = all/s - non-2xx/s."""
     port = free_port()
-    server = ours(port)
+    server = ours(port, http_server)
     code = (
         "import json, sys; from servestack.loadtest import Target, run; "
         f"t = Target.from_url('http://127.0.0.1:{port}/invocations', open({str(payload.body_file)!r}, 'rb').read(), "
@@ -233,6 +255,10 @@ def overload(payload: Payload, seconds: float) -> dict[str, float | dict[str, in
         ).stdout
         stop.set()
         sampler.join()
+        if script is not None:
+            url = f"http://127.0.0.1:{port}/invocations"
+            wrk_base = wrk(url, 64, seconds / 2, payload, script)
+            wrk_over = wrk(url, 512, seconds, payload, script)
     finally:
         server.stop()
     figures = json.loads(out.strip().splitlines()[-1])
@@ -241,7 +267,17 @@ def overload(payload: Payload, seconds: float) -> dict[str, float | dict[str, in
     split = max(1, int(len(rss) * (3 + seconds / 2) / (3 + seconds / 2 + seconds + seconds / 2)))
     before = rss[split - 1]
     during = rss[split:] or [before]
+    wrk_figures = (
+        {
+            "wrk_base_qps": wrk_base.requests_per_sec - wrk_base.non_2xx / max(1, round(seconds / 2)),
+            "wrk_over_ok_qps": wrk_over.requests_per_sec - wrk_over.non_2xx / max(1, round(seconds)),
+            "wrk_over_non_2xx_per_sec": wrk_over.non_2xx / max(1, round(seconds)),
+        }
+        if script is not None
+        else {}
+    )
     return {
+        **wrk_figures,
         "base_qps": base["ok_qps"],
         "base_p99_ms": base["ok_latency_ms"]["p99"],
         "over_ok_qps": over["ok_qps"],
@@ -257,6 +293,67 @@ def overload(payload: Payload, seconds: float) -> dict[str, float | dict[str, in
         "polite_statuses": polite["statuses"],
         "polite_errors": polite["errors"],
     }
+
+
+def overload_median(
+    payload: Payload, seconds: float, runs: int, http_server: str = DEFAULT_SERVER, script: Path | None = None
+) -> dict[str, Any]:
+    """`overload` `runs` times: the median of every figure, the statuses and errors of all runs summed."""
+    samples = [overload(payload, seconds, http_server, script) for _ in range(runs)]
+    merged: dict[str, Any] = {}
+    for key, first in samples[0].items():
+        if isinstance(first, dict):
+            total: dict[str, int] = {}
+            for sample in samples:
+                for name, count in (sample[key] or {}).items():
+                    total[name] = total.get(name, 0) + count
+            merged[key] = total
+        else:
+            merged[key] = median([float(sample[key]) for sample in samples])
+    return merged
+
+
+def print_issue13_table(
+    raw: dict[int, float],
+    ceil: dict[tuple[str, int], LoadResult],
+    base: dict[tuple[str, int], LoadResult],
+    mine: dict[tuple[str, int], LoadResult],
+    over: dict[str, Any],
+    http_server: str = DEFAULT_SERVER,
+) -> None:
+    """Issue 13's table, every ratio from this run (targets in brackets; the bench never passes or fails)."""
+    s64, n64, c64 = mine[("1-row JSON", 64)], base[("1-row JSON", 64)], ceil[("1-row JSON", 64)]
+    npy_rows = mine[("32-row npy", 64)].requests_per_sec * 32
+    print(f"issue 13 table (servestack on {http_server}, one server core; targets in brackets):")
+    print("| path | this run |")
+    print("| --- | --- |")
+    print(
+        f"| 1-row JSON, 64 connections | {s64.requests_per_sec:.0f} req/s = "
+        f"{s64.requests_per_sec / n64.requests_per_sec:.2f}x naive FastAPI [>= 3x]; "
+        f"{s64.requests_per_sec / c64.requests_per_sec:.2f} of the raw ASGI ceiling on {http_server} [>= 0.6]; "
+        f"p99 {s64.p99_ms:.2f} ms |"
+    )
+    print(
+        f"| 32-row `.npy` per request, 64 connections | {npy_rows:.0f} rows/s = {npy_rows / raw[32]:.2f} of raw "
+        f"onnxruntime at batch 32 ({raw[32]:.0f} rows/s) [>= 0.4] |"
+    )
+    for label, prefix in (("retrying at once", "over"), ("honouring Retry-After", "polite")):
+        statuses = over[f"{prefix}_statuses"]
+        fives = sum(count for status, count in statuses.items() if status.startswith("5"))
+        print(
+            f"| 512 connections {label} (8x overload) | 2xx throughput "
+            f"{over[f'{prefix}_ok_qps'] / over['base_qps']:.2f} of nominal [>= 0.9]; admitted p99 "
+            f"{over[f'{prefix}_ok_p99_ms'] / over['base_p99_ms']:.2f}x nominal [<= 3]; 5xx {fives}, "
+            f"errors/timeouts {sum((over[f'{prefix}_errors'] or {}).values())} |"
+        )
+    if "wrk_base_qps" in over:
+        print(
+            f"| 512 wrk connections retrying at once (C client) | 2xx throughput "
+            f"{over['wrk_over_ok_qps'] / over['wrk_base_qps']:.2f} of nominal (wrk, 64 connections) [>= 0.9]; "
+            f"{over['wrk_over_non_2xx_per_sec']:.0f} refusals/s |"
+        )
+    print("| batch job, 1M rows | printed by bench/batch_job.py (next in `make bench`) |")
+    print("  nominal = the same worker at 64 connections, just before; bench/servers.py compares HTTP servers")
 
 
 def lambda_init_sec(module: str, runs: int) -> list[float]:
@@ -299,8 +396,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--duration-sec", type=float, default=5.0)
-    parser.add_argument("--overload-sec", type=float, default=20.0)
+    parser.add_argument("--overload-sec", type=float, default=10.0, help="each overload phase; --runs of them")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument(
+        "--http-server",
+        choices=HTTP_SERVERS,
+        default=DEFAULT_SERVER,
+        help="the server for ours and the ceiling (serve's SERVESTACK_HTTP_SERVER); naive FastAPI stays on uvicorn",
+    )
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None or shutil.which("taskset") is None:
         sys.exit("bench needs wrk and taskset: apt-get install wrk util-linux")
@@ -322,22 +425,31 @@ def main(argv: list[str] | None = None) -> None:
         print("HTTP (wrk, one server core):")
         single = p["single"]
         ceil = measure(
-            "raw ASGI constant", ceiling, [(single, 64)], "/invocations", args.runs, args.duration_sec, script
+            f"raw ASGI constant ({args.http_server})",
+            lambda port: ceiling(port, args.http_server),
+            [(single, 64)],
+            "/invocations",
+            args.runs,
+            args.duration_sec,
+            script,
         )
         base = measure(
             "naive FastAPI", naive, [(single, 1), (single, 64)], "/invocations", args.runs, args.duration_sec, script
         )
         mine = measure(
             "servestack",
-            ours,
+            lambda port: ours(port, args.http_server),
             [(single, 1), (single, 64), (p["json32"], 64), (p["npy32"], 64)],
             "/invocations",
             args.runs,
             args.duration_sec,
             script,
         )
-        print(f"overload (servestack load generator, 512 connections for {args.overload_sec:g}s, one worker):")
-        over = overload(single, args.overload_sec)
+        print(
+            f"overload (servestack load generator, 512 connections for {args.overload_sec:g}s, one worker, "
+            f"median of {args.runs}):"
+        )
+        over = overload_median(single, args.overload_sec, args.runs, args.http_server, script)
         print(f"  64 connections first: {over['base_qps']:.0f} req/s 2xx, p99 {over['base_p99_ms']:.2f} ms")
         print(
             f"  512 connections: {over['over_ok_qps']:.0f} req/s 2xx, 2xx p99 {over['over_ok_p99_ms']:.2f} ms; "
@@ -379,6 +491,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{100 * (over['rss_min_mib'] / over['rss_before_mib'] - 1):+.1f}% min"
     )
     print(f"  Lambda init ours / naive: {median(ours_init) / median(naive_init):.2f}")
+    print_issue13_table(raw, ceil, base, mine, over, args.http_server)
     if args.json:
         args.json.write_text(
             json.dumps(

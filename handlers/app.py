@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
@@ -72,6 +73,11 @@ class ServingApp:
         self.settings = repository.settings
         self.load_in_background = load_in_background
         self._batchers: dict[str, MicroBatcher] = {}
+        # The batcher each target (None: the default model) last resolved to, so a full worker can refuse a
+        # request before resolving its model or reading its body (`_refuse`); emptied when a model is evicted.
+        self._target_batchers: dict[str | None, MicroBatcher] = {}
+        self._refusals: dict[int, tuple[list[tuple[bytes, bytes]], bytes]] = {}
+        self._reject_pause = RejectPause(self.settings.reject_pause_ms / 1000)
         self._fastapi: FastAPI | None = None
         self._metrics_task: asyncio.Task[None] | None = None
         self.read_deadlines = ReadDeadlines(self.settings.body_read_timeout_sec)
@@ -169,6 +175,7 @@ class ServingApp:
     def _drop_batcher(self, key: str) -> None:
         """An evicted model's batcher goes too; requests already holding it finish on it."""
         self._batchers.pop(key, None)
+        self._target_batchers.clear()
 
     def batcher(self, model: ServedModel) -> MicroBatcher:
         key = model.manifest.key
@@ -201,6 +208,8 @@ class ServingApp:
                 assert isinstance(self.repository, ModelCache | MultiModelStore)
                 model = await asyncio.wrap_future(self.repository.load(target))
             batcher = self.batcher(model)
+            if target not in self._target_batchers and len(self._target_batchers) < _MEMO_LIMIT:
+                self._target_batchers[target] = batcher
             batcher.check_admission()
             media_type = _memo(_ACCEPTED, headers.get(b"accept"), codecs.negotiate)
         except ServingError:
@@ -220,25 +229,31 @@ class ServingApp:
             outputs = await batcher.submit(arrays, rows, self.settings.request_timeout_sec)
         finally:
             batcher.release()
-        encoded = codecs.encode_response(model.respond(outputs), media_type)
+        encoded = codecs.encode_response(model.respond(outputs, media_type), media_type)
         return encoded.body, _MEDIA_TYPE_BYTES[encoded.media_type], model.manifest.key
 
     async def _predict(self, scope: Scope, receive: Receive, send: Send, name: str | None) -> None:
         headers = {key: value for key, value in scope["headers"] if key in WANTED_HEADERS}
         target = name if name is not None else _text(headers.get(TARGET_MODEL))
+        known = self._target_batchers.get(target)
+        if known is not None and known.full():
+            await self._refuse(known, headers, receive, send)
+            return
         extra: list[tuple[bytes, bytes]] = []
         if CUSTOM_ATTRIBUTES in headers:
             extra.append((CUSTOM_ATTRIBUTES, headers[CUSTOM_ATTRIBUTES]))
         try:
             body, content_type, _ = await self.predict(target, headers, receive)
             status = 200
+        except Overloaded as error:
+            refusal_headers, refusal_body = self._refusal(error.retry_after_sec)
+            await self._reject_pause.wait()
+            await send({"type": "http.response.start", "status": 429, "headers": [*refusal_headers, *extra]})
+            await send({"type": "http.response.body", "body": refusal_body})
+            return
         except ServingError as error:
             status, body, content_type = error.status_code, error_body(error), b"application/json"
-            if isinstance(error, Overloaded):
-                extra.append((b"retry-after", str(error.retry_after_sec).encode()))
-                if self.settings.reject_pause_ms:
-                    await asyncio.sleep(self.settings.reject_pause_ms / 1000)
-            elif status >= 500 and not error.retryable:
+            if status >= 500 and not error.retryable:
                 logger.error("%s: %s", error.error_type, error.message)
         except ClientDisconnected:
             return
@@ -250,6 +265,46 @@ class ServingApp:
             internal = InternalError("internal error; see the server log")
             status, body, content_type = 500, error_body(internal), b"application/json"
         await _respond(send, status, body, content_type, extra)
+
+    async def _refuse(self, batcher: MicroBatcher, headers: dict[bytes, bytes], receive: Receive, send: Send) -> None:
+        """429 for a worker already full, at the least cost: no model lookup, no body read beyond the drain
+        that lets the client see the answer, no exception, a body and headers built once per Retry-After
+        value, and the reject pause shared with every other refusal of its moment (`RejectPause`)."""
+        headers_out, body = self._refusal(batcher.refuse())
+        if EXPECT not in headers:
+            try:
+                await drain_body(receive, DRAIN_BYTES, self.read_deadlines)
+            except ClientDisconnected:
+                return
+        if CUSTOM_ATTRIBUTES in headers:
+            headers_out = [*headers_out, (CUSTOM_ATTRIBUTES, headers[CUSTOM_ATTRIBUTES])]
+        await self._reject_pause.wait()
+        await send({"type": "http.response.start", "status": 429, "headers": headers_out})
+        await send({"type": "http.response.body", "body": body})
+
+    def _refusal(self, retry_after_sec: int) -> tuple[list[tuple[bytes, bytes]], bytes]:
+        """Every 429's headers and body, built once per Retry-After value."""
+        found = self._refusals.get(retry_after_sec)
+        if found is None:
+            body = error_body(
+                Overloaded(
+                    f"worker is full; retry after {retry_after_sec}s",
+                    field="queue",
+                    value="full",
+                    allowed=f"<= {self.settings.max_queue_requests} requests and "
+                    f"{self.settings.max_queue_rows} rows per worker",
+                    retry_after_sec=retry_after_sec,
+                )
+            )
+            headers = [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"retry-after", str(retry_after_sec).encode()),
+            ]
+            found = (headers, body)
+            if len(self._refusals) < _MEMO_LIMIT:
+                self._refusals[retry_after_sec] = found
+        return found
 
     @property
     def fastapi(self) -> FastAPI:
@@ -268,6 +323,39 @@ async def _respond(
         headers.extend(extra)
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+class RejectPause:
+    """The pause before a 429 (`reject_pause_ms`), shared: refusals due in the same eighth of a pause are
+    released together by one timer, instead of one `asyncio.sleep` (a timer and a heap entry) each. Clients
+    that retry at once then cannot turn refusals into a storm that starves the admitted requests of the loop,
+    and the pause itself costs a future per refusal. Each waits between one pause and 1.125 pauses."""
+
+    def __init__(self, pause_sec: float) -> None:
+        self.pause_sec = pause_sec
+        self._slot_sec = pause_sec / 8
+        self._due: dict[int, list[asyncio.Future[None]]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def wait(self) -> None:
+        if self.pause_sec <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # Lambda runs each invocation on a fresh loop
+            self._loop, self._due = loop, {}
+        slot = math.ceil((loop.time() + self.pause_sec) / self._slot_sec)
+        waiter: asyncio.Future[None] = loop.create_future()
+        waiting = self._due.get(slot)
+        if waiting is None:
+            waiting = self._due[slot] = []
+            loop.call_at(slot * self._slot_sec, self._release, slot)
+        waiting.append(waiter)
+        await waiter
+
+    def _release(self, slot: int) -> None:
+        for waiter in self._due.pop(slot, ()):
+            if not waiter.done():  # a cancelled waiter (its client went away) is skipped
+                waiter.set_result(None)
 
 
 def _text(value: bytes | None) -> str | None:

@@ -104,10 +104,19 @@ class MicroBatcher:
         batches_ahead = self._queued_rows / self.config.max_batch_size + 1
         return max(1, int(batches_ahead * self._service_time_sec + 0.999))
 
+    def full(self) -> bool:
+        """Whether every request slot (or the queue's rows) is taken: a new request would be refused."""
+        return self._in_flight >= self.config.max_queue_requests or self._queued_rows >= self.config.max_queue_rows
+
+    def refuse(self) -> int:
+        """Count a refusal the caller answers itself (a precomputed 429) and say when to retry, in seconds."""
+        self.stats.rejected += 1
+        return self.retry_after_sec()
+
     def check_admission(self) -> None:
         """Refuse at once with `Overloaded` when every slot is taken, taking nothing: a full worker answers
         429 before reading a body it could not serve."""
-        if self._in_flight >= self.config.max_queue_requests or self._queued_rows >= self.config.max_queue_rows:
+        if self.full():
             self.stats.rejected += 1
             raise self._overloaded()
 

@@ -231,6 +231,35 @@ def _parse_npy(body: bytes) -> np.ndarray:
     end = start + int.from_bytes(body[8:start], "little")
     if end > len(body):
         raise InvalidInput("body: .npy header is truncated", field="body", allowed=_NPY_ALLOWED)
+    header_bytes = body[:end]
+    known = _NPY_READ_HEADERS.get(header_bytes)
+    if known is None:
+        known = _read_header(body, start, end)
+        if end <= _NPY_MEMO_HEADER_BYTES and len(_NPY_READ_HEADERS) < _NPY_HEADER_MEMO_LIMIT:
+            _NPY_READ_HEADERS[header_bytes] = known
+    dtype, fortran_order, shape, count = known
+    descr = dtype.str
+    if len(body) - end != count * dtype.itemsize:  # Python integers: a lying shape cannot overflow this
+        raise InvalidInput(
+            f"body: .npy header says shape {list(shape)} of {descr} ({count * dtype.itemsize} bytes), "
+            f"the body carries {len(body) - end} bytes after it",
+            field="body",
+            value=f"shape {list(shape)}",
+            allowed="a shape that matches the data",
+        )
+    flat = np.frombuffer(body, dtype=dtype, count=count, offset=end) if count else np.empty(0, dtype=dtype)
+    return flat.reshape(shape, order="F" if fortran_order else "C")
+
+
+# Headers already read and found valid (dtype, order, shape, count): a client sends the same few shapes over
+# and over, so each distinct header is parsed once. Bounded: at most 1,024 headers of at most 256 bytes (np.save
+# pads to 64 or 128); the body's size is still checked against the header every time.
+_NPY_READ_HEADERS: dict[bytes, tuple[np.dtype[Any], bool, tuple[int, ...], int]] = {}
+_NPY_HEADER_MEMO_LIMIT = 1024
+_NPY_MEMO_HEADER_BYTES = 256
+
+
+def _read_header(body: bytes, start: int, end: int) -> tuple[np.dtype[Any], bool, tuple[int, ...], int]:
     header = _NPY_HEADER.match(body, start, end)
     if header is not None and header.group(1).decode() in NPY_DTYPES:
         descr, fortran_order = header.group(1).decode(), False
@@ -244,18 +273,7 @@ def _parse_npy(body: bytes) -> np.ndarray:
             value=f"shape {list(shape)[:8]}",
             allowed=f"at most {_NPY_MAX_DIMS} dimensions of 0..{_NPY_MAX_DIM}",
         )
-    dtype = np.dtype(descr)
-    count = math.prod(shape)
-    if len(body) - end != count * dtype.itemsize:  # Python integers: a lying shape cannot overflow this
-        raise InvalidInput(
-            f"body: .npy header says shape {list(shape)} of {descr} ({count * dtype.itemsize} bytes), "
-            f"the body carries {len(body) - end} bytes after it",
-            field="body",
-            value=f"shape {list(shape)}",
-            allowed="a shape that matches the data",
-        )
-    flat = np.frombuffer(body, dtype=dtype, count=count, offset=end) if count else np.empty(0, dtype=dtype)
-    return flat.reshape(shape, order="F" if fortran_order else "C")
+    return np.dtype(descr), fortran_order, shape, math.prod(shape)
 
 
 def _read_npy_header(body: bytes) -> tuple[str, bool, tuple[int, ...]]:
@@ -373,6 +391,27 @@ def fast_instances(
         return None
     target = spec.numpy_dtype
     if array.dtype.kind not in _NUMERIC_KINDS[target.kind] or array.shape[1:] != spec.shape[1:]:
+        return None
+    if array.dtype.kind == "f" and (manifest.allow_non_finite or not _finite_in(array, target)):
+        return None
+    return {spec.name: array.astype(target, copy=False)}
+
+
+def fast_npy(array: np.ndarray, manifest: Manifest, *, max_batch_rows: int) -> Arrays | None:
+    """The common `.npy` request, a batch of the one input's row shape in a numeric dtype of its kind, checked
+    in one pass and cast without a copy when the dtype is already the model's (the array stays a view of the
+    body). Anything else, or anything wrong, returns None: `validate_inputs` then decides and names the
+    problem, so both accept and refuse exactly the same bodies (tests/unit/test_codecs.py)."""
+    if len(manifest.inputs) != 1 or array.ndim == 0:
+        return None
+    spec = manifest.inputs[0]
+    target = spec.numpy_dtype
+    if (
+        spec.dtype == "string"
+        or not 0 < array.shape[0] <= max_batch_rows
+        or array.shape[1:] != spec.shape[1:]
+        or array.dtype.kind not in _NUMERIC_KINDS[target.kind]
+    ):
         return None
     if array.dtype.kind == "f" and (manifest.allow_non_finite or not _finite_in(array, target)):
         return None
@@ -570,7 +609,10 @@ def _finite_in(array: np.ndarray, target: np.dtype[Any]) -> bool:
     limit = _FLOAT_MAX.get(target.char)
     if limit is None:
         limit = _FLOAT_MAX[target.char] = float(np.finfo(target).max) if target.kind == "f" else np.inf
-    return array.size == 0 or bool(np.abs(array).max() <= limit)
+    # Two reductions and no temporary: np.abs(array) would allocate a copy of the batch first.
+    return array.size == 0 or bool(
+        -limit <= np.minimum.reduce(array, axis=None) and np.maximum.reduce(array, axis=None) <= limit
+    )
 
 
 def _cast(field: str, array: np.ndarray, target: np.dtype[Any], manifest: Manifest) -> np.ndarray:
@@ -685,13 +727,17 @@ def _shape_text(shape: Sequence[int | None]) -> str:
 # ---------------------------------------------------------------------------------------------- encoding
 
 
-def default_response(manifest: Manifest, outputs: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    """Predictions, probabilities and class labels when the manifest names them; other outputs by name."""
+def default_response(
+    manifest: Manifest, outputs: Mapping[str, np.ndarray], *, with_labels: bool = True
+) -> dict[str, Any]:
+    """Predictions, probabilities and class labels when the manifest names them; other outputs by name.
+    `with_labels=False` leaves the labels out: only JSON writes them, and naming each row's class is per-row
+    Python that a CSV or `.npy` answer would throw away."""
     primary, probabilities = manifest.primary_output, manifest.probability_output
     response: dict[str, Any] = {"model": manifest.name, "version": manifest.version, "predictions": outputs[primary]}
     if probabilities is not None:
         response["probabilities"] = outputs[probabilities]
-    if manifest.labels is not None:
+    if with_labels and manifest.labels is not None:
         response["labels"] = _label_names(manifest.labels, np.asarray(outputs[primary]).reshape(-1))
     if len(outputs) > (2 if probabilities is not None else 1):
         extra = {name: value for name, value in outputs.items() if name not in (primary, probabilities)}
@@ -706,14 +752,13 @@ def _label_names(labels: tuple[str, ...], predictions: np.ndarray) -> list[str]:
 
 
 def encode_response(fields: Mapping[str, Any], media_type: str) -> Encoded:
-    """Write the response fields in the negotiated type. CSV and .npy carry the `predictions` field."""
+    """Write the response fields in the negotiated type. CSV carries `predictions` (and `probabilities`);
+    `.npy` carries the numeric arrays of `npy_arrays` back to back (`predictions` first)."""
     if media_type == JSON:
         return Encoded(orjson.dumps(fields, option=orjson.OPT_SERIALIZE_NUMPY, default=json_default), JSON)
-    predictions = np.asarray(fields.get("predictions"))
     if media_type == NPY:
-        buffer = io.BytesIO()
-        np.save(buffer, predictions, allow_pickle=False)
-        return Encoded(buffer.getvalue(), NPY)
+        return Encoded(encode_npy([array for _, array in npy_arrays(fields)]), NPY)
+    predictions = np.asarray(fields.get("predictions"))
     table = predictions.reshape(predictions.shape[0], -1) if predictions.ndim else predictions.reshape(1, 1)
     probabilities = fields.get("probabilities")
     if probabilities is not None:
@@ -722,6 +767,66 @@ def encode_response(fields: Mapping[str, Any], media_type: str) -> Encoded:
         table = np.hstack([table.astype(cell), np.asarray(probabilities).astype(cell)])
     lines = (",".join(_csv_cell(v) for v in row) for row in table)
     return Encoded(("\n".join(lines) + "\n").encode(), CSV)
+
+
+def npy_arrays(fields: Mapping[str, Any]) -> list[tuple[str, np.ndarray]]:
+    """The arrays an `.npy` answer carries, in order: `predictions`, then `probabilities`, then each numeric
+    array of `outputs` (a multi-output model's other outputs). `np.load` of the body reads the first, the
+    predictions, so a single-output reader sees what it always saw; calling np.load again on the same stream
+    gives the rest, in this order. Strings (class names) are not numbers: `.npy` leaves them out when they are
+    extras, and refuses them as predictions (406)."""
+    predictions = np.asarray(fields.get("predictions"))
+    if predictions.dtype.str not in NPY_DTYPES:
+        raise NotAcceptable(
+            f"predictions are {predictions.dtype.name}, which .npy cannot carry without pickling",
+            field="Accept",
+            value=NPY,
+            allowed="application/json or text/csv for this model",
+        )
+    found = [("predictions", predictions)]
+    probabilities = fields.get("probabilities")
+    if isinstance(probabilities, np.ndarray) and probabilities.dtype.str in NPY_DTYPES:
+        found.append(("probabilities", probabilities))
+    extra = fields.get("outputs")
+    if isinstance(extra, Mapping):
+        found.extend(
+            (f"outputs.{name}", value)
+            for name, value in extra.items()
+            if isinstance(value, np.ndarray) and value.dtype.str in NPY_DTYPES
+        )
+    return found
+
+
+# A header per distinct (dtype, shape): shapes repeat from request to request (bounded, like app.py's memos).
+_NPY_HEADERS: dict[tuple[str, tuple[int, ...]], bytes] = {}
+
+
+def npy_header(array: np.ndarray) -> bytes:
+    """The `.npy` 1.0 header np.save writes for a C-ordered `array`, built by numpy's own writer once per
+    dtype and shape (np.save costs more than inferring a small batch: it re-derives and re-pads the header
+    text on every call)."""
+    key = (array.dtype.str, array.shape)
+    header = _NPY_HEADERS.get(key)
+    if header is None:
+        stream = io.BytesIO()
+        np.lib.format.write_array_header_1_0(
+            stream, {"descr": array.dtype.str, "fortran_order": False, "shape": array.shape}
+        )
+        header = stream.getvalue()
+        if len(_NPY_HEADERS) < _NPY_HEADER_MEMO_LIMIT:
+            _NPY_HEADERS[key] = header
+    return header
+
+
+def encode_npy(arrays: Sequence[np.ndarray]) -> bytes:
+    """`.npy` arrays back to back, each its header then its buffer: a C-contiguous array is written from its
+    own memory (`arr.data`, no `tobytes` copy); the one copy is into the body bytes the server sends."""
+    parts: list[bytes | memoryview] = []
+    for array in arrays:
+        contiguous = array if array.flags.c_contiguous else array.copy(order="C")  # a copy only for a strided view
+        parts.append(npy_header(contiguous))
+        parts.append(contiguous.reshape(-1).view(np.uint8).data)  # its bytes, whatever its dtype, order or shape
+    return b"".join(parts)
 
 
 def json_default(value: Any) -> Any:

@@ -77,10 +77,15 @@ class ServedModel:
 
     def decode_payload(self, payload: Any, content_type: str, *, may_hold_booleans: bool = True) -> Arrays:
         """A decoded payload (what `codecs.decode_body` returns) -> validated input arrays."""
-        if content_type == codecs.JSON and self.hooks.preprocess is None:
-            fast = codecs.fast_instances(
-                payload, self.manifest, max_batch_rows=self.max_batch_rows, may_hold_booleans=may_hold_booleans
-            )
+        if self.hooks.preprocess is None:
+            if content_type == codecs.JSON:
+                fast = codecs.fast_instances(
+                    payload, self.manifest, max_batch_rows=self.max_batch_rows, may_hold_booleans=may_hold_booleans
+                )
+            elif content_type == codecs.NPY:
+                fast = codecs.fast_npy(payload, self.manifest, max_batch_rows=self.max_batch_rows)
+            else:
+                fast = None
             if fast is not None:
                 return fast
         if self.hooks.preprocess is not None:
@@ -103,10 +108,11 @@ class ServedModel:
     def predict(self, arrays: Mapping[str, np.ndarray]) -> Arrays:
         return self.runtime.predict(arrays)
 
-    def respond(self, outputs: Arrays) -> dict[str, Any]:
-        """Model outputs -> response fields, identical in every mode."""
+    def respond(self, outputs: Arrays, media_type: str = codecs.JSON) -> dict[str, Any]:
+        """Model outputs -> response fields, identical in every mode. `media_type`: the type they will be
+        written in; only JSON writes class labels, so only JSON pays for naming them."""
         if self.hooks.postprocess is None:
-            return codecs.default_response(self.manifest, outputs)
+            return codecs.default_response(self.manifest, outputs, with_labels=media_type == codecs.JSON)
         fields = self.hooks.run_postprocess(outputs)
         return {"model": self.manifest.name, "version": self.manifest.version, **fields}
 
@@ -114,7 +120,7 @@ class ServedModel:
         """The whole pipeline for one request. Raises only `ServingError`s."""
         media_type = codecs.negotiate(accept)  # refuse an impossible Accept before doing any work
         arrays = self.decode(body, codecs.media_type_of(content_type))
-        return codecs.encode_response(self.respond(self.predict(arrays)), media_type)
+        return codecs.encode_response(self.respond(self.predict(arrays), media_type), media_type)
 
     def describe(self) -> dict[str, Any]:
         manifest = self.manifest

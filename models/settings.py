@@ -99,8 +99,10 @@ class ServingSettings(EnvironmentSettings, frozen=True, kw_only=True):
     max_queue_rows: Annotated[int, msgspec.Meta(ge=1)] = 8192
     max_queue_requests: Annotated[int, msgspec.Meta(ge=1)] = 64
     # A 429 is answered after this pause: clients that retry at once (ignoring Retry-After) then cannot
-    # turn rejections into a storm that starves the admitted requests of the event loop.
-    reject_pause_ms: Annotated[float, msgspec.Meta(ge=0, le=5000)] = 200.0
+    # turn rejections into a storm that starves the admitted requests of the event loop. A refusal costs
+    # about one raw HTTP request, so the pause bounds their rate: 1 s (the shortest Retry-After) keeps 448
+    # excess connections to ~450 refusals/s, where 200 ms let them make ~2,200/s and cost ~20% of goodput.
+    reject_pause_ms: Annotated[float, msgspec.Meta(ge=0, le=5000)] = 1000.0
     request_timeout_sec: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 60.0
     # A request body must have arrived this long after its read began, or the request is answered 408. The
     # body is read before the request takes one of the `max_queue_requests` slots, so a client that stalls

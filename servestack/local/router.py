@@ -99,7 +99,7 @@ class Upstream:
     The request line is built from the caller's raw target, which `Router` has checked holds no control
     characters or spaces, so nothing a caller sends can end one request and start another on a pooled
     connection. A connection goes back to the pool only after an answer was read whole by its framing;
-    one idle longer than IDLE_SEC (the child's keep-alive timeout is uvicorn's 5 s) is not reused, and a
+    one idle longer than IDLE_SEC (under uvicorn the child closes idle connections after 5 s) is not reused, and a
     pooled connection that fails before any answer (the child closed it meanwhile) is retried once, on a
     fresh connection."""
 

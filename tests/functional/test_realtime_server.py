@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import io
 import json
 import shutil
+import time
 from pathlib import Path
 
 import httpx
@@ -59,7 +61,16 @@ def test_npy_in_npy_out(client: httpx.Client, digits: tuple[np.ndarray, np.ndarr
     np.save(buffer, features[:32])
     response = post(client, buffer.getvalue(), "application/x-npy", accept="application/x-npy")
     assert response.status_code == 200
-    np.testing.assert_array_equal(np.load(io.BytesIO(response.content)), targets[:32])
+    assert response.headers["content-type"] == "application/x-npy"
+    stream = io.BytesIO(response.content)
+    predictions = np.load(stream, allow_pickle=False)
+    assert predictions.dtype == np.int64
+    np.testing.assert_array_equal(predictions, targets[:32])
+    # The model's second output follows in the same body: the probabilities, one row of 10 per input row.
+    probabilities = np.load(stream, allow_pickle=False)
+    assert (probabilities.dtype, probabilities.shape) == (np.float32, (32, 10))
+    np.testing.assert_array_equal(probabilities.argmax(axis=1), predictions)
+    assert stream.read() == b""
 
 
 def test_target_model_and_custom_attributes_headers(client: httpx.Client) -> None:
@@ -152,7 +163,8 @@ def test_unknown_route_and_method_are_json(client: httpx.Client) -> None:
     assert client.get("/invocations").status_code == 405
 
 
-# uvicorn re-raises the signal it handled once shutdown has finished, so a drained SIGTERM exits as -15.
+# uvicorn re-raises the signal it handled once shutdown has finished, so a drained SIGTERM exits as -15;
+# granian exits 0.
 GRACEFUL = (0, -15)
 SLOW_HOOKS = "import time\ntime.sleep(3)\n\ndef preprocess(payload, content_type):\n    raise ValueError('unused')\n"
 
@@ -198,11 +210,37 @@ def test_a_checksum_failure_keeps_ping_at_503_with_the_reason(tmp_path: Path) ->
         server.stop()
 
 
-def test_sigterm_drains_and_exits_cleanly(tmp_path: Path) -> None:
-    server = RealtimeServer.start(tmp_path)
+SLOW_PREPROCESS = (
+    "import time\nimport numpy as np\n\n"
+    "def preprocess(payload, content_type):\n    time.sleep(1.5)\n"
+    "    return np.asarray(payload['instances'], dtype=np.float32)\n"
+)
+# What each HTTP server logs once its graceful shutdown has finished.
+SHUTDOWN_LOG = {"granian": "Granian shutdown completed", "uvicorn": "Finished server process"}
+
+
+@pytest.mark.parametrize("http_server", ["granian", "uvicorn"])
+def test_sigterm_drains_in_flight_requests_and_exits_cleanly(tmp_path: Path, http_server: str) -> None:
+    # GIVEN a container on either HTTP server, whose model takes 1.5 s per request
+    models = tmp_path / "models"
+    hooks = tmp_path / "process.py"
+    hooks.write_text(SLOW_PREPROCESS)
+    create_package(
+        ARTIFACTS / "digits" / "1" / "model.onnx", models / "slow" / "1", name="slow", version="1", process_file=hooks
+    )
+    env = {
+        "SERVESTACK_MODEL_DIR": str(models),
+        "SERVESTACK_DEFAULT_MODEL": "slow",
+        "SERVESTACK_HTTP_SERVER": http_server,
+    }
+    server = RealtimeServer.start(tmp_path, env=env)
     sample = (ARTIFACTS / "digits" / "1" / "sample-request.json").read_bytes()
-    assert httpx.post(f"{server.url}/invocations", content=sample).status_code == 200
-    assert server.stop() in GRACEFUL
-    log = server.log_path.read_text()
-    assert "Shutting down" in log
-    assert "Finished server process" in log
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        # WHEN SIGTERM arrives while a request is being served
+        in_flight = pool.submit(httpx.post, f"{server.url}/invocations", content=sample, timeout=30)
+        time.sleep(0.5)
+        exit_code = server.stop()
+        # THEN that request is still answered, and the server exits cleanly after it
+        assert in_flight.result().status_code == 200
+    assert exit_code in GRACEFUL
+    assert SHUTDOWN_LOG[http_server] in server.log_path.read_text()

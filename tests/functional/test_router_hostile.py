@@ -58,8 +58,13 @@ def read_answer(sock: socket.socket) -> tuple[int, bytes]:
 
 
 def child_port(router: RouterProcess) -> int:
-    """The realtime child's port, from its start-up line in the router's log."""
-    line = next(line for line in router.log.read_text().splitlines() if "Uvicorn running on" in line)
+    """The realtime child's port, from its start-up line in the router's log (granian: "Listening at: URL";
+    uvicorn: "Uvicorn running on URL")."""
+    line = next(
+        line
+        for line in router.log.read_text().splitlines()
+        if "Listening at: http://" in line or "Uvicorn running on" in line
+    )
     return int(line.split("http://127.0.0.1:")[1].split()[0])
 
 

@@ -242,3 +242,122 @@ def test_the_fast_path_accepts_exactly_what_the_general_path_accepts(document: d
         assert fast.keys() == general.keys()
         np.testing.assert_array_equal(fast["input"], general["input"])
         assert fast["input"].dtype == general["input"].dtype
+
+
+NPY_FAST_PATH_ARRAYS = [
+    ROWS,
+    ROWS.astype(np.float64),
+    ROWS.astype(">f4"),
+    ROWS.astype(np.int64),
+    ROWS.astype(np.uint8),
+    ROWS.astype(bool),  # a boolean is not a number of the model's kind
+    ROWS[:, :63],
+    ROWS.reshape(2, 8, 8),
+    ROWS[0],
+    np.zeros((0, 64), np.float32),
+    np.full((2, 64), np.nan, np.float32),
+    np.full((2, 64), 1e39),  # overflows float32 to infinity
+    np.asfortranarray(ROWS),
+    np.array(1.0, np.float32),
+]
+
+
+@pytest.mark.parametrize("array", NPY_FAST_PATH_ARRAYS, ids=lambda array: f"{array.dtype.str}{list(array.shape)}")
+def test_the_npy_fast_path_accepts_exactly_what_the_general_path_accepts(array: np.ndarray) -> None:
+    # GIVEN an .npy body, valid or not
+    parsed = codecs.decode_body(npy(array), codecs.NPY)
+    # WHEN the fast path and the general validation both read it
+    fast = codecs.fast_npy(parsed, DIGITS, max_batch_rows=10_000)
+    try:
+        general = codecs.validate_inputs(
+            codecs.payload_to_arrays(parsed, codecs.NPY, DIGITS), DIGITS, max_batch_rows=10_000
+        )
+    except InvalidInput:
+        # THEN a body the general path refuses is never taken by the fast one
+        assert fast is None
+        return
+    # THEN whatever the fast path takes is the same array, of the same dtype
+    if fast is not None:
+        np.testing.assert_array_equal(fast["input"], general["input"])
+        assert fast["input"].dtype == general["input"].dtype
+
+
+def test_the_npy_fast_path_keeps_the_row_limit() -> None:
+    parsed = codecs.decode_body(npy(ROWS), codecs.NPY)
+    assert codecs.fast_npy(parsed, DIGITS, max_batch_rows=1) is None
+
+
+def test_an_npy_body_of_the_model_dtype_is_read_in_place() -> None:
+    # GIVEN a float32 body, the model's dtype; WHEN it is decoded
+    body = npy(ROWS)
+    array = codecs.fast_npy(codecs.decode_body(body, codecs.NPY), DIGITS, max_batch_rows=10_000)
+    # THEN the input is a view of the body's bytes, not a copy
+    assert array is not None
+    assert np.shares_memory(array["input"], np.frombuffer(body, dtype=np.uint8))
+
+
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.arange(6, dtype=np.int64),
+        np.arange(32 * 10, dtype=np.float32).reshape(32, 10),
+        np.arange(24, dtype=">f8").reshape(2, 3, 4),
+        np.array([True, False, True]),
+        np.arange(12, dtype=np.float16).reshape(3, 4)[:, ::2],  # strided: copied to C order
+        np.asfortranarray(np.arange(6.0).reshape(2, 3)),
+        np.array(2.5),
+        np.zeros((0, 10), np.uint16),
+    ],
+    ids=lambda array: f"{array.dtype.str}{list(array.shape)}",
+)
+def test_encoded_npy_round_trips_dtype_shape_and_values(array: np.ndarray) -> None:
+    # WHEN an array is written as .npy
+    body = codecs.encode_npy([array])
+    # THEN np.load reads back the same dtype, shape and values
+    loaded = np.load(io.BytesIO(body), allow_pickle=False)
+    assert loaded.dtype == array.dtype
+    assert loaded.shape == array.shape
+    np.testing.assert_array_equal(loaded, array)
+    # AND for a C-ordered array the bytes are exactly np.save's
+    if array.flags.c_contiguous:
+        assert body == npy(array)
+
+
+def test_a_multi_output_npy_answer_carries_every_numeric_output_predictions_first() -> None:
+    # GIVEN a model answer with predictions, probabilities and an extra numeric output
+    outputs = {"label": np.array([3, 1]), "probabilities": np.eye(10, dtype=np.float32)[[3, 1]]}
+    fields = codecs.default_response(DIGITS, outputs) | {"outputs": {"embedding": np.ones((2, 4), np.float16)}}
+    # WHEN it is written as .npy
+    stream = io.BytesIO(codecs.encode_response(fields, codecs.NPY).body)
+    # THEN successive np.load calls read the predictions, then the probabilities, then the extra output
+    np.testing.assert_array_equal(np.load(stream), [3, 1])
+    probabilities = np.load(stream)
+    assert probabilities.dtype == np.float32
+    np.testing.assert_array_equal(probabilities, outputs["probabilities"])
+    np.testing.assert_array_equal(np.load(stream), np.ones((2, 4), np.float16))
+    assert stream.read() == b""
+
+
+def test_string_predictions_are_not_acceptable_as_npy() -> None:
+    fields = {"model": "m", "version": "1", "predictions": np.array(["cat", "dog"], dtype=object)}
+    with pytest.raises(NotAcceptable) as caught:
+        codecs.encode_response(fields, codecs.NPY)
+    assert caught.value.field == "Accept"
+
+
+def test_labels_are_named_only_for_json() -> None:
+    outputs = {"label": np.array([3, 1]), "probabilities": np.eye(10, dtype=np.float32)[[3, 1]]}
+    assert "labels" in codecs.default_response(DIGITS, outputs)
+    assert "labels" not in codecs.default_response(DIGITS, outputs, with_labels=False)
+
+
+def test_a_header_read_before_still_has_its_body_size_checked() -> None:
+    # GIVEN a header already read (and remembered) from a valid body
+    body = npy(ROWS)
+    np.testing.assert_array_equal(decode(body, codecs.NPY), ROWS)
+    # WHEN the same header comes with too few or too many bytes
+    # THEN each body is refused as not matching its header
+    assert invalid(body[:-4], codecs.NPY).field == "body"
+    assert invalid(body + b"\0" * 4, codecs.NPY).field == "body"
+    # AND the valid body still reads
+    np.testing.assert_array_equal(decode(body, codecs.NPY), ROWS)
