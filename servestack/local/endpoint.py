@@ -18,6 +18,7 @@ import argparse
 import json
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -78,16 +79,22 @@ def main(args: list[str] | None = None) -> int:
         max_body_bytes=limits.max_payload_bytes,
         body_read_timeout_sec=limits.body_read_timeout_sec,
     )
-    uvicorn.run(
-        router,
-        host="127.0.0.1",
-        port=options.port,
-        log_level="warning",
-        access_log=False,
-        server_header=False,
-        lifespan="on",
-        timeout_graceful_shutdown=10,
+    # The router's socket is bound before its lifespan starts the variants: each variant takes a free port
+    # then, and an unbound router port could be handed to one of them (seen once in twenty runs).
+    listening = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listening.bind(("127.0.0.1", options.port))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            router,
+            log_level="warning",
+            access_log=False,
+            server_header=False,
+            lifespan="on",
+            timeout_graceful_shutdown=10,
+        )
     )
+    server.run(sockets=[listening])
     return 0
 
 

@@ -39,10 +39,20 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
         return True
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A port nothing listens on now, never one this process handed out before (the kernel may offer the same
+    free port twice while the first taker has not bound it yet)."""
+    for _ in range(100):
+        with socket.socket() as sock:
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    return port
 
 
 def http_status(url: str, timeout_sec: float = 2.0) -> int | None:
