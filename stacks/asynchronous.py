@@ -42,7 +42,7 @@ from constructs import Construct
 
 from servestack.spec import AlarmSettings
 from stacks import guardrails
-from stacks.realtime import CONTAINER_MODEL_DIR, sagemaker_scaling_role
+from stacks.realtime import sagemaker_scaling_role, servestack_model, single_model_environment
 from stacks.serverless import runtime_environment, servestack_function
 from stacks.shared import IamHttpApi, acknowledge, check_choice, check_range, log_group, logical_id
 
@@ -380,23 +380,17 @@ class AsyncEndpoint(Construct):
                 f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{self.failure_prefix}*]": _PREFIX_REASON,
             },
         )
-        model = sagemaker.CfnModel(
+        model = servestack_model(
             self,
             "Model",
-            execution_role_arn=role.role_arn,
-            enable_network_isolation=True,
-            primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
-                image=image.image_uri,
-                model_data_url=model_data.s3_object_url,
-                environment={
-                    "SERVESTACK_MODEL_DIR": CONTAINER_MODEL_DIR,
-                    "SERVESTACK_DEFAULT_MODEL": model_name,
-                    "SERVESTACK_PROVIDERS": "auto",
-                    "SERVESTACK_MAX_PAYLOAD_BYTES": str(max_payload_bytes),
-                },
-            ),
+            role=role,
+            image_uri=image.image_uri,
+            model_data_url=model_data.s3_object_url,
+            environment={
+                **single_model_environment(model_name),
+                "SERVESTACK_MAX_PAYLOAD_BYTES": str(max_payload_bytes),
+            },
         )
-        model.node.add_dependency(role)
         config = sagemaker.CfnEndpointConfig(
             self,
             "EndpointConfig",

@@ -30,12 +30,12 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_assets as s3_assets
-from aws_cdk import aws_sagemaker as sagemaker
 from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_scheduler_targets as targets
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from stacks.realtime import servestack_model, single_model_environment
 from stacks.serverless import runtime_environment, servestack_function
 from stacks.shared import acknowledge, check_choice, check_range, log_group, logical_id
 
@@ -43,7 +43,6 @@ HANDLER = "handlers.batch.handler"
 TRANSFORM_DONE_HANDLER = "handlers.batch.transform_done"
 RUNNERS = ("lambda", "fargate", "transform")
 # The realtime image reads its model from here (containers/*.Dockerfile, stacks/realtime.py).
-CONTAINER_MODEL_DIR = "/opt/ml/model"
 # Universal target: EventBridge Scheduler calls the AWS SDK action itself (no function in between).
 CREATE_TRANSFORM_JOB_TARGET = "arn:aws:scheduler:::aws-sdk:sagemaker:createTransformJob"
 # TransformJobName: at most 63 characters of [a-zA-Z0-9-]; the execution id is 16 ("d32c5kddcf5bb8c3").
@@ -422,25 +421,19 @@ class BatchJob(Construct):
             },
         )
         self.transform_role = role
-        model = sagemaker.CfnModel(
+        model = servestack_model(
             self,
             "Model",
-            execution_role_arn=role.role_arn,
-            enable_network_isolation=True,
-            primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
-                image=image.image_uri,
-                model_data_url=model_data.s3_object_url,
-                environment={
-                    "SERVESTACK_MODEL_DIR": CONTAINER_MODEL_DIR,
-                    "SERVESTACK_DEFAULT_MODEL": model_name,
-                    "SERVESTACK_PROVIDERS": "auto",
-                    # What /execution-parameters reports (handlers/transform.py): the job's own values.
-                    "SERVESTACK_TRANSFORM_MAX_CONCURRENT_TRANSFORMS": str(max_concurrent_transforms),
-                    "SERVESTACK_TRANSFORM_MAX_PAYLOAD_MB": str(max_payload_mb),
-                },
-            ),
+            role=role,
+            image_uri=image.image_uri,
+            model_data_url=model_data.s3_object_url,
+            environment={
+                **single_model_environment(model_name),
+                # What /execution-parameters reports (handlers/transform.py): the job's own values.
+                "SERVESTACK_TRANSFORM_MAX_CONCURRENT_TRANSFORMS": str(max_concurrent_transforms),
+                "SERVESTACK_TRANSFORM_MAX_PAYLOAD_MB": str(max_payload_mb),
+            },
         )
-        model.node.add_dependency(role)
         self.model = model
         content_type = _TRANSFORM_CONTENT_TYPES[input_format]
         job = {

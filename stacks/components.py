@@ -39,7 +39,7 @@ from constructs import Construct
 
 from servestack.spec import AlarmSettings, Batching, Component, Strategy
 from stacks import guardrails
-from stacks.realtime import CONTAINER_MODEL_DIR, METRICS_INTERVAL_SEC, sagemaker_scaling_role
+from stacks.realtime import CONTAINER_MODEL_DIR, METRICS_INTERVAL_SEC, sagemaker_scaling_role, servestack_model
 from stacks.shared import acknowledge, check_range, log_group
 
 VARIANT_NAME = "primary"
@@ -190,19 +190,15 @@ class ComponentEndpoint(Construct):
                 "SERVESTACK_INFERENCE_COMPONENT": name,
                 "SERVESTACK_METRICS_INTERVAL_SEC": str(METRICS_INTERVAL_SEC),
             }
-            model = sagemaker.CfnModel(
+            model = servestack_model(
                 self,
                 f"Model{cid}",
-                execution_role_arn=self.role.role_arn,
-                primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
-                    image=image.image_uri,
-                    mode="SingleModel",
-                    model_data_url=model_data[f"{c.model}@{c.version}"].s3_object_url,
-                    environment=environment,
-                ),
-                enable_network_isolation=True,
+                role=self.role,
+                image_uri=image.image_uri,
+                mode="SingleModel",
+                model_data_url=model_data[f"{c.model}@{c.version}"].s3_object_url,
+                environment=environment,
             )
-            model.node.add_dependency(self.role)
             self.models[c.component_name] = model
 
             component_alarms = guardrails.sagemaker_component_alarms(self, f"{cid}", component=name, settings=alarms)

@@ -112,6 +112,41 @@ def model_data_archive(root: Path, models: Sequence[ModelSpec], cache_dir: Path 
     return out
 
 
+def single_model_environment(model_name: str) -> dict[str, str]:
+    """The container's settings for one model unpacked from its model data (async backend, Batch Transform)."""
+    return {
+        "SERVESTACK_MODEL_DIR": CONTAINER_MODEL_DIR,
+        "SERVESTACK_DEFAULT_MODEL": model_name,
+        "SERVESTACK_PROVIDERS": "auto",
+    }
+
+
+def servestack_model(
+    scope: Construct,
+    construct_id: str,
+    *,
+    role: iam.IRole,
+    image_uri: str,
+    model_data_url: str,
+    environment: dict[str, str],
+    mode: str | None = None,
+) -> sagemaker.CfnModel:
+    """A SageMaker model of the servestack container, for every construct that runs one (realtime variants,
+    inference components, the SageMaker async backend, Batch Transform): network-isolated, as the container
+    reads only its model data and answers on its port, and created after its role's policies exist."""
+    model = sagemaker.CfnModel(
+        scope,
+        construct_id,
+        execution_role_arn=role.role_arn,
+        enable_network_isolation=True,
+        primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
+            image=image_uri, mode=mode, model_data_url=model_data_url, environment=environment
+        ),
+    )
+    model.node.add_dependency(role)
+    return model
+
+
 def sagemaker_scaling_role(scope: Construct, id: str) -> iam.IRole:
     """Application Auto Scaling's service-linked role for SageMaker variants (created by AWS on first use)."""
     arn = Stack.of(scope).format_arn(
@@ -248,31 +283,28 @@ class RealtimeEndpoint(Construct):
                 "SERVESTACK_VARIANT_NAME": variant_name,
                 "SERVESTACK_METRICS_INTERVAL_SEC": str(METRICS_INTERVAL_SEC),
             }
+            construct_id = f"Model{variant_name.title().replace('-', '')}"
             if multi_model_bucket is not None:
                 # SageMaker downloads `<prefix><TargetModel>` with the execution role, extracts it and calls the
                 # container's multi-model API; the container itself never reaches S3.
-                container = sagemaker.CfnModel.ContainerDefinitionProperty(
-                    image=image_uri,
+                return servestack_model(
+                    self,
+                    construct_id,
+                    role=self.role,
+                    image_uri=image_uri,
                     mode="MultiModel",
                     model_data_url=multi_model_bucket.s3_url_for_object(self.multi_model_prefix),
                     environment={**variant_env, "SERVESTACK_MULTI_MODEL": "true"},
                 )
-            else:
-                container = sagemaker.CfnModel.ContainerDefinitionProperty(
-                    image=image_uri,
-                    mode="SingleModel",
-                    model_data_url=model_data[model_key].s3_object_url,
-                    environment={**variant_env, "SERVESTACK_DEFAULT_MODEL": model_name},
-                )
-            m = sagemaker.CfnModel(
+            return servestack_model(
                 self,
-                f"Model{variant_name.title().replace('-', '')}",
-                execution_role_arn=self.role.role_arn,
-                primary_container=container,
-                enable_network_isolation=True,
+                construct_id,
+                role=self.role,
+                image_uri=image_uri,
+                mode="SingleModel",
+                model_data_url=model_data[model_key].s3_object_url,
+                environment={**variant_env, "SERVESTACK_DEFAULT_MODEL": model_name},
             )
-            m.node.add_dependency(self.role)
-            return m
 
         def production_variant(
             name: str, model_key: str, model_name: str, weight: float, itype: str | None, count: int
