@@ -16,6 +16,7 @@ from typing import Any
 
 from servestack.failures import CommandError, ExitCode
 from servestack.local import state
+from servestack.local.manifests import print_manifest
 
 CONTENT_TYPES = {".json": "application/json", ".csv": "text/csv", ".npy": "application/x-npy"}
 
@@ -169,11 +170,7 @@ def run_batch(
     if response.get("FunctionError"):
         print(f"{name}: the run failed: {answer.get('errorType')}: {answer.get('errorMessage')}", file=sys.stderr)
         return 1
-    print(answer["manifest"])
-    bucket, _, key = answer["manifest"].removeprefix("s3://").partition("/")
-    s3 = session.client("s3", endpoint_url=about["endpoint_url"], config=config)
-    manifest = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
-    print(json.dumps({"rows": manifest["rows"], "parts": len(manifest["parts"]), "model": manifest["model"]}))
+    print_manifest(session, config, about, answer["manifest"])
     return 0
 
 

@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from servestack.local.manifests import print_manifest
 from servestack.local.processes import RealtimeProcess, free_port
 
 MIB = 1024 * 1024
@@ -208,9 +209,5 @@ def _job_ended(
         message = answer.get("errorMessage") if isinstance(answer, dict) else answer
         print(f"{name}: the run failed: {message}", file=sys.stderr)
         return 1
-    print(answer["manifest"])
-    bucket, _, key = answer["manifest"].removeprefix("s3://").partition("/")
-    s3 = session.client("s3", endpoint_url=about["endpoint_url"], config=config)
-    manifest = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
-    print(json.dumps({"rows": manifest["rows"], "parts": len(manifest["parts"]), "model": manifest["model"]}))
+    print_manifest(session, config, about, answer["manifest"])
     return 0

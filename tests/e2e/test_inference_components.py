@@ -24,7 +24,7 @@ from botocore.exceptions import ClientError
 
 from servestack.local.sagemaker_front import COMPONENT_NAME_REQUIRED, NO_CAPACITY
 from tests.conftest import ARTIFACTS, REPO_ROOT
-from tests.e2e.conftest import DEVELOPER, SERVESTACK, LocalUp, copy_project, start_local_up, wait_for
+from tests.e2e.conftest import DEVELOPER, SERVESTACK, LocalUp, copy_project, running, wait_for
 
 pytestmark = pytest.mark.slow
 DIGITS = (ARTIFACTS / "digits/1/sample-request.json").read_bytes()
@@ -53,10 +53,10 @@ CANCER_COMPONENT = "servestack-two-models-cancer"
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalUp]:
     where = tmp_path_factory.mktemp("components")
-    spec = copy_project(where / "project", SPEC)
-    local = start_local_up(where, "--fresh", "--data-dir", str(where / "data"), spec=spec)
-    yield local
-    assert local.stop() == 0, local.log_text()[-4000:]
+    with running(
+        where, "--fresh", "--data-dir", str(where / "data"), spec=copy_project(where / "project", SPEC)
+    ) as local:
+        yield local
 
 
 def reference(model: str) -> Any:

@@ -14,7 +14,7 @@ import pytest
 from servestack.local.access import Credentials
 from servestack.local.commands import signed
 from tests.conftest import ARTIFACTS
-from tests.e2e.conftest import LocalUp, copy_project, start_local_up, wait_for
+from tests.e2e.conftest import LocalUp, copy_project, running, wait_for
 
 pytestmark = pytest.mark.slow
 DEVELOPER = Credentials("arn:aws:iam::123456789012:user/developer", "local", "local")
@@ -43,10 +43,10 @@ deployments:
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalUp]:
     where = tmp_path_factory.mktemp("sagemaker-paths")
-    spec = copy_project(where / "project", SPEC)
-    local = start_local_up(where, "--fresh", "--data-dir", str(where / "data"), spec=spec)
-    yield local
-    assert local.stop() == 0, local.log_text()[-4000:]
+    with running(
+        where, "--fresh", "--data-dir", str(where / "data"), spec=copy_project(where / "project", SPEC)
+    ) as local:
+        yield local
 
 
 def reference(model: str) -> Any:
