@@ -642,9 +642,13 @@ class JobService:
 
     def _record_success(self, done: dict[str, Any]) -> None:
         """Put the whole `succeeded` record (the claim gave this worker all of it), never over a success."""
+        self._put_unless_succeeded(done)
+
+    def _put_unless_succeeded(self, item: dict[str, Any]) -> None:
+        """Put the whole record, unless the job has already succeeded (then the put is a no-op)."""
         try:
             self.table.put_item(
-                Item=done,
+                Item=item,
                 ConditionExpression="attribute_not_exists(job_id) OR #s <> :succeeded",
                 ExpressionAttributeNames={"#s": "status"},
                 ExpressionAttributeValues={":succeeded": SUCCEEDED},
@@ -660,16 +664,7 @@ class JobService:
         if record is not None:
             failed = {name: value for name, value in record.items() if name not in ("result_key", "result_type")}
             failed |= {"job_id": job_id, "status": FAILED, "error": error, "updated_at": _now()}
-            try:
-                self.table.put_item(
-                    Item=failed,
-                    ConditionExpression="attribute_not_exists(job_id) OR #s <> :succeeded",
-                    ExpressionAttributeNames={"#s": "status"},
-                    ExpressionAttributeValues={":succeeded": SUCCEEDED},
-                )
-            except ClientError as problem:
-                if not _conditional_failed(problem):
-                    raise
+            self._put_unless_succeeded(failed)
             return
         try:
             self.table.update_item(
