@@ -355,6 +355,9 @@ class Fixture:
     env: dict[str, str]
     processes: list[tuple[subprocess.Popen[bytes], Path]] = field(default_factory=list)
     starting: tuple[subprocess.Popen[bytes], str, float] | None = None  # launched, not known to be ready
+    # Each process is sent one SIGTERM: local up restores the default handlers as its very last step, so a
+    # second SIGTERM in that window would kill it (exit -15) after a clean stop.
+    signalled: set[int] = field(default_factory=set)
 
     @property
     def state_file(self) -> Path:
@@ -399,8 +402,9 @@ class Fixture:
 
     def signal_stop(self) -> None:
         for process, _ in self.processes:
-            if process.poll() is None:
+            if process.poll() is None and process.pid not in self.signalled:
                 process.send_signal(signal.SIGTERM)
+                self.signalled.add(process.pid)
 
     def stop(self) -> list[str]:
         """Stops every background process; the ones that did not exit cleanly, with their logs."""
