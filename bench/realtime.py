@@ -1,7 +1,8 @@
-"""Realtime benchmark, one run, same model and payloads: raw onnxruntime, the HTTP ceiling (a raw ASGI app
-returning a constant, on the same HTTP server as ours), a naive FastAPI + onnxruntime server (uvicorn, as its
-users run it), and ours; then overload and Lambda init; last, issue 13's table with its ratios. The HTTP
-server comparison (uvicorn vs granian) is bench/servers.py.
+"""Realtime benchmark, one run, same model and payloads: raw onnxruntime, the HTTP ceiling (a raw app
+returning a constant, on the same HTTP server and interface as ours: granian's RSGI, or uvicorn's ASGI), a
+naive FastAPI + onnxruntime server (uvicorn, as its users run it), and ours; then overload and Lambda init;
+last, issue 13's table with its ratios. The HTTP server comparison (uvicorn vs granian) is bench/servers.py.
+Every request asks for its answer in its own media type (`Accept` = `Content-Type`): `.npy` in, `.npy` out.
 
     make bench            (or: .venv/bin/python -m bench.realtime --runs 3 --duration-sec 5)
 
@@ -70,6 +71,7 @@ print(n * {batch} / (time.perf_counter() - t))
 WRK_SCRIPT = """
 wrk.method = "POST"
 wrk.headers["Content-Type"] = os.getenv("CONTENT_TYPE")
+wrk.headers["Accept"] = os.getenv("CONTENT_TYPE")
 local f = io.open(os.getenv("BODY_FILE"), "rb"); wrk.body = f:read("*a"); f:close()
 """
 
@@ -151,12 +153,17 @@ def uvicorn_argv(app: str, port: int) -> list[str]:
     return [sys.executable, "-m", "uvicorn", app, "--port", str(port), "--log-level", "warning", "--no-access-log"]
 
 
-def granian_argv(app: str, port: int) -> list[str]:
-    """granian as `serve` runs it (handlers/realtime.py): ASGI, HTTP/1.1, no websockets, uvloop."""
+def granian_argv(app: str, port: int, interface: str = "rsgi") -> list[str]:
+    """granian as `serve` runs it (handlers/realtime.py): RSGI, HTTP/1.1, no websockets, uvloop."""
     return [
-        sys.executable, "-m", "granian", "--interface", "asgi", "--http", "1", "--no-ws", "--loop", "uvloop",
+        sys.executable, "-m", "granian", "--interface", interface, "--http", "1", "--no-ws", "--loop", "uvloop",
         "--port", str(port), "--log-level", "warning", app,
     ]  # fmt: skip
+
+
+def interface(http_server: str) -> str:
+    """How `serve` runs the app on `http_server` (handlers/realtime.py)."""
+    return "granian RSGI" if http_server == "granian" else f"{http_server} ASGI"
 
 
 def ours(port: int, http_server: str = DEFAULT_SERVER) -> PinnedServer:
@@ -175,8 +182,15 @@ def naive(port: int) -> PinnedServer:
 
 
 def ceiling(port: int, http_server: str = DEFAULT_SERVER) -> PinnedServer:
-    argv = granian_argv if http_server == "granian" else uvicorn_argv
-    return PinnedServer(argv("bench.ceiling_server:app", port), {}, port)
+    """The raw ceiling on the server and interface `serve` runs the app on: granian's RSGI, or uvicorn's ASGI."""
+    if http_server == "granian":
+        return PinnedServer(granian_argv("bench.ceiling_server:rsgi_app", port), {}, port)
+    return PinnedServer(uvicorn_argv("bench.ceiling_server:app", port), {}, port)
+
+
+def granian_asgi_ceiling(port: int) -> PinnedServer:
+    """The raw ceiling of granian's ASGI interface: what the interface change is worth."""
+    return PinnedServer(granian_argv("bench.ceiling_server:app", port, "asgi"), {}, port)
 
 
 def measure(
@@ -330,7 +344,7 @@ def print_issue13_table(
     print(
         f"| 1-row JSON, 64 connections | {s64.requests_per_sec:.0f} req/s = "
         f"{s64.requests_per_sec / n64.requests_per_sec:.2f}x naive FastAPI [>= 3x]; "
-        f"{s64.requests_per_sec / c64.requests_per_sec:.2f} of the raw ASGI ceiling on {http_server} [>= 0.6]; "
+        f"{s64.requests_per_sec / c64.requests_per_sec:.2f} of the raw ceiling on {interface(http_server)} [>= 0.6]; "
         f"p99 {s64.p99_ms:.2f} ms |"
     )
     print(
@@ -425,7 +439,7 @@ def main(argv: list[str] | None = None) -> None:
         print("HTTP (wrk, one server core):")
         single = p["single"]
         ceil = measure(
-            f"raw ASGI constant ({args.http_server})",
+            f"raw constant ({interface(args.http_server)})",
             lambda port: ceiling(port, args.http_server),
             [(single, 64)],
             "/invocations",
@@ -433,6 +447,16 @@ def main(argv: list[str] | None = None) -> None:
             args.duration_sec,
             script,
         )
+        if args.http_server == "granian":  # what RSGI is worth against granian's own ASGI
+            measure(
+                "raw constant (granian ASGI)",
+                granian_asgi_ceiling,
+                [(single, 64)],
+                "/invocations",
+                args.runs,
+                args.duration_sec,
+                script,
+            )
         base = measure(
             "naive FastAPI", naive, [(single, 1), (single, 64)], "/invocations", args.runs, args.duration_sec, script
         )
@@ -477,7 +501,10 @@ def main(argv: list[str] | None = None) -> None:
         f"  ours / naive FastAPI, 1-row JSON at 64 connections: {s64.requests_per_sec / n64.requests_per_sec:.2f}x "
         f"(p99 {s64.p99_ms:.2f} ms vs {n64.p99_ms:.2f} ms)"
     )
-    print(f"  ours / raw ASGI ceiling at 64 connections: {s64.requests_per_sec / c64.requests_per_sec:.2f}")
+    print(
+        f"  ours / raw ceiling ({interface(args.http_server)}) at 64 connections: "
+        f"{s64.requests_per_sec / c64.requests_per_sec:.2f}"
+    )
     print(f"  ours 1-connection p50: {mine[('1-row JSON', 1)].p50_ms:.2f} ms")
     print(
         f"  ours 32-row npy rows/s: {mine[('32-row npy', 64)].requests_per_sec * 32:.0f} "

@@ -14,7 +14,8 @@ import logging
 import math
 import threading
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
@@ -40,6 +41,9 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+# How a prediction route answers, whichever interface carries the request: (status, body, content type, extra
+# headers). ASGI sends two messages (`_respond`); granian's RSGI makes one call (handlers/rsgi.py).
+Respond = Callable[[int, bytes, bytes, list[tuple[bytes, bytes]] | None], Awaitable[None]]
 # Single-model serving, the registry-backed LRU cache, or SageMaker's multi-model contract.
 Repository = ModelRepository | ModelCache | MultiModelStore
 
@@ -76,7 +80,7 @@ class ServingApp:
         # The batcher each target (None: the default model) last resolved to, so a full worker can refuse a
         # request before resolving its model or reading its body (`_refuse`); emptied when a model is evicted.
         self._target_batchers: dict[str | None, MicroBatcher] = {}
-        self._refusals: dict[int, tuple[list[tuple[bytes, bytes]], bytes]] = {}
+        self._refusals: dict[int, tuple[tuple[bytes, bytes], bytes]] = {}
         self._reject_pause = RejectPause(self.settings.reject_pause_ms / 1000)
         self._fastapi: FastAPI | None = None
         self._metrics_task: asyncio.Task[None] | None = None
@@ -100,14 +104,12 @@ class ServingApp:
         if scope["type"] == "http":
             path, method = scope["path"], scope["method"]
             if method == "POST":
-                if path == "/invocations":
-                    if self.transform.settings.batch:  # a SageMaker Batch Transform job's mini-batches
-                        return await self.transform.invocations(scope, receive, send)
-                    return await self._predict(scope, receive, send, None)
-                if path.startswith(PREDICT_PREFIX) and path.endswith(PREDICT_SUFFIX):
-                    name = path[len(PREDICT_PREFIX) : -len(PREDICT_SUFFIX)]
-                    if name and "/" not in name:
-                        return await self._predict(scope, receive, send, name)
+                target = self.prediction_route(path)
+                if target is not False:
+                    headers = {key: value for key, value in scope["headers"] if key in WANTED_HEADERS}
+                    return await self.answer_prediction(headers, receive, partial(_respond, send), target)
+                if path == "/invocations":  # a SageMaker Batch Transform job's mini-batches
+                    return await self.transform.invocations(scope, receive, send)
             elif method == "GET" and path == "/ping":
                 status, body = self.ping()
                 return await _respond(send, status, body, b"application/json")
@@ -125,22 +127,33 @@ class ServingApp:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                if self.load_in_background:
-                    threading.Thread(target=self._load_quietly, name="model-loader", daemon=True).start()
-                self._start_metrics()
+                self.startup(asyncio.get_running_loop())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 if self._metrics_task is not None:
                     self._metrics_task.cancel()
                     await asyncio.gather(self._metrics_task, return_exceptions=True)
-                for batcher in self._batchers.values():
-                    batcher.close()
-                if isinstance(self.repository, ModelCache | MultiModelStore):
-                    self.repository.close()
+                self.shutdown()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    def _start_metrics(self) -> None:
+    def startup(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start-up, whichever interface runs the app: models load in the background if asked, and the
+        overload metrics start on `loop`."""
+        if self.load_in_background:
+            threading.Thread(target=self._load_quietly, name="model-loader", daemon=True).start()
+        self._start_metrics(loop)
+
+    def shutdown(self) -> None:
+        """Shut-down: the metrics stop, batchers and model caches close."""
+        if self._metrics_task is not None:
+            self._metrics_task.cancel()
+        for batcher in self._batchers.values():
+            batcher.close()
+        if isinstance(self.repository, ModelCache | MultiModelStore):
+            self.repository.close()
+
+    def _start_metrics(self, loop: asyncio.AbstractEventLoop) -> None:
         """With `metrics_interval_sec` set, write overload metrics (EMF) to stdout (handlers/metrics.py)."""
         if self.settings.metrics_interval_sec <= 0:
             return
@@ -152,7 +165,7 @@ class ServingApp:
             variant_name=self.settings.variant_name,
             interval_sec=self.settings.metrics_interval_sec,
         )
-        self._metrics_task = asyncio.get_running_loop().create_task(metrics.run())
+        self._metrics_task = loop.create_task(metrics.run())
 
     def _load_quietly(self) -> None:
         try:
@@ -232,12 +245,30 @@ class ServingApp:
         encoded = codecs.encode_response(model.respond(outputs, media_type), media_type)
         return encoded.body, _MEDIA_TYPE_BYTES[encoded.media_type], model.manifest.key
 
+    def prediction_route(self, path: str) -> str | Literal[False] | None:
+        """For a POST to `path`: the model name a prediction route names (None: the default or target model),
+        or False for no prediction route. In a Batch Transform job `/invocations` takes mini-batches instead."""
+        if path == "/invocations":
+            return False if self.transform.settings.batch else None
+        if path.startswith(PREDICT_PREFIX) and path.endswith(PREDICT_SUFFIX):
+            name = path[len(PREDICT_PREFIX) : -len(PREDICT_SUFFIX)]
+            if name and "/" not in name:
+                return name
+        return False
+
     async def _predict(self, scope: Scope, receive: Receive, send: Send, name: str | None) -> None:
         headers = {key: value for key, value in scope["headers"] if key in WANTED_HEADERS}
+        await self.answer_prediction(headers, receive, partial(_respond, send), name)
+
+    async def answer_prediction(
+        self, headers: dict[bytes, bytes], receive: Receive, respond: Respond, name: str | None
+    ) -> None:
+        """One prediction request, answered: `headers` holds those of WANTED_HEADERS the request carries; the
+        body comes from `receive` (ASGI's, or handlers/rsgi.py's over RSGI), the answer goes to `respond`."""
         target = name if name is not None else _text(headers.get(TARGET_MODEL))
         known = self._target_batchers.get(target)
         if known is not None and known.full():
-            await self._refuse(known, headers, receive, send)
+            await self._refuse(known, headers, receive, respond)
             return
         extra: list[tuple[bytes, bytes]] = []
         if CUSTOM_ATTRIBUTES in headers:
@@ -246,10 +277,9 @@ class ServingApp:
             body, content_type, _ = await self.predict(target, headers, receive)
             status = 200
         except Overloaded as error:
-            refusal_headers, refusal_body = self._refusal(error.retry_after_sec)
+            retry_after, refusal_body = self._refusal(error.retry_after_sec)
             await self._reject_pause.wait()
-            await send({"type": "http.response.start", "status": 429, "headers": [*refusal_headers, *extra]})
-            await send({"type": "http.response.body", "body": refusal_body})
+            await respond(429, refusal_body, b"application/json", [retry_after, *extra])
             return
         except ServingError as error:
             status, body, content_type = error.status_code, error_body(error), b"application/json"
@@ -264,26 +294,28 @@ class ServingApp:
             logger.exception("unexpected failure serving %s", target or self.settings.default_model)
             internal = InternalError("internal error; see the server log")
             status, body, content_type = 500, error_body(internal), b"application/json"
-        await _respond(send, status, body, content_type, extra)
+        await respond(status, body, content_type, extra)
 
-    async def _refuse(self, batcher: MicroBatcher, headers: dict[bytes, bytes], receive: Receive, send: Send) -> None:
+    async def _refuse(
+        self, batcher: MicroBatcher, headers: dict[bytes, bytes], receive: Receive, respond: Respond
+    ) -> None:
         """429 for a worker already full, at the least cost: no model lookup, no body read beyond the drain
         that lets the client see the answer, no exception, a body and headers built once per Retry-After
         value, and the reject pause shared with every other refusal of its moment (`RejectPause`)."""
-        headers_out, body = self._refusal(batcher.refuse())
+        retry_after, body = self._refusal(batcher.refuse())
         if EXPECT not in headers:
             try:
                 await drain_body(receive, DRAIN_BYTES, self.read_deadlines)
             except ClientDisconnected:
                 return
+        extra = [retry_after]
         if CUSTOM_ATTRIBUTES in headers:
-            headers_out = [*headers_out, (CUSTOM_ATTRIBUTES, headers[CUSTOM_ATTRIBUTES])]
+            extra.append((CUSTOM_ATTRIBUTES, headers[CUSTOM_ATTRIBUTES]))
         await self._reject_pause.wait()
-        await send({"type": "http.response.start", "status": 429, "headers": headers_out})
-        await send({"type": "http.response.body", "body": body})
+        await respond(429, body, b"application/json", extra)
 
-    def _refusal(self, retry_after_sec: int) -> tuple[list[tuple[bytes, bytes]], bytes]:
-        """Every 429's headers and body, built once per Retry-After value."""
+    def _refusal(self, retry_after_sec: int) -> tuple[tuple[bytes, bytes], bytes]:
+        """Every 429's Retry-After header and body, built once per Retry-After value."""
         found = self._refusals.get(retry_after_sec)
         if found is None:
             body = error_body(
@@ -296,12 +328,7 @@ class ServingApp:
                     retry_after_sec=retry_after_sec,
                 )
             )
-            headers = [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"retry-after", str(retry_after_sec).encode()),
-            ]
-            found = (headers, body)
+            found = ((b"retry-after", str(retry_after_sec).encode()), body)
             if len(self._refusals) < _MEMO_LIMIT:
                 self._refusals[retry_after_sec] = found
         return found

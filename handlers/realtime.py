@@ -7,9 +7,9 @@ drains in-flight requests (the HTTP server's graceful shutdown) before the proce
 instead (handlers/multi_model.py).
 
 The HTTP server is granian (HTTP parsing and connection handling in Rust) unless
-`SERVESTACK_HTTP_SERVER=uvicorn` (uvicorn + httptools + uvloop). The choice was made by numbers: on one core
-granian roughly doubles the raw ASGI ceiling and the 1-row and 32-row throughput of this app against uvicorn
-(`python -m bench.servers` measures both, side by side; README "Measured").
+`SERVESTACK_HTTP_SERVER=uvicorn` (uvicorn + httptools + uvloop), and on granian the app runs behind its RSGI
+interface (handlers/rsgi.py). Both choices were made by numbers: `python -m bench.servers` measures the
+ceiling, the 1-row and 32-row paths and overload on each, side by side (README "Measured").
 """
 
 from __future__ import annotations
@@ -19,12 +19,15 @@ import importlib.util
 import os
 import tempfile
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import msgspec
 
 from handlers.app import ServingApp, build_repository, create_app
 from models.settings import EnvironmentSettings, ServingSettings
+
+if TYPE_CHECKING:
+    from handlers.rsgi import RSGIApp
 
 
 class ContainerSettings(EnvironmentSettings, frozen=True, kw_only=True):
@@ -63,11 +66,19 @@ def default_workers(providers: str) -> int:
 
 
 APP_FACTORY = "handlers.realtime:create_server_app"
+RSGI_APP_FACTORY = "handlers.realtime:create_rsgi_app"
 
 
 def create_server_app() -> ServingApp:
     """The HTTP server's factory: each worker process builds its own app and loads its own sessions."""
     return create_app(build_repository(ServingSettings.from_environment()), load_in_background=True)
+
+
+def create_rsgi_app() -> RSGIApp:
+    """granian's factory: the same app behind its RSGI interface (handlers/rsgi.py)."""
+    from handlers.rsgi import RSGIApp
+
+    return RSGIApp(create_server_app())
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -105,20 +116,20 @@ def run_uvicorn(container: ContainerSettings, workers: int) -> None:
 
 
 def run_granian(container: ContainerSettings, workers: int) -> None:
-    """granian with the ASGI interface (lifespan included: models load in the background, `/ping` says when),
-    HTTP/1.1 only (SageMaker speaks nothing else to a container), no websockets, no access log. On SIGTERM it
-    stops accepting, lets in-flight requests finish, and stops a worker still busy after
+    """granian with the RSGI interface (handlers/rsgi.py: models load in the background from its init hook,
+    `/ping` says when), HTTP/1.1 only (SageMaker speaks nothing else to a container), no websockets, no access
+    log. On SIGTERM it stops accepting, lets in-flight requests finish, and stops a worker still busy after
     `graceful_shutdown_sec`."""
     from granian import Granian
     from granian.constants import HTTPModes, Interfaces, Loops
     from granian.log import LogLevels
 
     Granian(
-        APP_FACTORY,
+        RSGI_APP_FACTORY,
         factory=True,
         address=container.host,
         port=container.port,
-        interface=Interfaces.ASGI,
+        interface=Interfaces.RSGI,
         workers=workers,
         http=HTTPModes.http1,
         websockets=False,
