@@ -20,6 +20,9 @@ Signature = tuple[tuple[str, str, tuple[int, ...]], ...]
 
 def signature(arrays: Mapping[str, np.ndarray]) -> Signature:
     """What must be equal for two inputs to be stacked: names, dtypes and the shape after the batch axis."""
+    if len(arrays) == 1:  # most models take one input: no sort, no generator (the micro-batcher asks per request)
+        for name, array in arrays.items():
+            return ((name, array.dtype.str, array.shape[1:]),)
     return tuple((name, arrays[name].dtype.str, arrays[name].shape[1:]) for name in sorted(arrays))
 
 

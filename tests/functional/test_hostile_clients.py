@@ -106,6 +106,45 @@ def test_a_chunked_body_over_the_limit_reaches_urllib_as_413(server: RealtimeSer
         assert answer.code == 413
 
 
+def test_a_chunked_body_within_the_limit_gets_the_same_answer_as_a_declared_one(server: RealtimeServer) -> None:
+    # GIVEN the sample sent with a Content-Length, and the same bytes sent chunked (read chunk by chunk)
+    def chunks() -> Iterator[bytes]:
+        for start in range(0, len(SAMPLE), 64):
+            yield SAMPLE[start : start + 64]
+
+    declared = httpx.post(f"{server.url}/invocations", content=SAMPLE, headers={"Content-Type": "application/json"})
+    # WHEN the chunked one is sent
+    chunked = httpx.post(f"{server.url}/invocations", content=chunks(), headers={"Content-Type": "application/json"})
+    # THEN both are answered 200 with the same predictions
+    assert declared.status_code == 200, declared.text
+    assert chunked.status_code == 200, chunked.text
+    assert chunked.json() == declared.json()
+
+
+def test_callers_that_hang_up_mid_body_leave_the_worker_serving(server: RealtimeServer) -> None:
+    # GIVEN callers that hang up halfway through a declared body, a chunked body, and a refused-then-drained one
+    host, port = server.url.removeprefix("http://").split(":")
+    heads = [
+        b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n{",
+        b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b'Transfer-Encoding: chunked\r\n\r\n10\r\n{"instances": [[\r\n',
+        b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 7340032\r\n\r\n",
+        b"POST /v1/models/digits/predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 900\r\n\r\n[",
+    ]
+    for _ in range(5):
+        for head in heads:
+            sock = socket.create_connection((host, int(port)))
+            sock.sendall(head)
+            time.sleep(0.02)  # the worker is inside the body read when the caller goes
+            sock.close()
+    # WHEN a well-behaved caller follows them
+    answer = httpx.post(f"{server.url}/invocations", content=SAMPLE, headers={"Content-Type": "application/json"})
+    # THEN the same worker answers it, and is ready
+    assert answer.status_code == 200, answer.text
+    assert httpx.get(f"{server.url}/ping").status_code == 200
+
+
 def test_gzip_is_decoded_with_a_bound_and_other_codings_are_415(server: RealtimeServer) -> None:
     # GIVEN the sample gzipped, a gzip bomb (50 MB of spaces in ~50 KB) and a coding the server does not read
     plain = httpx.post(f"{server.url}/invocations", content=SAMPLE).json()

@@ -12,6 +12,8 @@ import pytest
 from models import codecs
 from models.errors import InvalidInput, NotAcceptable, UnsupportedMediaType
 from models.manifest import read_manifest
+from models.service import ServedModel
+from models.settings import ServingSettings
 from tests.conftest import ARTIFACTS
 
 DIGITS = read_manifest(ARTIFACTS / "digits" / "1")
@@ -39,6 +41,33 @@ def test_json_csv_and_npy_decode_to_the_same_array() -> None:
     for array in (from_json, from_named, from_csv, from_npy):
         assert array.dtype == np.float32
         np.testing.assert_array_equal(array, ROWS)
+
+
+@pytest.mark.parametrize(
+    ("value", "dtype"),
+    [(3e38, np.float64), (1e20, np.float32), (-3.4e38, np.float32)],
+    ids=["float64-near-float32-max", "float32-whose-square-overflows", "float32-max-negative"],
+)
+def test_values_whose_squares_overflow_are_still_accepted_when_they_fit(value: float, dtype: type) -> None:
+    # GIVEN rows of large values that fit float32, but whose sum of squares passes float32 max squared (or
+    # overflows in float32): the one-call range check cannot vouch for them and must hand them on
+    rows = np.full((2, 64), value, dtype=dtype)
+    model = ServedModel.load(ARTIFACTS / "digits" / "1", ServingSettings(warmup=False))
+    for body, content_type in ((npy(rows), codecs.NPY), (orjson.dumps({"instances": rows.tolist()}), codecs.JSON)):
+        # WHEN they are decoded by the fast path's caller and by the general path
+        fast = model.decode(body, content_type)["input"]
+        general = decode(body, content_type)
+        # THEN both accept them, with the same float32 values
+        assert fast.dtype == general.dtype == np.float32
+        np.testing.assert_array_equal(fast, rows.astype(np.float32))
+        np.testing.assert_array_equal(general, rows.astype(np.float32))
+
+
+def test_a_value_past_float32_max_is_refused_by_name() -> None:
+    rows = np.ones((2, 64))
+    rows[1, 3] = 3.5e38
+    assert invalid(npy(rows), codecs.NPY).field == "body[1][3]"
+    assert invalid(orjson.dumps({"instances": rows.tolist()})).field == "instances[1][3]"
 
 
 def test_integers_and_float64_npy_are_cast_to_the_model_dtype() -> None:
