@@ -290,8 +290,17 @@ def overload(
         if script is not None
         else {}
     )
+    shares = {  # this run's own ratios; overload_median reports their medians
+        "over_share": over["ok_qps"] / base["ok_qps"],
+        "over_p99x": over["ok_latency_ms"].get("p99", float("nan")) / base["ok_latency_ms"]["p99"],
+        "polite_share": polite["ok_qps"] / base["ok_qps"],
+        "polite_p99x": polite["ok_latency_ms"].get("p99", float("nan")) / base["ok_latency_ms"]["p99"],
+    }
+    if wrk_figures:
+        shares["wrk_share"] = wrk_figures["wrk_over_ok_qps"] / wrk_figures["wrk_base_qps"]
     return {
         **wrk_figures,
+        **shares,
         "base_qps": base["ok_qps"],
         "base_p99_ms": base["ok_latency_ms"]["p99"],
         "over_ok_qps": over["ok_qps"],
@@ -327,28 +336,67 @@ def overload_median(
     return merged
 
 
+@dataclass(frozen=True)
+class RunFigures:
+    """One run's figures, all measured back to back."""
+
+    raw: dict[int, float]
+    ceil: dict[tuple[str, int], LoadResult]
+    asgi: dict[tuple[str, int], LoadResult]
+    base: dict[tuple[str, int], LoadResult]
+    mine: dict[tuple[str, int], LoadResult]
+
+
+def merged(results: list[dict[tuple[str, int], LoadResult]]) -> dict[tuple[str, int], LoadResult]:
+    """Per case, the median of each figure over the runs (non-2xx summed)."""
+    out = {}
+    for key in results[0]:
+        found = [r[key] for r in results]
+        out[key] = LoadResult(
+            median([r.requests_per_sec for r in found]),
+            median([r.p50_ms for r in found]),
+            median([r.p99_ms for r in found]),
+            sum(r.non_2xx for r in found),
+        )
+    return out
+
+
+def median_ratios(runs: list[RunFigures]) -> dict[str, float]:
+    """Each ratio taken within a run, then the median over the runs."""
+    single = ("1-row JSON", 64)
+    per_run: dict[str, list[float]] = {"naive": [], "ceiling": [], "npy_raw": [], "asgi_ceiling": []}
+    for run in runs:
+        ours_qps = run.mine[single].requests_per_sec
+        per_run["naive"].append(ours_qps / run.base[single].requests_per_sec)
+        per_run["ceiling"].append(ours_qps / run.ceil[single].requests_per_sec)
+        per_run["npy_raw"].append(run.mine[("32-row npy", 64)].requests_per_sec * 32 / run.raw[32])
+        if run.asgi:
+            per_run["asgi_ceiling"].append(ours_qps / run.asgi[single].requests_per_sec)
+    return {name: median(values) for name, values in per_run.items() if values}
+
+
 def print_issue13_table(
     raw: dict[int, float],
-    ceil: dict[tuple[str, int], LoadResult],
-    base: dict[tuple[str, int], LoadResult],
     mine: dict[tuple[str, int], LoadResult],
+    ratios: dict[str, float],
     over: dict[str, Any],
     http_server: str = DEFAULT_SERVER,
 ) -> None:
-    """Issue 13's table, every ratio from this run (targets in brackets; the bench never passes or fails)."""
-    s64, n64, c64 = mine[("1-row JSON", 64)], base[("1-row JSON", 64)], ceil[("1-row JSON", 64)]
+    """Issue 13's table: figures are medians over the runs, ratios the medians of each run's own ratios
+    (targets in brackets; the bench never passes or fails)."""
+    s64 = mine[("1-row JSON", 64)]
     npy_rows = mine[("32-row npy", 64)].requests_per_sec * 32
-    print(f"issue 13 table (servestack on {http_server}, one server core; targets in brackets):")
+    print(f"issue 13 table (servestack on {interface(http_server)}, one server core; targets in brackets):")
     print("| path | this run |")
     print("| --- | --- |")
+    asgi = f" ({ratios['asgi_ceiling']:.2f} of granian's ASGI ceiling)" if "asgi_ceiling" in ratios else ""
     print(
-        f"| 1-row JSON, 64 connections | {s64.requests_per_sec:.0f} req/s = "
-        f"{s64.requests_per_sec / n64.requests_per_sec:.2f}x naive FastAPI [>= 3x]; "
-        f"{s64.requests_per_sec / c64.requests_per_sec:.2f} of the raw ceiling on {interface(http_server)} [>= 0.6]; "
+        f"| 1-row JSON, 64 connections | {s64.requests_per_sec:.0f} req/s = {ratios['naive']:.2f}x naive FastAPI "
+        f"[>= 3x]; {ratios['ceiling']:.2f} of the raw ceiling on {interface(http_server)}{asgi} [>= 0.6]; "
         f"p99 {s64.p99_ms:.2f} ms |"
     )
     print(
-        f"| 32-row `.npy` per request, 64 connections | {npy_rows:.0f} rows/s = {npy_rows / raw[32]:.2f} of raw "
+        f"| 32-row `.npy` per request, 64 connections | {npy_rows:.0f} rows/s = {ratios['npy_raw']:.2f} of raw "
         f"onnxruntime at batch 32 ({raw[32]:.0f} rows/s) [>= 0.4] |"
     )
     for label, prefix in (("retrying at once", "over"), ("honouring Retry-After", "polite")):
@@ -356,14 +404,14 @@ def print_issue13_table(
         fives = sum(count for status, count in statuses.items() if status.startswith("5"))
         print(
             f"| 512 connections {label} (8x overload) | 2xx throughput "
-            f"{over[f'{prefix}_ok_qps'] / over['base_qps']:.2f} of nominal [>= 0.9]; admitted p99 "
-            f"{over[f'{prefix}_ok_p99_ms'] / over['base_p99_ms']:.2f}x nominal [<= 3]; 5xx {fives}, "
+            f"{over[f'{prefix}_share']:.2f} of nominal [>= 0.9]; admitted p99 "
+            f"{over[f'{prefix}_p99x']:.2f}x nominal [<= 3]; 5xx {fives}, "
             f"errors/timeouts {sum((over[f'{prefix}_errors'] or {}).values())} |"
         )
     if "wrk_base_qps" in over:
         print(
             f"| 512 wrk connections retrying at once (C client) | 2xx throughput "
-            f"{over['wrk_over_ok_qps'] / over['wrk_base_qps']:.2f} of nominal (wrk, 64 connections) [>= 0.9]; "
+            f"{over['wrk_share']:.2f} of nominal (wrk, 64 connections) [>= 0.9]; "
             f"{over['wrk_over_non_2xx_per_sec']:.0f} refusals/s |"
         )
     print("| batch job, 1M rows | printed by bench/batch_job.py (next in `make bench`) |")
@@ -432,43 +480,55 @@ def main(argv: list[str] | None = None) -> None:
         print(
             f"runs={args.runs} duration={args.duration_sec}s; servers on core {SERVER_CORE}, load on core {LOAD_CORE}"
         )
-        print("raw onnxruntime (one thread, one core):")
-        raw = {b: median([raw_onnxruntime_rows_per_sec(b, 2.0) for _ in range(args.runs)]) for b in (1, 32, 128)}
-        for batch, rows in raw.items():
-            print(f"  batch {batch:<4} {rows:>10.0f} rows/s")
-        print("HTTP (wrk, one server core):")
         single = p["single"]
-        ceil = measure(
-            f"raw constant ({interface(args.http_server)})",
-            lambda port: ceiling(port, args.http_server),
-            [(single, 64)],
-            "/invocations",
-            args.runs,
-            args.duration_sec,
-            script,
-        )
-        if args.http_server == "granian":  # what RSGI is worth against granian's own ASGI
-            measure(
-                "raw constant (granian ASGI)",
-                granian_asgi_ceiling,
+        # Each run measures everything back to back (raw onnxruntime, the ceilings, naive, ours), so a ratio is
+        # taken between figures of one moment, and the ratios reported are medians over the runs: a shared
+        # machine's load drifts over minutes.
+        runs: list[RunFigures] = []
+        for run in range(args.runs):
+            print(f"run {run + 1} of {args.runs}:", flush=True)
+            raw_run = {b: raw_onnxruntime_rows_per_sec(b, 2.0) for b in (1, 32, 128)}
+            print("  raw onnxruntime (one thread, one core): " + ", ".join(
+                f"batch {b} {rows:.0f} rows/s" for b, rows in raw_run.items()
+            ), flush=True)  # fmt: skip
+            ceil_run = measure(
+                f"raw constant ({interface(args.http_server)})",
+                lambda port: ceiling(port, args.http_server),
                 [(single, 64)],
                 "/invocations",
-                args.runs,
+                1,
                 args.duration_sec,
                 script,
             )
-        base = measure(
-            "naive FastAPI", naive, [(single, 1), (single, 64)], "/invocations", args.runs, args.duration_sec, script
-        )
-        mine = measure(
-            "servestack",
-            lambda port: ours(port, args.http_server),
-            [(single, 1), (single, 64), (p["json32"], 64), (p["npy32"], 64)],
-            "/invocations",
-            args.runs,
-            args.duration_sec,
-            script,
-        )
+            asgi_run = (  # what RSGI is worth against granian's own ASGI
+                measure("raw constant (granian ASGI)", granian_asgi_ceiling, [(single, 64)], "/invocations", 1,
+                        args.duration_sec, script)
+                if args.http_server == "granian"
+                else {}
+            )  # fmt: skip
+            base_run = measure(
+                "naive FastAPI", naive, [(single, 1), (single, 64)], "/invocations", 1, args.duration_sec, script
+            )
+            mine_run = measure(
+                "servestack",
+                lambda port: ours(port, args.http_server),
+                [(single, 1), (single, 64), (p["json32"], 64), (p["npy32"], 64)],
+                "/invocations",
+                1,
+                args.duration_sec,
+                script,
+            )
+            runs.append(RunFigures(raw_run, ceil_run, asgi_run, base_run, mine_run))
+        raw = {b: median([r.raw[b] for r in runs]) for b in (1, 32, 128)}
+        ceil, base, mine = (merged([getattr(r, part) for r in runs]) for part in ("ceil", "base", "mine"))
+        print(f"medians of {args.runs} runs:")
+        print("  raw onnxruntime: " + ", ".join(f"batch {b} {rows:.0f} rows/s" for b, rows in raw.items()))
+        for name, results in (("ceiling", ceil), ("naive FastAPI", base), ("servestack", mine)):
+            for (payload_name, connections), result in results.items():
+                print(
+                    f"  {name:<20} {payload_name:<16} c={connections:<3} {result.requests_per_sec:>8.0f} req/s  "
+                    f"p50 {result.p50_ms:6.2f} ms  p99 {result.p99_ms:6.2f} ms  non-2xx {result.non_2xx}"
+                )
         print(
             f"overload (servestack load generator, 512 connections for {args.overload_sec:g}s, one worker, "
             f"median of {args.runs}):"
@@ -495,30 +555,25 @@ def main(argv: list[str] | None = None) -> None:
     print("Lambda init (import + model load, .pyc present), median:")
     print(f"  servestack {median(ours_init) * 1000:.0f} ms; naive FastAPI + Mangum {median(naive_init) * 1000:.0f} ms")
 
-    s64, n64, c64 = mine[("1-row JSON", 64)], base[("1-row JSON", 64)], ceil[("1-row JSON", 64)]
-    print("ratios:")
+    ratios = median_ratios(runs)
+    print(f"ratios (each the median of the {args.runs} runs' own ratios):")
     print(
-        f"  ours / naive FastAPI, 1-row JSON at 64 connections: {s64.requests_per_sec / n64.requests_per_sec:.2f}x "
-        f"(p99 {s64.p99_ms:.2f} ms vs {n64.p99_ms:.2f} ms)"
+        f"  ours / naive FastAPI, 1-row JSON at 64 connections: {ratios['naive']:.2f}x "
+        f"(p99 {mine[('1-row JSON', 64)].p99_ms:.2f} ms vs {base[('1-row JSON', 64)].p99_ms:.2f} ms)"
     )
-    print(
-        f"  ours / raw ceiling ({interface(args.http_server)}) at 64 connections: "
-        f"{s64.requests_per_sec / c64.requests_per_sec:.2f}"
-    )
+    print(f"  ours / raw ceiling ({interface(args.http_server)}) at 64 connections: {ratios['ceiling']:.2f}")
+    if "asgi_ceiling" in ratios:
+        print(f"  ours / granian's raw ASGI ceiling at 64 connections: {ratios['asgi_ceiling']:.2f}")
     print(f"  ours 1-connection p50: {mine[('1-row JSON', 1)].p50_ms:.2f} ms")
+    print(f"  ours 32-row npy rows/s / raw onnxruntime at batch 32: {ratios['npy_raw']:.2f}")
     print(
-        f"  ours 32-row npy rows/s: {mine[('32-row npy', 64)].requests_per_sec * 32:.0f} "
-        f"({mine[('32-row npy', 64)].requests_per_sec * 32 / raw[32]:.2f} of raw onnxruntime at batch 32)"
-    )
-    print(
-        f"  overload 2xx p99 / 64-connection p99: {over['over_ok_p99_ms'] / over['base_p99_ms']:.2f}x immediate "
-        "retries, "
-        f"{over['polite_ok_p99_ms'] / over['base_p99_ms']:.2f}x honouring Retry-After; "
+        f"  overload 2xx p99 / 64-connection p99: {over['over_p99x']:.2f}x immediate retries, "
+        f"{over['polite_p99x']:.2f}x honouring Retry-After; "
         f"RSS change {100 * (over['rss_max_mib'] / over['rss_before_mib'] - 1):+.1f}% max, "
         f"{100 * (over['rss_min_mib'] / over['rss_before_mib'] - 1):+.1f}% min"
     )
     print(f"  Lambda init ours / naive: {median(ours_init) / median(naive_init):.2f}")
-    print_issue13_table(raw, ceil, base, mine, over, args.http_server)
+    print_issue13_table(raw, mine, ratios, over, args.http_server)
     if args.json:
         args.json.write_text(
             json.dumps(

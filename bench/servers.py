@@ -1,6 +1,7 @@
-"""The HTTP server, chosen by numbers: uvicorn + httptools against granian, each on one pinned core, on the raw
-ASGI ceiling (a constant answer), servestack's 1-row JSON and 32-row `.npy` paths (64 connections, wrk) and
-overload (512 connections, clients retrying at once, then honouring Retry-After).
+"""The HTTP server, chosen by numbers: uvicorn + httptools (ASGI) against granian (RSGI, as `serve` runs it),
+each on one pinned core, on the raw ceiling of its interface (a constant answer), servestack's 1-row JSON and
+32-row `.npy` paths (64 connections, wrk) and overload (512 connections, clients retrying at once, then
+honouring Retry-After).
 
     make bench      (or: .venv/bin/python -m bench.servers --runs 3 --duration-sec 5 --overload-sec 10)
 
@@ -110,9 +111,8 @@ def print_table(figures: dict[str, dict[str, Any]]) -> None:
             f"| {server} | {ceil.requests_per_sec:.0f} | {single.requests_per_sec:.0f} "
             f"({single.requests_per_sec / ceil.requests_per_sec:.2f}), {single.p99_ms:.2f} ms "
             f"| {npy32.requests_per_sec * 32:.0f}, {npy32.p99_ms:.2f} ms "
-            f"| {over['over_ok_qps'] / over['base_qps']:.2f} / {over['over_ok_p99_ms'] / over['base_p99_ms']:.2f}x; "
-            f"{over['polite_ok_qps'] / over['base_qps']:.2f} / {over['polite_ok_p99_ms'] / over['base_p99_ms']:.2f}x "
-            f"| {over['wrk_over_ok_qps'] / over['wrk_base_qps']:.2f} |"
+            f"| {over['over_share']:.2f} / {over['over_p99x']:.2f}x; {over['polite_share']:.2f} / "
+            f"{over['polite_p99x']:.2f}x | {over['wrk_share']:.2f} |"
         )
     if len(figures) == 2:
         first, second = figures
