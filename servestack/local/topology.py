@@ -322,6 +322,7 @@ class StackTopology:
     endpoints: dict[str, EndpointDef] = field(default_factory=dict)
     tasks: dict[str, TaskDef] = field(default_factory=dict)
     transforms: list[TransformDef] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)  # the SageMaker models' names (CreateTransformJob's ModelName)
     resource_policies: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # resource ARN -> docs
     versioned: set[str] = field(default_factory=set)  # functions the template publishes a version of
     outputs: dict[str, str] = field(default_factory=dict)
@@ -600,6 +601,7 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
                 f"{template.name}: inference component {res.logical_id} names an endpoint that is not in the stack"
             )
     topology.transforms = _transforms(template, resolver, resources, topology.schedules)
+    topology.models = [resolver.physical_name(m.logical_id) for m in resources if m.type == "AWS::SageMaker::Model"]
     topology.apis = _http_apis(template, resolver, resources, topology)
     for key, output in template.body.get("Outputs", {}).items():
         topology.outputs[key] = str(resolver.resolve(output["Value"]))

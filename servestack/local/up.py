@@ -844,10 +844,14 @@ class World:
             closers.append(invocations.close)
             asynchronous[name] = AsyncTarget(_submitter(invocations))
         runtime = SageMakerRuntime(plan.endpoints, asynchronous, self.aws["s3"])
+        from servestack.local.cloudformation import ACCOUNT
         from servestack.local.inference_components import InferenceComponents
+        from servestack.local.transform_jobs import TransformJobs
 
         components = InferenceComponents(self.components, self._scale_component)
-        front = AwsFront(runtime, lambdas, self.access, plan.aws_port, components).serve_in_background()
+        models = [model for topology in plan.topologies for model in topology.models]
+        jobs = TransformJobs(models, self.region, ACCOUNT)
+        front = AwsFront(runtime, lambdas, self.access, plan.aws_port, components, jobs).serve_in_background()
         closers.append(front.close)
         for api, port in plan.apis:
             http_front = HttpApiFront(api, lambdas, self._authorize_api, port=port).serve_in_background()
