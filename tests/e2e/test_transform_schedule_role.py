@@ -30,7 +30,7 @@ deployments:
 """
 GRANT = 'actions=["sagemaker:CreateTransformJob"]'
 WITHOUT_CREATE = 'actions=["sagemaker:DescribeTransformJob"]'  # a grant of the wrong action: no CreateTransformJob
-JOB_ARN = re.compile(r"arn:aws:sagemaker:us-east-1:123456789012:transform-job/nightly-[a-z0-9]{16}")
+JOB_ARN = re.compile(r"arn:aws:sagemaker:us-east-1:123456789012:transform-job/servestack-nightly-[a-z0-9]{16}")
 
 
 def run_batch(state: Path) -> subprocess.CompletedProcess[str]:
@@ -69,7 +69,7 @@ def test_a_schedule_role_without_create_transform_job_fails_the_run_naming_the_a
         passed = run_batch(up.state_path)
         assert passed.returncode == 0, passed.stdout + passed.stderr
         # AND the job SageMaker would have created is on record, Completed
-        name = re.search(r"transform job (nightly-[a-z0-9]{16}) Completed", passed.stderr)
+        name = re.search(r"transform job (servestack-nightly-[a-z0-9]{16}) Completed", passed.stderr)
         assert name is not None, passed.stderr
         sagemaker = up.client("sagemaker")
         described = sagemaker.describe_transform_job(TransformJobName=name.group(1))
