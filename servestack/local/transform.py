@@ -112,13 +112,19 @@ def role_session(about: dict[str, Any], role: str) -> Any:
     )
 
 
-def create_job(about: dict[str, Any], name: str, transform: dict[str, Any]) -> dict[str, Any]:
-    """CreateTransformJob as the schedule's role, with the schedule's input and a fresh execution id: the request
-    as SageMaker received it. A refusal (AccessDenied, a ValidationException) stops the command with one line."""
+class JobRefused(Exception):
+    """SageMaker refused CreateTransformJob (AccessDenied, a ValidationException...): `code: message`."""
+
+    def __init__(self, job_name: str, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.job_name = job_name
+
+
+def create_job(about: dict[str, Any], transform: dict[str, Any]) -> dict[str, Any]:
+    """CreateTransformJob as the schedule's role, with the schedule's input and a fresh execution id, on local
+    up's SageMaker API: the request as SageMaker accepted it; raises JobRefused with SageMaker's answer."""
     from botocore.config import Config
     from botocore.exceptions import ClientError
-
-    from servestack.failures import CommandError, ExitCode
 
     request = json.loads(json.dumps(transform["job"]).replace(EXECUTION_ID, execution_id()))
     config = Config(retries={"mode": "standard", "max_attempts": 1})
@@ -128,12 +134,8 @@ def create_job(about: dict[str, Any], name: str, transform: dict[str, Any]) -> d
     try:
         sagemaker.create_transform_job(**request)
     except ClientError as error:
-        code, message = error.response["Error"].get("Code", "?"), error.response["Error"].get("Message", "")
-        raise CommandError(
-            f"{name}: the schedule's role {transform['scheduler_role']} cannot create transform job "
-            f"{request['TransformJobName']}: {code}: {message}",
-            ExitCode.AWS,
-        ) from None
+        refusal = error.response["Error"]
+        raise JobRefused(request["TransformJobName"], refusal.get("Code", "?"), refusal.get("Message", "")) from None
     finally:
         sagemaker.close()
     return dict(request)
@@ -155,11 +157,34 @@ def report_end(about: dict[str, Any], job_name: str, status: str, reason: str) -
 def run_transform(
     about: dict[str, Any], name: str, transform: dict[str, Any], developer: tuple[Any, Any], workers: int | None = None
 ) -> int:
-    """One emulated transform job, then the manifest step (invoked with `developer`, the CLI's boto3 session
-    and config, as EventBridge would); prints the manifest's location and a summary."""
+    """One transform job created as the schedule creates it, emulated, then the manifest step (invoked with
+    `developer`, the CLI's boto3 session and config, as EventBridge would); prints the manifest's location and a
+    summary."""
+    from servestack.failures import CommandError, ExitCode
+
+    try:
+        job = create_job(about, transform)
+    except JobRefused as refused:  # stops the command with one line, as the CLI's other AWS refusals do
+        raise CommandError(
+            f"{name}: the schedule's role {transform['scheduler_role']} cannot create transform job "
+            f"{refused.job_name}: {refused}",
+            ExitCode.AWS,
+        ) from None
+    return execute_job(about, name, transform, job, developer, workers)
+
+
+def execute_job(
+    about: dict[str, Any],
+    name: str,
+    transform: dict[str, Any],
+    job: dict[str, Any],
+    developer: tuple[Any, Any],
+    workers: int | None = None,
+) -> int:
+    """The emulation of a created job (`job`: its CreateTransformJob request), its end reported to local up, then
+    the manifest step."""
     from botocore.config import Config
 
-    job = create_job(about, name, transform)
     job_name = str(job["TransformJobName"])
     config = Config(s3={"addressing_style": "path"}, retries={"mode": "standard", "max_attempts": 3})
     session = role_session(about, transform["execution_role"])
