@@ -13,11 +13,13 @@ Before the job runs, it is created as the schedule creates it in AWS: Scheduler'
 `TransformJobName`, then `CreateTransformJob` on local up's SageMaker API (servestack/local/transform_jobs.py),
 signed with the keys of the schedule's role, so that role's grant (`sagemaker:CreateTransformJob` on the job's
 ARN) is checked and the request validated as SageMaker does; a refusal stops the run before anything ran.
+(The schedule role's iam:PassRole grant is not checked: whether SageMaker checks it at CreateTransformJob, the
+model's role having been passed at CreateModel, is not verified.)
 The job's record is InProgress while it runs, then Completed or Failed with the reason (DescribeTransformJob).
 The S3 reads and writes are made with the keys of the model's execution role, so the template's grants are
 checked as in AWS. When the job ends, SageMaker's "SageMaker Transform Job State Change" event goes to the
 function the stack's rule targets (the manifest step), through the local Lambda API, as EventBridge would.
-The local scheduler does not fire transform schedules; this command is how a job runs locally.
+The local scheduler fires transform schedules the same way (servestack/local/up.py: create, then execute_job).
 """
 
 from __future__ import annotations

@@ -34,7 +34,8 @@ reader might doubt are commented where they are made. Covered, because servestac
   SageMaker's `DescribeInferenceComponent` and `UpdateInferenceComponentRuntimeConfig` (`X-Amz-Target:
   SageMaker.<Op>`) as `sagemaker:<Op>` on `...:inference-component/{name lower-cased}`; `CreateTransformJob` and
   `DescribeTransformJob` as `sagemaker:<Op>` on `...:transform-job/{TransformJobName lower-cased}` (resource
-  type transform-job; CreateTransformJob lists no dependent action: the model's role was passed at CreateModel).
+  type transform-job; iam:PassRole of the model's role is not checked here: not verified that SageMaker checks
+  it at CreateTransformJob, the role having been passed at CreateModel).
 - Lambda (rest-json, operations recognised from botocore's service model): Invoke and
   InvokeWithResponseStream are `lambda:InvokeFunction` on the function ARN, with the qualifier when one is
   given (`name:alias` or `?Qualifier=`); other operations naming a function are `lambda:<Op>` on it.
