@@ -257,7 +257,9 @@ def execute_job(
 
 def state_change_event(job: dict[str, Any], job_name: str, status: str, reason: str, region: str) -> dict[str, Any]:
     """EventBridge's "SageMaker Transform Job State Change" event (its detail is DescribeTransformJob's shape)."""
-    account = "000000000000"
+    from servestack.local.cloudformation import ACCOUNT
+
+    account = ACCOUNT  # the account of every local ARN (DescribeTransformJob's ARN is the same)
     detail: dict[str, Any] = {
         "TransformJobName": job_name,
         "TransformJobArn": f"arn:aws:sagemaker:{region}:{account}:transform-job/{job_name.lower()}",
