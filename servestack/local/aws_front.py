@@ -7,7 +7,10 @@ this server (their paths do not collide). Every request is authenticated (SigV4)
 - `/2015-03-31/functions/{FunctionName}/invocations`: the Lambda service (servestack/local/lambda_service.py),
   by the template's function names, ARNs and qualifiers;
 - `POST /` with `X-Amz-Target: SageMaker.DescribeInferenceComponent` or `...UpdateInferenceComponentRuntimeConfig`
-  (boto3's `sagemaker` client): the templates' inference components (servestack/local/inference_components.py).
+  (boto3's `sagemaker` client): the templates' inference components (servestack/local/inference_components.py);
+- `POST /` with `X-Amz-Target: SageMaker.CreateTransformJob` or `...DescribeTransformJob`: the transform jobs an
+  engine: transform schedule creates (servestack/local/transform_jobs.py), and `POST /_servestack/transform-jobs/
+  {name}`, local up's own route where `local run-batch` reports a job's end.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from servestack.local.inference_components import ComponentState, InferenceCompo
 from servestack.local.lambda_invoke import INVOKE_PREFIX, INVOKE_SUFFIX, lambda_error
 from servestack.local.lambda_service import LambdaService
 from servestack.local.sagemaker_front import ENDPOINT_PREFIX, SageMakerRuntime
+from servestack.local.transform_jobs import TransformJobs
 
 MAX_BODY_BYTES = 7 * 1024 * 1024  # above both services' request limits (6 MB), which they check themselves
 
@@ -33,11 +37,13 @@ class AwsFront:
         access: Any,
         port: int = 0,
         components: InferenceComponents | None = None,
+        transform_jobs: TransformJobs | None = None,
     ) -> None:
         self.sagemaker = sagemaker
         self.lambdas = lambdas
         self.access = access
         self.components = components or InferenceComponents({}, _no_scaling)
+        self.transform_jobs = transform_jobs or TransformJobs((), "us-east-1", "123456789012")
         self.server = LocalHttpServer(
             "aws-api",
             self.handle,
@@ -54,6 +60,11 @@ class AwsFront:
         if path.startswith(ENDPOINT_PREFIX):
             allowed = self.access.check(request, "sagemaker")
             return allowed if isinstance(allowed, Reply) else self.sagemaker.handle(request)
+        if TransformJobs.is_control_plane(request):
+            allowed = self.access.check(request, "sagemaker")
+            return allowed if isinstance(allowed, Reply) else self.transform_jobs.handle(request)
+        if TransformJobs.is_report(request):
+            return self.transform_jobs.report(request)
         if InferenceComponents.is_control_plane(request):
             allowed = self.access.check(request, "sagemaker")
             return allowed if isinstance(allowed, Reply) else self.components.handle(request)
@@ -67,7 +78,8 @@ class AwsFront:
             404,
             "UnknownOperationException",
             f"{request.method} {path}: local up answers SageMaker Runtime InvokeEndpoint/InvokeEndpointAsync, "
-            "SageMaker DescribeInferenceComponent/UpdateInferenceComponentRuntimeConfig and Lambda Invoke here",
+            "SageMaker DescribeInferenceComponent/UpdateInferenceComponentRuntimeConfig/CreateTransformJob/"
+            "DescribeTransformJob and Lambda Invoke here",
         )
 
     def serve_in_background(self) -> AwsFront:

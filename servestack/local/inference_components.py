@@ -100,8 +100,8 @@ class InferenceComponents:
             return json_error(
                 "UnknownOperationException",
                 f"SageMaker {operation}: local up's AWS API port answers {' and '.join(OPERATIONS)} for the "
-                "templates' inference components; the rest of SageMaker's control plane is the emulator's "
-                "(its endpoint_url is in the state file)",
+                "templates' inference components, and CreateTransformJob and DescribeTransformJob; the rest of "
+                "SageMaker's control plane is the emulator's (its endpoint_url is in the state file)",
             )
         try:
             body = json.loads(request.body or b"{}")

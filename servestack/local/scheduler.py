@@ -7,6 +7,11 @@ failed invocation is retried per the target's `RetryPolicy` (attempts and maximu
 then sent to the target's dead-letter queue (as the role, which needs `sqs:SendMessage` on it) with
 Scheduler's error attributes. A function that fails after the invocation was accepted is the function's
 business (its logs), not the schedule's.
+
+A universal target (`aws-sdk:sagemaker:createTransformJob`, engine: transform) is fired the same way: its
+`start_job` makes the SDK call as the schedule's role (refused or failed: retried, then dead-lettered, as for
+a Lambda target) and, once SageMaker accepted the job, runs it; the job's own failure is the job's record
+(DescribeTransformJob), not the schedule's.
 """
 
 from __future__ import annotations
@@ -38,10 +43,12 @@ class ScheduleRunner:
         send_dead_letter: Callable[[str, str, dict[str, Any]], None] | None = None,
         *,
         run_task: Callable[[ScheduleDef], str | None] | None = None,
+        start_job: Callable[[ScheduleDef], str | None] | None = None,
         backoff_sec: float = 1.0,
     ) -> None:
         self.schedule = schedule
         self.run_task = run_task  # an ECS target: start the task; None when it started, else why not
+        self.start_job = start_job  # a universal target: make its SDK call; None when accepted, else why not
         self.lambdas = lambdas
         self.authorize = authorize
         self.send_dead_letter = send_dead_letter
@@ -90,17 +97,24 @@ class ScheduleRunner:
                 if self._stop.wait(self.backoff_sec * 2**attempt):
                     return False
                 continue
-            denied = self.authorize(s.role_arn, "lambda:InvokeFunction", s.target_arn)
-            if denied is not None:
-                error = f"AccessDeniedException: {denied}"
-            else:
-                invocation = self.lambdas.invoke(
-                    s.target_arn, (s.input or "{}").encode(), headers={"x-amz-invocation-type": "Event"}
-                )
-                if invocation.status == 202:
-                    logger.info("schedule %s: invoked %s (run %d)", s.name, s.target_arn, self.runs)
+            if s.universal is not None:
+                failed = self.start_job(s) if self.start_job is not None else f"{s.universal}: not run locally"
+                if failed is None:
+                    logger.info("schedule %s: %s accepted (run %d)", s.name, s.universal, self.runs)
                     return True
-                error = invocation.body.decode(errors="replace")
+                error = failed
+            else:
+                denied = self.authorize(s.role_arn, "lambda:InvokeFunction", s.target_arn)
+                if denied is not None:
+                    error = f"AccessDeniedException: {denied}"
+                else:
+                    invocation = self.lambdas.invoke(
+                        s.target_arn, (s.input or "{}").encode(), headers={"x-amz-invocation-type": "Event"}
+                    )
+                    if invocation.status == 202:
+                        logger.info("schedule %s: invoked %s (run %d)", s.name, s.target_arn, self.runs)
+                        return True
+                    error = invocation.body.decode(errors="replace")
             logger.error("schedule %s: attempt %d failed: %s", s.name, attempt + 1, error)
             if time.monotonic() - started + self.backoff_sec > s.maximum_event_age_sec:
                 break

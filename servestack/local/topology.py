@@ -60,8 +60,8 @@ REPORTED: dict[str, str] = {
     "AWS::KMS::Alias": "not emulated: data at rest is not encrypted locally",
     "AWS::CDK::Metadata": "CDK's own metadata",
     "AWS::Events::Rule": (
-        "not emulated as a rule: `servestack local run-batch` sends the SageMaker transform job state change event "
-        "to its target function when the emulated job ends"
+        "not emulated as a rule: the emulated transform job (`servestack local run-batch`, or its schedule) sends "
+        "the SageMaker transform job state change event to the rule's target function when it ends"
     ),
 }
 REPORTED_PREFIXES = {
@@ -82,9 +82,16 @@ class ResourceReport:
 
 
 UNIVERSAL_TARGET = ":scheduler:::aws-sdk:"
+CREATE_TRANSFORM_JOB = "sagemaker:createTransformJob"
 NOT_RUN_UNIVERSAL = (
-    "reported: its target is the AWS SDK action {action} (Scheduler's universal target, engine: transform); "
-    "the local scheduler does not fire it: `servestack local run-batch` emulates the job it creates"
+    "reported: its target is the AWS SDK action {action} (Scheduler's universal target); the local scheduler "
+    "does not fire it"
+)
+RUN_CREATE_TRANSFORM_JOB = (
+    "fired by the local scheduler on its expression (also now: `servestack local run-batch`): CreateTransformJob "
+    "on local up's SageMaker API as the schedule's role (its sagemaker:CreateTransformJob grant checked on the "
+    "job's ARN, the request validated as SageMaker does; refused: retried, then its dead-letter queue), then the "
+    "job emulated"
 )
 
 
@@ -101,7 +108,9 @@ def report_of(template: StackTemplate, resolver: Resolver) -> list[ResourceRepor
         emulated = how is not None
         if resource.type == "AWS::Scheduler::Schedule":
             action = universal_action(str(resolver.resolve((resource.properties.get("Target") or {}).get("Arn", ""))))
-            if action is not None:
+            if action == CREATE_TRANSFORM_JOB:
+                how, emulated = RUN_CREATE_TRANSFORM_JOB, True
+            elif action is not None:
                 how, emulated = NOT_RUN_UNIVERSAL.format(action=action), False
         if how is None:
             how = REPORTED.get(resource.type) or next(
@@ -206,16 +215,16 @@ class ScheduleDef:
     maximum_event_age_sec: int
     dead_letter_arn: str | None
     task: str | None = None  # an ECS target's task definition (logical id); None for a Lambda target
-    # A universal target's SDK action ("sagemaker:createTransformJob" for engine: transform); local mode does
-    # not start SageMaker transform jobs from the scheduler: the schedule is reported, not run.
+    # A universal target's SDK action ("sagemaker:createTransformJob" for engine: transform, which the local
+    # scheduler makes as the schedule's role; any other action is reported, not run).
     universal: str | None = None
 
 
 @dataclass(frozen=True)
 class TransformDef:
-    """An engine: transform schedule's job, as `servestack local run-batch` runs it: the CreateTransformJob
-    request the schedule sends, the model's container and execution role, and the function the job state
-    change rule runs when the job ends."""
+    """An engine: transform schedule's job, as `servestack local run-batch` (or the local scheduler) runs it:
+    the CreateTransformJob request the schedule sends, the model's container and execution role, and the
+    function the job state change rule runs when the job ends."""
 
     schedule: str  # the schedule's name
     scheduler_role: str  # the schedule's role ARN (creates the job, passes the execution role)
@@ -322,6 +331,7 @@ class StackTopology:
     endpoints: dict[str, EndpointDef] = field(default_factory=dict)
     tasks: dict[str, TaskDef] = field(default_factory=dict)
     transforms: list[TransformDef] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)  # the SageMaker models' names (CreateTransformJob's ModelName)
     resource_policies: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # resource ARN -> docs
     versioned: set[str] = field(default_factory=set)  # functions the template publishes a version of
     outputs: dict[str, str] = field(default_factory=dict)
@@ -600,6 +610,7 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
                 f"{template.name}: inference component {res.logical_id} names an endpoint that is not in the stack"
             )
     topology.transforms = _transforms(template, resolver, resources, topology.schedules)
+    topology.models = [resolver.physical_name(m.logical_id) for m in resources if m.type == "AWS::SageMaker::Model"]
     topology.apis = _http_apis(template, resolver, resources, topology)
     for key, output in template.body.get("Outputs", {}).items():
         topology.outputs[key] = str(resolver.resolve(output["Value"]))

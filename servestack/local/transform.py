@@ -9,16 +9,25 @@ What the schedule's CreateTransformJob request asks for, done here as SageMaker 
   at once per worker; a line longer than the payload limit, or a mini-batch the container refuses, fails the
   job, and an object is written only when every mini-batch of it succeeded;
 - the answers, joined (`AssembleWith: Line`), are written to `<S3OutputPath>/<key below the prefix>.out`.
+Before the job runs, it is created as the schedule creates it in AWS: Scheduler's execution id put in
+`TransformJobName`, then `CreateTransformJob` on local up's SageMaker API (servestack/local/transform_jobs.py),
+signed with the keys of the schedule's role, so that role's grant (`sagemaker:CreateTransformJob` on the job's
+ARN) is checked and the request validated as SageMaker does; a refusal stops the run before anything ran.
+(The schedule role's iam:PassRole grant is not checked: whether SageMaker checks it at CreateTransformJob, the
+model's role having been passed at CreateModel, is not verified.)
+The job's record is InProgress while it runs, then Completed or Failed with the reason (DescribeTransformJob).
 The S3 reads and writes are made with the keys of the model's execution role, so the template's grants are
 checked as in AWS. When the job ends, SageMaker's "SageMaker Transform Job State Change" event goes to the
 function the stack's rule targets (the manifest step), through the local Lambda API, as EventBridge would.
-The local scheduler does not fire transform schedules; this command is how a job runs locally.
+The local scheduler fires transform schedules the same way (servestack/local/up.py: create, then execute_job).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
+import string
 import sys
 import threading
 import uuid
@@ -31,6 +40,9 @@ from servestack.local.processes import RealtimeProcess, free_port
 
 MIB = 1024 * 1024
 EXECUTION_ID = "<aws.scheduler.execution-id>"
+# EventBridge Scheduler's execution id: 16 lower-case letters and digits (its User Guide's example of the
+# context attribute is "d32c5kddcf5bb8c3").
+EXECUTION_ID_ALPHABET = string.ascii_lowercase + string.digits
 
 
 class TransformFailed(Exception):
@@ -81,25 +93,103 @@ def assembled(answers: list[bytes]) -> bytes:
     return b"".join(a if a.endswith(b"\n") or not a else a + b"\n" for a in answers)
 
 
+def execution_id() -> str:
+    return "".join(secrets.choice(EXECUTION_ID_ALPHABET) for _ in range(16))
+
+
+def role_session(about: dict[str, Any], role: str) -> Any:
+    """A boto3 session with the keys local up gave `role` (a role name or ARN; the state file's identities)."""
+    import boto3
+
+    from servestack.failures import CommandError
+
+    keys = about["identities"].get(role.rsplit("/", 1)[-1])
+    if keys is None:
+        raise CommandError(f"{role}: no keys for this role in the state file; restart `servestack local up`")
+    return boto3.session.Session(
+        aws_access_key_id=keys["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"],
+        aws_session_token=keys.get("AWS_SESSION_TOKEN"),
+        region_name=about.get("region", "us-east-1"),
+    )
+
+
+class JobRefused(Exception):
+    """SageMaker refused CreateTransformJob (AccessDenied, a ValidationException...): `code: message`."""
+
+    def __init__(self, job_name: str, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.job_name = job_name
+
+
+def create_job(about: dict[str, Any], transform: dict[str, Any]) -> dict[str, Any]:
+    """CreateTransformJob as the schedule's role, with the schedule's input and a fresh execution id, on local
+    up's SageMaker API: the request as SageMaker accepted it; raises JobRefused with SageMaker's answer."""
+    from botocore.config import Config
+    from botocore.exceptions import ClientError
+
+    request = json.loads(json.dumps(transform["job"]).replace(EXECUTION_ID, execution_id()))
+    config = Config(retries={"mode": "standard", "max_attempts": 1})
+    sagemaker = role_session(about, transform["scheduler_role"]).client(
+        "sagemaker", endpoint_url=about["aws_api_url"], config=config
+    )
+    try:
+        sagemaker.create_transform_job(**request)
+    except ClientError as error:
+        refusal = error.response["Error"]
+        raise JobRefused(request["TransformJobName"], refusal.get("Code", "?"), refusal.get("Message", "")) from None
+    finally:
+        sagemaker.close()
+    return dict(request)
+
+
+def report_end(about: dict[str, Any], job_name: str, status: str, reason: str) -> None:
+    """Tell local up the job ended, so DescribeTransformJob reports it (local up's own route, not an AWS API)."""
+    import httpx
+
+    from servestack.local.transform_jobs import REPORT_PREFIX
+
+    response = httpx.post(
+        f"{about['aws_api_url']}{REPORT_PREFIX}{job_name}", json={"status": status, "reason": reason}, timeout=30
+    )
+    if response.status_code != 200:
+        print(f"transform job {job_name}: local up did not record its end: {response.text[:300]}", file=sys.stderr)
+
+
 def run_transform(
     about: dict[str, Any], name: str, transform: dict[str, Any], developer: tuple[Any, Any], workers: int | None = None
 ) -> int:
-    """One emulated transform job, then the manifest step (invoked with `developer`, the CLI's boto3 session
-    and config, as EventBridge would); prints the manifest's location and a summary."""
-    import boto3
+    """One transform job created as the schedule creates it, emulated, then the manifest step (invoked with
+    `developer`, the CLI's boto3 session and config, as EventBridge would); prints the manifest's location and a
+    summary."""
+    from servestack.failures import CommandError, ExitCode
+
+    try:
+        job = create_job(about, transform)
+    except JobRefused as refused:  # stops the command with one line, as the CLI's other AWS refusals do
+        raise CommandError(
+            f"{name}: the schedule's role {transform['scheduler_role']} cannot create transform job "
+            f"{refused.job_name}: {refused}",
+            ExitCode.AWS,
+        ) from None
+    return execute_job(about, name, transform, job, developer, workers)
+
+
+def execute_job(
+    about: dict[str, Any],
+    name: str,
+    transform: dict[str, Any],
+    job: dict[str, Any],
+    developer: tuple[Any, Any],
+    workers: int | None = None,
+) -> int:
+    """The emulation of a created job (`job`: its CreateTransformJob request), its end reported to local up, then
+    the manifest step."""
     from botocore.config import Config
 
-    job = transform["job"]
-    job_name = str(job["TransformJobName"]).replace(EXECUTION_ID, uuid.uuid4().hex[:16])
+    job_name = str(job["TransformJobName"])
     config = Config(s3={"addressing_style": "path"}, retries={"mode": "standard", "max_attempts": 3})
-    role_keys = about["identities"][transform["execution_role"]]
-    region = about.get("region", "us-east-1")
-    session = boto3.session.Session(
-        aws_access_key_id=role_keys["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=role_keys["AWS_SECRET_ACCESS_KEY"],
-        aws_session_token=role_keys.get("AWS_SESSION_TOKEN"),
-        region_name=region,
-    )
+    session = role_session(about, transform["execution_role"])
     s3 = session.client("s3", endpoint_url=about["endpoint_url"], config=config)
     source = S3Location.parse(job["TransformInput"]["DataSource"]["S3DataSource"]["S3Uri"])
     output = S3Location.parse(job["TransformOutput"]["S3OutputPath"])
@@ -108,13 +198,6 @@ def run_transform(
     concurrency = int(job.get("MaxConcurrentTransforms", 1))
     timeout_sec = float((job.get("ModelClientConfig") or {}).get("InvocationsTimeoutInSeconds", 600))
     count = workers or int(job["TransformResources"]["InstanceCount"])
-    keys = [
-        obj["Key"]
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=source.bucket, Prefix=source.prefix)
-        for obj in page.get("Contents", [])
-        if not obj["Key"].endswith("/")
-    ]
-    print(f"{name}: transform job {job_name}: {len(keys)} objects over {count} local workers", file=sys.stderr)
     environment = {
         **{k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
         **transform["environment"],
@@ -126,6 +209,13 @@ def run_transform(
     processes: list[RealtimeProcess] = []
     status, reason = "Completed", ""
     try:
+        keys = [
+            obj["Key"]
+            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=source.bucket, Prefix=source.prefix)
+            for obj in page.get("Contents", [])
+            if not obj["Key"].endswith("/")
+        ]
+        print(f"{name}: transform job {job_name}: {len(keys)} objects over {count} local workers", file=sys.stderr)
         for index in range(count):
             processes.append(
                 RealtimeProcess.start(
@@ -155,16 +245,21 @@ def run_transform(
             status, reason = "Failed", "; ".join(sorted(failures))[:1024]
     except TransformFailed as error:
         status, reason = "Failed", str(error)
+    except Exception as error:  # the execution role may not list the input (AccessDenied): the job fails
+        status, reason = "Failed", str(error)[:1024]
     finally:
         for process in processes:
             process.stop()
     print(f"{name}: transform job {job_name} {status}{': ' + reason if reason else ''}", file=sys.stderr)
+    report_end(about, job_name, status, reason)
     return _job_ended(about, name, transform, job_name, status, reason, developer)
 
 
 def state_change_event(job: dict[str, Any], job_name: str, status: str, reason: str, region: str) -> dict[str, Any]:
     """EventBridge's "SageMaker Transform Job State Change" event (its detail is DescribeTransformJob's shape)."""
-    account = "000000000000"
+    from servestack.local.cloudformation import ACCOUNT
+
+    account = ACCOUNT  # the account of every local ARN (DescribeTransformJob's ARN is the same)
     detail: dict[str, Any] = {
         "TransformJobName": job_name,
         "TransformJobArn": f"arn:aws:sagemaker:{region}:{account}:transform-job/{job_name.lower()}",

@@ -844,10 +844,14 @@ class World:
             closers.append(invocations.close)
             asynchronous[name] = AsyncTarget(_submitter(invocations))
         runtime = SageMakerRuntime(plan.endpoints, asynchronous, self.aws["s3"])
+        from servestack.local.cloudformation import ACCOUNT
         from servestack.local.inference_components import InferenceComponents
+        from servestack.local.transform_jobs import TransformJobs
 
         components = InferenceComponents(self.components, self._scale_component)
-        front = AwsFront(runtime, lambdas, self.access, plan.aws_port, components).serve_in_background()
+        models = [model for topology in plan.topologies for model in topology.models]
+        jobs = TransformJobs(models, self.region, ACCOUNT)
+        front = AwsFront(runtime, lambdas, self.access, plan.aws_port, components, jobs).serve_in_background()
         closers.append(front.close)
         for api, port in plan.apis:
             http_front = HttpApiFront(api, lambdas, self._authorize_api, port=port).serve_in_background()
@@ -869,14 +873,17 @@ class World:
             threads.append(thread)
         runners = []
         for schedule in plan.schedules:
-            if schedule.universal is not None:  # reported by --explain, not run (servestack/local/topology.py)
-                print(f"schedule {schedule.name}: its {schedule.universal} target is not run locally", flush=True)
-                continue
+            start_job = None
+            if schedule.universal is not None:
+                start_job = self._transform_starter(plan, schedule)
+                if start_job is None:  # an SDK action local mode does not make (servestack/local/topology.py)
+                    print(f"schedule {schedule.name}: its {schedule.universal} target is not run locally", flush=True)
+                    continue
             role = schedule.role_arn.rsplit("/", 1)[-1]
             keys = plan.identities.get(role)
             runner = ScheduleRunner(
                 schedule, lambdas, self.access.authorize, self._dead_letter_sender(keys),
-                run_task=self._task_runner(plan, schedule.role_arn),
+                run_task=self._task_runner(plan, schedule.role_arn), start_job=start_job,
             )  # fmt: skip
             runners.append(runner.start())
 
@@ -901,6 +908,43 @@ class World:
 
     def _authorize_api(self, request: Any, resource: str) -> Any:
         return self.access.check(request, "execute-api", resource)
+
+    def _transform_starter(self, plan: Plan, schedule: Any) -> Callable[[Any], str | None] | None:
+        """Scheduler's universal target `sagemaker:createTransformJob`: CreateTransformJob on local up's SageMaker
+        API as the schedule's role (as `local run-batch` makes it), then the job, emulated, in the background."""
+        if schedule.universal != "sagemaker:createTransformJob":
+            return None
+        found = [
+            (name, entry) for name, entry in plan.deployments.items()
+            if entry.get("transform") is not None and entry.get("schedule_name") == schedule.name
+        ]  # fmt: skip
+        if not found:
+            return None
+        name, entry = found[0]
+        about = {
+            "endpoint_url": self.emulator_url, "aws_api_url": plan.aws_api_url, "region": self.region,
+            "identities": plan.identities, "developer": self.access.developer.to_dict(), "project": str(self.project),
+        }  # fmt: skip
+
+        def start(_: Any) -> str | None:
+            from servestack.local.commands import sagemaker_runtime
+            from servestack.local.transform import JobRefused, create_job, execute_job
+
+            try:
+                job = create_job(about, entry["transform"])
+            except JobRefused as refused:
+                return str(refused)
+
+            def run() -> None:  # the job's failure is its record (DescribeTransformJob), not the schedule's
+                try:
+                    execute_job(about, name, entry["transform"], job, sagemaker_runtime(about))
+                except Exception as error:  # the manifest step's invocation: reported, as EventBridge's would be
+                    print(f"transform job {job['TransformJobName']}: {error}", file=sys.stderr, flush=True)
+
+            threading.Thread(target=run, name=f"transform-{job['TransformJobName']}", daemon=True).start()
+            return None
+
+        return start
 
     def _task_runner(self, plan: Plan, role_arn: str) -> Callable[[Any], str | None]:
         """Scheduler's ECS target: as the schedule's role (ecs:RunTask on the task definition), start the task's

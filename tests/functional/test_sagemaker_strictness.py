@@ -30,6 +30,7 @@ from servestack.local.sagemaker_front import (
     RealtimeTarget,
     SageMakerRuntime,
 )
+from servestack.local.transform_jobs import REPORT_PREFIX, TransformJobs
 from tests.conftest import ARTIFACTS, RealtimeServer
 
 pytestmark = pytest.mark.slow
@@ -108,7 +109,10 @@ def front(realtime_server: RealtimeServer) -> Iterator[str]:
         invocation_timeout_sec=1.0,
     )
     lambdas = LambdaService([])
-    server = AwsFront(runtime, lambdas, OpenAccess(), components=InferenceComponents(COMPONENTS, SCALER))
+    server = AwsFront(
+        runtime, lambdas, OpenAccess(), components=InferenceComponents(COMPONENTS, SCALER),
+        transform_jobs=TransformJobs(["m-digits"], "us-east-1", "123456789012"),
+    )  # fmt: skip
     server.serve_in_background()
     yield server.url
     for client in CLIENTS:
@@ -362,3 +366,149 @@ def test_the_control_plane_refuses_an_unknown_component_and_other_operations(fro
     assert "nope" in unknown["Error"]["Message"]
     assert other["Error"]["Code"] == "UnknownOperationException"
     assert "DescribeInferenceComponent and UpdateInferenceComponentRuntimeConfig" in other["Error"]["Message"]
+
+
+# ------------------------------------------------------------------------------------------ transform jobs
+
+
+def transform_job(name: str, **changes: Any) -> dict[str, Any]:
+    """The CreateTransformJob request an engine: transform schedule sends (stacks/batch.py), with `changes`."""
+    request: dict[str, Any] = {
+        "TransformJobName": name,
+        "ModelName": "m-digits",
+        "MaxConcurrentTransforms": 2,
+        "MaxPayloadInMB": 6,
+        "BatchStrategy": "MultiRecord",
+        "TransformInput": {
+            "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://bucket/in/"}},
+            "ContentType": "application/jsonlines",
+            "SplitType": "Line",
+        },
+        "TransformOutput": {"S3OutputPath": "s3://bucket/out", "AssembleWith": "Line"},
+        "TransformResources": {"InstanceType": "ml.m5.large", "InstanceCount": 1},
+    }
+    return request | changes
+
+
+def unvalidated_client(url: str) -> Any:
+    """boto3's sagemaker client without its own parameter checks: sends what SageMaker itself must refuse."""
+    session = boto3.session.Session(aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1")
+    config = Config(retries={"mode": "standard", "max_attempts": 1}, parameter_validation=False)
+    client = session.client("sagemaker", endpoint_url=url, config=config)
+    CLIENTS.append(client)
+    return client
+
+
+def test_a_transform_job_is_created_in_progress_then_reports_its_end(front: str) -> None:
+    import httpx
+
+    control = sagemaker_client(front)
+    # WHEN a job is created with a mixed-case name
+    created = control.create_transform_job(**transform_job("Nightly-d32c5kddcf5bb8c3"))
+    # THEN its ARN carries the name lower-cased, and it is InProgress
+    assert created["TransformJobArn"] == (
+        "arn:aws:sagemaker:us-east-1:123456789012:transform-job/nightly-d32c5kddcf5bb8c3"
+    )
+    described = control.describe_transform_job(TransformJobName="Nightly-d32c5kddcf5bb8c3")
+    assert described["TransformJobStatus"] == "InProgress"
+    assert described["TransformResources"] == {"InstanceType": "ml.m5.large", "InstanceCount": 1}
+    # WHEN the emulation reports that it failed THEN DescribeTransformJob says Failed, with the reason
+    reported = httpx.post(
+        f"{front}{REPORT_PREFIX}Nightly-d32c5kddcf5bb8c3", json={"status": "Failed", "reason": "in/a.jsonl: 500"}
+    )
+    assert reported.status_code == 200
+    ended = control.describe_transform_job(TransformJobName="Nightly-d32c5kddcf5bb8c3")
+    assert (ended["TransformJobStatus"], ended["FailureReason"]) == ("Failed", "in/a.jsonl: 500")
+    assert "TransformEndTime" in ended
+
+
+def test_a_transform_job_name_outside_sagemakers_pattern_is_a_validation_exception(front: str) -> None:
+    error = error_of(lambda: sagemaker_client(front).create_transform_job(**transform_job("nightly_run")))
+
+    assert error["Error"]["Code"] == "ValidationException"
+    assert error["Error"]["Message"] == (
+        "1 validation error detected: Value 'nightly_run' at 'transformJobName' failed to satisfy constraint: "
+        "Member must satisfy regular expression pattern: ^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}"
+    )
+
+
+def test_a_transform_job_name_over_63_characters_is_a_validation_exception(front: str) -> None:
+    error = error_of(lambda: sagemaker_client(front).create_transform_job(**transform_job("a" * 64)))
+
+    assert error["Error"]["Code"] == "ValidationException"
+    assert (
+        "at 'transformJobName' failed to satisfy constraint: Member must have length between 1 and 63"
+        in (error["Error"]["Message"])
+    )
+
+
+def test_a_transform_job_of_an_unknown_model_is_a_validation_exception(front: str) -> None:
+    error = error_of(
+        lambda: sagemaker_client(front).create_transform_job(**transform_job("no-model-1", ModelName="nope"))
+    )
+
+    assert error["Error"]["Code"] == "ValidationException"
+    assert error["Error"]["Message"] == 'Could not find model "arn:aws:sagemaker:us-east-1:123456789012:model/nope".'
+
+
+def test_a_transform_job_without_a_required_member_is_a_validation_exception(front: str) -> None:
+    # GIVEN a request without TransformResources (botocore would refuse it before sending: sent unchecked)
+    request = transform_job("no-resources-1")
+    del request["TransformResources"]
+    error = error_of(lambda: unvalidated_client(front).create_transform_job(**request))
+
+    assert error["Error"]["Code"] == "ValidationException"
+    assert (
+        "Value null at 'transformResources' failed to satisfy constraint: Member must not be null"
+        in (error["Error"]["Message"])
+    )
+
+
+def test_max_payload_over_100_mb_is_a_validation_exception(front: str) -> None:
+    # botocore's model has no maximum here, so boto3 sends it: SageMaker refuses it
+    error = error_of(
+        lambda: sagemaker_client(front).create_transform_job(**transform_job("big-payload-1", MaxPayloadInMB=101))
+    )
+
+    assert error["Error"]["Code"] == "ValidationException"
+    assert "Value '101' at 'maxPayloadInMB'" in error["Error"]["Message"]
+    assert "less than or equal to 100" in error["Error"]["Message"]
+
+
+def test_zero_instances_is_a_validation_exception(front: str) -> None:
+    request = transform_job("no-instances-1", TransformResources={"InstanceType": "ml.m5.large", "InstanceCount": 0})
+    error = error_of(lambda: unvalidated_client(front).create_transform_job(**request))
+
+    assert error["Error"]["Code"] == "ValidationException"
+    assert error["Error"]["Message"] == (
+        "1 validation error detected: Value '0' at 'transformResources.instanceCount' failed to satisfy "
+        "constraint: Member must have value greater than or equal to 1"
+    )
+
+
+def test_an_instance_type_transform_does_not_offer_is_a_validation_exception(front: str) -> None:
+    request = transform_job("wrong-type-1", TransformResources={"InstanceType": "ml.t2.medium", "InstanceCount": 1})
+    error = error_of(lambda: sagemaker_client(front).create_transform_job(**request))
+
+    assert error["Error"]["Code"] == "ValidationException"
+    assert (
+        "Value 'ml.t2.medium' at 'transformResources.instanceType' failed to satisfy constraint: Member must "
+        "satisfy enum value set" in error["Error"]["Message"]
+    )
+
+
+def test_a_transform_job_name_already_used_is_resource_in_use(front: str) -> None:
+    control = sagemaker_client(front)
+    control.create_transform_job(**transform_job("twice-1"))
+    # WHEN the same name is created again THEN ResourceInUse (a job's name is never reused)
+    error = error_of(lambda: control.create_transform_job(**transform_job("twice-1")))
+
+    assert error["Error"]["Code"] == "ResourceInUse"
+    assert "twice-1" in error["Error"]["Message"]
+
+
+def test_describing_an_unknown_transform_job_is_a_validation_exception(front: str) -> None:
+    error = error_of(lambda: sagemaker_client(front).describe_transform_job(TransformJobName="never-created"))
+
+    assert error["Error"]["Code"] == "ValidationException"
+    assert error["Error"]["Message"] == "Could not find requested job with name never-created"

@@ -104,7 +104,7 @@ def test_batch_schedule_input_retries_and_dead_letters(synth: Synth) -> None:
     assert read.function_by_arn(schedule.target_arn) is not None
 
 
-def test_a_transform_schedule_is_read_and_reported_as_not_run_locally(synth: Synth) -> None:
+def test_a_transform_schedule_is_read_and_reported_as_run_by_the_local_scheduler(synth: Synth) -> None:
     # GIVEN an engine: transform deployment / WHEN local up reads it
     read = topology(synth, "cancer-transform")
     (schedule,) = read.schedules
@@ -118,8 +118,10 @@ def test_a_transform_schedule_is_read_and_reported_as_not_run_locally(synth: Syn
     assert transform.container.environment["SERVESTACK_TRANSFORM_MAX_PAYLOAD_MB"] == "4"
     assert "TransformRole" in transform.execution_role
     assert read.functions[transform.on_end or ""].handler == "handlers.batch.transform_done"
-    # AND --explain says that the schedule and the job state change rule are not emulated, and why
+    # AND --explain says that the schedule is fired as its role, and that the job state change rule is not
+    # emulated as a rule (the emulated job sends its event)
     rows = {row.type: row for row in read.report if row.type in ("AWS::Scheduler::Schedule", "AWS::Events::Rule")}
-    assert not rows["AWS::Scheduler::Schedule"].emulated
-    assert "sagemaker:createTransformJob" in rows["AWS::Scheduler::Schedule"].how
+    assert rows["AWS::Scheduler::Schedule"].emulated
+    assert "CreateTransformJob" in rows["AWS::Scheduler::Schedule"].how
+    assert "as the schedule's role" in rows["AWS::Scheduler::Schedule"].how
     assert not rows["AWS::Events::Rule"].emulated

@@ -399,6 +399,35 @@ CASES: list[tuple[str, str, dict[str, Any], list[tuple[str, str]]]] = [
             )
         ],
     ),
+    # ---- SageMaker: the transform job calls local up answers (an engine: transform schedule's target)
+    (
+        "sagemaker",
+        "create_transform_job",
+        {
+            "TransformJobName": "On-Transform-d32c5kddcf5bb8c3",
+            "ModelName": "m",
+            "TransformInput": {"DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://b/in/"}}},
+            "TransformOutput": {"S3OutputPath": "s3://b/out"},
+            "TransformResources": {"InstanceType": "ml.m5.large", "InstanceCount": 1},
+        },
+        [
+            (
+                "sagemaker:CreateTransformJob",
+                f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:transform-job/on-transform-d32c5kddcf5bb8c3",
+            )
+        ],
+    ),
+    (
+        "sagemaker",
+        "describe_transform_job",
+        {"TransformJobName": "on-transform-d32c5kddcf5bb8c3"},
+        [
+            (
+                "sagemaker:DescribeTransformJob",
+                f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:transform-job/on-transform-d32c5kddcf5bb8c3",
+            )
+        ],
+    ),
     # ---- Lambda
     ("lambda", "invoke", {"FunctionName": "digits-api"}, [("lambda:InvokeFunction", FUNCTION)]),
     ("lambda", "invoke", {"FunctionName": "digits-api:live"}, [("lambda:InvokeFunction", f"{FUNCTION}:live")]),

@@ -149,6 +149,47 @@ def test_a_role_that_may_not_invoke_never_reaches_the_function() -> None:
     assert dead[0][2]["X-Amz-Scheduler-Error-Code"] == "AccessDeniedException"
 
 
+def transform_schedule(attempts: int) -> ScheduleDef:
+    """An engine: transform schedule: Scheduler's universal CreateTransformJob target, with the job as input."""
+    return ScheduleDef("T", "nightly", "rate(1 day)", "UTC", True,
+                       "arn:aws:scheduler:::aws-sdk:sagemaker:createTransformJob", "arn:role/scheduler",
+                       '{"TransformJobName": "nightly-<aws.scheduler.execution-id>"}', attempts, 3600,
+                       "arn:aws:sqs:us-east-1:1:dlq", universal="sagemaker:createTransformJob")  # fmt: skip
+
+
+def test_a_transform_schedule_makes_its_sdk_call_instead_of_invoking_a_function() -> None:
+    # GIVEN a universal CreateTransformJob target whose call SageMaker accepts
+    lambdas = FakeLambdas([])
+    started: list[str] = []
+    runner = ScheduleRunner(transform_schedule(2), lambdas, lambda *_: None,  # type: ignore[arg-type]
+                            start_job=lambda s: started.append(s.name) or None, backoff_sec=0)  # fmt: skip
+    # WHEN it fires THEN the job is started once, and no function is invoked
+    assert runner.fire() is True
+    assert started == ["nightly"]
+    assert lambdas.calls == []
+
+
+def test_a_refused_create_transform_job_is_retried_then_dead_lettered() -> None:
+    # GIVEN a schedule role that may not create the job (the call answers AccessDeniedException each time)
+    refusals: list[str] = []
+
+    def refused(_: ScheduleDef) -> str:
+        refusals.append("x")
+        return "AccessDeniedException: User: ... is not authorized to perform: sagemaker:CreateTransformJob"
+
+    dead: list[tuple[str, str, dict[str, Any]]] = []
+    runner = ScheduleRunner(transform_schedule(2), FakeLambdas([]), lambda *_: None,  # type: ignore[arg-type]
+                            lambda *a: dead.append(a), start_job=refused, backoff_sec=0)  # fmt: skip
+    # WHEN it fires THEN the call is tried 3 times (the retry policy's 2 retries), then the input goes to the DLQ
+    assert runner.fire() is False
+    assert len(refusals) == 3
+    ((queue, body, attributes),) = dead
+    assert queue == "arn:aws:sqs:us-east-1:1:dlq"
+    assert json.loads(body) == {"TransformJobName": "nightly-<aws.scheduler.execution-id>"}
+    assert attributes["X-Amz-Scheduler-Error-Code"] == "AccessDeniedException"
+    assert "sagemaker:CreateTransformJob" in attributes["X-Amz-Scheduler-Error-Message"]
+
+
 # ------------------------------------------------------------------------------------------ supervisor
 
 

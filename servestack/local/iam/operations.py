@@ -32,7 +32,10 @@ reader might doubt are commented where they are made. Covered, because servestac
   `sagemaker:InvokeEndpoint`/`InvokeEndpointAsync`/`InvokeEndpointWithResponseStream` on
   `arn:aws:sagemaker:{region}:{account}:endpoint/{name lower-cased}` (SageMaker ARNs carry lower-case names);
   SageMaker's `DescribeInferenceComponent` and `UpdateInferenceComponentRuntimeConfig` (`X-Amz-Target:
-  SageMaker.<Op>`) as `sagemaker:<Op>` on `...:inference-component/{name lower-cased}`.
+  SageMaker.<Op>`) as `sagemaker:<Op>` on `...:inference-component/{name lower-cased}`; `CreateTransformJob` and
+  `DescribeTransformJob` as `sagemaker:<Op>` on `...:transform-job/{TransformJobName lower-cased}` (resource
+  type transform-job; iam:PassRole of the model's role is not checked here: not verified that SageMaker checks
+  it at CreateTransformJob, the role having been passed at CreateModel).
 - Lambda (rest-json, operations recognised from botocore's service model): Invoke and
   InvokeWithResponseStream are `lambda:InvokeFunction` on the function ARN, with the qualifier when one is
   given (`name:alias` or `?Qualifier=`); other operations naming a function are `lambda:<Op>` on it.
@@ -840,6 +843,8 @@ SAGEMAKER_RUNTIME_ACTIONS = {
 # `sagemaker:<Operation>` on the component's ARN (Service Authorization Reference: resource type
 # inference-component).
 SAGEMAKER_COMPONENT_OPERATIONS = frozenset({"DescribeInferenceComponent", "UpdateInferenceComponentRuntimeConfig"})
+# The transform-job calls local up answers (servestack/local/transform_jobs.py), on the job's ARN.
+SAGEMAKER_TRANSFORM_JOB_OPERATIONS = frozenset({"CreateTransformJob", "DescribeTransformJob"})
 
 
 def sagemaker_endpoint_arn(name: str, where: Where) -> str:
@@ -858,8 +863,15 @@ def describe_sagemaker(request: HttpRequest, where: Where) -> Operation:
         if isinstance(name, str) and name:
             arn = f"arn:aws:sagemaker:{where.region}:{where.account}:inference-component/{name.lower()}"
             return Operation("sagemaker", control_plane, (Check(f"sagemaker:{control_plane}", arn),))
+    if control_plane in SAGEMAKER_TRANSFORM_JOB_OPERATIONS:
+        name = _json_body(request).get("TransformJobName")
+        if isinstance(name, str) and name:
+            arn = f"arn:aws:sagemaker:{where.region}:{where.account}:transform-job/{name.lower()}"
+            return Operation("sagemaker", control_plane, (Check(f"sagemaker:{control_plane}", arn),))
     return unrecognised(
-        "sagemaker", control_plane, "only SageMaker Runtime's invocations and inference component calls are recognised"
+        "sagemaker",
+        control_plane,
+        "only SageMaker Runtime's invocations, inference component and transform job calls are recognised",
     )
 
 
