@@ -1,6 +1,12 @@
-"""Batch acceptance run: a large JSON Lines input, peak RSS, rows/s next to raw onnxruntime, resume equality.
+"""Batch acceptance run: a large input, peak RSS, rows/s next to raw onnxruntime, resume equality.
 
-    .venv/bin/python -m bench.batch_job --rows 1000000
+    .venv/bin/python -m bench.batch_job --rows 1000000                       # JSON Lines in, JSON Lines out
+    .venv/bin/python -m bench.batch_job --rows 1000000 --input-format parquet --output-format parquet
+
+The input is the same rows either way: JSON Lines files of 30 numbers a line, or those rows as Parquet files of
+30 float32 columns (the layout of a feature table). For JSON Lines the bench also prints the floor: the job's
+own decoding of the same bytes (models/tabular `decode_piece`, in chunks of `--chunk-rows`), in this process on
+one core, with nothing else: how far JSON text can go whatever the rest of the job costs.
 
 A `moto_server` subprocess (or AWS_ENDPOINT_URL) holds the data. Each job is a real batch process, the entry
 the Fargate task runs (`python -m handlers.batch`, settings from `SERVESTACK_BATCH_*`); its peak RSS is the
@@ -48,6 +54,30 @@ def make_input(path: Path, rows: int, files: int) -> list[Path]:
                 n = min(50_000, min(rows, (f + 1) * per_file) - start)
                 block = base[rng.integers(0, len(base), n)] * rng.uniform(0.95, 1.05, (n, 30)).astype(np.float32)
                 out.writelines("[" + ",".join(f"{v:.4g}" for v in row) + "]\n" for row in block.tolist())
+        made.append(target)
+    return made
+
+
+def make_parquet_input(path: Path, jsonl_files: list[Path]) -> list[Path]:
+    """The rows of each JSON Lines file as a Parquet file of 30 float32 columns `f0`..`f29` (the float32
+    values the job reads from the text)."""
+    import pyarrow as pa
+    import pyarrow.csv as pa_csv
+    import pyarrow.parquet as pq
+
+    made: list[Path] = []
+    for source in jsonl_files:
+        text = source.read_bytes().translate(None, b"[]")
+        width = text[: text.index(b"\n")].count(b",") + 1
+        names = [f"f{i}" for i in range(width)]
+        table = pa_csv.read_csv(
+            pa.py_buffer(text),
+            read_options=pa_csv.ReadOptions(column_names=names),
+            convert_options=pa_csv.ConvertOptions(column_types=dict.fromkeys(names, pa.float64())),
+        )
+        table = pa.table({name: table.column(name).cast(pa.float32()) for name in names})
+        target = path / source.with_suffix(".parquet").name
+        pq.write_table(table, target)
         made.append(target)
     return made
 
@@ -129,6 +159,36 @@ def raw_onnxruntime_rows_per_sec(files: list[Path], chunk: int) -> float:
     return done / (time.perf_counter() - started)
 
 
+def json_floor_rows_per_sec(files: list[Path], chunk: int) -> float:
+    """The job's own decoding of JSON Lines (lines found in blocks, cut into chunks, `decode_piece` on each),
+    on the bytes of the first input file, in this process pinned to one core: the text-to-array floor."""
+    from models.service import ModelRepository
+    from models.settings import ServingSettings
+    from models.tabular.decode import decode_piece
+    from models.tabular.rows import Progress, block_lines, chunks
+
+    repository = ModelRepository(ServingSettings(max_batch_rows=chunk))
+    repository.load_all()
+    model = repository.get("breast-cancer")
+    data = files[0].read_bytes()
+    blocks = [data[start : start + (8 << 20)] for start in range(0, len(data), 8 << 20)]
+    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    if affinity:
+        os.sched_setaffinity(0, {min(affinity)})
+    try:
+        started = time.perf_counter()
+        rows = 0
+        for pieces in chunks(block_lines(blocks, files[0].name, "application/json", Progress()), chunk):
+            for piece in pieces:
+                decoded = decode_piece(model, piece)
+                rows += len(decoded.good)
+        seconds = time.perf_counter() - started
+    finally:
+        if affinity:
+            os.sched_setaffinity(0, affinity)
+    return rows / seconds
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -136,6 +196,7 @@ def main() -> int:
     parser.add_argument("--chunk-rows", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3, help="uninterrupted runs; the median is reported")
     parser.add_argument("--cores", type=int, default=1, help="CPUs the job may use (0: all)")
+    parser.add_argument("--input-format", choices=("jsonl", "parquet"), default="jsonl")
     parser.add_argument("--output-format", choices=("jsonl", "parquet"), default="jsonl")
     args = parser.parse_args()
     moto, url = start_moto()
@@ -144,19 +205,22 @@ def main() -> int:
     ensure_bucket(s3, BUCKET)
     work = Path(tempfile.mkdtemp())
     started = time.perf_counter()
-    files = make_input(work, args.rows, args.files)
+    jsonl_files = make_input(work, args.rows, args.files)
+    files = make_parquet_input(work, jsonl_files) if args.input_format == "parquet" else jsonl_files
     size = sum(f.stat().st_size for f in files)
     for f in files:
         s3.upload_file(str(f), BUCKET, f"{INPUT}{f.name}")
-    print(f"input: {args.rows:,} rows, {size / 1e6:.0f} MB in {len(files)} JSON Lines files "
-          f"(made and uploaded in {time.perf_counter() - started:.0f}s)")  # fmt: skip
+    kind = "Parquet (30 float32 columns)" if args.input_format == "parquet" else "JSON Lines"
+    print(f"input: {args.rows:,} rows, {size / 1e6:.0f} MB in {len(files)} {kind} files (made and uploaded in "
+          f"{time.perf_counter() - started:.0f}s); load average {os.getloadavg()[0]:.2f}")  # fmt: skip
+    formats = f"{args.input_format} in, {args.output_format} out"
     rates: list[float] = []
     for attempt in range(max(1, args.repeat)):
         output = "bench/whole/" if attempt == 0 else f"bench/again-{attempt}/"
         code, seconds = run_job(output, url, args.chunk_rows, cores=args.cores, output_format=args.output_format)
         peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         rates.append(args.rows / seconds)
-        where = f"{args.cores or 'all'} core(s), {args.output_format} parts"
+        where = f"{args.cores or 'all'} core(s), {formats}"
         print(f"run A{attempt + 1} (uninterrupted, {where}): exit {code}, {seconds:.1f}s, "
               f"{args.rows / seconds:,.0f} rows/s, peak RSS {peak_mib:.0f} MiB")  # fmt: skip
     median = float(np.median(rates))
@@ -176,10 +240,13 @@ def main() -> int:
     whole, resumed = objects(s3, "bench/whole/"), objects(s3, "bench/resumed/")
     identical = whole == resumed and "manifest.json" in whole
     print(f"B == A byte for byte: {identical} ({len(whole)} objects, {sum(map(len, whole.values())) / 1e6:.0f} MB)")
-    raw = raw_onnxruntime_rows_per_sec(files, args.chunk_rows)
+    raw = raw_onnxruntime_rows_per_sec(jsonl_files, args.chunk_rows)
     print(f"raw onnxruntime (same rows, chunks of {args.chunk_rows}): {raw:,.0f} rows/s")
-    print(f"batch job, {args.rows:,} rows: median {median:,.0f} rows/s of {len(rates)} runs = "
-          f"{median / raw:.3f} of raw onnxruntime (target >= 0.5)")  # fmt: skip
+    print(f"batch job, {args.rows:,} rows, {formats}: median {median:,.0f} rows/s of {len(rates)} runs = "
+          f"{median / raw:.3f} of raw onnxruntime (target >= 0.5); load average {os.getloadavg()[0]:.2f}")  # fmt: skip
+    if args.input_format == "jsonl":
+        floor = json_floor_rows_per_sec(jsonl_files, args.chunk_rows)
+        print(f"JSON Lines floor (the job's decoding alone, one core): {floor:,.0f} rows/s = {floor / raw:.3f} of raw")
     peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(f"peak RSS of any job process: {peak_mib:.0f} MiB ({'<=' if peak_mib <= 500 else '>'} 500 MB)")
     if moto is not None:
