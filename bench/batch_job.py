@@ -228,7 +228,7 @@ def main() -> int:
 
     def half_done() -> bool:
         listed = s3.list_objects_v2(Bucket=BUCKET, Prefix="bench/resumed/parts/")
-        return int(listed.get("KeyCount", 0)) >= total_parts // 2
+        return bool(int(listed.get("KeyCount", 0)) >= total_parts // 2)
 
     code, seconds = run_job(
         "bench/resumed/", url, args.chunk_rows, kill_when=half_done, cores=args.cores, output_format=args.output_format

@@ -154,7 +154,7 @@ def _number_rules_broken(before: np.ndarray, this: np.ndarray, after: np.ndarray
     exponent_before = before == _C_EXPONENT
     # `-01`, and the integer `-0` (a separator or the closing bracket right after it)
     signed_zero = (after == _C_ZERO) & (digit_after_next | (after_next == _C_COMMA) | (after_next == _C_CLOSE))
-    return (
+    broken: np.ndarray = (
         (separator & ~((after == _C_MINUS) | digit_after))  # an empty value, `.5`, `+1`, `e5`
         | (separator & (after == _C_ZERO) & digit_after_next)  # a leading zero: `01`
         | ((this == _C_DOT) & ~(digit_before & digit_after))  # `1.`, `1.e5`
@@ -163,6 +163,7 @@ def _number_rules_broken(before: np.ndarray, this: np.ndarray, after: np.ndarray
         | ((this == _C_MINUS) & ~((separator_before | exponent_before) & digit_after))
         | ((this == _C_MINUS) & separator_before & signed_zero)
     )
+    return broken
 
 
 _CODES = np.arange(1 << 16)
@@ -368,7 +369,9 @@ def decode_records(model: ServedModel, records: Records) -> Decoded:
         return Decoded(np.empty(0, dtype=np.int64), None, [(index, reasons[index]) for index in range(rows)])
     bad = [(int(index), reasons[int(index)]) for index in np.flatnonzero(bad_rows)]
     chosen = {
-        name: values[good].astype(spec_of(manifest.inputs, name).numpy_dtype, copy=False)
+        name: (values if len(good) == rows else values[good]).astype(
+            spec_of(manifest.inputs, name).numpy_dtype, copy=False
+        )
         for name, values in arrays.items()
     }
     return Decoded(good, chosen, bad)
@@ -399,16 +402,26 @@ def _columns_to_array(
         )
         return None, dict.fromkeys(range(rows), error)
     row_shape = spec.row_shape
-    if stacked or not row_shape:  # scalar columns: one per value of the row (or the input is a scalar)
+    nested = not (stacked or not row_shape)
+    value_types = [getattr(column.type, "value_type", column.type) if nested else column.type for column in columns]
+    # Floats no wider than a float input are read straight into its dtype: the same values as through float64
+    # (widening is exact, and float64 -> float32 rounds once either way), and none can overflow it. Anything
+    # else goes through float64 first, so that a value too large for the input is named as such.
+    narrow = target.kind == "f" and all(
+        pa.types.is_floating(kind) and kind.bit_width <= 8 * target.itemsize for kind in value_types
+    )
+    work = target if narrow or target.kind != "f" else np.dtype(np.float64)
+    if not nested:  # scalar columns: one per value of the row (or the input is a scalar)
         width = len(columns)
-        values = np.zeros((rows, width) if row_shape else (rows,), dtype=np.float64 if target.kind == "f" else target)
+        values = np.zeros((rows, width) if row_shape else (rows,), dtype=work)
         for position, column in enumerate(columns):
             if pa.types.is_nested(column.type) or not _numeric_type(column.type, target.kind):
                 error = _type_error(spec, where, column.type, position)
                 return None, dict.fromkeys(range(rows), error)
-            nulls = column.is_null().to_numpy(zero_copy_only=False)
-            for index in np.flatnonzero(nulls):
-                problems.setdefault(int(index), _null_error(spec, where, position))
+            if column.null_count:
+                nulls = column.is_null().to_numpy(zero_copy_only=False)
+                for index in np.flatnonzero(nulls):
+                    problems.setdefault(int(index), _null_error(spec, where, position))
             filled = pc.fill_null(column, 0) if column.null_count else column
             data = filled.to_numpy(zero_copy_only=False)
             if row_shape:
@@ -444,7 +457,7 @@ def _columns_to_array(
                     allowed=f"{width} values",
                 ),
             )
-        values = np.zeros((rows, width), dtype=np.float64 if target.kind == "f" else target)
+        values = np.zeros((rows, width), dtype=work)
         fits = lengths == width
         data = (pc.fill_null(flat, 0) if flat.null_count else flat).to_numpy(zero_copy_only=False)
         keep = fits[parents]
@@ -463,9 +476,11 @@ def _columns_to_array(
                         allowed="finite numbers (no NaN or Infinity)",
                     ),
                 )
+        if narrow or allow_non_finite:
+            return values, problems
         with np.errstate(invalid="ignore"):
             too_large = finite & (np.abs(flat_values) > limit).any(axis=1)
-        for index in np.flatnonzero(too_large if not allow_non_finite else []):
+        for index in np.flatnonzero(too_large):
             problems.setdefault(
                 int(index),
                 InvalidInput(

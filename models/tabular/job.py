@@ -24,21 +24,22 @@ from models.errors import InternalError, InvalidInput, ServingError
 from models.service import ServedModel
 from models.tabular.decode import Decoded, decode_piece
 from models.tabular.encode import (
+    batch_fields,
     error_line,
     json_keys,
     located_lines,
     parquet_bytes,
     parquet_keys,
     parquet_table,
-    per_row_fields,
 )
 from models.tabular.rows import FORMATS, PARQUET, Piece, Progress, chunks, parquet_module, pieces, suffix
 from models.tabular.store import Store, StoredObject
 
 OUTPUT_FORMATS = ("jsonl", "parquet")
 # Bumped when the bytes of a part change for the same input: a part written by another version is scored
-# again rather than reused. 2: floats in their shortest form (float32 as float32), columnar encoding.
-PART_FORMAT = 2
+# again rather than reused. 2: floats in their shortest form (float32 as float32), columnar encoding. 3: Parquet
+# parts dictionary-encode only their string columns.
+PART_FORMAT = 3
 _DEPTH = 2
 INPUT_SUFFIXES: dict[str, tuple[str, ...]] = {
     "jsonl": (".jsonl", ".ndjson", ".json"),
@@ -328,7 +329,7 @@ class BatchJob:
                 else (scored[0][1].arrays or {})[name]
                 for name in names
             }  # fmt: skip
-            fields = per_row_fields(self.model, self.model.respond(self.model.predict(batch)), good)
+            fields = batch_fields(self.model, self.model.predict(batch), good)
         if self.output_format == "parquet":
             return parquet_bytes([parquet_table(sources, which, lines, fields)])
         encoded_sources = [orjson.dumps(source) for source in sources]
