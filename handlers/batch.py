@@ -10,6 +10,7 @@ module is its S3 store.
 
 from __future__ import annotations
 
+import base64
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -88,8 +89,11 @@ class S3Store:
                 return None
             raise
 
-    def put(self, key: str, body: bytes, metadata: dict[str, str]) -> None:
-        self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, Metadata=metadata)
+    def put(self, key: str, body: bytes, metadata: dict[str, str], *, sha256: str | None = None) -> None:
+        # With the part's sha256 as its checksum, S3 refuses a body that arrived different (BadDigest), and
+        # botocore sends it instead of computing a CRC32 of the body on the job's core.
+        checksum = {"ChecksumSHA256": base64.b64encode(bytes.fromhex(sha256)).decode()} if sha256 else {}
+        self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, Metadata=metadata, **checksum)
 
     def delete(self, key: str) -> None:
         self.s3.delete_object(Bucket=self.bucket, Key=key)
