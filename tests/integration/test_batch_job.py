@@ -176,9 +176,12 @@ def test_the_fargate_entry_runs_one_job_from_its_environment(aws: Aws, unique: s
         [sys.executable, "-m", "handlers.batch"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
         check=False,
     )  # fmt: skip
-    # THEN it scores the input once and writes the manifest, and says where
+    # THEN it scores the input once and writes the manifest, and says where and how long the run took after
+    # start-up (what bench/batch_job.py reads)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout.splitlines()[-1])["manifest"] == f"s3://{unique}/fargate/manifest.json"
+    said = json.loads(done.stdout.splitlines()[-1])
+    assert said["manifest"] == f"s3://{unique}/fargate/manifest.json"
+    assert isinstance(said["run_seconds"], float)
     manifest = json.loads(aws.s3.get_object(Bucket=unique, Key="fargate/manifest.json")["Body"].read())
     assert manifest["rows"]["succeeded"] == 40
 
