@@ -19,6 +19,7 @@ byte for byte. Raw onnxruntime rows/s is measured in this process on the same ro
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -147,8 +149,23 @@ def objects(s3: Any, prefix: str) -> dict[str, bytes]:
     return out
 
 
-def raw_onnxruntime_rows_per_sec(files: list[Path], chunk: int) -> float:
-    """The model alone on the same rows, in the same chunk size (parsing excluded): the ceiling."""
+@contextlib.contextmanager
+def on_the_jobs_core() -> Iterator[None]:
+    """This process on the core the job is pinned to (its first CPU), so that what the job is compared with
+    runs under the same load as the job did."""
+    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    if affinity:
+        os.sched_setaffinity(0, {min(affinity)})
+    try:
+        yield
+    finally:
+        if affinity:
+            os.sched_setaffinity(0, affinity)
+
+
+def raw_onnxruntime_rows_per_sec(files: list[Path], chunk: int) -> tuple[float, float]:
+    """The model alone on the same rows, in the same chunk size (parsing excluded), on the job's core: the
+    ceiling. (rows/s, CPU seconds per million rows)."""
     from models.service import ModelRepository
     from models.settings import ServingSettings
 
@@ -158,18 +175,20 @@ def raw_onnxruntime_rows_per_sec(files: list[Path], chunk: int) -> float:
     with files[0].open() as f:
         lines = [line for _, line in zip(range(200_000), f, strict=False)]
     data = np.array([[float(v) for v in line.strip()[1:-1].split(",")] for line in lines], dtype=np.float32)
-    started = time.perf_counter()
-    done = 0
-    while done < 1_000_000:
-        for start in range(0, len(data), chunk):
-            model.predict({"input": data[start : start + chunk]})
-        done += len(data)
-    return done / (time.perf_counter() - started)
+    with on_the_jobs_core():
+        started, cpu = time.perf_counter(), time.process_time()
+        done = 0
+        while done < 1_000_000:
+            for start in range(0, len(data), chunk):
+                model.predict({"input": data[start : start + chunk]})
+            done += len(data)
+        seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu
+    return done / seconds, cpu_seconds * 1e6 / done
 
 
 def json_floor_rows_per_sec(files: list[Path], chunk: int) -> float:
     """The job's own decoding of JSON Lines (lines found in blocks, cut into chunks, `decode_piece` on each),
-    on the bytes of the first input file, in this process pinned to one core: the text-to-array floor."""
+    on the bytes of the first input file, in this process pinned to the job's core: the text-to-array floor."""
     from models.service import ModelRepository
     from models.settings import ServingSettings
     from models.tabular.decode import decode_piece
@@ -180,10 +199,7 @@ def json_floor_rows_per_sec(files: list[Path], chunk: int) -> float:
     model = repository.get("breast-cancer")
     data = files[0].read_bytes()
     blocks = [data[start : start + (8 << 20)] for start in range(0, len(data), 8 << 20)]
-    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-    if affinity:
-        os.sched_setaffinity(0, {min(affinity)})
-    try:
+    with on_the_jobs_core():
         started = time.perf_counter()
         rows = 0
         for pieces in chunks(block_lines(blocks, files[0].name, "application/json", Progress()), chunk):
@@ -191,9 +207,6 @@ def json_floor_rows_per_sec(files: list[Path], chunk: int) -> float:
                 decoded = decode_piece(model, piece)
                 rows += len(decoded.good)
         seconds = time.perf_counter() - started
-    finally:
-        if affinity:
-            os.sched_setaffinity(0, affinity)
     return rows / seconds
 
 
@@ -224,18 +237,23 @@ def main() -> int:
     formats = f"{args.input_format} in, {args.output_format} out"
     rates: list[float] = []
     run_rates: list[float] = []
+    cpu_per_million: list[float] = []
     for attempt in range(max(1, args.repeat)):
         output = "bench/whole/" if attempt == 0 else f"bench/again-{attempt}/"
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         code, seconds, run_seconds = run_job(
             output, url, args.chunk_rows, cores=args.cores, output_format=args.output_format
         )
-        peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)  # the job's, start-up included
+        cpu_per_million.append(cpu * 1e6 / args.rows)
+        peak_mib = after.ru_maxrss / 1024
         rates.append(args.rows / seconds)
         run_rates.append(args.rows / run_seconds)
         where = f"{args.cores or 'all'} core(s), {formats}"
         print(f"run A{attempt + 1} (uninterrupted, {where}): exit {code}, {seconds:.1f}s, "
               f"{args.rows / seconds:,.0f} rows/s end to end; the run after start-up {run_seconds:.1f}s, "
-              f"{args.rows / run_seconds:,.0f} rows/s; peak RSS {peak_mib:.0f} MiB")  # fmt: skip
+              f"{args.rows / run_seconds:,.0f} rows/s; {cpu:.1f} CPU s; peak RSS {peak_mib:.0f} MiB")  # fmt: skip
     median = float(np.median(rates))
     run_median = float(np.median(run_rates))
     total_parts = -(-args.rows // args.chunk_rows)
@@ -256,12 +274,16 @@ def main() -> int:
     whole, resumed = objects(s3, "bench/whole/"), objects(s3, "bench/resumed/")
     identical = whole == resumed and "manifest.json" in whole
     print(f"B == A byte for byte: {identical} ({len(whole)} objects, {sum(map(len, whole.values())) / 1e6:.0f} MB)")
-    raw = raw_onnxruntime_rows_per_sec(jsonl_files, args.chunk_rows)
-    print(f"raw onnxruntime (same rows, chunks of {args.chunk_rows}): {raw:,.0f} rows/s")
+    raw, raw_cpu = raw_onnxruntime_rows_per_sec(jsonl_files, args.chunk_rows)
+    print(f"raw onnxruntime (same rows, chunks of {args.chunk_rows}, on the job's core): {raw:,.0f} rows/s, "
+          f"{raw_cpu:.2f} CPU s per million rows")  # fmt: skip
     print(f"batch job, {args.rows:,} rows, {formats}: median {median:,.0f} rows/s of {len(rates)} runs = "
           f"{median / raw:.3f} of raw onnxruntime (target >= 0.5); load average {os.getloadavg()[0]:.2f}")  # fmt: skip
     print(f"  the same runs after start-up (Python, imports, model load: a fixed cost, not per row): median "
           f"{run_median:,.0f} rows/s = {run_median / raw:.3f} of raw onnxruntime")  # fmt: skip
+    job_cpu = float(np.median(cpu_per_million))
+    print(f"  CPU per million rows (least disturbed by other load on the machine): the job {job_cpu:.2f} s "
+          f"(start-up included), raw onnxruntime {raw_cpu:.2f} s: ratio {raw_cpu / job_cpu:.3f}")  # fmt: skip
     if args.input_format == "jsonl":
         floor = json_floor_rows_per_sec(jsonl_files, args.chunk_rows)
         print(f"JSON Lines floor (the job's decoding alone, one core): {floor:,.0f} rows/s = {floor / raw:.3f} of raw")
