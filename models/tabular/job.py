@@ -42,7 +42,7 @@ from models.tabular.store import Store, StoredObject
 OUTPUT_FORMATS = ("jsonl", "parquet")
 # Bumped when the bytes of a part change for the same input: a part written by another version is scored
 # again rather than reused. 2: floats in their shortest form (float32 as float32), columnar encoding. 3: Parquet
-# parts dictionary-encode only their string columns.
+# parts dictionary-encode only their string columns, and are compressed with snappy rather than zstd.
 PART_FORMAT = 3
 _DEPTH = 2
 # Parts being stored at once. A PUT is mostly waiting on the store (S3: tens of ms), so one at a time would
