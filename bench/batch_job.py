@@ -1,6 +1,12 @@
-"""Batch acceptance run: a large JSON Lines input, peak RSS, rows/s next to raw onnxruntime, resume equality.
+"""Batch acceptance run: a large input, peak RSS, rows/s next to raw onnxruntime, resume equality.
 
-    .venv/bin/python -m bench.batch_job --rows 1000000
+    .venv/bin/python -m bench.batch_job --rows 1000000                       # JSON Lines in, JSON Lines out
+    .venv/bin/python -m bench.batch_job --rows 1000000 --input-format parquet --output-format parquet
+
+The input is the same rows either way: JSON Lines files of 30 numbers a line, or those rows as Parquet files of
+30 float32 columns (the layout of a feature table). For JSON Lines the bench also prints the floor: the job's
+own decoding of the same bytes (models/tabular `decode_piece`, in chunks of `--chunk-rows`), in this process on
+one core, with nothing else: how far JSON text can go whatever the rest of the job costs.
 
 A `moto_server` subprocess (or AWS_ENDPOINT_URL) holds the data. Each job is a real batch process, the entry
 the Fargate task runs (`python -m handlers.batch`, settings from `SERVESTACK_BATCH_*`); its peak RSS is the
@@ -13,6 +19,8 @@ byte for byte. Raw onnxruntime rows/s is measured in this process on the same ro
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import resource
 import signal
@@ -20,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +61,30 @@ def make_input(path: Path, rows: int, files: int) -> list[Path]:
     return made
 
 
+def make_parquet_input(path: Path, jsonl_files: list[Path]) -> list[Path]:
+    """The rows of each JSON Lines file as a Parquet file of 30 float32 columns `f0`..`f29` (the float32
+    values the job reads from the text)."""
+    import pyarrow as pa
+    import pyarrow.csv as pa_csv
+    import pyarrow.parquet as pq
+
+    made: list[Path] = []
+    for source in jsonl_files:
+        text = source.read_bytes().translate(None, b"[]")
+        width = text[: text.index(b"\n")].count(b",") + 1
+        names = [f"f{i}" for i in range(width)]
+        table = pa_csv.read_csv(
+            pa.py_buffer(text),
+            read_options=pa_csv.ReadOptions(column_names=names),
+            convert_options=pa_csv.ConvertOptions(column_types=dict.fromkeys(names, pa.float64())),
+        )
+        table = pa.table({name: table.column(name).cast(pa.float32()) for name in names})
+        target = path / source.with_suffix(".parquet").name
+        pq.write_table(table, target)
+        made.append(target)
+    return made
+
+
 def start_moto() -> tuple[subprocess.Popen[bytes] | None, str]:
     if os.environ.get("AWS_ENDPOINT_URL"):
         return None, os.environ["AWS_ENDPOINT_URL"]
@@ -79,7 +112,9 @@ def pin(cores: int) -> Any:
 
 def run_job(
     output: str, url: str, chunk_rows: int, kill_when: Any = None, cores: int = 1, output_format: str = "jsonl"
-) -> tuple[int, float]:
+) -> tuple[int, float, float]:
+    """(exit code, seconds end to end, seconds of the run itself: from after the model loaded to the manifest,
+    as the job reports it; nan when it did not)."""
     started = time.perf_counter()
     settings = {"BUCKET": BUCKET, "INPUT_PREFIX": INPUT, "OUTPUT_PREFIX": output, "CHUNK_ROWS": str(chunk_rows),
                 "DEPLOYMENT": "bench", "MODEL": "breast-cancer", "OUTPUT_FORMAT": output_format}  # fmt: skip
@@ -96,9 +131,14 @@ def run_job(
             break
         time.sleep(0.2)
     code = process.wait()
+    seconds = time.perf_counter() - started
+    run_seconds = float("nan")
     if process.stdout is not None:
+        for line in process.stdout.read().splitlines():
+            if line.startswith(b"{") and b'"run_seconds"' in line:
+                run_seconds = float(json.loads(line)["run_seconds"])
         process.stdout.close()
-    return code, time.perf_counter() - started
+    return code, seconds, run_seconds
 
 
 def objects(s3: Any, prefix: str) -> dict[str, bytes]:
@@ -109,8 +149,23 @@ def objects(s3: Any, prefix: str) -> dict[str, bytes]:
     return out
 
 
-def raw_onnxruntime_rows_per_sec(files: list[Path], chunk: int) -> float:
-    """The model alone on the same rows, in the same chunk size (parsing excluded): the ceiling."""
+@contextlib.contextmanager
+def on_the_jobs_core() -> Iterator[None]:
+    """This process on the core the job is pinned to (its first CPU), so that what the job is compared with
+    runs under the same load as the job did."""
+    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    if affinity:
+        os.sched_setaffinity(0, {min(affinity)})
+    try:
+        yield
+    finally:
+        if affinity:
+            os.sched_setaffinity(0, affinity)
+
+
+def raw_onnxruntime_rows_per_sec(files: list[Path], chunk: int) -> tuple[float, float]:
+    """The model alone on the same rows, in the same chunk size (parsing excluded), on the job's core: the
+    ceiling. (rows/s, CPU seconds per million rows)."""
     from models.service import ModelRepository
     from models.settings import ServingSettings
 
@@ -120,13 +175,39 @@ def raw_onnxruntime_rows_per_sec(files: list[Path], chunk: int) -> float:
     with files[0].open() as f:
         lines = [line for _, line in zip(range(200_000), f, strict=False)]
     data = np.array([[float(v) for v in line.strip()[1:-1].split(",")] for line in lines], dtype=np.float32)
-    started = time.perf_counter()
-    done = 0
-    while done < 1_000_000:
-        for start in range(0, len(data), chunk):
-            model.predict({"input": data[start : start + chunk]})
-        done += len(data)
-    return done / (time.perf_counter() - started)
+    with on_the_jobs_core():
+        started, cpu = time.perf_counter(), time.process_time()
+        done = 0
+        while done < 1_000_000:
+            for start in range(0, len(data), chunk):
+                model.predict({"input": data[start : start + chunk]})
+            done += len(data)
+        seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu
+    return done / seconds, cpu_seconds * 1e6 / done
+
+
+def json_floor_rows_per_sec(files: list[Path], chunk: int) -> float:
+    """The job's own decoding of JSON Lines (lines found in blocks, cut into chunks, `decode_piece` on each),
+    on the bytes of the first input file, in this process pinned to the job's core: the text-to-array floor."""
+    from models.service import ModelRepository
+    from models.settings import ServingSettings
+    from models.tabular.decode import decode_piece
+    from models.tabular.rows import Progress, block_lines, chunks
+
+    repository = ModelRepository(ServingSettings(max_batch_rows=chunk))
+    repository.load_all()
+    model = repository.get("breast-cancer")
+    data = files[0].read_bytes()
+    blocks = [data[start : start + (8 << 20)] for start in range(0, len(data), 8 << 20)]
+    with on_the_jobs_core():
+        started = time.perf_counter()
+        rows = 0
+        for pieces in chunks(block_lines(blocks, files[0].name, "application/json", Progress()), chunk):
+            for piece in pieces:
+                decoded = decode_piece(model, piece)
+                rows += len(decoded.good)
+        seconds = time.perf_counter() - started
+    return rows / seconds
 
 
 def main() -> int:
@@ -136,6 +217,7 @@ def main() -> int:
     parser.add_argument("--chunk-rows", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=3, help="uninterrupted runs; the median is reported")
     parser.add_argument("--cores", type=int, default=1, help="CPUs the job may use (0: all)")
+    parser.add_argument("--input-format", choices=("jsonl", "parquet"), default="jsonl")
     parser.add_argument("--output-format", choices=("jsonl", "parquet"), default="jsonl")
     args = parser.parse_args()
     moto, url = start_moto()
@@ -144,42 +226,67 @@ def main() -> int:
     ensure_bucket(s3, BUCKET)
     work = Path(tempfile.mkdtemp())
     started = time.perf_counter()
-    files = make_input(work, args.rows, args.files)
+    jsonl_files = make_input(work, args.rows, args.files)
+    files = make_parquet_input(work, jsonl_files) if args.input_format == "parquet" else jsonl_files
     size = sum(f.stat().st_size for f in files)
     for f in files:
         s3.upload_file(str(f), BUCKET, f"{INPUT}{f.name}")
-    print(f"input: {args.rows:,} rows, {size / 1e6:.0f} MB in {len(files)} JSON Lines files "
-          f"(made and uploaded in {time.perf_counter() - started:.0f}s)")  # fmt: skip
+    kind = "Parquet (30 float32 columns)" if args.input_format == "parquet" else "JSON Lines"
+    print(f"input: {args.rows:,} rows, {size / 1e6:.0f} MB in {len(files)} {kind} files (made and uploaded in "
+          f"{time.perf_counter() - started:.0f}s); load average {os.getloadavg()[0]:.2f}")  # fmt: skip
+    formats = f"{args.input_format} in, {args.output_format} out"
     rates: list[float] = []
+    run_rates: list[float] = []
+    cpu_per_million: list[float] = []
     for attempt in range(max(1, args.repeat)):
         output = "bench/whole/" if attempt == 0 else f"bench/again-{attempt}/"
-        code, seconds = run_job(output, url, args.chunk_rows, cores=args.cores, output_format=args.output_format)
-        peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        code, seconds, run_seconds = run_job(
+            output, url, args.chunk_rows, cores=args.cores, output_format=args.output_format
+        )
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)  # the job's, start-up included
+        cpu_per_million.append(cpu * 1e6 / args.rows)
+        peak_mib = after.ru_maxrss / 1024
         rates.append(args.rows / seconds)
-        where = f"{args.cores or 'all'} core(s), {args.output_format} parts"
+        run_rates.append(args.rows / run_seconds)
+        where = f"{args.cores or 'all'} core(s), {formats}"
         print(f"run A{attempt + 1} (uninterrupted, {where}): exit {code}, {seconds:.1f}s, "
-              f"{args.rows / seconds:,.0f} rows/s, peak RSS {peak_mib:.0f} MiB")  # fmt: skip
+              f"{args.rows / seconds:,.0f} rows/s end to end; the run after start-up {run_seconds:.1f}s, "
+              f"{args.rows / run_seconds:,.0f} rows/s; {cpu:.1f} CPU s; peak RSS {peak_mib:.0f} MiB")  # fmt: skip
     median = float(np.median(rates))
+    run_median = float(np.median(run_rates))
     total_parts = -(-args.rows // args.chunk_rows)
 
     def half_done() -> bool:
         listed = s3.list_objects_v2(Bucket=BUCKET, Prefix="bench/resumed/parts/")
-        return int(listed.get("KeyCount", 0)) >= total_parts // 2
+        return bool(int(listed.get("KeyCount", 0)) >= total_parts // 2)
 
-    code, seconds = run_job(
+    code, seconds, _ = run_job(
         "bench/resumed/", url, args.chunk_rows, kill_when=half_done, cores=args.cores, output_format=args.output_format
     )
     kept = s3.list_objects_v2(Bucket=BUCKET, Prefix="bench/resumed/parts/").get("KeyCount", 0)
     print(f"run B: SIGKILLed after {seconds:.1f}s (exit {code}) with {kept}/{total_parts} parts written")
-    code, seconds = run_job("bench/resumed/", url, args.chunk_rows, cores=args.cores, output_format=args.output_format)
+    code, seconds, _ = run_job(
+        "bench/resumed/", url, args.chunk_rows, cores=args.cores, output_format=args.output_format
+    )
     print(f"run B rerun: exit {code}, {seconds:.1f}s")
     whole, resumed = objects(s3, "bench/whole/"), objects(s3, "bench/resumed/")
     identical = whole == resumed and "manifest.json" in whole
     print(f"B == A byte for byte: {identical} ({len(whole)} objects, {sum(map(len, whole.values())) / 1e6:.0f} MB)")
-    raw = raw_onnxruntime_rows_per_sec(files, args.chunk_rows)
-    print(f"raw onnxruntime (same rows, chunks of {args.chunk_rows}): {raw:,.0f} rows/s")
-    print(f"batch job, {args.rows:,} rows: median {median:,.0f} rows/s of {len(rates)} runs = "
-          f"{median / raw:.3f} of raw onnxruntime (target >= 0.5)")  # fmt: skip
+    raw, raw_cpu = raw_onnxruntime_rows_per_sec(jsonl_files, args.chunk_rows)
+    print(f"raw onnxruntime (same rows, chunks of {args.chunk_rows}, on the job's core): {raw:,.0f} rows/s, "
+          f"{raw_cpu:.2f} CPU s per million rows")  # fmt: skip
+    print(f"batch job, {args.rows:,} rows, {formats}: median {median:,.0f} rows/s of {len(rates)} runs = "
+          f"{median / raw:.3f} of raw onnxruntime (target >= 0.5); load average {os.getloadavg()[0]:.2f}")  # fmt: skip
+    print(f"  the same runs after start-up (Python, imports, model load: a fixed cost, not per row): median "
+          f"{run_median:,.0f} rows/s = {run_median / raw:.3f} of raw onnxruntime")  # fmt: skip
+    job_cpu = float(np.median(cpu_per_million))
+    print(f"  CPU per million rows (least disturbed by other load on the machine): the job {job_cpu:.2f} s "
+          f"(start-up included), raw onnxruntime {raw_cpu:.2f} s: ratio {raw_cpu / job_cpu:.3f}")  # fmt: skip
+    if args.input_format == "jsonl":
+        floor = json_floor_rows_per_sec(jsonl_files, args.chunk_rows)
+        print(f"JSON Lines floor (the job's decoding alone, one core): {floor:,.0f} rows/s = {floor / raw:.3f} of raw")
     peak_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     print(f"peak RSS of any job process: {peak_mib:.0f} MiB ({'<=' if peak_mib <= 500 else '>'} 500 MB)")
     if moto is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,11 +23,50 @@ import orjson
 
 from models import codecs
 from models.errors import InternalError, ServingError
+from models.runtime import Arrays
 from models.service import ServedModel
 
 SINGULAR = {"predictions": "prediction", "labels": "label"}
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
 _MAX_LINE_DIGITS = 18
+
+
+@dataclass(frozen=True)
+class LabelColumn:
+    """Each row's class name, as indices into the manifest's labels: written by table lookups (a Parquet take,
+    a numpy take of the names' JSON text) instead of a Python string per row."""
+
+    names: tuple[str, ...]
+    indices: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def tolist(self) -> list[str]:
+        return [self.names[i] for i in self.indices.tolist()]
+
+
+def batch_fields(model: ServedModel, outputs: Arrays, rows: int) -> dict[str, Any]:
+    """`per_row_fields` of the model's response to `outputs`, the same fields in the same order as
+    `model.respond`, with the class names as a `LabelColumn` when every prediction is a class index."""
+    manifest = model.manifest
+    if model.hooks.postprocess is not None or manifest.labels is None:
+        return per_row_fields(model, model.respond(outputs), rows)
+    predicted = np.asarray(outputs[manifest.primary_output]).reshape(-1)
+    if (
+        predicted.dtype.kind not in "iu"
+        or not len(predicted)
+        or not 0 <= predicted.min() <= predicted.max() < len(manifest.labels)
+    ):
+        return per_row_fields(model, model.respond(outputs), rows)  # a name is str(value): per row, as respond does
+    unnamed = model.respond(outputs, codecs.NPY)  # every field but the labels, which only JSON names
+    fields: dict[str, Any] = {}
+    for name, value in unnamed.items():
+        if name == "outputs":
+            fields["labels"] = LabelColumn(manifest.labels, predicted)
+        fields[name] = value
+    fields.setdefault("labels", LabelColumn(manifest.labels, predicted))
+    return per_row_fields(model, fields, rows)
 
 
 def per_row_fields(model: ServedModel, fields: dict[str, Any], rows: int) -> dict[str, Any]:
@@ -35,7 +75,7 @@ def per_row_fields(model: ServedModel, fields: dict[str, Any], rows: int) -> dic
     per_row: dict[str, Any] = {}
     for name, value in fields.items():
         one_per_row = isinstance(value, np.ndarray) and value.ndim >= 1 and value.shape[0] == rows
-        if one_per_row or (isinstance(value, list) and len(value) == rows):
+        if one_per_row or (isinstance(value, list | LabelColumn) and len(value) == rows):
             per_row[SINGULAR.get(name, name)] = value
     primary = "prediction" if "predictions" in fields else None
     if not per_row or (primary is not None and primary not in per_row):
@@ -69,6 +109,9 @@ def json_cells(column: Any) -> Cells:
                 return text[1:-1].split(b","), False
             if column.shape[1]:
                 return text[2:-2].split(b"],["), True
+    if isinstance(column, LabelColumn):
+        names = np.array([orjson.dumps(name) for name in column.names], dtype=object)
+        return names.take(column.indices).tolist(), False
     if isinstance(column, list) and all(type(value) is str for value in column):
         known: dict[str, bytes] = {}
         return [known.get(value) or known.setdefault(value, orjson.dumps(value)) for value in column], False
@@ -168,6 +211,8 @@ def parquet_table(sources: Sequence[str], source_of_row: np.ndarray, lines: np.n
         elif isinstance(column, np.ndarray) and column.dtype.kind in "biuf" and column.ndim == 2:
             flat = np.ascontiguousarray(column).reshape(-1)
             columns[name] = pa.FixedSizeListArray.from_arrays(pa.array(flat), column.shape[1])
+        elif isinstance(column, LabelColumn):
+            columns[name] = pa.array(list(column.names), type=pa.string()).take(pa.array(column.indices))
         elif isinstance(column, list) and all(type(value) is str for value in column):
             columns[name] = pa.array(column, type=pa.string())
         else:  # anything else keeps its JSON text
@@ -183,28 +228,54 @@ def parquet_bytes(tables: list[Any]) -> bytes:
 
     table = pa.concat_tables(tables, promote_options="permissive") if len(tables) > 1 else tables[0]
     sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd")
+    # Dictionary encoding only where values repeat (file names, class names): tried on every column (pyarrow's
+    # default), it is given up on unique numbers only after the work, which made a part 60% larger and 2x slower
+    # to write. Snappy (Parquet's usual codec): a 10,000-row part of breast-cancer's answers took 1.5 ms of CPU
+    # to write against zstd's 2.6 ms, for 92 KB against 46 KB.
+    repeating = [
+        field.name for field in table.schema if pa.types.is_string(field.type) or pa.types.is_dictionary(field.type)
+    ]
+    pq.write_table(table, sink, compression="snappy", use_dictionary=repeating)
     return sink.getvalue()
 
 
 def parquet_keys(body: bytes, sources: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(index into `sources`, line) of each row of a Parquet part; ValueError when a row has no prediction."""
+    """(index into `sources`, line) of each row of a Parquet part; ValueError when a row has no prediction.
+
+    Only `file` and `line` are read: that no response field has a null is told by the null counts the footer
+    keeps for every column chunk (read when a writer left them out)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    table = pq.read_table(pa.BufferReader(body))
-    if table.num_columns < 3 or table.column_names[:2] != ["file", "line"]:
-        raise ValueError(f"columns {table.column_names[:8]} are not file, line and the response fields")
+    reader = pq.ParquetFile(pa.BufferReader(body))
+    names = reader.schema_arrow.names
+    if len(names) < 3 or names[:2] != ["file", "line"]:
+        raise ValueError(f"columns {names[:8]} are not file, line and the response fields")
+    metadata = reader.metadata
+    unknown: set[str] = set()
+    for group in range(metadata.num_row_groups):
+        row_group = metadata.row_group(group)
+        for index in range(row_group.num_columns):
+            chunk = row_group.column(index)
+            statistics = chunk.statistics
+            if statistics is None or not statistics.has_null_count:
+                unknown.add(chunk.path_in_schema.split(".")[0])
+            elif statistics.null_count:
+                raise ValueError("a row has a null")
+    table = reader.read(columns=sorted(unknown | {"file", "line"}, key=names.index))
     if table.num_rows and any(table.column(name).null_count for name in table.column_names):
         raise ValueError("a row has a null")
-    files = pc.cast(table.column("file"), pa.string()).to_numpy(zero_copy_only=False)
+    if table.num_rows != metadata.num_rows:
+        raise ValueError(f"{table.num_rows} rows read, the footer says {metadata.num_rows}")
     position = {source: index for index, source in enumerate(sources)}
-    which = (
-        np.array([position.get(str(name), -1) for name in files], dtype=np.int64)
-        if len(files)
-        else np.empty(0, np.int64)
-    )
+    file_column = table.column("file").combine_chunks()
+    if pa.types.is_dictionary(file_column.type):
+        named = [position.get(str(name), -1) for name in file_column.dictionary.to_pylist()]
+        which = np.asarray(named, dtype=np.int64)[file_column.indices.to_numpy(zero_copy_only=False)]
+    else:
+        files = pc.cast(file_column, pa.string()).to_pylist()
+        which = np.array([position.get(str(name), -1) for name in files], dtype=np.int64)
     if np.any(which < 0):
         raise ValueError("a row names a file that is not in this part")
     return which, table.column("line").to_numpy(zero_copy_only=False).astype(np.int64)

@@ -1,10 +1,11 @@
 """`BatchJob`: every input object under a prefix, scored into parts under another, resumable, with a manifest.
 
 Three stages overlap: a reader thread fetches objects and cuts them into chunks of rows, the calling thread
-decodes and scores a chunk, and a writer thread stores the previous chunk's part, reads it back and checks
-it. On one core this hides the store's latency; with more, parsing (pyarrow), inference (onnxruntime) and
-the store's I/O run at once, as each releases the GIL. At most `_DEPTH` chunks wait between two stages, so
-memory stays a few chunks whatever the input's size.
+decodes and scores a chunk, and a writer thread checks the earlier chunks' parts and stores them, up to
+`_UPLOADS` at once, recording them in order. On one core this hides the store's latency; with more, parsing
+(pyarrow), inference (onnxruntime) and the store's I/O run at once, as each releases the GIL. At most `_DEPTH`
+chunks wait between two stages and `_UPLOADS` are being stored, so memory stays a few chunks whatever the
+input's size.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ import contextlib
 import hashlib
 import queue
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Generator, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -24,22 +28,27 @@ from models.errors import InternalError, InvalidInput, ServingError
 from models.service import ServedModel
 from models.tabular.decode import Decoded, decode_piece
 from models.tabular.encode import (
+    batch_fields,
     error_line,
     json_keys,
     located_lines,
     parquet_bytes,
     parquet_keys,
     parquet_table,
-    per_row_fields,
 )
 from models.tabular.rows import FORMATS, PARQUET, Piece, Progress, chunks, parquet_module, pieces, suffix
 from models.tabular.store import Store, StoredObject
 
 OUTPUT_FORMATS = ("jsonl", "parquet")
 # Bumped when the bytes of a part change for the same input: a part written by another version is scored
-# again rather than reused. 2: floats in their shortest form (float32 as float32), columnar encoding.
-PART_FORMAT = 2
+# again rather than reused. 2: floats in their shortest form (float32 as float32), columnar encoding. 3: Parquet
+# parts dictionary-encode only their string columns, and are compressed with snappy rather than zstd.
+PART_FORMAT = 3
 _DEPTH = 2
+# Parts being stored at once. A PUT is mostly waiting on the store (S3: tens of ms), so one at a time would
+# make the store's latency, not the job's CPU, set the pace; a few in flight hide it. Parts are still recorded
+# (manifest order, progress) in order.
+_UPLOADS = 4
 INPUT_SUFFIXES: dict[str, tuple[str, ...]] = {
     "jsonl": (".jsonl", ".ndjson", ".json"),
     "csv": (".csv",),
@@ -116,11 +125,12 @@ def prefetched(source: Iterator[T], depth: int = _DEPTH) -> Generator[T, None, N
 
 
 class _Writer(Generic[T]):
-    """One thread that runs `work` on each submitted item, in order; the first failure stops it, and is raised
-    by the next `submit` or by `finish`."""
+    """One thread that runs `work` on each submitted item, in order, then `last` after the last one; the first
+    failure stops it, and is raised by the next `submit` or by `finish`."""
 
-    def __init__(self, work: Callable[[T], None], depth: int = _DEPTH) -> None:
+    def __init__(self, work: Callable[[T], None], depth: int = _DEPTH, last: Callable[[], None] | None = None) -> None:
         self.work = work
+        self.last = last
         self.items: queue.Queue[Any] = queue.Queue(maxsize=depth)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="batch-writer", daemon=True)
@@ -130,6 +140,11 @@ class _Writer(Generic[T]):
         while True:
             item = self.items.get()
             if item is _END:
+                if self.error is None and self.last is not None:
+                    try:
+                        self.last()
+                    except BaseException as error:  # raised in the caller's thread
+                        self.error = error
                 return
             if self.error is None:
                 try:
@@ -170,8 +185,9 @@ class _Writer(Generic[T]):
 class BatchJob:
     """Score everything under `input_prefix` into `output_prefix` of `store`. `run()` returns the manifest.
 
-    `on_progress` is called once per part, from the writer thread, after the part is stored and checked; an
-    exception it raises stops the run (no later part is written) and is raised by `run()`."""
+    `on_progress` is called once per part, in order, from the writer thread, after the part is checked and
+    stored; an exception it raises stops the run and is raised by `run()` (the parts already being stored, at
+    most `_UPLOADS`, may still land: a rerun reuses them as it reuses the others)."""
 
     store: Store
     model: ServedModel
@@ -243,10 +259,22 @@ class BatchJob:
         run_id = self.fingerprint(inputs)
         existing = {o.key for o in self.store.list(f"{self.output_prefix}parts/")}
         existing_errors = {o.key for o in self.store.list(f"{self.output_prefix}errors/")}
+        self.progress.started = time.perf_counter()  # rows/s of the run, not of loading the model before it
         parts: list[dict[str, Any]] = []
-        writer: _Writer[tuple[ScoredPart | None, dict[str, Any] | None]] = _Writer(
-            lambda item: self._store_part(item, run_id, parts)
-        )
+        uploads = ThreadPoolExecutor(max_workers=_UPLOADS, thread_name_prefix="batch-upload")
+        in_flight: deque[Future[tuple[dict[str, Any], int]]] = deque()
+
+        def settle(limit: int) -> None:
+            """Record finished parts, oldest first, until at most `limit` are in flight."""
+            while len(in_flight) > limit:
+                part, rows = in_flight.popleft().result()
+                self._record(part, rows, parts)
+
+        def store(item: tuple[ScoredPart | None, dict[str, Any] | None]) -> None:
+            in_flight.append(uploads.submit(self._store_part, item, run_id))
+            settle(_UPLOADS)
+
+        writer: _Writer[tuple[ScoredPart | None, dict[str, Any] | None]] = _Writer(store, last=lambda: settle(0))
         reader: Generator[list[Piece], None, None] = prefetched(
             chunks(pieces(self.store, inputs, self.progress, self.chunk_rows), self.chunk_rows)
         )
@@ -264,6 +292,7 @@ class BatchJob:
             raise
         finally:
             reader.close()  # stops the reader thread now, not when the traceback lets go of this frame
+            uploads.shutdown(wait=True, cancel_futures=True)
         for stale in sorted(existing - {self.part_key(i) for i in range(len(parts))}):
             self.store.delete(stale)
         written_errors = {self.error_key(i) for i, part in enumerate(parts) if part["errors"]}
@@ -328,38 +357,46 @@ class BatchJob:
                 else (scored[0][1].arrays or {})[name]
                 for name in names
             }  # fmt: skip
-            fields = per_row_fields(self.model, self.model.respond(self.model.predict(batch)), good)
+            fields = batch_fields(self.model, self.model.predict(batch), good)
         if self.output_format == "parquet":
             return parquet_bytes([parquet_table(sources, which, lines, fields)])
         encoded_sources = [orjson.dumps(source) for source in sources]
         return located_lines([encoded_sources[i] for i in which.tolist()], lines, fields)
 
     def _store_part(
-        self, item: tuple[ScoredPart | None, dict[str, Any] | None], run_id: str, parts: list[dict[str, Any]]
-    ) -> None:
-        """The writer's work: store a scored part (its error part first) and check it, or take a reused one."""
+        self, item: tuple[ScoredPart | None, dict[str, Any] | None], run_id: str
+    ) -> tuple[dict[str, Any], int]:
+        """An upload thread's work: check a scored part, then store it (its error part first); or take a reused
+        one. Returns the part's manifest entry and the input rows it covers.
+
+        The part is checked before it is stored, from the very bytes stored: its records against the chunk's
+        rows, and the stored object against those bytes by their sha256, which the store is given with them
+        (S3 refuses a PUT whose body does not match, `BadDigest`). Reading each part back would cost a GET and
+        a second hash per part on the job's one core, and prove nothing more."""
         scored, reused = item
         if reused is not None:
             rows = reused.pop("_rows")
-            part = reused
-        else:
-            assert scored is not None
-            if scored.errors:
-                self.store.put(self.error_key(scored.index), scored.errors, {"run": run_id})
-            digest = sha256(scored.body)
-            meta = {"run": run_id, "rows": str(scored.good), "errors": str(scored.bad), "bytes": str(len(scored.body))}
-            self.store.put(self.part_key(scored.index), scored.body, meta | {"sha256": digest})
-            part = {
-                "key": self._relative(self.part_key(scored.index)),
-                "rows": scored.good,
-                "errors": scored.bad,
-                "bytes": len(scored.body),
-                "sha256": digest,
-            }
-            problem = self._verify(scored.index, scored.sources, scored.expected, part)
-            if problem is not None:
-                raise InternalError(f"part {scored.index}: {problem}; the run stops before reporting success")
-            rows = scored.rows
+            return reused, int(rows)
+        assert scored is not None
+        digest = sha256(scored.body)
+        part = {
+            "key": self._relative(self.part_key(scored.index)),
+            "rows": scored.good,
+            "errors": scored.bad,
+            "bytes": len(scored.body),
+            "sha256": digest,
+        }
+        problem = self._check(scored.index, scored.sources, scored.expected, part, scored.body, scored.errors)
+        if problem is not None:
+            raise InternalError(f"part {scored.index}: {problem}; the run stops before reporting success")
+        if scored.errors:
+            self.store.put(self.error_key(scored.index), scored.errors, {"run": run_id})
+        meta = {"run": run_id, "rows": str(scored.good), "errors": str(scored.bad), "bytes": str(len(scored.body))}
+        self.store.put(self.part_key(scored.index), scored.body, meta | {"sha256": digest}, sha256=digest)
+        return part, scored.rows
+
+    def _record(self, part: dict[str, Any], rows: int, parts: list[dict[str, Any]]) -> None:
+        """A stored part, in the order of the parts: into the manifest's list and the progress."""
         parts.append(part)
         self.progress.rows += rows
         self.progress.errors += part["errors"]
@@ -368,18 +405,26 @@ class BatchJob:
             self.on_progress(self.progress)
 
     def _verify(self, index: int, sources: list[str], expected: np.ndarray, part: dict[str, Any]) -> str | None:
-        """Read the stored part and error part back: None when together they hold each of the chunk's rows
-        exactly once (predictions with a response field) and the part's bytes match its sha256; else what is
-        wrong."""
+        """Read a stored part and its error part back (a part an earlier run left, before it is reused): None
+        when they pass `_check`, else what is wrong."""
         body = self.store.get(self.part_key(index))
-        if sha256(body) != part["sha256"] or len(body) != part["bytes"]:
+        errors = self.store.get(self.error_key(index)) if part["errors"] else b""
+        if sha256(body) != part["sha256"]:
             return "the stored part does not match its sha256"
+        return self._check(index, sources, expected, part, body, errors)
+
+    def _check(
+        self, index: int, sources: list[str], expected: np.ndarray, part: dict[str, Any], body: bytes, errors: bytes
+    ) -> str | None:
+        """None when a part's bytes and its error part's together hold each of the chunk's rows exactly once
+        (predictions with a response field) and the part's size is its recorded one; else what is wrong."""
+        if len(body) != part["bytes"]:
+            return f"the part holds {len(body)} bytes, its record says {part['bytes']}"
         found: list[np.ndarray] = []
-        for kind, key, count in (
-            ("prediction", self.part_key(index), part["rows"]),
-            ("error", self.error_key(index), part["errors"]),
+        for kind, key, raw, count in (
+            ("prediction", self.part_key(index), body, part["rows"]),
+            ("error", self.error_key(index), errors, part["errors"]),
         ):
-            raw = body if kind == "prediction" else (self.store.get(key) if count else b"")
             try:
                 which, lines = (
                     parquet_keys(raw, sources)
