@@ -77,6 +77,17 @@ def json_error(code: str, message: str, status: int = 400) -> Reply:
     return Reply(status, headers, json.dumps({"__type": code, "message": message}).encode())
 
 
+def json_body(request: Request) -> dict[str, Any] | Reply:
+    """The JSON object a SageMaker JSON-protocol request carries, or the error SageMaker answers instead."""
+    try:
+        body = json.loads(request.body or b"{}")
+    except json.JSONDecodeError:
+        return json_error("SerializationException", "the request body is not JSON")
+    if not isinstance(body, dict):
+        return json_error("SerializationException", "the request body is not a JSON object")
+    return body
+
+
 def _ok(body: dict[str, Any]) -> Reply:
     headers = {"Content-Type": "application/x-amz-json-1.1", "x-amzn-RequestId": request_id()}
     return Reply(200, headers, json.dumps(body).encode())
@@ -103,12 +114,9 @@ class InferenceComponents:
                 "templates' inference components, and CreateTransformJob and DescribeTransformJob; the rest of "
                 "SageMaker's control plane is the emulator's (its endpoint_url is in the state file)",
             )
-        try:
-            body = json.loads(request.body or b"{}")
-        except json.JSONDecodeError:
-            return json_error("SerializationException", "the request body is not JSON")
-        if not isinstance(body, dict):
-            return json_error("SerializationException", "the request body is not a JSON object")
+        body = json_body(request)
+        if isinstance(body, Reply):
+            return body
         name = body.get("InferenceComponentName")
         if not isinstance(name, str) or not name:
             return json_error(

@@ -29,7 +29,7 @@ from functools import cache
 from typing import Any
 
 from servestack.local.http_server import Reply, Request, request_id
-from servestack.local.inference_components import TARGET_PREFIX, json_error
+from servestack.local.inference_components import TARGET_PREFIX, json_body, json_error
 
 OPERATIONS = ("CreateTransformJob", "DescribeTransformJob")
 REPORT_PREFIX = "/_servestack/transform-jobs/"
@@ -174,12 +174,9 @@ class TransformJobs:
 
     def handle(self, request: Request) -> Reply:
         operation = (request.header("x-amz-target") or "").removeprefix(TARGET_PREFIX)
-        try:
-            body = json.loads(request.body or b"{}")
-        except json.JSONDecodeError:
-            return json_error("SerializationException", "the request body is not JSON")
-        if not isinstance(body, dict):
-            return json_error("SerializationException", "the request body is not a JSON object")
+        body = json_body(request)
+        if isinstance(body, Reply):
+            return body
         if operation == "DescribeTransformJob":
             return self.describe(body)
         return self.create(body)
