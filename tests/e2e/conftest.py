@@ -78,25 +78,43 @@ class LocalUp:
 def start_local_up(
     workdir: Path, *args: str, spec: Path | None = None, timeout_sec: float = 240, env: dict[str, str] | None = None
 ) -> LocalUp:
-    """`servestack local up [--spec SPEC] ARGS` on free ports; returns once its state file is written."""
-    state_path, log_path = workdir / "local.json", workdir / f"local-up-{time.time_ns()}.log"
+    """`servestack local up [--spec SPEC] ARGS` on free ports; returns once its state file is written.
+
+    A free port is only free when it is picked: another process (the other pytest worker's servers, or any
+    client's ephemeral port) can take it before local up, or one of its children, binds it. local up then
+    stops cleanly with its documented port error (exit 2), and the start is tried again on other
+    ports (at most `PORT_RACE_ATTEMPTS` times); any other failure fails at once."""
+    state_path = workdir / "local.json"
     environment = {**os.environ, "PYTHONUNBUFFERED": "1", "SERVESTACK_LOCAL_STATE": str(state_path), **(env or {})}
     environment.pop("AWS_ENDPOINT_URL", None)
-    argv = [SERVESTACK, "local", "up", "--port", str(free_port()), "--aws-port", str(free_port()), *args]
-    if spec is not None:
-        argv += ["--spec", str(spec)]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, env=environment)
-    up = LocalUp(process, state_path, log_path)
-    deadline = time.monotonic() + timeout_sec
-    while not state_path.exists():  # written once every child answers and the fronts listen
-        if process.poll() is not None:
-            raise AssertionError(f"local up exited ({process.returncode}):\n{up.log_text()[-6000:]}")
-        if time.monotonic() > deadline:
-            up.stop()
-            raise AssertionError(f"local up not ready after {timeout_sec}s:\n{up.log_text()[-6000:]}")
-        time.sleep(0.2)
-    return up
+    for attempt in range(1, PORT_RACE_ATTEMPTS + 1):
+        log_path = workdir / f"local-up-{time.time_ns()}.log"
+        argv = [SERVESTACK, "local", "up", "--port", str(free_port()), "--aws-port", str(free_port()), *args]
+        if spec is not None:
+            argv += ["--spec", str(spec)]
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, env=environment)
+        up = LocalUp(process, state_path, log_path)
+        deadline = time.monotonic() + timeout_sec
+        while not state_path.exists():  # written once every child answers and the fronts listen
+            if process.poll() is not None:
+                break
+            if time.monotonic() > deadline:
+                up.stop()
+                raise AssertionError(f"local up not ready after {timeout_sec}s:\n{up.log_text()[-6000:]}")
+            time.sleep(0.2)
+        else:
+            return up
+        log_text = up.log_text()
+        port_taken = any(sign in log_text for sign in PORT_TAKEN)
+        if process.returncode != 2 or not port_taken or attempt == PORT_RACE_ATTEMPTS:
+            raise AssertionError(f"local up exited ({process.returncode}):\n{log_text[-6000:]}")
+    raise AssertionError("unreachable")
+
+
+PORT_RACE_ATTEMPTS = 3
+# local up's two ways of saying so (servestack/local/up.py before binding, servestack/failures.py after).
+PORT_TAKEN = ("is in use; pick another with --", "Address already in use: another process took the port")
 
 
 @contextmanager
