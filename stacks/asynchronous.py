@@ -44,7 +44,7 @@ from servestack.spec import AlarmSettings
 from stacks import guardrails
 from stacks.realtime import sagemaker_scaling_role, servestack_model, single_model_environment
 from stacks.serverless import runtime_environment, servestack_function
-from stacks.shared import IamHttpApi, acknowledge, check_choice, check_range, log_group, logical_id
+from stacks.shared import IamHttpApi, acknowledge, check_choice, check_range, endpoint_log_group, logical_id
 
 SUBMIT_HANDLER = "handlers.asynchronous.submit_handler"
 WORKER_HANDLER = "handlers.asynchronous.worker_handler"
@@ -323,10 +323,7 @@ class AsyncEndpoint(Construct):
     ) -> str:
         check_range("AsyncEndpoint", "max_instances", max_instances, 1, 100)
         endpoint_name = name
-        logs = log_group(self, "EndpointLogs", retention_days=log_retention_days)
-        logs.node.default_child.add_property_override(  # type: ignore[union-attr]
-            "LogGroupName", f"/aws/sagemaker/Endpoints/{endpoint_name}"
-        )
+        logs = endpoint_log_group(self, "EndpointLogs", endpoint_name=endpoint_name, retention_days=log_retention_days)
         sns_key = kms.Alias.from_alias_name(self, "SnsKey", "alias/aws/sns")
         self.success_topic = sns.Topic(self, "Succeeded", master_key=sns_key, enforce_ssl=True)
         self.error_topic = sns.Topic(self, "Failed", master_key=sns_key, enforce_ssl=True)

@@ -40,7 +40,7 @@ from constructs import Construct
 from servestack.spec import AlarmSettings, Batching, Component, Strategy
 from stacks import guardrails
 from stacks.realtime import CONTAINER_MODEL_DIR, METRICS_INTERVAL_SEC, sagemaker_scaling_role, servestack_model
-from stacks.shared import acknowledge, check_range, log_group
+from stacks.shared import acknowledge, check_range, endpoint_log_group, log_group
 
 VARIANT_NAME = "primary"
 # SageMaker names: 63 characters, letters, digits and '-' (CreateInferenceComponent's InferenceComponentName).
@@ -105,10 +105,7 @@ class ComponentEndpoint(Construct):
                 )
             self.component_names[c.component_name] = full
 
-        self.logs = log_group(self, "Logs", retention_days=log_retention_days)
-        endpoint_logs = self.logs.node.default_child
-        assert endpoint_logs is not None
-        endpoint_logs.add_property_override("LogGroupName", f"/aws/sagemaker/Endpoints/{endpoint_name}")  # type: ignore[attr-defined]
+        self.logs = endpoint_log_group(self, "Logs", endpoint_name=endpoint_name, retention_days=log_retention_days)
         self.role = iam.Role(
             self,
             "ExecutionRole",

@@ -50,7 +50,7 @@ from servestack.spec import (
     uses_gpu,
 )
 from stacks import guardrails
-from stacks.shared import acknowledge, check_range, log_group, logical_id
+from stacks.shared import acknowledge, check_range, endpoint_log_group, logical_id
 
 CONTAINER_MODEL_DIR = "/opt/ml/model"
 # How often each container worker writes its overload metrics (EMF) to stdout (handlers/metrics.py).
@@ -209,11 +209,7 @@ class RealtimeEndpoint(Construct):
         # `servestack models push --registry s3://<bucket>/models/` writes to.
         self.multi_model_prefix = "models/"
 
-        self.logs = log_group(self, "Logs", retention_days=log_retention_days)
-        # SageMaker writes to /aws/sagemaker/Endpoints/<name>; precreating it gives it a retention.
-        cfn_logs = self.logs.node.default_child
-        assert cfn_logs is not None
-        cfn_logs.add_property_override("LogGroupName", f"/aws/sagemaker/Endpoints/{endpoint_name}")  # type: ignore[attr-defined]
+        self.logs = endpoint_log_group(self, "Logs", endpoint_name=endpoint_name, retention_days=log_retention_days)
 
         self.role = iam.Role(
             self,

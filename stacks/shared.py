@@ -125,6 +125,18 @@ def log_group(scope: Construct, id: str, *, retention_days: int) -> logs.LogGrou
     return logs.LogGroup(scope, id, retention=retention(retention_days), removal_policy=RemovalPolicy.RETAIN)
 
 
+def endpoint_log_group(scope: Construct, id: str, *, endpoint_name: str, retention_days: int) -> logs.LogGroup:
+    """The log group SageMaker writes an endpoint's containers to (`/aws/sagemaker/Endpoints/<name>`), created
+    ahead of SageMaker so that it has the deployment's retention."""
+    return logs.LogGroup(
+        scope,
+        id,
+        log_group_name=f"/aws/sagemaker/Endpoints/{endpoint_name}",
+        retention=retention(retention_days),
+        removal_policy=RemovalPolicy.RETAIN,
+    )
+
+
 def lambda_role(scope: Construct, id: str, logs_to: logs.ILogGroup) -> iam.Role:
     """A function role that can write only to its own log group (no AWS managed policy)."""
     role = iam.Role(scope, id, assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
