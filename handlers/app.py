@@ -106,8 +106,7 @@ class ServingApp:
             if method == "POST":
                 target = self.prediction_route(path)
                 if target is not False:
-                    headers = {key: value for key, value in scope["headers"] if key in WANTED_HEADERS}
-                    return await self.answer_prediction(headers, receive, partial(_respond, send), target)
+                    return await self._predict(scope, receive, send, target)
                 if path == "/invocations":  # a SageMaker Batch Transform job's mini-batches
                     return await self.transform.invocations(scope, receive, send)
             elif method == "GET" and path == "/ping":
