@@ -190,7 +190,7 @@ class ServingApp:
         self._target_batchers.clear()
 
     def batcher(self, model: ServedModel) -> MicroBatcher:
-        key = model.manifest.key
+        key = model.key
         batcher = self._batchers.get(key)
         if batcher is None:
             config = BatchingConfig(
@@ -242,7 +242,7 @@ class ServingApp:
         finally:
             batcher.release()
         encoded = codecs.encode_response(model.respond(outputs, media_type), media_type)
-        return encoded.body, _MEDIA_TYPE_BYTES[encoded.media_type], model.manifest.key
+        return encoded.body, _MEDIA_TYPE_BYTES[encoded.media_type], model.key
 
     def prediction_route(self, path: str) -> str | Literal[False] | None:
         """For a POST to `path`: the model name a prediction route names (None: the default or target model),

@@ -24,6 +24,7 @@ import io
 import json
 import math
 import re
+import warnings
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -208,6 +209,8 @@ NPY_DTYPES = frozenset(
     + [f"{order}{kind}{size}" for order in "<>" for kind in "iu" for size in (2, 4, 8)]
     + [f"{order}f{size}" for order in "<>" for size in (2, 4, 8)]
 )
+# The same as dtypes: testing a dtype costs less than building its `.str`.
+NPY_DTYPE_SET = frozenset(np.dtype(descr) for descr in NPY_DTYPES)
 _NPY_ALLOWED = "numpy .npy of bool, int, uint or float (no object, string or structured dtype)"
 # What np.save writes for a plain C-ordered array, e.g. {'descr': '<f4', 'fortran_order': False, 'shape': (32, 64), }
 _NPY_HEADER = re.compile(rb"\{'descr': '([<>|][biuf]\d)', 'fortran_order': False, 'shape': \(([\d, ]*)\), \}")
@@ -418,6 +421,115 @@ def fast_npy(array: np.ndarray, manifest: Manifest, *, max_batch_rows: int) -> A
     return {spec.name: array.astype(target, copy=False)}
 
 
+@dataclass(frozen=True, slots=True)
+class RowsPlan:
+    """What the body-level fast paths (`fast_json_body`, `fast_npy_body`) need to know of a model, worked out
+    once per loaded model: its one input's name, dtype and fixed row shape, and the row limit."""
+
+    name: str
+    dtype: np.dtype[Any]
+    row_shape: tuple[int, ...]
+    max_rows: int
+    # .npy headers already read for this model: header bytes -> (shape, bytes after the header), or None for a
+    # header the fast path leaves to the general one (another dtype, order or row shape). Bounded.
+    npy_headers: dict[bytes, tuple[tuple[int, ...], int] | None]
+
+
+def rows_plan(manifest: Manifest, max_batch_rows: int) -> RowsPlan | None:
+    """The plan for a one-input model of float32 or float64 rows of a fixed shape that does not take non-finite
+    values (almost every tabular or image model); None for any other (it takes the general path)."""
+    if len(manifest.inputs) != 1 or manifest.allow_non_finite:
+        return None
+    spec = manifest.inputs[0]
+    row_shape = spec.row_shape
+    if spec.dtype not in ("float32", "float64") or any(size is None for size in row_shape):
+        return None
+    fixed_row_shape = tuple(size for size in row_shape if size is not None)
+    return RowsPlan(spec.name, spec.numpy_dtype, fixed_row_shape, max_batch_rows, {})
+
+
+# Every byte a JSON body of numbers can hold besides its one key and its braces: a body of at most
+# _SCREEN_BYTES that is `{"instances": <numbers and lists>}` is `{"instancs":}` once these are deleted (the
+# key's "e" goes with the exponents). The key itself is checked after parsing.
+_JSON_NUMBER_BYTES = b"0123456789.,[]+-eE \t\n\r"
+_INSTANCES_SKELETON = b'{"instancs":}'
+_SCREEN_BYTES = 4096
+# The cast in `fast_json_body` overflows a JSON number past float32's range to infinity. numpy only warns about
+# that; here the warning is an error, so the fast path hands such a body to the general path, which names the
+# value. (Every other cast in this module is checked before it is made: none of them may overflow, and under
+# pytest every warning is an error anyway.)
+warnings.filterwarnings("error", message="overflow encountered in cast", category=RuntimeWarning,
+                        module=re.escape(__name__) + r"\Z")  # fmt: skip
+
+
+def fast_json_body(body: bytes, plan: RowsPlan) -> Arrays | None:
+    """`{"instances": [[numbers...], ...]}` straight from the body's bytes to the model's dtype, for a model with
+    a `RowsPlan`: one screen of the bytes proves that every value is a number (no string, boolean or null,
+    which numpy would convert or take for a number), so the rows go to numpy in one call, already in the
+    model's dtype, with no second pass to find their kind. JSON numbers are finite (orjson refuses NaN,
+    Infinity and numbers past float64's range), so the only value left to refuse is one past float32's range:
+    its cast raises (the warning filter above). Anything else, or anything wrong,
+    returns None: the general path then decides and names the problem; both accept and refuse exactly the
+    same bodies, with the same values (tests/unit/test_codecs.py)."""
+    if len(body) <= _SCREEN_BYTES:
+        if body.translate(None, _JSON_NUMBER_BYTES) != _INSTANCES_SKELETON:
+            return None
+    elif body.count(b'"') != 2 or b"true" in body or b"false" in body or b"null" in body:
+        return None
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if type(payload) is not dict or len(payload) != 1:
+        return None
+    rows = payload.get("instances")
+    if type(rows) is not list or not 0 < len(rows) <= plan.max_rows:
+        return None
+    try:
+        array = np.asarray(rows, dtype=plan.dtype)
+    except (ValueError, TypeError, RuntimeWarning):  # ragged or nested wrongly; a value past float32's range
+        return None
+    if array.shape[1:] != plan.row_shape:
+        return None
+    return {plan.name: array}
+
+
+def fast_npy_body(body: bytes, plan: RowsPlan) -> Arrays | None:
+    """An `.npy` body of the model's own dtype and row shape (C order), read in place: the header is looked up
+    among those this model has read before, the values are checked in one call. Anything else returns None,
+    and the general path (`decode_body` and `fast_npy` or `validate_inputs`) decides."""
+    if len(body) < 10 or body[:6] != _NPY_MAGIC or body[6] != 1:
+        return None
+    end = 10 + int.from_bytes(body[8:10], "little")
+    header = body[:end]
+    if header in plan.npy_headers:
+        known = plan.npy_headers[header]
+    else:
+        known = _planned_npy_header(body, end, plan)
+        if end <= _NPY_MEMO_HEADER_BYTES and len(plan.npy_headers) < _NPY_HEADER_MEMO_LIMIT:
+            plan.npy_headers[header] = known
+    if known is None or len(body) - end != known[1]:
+        return None
+    array = np.frombuffer(body, dtype=plan.dtype, offset=end).reshape(known[0])
+    limit = _FLOAT_MAX.get(plan.dtype.char) or _float_max(plan.dtype)
+    squares = float(np.vdot(array, array))  # NaN or infinity for a non-finite value (see `_finite_in`)
+    if not math.isfinite(squares) or squares > limit * limit:  # or not sure: the general path checks each
+        return None
+    return {plan.name: array}
+
+
+def _planned_npy_header(body: bytes, end: int, plan: RowsPlan) -> tuple[tuple[int, ...], int] | None:
+    if end > len(body):
+        return None
+    try:
+        dtype, fortran_order, shape, count = _read_header(body, 10, end)
+    except InvalidInput:
+        return None
+    if dtype != plan.dtype or fortran_order or shape[1:] != plan.row_shape or not 0 < shape[0] <= plan.max_rows:
+        return None
+    return shape, count * dtype.itemsize
+
+
 def validate_inputs(
     raw: Mapping[str, tuple[str, Any]], manifest: Manifest, *, max_batch_rows: int, may_hold_booleans: bool = True
 ) -> Arrays:
@@ -601,6 +713,13 @@ def _check_shape(field: str, array: np.ndarray, spec: TensorSpec) -> None:
 
 
 _FLOAT_MAX: dict[str, float] = {}
+
+
+def _float_max(target: np.dtype[Any]) -> float:
+    limit = _FLOAT_MAX[target.char] = float(np.finfo(target).max) if target.kind == "f" else np.inf
+    return limit
+
+
 _SQUARE_SUMMED = frozenset("fd")  # float32 and float64 arrays: `np.vdot` sums their squares in their own dtype
 
 
@@ -608,9 +727,7 @@ def _finite_in(array: np.ndarray, target: np.dtype[Any]) -> bool:
     """Every value finite and within `target`'s range (NaN fails the comparison), so the cast that follows
     can neither overflow to infinity nor warn. False may also mean "not sure": callers then take the path
     that checks value by value, so this only has to be right when it says True."""
-    limit = _FLOAT_MAX.get(target.char)
-    if limit is None:
-        limit = _FLOAT_MAX[target.char] = float(np.finfo(target).max) if target.kind == "f" else np.inf
+    limit = _FLOAT_MAX.get(target.char) or _float_max(target)
     if array.size == 0:
         return True
     square_limit = limit * limit
@@ -790,7 +907,7 @@ def npy_arrays(fields: Mapping[str, Any]) -> list[tuple[str, np.ndarray]]:
     gives the rest, in this order. Strings (class names) are not numbers: `.npy` leaves them out when they are
     extras, and refuses them as predictions (406)."""
     predictions = np.asarray(fields.get("predictions"))
-    if predictions.dtype.str not in NPY_DTYPES:
+    if predictions.dtype not in NPY_DTYPE_SET:
         raise NotAcceptable(
             f"predictions are {predictions.dtype.name}, which .npy cannot carry without pickling",
             field="Accept",
@@ -799,27 +916,27 @@ def npy_arrays(fields: Mapping[str, Any]) -> list[tuple[str, np.ndarray]]:
         )
     found = [("predictions", predictions)]
     probabilities = fields.get("probabilities")
-    if isinstance(probabilities, np.ndarray) and probabilities.dtype.str in NPY_DTYPES:
+    if isinstance(probabilities, np.ndarray) and probabilities.dtype in NPY_DTYPE_SET:
         found.append(("probabilities", probabilities))
     extra = fields.get("outputs")
     if isinstance(extra, Mapping):
         found.extend(
             (f"outputs.{name}", value)
             for name, value in extra.items()
-            if isinstance(value, np.ndarray) and value.dtype.str in NPY_DTYPES
+            if isinstance(value, np.ndarray) and value.dtype in NPY_DTYPE_SET
         )
     return found
 
 
 # A header per distinct (dtype, shape): shapes repeat from request to request (bounded, like app.py's memos).
-_NPY_HEADERS: dict[tuple[str, tuple[int, ...]], bytes] = {}
+_NPY_HEADERS: dict[tuple[np.dtype[Any], tuple[int, ...]], bytes] = {}
 
 
 def npy_header(array: np.ndarray) -> bytes:
     """The `.npy` 1.0 header np.save writes for a C-ordered `array`, built by numpy's own writer once per
     dtype and shape (np.save costs more than inferring a small batch: it re-derives and re-pads the header
     text on every call)."""
-    key = (array.dtype.str, array.shape)
+    key = (array.dtype, array.shape)  # the dtype itself: hashing it costs less than building its `.str`
     header = _NPY_HEADERS.get(key)
     if header is None:
         stream = io.BytesIO()
@@ -833,14 +950,15 @@ def npy_header(array: np.ndarray) -> bytes:
 
 
 def encode_npy(arrays: Sequence[np.ndarray]) -> bytes:
-    """`.npy` arrays back to back, each its header then its buffer: a C-contiguous array is written from its
-    own memory (`arr.data`, no `tobytes` copy); the one copy is into the body bytes the server sends."""
-    parts: list[bytes | memoryview] = []
+    """`.npy` arrays back to back, each its header then its buffer: a C-contiguous array goes into the join as
+    it is (it is a bytes-like object: its memory, no `tobytes` copy); the one copy is into the body bytes the
+    server sends."""
+    parts: list[bytes | np.ndarray] = []
     for array in arrays:
-        contiguous = array if array.flags.c_contiguous else array.copy(order="C")  # a copy only for a strided view
+        contiguous = array if array.flags.c_contiguous else np.ascontiguousarray(array)  # a copy only for a view
         parts.append(npy_header(contiguous))
-        parts.append(contiguous.reshape(-1).view(np.uint8).data)  # its bytes, whatever its dtype, order or shape
-    return b"".join(parts)
+        parts.append(contiguous)
+    return b"".join(parts)  # type: ignore[arg-type]  # numpy's stubs do not declare its buffer protocol
 
 
 def json_default(value: Any) -> Any:

@@ -241,3 +241,78 @@ def test_accept_negotiation_never_raises_outside_the_hierarchy(accept: str) -> N
 def test_content_encoding_never_raises_outside_the_hierarchy(encoding: str, body: bytes) -> None:
     decoded, error = attempt(lambda: codecs.decode_content(body, encoding, 1024))
     assert len(decoded or b"") <= 1024 if error is None else error.status_code in (400, 413, 415)
+
+
+# ------------------------------------------------------------------------------------------ the body fast paths
+# `ServedModel.decode` tries `fast_json_body` / `fast_npy_body` first. Whatever they take, the general path
+# (parse, then `decode_payload`) must take too, with the same values in the same dtype; whatever they leave,
+# the general path decides. Plain numeric bodies are generated on purpose, so the fast paths do take many.
+
+
+def general_decode(model: ServedModel, body: bytes, content_type: str) -> codecs.Arrays:
+    """`ServedModel.decode` without the body-level fast paths."""
+    if content_type != codecs.NPY:
+        codecs.check_value_count(body, model.max_values)
+    payload = codecs.decode_body(body, content_type)
+    booleans = content_type == codecs.JSON and codecs.may_hold_booleans(body)
+    return model.decode_payload(payload, content_type, may_hold_booleans=booleans)
+
+
+def assert_same_as_general(model: ServedModel, body: bytes, content_type: str, fast: codecs.Arrays | None) -> None:
+    general, error = attempt(lambda: general_decode(model, body, content_type))
+    if fast is None:
+        return
+    assert error is None, f"the fast path took a body the general path refuses: {error}"
+    assert general is not None
+    assert fast.keys() == general.keys()
+    for name, array in fast.items():
+        assert array.dtype == general[name].dtype
+        np.testing.assert_array_equal(array, general[name])
+
+
+ordinary_numbers = st.one_of(st.integers(-1000, 1000), st.floats(-1e6, 1e6))
+# One value of a body, now and then, from the edges: past float32's range, integers past 2**53, -0.0...
+extreme_numbers = st.one_of(
+    st.integers(-(2**63), 2**64 - 1), st.floats(allow_nan=False, allow_infinity=False), st.just(-0.0)
+)
+
+
+@st.composite
+def plain_values(draw: st.DrawFn, extremes: st.SearchStrategy[Any]) -> tuple[int, int, list[Any]]:
+    """(rows, row width, values): mostly the model's width, ordinary values, sometimes one extreme."""
+    rows = draw(st.integers(1, 4))
+    width = draw(st.sampled_from([ROW, ROW, ROW, ROW - 1, ROW + 1]))
+    values = draw(st.lists(ordinary_numbers, min_size=rows * width, max_size=rows * width))
+    if draw(st.integers(0, 2)) == 0:
+        values[draw(st.integers(0, len(values) - 1))] = draw(extremes)
+    return rows, width, values
+
+
+@st.composite
+def plain_json_bodies(draw: st.DrawFn) -> bytes:
+    rows, width, values = draw(plain_values(extreme_numbers))
+    document = {"instances": [values[start : start + width] for start in range(0, rows * width, width)]}
+    spacing = draw(st.sampled_from([None, (",", ":"), (", ", ": ")]))
+    text = orjson.dumps(document) if spacing is None else json.dumps(document, separators=spacing).encode()
+    return text if draw(st.booleans()) else b"\n " + text + b" \r\n"
+
+
+@given(body=st.one_of(plain_json_bodies(), json_bodies()))
+def test_the_json_body_fast_path_takes_only_what_the_general_path_takes(model: ServedModel, body: bytes) -> None:
+    assert model.rows_plan is not None
+    assert_same_as_general(model, body, codecs.JSON, codecs.fast_json_body(body, model.rows_plan))
+
+
+@st.composite
+def plain_npy_bodies(draw: st.DrawFn) -> bytes:
+    rows, width, values = draw(plain_values(st.floats(width=32)))  # NaN and infinities too
+    buffer = io.BytesIO()
+    np.save(buffer, np.asarray(values, dtype=np.float32).reshape(rows, width))
+    data = buffer.getvalue()
+    return data if draw(st.integers(0, 5)) else data[: draw(st.integers(0, len(data)))]
+
+
+@given(body=st.one_of(plain_npy_bodies(), npy_bodies()))
+def test_the_npy_body_fast_path_takes_only_what_the_general_path_takes(model: ServedModel, body: bytes) -> None:
+    assert model.rows_plan is not None
+    assert_same_as_general(model, body, codecs.NPY, codecs.fast_npy_body(body, model.rows_plan))

@@ -390,3 +390,65 @@ def test_a_header_read_before_still_has_its_body_size_checked() -> None:
     assert invalid(body + b"\0" * 4, codecs.NPY).field == "body"
     # AND the valid body still reads
     np.testing.assert_array_equal(decode(body, codecs.NPY), ROWS)
+
+
+# ------------------------------------------------------------------------------------------ body fast paths
+
+
+@pytest.fixture(scope="module")
+def digits_plan() -> codecs.RowsPlan:
+    plan = codecs.rows_plan(DIGITS, 256)
+    assert plan is not None
+    return plan
+
+
+def test_a_plain_json_body_is_read_straight_into_the_model_dtype(digits_plan: codecs.RowsPlan) -> None:
+    # GIVEN the common body, with ints, floats and whitespace
+    body = b' {"instances": [' + b",".join([orjson.dumps(ROWS[0].tolist())] * 2) + b"]}\n"
+    # WHEN the body fast path reads it
+    fast = codecs.fast_json_body(body, digits_plan)
+    # THEN it takes it, in float32, with the values the general path reads
+    assert fast is not None
+    assert fast["input"].dtype == np.float32
+    np.testing.assert_array_equal(fast["input"], decode(body))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"instances": [[' + b"1," * 63 + b"true]]}",  # numpy would read a boolean as 1.0
+        b'{"instances": [[' + b"1," * 63 + b'"7"]]}',  # and a string as 7.0
+        b'{"instances": [[' + b"1," * 63 + b"null]]}",  # and null as NaN
+        b'{"instances": [[' + b"1," * 63 + b"1e39]]}",  # past float32's range
+        b'{"instancEs": [[' + b"1," * 63 + b"1]]}",  # the same bytes once exponents are deleted
+        b'{"instances": [[' + b"1," * 63 + b"1]], }",
+        b'{"instances": [' + b"1," * 63 + b"1]}",
+        b'{"instances": [[' + b"1," * 62 + b"1]]}",
+    ],
+)
+def test_the_json_body_fast_path_leaves_every_other_body_to_the_general_path(
+    digits_plan: codecs.RowsPlan, body: bytes
+) -> None:
+    assert codecs.fast_json_body(body, digits_plan) is None
+
+
+def test_an_npy_body_of_the_model_dtype_is_taken_in_place_by_the_body_fast_path(digits_plan: codecs.RowsPlan) -> None:
+    body = npy(ROWS)
+    fast = codecs.fast_npy_body(body, digits_plan)
+    assert fast is not None
+    np.testing.assert_array_equal(fast["input"], ROWS)
+    assert np.shares_memory(fast["input"], np.frombuffer(body, dtype=np.uint8))
+    # the same header again (now remembered) with a body one value short is left to the general path
+    assert codecs.fast_npy_body(body[:-4], digits_plan) is None
+
+
+@pytest.mark.parametrize(
+    "array",
+    [ROWS.astype(np.float64), ROWS.astype(">f4"), np.asfortranarray(ROWS), ROWS[:, :63].copy(),
+     np.full((2, 64), np.nan, np.float32), np.full((2, 64), np.inf, np.float32), np.zeros((0, 64), np.float32)],
+    ids=["float64", "big-endian", "fortran", "63 columns", "nan", "inf", "no rows"],
+)  # fmt: skip
+def test_the_npy_body_fast_path_leaves_every_other_body_to_the_general_path(
+    digits_plan: codecs.RowsPlan, array: np.ndarray
+) -> None:
+    assert codecs.fast_npy_body(npy(array), digits_plan) is None
