@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
-from handlers.body import DRAIN_BYTES, ClientDisconnected, ReadDeadlines, drain_body, read_body
+from handlers.body import DRAIN_BYTES, ASGIBody, BodySource, ClientDisconnected, ReadDeadlines
 from handlers.transform import PREFIX as TRANSFORM_PREFIX
 from handlers.transform import TransformRoutes, TransformSettings
 from models import codecs
@@ -204,7 +204,7 @@ class ServingApp:
         return batcher
 
     async def predict(
-        self, target: str | None, headers: dict[bytes, bytes], receive: Receive
+        self, target: str | None, headers: dict[bytes, bytes], source: BodySource
     ) -> tuple[bytes, bytes, str]:
         """Read, decode, batch, predict, encode: returns (body, content type, model key).
 
@@ -226,11 +226,11 @@ class ServingApp:
             media_type = _memo(_ACCEPTED, headers.get(b"accept"), codecs.negotiate)
         except ServingError:
             if EXPECT not in headers:
-                await drain_body(receive, DRAIN_BYTES, self.read_deadlines)
+                await source.drain(DRAIN_BYTES, self.read_deadlines)
             raise
         limit = self.settings.max_payload_bytes
-        body = await read_body(
-            receive, limit, headers.get(b"content-length"), self.read_deadlines, expect_continue=EXPECT in headers
+        body = await source.read(
+            limit, headers.get(b"content-length"), self.read_deadlines, expect_continue=EXPECT in headers
         )
         if CONTENT_ENCODING in headers:
             body = codecs.decode_content(body, _text(headers[CONTENT_ENCODING]), limit)
@@ -241,7 +241,7 @@ class ServingApp:
             outputs = await batcher.submit(arrays, rows, self.settings.request_timeout_sec)
         finally:
             batcher.release()
-        encoded = codecs.encode_response(model.respond(outputs, media_type), media_type)
+        encoded = model.answer(outputs, media_type)
         return encoded.body, _MEDIA_TYPE_BYTES[encoded.media_type], model.key
 
     def prediction_route(self, path: str) -> str | Literal[False] | None:
@@ -257,23 +257,24 @@ class ServingApp:
 
     async def _predict(self, scope: Scope, receive: Receive, send: Send, name: str | None) -> None:
         headers = {key: value for key, value in scope["headers"] if key in WANTED_HEADERS}
-        await self.answer_prediction(headers, receive, partial(_respond, send), name)
+        await self.answer_prediction(headers, ASGIBody(receive), partial(_respond, send), name)
 
     async def answer_prediction(
-        self, headers: dict[bytes, bytes], receive: Receive, respond: Respond, name: str | None
+        self, headers: dict[bytes, bytes], source: BodySource, respond: Respond, name: str | None
     ) -> None:
         """One prediction request, answered: `headers` holds those of WANTED_HEADERS the request carries; the
-        body comes from `receive` (ASGI's, or handlers/rsgi.py's over RSGI), the answer goes to `respond`."""
+        body comes from `source` (ASGI's `receive`, or handlers/rsgi.py's RSGI protocol), the answer goes to
+        `respond`."""
         target = name if name is not None else _text(headers.get(TARGET_MODEL))
         known = self._target_batchers.get(target)
         if known is not None and known.full():
-            await self._refuse(known, headers, receive, respond)
+            await self._refuse(known, headers, source, respond)
             return
         extra: list[tuple[bytes, bytes]] = []
         if CUSTOM_ATTRIBUTES in headers:
             extra.append((CUSTOM_ATTRIBUTES, headers[CUSTOM_ATTRIBUTES]))
         try:
-            body, content_type, _ = await self.predict(target, headers, receive)
+            body, content_type, _ = await self.predict(target, headers, source)
             status = 200
         except Overloaded as error:
             retry_after, refusal_body = self._refusal(error.retry_after_sec)
@@ -296,7 +297,7 @@ class ServingApp:
         await respond(status, body, content_type, extra)
 
     async def _refuse(
-        self, batcher: MicroBatcher, headers: dict[bytes, bytes], receive: Receive, respond: Respond
+        self, batcher: MicroBatcher, headers: dict[bytes, bytes], source: BodySource, respond: Respond
     ) -> None:
         """429 for a worker already full, at the least cost: no model lookup, no body read beyond the drain
         that lets the client see the answer, no exception, a body and headers built once per Retry-After
@@ -304,7 +305,7 @@ class ServingApp:
         retry_after, body = self._refusal(batcher.refuse())
         if EXPECT not in headers:
             try:
-                await drain_body(receive, DRAIN_BYTES, self.read_deadlines)
+                await source.drain(DRAIN_BYTES, self.read_deadlines)
             except ClientDisconnected:
                 return
         extra = [retry_after]

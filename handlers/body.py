@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import Any, Protocol
 
 from models.errors import PayloadTooLarge, RequestTimeout
 
@@ -136,15 +136,23 @@ async def read_body(
             message = await receive()
     except asyncio.CancelledError:
         if deadlines.timed_out(task):
-            raise RequestTimeout(
-                f"the body did not arrive within {deadlines.timeout_sec:g}s",
-                field="body",
-                value=f"{deadlines.timeout_sec:g}s",
-                allowed=f"a whole body within {deadlines.timeout_sec:g}s (SERVESTACK_BODY_READ_TIMEOUT_SEC)",
-            ) from None
+            raise too_slow(deadlines) from None
         raise
     finally:
         deadlines.end(task)
+
+
+def too_slow(deadlines: ReadDeadlines) -> RequestTimeout:
+    return RequestTimeout(
+        f"the body did not arrive within {deadlines.timeout_sec:g}s",
+        field="body",
+        value=f"{deadlines.timeout_sec:g}s",
+        allowed=f"a whole body within {deadlines.timeout_sec:g}s (SERVESTACK_BODY_READ_TIMEOUT_SEC)",
+    )
+
+
+def too_large(limit: int, value: int | str) -> PayloadTooLarge:
+    return _too_large(limit, value)
 
 
 async def drain_body(receive: Receive, max_bytes: int, deadlines: ReadDeadlines) -> None:
@@ -163,3 +171,34 @@ async def drain_body(receive: Receive, max_bytes: int, deadlines: ReadDeadlines)
             raise
     finally:
         deadlines.end(task)
+
+
+class BodySource(Protocol):
+    """Where a prediction route reads its body from: ASGI's `receive` (`ASGIBody`), or granian's RSGI protocol
+    (handlers/rsgi.py), which hands over a declared body in one call. Same limits, deadlines and errors."""
+
+    def read(
+        self, limit: int, declared_length: bytes | None, deadlines: ReadDeadlines, *, expect_continue: bool = False
+    ) -> Awaitable[bytes]:
+        """`read_body`'s contract."""
+
+    def drain(self, max_bytes: int, deadlines: ReadDeadlines) -> Awaitable[None]:
+        """`drain_body`'s contract."""
+
+
+class ASGIBody:
+    """`BodySource` over ASGI's `receive`: `read_body` and `drain_body` themselves (their coroutines are
+    returned, not wrapped in another)."""
+
+    __slots__ = ("receive",)
+
+    def __init__(self, receive: Receive) -> None:
+        self.receive = receive
+
+    def read(
+        self, limit: int, declared_length: bytes | None, deadlines: ReadDeadlines, *, expect_continue: bool = False
+    ) -> Awaitable[bytes]:
+        return read_body(self.receive, limit, declared_length, deadlines, expect_continue=expect_continue)
+
+    def drain(self, max_bytes: int, deadlines: ReadDeadlines) -> Awaitable[None]:
+        return drain_body(self.receive, max_bytes, deadlines)

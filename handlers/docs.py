@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Protocol
 
 import orjson
@@ -18,13 +17,12 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
+from handlers.body import ASGIBody, BodySource
 from models.cache import ModelCache
 from models.codecs import json_default
 from models.errors import InvalidInput, ServingError
 from models.multi_model import MultiModelStore
 from models.service import ModelRepository
-
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 
 
 class Serving(Protocol):
@@ -36,7 +34,7 @@ class Serving(Protocol):
     def ping(self) -> tuple[int, bytes]: ...
 
     async def predict(
-        self, target: str | None, headers: dict[bytes, bytes], receive: Receive
+        self, target: str | None, headers: dict[bytes, bytes], source: BodySource
     ) -> tuple[bytes, bytes, str]: ...
 
 
@@ -110,7 +108,7 @@ def create_fastapi(serving: Serving) -> FastAPI:
 
     async def predict(request: Request, target: str | None) -> Response:
         headers = {key.encode(): value.encode("latin-1") for key, value in request.headers.items()}
-        body, content_type, _ = await serving.predict(target, headers, request.receive)
+        body, content_type, _ = await serving.predict(target, headers, ASGIBody(request.receive))
         return Response(body, media_type=content_type.decode())
 
     @app.post(

@@ -16,13 +16,14 @@ ASGI scope, so there is one implementation of each route. Body limits and read d
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 # granian.rsgi re-exports these under other names, which mypy does not take as exports; _granian is typed.
 from granian._granian import RSGIProtocolClosed
 
 from handlers.app import WANTED_HEADERS, ServingApp
+from handlers.body import ClientDisconnected, ReadDeadlines, drain_body, read_body, too_large, too_slow
 
 if TYPE_CHECKING:
     from granian._granian import RSGIHTTPProtocol as HTTPProtocol
@@ -51,7 +52,6 @@ class RSGIApp:
         if scope.proto != "http":  # serve runs granian without websockets
             return
         request_headers = scope.headers
-        receive = _Receive(protocol, "content-length" in request_headers)
         if scope.method == "POST":
             target = self.app.prediction_route(scope.path)
             if target is not False:
@@ -60,9 +60,10 @@ class RSGIApp:
                     value = request_headers.get(name)
                     if value is not None:
                         headers[key] = value.encode("latin-1")
-                await self.app.answer_prediction(headers, receive, _Respond(protocol), target)
+                body = _Body(protocol, b"content-length" in headers)
+                await self.app.answer_prediction(headers, body, _Respond(protocol), target)
                 return
-        await self.app(asgi_scope(scope), receive, _Send(protocol))
+        await self.app(asgi_scope(scope), _Receive(protocol, "content-length" in request_headers), _Send(protocol))
 
 
 def asgi_scope(scope: Scope) -> Message:
@@ -116,6 +117,42 @@ class _Receive:
             self._done = True
             return _DISCONNECT
         return {"type": "http.request", "body": chunk, "more_body": True}
+
+
+class _Body:
+    """`BodySource` (handlers/body.py) over RSGI. A body of declared length within the limit is one
+    `await protocol()`, under the same read deadline as ASGI's; everything else (no length, a length over the
+    limit, a drain) goes through `read_body` / `drain_body` over `_Receive`, so the rules are ASGI's."""
+
+    __slots__ = ("_declared", "_protocol")
+
+    def __init__(self, protocol: HTTPProtocol, declared: bool) -> None:
+        self._protocol = protocol
+        self._declared = declared
+
+    async def read(
+        self, limit: int, declared_length: bytes | None, deadlines: ReadDeadlines, *, expect_continue: bool = False
+    ) -> bytes:
+        if declared_length is None or not declared_length.isdigit() or int(declared_length) > limit:
+            receive = _Receive(self._protocol, declared_length is not None)
+            return await read_body(receive, limit, declared_length, deadlines, expect_continue=expect_continue)
+        task = deadlines.begin()
+        try:
+            body = await self._protocol()
+        except asyncio.CancelledError:
+            if deadlines.timed_out(task):
+                raise too_slow(deadlines) from None
+            raise
+        except RSGIProtocolClosed:
+            raise ClientDisconnected from None
+        finally:
+            deadlines.end(task)
+        if len(body) > limit:  # the server holds a body to its declared length; this is the limit's last word
+            raise too_large(limit, len(body))
+        return body
+
+    def drain(self, max_bytes: int, deadlines: ReadDeadlines) -> Awaitable[None]:
+        return drain_body(_Receive(self._protocol, self._declared), max_bytes, deadlines)
 
 
 class _Send:

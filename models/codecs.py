@@ -900,6 +900,27 @@ def encode_response(fields: Mapping[str, Any], media_type: str) -> Encoded:
     return Encoded(("\n".join(lines) + "\n").encode(), CSV)
 
 
+def npy_answer(manifest: Manifest, outputs: Mapping[str, np.ndarray]) -> bytes:
+    """`encode_response(default_response(manifest, outputs, with_labels=False), NPY).body` in one pass over the
+    outputs, without the response dict: how a model without a postprocess hook answers every `.npy` request
+    (tests/unit/test_codecs.py holds the two equal). Anything unusual (an output that is not an array)
+    takes the general path, which also raises its 406 for predictions .npy cannot carry."""
+    primary, probability = manifest.primary_output, manifest.probability_output
+    predictions = outputs[primary]
+    if type(predictions) is not np.ndarray or predictions.dtype not in NPY_DTYPE_SET:
+        return encode_response(default_response(manifest, outputs, with_labels=False), NPY).body
+    arrays = [predictions]
+    if probability is not None:
+        probabilities = outputs[probability]
+        if isinstance(probabilities, np.ndarray) and probabilities.dtype in NPY_DTYPE_SET:
+            arrays.append(probabilities)
+    if len(outputs) > (2 if probability is not None else 1):
+        extra = [(name, value) for name, value in outputs.items() if name not in (primary, probability)]
+        if not any(name in ("predictions", "probabilities") for name, _ in extra):
+            arrays.extend(value for _, value in extra if isinstance(value, np.ndarray) and value.dtype in NPY_DTYPE_SET)
+    return encode_npy(arrays)
+
+
 def npy_arrays(fields: Mapping[str, Any]) -> list[tuple[str, np.ndarray]]:
     """The arrays an `.npy` answer carries, in order: `predictions`, then `probabilities`, then each numeric
     array of `outputs` (a multi-output model's other outputs). `np.load` of the body reads the first, the

@@ -127,11 +127,18 @@ class ServedModel:
         fields = self.hooks.run_postprocess(outputs)
         return {"model": self.manifest.name, "version": self.manifest.version, **fields}
 
+    def answer(self, outputs: Arrays, media_type: str) -> codecs.Encoded:
+        """Model outputs -> the response body in `media_type`: `respond` then `codecs.encode_response`, with
+        `.npy` written straight from the outputs when no postprocess hook shapes them."""
+        if media_type == codecs.NPY and self.hooks.postprocess is None:
+            return codecs.Encoded(codecs.npy_answer(self.manifest, outputs), codecs.NPY)
+        return codecs.encode_response(self.respond(outputs, media_type), media_type)
+
     def infer(self, body: bytes, content_type: str | None, accept: str | None) -> codecs.Encoded:
         """The whole pipeline for one request. Raises only `ServingError`s."""
         media_type = codecs.negotiate(accept)  # refuse an impossible Accept before doing any work
         arrays = self.decode(body, codecs.media_type_of(content_type))
-        return codecs.encode_response(self.respond(self.predict(arrays), media_type), media_type)
+        return self.answer(self.predict(arrays), media_type)
 
     def describe(self) -> dict[str, Any]:
         manifest = self.manifest

@@ -621,7 +621,7 @@ class JobService:
     def _write_result(self, job_id: str, job: dict[str, Any], outputs: Arrays) -> tuple[dict[str, Any], bool]:
         """Write the result object (once: `If-None-Match: *`); returns the `succeeded` record to put, and whether
         this call created the object."""
-        encoded = codecs.encode_response(self.model.respond(outputs), job.get("accept") or codecs.JSON)
+        encoded = self.model.answer(outputs, job.get("accept") or codecs.JSON)
         key = f"{self.settings.result_prefix}{job_id}"
         created = True
         try:

@@ -11,7 +11,7 @@ import pytest
 
 from models import codecs
 from models.errors import InvalidInput, NotAcceptable, UnsupportedMediaType
-from models.manifest import read_manifest
+from models.manifest import Manifest, TensorSpec, read_manifest
 from models.service import ServedModel
 from models.settings import ServingSettings
 from tests.conftest import ARTIFACTS
@@ -452,3 +452,41 @@ def test_the_npy_body_fast_path_leaves_every_other_body_to_the_general_path(
     digits_plan: codecs.RowsPlan, array: np.ndarray
 ) -> None:
     assert codecs.fast_npy_body(npy(array), digits_plan) is None
+
+
+MULTI_OUTPUT = DIGITS.__class__(
+    **{
+        **{field: getattr(DIGITS, field) for field in DIGITS.__struct_fields__},
+        "outputs": (*DIGITS.outputs, TensorSpec("embedding", "float16", (None, 4))),
+    }
+)
+
+
+@pytest.mark.parametrize(
+    ("manifest", "outputs"),
+    [
+        (DIGITS, {"label": np.array([3, 1]), "probabilities": np.eye(10, dtype=np.float32)[[3, 1]]}),
+        (DIGITS, {"label": np.array([3]), "probabilities": np.array([[0.5] * 10], ">f8")}),
+        (DIGITS, {"label": np.array([3, 1]), "probabilities": np.array(["a", "b"], dtype=object)}),
+        (
+            MULTI_OUTPUT,
+            {"label": np.array([2]), "probabilities": np.ones((1, 10), np.float32), "embedding": np.ones((1, 4), "f2")},
+        ),
+        (
+            MULTI_OUTPUT,
+            {"label": np.array([2]), "probabilities": np.ones((1, 10), np.float32), "predictions": np.ones((1, 4))},
+        ),
+        (DIGITS, {"label": np.asfortranarray(np.ones((2, 3), np.int64)), "probabilities": np.ones((2, 10))}),
+    ],
+    ids=["digits", "big-endian probabilities", "string probabilities", "extra output", "clashing name", "fortran"],
+)
+def test_the_npy_answer_is_the_general_answer_written_as_npy(
+    manifest: Manifest, outputs: dict[str, np.ndarray]
+) -> None:
+    general = codecs.encode_response(codecs.default_response(manifest, outputs, with_labels=False), codecs.NPY)
+    assert codecs.npy_answer(manifest, outputs) == general.body
+
+
+def test_string_predictions_are_not_acceptable_as_an_npy_answer() -> None:
+    with pytest.raises(NotAcceptable):
+        codecs.npy_answer(DIGITS, {"label": np.array(["cat"], dtype=object), "probabilities": np.ones((1, 10))})
