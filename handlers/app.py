@@ -203,47 +203,6 @@ class ServingApp:
             batcher = self._batchers[key] = MicroBatcher(model.predict, config)
         return batcher
 
-    async def predict(
-        self, target: str | None, headers: dict[bytes, bytes], source: BodySource
-    ) -> tuple[bytes, bytes, str]:
-        """Read, decode, batch, predict, encode: returns (body, content type, model key).
-
-        The body is read before the request takes an admission slot, so a slot is never held by bytes that
-        have not arrived; a worker already full answers 429 without reading it. Like every refusal made
-        before the body is read, that answer first drains the body (a bounded amount), so that a caller
-        still sending it sees the answer (handlers/body.py)."""
-        try:
-            found = self.repository.lookup(target)
-            if found is not None:
-                model = found
-            else:  # a multi-model cache miss: load (once, however many requests wait for it)
-                assert isinstance(self.repository, ModelCache | MultiModelStore)
-                model = await asyncio.wrap_future(self.repository.load(target))
-            batcher = self.batcher(model)
-            if target not in self._target_batchers and len(self._target_batchers) < _MEMO_LIMIT:
-                self._target_batchers[target] = batcher
-            batcher.check_admission()
-            media_type = _memo(_ACCEPTED, headers.get(b"accept"), codecs.negotiate)
-        except ServingError:
-            if EXPECT not in headers:
-                await source.drain(DRAIN_BYTES, self.read_deadlines)
-            raise
-        limit = self.settings.max_payload_bytes
-        body = await source.read(
-            limit, headers.get(b"content-length"), self.read_deadlines, expect_continue=EXPECT in headers
-        )
-        if CONTENT_ENCODING in headers:
-            body = codecs.decode_content(body, _text(headers[CONTENT_ENCODING]), limit)
-        arrays = model.decode(body, _memo(_CONTENT_TYPES, headers.get(b"content-type"), codecs.media_type_of))
-        rows = next(iter(arrays.values())).shape[0]
-        batcher.acquire()
-        try:
-            outputs = await batcher.submit(arrays, rows, self.settings.request_timeout_sec)
-        finally:
-            batcher.release()
-        encoded = model.answer(outputs, media_type)
-        return encoded.body, _MEDIA_TYPE_BYTES[encoded.media_type], model.key
-
     def prediction_route(self, path: str) -> str | Literal[False] | None:
         """For a POST to `path`: the model name a prediction route names (None: the default or target model),
         or False for no prediction route. In a Batch Transform job `/invocations` takes mini-batches instead."""
@@ -264,27 +223,65 @@ class ServingApp:
     ) -> None:
         """One prediction request, answered: `headers` holds those of WANTED_HEADERS the request carries; the
         body comes from `source` (ASGI's `receive`, or handlers/rsgi.py's RSGI protocol), the answer goes to
-        `respond`."""
+        `respond`. Read, decode, batch, predict, encode, in one coroutine (each frame less is one less to
+        resume twice per request: once the body is in, once the batch has run).
+
+        The body is read before the request takes an admission slot, so a slot is never held by bytes that
+        have not arrived; a worker already full answers 429 without reading it. Like every refusal made
+        before the body is read, that answer first drains the body (a bounded amount), so that a caller
+        still sending it sees the answer (handlers/body.py)."""
         target = name if name is not None else _text(headers.get(TARGET_MODEL))
         known = self._target_batchers.get(target)
         if known is not None and known.full():
             await self._refuse(known, headers, source, respond)
             return
-        extra: list[tuple[bytes, bytes]] = []
+        extra: list[tuple[bytes, bytes]] | None = None
         if CUSTOM_ATTRIBUTES in headers:
-            extra.append((CUSTOM_ATTRIBUTES, headers[CUSTOM_ATTRIBUTES]))
+            extra = [(CUSTOM_ATTRIBUTES, headers[CUSTOM_ATTRIBUTES])]
         try:
-            body, content_type, _ = await self.predict(target, headers, source)
-            status = 200
+            try:
+                model = self.repository.lookup(target)
+                if model is None:  # a multi-model cache miss: load (once, however many requests wait for it)
+                    assert isinstance(self.repository, ModelCache | MultiModelStore)
+                    model = await asyncio.wrap_future(self.repository.load(target))
+                batcher = self.batcher(model)
+                if known is None and len(self._target_batchers) < _MEMO_LIMIT:
+                    self._target_batchers[target] = batcher
+                batcher.check_admission()
+                accept = headers.get(b"accept")
+                media_type = _ACCEPTED.get(accept) or _memo(_ACCEPTED, accept, codecs.negotiate)
+            except ServingError:
+                if EXPECT not in headers:
+                    await source.drain(DRAIN_BYTES, self.read_deadlines)
+                raise
+            limit = self.settings.max_payload_bytes
+            body = await source.read(
+                limit, headers.get(b"content-length"), self.read_deadlines, expect_continue=EXPECT in headers
+            )
+            if CONTENT_ENCODING in headers:
+                body = codecs.decode_content(body, _text(headers[CONTENT_ENCODING]), limit)
+            content_type = headers.get(b"content-type")
+            arrays = model.decode(
+                body, _CONTENT_TYPES.get(content_type) or _memo(_CONTENT_TYPES, content_type, codecs.media_type_of)
+            )
+            batcher.acquire()
+            try:
+                outputs = await batcher.submit(
+                    arrays, next(iter(arrays.values())).shape[0], self.settings.request_timeout_sec
+                )
+            finally:
+                batcher.release()
+            encoded = model.answer(outputs, media_type)
         except Overloaded as error:
             retry_after, refusal_body = self._refusal(error.retry_after_sec)
             await self._reject_pause.wait()
-            await respond(429, refusal_body, b"application/json", [retry_after, *extra])
+            await respond(429, refusal_body, b"application/json", [retry_after, *(extra or ())])
             return
         except ServingError as error:
-            status, body, content_type = error.status_code, error_body(error), b"application/json"
-            if status >= 500 and not error.retryable:
+            if error.status_code >= 500 and not error.retryable:
                 logger.error("%s: %s", error.error_type, error.message)
+            await respond(error.status_code, error_body(error), b"application/json", extra)
+            return
         except ClientDisconnected:
             return
         except (asyncio.CancelledError, KeyboardInterrupt):
@@ -293,8 +290,9 @@ class ServingApp:
             # Never let a bug escape as an exception: under Mangum it would fail the whole invocation.
             logger.exception("unexpected failure serving %s", target or self.settings.default_model)
             internal = InternalError("internal error; see the server log")
-            status, body, content_type = 500, error_body(internal), b"application/json"
-        await respond(status, body, content_type, extra)
+            await respond(500, error_body(internal), b"application/json", extra)
+            return
+        await respond(200, encoded.body, _MEDIA_TYPE_BYTES[encoded.media_type], extra)
 
     async def _refuse(
         self, batcher: MicroBatcher, headers: dict[bytes, bytes], source: BodySource, respond: Respond

@@ -33,9 +33,23 @@ class Serving(Protocol):
 
     def ping(self) -> tuple[int, bytes]: ...
 
-    async def predict(
-        self, target: str | None, headers: dict[bytes, bytes], source: BodySource
-    ) -> tuple[bytes, bytes, str]: ...
+    async def answer_prediction(
+        self, headers: dict[bytes, bytes], source: BodySource, respond: Answer, name: str | None
+    ) -> None: ...
+
+
+class Answer:
+    """The responder the documented prediction routes hand to `answer_prediction`: it keeps the answer as
+    a FastAPI `Response`, status, headers and all, so these routes answer exactly as the hot ones do."""
+
+    def __init__(self) -> None:
+        self.response = Response(status_code=500)
+
+    async def __call__(
+        self, status: int, body: bytes, content_type: bytes, extra: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
+        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in extra or ()}
+        self.response = Response(body, status_code=status, media_type=content_type.decode(), headers=headers)
 
 
 logger = logging.getLogger("servestack.handlers")
@@ -108,8 +122,9 @@ def create_fastapi(serving: Serving) -> FastAPI:
 
     async def predict(request: Request, target: str | None) -> Response:
         headers = {key.encode(): value.encode("latin-1") for key, value in request.headers.items()}
-        body, content_type, _ = await serving.predict(target, headers, ASGIBody(request.receive))
-        return Response(body, media_type=content_type.decode())
+        answer = Answer()
+        await serving.answer_prediction(headers, ASGIBody(request.receive), answer, target)
+        return answer.response
 
     @app.post(
         "/invocations",
