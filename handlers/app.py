@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
-from handlers.body import DRAIN_BYTES, ASGIBody, BodySource, ClientDisconnected, ReadDeadlines
+from handlers.body import DRAIN_BYTES, ASGIBody, BodySource, ClientDisconnected, ReadDeadlines, RequestHeaders
 from handlers.transform import PREFIX as TRANSFORM_PREFIX
 from handlers.transform import TransformRoutes, TransformSettings
 from models import codecs
@@ -47,20 +47,17 @@ Respond = Callable[[int, bytes, bytes, list[tuple[bytes, bytes]] | None], Awaita
 # Single-model serving, the registry-backed LRU cache, or SageMaker's multi-model contract.
 Repository = ModelRepository | ModelCache | MultiModelStore
 
-TARGET_MODEL = b"x-amzn-sagemaker-target-model"
-CUSTOM_ATTRIBUTES = b"x-amzn-sagemaker-custom-attributes"
-VARIANT = b"x-amzn-invoked-production-variant"
-CONTENT_ENCODING = b"content-encoding"
-EXPECT = b"expect"
-WANTED_HEADERS = (
-    b"content-type",
-    b"accept",
-    b"content-length",
-    TARGET_MODEL,
-    CUSTOM_ATTRIBUTES,
-    CONTENT_ENCODING,
-    EXPECT,
-)
+# The request headers a prediction reads, by their lower-case names. RSGI hands the app a mapping of them as
+# str (handlers/rsgi.py passes it on as it is); ASGI's byte pairs are turned into one (`_predict`).
+TARGET_MODEL = "x-amzn-sagemaker-target-model"
+CUSTOM_ATTRIBUTES = "x-amzn-sagemaker-custom-attributes"
+CONTENT_ENCODING = "content-encoding"
+EXPECT = "expect"
+WANTED_HEADERS = ("content-type", "accept", "content-length", TARGET_MODEL, CUSTOM_ATTRIBUTES, CONTENT_ENCODING, EXPECT)
+_WANTED_ASGI = {name.encode("latin-1"): name for name in WANTED_HEADERS}
+_CUSTOM_ATTRIBUTES_BYTES = CUSTOM_ATTRIBUTES.encode("latin-1")
+
+
 PREDICT_PREFIX, PREDICT_SUFFIX = "/v1/models/", "/predict"
 
 
@@ -215,11 +212,11 @@ class ServingApp:
         return False
 
     async def _predict(self, scope: Scope, receive: Receive, send: Send, name: str | None) -> None:
-        headers = {key: value for key, value in scope["headers"] if key in WANTED_HEADERS}
+        headers = {_WANTED_ASGI[key]: value.decode("latin-1") for key, value in scope["headers"] if key in _WANTED_ASGI}
         await self.answer_prediction(headers, ASGIBody(receive), partial(_respond, send), name)
 
     async def answer_prediction(
-        self, headers: dict[bytes, bytes], source: BodySource, respond: Respond, name: str | None
+        self, headers: RequestHeaders, source: BodySource, respond: Respond, name: str | None
     ) -> None:
         """One prediction request, answered: `headers` holds those of WANTED_HEADERS the request carries; the
         body comes from `source` (ASGI's `receive`, or handlers/rsgi.py's RSGI protocol), the answer goes to
@@ -230,14 +227,12 @@ class ServingApp:
         have not arrived; a worker already full answers 429 without reading it. Like every refusal made
         before the body is read, that answer first drains the body (a bounded amount), so that a caller
         still sending it sees the answer (handlers/body.py)."""
-        target = name if name is not None else _text(headers.get(TARGET_MODEL))
+        target = name if name is not None else headers.get(TARGET_MODEL)
         known = self._target_batchers.get(target)
         if known is not None and known.full():
             await self._refuse(known, headers, source, respond)
             return
-        extra: list[tuple[bytes, bytes]] | None = None
-        if CUSTOM_ATTRIBUTES in headers:
-            extra = [(CUSTOM_ATTRIBUTES, headers[CUSTOM_ATTRIBUTES])]
+        extra = _custom_attributes(headers) if CUSTOM_ATTRIBUTES in headers else None
         try:
             try:
                 model = self.repository.lookup(target)
@@ -248,7 +243,7 @@ class ServingApp:
                 if known is None and len(self._target_batchers) < _MEMO_LIMIT:
                     self._target_batchers[target] = batcher
                 batcher.check_admission()
-                accept = headers.get(b"accept")
+                accept = headers.get("accept")
                 media_type = _ACCEPTED.get(accept) or _memo(_ACCEPTED, accept, codecs.negotiate)
             except ServingError:
                 if EXPECT not in headers:
@@ -256,11 +251,11 @@ class ServingApp:
                 raise
             limit = self.settings.max_payload_bytes
             body = await source.read(
-                limit, headers.get(b"content-length"), self.read_deadlines, expect_continue=EXPECT in headers
+                limit, headers.get("content-length"), self.read_deadlines, expect_continue=EXPECT in headers
             )
             if CONTENT_ENCODING in headers:
-                body = codecs.decode_content(body, _text(headers[CONTENT_ENCODING]), limit)
-            content_type = headers.get(b"content-type")
+                body = codecs.decode_content(body, headers.get(CONTENT_ENCODING), limit)
+            content_type = headers.get("content-type")
             arrays = model.decode(
                 body, _CONTENT_TYPES.get(content_type) or _memo(_CONTENT_TYPES, content_type, codecs.media_type_of)
             )
@@ -295,7 +290,7 @@ class ServingApp:
         await respond(200, encoded.body, _MEDIA_TYPE_BYTES[encoded.media_type], extra)
 
     async def _refuse(
-        self, batcher: MicroBatcher, headers: dict[bytes, bytes], source: BodySource, respond: Respond
+        self, batcher: MicroBatcher, headers: RequestHeaders, source: BodySource, respond: Respond
     ) -> None:
         """429 for a worker already full, at the least cost: no model lookup, no body read beyond the drain
         that lets the client see the answer, no exception, a body and headers built once per Retry-After
@@ -308,7 +303,7 @@ class ServingApp:
                 return
         extra = [retry_after]
         if CUSTOM_ATTRIBUTES in headers:
-            extra.append((CUSTOM_ATTRIBUTES, headers[CUSTOM_ATTRIBUTES]))
+            extra.extend(_custom_attributes(headers))
         await self._reject_pause.wait()
         await respond(429, body, b"application/json", extra)
 
@@ -383,22 +378,23 @@ class RejectPause:
                 waiter.set_result(None)
 
 
-def _text(value: bytes | None) -> str | None:
-    return value.decode("latin-1") if value is not None else None
+def _custom_attributes(headers: RequestHeaders) -> list[tuple[bytes, bytes]]:
+    """SageMaker's custom attributes go back to the caller as they came (the response header of the same name)."""
+    return [(_CUSTOM_ATTRIBUTES_BYTES, (headers.get(CUSTOM_ATTRIBUTES) or "").encode("latin-1"))]
 
 
 # Header values repeat from request to request; parse each distinct one once (bounded, so callers sending
 # ever-new values cost a parse each, never memory).
-_CONTENT_TYPES: dict[bytes | None, str] = {}
-_ACCEPTED: dict[bytes | None, str] = {}
+_CONTENT_TYPES: dict[str | None, str] = {}
+_ACCEPTED: dict[str | None, str] = {}
 _MEDIA_TYPE_BYTES = {media_type: media_type.encode() for media_type in codecs.WRITABLE_TYPES}
 _MEMO_LIMIT = 256
 
 
-def _memo(memo: dict[bytes | None, str], raw: bytes | None, parse: Callable[[str | None], str]) -> str:
+def _memo(memo: dict[str | None, str], raw: str | None, parse: Callable[[str | None], str]) -> str:
     found = memo.get(raw)
     if found is None:
-        found = parse(_text(raw))  # raises for an unusable value, which is then never remembered
+        found = parse(raw)  # raises for an unusable value, which is then never remembered
         if len(memo) < _MEMO_LIMIT:
             memo[raw] = found
     return found

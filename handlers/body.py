@@ -45,9 +45,13 @@ class ReadDeadlines:
 
     def begin(self) -> asyncio.Task[Any] | None:
         """Start the clock for the current task's read; pair with `end(task)` in a `finally`."""
-        task = asyncio.current_task()
+        # With the loop it ran on last time, `current_task` skips `get_running_loop` (a getpid system call per
+        # call on Python 3.11); a task of another loop (Lambda's next invocation) is found the usual way.
+        task = asyncio.current_task(self._loop) if self._loop is not None else None
         if task is None:
-            return None
+            task = asyncio.current_task()
+            if task is None:
+                return None
         loop = task.get_loop()
         self._reading[task] = loop.time() + self.timeout_sec
         if self._sweeper is None or self._loop is not loop:  # Lambda runs each invocation on a fresh loop
@@ -97,15 +101,15 @@ def _too_large(limit: int, value: int | str) -> PayloadTooLarge:
 async def read_body(
     receive: Receive,
     limit: int,
-    declared_length: bytes | None,
+    declared_length: str | bytes | None,
     deadlines: ReadDeadlines,
     *,
     expect_continue: bool = False,
 ) -> bytes:
     """The whole body, at most `limit` bytes, read before `deadlines.timeout_sec` passes. Raises
     `PayloadTooLarge` (after draining), `RequestTimeout`, or `ClientDisconnected`."""
-    if declared_length is not None and declared_length.isdigit() and int(declared_length) > limit:
-        declared = int(declared_length)
+    declared = declared_size(declared_length)
+    if declared is not None and declared > limit:
         if not expect_continue and declared - limit <= DRAIN_BYTES:
             await drain_body(receive, declared, deadlines)
         raise _too_large(limit, declared)
@@ -173,12 +177,28 @@ async def drain_body(receive: Receive, max_bytes: int, deadlines: ReadDeadlines)
         deadlines.end(task)
 
 
+class RequestHeaders(Protocol):
+    """A request's headers by lower-case name: a dict, granian's RSGI headers, or Starlette's."""
+
+    def get(self, key: str, /) -> str | None: ...
+
+    def __contains__(self, key: str, /) -> bool: ...
+
+
+def declared_size(value: str | bytes | None) -> int | None:
+    """A Content-Length's value as a number, or None when there is none or it is not one: ASCII digits only (a
+    str's `isdigit` also takes "²", which `int` refuses)."""
+    if value is None or not value.isascii() or not value.isdigit():
+        return None
+    return int(value)
+
+
 class BodySource(Protocol):
     """Where a prediction route reads its body from: ASGI's `receive` (`ASGIBody`), or granian's RSGI protocol
     (handlers/rsgi.py), which hands over a declared body in one call. Same limits, deadlines and errors."""
 
     def read(
-        self, limit: int, declared_length: bytes | None, deadlines: ReadDeadlines, *, expect_continue: bool = False
+        self, limit: int, declared_length: str | None, deadlines: ReadDeadlines, *, expect_continue: bool = False
     ) -> Awaitable[bytes]:
         """`read_body`'s contract."""
 
@@ -196,7 +216,7 @@ class ASGIBody:
         self.receive = receive
 
     def read(
-        self, limit: int, declared_length: bytes | None, deadlines: ReadDeadlines, *, expect_continue: bool = False
+        self, limit: int, declared_length: str | None, deadlines: ReadDeadlines, *, expect_continue: bool = False
     ) -> Awaitable[bytes]:
         return read_body(self.receive, limit, declared_length, deadlines, expect_continue=expect_continue)
 

@@ -17,7 +17,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
-from handlers.body import ASGIBody, BodySource
+from handlers.body import ASGIBody, BodySource, RequestHeaders
 from models.cache import ModelCache
 from models.codecs import json_default
 from models.errors import InvalidInput, ServingError
@@ -34,7 +34,7 @@ class Serving(Protocol):
     def ping(self) -> tuple[int, bytes]: ...
 
     async def answer_prediction(
-        self, headers: dict[bytes, bytes], source: BodySource, respond: Answer, name: str | None
+        self, headers: RequestHeaders, source: BodySource, respond: Answer, name: str | None
     ) -> None: ...
 
 
@@ -121,9 +121,8 @@ def create_fastapi(serving: Serving) -> FastAPI:
         return Response(body, status_code=status, media_type="application/json")
 
     async def predict(request: Request, target: str | None) -> Response:
-        headers = {key.encode(): value.encode("latin-1") for key, value in request.headers.items()}
         answer = Answer()
-        await serving.answer_prediction(headers, ASGIBody(request.receive), answer, target)
+        await serving.answer_prediction(request.headers, ASGIBody(request.receive), answer, target)
         return answer.response
 
     @app.post(

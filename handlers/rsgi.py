@@ -22,8 +22,16 @@ from typing import TYPE_CHECKING, Any
 # granian.rsgi re-exports these under other names, which mypy does not take as exports; _granian is typed.
 from granian._granian import RSGIProtocolClosed
 
-from handlers.app import WANTED_HEADERS, ServingApp
-from handlers.body import ClientDisconnected, ReadDeadlines, drain_body, read_body, too_large, too_slow
+from handlers.app import ServingApp
+from handlers.body import (
+    ClientDisconnected,
+    ReadDeadlines,
+    declared_size,
+    drain_body,
+    read_body,
+    too_large,
+    too_slow,
+)
 
 if TYPE_CHECKING:
     from granian._granian import RSGIHTTPProtocol as HTTPProtocol
@@ -31,8 +39,6 @@ if TYPE_CHECKING:
 
 Message = MutableMapping[str, Any]
 
-# WANTED_HEADERS as RSGI names them (str, lower case) next to the ASGI names the app reads (bytes).
-_WANTED = tuple((name.decode("latin-1"), name) for name in WANTED_HEADERS)
 _DISCONNECT: Message = {"type": "http.disconnect"}
 
 
@@ -51,19 +57,14 @@ class RSGIApp:
     async def __rsgi__(self, scope: Scope, protocol: HTTPProtocol) -> None:
         if scope.proto != "http":  # serve runs granian without websockets
             return
-        request_headers = scope.headers
+        headers = scope.headers
         if scope.method == "POST":
             target = self.app.prediction_route(scope.path)
             if target is not False:
-                headers = {}
-                for name, key in _WANTED:
-                    value = request_headers.get(name)
-                    if value is not None:
-                        headers[key] = value.encode("latin-1")
-                body = _Body(protocol, b"content-length" in headers)
+                body = _Body(protocol, "content-length" in headers)
                 await self.app.answer_prediction(headers, body, _Respond(protocol), target)
                 return
-        await self.app(asgi_scope(scope), _Receive(protocol, "content-length" in request_headers), _Send(protocol))
+        await self.app(asgi_scope(scope), _Receive(protocol, "content-length" in headers), _Send(protocol))
 
 
 def asgi_scope(scope: Scope) -> Message:
@@ -131,9 +132,10 @@ class _Body:
         self._declared = declared
 
     async def read(
-        self, limit: int, declared_length: bytes | None, deadlines: ReadDeadlines, *, expect_continue: bool = False
+        self, limit: int, declared_length: str | None, deadlines: ReadDeadlines, *, expect_continue: bool = False
     ) -> bytes:
-        if declared_length is None or not declared_length.isdigit() or int(declared_length) > limit:
+        declared = declared_size(declared_length)
+        if declared is None or declared > limit:
             receive = _Receive(self._protocol, declared_length is not None)
             return await read_body(receive, limit, declared_length, deadlines, expect_continue=expect_continue)
         task = deadlines.begin()
@@ -196,9 +198,11 @@ class _Respond:
     async def __call__(
         self, status: int, body: bytes, content_type: bytes, extra: list[tuple[bytes, bytes]] | None = None
     ) -> None:
-        headers = [("content-type", _text(content_type))]
         if extra:
+            headers = [("content-type", _text(content_type))]
             headers.extend((_text(name), _text(value)) for name, value in extra)
+        else:  # the usual answer: one header list per content type, built once (granian only reads it)
+            headers = _PLAIN_HEADERS.get(content_type) or _plain_headers(content_type)
         self._protocol.response_bytes(status, headers, body)
 
 
@@ -213,3 +217,11 @@ def _text(value: bytes) -> str:
 
 
 _TEXT: dict[bytes, str] = {}
+_PLAIN_HEADERS: dict[bytes, list[tuple[str, str]]] = {}
+
+
+def _plain_headers(content_type: bytes) -> list[tuple[str, str]]:
+    headers = [("content-type", _text(content_type))]
+    if len(_PLAIN_HEADERS) < 256:
+        _PLAIN_HEADERS[content_type] = headers
+    return headers

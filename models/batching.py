@@ -149,7 +149,8 @@ class MicroBatcher:
             self.stats.rejected += 1
             raise self._overloaded()
         loop = asyncio.get_running_loop()
-        pending = _Pending(arrays, rows, loop.create_future(), time.monotonic() + timeout_sec)
+        now = time.monotonic()
+        pending = _Pending(arrays, rows, loop.create_future(), now + timeout_sec, now)
         self._queue.append(pending)
         self._queued_rows += rows
         if not self._draining:

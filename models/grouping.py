@@ -8,6 +8,7 @@ A failure in a stacked batch is retried job by job, so one bad job never fails i
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -15,15 +16,15 @@ from models.errors import ServingError
 from models.runtime import Arrays
 from models.service import ServedModel
 
-Signature = tuple[tuple[str, str, tuple[int, ...]], ...]
+Signature = tuple[tuple[str, np.dtype[Any], tuple[int, ...]], ...]
 
 
 def signature(arrays: Mapping[str, np.ndarray]) -> Signature:
     """What must be equal for two inputs to be stacked: names, dtypes and the shape after the batch axis."""
     if len(arrays) == 1:  # most models take one input: no sort, no generator (the micro-batcher asks per request)
         for name, array in arrays.items():
-            return ((name, array.dtype.str, array.shape[1:]),)
-    return tuple((name, arrays[name].dtype.str, arrays[name].shape[1:]) for name in sorted(arrays))
+            return ((name, array.dtype, array.shape[1:]),)  # the dtype itself: cheaper than building its `.str`
+    return tuple((name, arrays[name].dtype, arrays[name].shape[1:]) for name in sorted(arrays))
 
 
 def stack(inputs: Sequence[Mapping[str, np.ndarray]]) -> Arrays:
