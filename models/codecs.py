@@ -430,6 +430,7 @@ class RowsPlan:
     dtype: np.dtype[Any]
     row_shape: tuple[int, ...]
     max_rows: int
+    max_square: float  # the dtype's largest value, squared: what a sum of squares of fitting values stays within
     # .npy headers already read for this model: header bytes -> (shape, bytes after the header), or None for a
     # header the fast path leaves to the general one (another dtype, order or row shape). Bounded.
     npy_headers: dict[bytes, tuple[tuple[int, ...], int] | None]
@@ -445,7 +446,9 @@ def rows_plan(manifest: Manifest, max_batch_rows: int) -> RowsPlan | None:
     if spec.dtype not in ("float32", "float64") or any(size is None for size in row_shape):
         return None
     fixed_row_shape = tuple(size for size in row_shape if size is not None)
-    return RowsPlan(spec.name, spec.numpy_dtype, fixed_row_shape, max_batch_rows, {})
+    dtype = spec.numpy_dtype
+    largest = float(np.finfo(dtype).max)
+    return RowsPlan(spec.name, dtype, fixed_row_shape, max_batch_rows, largest * largest, {})  # float64: inf
 
 
 # Every byte a JSON body of numbers can hold besides its one key and its braces: a body of at most
@@ -498,9 +501,9 @@ def fast_npy_body(body: bytes, plan: RowsPlan) -> Arrays | None:
     """An `.npy` body of the model's own dtype and row shape (C order), read in place: the header is looked up
     among those this model has read before, the values are checked in one call. Anything else returns None,
     and the general path (`decode_body` and `fast_npy` or `validate_inputs`) decides."""
-    if len(body) < 10 or body[:6] != _NPY_MAGIC or body[6] != 1:
+    if len(body) < 10 or not body.startswith(_NPY_MAGIC) or body[6] != 1:
         return None
-    end = 10 + int.from_bytes(body[8:10], "little")
+    end = 10 + (body[8] | body[9] << 8)  # .npy 1.0: the header's length, two bytes little-endian
     header = body[:end]
     if header in plan.npy_headers:
         known = plan.npy_headers[header]
@@ -510,10 +513,9 @@ def fast_npy_body(body: bytes, plan: RowsPlan) -> Arrays | None:
             plan.npy_headers[header] = known
     if known is None or len(body) - end != known[1]:
         return None
-    array = np.frombuffer(body, dtype=plan.dtype, offset=end).reshape(known[0])
-    limit = _FLOAT_MAX.get(plan.dtype.char) or _float_max(plan.dtype)
+    array: np.ndarray = np.ndarray(known[0], plan.dtype, body, end)  # a read-only view of the body
     squares = float(np.vdot(array, array))  # NaN or infinity for a non-finite value (see `_finite_in`)
-    if not math.isfinite(squares) or squares > limit * limit:  # or not sure: the general path checks each
+    if not math.isfinite(squares) or squares > plan.max_square:  # or not sure: the general path checks each
         return None
     return {plan.name: array}
 
