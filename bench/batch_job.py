@@ -18,8 +18,9 @@ byte for byte. Raw onnxruntime rows/s is measured in this process on the same ro
 Start-up (end to end minus the run the job reports: the interpreter, imports, model load) is printed on its own.
 The job runs byte-compiled, as in the images (containers/*.Dockerfile compile every package at build): its
 `.pyc` go to a cache of this bench's own (PYTHONPYCACHEPREFIX), which an untimed warm-up job on a small input
-fills first. `--from-source` runs it with no `.pyc` at all instead (PYTHONDONTWRITEBYTECODE=1 and an empty
-cache), as an image without them would: about 0.6 CPU s more start-up on this kind of machine, all compiling.
+fills first. `--from-source` runs it writing none (PYTHONDONTWRITEBYTECODE=1), so that the dependencies compile
+at every start, as in an image that does not byte-compile them: about 0.6 CPU s more start-up on this kind of
+machine.
 """
 
 from __future__ import annotations
@@ -118,8 +119,12 @@ def pin(cores: int) -> Any:
 
 def bytecode_environment(cache: Path, *, from_source: bool) -> dict[str, str]:
     """The job's environment for `.pyc`: written to and read from `cache` only (byte-compiled, as in the
-    images), or, `from_source`, never written and none read (`cache` is then left empty)."""
-    return {"PYTHONPYCACHEPREFIX": str(cache), "PYTHONDONTWRITEBYTECODE": "1" if from_source else ""}
+    images), or, `from_source`, none written, so that only those already beside the sources are read (the
+    interpreter's own standard library's, as in an image without compiled dependencies). An empty
+    PYTHONPYCACHEPREFIX is no prefix to Python."""
+    if from_source:
+        return {"PYTHONPYCACHEPREFIX": "", "PYTHONDONTWRITEBYTECODE": "1"}
+    return {"PYTHONPYCACHEPREFIX": str(cache), "PYTHONDONTWRITEBYTECODE": ""}
 
 
 def run_job(
@@ -259,7 +264,7 @@ def main() -> int:
     parser.add_argument("--cores", type=int, default=1, help="CPUs the job may use (0: all)")
     parser.add_argument("--input-format", choices=("jsonl", "parquet"), default="jsonl")
     parser.add_argument("--output-format", choices=("jsonl", "parquet"), default="jsonl")
-    parser.add_argument("--from-source", action="store_true", help="run the job with no .pyc (see above)")
+    parser.add_argument("--from-source", action="store_true", help="run the job writing no .pyc (see above)")
     args = parser.parse_args()
     moto, url = start_moto()
     os.environ.update(aws_environment(url))
@@ -336,7 +341,7 @@ def main() -> int:
           f"{median / raw:.3f} of raw onnxruntime (target >= 0.5); load average {os.getloadavg()[0]:.2f}")  # fmt: skip
     print(f"  the same runs after start-up (Python, imports, model load: a fixed cost, not per row): median "
           f"{run_median:,.0f} rows/s = {run_median / raw:.3f} of raw onnxruntime")  # fmt: skip
-    pyc = "no .pyc (--from-source)" if args.from_source else "byte-compiled, as in the images"
+    pyc = "no .pyc written (--from-source)" if args.from_source else "byte-compiled, as in the images"
     print(f"  start-up (end to end minus the run after start-up; {pyc}): median {np.median(startups):.2f}s")
     job_cpu = float(np.median(cpu_per_million))
     print(f"  CPU per million rows (least disturbed by other load on the machine): the job {job_cpu:.2f} s "
