@@ -58,6 +58,16 @@ def test_the_dockerfiles_take_their_versions_from_the_lock_only() -> None:
         assert not re.search(r"onnxruntime(-gpu)?==|ORT_\w*VERSION", dockerfile), name
 
 
+def test_the_images_install_every_package_byte_compiled() -> None:
+    # GIVEN PYTHONDONTWRITEBYTECODE=1 in the images (no .pyc written at run time) and uv, which does not
+    # byte-compile unless asked / THEN every `uv pip install` asks, or each start compiles the dependencies again
+    for name in ("cpu", "gpu"):
+        dockerfile = (REPO / "containers" / f"{name}.Dockerfile").read_text(encoding="utf-8")
+        installs = re.findall(r"uv pip install [^\n&]*", dockerfile)
+        assert len(installs) == 2, (name, installs)
+        assert all("--compile-bytecode" in install for install in installs), (name, installs)
+
+
 def test_the_cpu_image_declares_sagemakers_multi_model_capability() -> None:
     dockerfile = (REPO / "containers" / "cpu.Dockerfile").read_text(encoding="utf-8")
     assert "LABEL com.amazonaws.sagemaker.capabilities.multi-models=true" in dockerfile

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -173,4 +174,20 @@ def test_serving_code_never_imports_onnxruntime_quantization() -> None:
         "print(sorted(m for m in sys.modules if m.startswith('onnxruntime.quantization') or m.split('.')[0] == 'onnx'))"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_the_batch_jobs_start_up_imports_no_boto3_and_no_pyarrow() -> None:
+    # GIVEN a fresh interpreter WHEN it does what `python -m handlers.batch` does before its first row of a
+    # JSON Lines input: import the module, make its S3 client
+    code = (
+        "import sys, handlers.batch; handlers.batch.aws_client('s3');"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'boto3', 's3transfer', 'pyarrow', 'fastapi'}))"
+    )
+    env = {**os.environ, "AWS_DEFAULT_REGION": "us-east-1"}
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True, env=env
+    )
+    # THEN neither boto3 (its s3transfer costs start-up, and no handler client needs it) nor pyarrow (Parquet only)
+    # nor FastAPI is loaded
     assert result.stdout.strip() == "[]"
