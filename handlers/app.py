@@ -360,9 +360,11 @@ class RejectPause:
     async def wait(self) -> None:
         if self.pause_sec <= 0:
             return
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:  # Lambda runs each invocation on a fresh loop
-            self._loop, self._due = loop, {}
+        loop = self._loop
+        if loop is None or not loop.is_running():  # Lambda runs each invocation on a fresh loop
+            # (and on Python 3.11 `get_running_loop` costs a getpid system call: asked once per loop)
+            loop = self._loop = asyncio.get_running_loop()
+            self._due = {}
         slot = math.ceil((loop.time() + self.pause_sec) / self._slot_sec)
         waiter: asyncio.Future[None] = loop.create_future()
         waiting = self._due.get(slot)
