@@ -31,7 +31,7 @@ Predict = Callable[[Mapping[str, np.ndarray]], Arrays]
 
 @dataclass(frozen=True, slots=True)
 class BatchingConfig:
-    max_batch_size: int = 256
+    max_batch_size: int = 512
     max_delay_ms: float = 0.0
     max_queue_rows: int = 8192
     max_queue_requests: int = 64

@@ -262,7 +262,7 @@ class Batching(Strict):
     """Server-side micro-batching and admission (realtime server): `max_queue` requests per worker are admitted;
     past it the answer is 429 with Retry-After."""
 
-    max_batch_size: Annotated[int, Between(1, 4096)] = 256
+    max_batch_size: Annotated[int, Between(1, 4096)] = 512
     max_delay_ms: Annotated[int, Between(0, 1000)] = 0
     max_queue: Annotated[int, Between(1, 1_000_000)] = 64
 

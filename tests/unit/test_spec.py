@@ -58,7 +58,7 @@ def test_every_setting_has_a_default(mode: str, cls: type) -> None:
 
     d = spec.deployments["d"]
     assert isinstance(d, cls)
-    assert d.batching.max_batch_size == 256
+    assert d.batching.max_batch_size == 512
     assert d.batching.max_delay_ms == 0
     assert d.batching.max_queue == 64
     assert spec.model("digits", None).artifact_path == "models/artifacts/digits/1"
