@@ -191,3 +191,25 @@ def test_the_batch_jobs_start_up_imports_no_boto3_and_no_pyarrow() -> None:
     # THEN neither boto3 (its s3transfer costs start-up, and no handler client needs it) nor pyarrow (Parquet only)
     # nor FastAPI is loaded
     assert result.stdout.strip() == "[]"
+
+
+def threads_after_importing(module: str, **environment: str) -> int:
+    """The threads of a fresh interpreter once `module` is imported (numpy's BLAS starts its pool on import)."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"} | environment
+    code = f"import os, {module}; print(len(os.listdir('/proc/self/task')))"
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout)
+
+
+@pytest.mark.skipif(
+    not Path("/proc/self/task").is_dir() or (os.cpu_count() or 1) < 2,
+    reason="counts threads through Linux's /proc; OpenBLAS starts no pool on one core",
+)
+def test_a_handler_leaves_numpy_one_blas_thread_unless_the_environment_asks_for_more() -> None:
+    # GIVEN a fresh interpreter; WHEN a handler is imported, with and without OPENBLAS_NUM_THREADS set
+    default = threads_after_importing("handlers.batch")
+    asked = threads_after_importing("handlers.batch", OPENBLAS_NUM_THREADS="4")
+    # THEN by default numpy's BLAS starts no pool of its own; a user's setting still wins (OpenBLAS starts up
+    # to the cores there are)
+    assert asked > default
