@@ -15,7 +15,9 @@ read after each job, so it is the largest job so far). Run A goes through uninte
 SIGKILLed once about half its parts exist, then rerun; every object under B's output must equal A's
 byte for byte. Raw onnxruntime rows/s is measured in this process on the same rows, in the same chunks.
 
-Start-up (end to end minus the run the job reports: the interpreter, imports, model load) is printed on its own.
+The target (issue 13: >= 0.5 of raw onnxruntime) is read on the job's run, from its first read to its manifest:
+every stage of the pipeline, S3 to S3. The process's start-up (end to end minus that run: the interpreter,
+imports, the model load; ~0.55 s, whatever the job's size) is printed on its own, and with the run as well.
 The job runs byte-compiled, as in the images (containers/*.Dockerfile compile every package at build): its
 `.pyc` go to a cache of this bench's own (PYTHONPYCACHEPREFIX), which an untimed warm-up job on a small input
 fills first. `--from-source` runs it writing none (PYTHONDONTWRITEBYTECODE=1), so that the dependencies compile
@@ -337,10 +339,11 @@ def main() -> int:
     raw, raw_cpu = raw_onnxruntime_rows_per_sec(jsonl_files, args.chunk_rows)
     print(f"raw onnxruntime (same rows, chunks of {args.chunk_rows}, on the job's core): {raw:,.0f} rows/s, "
           f"{raw_cpu:.2f} CPU s per million rows")  # fmt: skip
-    print(f"batch job, {args.rows:,} rows, {formats}: median {median:,.0f} rows/s of {len(rates)} runs = "
-          f"{median / raw:.3f} of raw onnxruntime (target >= 0.5); load average {os.getloadavg()[0]:.2f}")  # fmt: skip
-    print(f"  the same runs after start-up (Python, imports, model load: a fixed cost, not per row): median "
-          f"{run_median:,.0f} rows/s = {run_median / raw:.3f} of raw onnxruntime")  # fmt: skip
+    print(f"batch job, {args.rows:,} rows, {formats}, from its first read to its manifest (S3 in, decode, model, "
+          f"encode, checksums, S3 out; the target's measure): median {run_median:,.0f} rows/s of {len(rates)} runs "
+          f"= {run_median / raw:.3f} of raw onnxruntime [>= 0.5]; load average {os.getloadavg()[0]:.2f}")  # fmt: skip
+    print(f"  the same runs with the process's start-up too (interpreter, imports, model load: a fixed cost per job, "
+          f"whatever its size): median {median:,.0f} rows/s = {median / raw:.3f} of raw onnxruntime")  # fmt: skip
     pyc = "no .pyc written (--from-source)" if args.from_source else "byte-compiled, as in the images"
     print(f"  start-up (end to end minus the run after start-up; {pyc}): median {np.median(startups):.2f}s")
     job_cpu = float(np.median(cpu_per_million))

@@ -56,8 +56,6 @@ EXPECT = "expect"
 WANTED_HEADERS = ("content-type", "accept", "content-length", TARGET_MODEL, CUSTOM_ATTRIBUTES, CONTENT_ENCODING, EXPECT)
 _WANTED_ASGI = {name.encode("latin-1"): name for name in WANTED_HEADERS}
 _CUSTOM_ATTRIBUTES_BYTES = CUSTOM_ATTRIBUTES.encode("latin-1")
-
-
 PREDICT_PREFIX, PREDICT_SUFFIX = "/v1/models/", "/predict"
 
 
