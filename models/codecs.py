@@ -527,7 +527,13 @@ def _planned_npy_header(body: bytes, end: int, plan: RowsPlan) -> tuple[tuple[in
         dtype, fortran_order, shape, count = _read_header(body, 10, end)
     except InvalidInput:
         return None
-    if dtype != plan.dtype or fortran_order or shape[1:] != plan.row_shape or not 0 < shape[0] <= plan.max_rows:
+    if (
+        dtype != plan.dtype
+        or fortran_order
+        or len(shape) != len(plan.row_shape) + 1  # a 0-d array has no rows (and no shape[0])
+        or shape[1:] != plan.row_shape
+        or not 0 < shape[0] <= plan.max_rows
+    ):
         return None
     return shape, count * dtype.itemsize
 

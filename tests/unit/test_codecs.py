@@ -490,3 +490,19 @@ def test_the_npy_answer_is_the_general_answer_written_as_npy(
 def test_string_predictions_are_not_acceptable_as_an_npy_answer() -> None:
     with pytest.raises(NotAcceptable):
         codecs.npy_answer(DIGITS, {"label": np.array(["cat"], dtype=object), "probabilities": np.ones((1, 10))})
+
+
+def test_the_npy_body_fast_path_of_a_one_dimensional_input_leaves_a_scalar_to_the_general_path() -> None:
+    # GIVEN a model whose one input is a plain vector of rows (shape [N]), and a 0-d .npy body
+    vector = Manifest(
+        **{field: getattr(DIGITS, field) for field in DIGITS.__struct_fields__}
+        | {"inputs": (TensorSpec("input", "float32", (None,)),)}
+    )
+    plan = codecs.rows_plan(vector, 256)
+    assert plan is not None
+    # WHEN the body fast path reads it THEN it leaves it to the general path (which names the problem)
+    assert codecs.fast_npy_body(npy(np.array(1.0, np.float32)), plan) is None
+    # and a vector of rows is taken
+    taken = codecs.fast_npy_body(npy(np.arange(3, dtype=np.float32)), plan)
+    assert taken is not None
+    np.testing.assert_array_equal(taken["input"], [0.0, 1.0, 2.0])
