@@ -23,7 +23,7 @@ from handlers.body import DRAIN_BYTES, ASGIBody, BodySource, ClientDisconnected,
 from handlers.transform import PREFIX as TRANSFORM_PREFIX
 from handlers.transform import TransformRoutes, TransformSettings
 from models import codecs
-from models.batching import BatchingConfig, MicroBatcher
+from models.batching import BatchingConfig, MicroBatcher, running_loop
 from models.cache import ModelCache
 from models.errors import InternalError, Overloaded, ServingError, redact
 from models.multi_model import MultiModelStore
@@ -358,11 +358,9 @@ class RejectPause:
     async def wait(self) -> None:
         if self.pause_sec <= 0:
             return
-        loop = self._loop
-        if loop is None or not loop.is_running():  # Lambda runs each invocation on a fresh loop
-            # (and on Python 3.11 `get_running_loop` costs a getpid system call: asked once per loop)
-            loop = self._loop = asyncio.get_running_loop()
-            self._due = {}
+        loop = running_loop(self._loop)
+        if loop is not self._loop:  # Lambda runs each invocation on a fresh loop
+            self._loop, self._due = loop, {}
         slot = math.ceil((loop.time() + self.pause_sec) / self._slot_sec)
         waiter: asyncio.Future[None] = loop.create_future()
         waiting = self._due.get(slot)

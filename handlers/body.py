@@ -89,7 +89,7 @@ class ReadDeadlines:
         self._sweeper = loop.call_later(self._interval(), self._sweep) if self._reading else None
 
 
-def _too_large(limit: int, value: int | str) -> PayloadTooLarge:
+def too_large(limit: int, value: int | str) -> PayloadTooLarge:
     return PayloadTooLarge(
         f"body of {value} bytes is over the limit" if isinstance(value, int) else "body is over the limit",
         field="body",
@@ -112,14 +112,14 @@ async def read_body(
     if declared is not None and declared > limit:
         if not expect_continue and declared - limit <= DRAIN_BYTES:
             await drain_body(receive, declared, deadlines)
-        raise _too_large(limit, declared)
+        raise too_large(limit, declared)
     task = deadlines.begin()
     try:
         message = await receive()
         if not message.get("more_body", False) and message["type"] == "http.request":  # the whole body at once
             body: bytes = message.get("body", b"")
             if len(body) > limit:
-                raise _too_large(limit, len(body))
+                raise too_large(limit, len(body))
             return body
         chunks: list[bytes] = []
         size = 0
@@ -133,7 +133,7 @@ async def read_body(
                 task = None
                 if message.get("more_body", False):
                     await drain_body(receive, DRAIN_BYTES, deadlines)
-                raise _too_large(limit, f"> {limit}")
+                raise too_large(limit, f"> {limit}")
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
@@ -153,10 +153,6 @@ def too_slow(deadlines: ReadDeadlines) -> RequestTimeout:
         value=f"{deadlines.timeout_sec:g}s",
         allowed=f"a whole body within {deadlines.timeout_sec:g}s (SERVESTACK_BODY_READ_TIMEOUT_SEC)",
     )
-
-
-def too_large(limit: int, value: int | str) -> PayloadTooLarge:
-    return _too_large(limit, value)
 
 
 async def drain_body(receive: Receive, max_bytes: int, deadlines: ReadDeadlines) -> None:

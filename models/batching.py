@@ -84,9 +84,7 @@ class MicroBatcher:
         self._drain_task: asyncio.Task[None] | None = None
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="inference") if self.config.use_thread else None
         self._service_time_sec = 0.001  # running estimate of one batch's time, for Retry-After
-        # The loop `submit` runs on, remembered: on Python 3.11 each `asyncio.get_running_loop()` makes a getpid
-        # system call, which profiling the server under load found to be a good part of a request's cost.
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop `submit` runs on (`running_loop`)
 
     @property
     def queued_rows(self) -> int:
@@ -151,9 +149,7 @@ class MicroBatcher:
         if self._queued_rows + rows > self.config.max_queue_rows and self._queued_rows > 0:
             self.stats.rejected += 1
             raise self._overloaded()
-        loop = self._loop
-        if loop is None or not loop.is_running():  # first use, or Lambda's next invocation on a fresh loop
-            loop = self._loop = asyncio.get_running_loop()
+        loop = self._loop = running_loop(self._loop)
         now = time.monotonic()
         pending = _Pending(arrays, rows, loop.create_future(), now + timeout_sec, now)
         self._queue.append(pending)
@@ -254,6 +250,16 @@ class MicroBatcher:
     def close(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def running_loop(remembered: asyncio.AbstractEventLoop | None) -> asyncio.AbstractEventLoop:
+    """The running loop, from `remembered` while that one is still running: on Python 3.11 each
+    `asyncio.get_running_loop()` makes a getpid system call, which profiling the server under load found to be
+    a good part of a request's cost. A loop that no longer runs (Lambda's next invocation brings a fresh one)
+    is replaced by asking again."""
+    if remembered is not None and remembered.is_running():
+        return remembered
+    return asyncio.get_running_loop()
 
 
 async def _with_timer(future: asyncio.Future[Arrays], timer: asyncio.TimerHandle) -> Arrays:

@@ -723,11 +723,6 @@ def _check_shape(field: str, array: np.ndarray, spec: TensorSpec) -> None:
 _FLOAT_MAX: dict[str, float] = {}
 
 
-def _float_max(target: np.dtype[Any]) -> float:
-    limit = _FLOAT_MAX[target.char] = float(np.finfo(target).max) if target.kind == "f" else np.inf
-    return limit
-
-
 _SQUARE_SUMMED = frozenset("fd")  # float32 and float64 arrays: `np.vdot` sums their squares in their own dtype
 
 
@@ -735,7 +730,9 @@ def _finite_in(array: np.ndarray, target: np.dtype[Any]) -> bool:
     """Every value finite and within `target`'s range (NaN fails the comparison), so the cast that follows
     can neither overflow to infinity nor warn. False may also mean "not sure": callers then take the path
     that checks value by value, so this only has to be right when it says True."""
-    limit = _FLOAT_MAX.get(target.char) or _float_max(target)
+    limit = _FLOAT_MAX.get(target.char)
+    if limit is None:
+        limit = _FLOAT_MAX[target.char] = float(np.finfo(target).max) if target.kind == "f" else np.inf
     if array.size == 0:
         return True
     square_limit = limit * limit
