@@ -232,6 +232,11 @@ def measure(
     return results
 
 
+def ok_per_sec(result: LoadResult, seconds: float) -> float:
+    """wrk's 2xx rate: all requests per second less the non-2xx ones (wrk counts those over whole seconds)."""
+    return result.requests_per_sec - result.non_2xx / max(1, round(seconds))
+
+
 def overload(
     payload: Payload, seconds: float, http_server: str = DEFAULT_SERVER, script: Path | None = None
 ) -> dict[str, Any]:
@@ -248,7 +253,9 @@ def overload(
         f"base, _ = run(t, duration_sec={seconds / 2}, concurrency=64); "
         f"over, _ = run(t, duration_sec={seconds}, concurrency=512, timeout_sec=10); "
         f"polite, _ = run(t, duration_sec={seconds / 2}, concurrency=512, timeout_sec=10, honour_retry_after=True); "
-        "print(json.dumps({'base': base.__dict__, 'over': over.__dict__, 'polite': polite.__dict__}))"
+        f"after, _ = run(t, duration_sec={seconds / 2}, concurrency=64); "
+        "print(json.dumps({'base': base.__dict__, 'over': over.__dict__, 'polite': polite.__dict__, "
+        "'after': after.__dict__}))"
     )
     rss: list[float] = []
     stop = threading.Event()
@@ -273,36 +280,46 @@ def overload(
             url = f"http://127.0.0.1:{port}/invocations"
             wrk_base = wrk(url, 64, seconds / 2, payload, script)
             wrk_over = wrk(url, 512, seconds, payload, script)
+            wrk_after = wrk(url, 64, seconds / 2, payload, script)
     finally:
         server.stop()
     figures = json.loads(out.strip().splitlines()[-1])
-    base, over, polite = figures["base"], figures["over"], figures["polite"]
-    # RSS at the end of the 64-connection phase vs the range seen during overload.
-    split = max(1, int(len(rss) * (3 + seconds / 2) / (3 + seconds / 2 + seconds + seconds / 2)))
+    base, over, polite, after = figures["base"], figures["over"], figures["polite"], figures["after"]
+    # Nominal is measured just before and again just after the overload phases, and the two averaged: on a
+    # shared machine the rate drifts by several percent within a minute, and one side alone would charge
+    # that drift to the overload.
+    nominal_qps = (base["ok_qps"] + after["ok_qps"]) / 2
+    nominal_p99 = (base["ok_latency_ms"]["p99"] + after["ok_latency_ms"]["p99"]) / 2
+    # RSS at the end of the first 64-connection phase vs the range seen during the overload phases.
+    phases = (3, seconds / 2, seconds, seconds / 2, seconds / 2)  # warm-up, base, over, polite, after
+    split = max(1, int(len(rss) * sum(phases[:2]) / sum(phases)))
+    end = max(split + 1, int(len(rss) * sum(phases[:4]) / sum(phases)))
     before = rss[split - 1]
-    during = rss[split:] or [before]
+    during = rss[split:end] or [before]
     wrk_figures = (
         {
-            "wrk_base_qps": wrk_base.requests_per_sec - wrk_base.non_2xx / max(1, round(seconds / 2)),
-            "wrk_over_ok_qps": wrk_over.requests_per_sec - wrk_over.non_2xx / max(1, round(seconds)),
+            "wrk_base_qps": sum(ok_per_sec(result, seconds / 2) for result in (wrk_base, wrk_after)) / 2,
+            "wrk_over_ok_qps": ok_per_sec(wrk_over, seconds),
             "wrk_over_non_2xx_per_sec": wrk_over.non_2xx / max(1, round(seconds)),
         }
         if script is not None
         else {}
     )
     shares = {  # this run's own ratios; overload_median reports their medians
-        "over_share": over["ok_qps"] / base["ok_qps"],
-        "over_p99x": over["ok_latency_ms"].get("p99", float("nan")) / base["ok_latency_ms"]["p99"],
-        "polite_share": polite["ok_qps"] / base["ok_qps"],
-        "polite_p99x": polite["ok_latency_ms"].get("p99", float("nan")) / base["ok_latency_ms"]["p99"],
+        "over_share": over["ok_qps"] / nominal_qps,
+        "over_p99x": over["ok_latency_ms"].get("p99", float("nan")) / nominal_p99,
+        "polite_share": polite["ok_qps"] / nominal_qps,
+        "polite_p99x": polite["ok_latency_ms"].get("p99", float("nan")) / nominal_p99,
     }
     if wrk_figures:
         shares["wrk_share"] = wrk_figures["wrk_over_ok_qps"] / wrk_figures["wrk_base_qps"]
     return {
         **wrk_figures,
         **shares,
-        "base_qps": base["ok_qps"],
-        "base_p99_ms": base["ok_latency_ms"]["p99"],
+        "base_qps": nominal_qps,
+        "base_p99_ms": nominal_p99,
+        "base_before_qps": base["ok_qps"],
+        "base_after_qps": after["ok_qps"],
         "over_ok_qps": over["ok_qps"],
         "over_ok_p99_ms": over["ok_latency_ms"].get("p99", float("nan")),
         "over_statuses": over["statuses"],
@@ -415,7 +432,10 @@ def print_issue13_table(
             f"{over['wrk_over_non_2xx_per_sec']:.0f} refusals/s |"
         )
     print("| batch job, 1M rows | printed by bench/batch_job.py (next in `make bench`) |")
-    print("  nominal = the same worker at 64 connections, just before; bench/servers.py compares HTTP servers")
+    print(
+        "  nominal = the same worker at 64 connections, just before and just after (their mean); "
+        "bench/servers.py compares HTTP servers"
+    )
 
 
 def lambda_init_sec(module: str, runs: int) -> list[float]:

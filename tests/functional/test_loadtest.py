@@ -185,3 +185,50 @@ def test_a_wrong_secret_is_refused_and_loadtest_exits_1(sigv4_server: str, tmp_p
     assert stats["valid"] == 0
     assert set(stats["reasons"]) == {"signature mismatch"}
     assert "'403'" in done.stdout
+
+
+def test_responses_split_anywhere_and_closed_connections_are_read_as_a_server_sends_them() -> None:
+    # GIVEN a server that writes each response in 3-byte pieces (the head, then a body) and closes every
+    # third connection after answering with `Connection: close`, and a 503 with Retry-After on every fourth
+    import asyncio
+
+    answered = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal answered
+        while True:
+            try:
+                await reader.readuntil(b"\r\n\r\n")
+                await reader.readexactly(len(b"payload"))
+            except (asyncio.IncompleteReadError, ConnectionError):
+                break
+            answered += 1
+            closing = answered % 3 == 0
+            status = b"503 Service Unavailable\r\nRetry-After: 2" if answered % 4 == 0 else b"200 OK"
+            body = b'{"predictions": [1, 2, 3]}'
+            response = (
+                b"HTTP/1.1 " + status + b"\r\nContent-Length: " + str(len(body)).encode()
+                + (b"\r\nConnection: close" if closing else b"") + b"\r\n\r\n" + body
+            )  # fmt: skip
+            for start in range(0, len(response), 3):
+                writer.write(response[start : start + 3])
+                await writer.drain()
+            if closing:
+                break
+        writer.close()
+
+    async def measure() -> list[Sample]:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        target = Target.from_url(f"http://127.0.0.1:{port}/invocations", b"payload", "application/json")
+        async with server:
+            return await loadtest._closed_loop(target, 2, 0.5, 5.0, honour_retry_after=False)
+
+    samples = asyncio.run(measure())
+    # THEN every answer is read whole: 200s and 503s (with their Retry-After) by status, and each answer
+    # that closed its connection counted as a reset, after which the client reconnects and goes on
+    statuses = {sample.status for sample in samples}
+    assert statuses == {0, 200, 503}
+    assert {sample.retry_after for sample in samples if sample.status == 503} == {"2"}
+    assert {sample.retry_after for sample in samples if sample.status == 0} == {"ConnectionResetError"}
+    assert len(samples) == answered > 30
