@@ -5,8 +5,9 @@ Targets: `http://` and `https://` URLs (https signed with SigV4 from botocore's 
 `lambda://FUNCTION` (boto3 `lambda.invoke` with an API Gateway HTTP API event, as the function's HTTP API
 would send it).
 
-For URLs the generator is a minimal HTTP/1.1 keep-alive client on asyncio streams: a general-purpose client
-spends more CPU per request than the server it measures, and would report its own limits instead. boto3
+For URLs the generator is a minimal HTTP/1.1 keep-alive client (an asyncio Protocol per connection): a
+general-purpose client spends more CPU per request than the server it measures, and would report its own
+limits instead. boto3
 targets run one thread per connection (boto3 is synchronous; each call costs the client about a millisecond
 of CPU, so past a few hundred requests per second run several load generators). Open-loop latency counts
 from each request's scheduled start, so a stalled server cannot hide its queueing (no coordinated omission).
