@@ -7,11 +7,10 @@ would send it).
 
 For URLs the generator is a minimal HTTP/1.1 keep-alive client (an asyncio Protocol per connection): a
 general-purpose client spends more CPU per request than the server it measures, and would report its own
-limits instead. boto3
-targets run one thread per connection (boto3 is synchronous; each call costs the client about a millisecond
-of CPU, so past a few hundred requests per second run several load generators). Open-loop latency counts
-from each request's scheduled start, so a stalled server cannot hide its queueing (no coordinated omission).
-Reports QPS, errors by status, p50/p90/p99/max, and what to provision.
+limits instead. boto3 targets run one thread per connection (boto3 is synchronous; each call costs the client
+about a millisecond of CPU, so past a few hundred requests per second run several load generators).
+Open-loop latency counts from each request's scheduled start, so a stalled server cannot hide its queueing
+(no coordinated omission). Reports QPS, errors by status, p50/p90/p99/max, and what to provision.
 """
 
 from __future__ import annotations
@@ -255,18 +254,15 @@ class _Connection(asyncio.Protocol):
         end = buffer.find(b"\r\n\r\n")
         if waiter is None or end < 0:
             return
-        head = bytes(buffer[:end])
-        status = int(head[9:12])
-        length, retry_after, close = 0, None, False
-        for line in head.split(b"\r\n")[1:]:
-            name, _, value = line.partition(b":")
-            lowered = name.strip().lower()
-            if lowered == b"content-length":
-                length = int(value)
-            elif lowered == b"retry-after":
-                retry_after = value.strip().decode()
-            elif lowered == b"connection" and value.strip().lower() == b"close":
-                close = True
+        try:
+            status, length, retry_after, close = _response_head(bytes(buffer[:end]))
+        except (ValueError, UnicodeDecodeError):
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_exception(MalformedResponse(f"not an HTTP/1.1 response head: {bytes(buffer[:64])!r}"))
+            assert self._transport is not None
+            self._transport.abort()
+            return
         if len(buffer) < end + 4 + length:
             return
         del buffer[: end + 4 + length]
@@ -295,6 +291,28 @@ class _Connection(asyncio.Protocol):
                     await asyncio.shield(self._lost)
             except TimeoutError:
                 self._transport.abort()
+
+
+class MalformedResponse(ConnectionError):
+    """An answer that is not HTTP/1.1: counted as an error of this name, and the connection dropped."""
+
+
+def _response_head(head: bytes) -> tuple[int, int, str | None, bool]:
+    """Status, Content-Length, Retry-After and whether the server closes, from a response head."""
+    if not head.startswith(b"HTTP/1.") or len(head) < 12:
+        raise ValueError(head[:64])
+    status = int(head[9:12])
+    length, retry_after, close = 0, None, False
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        lowered = name.strip().lower()
+        if lowered == b"content-length":
+            length = int(value)
+        elif lowered == b"retry-after":
+            retry_after = value.strip().decode()
+        elif lowered == b"connection" and value.strip().lower() == b"close":
+            close = True
+    return status, length, retry_after, close
 
 
 async def _closed_loop(

@@ -232,3 +232,26 @@ def test_responses_split_anywhere_and_closed_connections_are_read_as_a_server_se
     assert {sample.retry_after for sample in samples if sample.status == 503} == {"2"}
     assert {sample.retry_after for sample in samples if sample.status == 0} == {"ConnectionResetError"}
     assert len(samples) == answered > 30
+
+
+def test_an_answer_that_is_not_http_is_counted_as_an_error_of_its_own_name() -> None:
+    import asyncio
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
+            await reader.read()  # until the client drops the connection
+        finally:
+            writer.close()
+
+    async def measure() -> list[Sample]:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        target = Target.from_url(f"http://127.0.0.1:{port}/invocations", b"payload", "application/json")
+        async with server:
+            return await loadtest._closed_loop(target, 2, 0.3, 5.0, honour_retry_after=False)
+
+    samples = asyncio.run(measure())
+    assert len(samples) > 5  # each one dropped its connection, and the next opened a new one
+    assert {(sample.status, sample.retry_after) for sample in samples} == {(0, "MalformedResponse")}
