@@ -76,24 +76,35 @@ class LocalUp:
 
 
 def start_local_up(
-    workdir: Path, *args: str, spec: Path | None = None, timeout_sec: float = 240, env: dict[str, str] | None = None
+    workdir: Path,
+    *args: str,
+    spec: Path | None = None,
+    timeout_sec: float = 240,
+    env: dict[str, str] | None = None,
+    cwd: Path = REPO_ROOT,
+    found_state: Path | None = None,
 ) -> LocalUp:
-    """`servestack local up [--spec SPEC] ARGS` on free ports; returns once its state file is written.
+    """`servestack local up [--spec SPEC] ARGS` on free ports, from `cwd`; returns once its state file is
+    written: `workdir/local.json` (through SERVESTACK_LOCAL_STATE), or with `found_state`, the file local up
+    finds by itself (in the project's .servestack/), and then `env` is the whole environment, not additions.
 
     A free port is only free when it is picked: another process (the other pytest worker's servers, or any
     client's ephemeral port) can take it before local up, or one of its children, binds it. local up then
     stops cleanly with its documented port error (exit 2), and the start is tried again on other
     ports (at most `PORT_RACE_ATTEMPTS` times); any other failure fails at once."""
-    state_path = workdir / "local.json"
-    environment = {**os.environ, "PYTHONUNBUFFERED": "1", "SERVESTACK_LOCAL_STATE": str(state_path), **(env or {})}
-    environment.pop("AWS_ENDPOINT_URL", None)
+    if found_state is None:
+        state_path = workdir / "local.json"
+        environment = {**os.environ, "PYTHONUNBUFFERED": "1", "SERVESTACK_LOCAL_STATE": str(state_path), **(env or {})}
+        environment.pop("AWS_ENDPOINT_URL", None)
+    else:
+        state_path, environment = found_state, dict(env or {})
     for attempt in range(1, PORT_RACE_ATTEMPTS + 1):
         log_path = workdir / f"local-up-{time.time_ns()}.log"
         argv = [SERVESTACK, "local", "up", "--port", str(free_port()), "--aws-port", str(free_port()), *args]
         if spec is not None:
             argv += ["--spec", str(spec)]
         with log_path.open("wb") as log:
-            process = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, env=environment)
+            process = subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=environment)
         up = LocalUp(process, state_path, log_path)
         deadline = time.monotonic() + timeout_sec
         while not state_path.exists():  # written once every child answers and the fronts listen

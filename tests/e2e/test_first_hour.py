@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +20,7 @@ import numpy as np
 import pytest
 import yaml
 
-from servestack.local.processes import free_port
+from tests.e2e.conftest import start_local_up
 
 pytestmark = pytest.mark.slow
 SERVESTACK = str(Path(sys.executable).parent / "servestack")
@@ -97,23 +95,13 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
     }
     (root / "serving.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
 
-    # WHEN local up starts from the subfolder
-    log_path = root / "local-up.log"
-    argv = [SERVESTACK, "local", "up", "--port", str(free_port()), "--aws-port", str(free_port())]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(argv, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, env=env)
-    state_path = root / ".servestack" / "local.json"  # in the project, found from the subfolder
+    # WHEN local up starts from the subfolder (its state goes to the project, found from there)
+    up = start_local_up(root, cwd=workdir, env=env, found_state=root / ".servestack" / "local.json", timeout_sec=120)
     try:
-        deadline = time.monotonic() + 120
-        while not state_path.exists():
-            assert process.poll() is None, f"local up exited:\n{log_path.read_text()[-4000:]}"
-            assert time.monotonic() < deadline, f"local up not ready:\n{log_path.read_text()[-4000:]}"
-            time.sleep(0.2)
-        user.state = json.loads(state_path.read_text())
+        user.state = up.state
         yield user
     finally:
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == 0, log_path.read_text()[-4000:]
+        assert up.stop() == 0, up.log_text()[-4000:]
 
 
 def request_file(user: Project) -> str:

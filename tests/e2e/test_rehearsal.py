@@ -6,19 +6,16 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
 
-from servestack.local.processes import free_port
-from tests.conftest import ARTIFACTS, REPO_ROOT
-from tests.e2e.conftest import copy_project
+from tests.conftest import ARTIFACTS
+from tests.e2e.conftest import copy_project, start_local_up
 
 pytestmark = pytest.mark.slow
 SERVESTACK = str(Path(sys.executable).parent / "servestack")
@@ -50,15 +47,13 @@ def test_a_faulty_green_rolls_back_and_a_healthy_one_goes_live(tmp_path: Path) -
         },
     }
     spec_file = copy_project(tmp_path / "project", yaml.safe_dump(spec))  # a project of its own, with its models
-    state = tmp_path / "local.json"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "SERVESTACK_LOCAL_STATE": str(state)}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "SERVESTACK_LOCAL_STATE": str(tmp_path / "local.json")}
     env.pop("AWS_ENDPOINT_URL", None)
     env.pop("SERVESTACK_REGISTRY_URI", None)
-    log = (tmp_path / "up.log").open("w")
-    up = subprocess.Popen(
-        [SERVESTACK, "local", "up", "--spec", str(spec_file), "--port", str(free_port()),
-         "--aws-port", str(free_port()), "--fresh", "--data-dir", str(tmp_path / "data")],
-        cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env, text=True,
+    # (start_local_up waits 240 s by default: long enough for a synth of the new project first)
+    up = start_local_up(
+        tmp_path, "--fresh", "--data-dir", str(tmp_path / "data"), spec=spec_file, env=env,
+        found_state=tmp_path / "local.json",
     )  # fmt: skip
 
     def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -67,12 +62,7 @@ def test_a_faulty_green_rolls_back_and_a_healthy_one_goes_live(tmp_path: Path) -
         )
 
     try:
-        deadline = time.monotonic() + 240  # a synth of the new project first
-        while not state.exists():
-            assert up.poll() is None, (tmp_path / "up.log").read_text()
-            assert time.monotonic() < deadline, (tmp_path / "up.log").read_text()
-            time.sleep(0.2)
-        url = json.loads(state.read_text())["deployments"]["digits-rt"]["url"]
+        url = up.deployment("digits-rt")["url"]
         # AND version 2 pushed to the emulator's registry with one command
         pushed = cli("models", "push", str(_digits_v2(tmp_path / "digits-v2.onnx")), "--name", "digits")
         assert "pushed   s3://servestack-registry/models/ (the running local up)" in pushed.stdout
@@ -121,6 +111,4 @@ def test_a_faulty_green_rolls_back_and_a_healthy_one_goes_live(tmp_path: Path) -
         assert answer.headers["x-amzn-invoked-production-variant"] == "primary"
         print(good.stdout)
     finally:
-        up.send_signal(signal.SIGTERM)
-        up.wait(timeout=30)
-        log.close()
+        up.stop()
