@@ -400,12 +400,12 @@ def interleaved_ratios(
             order = (ceiling_url, ours_url) if pair % 2 == 0 else (ours_url, ceiling_url)
             rates = {url: wrk(url, 64, slice_sec, single, script).requests_per_sec for url in order}
             ratios["ceiling"].append(rates[ours_url] / rates[ceiling_url])
-            if pair % 2 == 0:
-                raw = raw_onnxruntime_rows_per_sec(32, slice_sec)
-                rows = wrk(ours_url, 64, slice_sec, npy, script).requests_per_sec * npy.rows
-            else:
-                rows = wrk(ours_url, 64, slice_sec, npy, script).requests_per_sec * npy.rows
-                raw = raw_onnxruntime_rows_per_sec(32, slice_sec)
+            measures: dict[str, Callable[[], float]] = {
+                "raw": lambda: raw_onnxruntime_rows_per_sec(32, slice_sec),
+                "ours": lambda: wrk(ours_url, 64, slice_sec, npy, script).requests_per_sec * npy.rows,
+            }
+            slices = {name: measures[name]() for name in (("raw", "ours") if pair % 2 == 0 else ("ours", "raw"))}
+            raw, rows = slices["raw"], slices["ours"]
             ratios["npy_raw"].append(rows / raw)
             print(
                 f"  pair {pair + 1}: 1-row {rates[ours_url]:.0f} vs ceiling {rates[ceiling_url]:.0f} req/s = "

@@ -224,6 +224,8 @@ class _Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
         self._waiter: asyncio.Future[tuple[int, str | None]] | None = None
+        # The waiting response's head once it is in: where its body starts, status, length, Retry-After, close.
+        self._head: tuple[int, int, int, str | None, bool] | None = None
         self._lost: asyncio.Future[None] = loop.create_future()
         self._reset: Exception | None = None
 
@@ -251,22 +253,26 @@ class _Connection(asyncio.Protocol):
     def _answer(self) -> None:
         """Resolve the waiting request once its whole response is in the buffer."""
         waiter, buffer = self._waiter, self._buffer
-        end = buffer.find(b"\r\n\r\n")
-        if waiter is None or end < 0:
+        if waiter is None:
             return
-        try:
-            status, length, retry_after, close = _response_head(bytes(buffer[:end]))
-        except (ValueError, UnicodeDecodeError):
-            self._waiter = None
-            if not waiter.done():
-                waiter.set_exception(MalformedResponse(f"not an HTTP/1.1 response head: {bytes(buffer[:64])!r}"))
-            assert self._transport is not None
-            self._transport.abort()
+        if self._head is None:  # parsed once per response, however many chunks its body arrives in
+            end = buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            try:
+                self._head = (end + 4, *_response_head(bytes(buffer[:end])))
+            except (ValueError, UnicodeDecodeError):
+                self._waiter = None
+                if not waiter.done():
+                    waiter.set_exception(MalformedResponse(f"not an HTTP/1.1 response head: {bytes(buffer[:64])!r}"))
+                assert self._transport is not None
+                self._transport.abort()
+                return
+        body_at, status, length, retry_after, close = self._head
+        if len(buffer) < body_at + length:
             return
-        if len(buffer) < end + 4 + length:
-            return
-        del buffer[: end + 4 + length]
-        self._waiter = None
+        del buffer[: body_at + length]
+        self._waiter, self._head = None, None
         if waiter.done():  # cancelled by the caller's timeout
             return
         if close:

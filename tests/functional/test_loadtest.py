@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -187,11 +188,25 @@ def test_a_wrong_secret_is_refused_and_loadtest_exits_1(sigv4_server: str, tmp_p
     assert "'403'" in done.stdout
 
 
+Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+def closed_loop_against(serve: Serve, seconds: float) -> list[Sample]:
+    """The closed loop's samples (2 connections for `seconds`) against a raw TCP server answering with `serve`."""
+
+    async def measure() -> list[Sample]:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        target = Target.from_url(f"http://127.0.0.1:{port}/invocations", b"payload", "application/json")
+        async with server:
+            return await loadtest._closed_loop(target, 2, seconds, 5.0, honour_retry_after=False)
+
+    return asyncio.run(measure())
+
+
 def test_responses_split_anywhere_and_closed_connections_are_read_as_a_server_sends_them() -> None:
     # GIVEN a server that writes each response in 3-byte pieces (the head, then a body) and closes every
     # third connection after answering with `Connection: close`, and a 503 with Retry-After on every fourth
-    import asyncio
-
     answered = 0
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -217,14 +232,7 @@ def test_responses_split_anywhere_and_closed_connections_are_read_as_a_server_se
                 break
         writer.close()
 
-    async def measure() -> list[Sample]:
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        target = Target.from_url(f"http://127.0.0.1:{port}/invocations", b"payload", "application/json")
-        async with server:
-            return await loadtest._closed_loop(target, 2, 0.5, 5.0, honour_retry_after=False)
-
-    samples = asyncio.run(measure())
+    samples = closed_loop_against(serve, seconds=0.5)
     # THEN every answer is read whole: 200s and 503s (with their Retry-After) by status, and each answer
     # that closed its connection counted as a reset, after which the client reconnects and goes on
     statuses = {sample.status for sample in samples}
@@ -235,8 +243,6 @@ def test_responses_split_anywhere_and_closed_connections_are_read_as_a_server_se
 
 
 def test_an_answer_that_is_not_http_is_counted_as_an_error_of_its_own_name() -> None:
-    import asyncio
-
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             await reader.readuntil(b"\r\n\r\n")
@@ -245,13 +251,6 @@ def test_an_answer_that_is_not_http_is_counted_as_an_error_of_its_own_name() -> 
         finally:
             writer.close()
 
-    async def measure() -> list[Sample]:
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        target = Target.from_url(f"http://127.0.0.1:{port}/invocations", b"payload", "application/json")
-        async with server:
-            return await loadtest._closed_loop(target, 2, 0.3, 5.0, honour_retry_after=False)
-
-    samples = asyncio.run(measure())
+    samples = closed_loop_against(serve, seconds=0.3)
     assert len(samples) > 5  # each one dropped its connection, and the next opened a new one
     assert {(sample.status, sample.retry_after) for sample in samples} == {(0, "MalformedResponse")}
