@@ -28,7 +28,7 @@ import warnings
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
@@ -45,8 +45,9 @@ WRITABLE_TYPES = (JSON, CSV, NPY)
 Arrays = dict[str, np.ndarray]
 
 
-@dataclass(frozen=True, slots=True)
-class Encoded:
+class Encoded(NamedTuple):
+    """A response body and its media type (a tuple: built for every answer, it costs a tuple's allocation)."""
+
     body: bytes
     media_type: str
 
@@ -924,6 +925,108 @@ def npy_answer(manifest: Manifest, outputs: Mapping[str, np.ndarray]) -> bytes:
         if not any(name in ("predictions", "probabilities") for name, _ in extra):
             arrays.extend(value for _, value in extra if isinstance(value, np.ndarray) and value.dtype in NPY_DTYPE_SET)
     return encode_npy(arrays)
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerPlan:
+    """How a model without a postprocess hook writes its usual answers, worked out once per loaded model:
+    `json_answer` and `planned_npy_answer` write the bytes of `encode_response(default_response(...))` without
+    building the response dict, naming labels through a dict per row or deriving `.npy` headers per array. It
+    covers models whose outputs are the prediction and, optionally, the probabilities (every classifier and
+    regressor `models push` packages); other outputs take the general path."""
+
+    primary: str
+    probability: str | None
+    output_count: int
+    json_head: bytes  # `{"model":...,"version":...,"predictions":`
+    labels: tuple[str, ...] | None
+    label_by_id: dict[int, bytes] | None  # each label as JSON, by class id
+    npy_dtypes: tuple[np.dtype[Any], ...] | None  # the dtypes `.npy` carries, in order; None: not `.npy`-able
+    # The `.npy` headers of the answer arrays, by their shapes (bounded).
+    npy_headers: dict[tuple[tuple[int, ...], ...], tuple[bytes, ...]]
+
+
+def answer_plan(manifest: Manifest) -> AnswerPlan | None:
+    """The plan for a model whose outputs are its prediction and at most its probabilities; None otherwise."""
+    primary, probability = manifest.primary_output, manifest.probability_output
+    if probability == primary or len(manifest.outputs) != (2 if probability is not None else 1):
+        return None
+    dtypes = {spec.name: np.dtype(spec.dtype) if spec.dtype != "string" else None for spec in manifest.outputs}
+    carried = [dtypes[primary]] + ([dtypes[probability]] if probability is not None else [])
+    npy_dtypes = tuple(carried) if all(d is not None and d in NPY_DTYPE_SET for d in carried) else None
+    head = b'{"model":' + orjson.dumps(manifest.name) + b',"version":' + orjson.dumps(manifest.version)
+    labels = manifest.labels
+    return AnswerPlan(
+        primary,
+        probability,
+        len(manifest.outputs),
+        head + b',"predictions":',
+        labels,
+        {index: orjson.dumps(label) for index, label in enumerate(labels)} if labels is not None else None,
+        npy_dtypes,  # type: ignore[arg-type]  # the None entries were ruled out just above
+        {},
+    )
+
+
+_NUMPY_OPTION = orjson.OPT_SERIALIZE_NUMPY
+
+
+def json_answer(plan: AnswerPlan, outputs: Mapping[str, np.ndarray]) -> bytes | None:
+    """`encode_response(default_response(manifest, outputs), JSON).body`, written piece by piece (orjson writes
+    each array exactly as it would inside the dict); None for outputs the plan does not cover."""
+    if len(outputs) != plan.output_count:
+        return None
+    predictions = outputs[plan.primary]
+    if type(predictions) is not np.ndarray:
+        return None
+    written = orjson.dumps(predictions, option=_NUMPY_OPTION, default=json_default)
+    if plan.probability is not None:
+        probabilities = orjson.dumps(outputs[plan.probability], option=_NUMPY_OPTION, default=json_default)
+        written = b"".join((written, b',"probabilities":', probabilities))
+    label_by_id = plan.label_by_id
+    if label_by_id is None:
+        return b"".join((plan.json_head, written, b"}"))
+    ids = predictions.reshape(-1).tolist() if predictions.ndim != 1 else predictions.tolist()
+    if predictions.dtype.kind in "iub":  # class ids (and booleans, which `_label_names` takes for 0 and 1)
+        try:
+            return b"".join((plan.json_head, written, b',"labels":[', b",".join([label_by_id[i] for i in ids]), b"]}"))
+        except KeyError:  # an id with no label: `_label_names` writes it as text
+            pass
+    assert plan.labels is not None
+    names = orjson.dumps(_label_names(plan.labels, predictions.reshape(-1)))
+    return b"".join((plan.json_head, written, b',"labels":', names, b"}"))
+
+
+def planned_npy_answer(plan: AnswerPlan, outputs: Mapping[str, np.ndarray]) -> bytes | None:
+    """`npy_answer`, with the headers looked up by the arrays' shapes; None for outputs the plan does not cover
+    (another dtype, a non-contiguous array, an output more or less), which `npy_answer` then writes."""
+    dtypes = plan.npy_dtypes
+    if dtypes is None or len(outputs) != plan.output_count:
+        return None
+    predictions = outputs[plan.primary]
+    if type(predictions) is not np.ndarray or predictions.dtype != dtypes[0]:
+        return None
+    if plan.probability is None:
+        arrays: tuple[np.ndarray, ...] = (predictions,)
+        shapes: tuple[tuple[int, ...], ...] = (predictions.shape,)
+    else:
+        probabilities = outputs[plan.probability]
+        if type(probabilities) is not np.ndarray or probabilities.dtype != dtypes[1]:
+            return None
+        arrays, shapes = (predictions, probabilities), (predictions.shape, probabilities.shape)
+    headers = plan.npy_headers.get(shapes)
+    if headers is None:
+        if not all(array.flags.c_contiguous for array in arrays):
+            return None
+        headers = tuple(npy_header(array) for array in arrays)
+        if len(plan.npy_headers) < _NPY_HEADER_MEMO_LIMIT:
+            plan.npy_headers[shapes] = headers
+    try:  # each array goes into the join as it is: its memory, no `tobytes` copy (`encode_npy`)
+        if len(arrays) == 1:
+            return b"".join((headers[0], predictions))  # type: ignore[arg-type]  # numpy's buffer protocol
+        return b"".join((headers[0], predictions, headers[1], arrays[1]))  # type: ignore[arg-type]
+    except BufferError:  # a non-contiguous view whose shape was memoised from a contiguous one
+        return None
 
 
 def npy_arrays(fields: Mapping[str, Any]) -> list[tuple[str, np.ndarray]]:

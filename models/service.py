@@ -65,6 +65,7 @@ class ServedModel:
     def __post_init__(self) -> None:
         self.max_values = codecs.max_values(self.manifest, self.max_batch_rows)
         self.rows_plan = codecs.rows_plan(self.manifest, self.max_batch_rows) if self.hooks.preprocess is None else None
+        self.answer_plan = codecs.answer_plan(self.manifest) if self.hooks.postprocess is None else None
         self.key = self.manifest.key
 
     def decode(self, body: bytes, content_type: str) -> Arrays:
@@ -128,8 +129,18 @@ class ServedModel:
         return {"model": self.manifest.name, "version": self.manifest.version, **fields}
 
     def answer(self, outputs: Arrays, media_type: str) -> codecs.Encoded:
-        """Model outputs -> the response body in `media_type`: `respond` then `codecs.encode_response`, with
-        `.npy` written straight from the outputs when no postprocess hook shapes them."""
+        """Model outputs -> the response body in `media_type`: `respond` then `codecs.encode_response`, written
+        straight from the outputs when no postprocess hook shapes them (`codecs.AnswerPlan`, `npy_answer`)."""
+        plan = self.answer_plan
+        if plan is not None:
+            if media_type == codecs.JSON:
+                body = codecs.json_answer(plan, outputs)
+            elif media_type == codecs.NPY:
+                body = codecs.planned_npy_answer(plan, outputs)
+            else:
+                body = None
+            if body is not None:
+                return codecs.Encoded(body, media_type)
         if media_type == codecs.NPY and self.hooks.postprocess is None:
             return codecs.Encoded(codecs.npy_answer(self.manifest, outputs), codecs.NPY)
         return codecs.encode_response(self.respond(outputs, media_type), media_type)

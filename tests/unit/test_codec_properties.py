@@ -22,8 +22,10 @@ from hypothesis import strategies as st
 
 from models import codecs
 from models.errors import ServingError
+from models.manifest import Manifest, read_manifest
 from models.service import ModelRepository, ServedModel
 from models.settings import ServingSettings
+from tests.conftest import ARTIFACTS
 from tests.memory import peak_rss_growth
 
 # What decoding one generated body (at most a few KiB) may add to the peak resident size. A lying header asks
@@ -316,3 +318,63 @@ def plain_npy_bodies(draw: st.DrawFn) -> bytes:
 def test_the_npy_body_fast_path_takes_only_what_the_general_path_takes(model: ServedModel, body: bytes) -> None:
     assert model.rows_plan is not None
     assert_same_as_general(model, body, codecs.NPY, codecs.fast_npy_body(body, model.rows_plan))
+
+
+# ------------------------------------------------------------------------------------------ the answer fast paths
+# `ServedModel.answer` writes the usual JSON and `.npy` answers through `codecs.AnswerPlan`. Whatever it writes must
+# be byte for byte what the general path (`encode_response(default_response(...))`) writes; what it leaves (None),
+# the general path writes.
+
+DIGITS_MANIFEST = read_manifest(ARTIFACTS / "digits" / "1")
+DIGITS_FIELDS = {field: getattr(DIGITS_MANIFEST, field) for field in DIGITS_MANIFEST.__struct_fields__}
+ANSWER_MANIFESTS = {
+    "labels and probabilities": DIGITS_MANIFEST,
+    "no labels": Manifest(**DIGITS_FIELDS | {"labels": None}),
+    "no probabilities": Manifest(
+        **DIGITS_FIELDS | {"probability_output": None, "outputs": (DIGITS_MANIFEST.outputs[0],)}
+    ),
+}
+
+
+@st.composite
+def answer_outputs(draw: st.DrawFn) -> tuple[Manifest, dict[str, Any]]:
+    manifest = ANSWER_MANIFESTS[draw(st.sampled_from(sorted(ANSWER_MANIFESTS)))]
+    rows = draw(st.integers(0, 4))
+    kind = draw(st.sampled_from(["int64", "int32", "uint8", "bool", "float32", "str", "object", "2-d", "list"]))
+    ids = draw(st.lists(st.integers(-2, 12), min_size=rows, max_size=rows))
+    predictions: Any
+    if kind == "str":
+        predictions = np.array([str(i) for i in ids])
+    elif kind == "object":
+        predictions = np.array([i if i % 2 else float(i) for i in ids] or [], dtype=object)
+    elif kind == "2-d":
+        predictions = np.array(ids, dtype=np.int64).reshape(rows, 1)
+    elif kind == "list":
+        predictions = ids
+    else:
+        predictions = np.abs(np.array(ids)).astype(kind) if kind in ("uint8", "bool") else np.array(ids, dtype=kind)
+    outputs: dict[str, Any] = {"label": predictions}
+    if manifest.probability_output is not None:
+        probability_dtype = draw(st.sampled_from(["float32", "float64", ">f8"]))
+        outputs["probabilities"] = np.ones((rows, 10), dtype=probability_dtype) / draw(st.integers(1, 7))
+    if draw(st.integers(0, 9)) == 0:
+        outputs["extra"] = np.zeros(rows)
+    return manifest, outputs
+
+
+@given(case=answer_outputs())
+def test_the_answer_fast_paths_write_exactly_what_the_general_path_writes(case: tuple[Manifest, Any]) -> None:
+    manifest, outputs = case
+    plan = codecs.answer_plan(manifest)
+    assert plan is not None
+    fast_json = codecs.json_answer(plan, outputs)
+    if fast_json is not None:
+        assert fast_json == codecs.encode_response(codecs.default_response(manifest, outputs), codecs.JSON).body
+    fast_npy = codecs.planned_npy_answer(plan, outputs)
+    if fast_npy is not None:
+        assert fast_npy == codecs.npy_answer(manifest, outputs)
+    ordinary = type(outputs["label"]) is np.ndarray and outputs["label"].dtype == np.int64 and "extra" not in outputs
+    if ordinary and all(0 <= i < 10 for i in outputs["label"].reshape(-1).tolist()):
+        assert fast_json is not None  # the usual answer does take the fast path
+        if outputs["label"].ndim == 1 and outputs.get("probabilities", np.ones(1, np.float32)).dtype == np.float32:
+            assert fast_npy is not None
