@@ -75,6 +75,8 @@ class ServingApp:
         # The batcher each target (None: the default model) last resolved to, so a full worker can refuse a
         # request before resolving its model or reading its body (`_refuse`); emptied when a model is evicted.
         self._target_batchers: dict[str | None, MicroBatcher] = {}
+        # With a fixed repository, the model and batcher each target resolved to (`_resolve`).
+        self._routes: dict[str | None, tuple[ServedModel, MicroBatcher]] = {}
         self._refusals: dict[int, tuple[tuple[bytes, bytes], bytes]] = {}
         self._reject_pause = RejectPause(self.settings.reject_pause_ms / 1000)
         self._fastapi: FastAPI | None = None
@@ -183,6 +185,7 @@ class ServingApp:
         """An evicted model's batcher goes too; requests already holding it finish on it."""
         self._batchers.pop(key, None)
         self._target_batchers.clear()
+        self._routes.clear()
 
     def batcher(self, model: ServedModel) -> MicroBatcher:
         key = model.key
@@ -226,21 +229,23 @@ class ServingApp:
         before the body is read, that answer first drains the body (a bounded amount), so that a caller
         still sending it sees the answer (handlers/body.py)."""
         target = name if name is not None else headers.get(TARGET_MODEL)
-        known = self._target_batchers.get(target)
-        if known is not None and known.full():
-            await self._refuse(known, headers, source, respond)
-            return
+        route = self._routes.get(target)
+        if route is not None:  # a model of a fixed repository, served before: no lookup
+            model, batcher = route
+            if batcher.full():
+                await self._refuse(batcher, headers, source, respond)
+                return
+        else:
+            known = self._target_batchers.get(target)
+            if known is not None and known.full():
+                await self._refuse(known, headers, source, respond)
+                return
         extra = _custom_attributes(headers) if CUSTOM_ATTRIBUTES in headers else None
         try:
             try:
-                model = self.repository.lookup(target)
-                if model is None:  # a multi-model cache miss: load (once, however many requests wait for it)
-                    assert isinstance(self.repository, ModelCache | MultiModelStore)
-                    model = await asyncio.wrap_future(self.repository.load(target))
-                batcher = self.batcher(model)
-                if known is None and len(self._target_batchers) < _MEMO_LIMIT:
-                    self._target_batchers[target] = batcher
-                batcher.check_admission()
+                if route is None:
+                    model, batcher = await self._resolve(target)
+                    batcher.check_admission()
                 accept = headers.get("accept")
                 media_type = _ACCEPTED.get(accept) or _memo(_ACCEPTED, accept, codecs.negotiate)
             except ServingError:
@@ -286,6 +291,22 @@ class ServingApp:
             await respond(500, error_body(internal), b"application/json", extra)
             return
         await respond(200, encoded.body, _MEDIA_TYPE_BYTES[encoded.media_type], extra)
+
+    async def _resolve(self, target: str | None) -> tuple[ServedModel, MicroBatcher]:
+        """The model a target names and its batcher, remembered for the next request: as a route when the
+        repository's models never change (a `ModelRepository` once loaded), else as the batcher alone, which
+        lets a full worker refuse before the lookup (a cache's lookup also keeps its LRU order)."""
+        model = self.repository.lookup(target)
+        if model is None:  # a multi-model cache miss: load (once, however many requests wait for it)
+            assert isinstance(self.repository, ModelCache | MultiModelStore)
+            model = await asyncio.wrap_future(self.repository.load(target))
+        batcher = self.batcher(model)
+        if isinstance(self.repository, ModelRepository):
+            if len(self._routes) < _MEMO_LIMIT:
+                self._routes[target] = (model, batcher)
+        elif target not in self._target_batchers and len(self._target_batchers) < _MEMO_LIMIT:
+            self._target_batchers[target] = batcher
+        return model, batcher
 
     async def _refuse(
         self, batcher: MicroBatcher, headers: RequestHeaders, source: BodySource, respond: Respond

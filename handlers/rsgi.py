@@ -61,8 +61,8 @@ class RSGIApp:
         if scope.method == "POST":
             target = self.app.prediction_route(scope.path)
             if target is not False:
-                body = _Body(protocol, "content-length" in headers)
-                await self.app.answer_prediction(headers, body, _Respond(protocol), target)
+                exchange = _Exchange(protocol, "content-length" in headers)
+                await self.app.answer_prediction(headers, exchange, exchange, target)
                 return
         await self.app(asgi_scope(scope), _Receive(protocol, "content-length" in headers), _Send(protocol))
 
@@ -120,10 +120,14 @@ class _Receive:
         return {"type": "http.request", "body": chunk, "more_body": True}
 
 
-class _Body:
-    """`BodySource` (handlers/body.py) over RSGI. A body of declared length within the limit is one
-    `await protocol()`, under the same read deadline as ASGI's; everything else (no length, a length over the
-    limit, a drain) goes through `read_body` / `drain_body` over `_Receive`, so the rules are ASGI's."""
+class _Exchange:
+    """A prediction request's body and answer over RSGI: one object per request, both the `BodySource`
+    (handlers/body.py) and the `Respond` (handlers/app.py) of `answer_prediction`.
+
+    A body of declared length within the limit is one `await protocol()`, under the same read deadline as
+    ASGI's; everything else (no length, a length over the limit, a drain) goes through `read_body` /
+    `drain_body` over `_Receive`, so the rules are ASGI's. The answer is one call; granian adds
+    Content-Length."""
 
     __slots__ = ("_declared", "_protocol")
 
@@ -156,6 +160,16 @@ class _Body:
     def drain(self, max_bytes: int, deadlines: ReadDeadlines) -> Awaitable[None]:
         return drain_body(_Receive(self._protocol, self._declared), max_bytes, deadlines)
 
+    async def __call__(
+        self, status: int, body: bytes, content_type: bytes, extra: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
+        if extra:
+            headers = [("content-type", _text(content_type))]
+            headers.extend((_text(name), _text(value)) for name, value in extra)
+        else:  # the usual answer: one header list per content type, built once (granian only reads it)
+            headers = _PLAIN_HEADERS.get(content_type) or _plain_headers(content_type)
+        self._protocol.response_bytes(status, headers, body)
+
 
 class _Send:
     """ASGI `send` over an RSGI protocol: a one-message body goes out in one `response_bytes`, a body in
@@ -185,25 +199,6 @@ class _Send:
                 self._stream = self._protocol.response_stream(self._status, self._headers)
             if body:
                 await self._stream.send_bytes(body)
-
-
-class _Respond:
-    """`Respond` (handlers/app.py) over RSGI: the whole answer in one call; granian adds Content-Length."""
-
-    __slots__ = ("_protocol",)
-
-    def __init__(self, protocol: HTTPProtocol) -> None:
-        self._protocol = protocol
-
-    async def __call__(
-        self, status: int, body: bytes, content_type: bytes, extra: list[tuple[bytes, bytes]] | None = None
-    ) -> None:
-        if extra:
-            headers = [("content-type", _text(content_type))]
-            headers.extend((_text(name), _text(value)) for name, value in extra)
-        else:  # the usual answer: one header list per content type, built once (granian only reads it)
-            headers = _PLAIN_HEADERS.get(content_type) or _plain_headers(content_type)
-        self._protocol.response_bytes(status, headers, body)
 
 
 def _text(value: bytes) -> str:

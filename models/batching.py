@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from models.errors import DeadlineExceeded, Overloaded
-from models.grouping import Signature, signature, split, stack
+from models.grouping import signature, split, stack
 
 Arrays = dict[str, np.ndarray]
 Predict = Callable[[Mapping[str, np.ndarray]], Arrays]
@@ -53,10 +53,6 @@ class _Pending:
     deadline: float
     enqueued: float = field(default_factory=time.monotonic)
 
-    def signature(self) -> Signature:
-        """Only requests whose rows have the same shape and dtype can share one concatenated batch."""
-        return signature(self.arrays)
-
 
 @dataclass
 class BatchStats:
@@ -85,6 +81,9 @@ class MicroBatcher:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="inference") if self.config.use_thread else None
         self._service_time_sec = 0.001  # running estimate of one batch's time, for Retry-After
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop `submit` runs on (`running_loop`)
+        # The limits every request checks, as attributes of their own: one lookup each, not two.
+        self._max_requests = self.config.max_queue_requests
+        self._max_rows = self.config.max_queue_rows
 
     @property
     def queued_rows(self) -> int:
@@ -107,7 +106,7 @@ class MicroBatcher:
 
     def full(self) -> bool:
         """Whether every request slot (or the queue's rows) is taken: a new request would be refused."""
-        return self._in_flight >= self.config.max_queue_requests or self._queued_rows >= self.config.max_queue_rows
+        return self._in_flight >= self._max_requests or self._queued_rows >= self._max_rows
 
     def refuse(self) -> int:
         """Count a refusal the caller answers itself (a precomputed 429) and say when to retry, in seconds."""
@@ -117,7 +116,7 @@ class MicroBatcher:
     def check_admission(self) -> None:
         """Refuse at once with `Overloaded` when every slot is taken, taking nothing: a full worker answers
         429 before reading a body it could not serve."""
-        if self.full():
+        if self._in_flight >= self._max_requests or self._queued_rows >= self._max_rows:  # `full()`, inlined
             self.stats.rejected += 1
             raise self._overloaded()
 
@@ -127,7 +126,9 @@ class MicroBatcher:
         count, so requests that arrive together cannot all pass the check before any of them counts; and it
         is taken after the body has arrived, so a client stalling mid-body holds no slot. Pair with
         `release()` in a `finally`."""
-        self.check_admission()
+        if self._in_flight >= self._max_requests or self._queued_rows >= self._max_rows:  # `check_admission()`
+            self.stats.rejected += 1
+            raise self._overloaded()
         self._in_flight += 1
 
     def release(self) -> None:
@@ -146,10 +147,12 @@ class MicroBatcher:
     def submit(self, arrays: Mapping[str, np.ndarray], rows: int, timeout_sec: float) -> Awaitable[Arrays]:
         """Queue one request's rows; awaiting the result gives its slice of the batch outputs. A plain function,
         not a coroutine: on CPU the awaitable is the request's future itself, one frame less per request."""
-        if self._queued_rows + rows > self.config.max_queue_rows and self._queued_rows > 0:
+        if self._queued_rows + rows > self._max_rows and self._queued_rows > 0:
             self.stats.rejected += 1
             raise self._overloaded()
-        loop = self._loop = running_loop(self._loop)
+        loop = self._loop
+        if loop is None or not loop.is_running():  # `running_loop`, inlined: this runs once per request
+            loop = self._loop = asyncio.get_running_loop()
         now = time.monotonic()
         pending = _Pending(arrays, rows, loop.create_future(), now + timeout_sec, now)
         self._queue.append(pending)
@@ -169,20 +172,23 @@ class MicroBatcher:
             pending.future, loop.call_at(loop.time() + timeout_sec, _expire, pending.future, timeout_sec)
         )
 
-    def _take_batch(self) -> list[_Pending]:
+    def _take_batch(self) -> tuple[list[_Pending], int]:
+        """The next batch and its row count: queued requests in order while they fit and share a signature."""
         batch: list[_Pending] = []
         rows = 0
         now = time.monotonic()
         batch_signature = None
-        while self._queue:
-            head = self._queue[0]
+        queue, max_rows = self._queue, self.config.max_batch_size
+        while queue:
+            head = queue[0]
             if batch:
-                if rows + head.rows > self.config.max_batch_size:
+                if rows + head.rows > max_rows:
                     break
-                batch_signature = batch_signature or batch[0].signature()
-                if head.signature() != batch_signature:
+                if batch_signature is None:
+                    batch_signature = signature(batch[0].arrays)
+                if signature(head.arrays) != batch_signature:
                     break
-            self._queue.popleft()
+            queue.popleft()
             self._queued_rows -= head.rows
             if head.future.done():  # its caller timed out or went away: drop the work
                 continue
@@ -192,7 +198,7 @@ class MicroBatcher:
                 continue
             batch.append(head)
             rows += head.rows
-        return batch
+        return batch, rows
 
     def _gather_delay_sec(self, after_batch: bool) -> float:
         """With `max_delay_ms`, how much longer a short queue may wait to fill (bounded by the oldest item).
@@ -213,11 +219,11 @@ class MicroBatcher:
         if delay > 0:
             loop.call_later(min(delay, 0.0005), self._drain_inline, loop, True)
             return
-        batch = self._take_batch()
+        batch, rows = self._take_batch()
         if batch:
             started = time.perf_counter()
             outcome = _run_batch(self.predict, batch)
-            self._record(batch, outcome, time.perf_counter() - started)
+            self._record(batch, rows, outcome, time.perf_counter() - started)
         if self._queue:
             loop.call_soon(self._drain_inline, loop, True)
         else:
@@ -232,19 +238,21 @@ class MicroBatcher:
                 if (delay := self._gather_delay_sec(after_batch)) > 0:
                     await asyncio.sleep(min(delay, 0.0005))
                     continue
-                batch = self._take_batch()
+                batch, rows = self._take_batch()
                 after_batch = True
                 if batch:
                     started = time.perf_counter()
                     outcome = await loop.run_in_executor(self._executor, _run_batch, self.predict, batch)
-                    self._record(batch, outcome, time.perf_counter() - started)
+                    self._record(batch, rows, outcome, time.perf_counter() - started)
         finally:
             self._draining = False
 
-    def _record(self, batch: list[_Pending], outcome: list[Arrays] | BaseException, elapsed_sec: float) -> None:
+    def _record(
+        self, batch: list[_Pending], rows: int, outcome: list[Arrays] | BaseException, elapsed_sec: float
+    ) -> None:
         self._service_time_sec = 0.8 * self._service_time_sec + 0.2 * elapsed_sec
         self.stats.batches += 1
-        self.stats.rows += sum(item.rows for item in batch)
+        self.stats.rows += rows
         _deliver(batch, outcome)
 
     def close(self) -> None:
@@ -293,10 +301,11 @@ def _run_batch(predict: Predict, batch: list[_Pending]) -> list[Arrays] | BaseEx
 
 
 def _deliver(batch: list[_Pending], outcome: list[Arrays] | BaseException) -> None:
-    for index, item in enumerate(batch):
-        if item.future.done():
-            continue
-        if isinstance(outcome, BaseException):
-            item.future.set_exception(outcome)
-        else:
-            item.future.set_result(outcome[index])
+    if isinstance(outcome, BaseException):
+        for item in batch:
+            if not item.future.done():
+                item.future.set_exception(outcome)
+        return
+    for item, outputs in zip(batch, outcome, strict=True):
+        if not item.future.done():
+            item.future.set_result(outputs)

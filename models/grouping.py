@@ -36,6 +36,13 @@ def split(outputs: Mapping[str, np.ndarray], row_counts: Sequence[int]) -> list[
     """Outputs of a stacked batch, cut back into one slice per input (views, no copies)."""
     pieces: list[Arrays] = []
     start = 0
+    if len(outputs) == 2:  # a classifier's label and probabilities: a dict display, not a comprehension per input
+        (first, first_value), (second, second_value) = outputs.items()
+        for rows in row_counts:
+            stop = start + rows
+            pieces.append({first: first_value[start:stop], second: second_value[start:stop]})
+            start = stop
+        return pieces
     for rows in row_counts:
         stop = start + rows
         pieces.append({name: value[start:stop] for name, value in outputs.items()})
