@@ -10,6 +10,7 @@ FastAPI app built on first use, which also documents the hot routes. Errors are 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import math
 import threading
@@ -67,10 +68,13 @@ class ServingApp:
     """The ASGI callable. With `load_in_background`, models load after start-up so `/ping` answers 503
     while they load (the container contract); otherwise the caller has loaded them (Lambda init)."""
 
-    def __init__(self, repository: Repository, *, load_in_background: bool = False) -> None:
+    def __init__(
+        self, repository: Repository, *, load_in_background: bool = False, freeze_after_load: bool = False
+    ) -> None:
         self.repository = repository
         self.settings = repository.settings
         self.load_in_background = load_in_background
+        self.freeze_after_load = freeze_after_load  # a serving worker's own process (`_load_quietly`)
         self._batchers: dict[str, MicroBatcher] = {}
         # The batcher each target (None: the default model) last resolved to, so a full worker can refuse a
         # request before resolving its model or reading its body (`_refuse`); emptied when a model is evicted.
@@ -168,6 +172,11 @@ class ServingApp:
             self.repository.load_all()
         except ServingError:
             return  # the state and the error stay on the repository: /ping reports them, the log has them
+        # What start-up built (modules, sessions, manifests) lives as long as the worker: moved out of the
+        # collector's reach, a full collection no longer walks it (see `handlers.realtime.tune_collector`).
+        if self.freeze_after_load:
+            gc.collect()
+            gc.freeze()
 
     # ------------------------------------------------------------------------------------------ routes
     def ping(self) -> tuple[int, bytes]:
@@ -419,8 +428,10 @@ def _memo(memo: dict[str | None, str], raw: str | None, parse: Callable[[str | N
     return found
 
 
-def create_app(repository: Repository, *, load_in_background: bool = False) -> ServingApp:
-    return ServingApp(repository, load_in_background=load_in_background)
+def create_app(
+    repository: Repository, *, load_in_background: bool = False, freeze_after_load: bool = False
+) -> ServingApp:
+    return ServingApp(repository, load_in_background=load_in_background, freeze_after_load=freeze_after_load)
 
 
 def build_repository(settings: ServingSettings) -> Repository:
