@@ -85,7 +85,14 @@ class Payload:
     rows: int
 
 
+# After each wrk run, before the next phase: wrk closes its connections with requests still queued in the worker,
+# which finishes them (nobody reads the answers). Those count against the worker's 64 request slots, so a phase
+# started at once met a full worker: a few 429s after a 1 s pause, which made the next phase's p99 about 1 s.
+SETTLE_SEC = 0.3
+
+
 def wrk(url: str, connections: int, seconds: float, payload: Payload, script: Path) -> LoadResult:
+    """One wrk run of `seconds` on the load core, then `SETTLE_SEC` for the worker to finish what it left."""
     out = subprocess.run(
         [
             "taskset",
@@ -105,6 +112,7 @@ def wrk(url: str, connections: int, seconds: float, payload: Payload, script: Pa
         check=True,
         env={**os.environ, "BODY_FILE": str(payload.body_file), "CONTENT_TYPE": payload.content_type},
     ).stdout
+    time.sleep(SETTLE_SEC)
 
     def latency_ms(label: str) -> float:
         match = re.search(rf"^\s+{label}%\s+([\d.]+)(us|ms|s)\s*$", out, re.MULTILINE)
