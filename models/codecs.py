@@ -932,8 +932,8 @@ class AnswerPlan:
     """How a model without a postprocess hook writes its usual answers, worked out once per loaded model:
     `json_answer` and `planned_npy_answer` write the bytes of `encode_response(default_response(...))` without
     building the response dict, naming labels through a dict per row or deriving `.npy` headers per array. It
-    covers models whose outputs are the prediction and, optionally, the probabilities (every classifier and
-    regressor `models push` packages); other outputs take the general path."""
+    covers models whose outputs are the prediction and, optionally, the probabilities (a classifier's label and
+    probabilities, a regressor's one output); a model with other outputs takes the general path."""
 
     primary: str
     probability: str | None
