@@ -1025,7 +1025,7 @@ def planned_npy_answer(plan: AnswerPlan, outputs: Mapping[str, np.ndarray]) -> b
         if len(arrays) == 1:
             return b"".join((headers[0], predictions))  # type: ignore[arg-type]  # numpy's buffer protocol
         return b"".join((headers[0], predictions, headers[1], arrays[1]))  # type: ignore[arg-type]
-    except BufferError:  # a non-contiguous view whose shape was memoised from a contiguous one
+    except TypeError:  # a non-contiguous view whose shapes were remembered from contiguous arrays
         return None
 
 

@@ -378,3 +378,21 @@ def test_the_answer_fast_paths_write_exactly_what_the_general_path_writes(case: 
         assert fast_json is not None  # the usual answer does take the fast path
         if outputs["label"].ndim == 1 and outputs.get("probabilities", np.ones(1, np.float32)).dtype == np.float32:
             assert fast_npy is not None
+
+
+def test_a_non_contiguous_output_with_a_remembered_shape_takes_the_general_npy_path() -> None:
+    # GIVEN a plan that has written an .npy answer of these shapes from contiguous outputs
+    plan = codecs.answer_plan(DIGITS_MANIFEST)
+    assert plan is not None
+    labels = np.array([1, 2], dtype=np.int64)
+    assert codecs.planned_npy_answer(plan, {"label": labels, "probabilities": np.ones((2, 10), np.float32)})
+    # WHEN the same shapes come as a strided view
+    strided: dict[str, np.ndarray] = {
+        "label": labels,
+        "probabilities": np.arange(40, dtype=np.float32).reshape(2, 20)[:, ::2],
+    }
+    # THEN the fast path declines, and the general path writes the values in order
+    assert codecs.planned_npy_answer(plan, strided) is None
+    body = io.BytesIO(codecs.npy_answer(DIGITS_MANIFEST, strided))
+    np.testing.assert_array_equal(np.load(body), labels)
+    np.testing.assert_array_equal(np.load(body), strided["probabilities"])
