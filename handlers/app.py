@@ -238,23 +238,19 @@ class ServingApp:
         before the body is read, that answer first drains the body (a bounded amount), so that a caller
         still sending it sees the answer (handlers/body.py)."""
         target = name if name is not None else headers.get(TARGET_MODEL)
-        route = self._routes.get(target)
-        if route is not None:  # a model of a fixed repository, served before: no lookup
-            model, batcher = route
-            if batcher.full():
-                await self._refuse(batcher, headers, source, respond)
-                return
-        else:
-            known = self._target_batchers.get(target)
-            if known is not None and known.full():
-                await self._refuse(known, headers, source, respond)
-                return
+        route = self._routes.get(target)  # a model of a fixed repository, served before: no lookup
+        known = route[1] if route is not None else self._target_batchers.get(target)
+        if known is not None and known.full():
+            await self._refuse(known, headers, source, respond)
+            return
         extra = _custom_attributes(headers) if CUSTOM_ATTRIBUTES in headers else None
         try:
             try:
                 if route is None:
                     model, batcher = await self._resolve(target)
                     batcher.check_admission()
+                else:  # `known` was not full just above, with no await since
+                    model, batcher = route
                 accept = headers.get("accept")
                 media_type = _ACCEPTED.get(accept) or _memo(_ACCEPTED, accept, codecs.negotiate)
             except ServingError:

@@ -81,7 +81,7 @@ class MicroBatcher:
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="inference") if self.config.use_thread else None
         self._service_time_sec = 0.001  # running estimate of one batch's time, for Retry-After
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop `submit` runs on (`running_loop`)
-        # The limits every request checks, as attributes of their own: one lookup each, not two.
+        # The limits `full()` checks for every request, as attributes of their own: one lookup each, not two.
         self._max_requests = self.config.max_queue_requests
         self._max_rows = self.config.max_queue_rows
 
@@ -116,7 +116,7 @@ class MicroBatcher:
     def check_admission(self) -> None:
         """Refuse at once with `Overloaded` when every slot is taken, taking nothing: a full worker answers
         429 before reading a body it could not serve."""
-        if self._in_flight >= self._max_requests or self._queued_rows >= self._max_rows:  # `full()`, inlined
+        if self.full():
             self.stats.rejected += 1
             raise self._overloaded()
 
@@ -126,9 +126,7 @@ class MicroBatcher:
         count, so requests that arrive together cannot all pass the check before any of them counts; and it
         is taken after the body has arrived, so a client stalling mid-body holds no slot. Pair with
         `release()` in a `finally`."""
-        if self._in_flight >= self._max_requests or self._queued_rows >= self._max_rows:  # `check_admission()`
-            self.stats.rejected += 1
-            raise self._overloaded()
+        self.check_admission()
         self._in_flight += 1
 
     def release(self) -> None:
@@ -150,9 +148,7 @@ class MicroBatcher:
         if self._queued_rows + rows > self._max_rows and self._queued_rows > 0:
             self.stats.rejected += 1
             raise self._overloaded()
-        loop = self._loop
-        if loop is None or not loop.is_running():  # `running_loop`, inlined: this runs once per request
-            loop = self._loop = asyncio.get_running_loop()
+        loop = self._loop = running_loop(self._loop)
         now = time.monotonic()
         pending = _Pending(arrays, rows, loop.create_future(), now + timeout_sec, now)
         self._queue.append(pending)

@@ -951,9 +951,9 @@ def answer_plan(manifest: Manifest) -> AnswerPlan | None:
     primary, probability = manifest.primary_output, manifest.probability_output
     if probability == primary or len(manifest.outputs) != (2 if probability is not None else 1):
         return None
-    dtypes = {spec.name: np.dtype(spec.dtype) if spec.dtype != "string" else None for spec in manifest.outputs}
-    carried = [dtypes[primary]] + ([dtypes[probability]] if probability is not None else [])
-    npy_dtypes = tuple(carried) if all(d is not None and d in NPY_DTYPE_SET for d in carried) else None
+    dtypes = {spec.name: spec.numpy_dtype for spec in manifest.outputs}
+    carried = tuple(dtypes[name] for name in (primary, probability) if name is not None)
+    npy_dtypes = carried if all(dtype in NPY_DTYPE_SET for dtype in carried) else None
     head = b'{"model":' + orjson.dumps(manifest.name) + b',"version":' + orjson.dumps(manifest.version)
     labels = manifest.labels
     return AnswerPlan(
@@ -963,7 +963,7 @@ def answer_plan(manifest: Manifest) -> AnswerPlan | None:
         head + b',"predictions":',
         labels,
         {index: orjson.dumps(label) for index, label in enumerate(labels)} if labels is not None else None,
-        npy_dtypes,  # type: ignore[arg-type]  # the None entries were ruled out just above
+        npy_dtypes,
         {},
     )
 
@@ -986,8 +986,8 @@ def json_answer(plan: AnswerPlan, outputs: Mapping[str, np.ndarray]) -> bytes | 
     label_by_id = plan.label_by_id
     if label_by_id is None:
         return b"".join((plan.json_head, written, b"}"))
-    ids = predictions.reshape(-1).tolist() if predictions.ndim != 1 else predictions.tolist()
     if predictions.dtype.kind in "iub":  # class ids (and booleans, which `_label_names` takes for 0 and 1)
+        ids = predictions.reshape(-1).tolist() if predictions.ndim != 1 else predictions.tolist()
         try:
             return b"".join((plan.json_head, written, b',"labels":[', b",".join([label_by_id[i] for i in ids]), b"]}"))
         except KeyError:  # an id with no label: `_label_names` writes it as text
@@ -1015,9 +1015,7 @@ def planned_npy_answer(plan: AnswerPlan, outputs: Mapping[str, np.ndarray]) -> b
             return None
         arrays, shapes = (predictions, probabilities), (predictions.shape, probabilities.shape)
     headers = plan.npy_headers.get(shapes)
-    if headers is None:
-        if not all(array.flags.c_contiguous for array in arrays):
-            return None
+    if headers is None:  # a header depends on dtype and shape only, so strided arrays may fill the memo too
         headers = tuple(npy_header(array) for array in arrays)
         if len(plan.npy_headers) < _NPY_HEADER_MEMO_LIMIT:
             plan.npy_headers[shapes] = headers
@@ -1025,7 +1023,7 @@ def planned_npy_answer(plan: AnswerPlan, outputs: Mapping[str, np.ndarray]) -> b
         if len(arrays) == 1:
             return b"".join((headers[0], predictions))  # type: ignore[arg-type]  # numpy's buffer protocol
         return b"".join((headers[0], predictions, headers[1], arrays[1]))  # type: ignore[arg-type]
-    except TypeError:  # a non-contiguous view whose shapes were remembered from contiguous arrays
+    except TypeError:  # a non-contiguous view is no bytes-like object: `npy_answer` copies it
         return None
 
 
