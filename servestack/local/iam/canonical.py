@@ -305,11 +305,42 @@ def canonical_request(request: HttpRequest, service: str, endpoint: Endpoint, re
     params = form_params(request)
     if not params:
         return _with(request, endpoint)
+    if service == "sns":
+        _one_sns_target(params)
     canonical = _with(request, endpoint, raw_path="/", raw_query="", body=urllib.parse.urlencode(params).encode())
     return replace(canonical, headers={**canonical.headers, "content-type": FORM})
 
 
-def canonical_front_request(request: HttpRequest) -> None:
+def _one_sns_target(params: dict[str, str]) -> None:
+    """SNS Publish names one destination: moto reads `PhoneNumber`, then `TargetArn`, then `TopicArn`."""
+    given = [name for name in ("TopicArn", "TargetArn", "PhoneNumber") if params.get(name)]
+    if params.get("Action") in ("Publish", "PublishBatch") and len(given) > 1:
+        raise Malformed(
+            f"Invalid parameter: only one of TopicArn, TargetArn and PhoneNumber may be given (got {', '.join(given)})",
+            query_code="InvalidParameter",
+            json_type="InvalidParameterException",
+        )
+
+
+LAMBDA_FUNCTION_PATH = re.compile(r"^/\d{4}-\d{2}-\d{2}/functions/(?P<name>[^/]+)/")
+
+
+def canonical_front_request(request: HttpRequest, service: str, region: str, account: str) -> None:
     """servestack's own REST fronts (SageMaker Runtime, Lambda Invoke) read their query string once: a
-    parameter repeated there is refused rather than read as its first or last value."""
+    parameter repeated there is refused rather than read as its first or last value. A Lambda function named
+    by an ARN (or `account:function:name`) of another region or account does not exist locally: the front
+    serves the templates' functions by name, so it would run the local one under a foreign ARN's grant."""
     _unique_pairs(query_pairs(request.raw_query), "in the query string")
+    matched = LAMBDA_FUNCTION_PATH.match(request.raw_path) if service == "lambda" else None
+    if matched is None:
+        return
+    raw = urllib.parse.unquote(matched.group("name"))
+    parts = raw.split(":")
+    if parts[0] == "arn" and len(parts) in (7, 8):
+        foreign = parts[3] != region or parts[4] != account
+    elif len(parts) in (3, 4) and parts[1] == "function":
+        foreign = parts[0] != account
+    else:
+        foreign = False
+    if foreign:
+        raise Malformed(f"Function not found: {raw}", json_type="ResourceNotFoundException", status=404)

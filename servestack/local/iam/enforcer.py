@@ -313,7 +313,7 @@ class IamEnforcer:
             if endpoint is not None:
                 request = canonical_request(request, service, endpoint, region, where.account)
             else:
-                canonical_front_request(request)
+                canonical_front_request(request, service, region, where.account)
         except Malformed as error:
             return self._refuse_malformed(request, service, caller.arn, error)
         operation = describe(request, service, where, api=api)
