@@ -15,10 +15,11 @@ run another. So every request to the emulator is first put in a canonical form (
 - JSON protocol (`X-Amz-Target`): the body alone (no query string; a JSON object without repeated keys),
   posted to `/`;
 - SQS: one queue, named by a `QueueUrl` of the form `{scheme}://{host}/{account}/{name}` (no query, no
-  fragment) or by the path the query protocol may post to, not by both unless they agree; `QueueName` only
-  where the operation takes it (CreateQueue, GetQueueUrl), or naming the same queue. The forwarded
-  `QueueUrl` is rebuilt from the queue's account and name. A queue of another account does not exist
-  locally (one account), nor one whose URL's AWS host names another region.
+  fragment; or a bare queue name, the caller's queue of that name) or by the path the query protocol may
+  post to, not by both unless they agree; `QueueName` only where the operation takes it (CreateQueue,
+  GetQueueUrl), or naming the same queue. The forwarded `QueueUrl` is rebuilt from the queue's account and
+  name. A queue of another account does not exist locally (one account), nor one whose URL's AWS host
+  names another region.
 
 The enforcer then describes (servestack/local/iam/operations.py) and authorizes the canonical request and,
 when it is allowed, hands exactly that request to moto. Refusals carry AWS's codes: S3 `InvalidArgument`
@@ -244,7 +245,8 @@ def resolve_queue(operation: str | None, params: dict[str, Any], path: str, regi
     if url is not None:
         if not isinstance(url, str):
             raise _invalid_address(str(url))
-        named.append(queue_from_url(url, region))
+        # A bare queue name is taken as the caller's own queue of that name (moto, after AWS, accepts it).
+        named.append(Queue(account, url) if QUEUE_NAME.match(url) else queue_from_url(url, region))
     on_path = queue_from_path(path)
     if on_path is not None:
         named.append(on_path)
@@ -281,9 +283,7 @@ def canonical_sqs(request: HttpRequest, endpoint: Endpoint, region: str, account
     if kind == "json":
         body = json.dumps(params).encode()
         return _with(request, endpoint, raw_path="/", raw_query="", body=body)
-    headers_form = {"content-type": FORM}
-    canonical = _with(request, endpoint, raw_path="/", raw_query="", body=urllib.parse.urlencode(params).encode())
-    return replace(canonical, headers={**canonical.headers, **headers_form})
+    return _as_form(request, endpoint, params)
 
 
 # ------------------------------------------------------------------------------------------ dispatch
@@ -307,7 +307,13 @@ def canonical_request(request: HttpRequest, service: str, endpoint: Endpoint, re
         return _with(request, endpoint)
     if service == "sns":
         _one_sns_target(params)
-    canonical = _with(request, endpoint, raw_path="/", raw_query="", body=urllib.parse.urlencode(params).encode())
+    return _as_form(request, endpoint, params)
+
+
+def _as_form(request: HttpRequest, endpoint: Endpoint, params: dict[str, Any]) -> HttpRequest:
+    """A query-protocol call as one form body POSTed to `/` (the protocol takes GET or POST alike)."""
+    body = urllib.parse.urlencode(params).encode()
+    canonical = _with(request, endpoint, method="POST", raw_path="/", raw_query="", body=body)
     return replace(canonical, headers={**canonical.headers, "content-type": FORM})
 
 
@@ -326,10 +332,16 @@ LAMBDA_FUNCTION_PATH = re.compile(r"^/\d{4}-\d{2}-\d{2}/functions/(?P<name>[^/]+
 
 
 def canonical_front_request(request: HttpRequest, service: str, region: str, account: str) -> None:
-    """servestack's own REST fronts (SageMaker Runtime, Lambda Invoke) read their query string once: a
-    parameter repeated there is refused rather than read as its first or last value. A Lambda function named
+    """servestack's own AWS fronts (SageMaker Runtime, Lambda Invoke) read their query string once: a
+    parameter repeated there is refused rather than read as its first or last value; a SageMaker control-plane
+    call is one JSON body. A Lambda function named
     by an ARN (or `account:function:name`) of another region or account does not exist locally: the front
     serves the templates' functions by name, so it would run the local one under a foreign ARN's grant."""
+    if service not in ("lambda", "sagemaker"):
+        return  # an HTTP API passes repeated query parameters on to its integration, as API Gateway does
+    if request.header("x-amz-target") is not None:
+        json_params(request)  # SageMaker's control plane: the body alone, each key once
+        return
     _unique_pairs(query_pairs(request.raw_query), "in the query string")
     matched = LAMBDA_FUNCTION_PATH.match(request.raw_path) if service == "lambda" else None
     if matched is None:

@@ -2,9 +2,10 @@
 fronts (SageMaker Runtime, Lambda Invoke, the HTTP API), `.authorize(...)` for calls local up makes on a
 role's behalf without HTTP (the scheduler invoking a function, the SQS poller acting as the function role).
 
-Every request: authenticate (servestack/local/iam/sigv4.py), describe (operations.py), evaluate each check
-against the caller's identity policies and the resource's policy (policy.py), then pass the request on or
-answer the refusal in the service's protocol (replies.py). Each decision is one log line; denials are also
+Every request: authenticate (servestack/local/iam/sigv4.py), put in its canonical form (canonical.py),
+describe that form (operations.py), evaluate each check against the caller's identity policies and the
+resource's policy (policy.py), then pass the canonical form on to moto or answer the refusal in the
+service's protocol (replies.py). Each decision is one log line; denials are also
 kept in `.denials` for local up's summary.
 
 Request context every evaluation gets, besides the operation's own keys:
