@@ -12,6 +12,7 @@ import boto3
 import pytest
 from botocore.config import Config
 
+from servestack.local.iam.canonical import Endpoint, Malformed, canonical_request
 from servestack.local.iam.operations import Check, ExecuteApi, Operation, Where, describe
 from servestack.local.iam.sigv4 import parse_signature
 from servestack.local.iam.wire import HttpRequest
@@ -539,9 +540,19 @@ def test_an_http_api_route_is_invoked_on_its_execute_api_arn() -> None:
     ]
 
 
-def test_virtual_hosted_s3_names_the_bucket_in_the_host() -> None:
-    request = HttpRequest("GET", "/in/a", "", {"host": "jobs.s3.us-east-1.amazonaws.com"}, b"")
-    assert checks(describe(request, "s3", WHERE)) == [("s3:GetObject", "arn:aws:s3:::jobs/in/a")]
+def test_virtual_hosted_s3_names_the_bucket_in_the_host_under_the_emulators_names() -> None:
+    endpoint = Endpoint("127.0.0.1:4566")
+    request = HttpRequest("GET", "/in/a", "", {"host": "jobs.localhost:4566"}, b"")
+    canonical = canonical_request(request, "s3", endpoint, "us-east-1", ACCOUNT)
+    assert (canonical.raw_path, canonical.header("host")) == ("/jobs/in/a", "127.0.0.1:4566")
+    assert checks(describe(canonical, "s3", WHERE)) == [("s3:GetObject", "arn:aws:s3:::jobs/in/a")]
+    # a host that is neither the emulator nor a bucket under one of its names: S3's NoSuchBucket for it
+    for host in ("jobs.s3.us-east-1.amazonaws.com", "jobs.anything:4566", "localhost.evil:4566"):
+        with pytest.raises(Malformed) as refused:
+            canonical_request(
+                HttpRequest("GET", "/in/a", "", {"host": host}, b""), "s3", endpoint, "us-east-1", ACCOUNT
+            )
+        assert (refused.value.s3_code, refused.value.members["BucketName"]) == ("NoSuchBucket", host.split(":")[0])
 
 
 UNRECOGNISED = [

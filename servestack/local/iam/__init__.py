@@ -18,8 +18,9 @@ administrator.
     reply_or_identity = enforcer.check_request(request, "sagemaker")    # in servestack's own fronts
     decision = enforcer.authorize(scheduler_role, "lambda:InvokeFunction", function_arn)  # without HTTP
 
-Modules: `policy` (loading and evaluation), `conditions` (condition operators), `wildcards`, `operations`
-(which action on which resource a request needs), `sigv4` (who signed it), `identities`, `resource_policies`,
+Modules: `policy` (loading and evaluation), `conditions` (condition operators), `wildcards`, `canonical`
+(the one form of a request that is authorized and forwarded), `operations` (which action on which resource
+a request needs), `sigv4` (who signed it), `identities`, `resource_policies`,
 `replies` (refusals in each service's protocol), `enforcer` (the plug points), `server` (moto behind it).
 
 What is enforced
@@ -41,8 +42,15 @@ What is enforced
   for service principals (`evaluate_service_principal`) whatever the caller passes (`aws:SourceArn`,
   `aws:SourceAccount`).
 - Authentication: SigV4 from the Authorization header or a presigned URL (and S3's SigV2 presigned form,
-  which boto3 still makes), session tokens, presigned expiry, `x-amz-content-sha256`. Unknown keys, bad
-  signatures, missing authentication and expired URLs get AWS's codes.
+  which boto3 still makes), session tokens, presigned expiry, `x-amz-content-sha256`, a credential scope
+  naming the endpoint's region and service, `host` among the signed headers, and a request time within 15
+  minutes of the server's clock. Unknown keys, bad signatures, missing authentication, expired URLs, a
+  wrong scope, an unsigned host and a skewed clock get AWS's codes.
+- One reading of each request (`canonical`): the enforcer authorizes the request in one canonical form
+  (path-style S3, each parameter once, one SQS queue, JSON bodies alone) and forwards exactly that form to
+  moto; what AWS would refuse (repeated parameters, a queue named two ways, a `Host` that is neither the
+  emulator nor `<bucket>.<one of its host names>`) is refused with AWS's code. Host names:
+  `IamEnforcer(host_names=...)`, by default `localhost`, `127.0.0.1`, `::1` and the address it serves on.
 
 What is not enforced, and why
 - Permission boundaries, service control policies, resource control policies and session policies: the
@@ -58,7 +66,7 @@ What is not enforced, and why
   which denies (fails closed).
 - S3 ACLs and Object Ownership, S3 Block Public Access, requester pays: not evaluated (servestack's buckets
   disable ACLs and block public access).
-- Signature clock skew (AWS allows 15 minutes) and per-chunk signatures of `aws-chunked` uploads.
+- Per-chunk signatures of `aws-chunked` uploads (the seed signature is checked).
 - Resource policies changed at run time through the emulator's API (`PutBucketPolicy`,
   `SetQueueAttributes(Policy)`) are not picked up: `ResourcePolicies` is loaded from the templates.
 - Calls the engine does not recognise (servestack/local/iam/operations.py lists what it knows) are checked

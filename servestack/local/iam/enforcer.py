@@ -2,9 +2,10 @@
 fronts (SageMaker Runtime, Lambda Invoke, the HTTP API), `.authorize(...)` for calls local up makes on a
 role's behalf without HTTP (the scheduler invoking a function, the SQS poller acting as the function role).
 
-Every request: authenticate (servestack/local/iam/sigv4.py), describe (operations.py), evaluate each check
-against the caller's identity policies and the resource's policy (policy.py), then pass the request on or
-answer the refusal in the service's protocol (replies.py). Each decision is one log line; denials are also
+Every request: authenticate (servestack/local/iam/sigv4.py), put in its canonical form (canonical.py),
+describe that form (operations.py), evaluate each check against the caller's identity policies and the
+resource's policy (policy.py), then pass the canonical form on to moto or answer the refusal in the
+service's protocol (replies.py). Each decision is one log line; denials are also
 kept in `.denials` for local up's summary.
 
 Request context every evaluation gets, besides the operation's own keys:
@@ -48,13 +49,20 @@ from xml.sax.saxutils import escape
 
 from servestack.local.http_server import Reply
 from servestack.local.http_server import Request as LocalRequest
+from servestack.local.iam.canonical import (
+    DEFAULT_HOST_NAMES,
+    Endpoint,
+    Malformed,
+    canonical_front_request,
+    canonical_request,
+)
 from servestack.local.iam.conditions import normalise_context
 from servestack.local.iam.identities import Identity, IdentityStore
 from servestack.local.iam.operations import Check, ExecuteApi, Operation, Where, describe, s3_arn
 from servestack.local.iam.policy import Caller, Decision, evaluate
-from servestack.local.iam.replies import access_denied, authentication_failed
+from servestack.local.iam.replies import access_denied, authentication_failed, malformed
 from servestack.local.iam.resource_policies import ResourcePolicies
-from servestack.local.iam.sigv4 import AuthFailure, Failure, Signature, authenticate, parse_signature
+from servestack.local.iam.sigv4 import AuthFailure, Failure, Signature, authenticate, check_scope, parse_signature
 from servestack.local.iam.wire import HttpRequest
 
 logger = logging.getLogger("servestack.local.iam")
@@ -110,6 +118,8 @@ class Verdict:
     caller_arn: str = "anonymous"
     service: str = ""
     extra: dict[str, str] = field(default_factory=dict)
+    # the one form of the request that was authorized, and that moto is given (canonical.py)
+    canonical: HttpRequest | None = None
 
 
 class IamEnforcer:
@@ -124,8 +134,10 @@ class IamEnforcer:
         log: Callable[[str], None] = print,
         region: str = "us-east-1",
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        host_names: Iterable[str] = DEFAULT_HOST_NAMES,
     ) -> None:
         self.store = store
+        self.host_names = frozenset(name.lower() for name in host_names)
         self.resource_policies = resource_policies if resource_policies is not None else ResourcePolicies()
         self.enabled = enabled
         self.log = log
@@ -263,9 +275,16 @@ class IamEnforcer:
     # -------------------------------------------------------------------------------- requests
 
     def evaluate_request(
-        self, request: HttpRequest, *, service_hint: str | None = None, api: ExecuteApi | None = None
+        self,
+        request: HttpRequest,
+        *,
+        service_hint: str | None = None,
+        api: ExecuteApi | None = None,
+        endpoint: Endpoint | None = None,
     ) -> Verdict:
-        """Authenticate, describe and authorize one request."""
+        """Authenticate, put in canonical form, describe and authorize one request. `endpoint`: the emulator
+        the request reached (its canonical form is what moto is then given); servestack's own fronts pass
+        `service_hint` instead."""
         if not self.enabled:
             self._warn_disabled()
             return Verdict(None)
@@ -277,14 +296,8 @@ class IamEnforcer:
         service = service_hint or (signature.service if signature is not None else guess_service(request))
         identity: Identity | None = None
         if signature is not None:
-            if service_hint is not None and signature.service != service_hint:
-                mis_scoped = AuthFailure(
-                    Failure.BAD_SIGNATURE,
-                    f"Credential should be scoped to correct service: '{service_hint}'.",
-                    access_key_id=signature.access_key_id,
-                )
-                return self._refuse_authentication(request, service, mis_scoped)
             try:
+                check_scope(signature, self.region, service_hint)
                 authenticated = authenticate(request, self.store, self.clock(), signature=signature)
             except AuthFailure as failure:
                 return self._refuse_authentication(request, service, failure)
@@ -296,9 +309,16 @@ class IamEnforcer:
             return self._refuse_authentication(request, service, unsigned)
         region = signature.region if signature is not None else self.region
         where = Where(region, identity.account if identity is not None else self.store.account_id)
-        operation = describe(request, service, where, api=api)
         caller = identity.caller if identity is not None else Caller.anonymous()
-        verdict = Verdict(identity, operation, caller_arn=caller.arn, service=service)
+        try:
+            if endpoint is not None:
+                request = canonical_request(request, service, endpoint, region, where.account)
+            else:
+                canonical_front_request(request, service, region, where.account)
+        except Malformed as error:
+            return self._refuse_malformed(request, service, caller.arn, error)
+        operation = describe(request, service, where, api=api)
+        verdict = Verdict(identity, operation, caller_arn=caller.arn, service=service, canonical=request)
         if operation.always_allowed:
             return verdict
         base = self._context(
@@ -337,6 +357,12 @@ class IamEnforcer:
         self._denials.append(denial)
         self.log(denial.line())
         return Verdict(None, reply=authentication_failed(service, request, failure), service=service)
+
+    def _refuse_malformed(self, request: HttpRequest, service: str, caller_arn: str, error: Malformed) -> Verdict:
+        denial = Denial(self.clock(), caller_arn, f"{service}:-", request.path, f"malformed request: {error.message}")
+        self._denials.append(denial)
+        self.log(denial.line())
+        return Verdict(None, reply=malformed(service, request, error), service=service)
 
     def _delete_objects(
         self, verdict: Verdict, caller: Caller, identity: Identity | None, base: Mapping[str, tuple[str, ...]]
@@ -402,9 +428,12 @@ class IamEnforcer:
                 return app(environ, start_response)
             if request.method.upper() == "OPTIONS":  # a CORS preflight is never signed (S3 answers it from CORS rules)
                 return app(environ, start_response)
-            verdict = self.evaluate_request(request)
+            verdict = self.evaluate_request(request, endpoint=self._endpoint(environ))
             if verdict.reply is not None:
                 return _send(start_response, verdict.reply)
+            if verdict.canonical is not None:
+                request = verdict.canonical
+                _forward_as(environ, request)
             operation = verdict.operation
             if operation is not None and operation.service == "sts" and request.header("x-amz-target") is None:
                 local = self._answer_sts(request, verdict)
@@ -417,6 +446,13 @@ class IamEnforcer:
             return app(environ, start_response)
 
         return middleware
+
+    def _endpoint(self, environ: dict[str, Any]) -> Endpoint:
+        """The emulator as this request reached it: its own address, and the names that mean it."""
+        server = str(environ.get("SERVER_NAME") or "127.0.0.1")
+        port = str(environ.get("SERVER_PORT") or "")
+        authority = (f"[{server}]" if ":" in server else server) + (f":{port}" if port else "")
+        return Endpoint(authority, self.host_names | {server.lower()})
 
     def _answer_sts(self, request: HttpRequest, verdict: Verdict) -> Reply | None:
         operation = verdict.operation
@@ -591,6 +627,22 @@ def request_from_environ(environ: dict[str, Any]) -> HttpRequest:
         body,
         environ.get("REMOTE_ADDR", "127.0.0.1"),
     )
+
+
+def _forward_as(environ: dict[str, Any], request: HttpRequest) -> None:
+    """Make `environ` the canonical request: what moto reads is what the enforcer authorized."""
+    environ["HTTP_HOST"] = request.headers["host"]
+    environ["QUERY_STRING"] = request.raw_query
+    environ["PATH_INFO"] = urllib.parse.unquote_to_bytes(request.raw_path).decode("latin-1")
+    raw_uri = request.raw_path + (f"?{request.raw_query}" if request.raw_query else "")
+    environ["RAW_URI"] = environ["REQUEST_URI"] = raw_uri
+    environ["wsgi.input"] = io.BytesIO(request.body)
+    environ["CONTENT_LENGTH"] = str(len(request.body))
+    if request.header("content-type") is not None:
+        environ["CONTENT_TYPE"] = request.headers["content-type"]
+    for name in ("HTTP_CONTENT_ENCODING", "HTTP_CONTENT_MD5"):
+        if name[5:].lower().replace("_", "-") not in request.headers:
+            environ.pop(name, None)
 
 
 def _send(start_response: StartResponse, reply: Reply) -> list[bytes]:

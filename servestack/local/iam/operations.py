@@ -6,8 +6,8 @@ The service is the SigV4 credential scope's (its signing name: `s3`, `sqs`, `mon
 ("Actions, resources, and condition keys for <service>") and each service's API reference; the choices a
 reader might doubt are commented where they are made. Covered, because servestack's code makes these calls:
 
-- S3 (rest-xml, path-style `/{bucket}/{key}`; `{bucket}.s3.amazonaws.com` and `{bucket}.localhost` hosts
-  too): object Get/Head (`s3:GetObject`, `s3:GetObjectVersion` with `versionId`), Put (`s3:PutObject`; a
+- S3 (rest-xml, path-style `/{bucket}/{key}`, as canonical.py puts every S3 request, virtual-hosted ones
+  included): object Get/Head (`s3:GetObject`, `s3:GetObjectVersion` with `versionId`), Put (`s3:PutObject`; a
   copy also needs `s3:GetObject` on the source; `x-amz-tagging`/`x-amz-acl` also need
   `s3:PutObjectTagging`/`s3:PutObjectAcl`), Delete, multipart (create/upload part/complete: `s3:PutObject`;
   abort: `s3:AbortMultipartUpload`; list parts: `s3:ListMultipartUploadParts`), DeleteObjects (POST
@@ -103,9 +103,6 @@ class Where:
 
 # ------------------------------------------------------------------------------------------ S3
 
-S3_VIRTUAL_HOST = re.compile(
-    r"^(?P<bucket>[a-z0-9][a-z0-9.-]{1,61}[a-z0-9])\.(?:s3[.-][a-z0-9.-]*amazonaws\.com|localhost)$"
-)
 
 # subresource -> method -> (operation, action). DELETE of a configuration is authorized as its Put action
 # (the Amazon S3 API reference, "Permissions" of each Delete<Configuration> operation).
@@ -246,13 +243,9 @@ def s3_arn(bucket: str, key: str | None = None) -> str:
 
 
 def _s3_location(request: HttpRequest) -> tuple[str | None, str | None]:
-    host = (
-        (request.header("host") or "").rsplit(":", 1)[0] if not (request.header("host") or "").startswith("[") else ""
-    )
-    virtual = S3_VIRTUAL_HOST.match(host)
+    """Bucket and key of a path-style request: servestack/local/iam/canonical.py has already moved a
+    virtual-hosted bucket from the `Host` into the path (and refused a host that names none)."""
     path = request.path
-    if virtual:
-        return virtual.group("bucket"), (path[1:] or None)
     parts = path[1:].split("/", 1)
     bucket = parts[0] or None
     key = parts[1] if len(parts) == 2 and parts[1] != "" else None

@@ -51,8 +51,9 @@ from dataclasses import dataclass
 from xml.sax.saxutils import escape
 
 from servestack.local.http_server import Reply
+from servestack.local.iam.canonical import Malformed
 from servestack.local.iam.policy import Decision
-from servestack.local.iam.sigv4 import AuthFailure, Failure
+from servestack.local.iam.sigv4 import MAX_SKEW, AuthFailure, Failure
 from servestack.local.iam.wire import HttpRequest
 
 INVALID_TOKEN_TEXT = "The security token included in the request is invalid."  # noqa: S105 - AWS's wording
@@ -70,6 +71,8 @@ QUERY_NAMESPACES = {
     "sqs": "http://queue.amazonaws.com/doc/2012-11-05/",
 }
 JSON_VERSIONS = {"dynamodb": "1.0", "sqs": "1.0", "monitoring": "1.0", "logs": "1.1", "events": "1.1"}
+SKEW_TEXT = "The difference between the request time and the current time is too large."
+SCOPE_FAILURES = frozenset({Failure.WRONG_REGION, Failure.WRONG_SERVICE})
 QUERY_COMPATIBLE = frozenset({"sqs", "monitoring"})  # botocore's `awsQueryCompatible` services among ours
 
 
@@ -245,6 +248,22 @@ def access_denied(
     return _shape(service, request, refusal)
 
 
+# ------------------------------------------------------------------------------------------ malformed requests
+
+
+def malformed(service: str, request: HttpRequest, error: Malformed) -> Reply:
+    """The reply to a request AWS refuses for its form (servestack/local/iam/canonical.py says which)."""
+    if service == "s3":
+        return _s3(request, error.s3_status, error.s3_code, error.message, **error.members)
+    if service == "execute-api":
+        return _execute_api(error.message)
+    status = error.status
+    refusal = Refusal(
+        error.query_code, error.json_type, error.message, query_status=status, json_status=status, rest_status=status
+    )
+    return _shape(service, request, refusal)
+
+
 # ------------------------------------------------------------------------------------------ authentication
 
 
@@ -260,6 +279,8 @@ def authentication_failed(service: str, request: HttpRequest, failure: AuthFailu
             return _execute_api(INVALID_TOKEN_TEXT)
         if kind is Failure.EXPIRED:
             return _execute_api("Signature expired")
+        if kind in SCOPE_FAILURES:
+            return _execute_api(failure.message)
         return _execute_api(SIGNATURE_TEXT)
     refusal = {
         Failure.MISSING: Refusal(
@@ -280,6 +301,12 @@ def authentication_failed(service: str, request: HttpRequest, failure: AuthFailu
         Failure.UNSUPPORTED: Refusal(
             "IncompleteSignature", "IncompleteSignatureException", failure.message, query_status=400
         ),
+        Failure.HOST_NOT_SIGNED: Refusal(
+            "IncompleteSignature", "IncompleteSignatureException", failure.message, query_status=400
+        ),
+        Failure.WRONG_REGION: Refusal("SignatureDoesNotMatch", "InvalidSignatureException", failure.message),
+        Failure.WRONG_SERVICE: Refusal("SignatureDoesNotMatch", "InvalidSignatureException", failure.message),
+        Failure.SKEWED: Refusal("SignatureDoesNotMatch", "InvalidSignatureException", failure.message),
     }[kind]
     return _shape(service, request, refusal)
 
@@ -307,6 +334,31 @@ def _s3_authentication(request: HttpRequest, failure: AuthFailure) -> Reply:
         return _s3(request, 400, "XAmzContentSHA256Mismatch", failure.message, **failure.details)
     if kind is Failure.UNSUPPORTED:
         return _s3(request, 400, "InvalidRequest", failure.message)
+    if kind is Failure.HOST_NOT_SIGNED:
+        return _s3(
+            request, 403, "AccessDenied", "There were headers present in the request which were not signed",
+            HeadersNotSigned="host",
+        )  # fmt: skip
+    if kind is Failure.SKEWED:
+        return _s3(
+            request, 403, "RequestTimeTooSkewed", SKEW_TEXT,
+            RequestTime=failure.details["RequestTime"], ServerTime=failure.details["ServerTime"],
+            MaxAllowedSkewMilliseconds=str(int(MAX_SKEW.total_seconds() * 1000)),
+        )  # fmt: skip
+    presigned = request.header("authorization") is None
+    if kind in SCOPE_FAILURES:
+        expected, scoped = failure.details["expected"], failure.details["scoped"]
+        start = (
+            "Error parsing the X-Amz-Credential parameter;" if presigned else "The authorization header is malformed;"
+        )
+        if kind is Failure.WRONG_REGION:
+            message = f"{start} the region '{scoped}' is wrong; expecting '{expected}'"
+            code = "AuthorizationQueryParametersError" if presigned else "AuthorizationHeaderMalformed"
+            return _s3(request, 400, code, message, Region=expected)
+        message = f"{start} incorrect service '{scoped}'. This endpoint belongs to '{expected}'."
+        return _s3(
+            request, 400, "AuthorizationQueryParametersError" if presigned else "AuthorizationHeaderMalformed", message
+        )
     code = (
         "AuthorizationQueryParametersError"
         if request.header("authorization") is None

@@ -16,8 +16,11 @@ signs for awkward paths, queries and header values); the path normalisation is b
 S3 presigned URLs in the older Signature Version 2 form (`AWSAccessKeyId`, `Signature`, `Expires`) are
 verified too, with botocore's `HmacV1Auth` canonical string: boto3 still makes that form by default for
 S3 in us-east-1 when no `signature_version` is configured (servestack's clients configure none).
-Request-time skew of header-signed requests (AWS allows 15 minutes) is not checked: every local process
-shares one clock.
+What AWS checks besides the signature, and so does this module (`authenticate`; the enforcer checks the
+scope against the endpoint it stands for):
+- `host` is among the signed headers (a signature that leaves it out could be replayed to another host);
+- a header-signed request's `X-Amz-Date` is within 15 minutes of the server's clock (`MAX_SKEW`);
+- the credential scope names the endpoint's region and service (`check_scope`).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ MAX_PRESIGN_SEC = 7 * 24 * 3600
 AMZ_DATE = "%Y%m%dT%H%M%SZ"
 HEX_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 AUTH_FIELD = re.compile(r"(Credential|SignedHeaders|Signature)=([^,\s]+)")
+MAX_SKEW = timedelta(minutes=15)  # AWS refuses a header-signed request whose time is further off
 
 
 class Failure(Enum):
@@ -58,6 +62,10 @@ class Failure(Enum):
     BAD_SIGNATURE = "signature does not match"
     EXPIRED = "presigned URL expired"
     CONTENT_SHA256_MISMATCH = "x-amz-content-sha256 does not match the body"
+    WRONG_REGION = "credential scoped to another region"
+    WRONG_SERVICE = "credential scoped to another service"
+    HOST_NOT_SIGNED = "host is not a signed header"
+    SKEWED = "request time too far from the server's"
 
 
 class AuthFailure(Exception):
@@ -298,6 +306,50 @@ def expected_signature(request: HttpRequest, signature: Signature, secret_access
     return hmac.new(key, string_to_sign.encode(), hashlib.sha256).hexdigest()
 
 
+def check_scope(signature: Signature, region: str, service: str | None) -> None:
+    """`AuthFailure` unless the credential scope names `region` and (when given) `service`, with AWS's words
+    ("Credential should be scoped to a valid region, not 'eu-west-1'. ", "... to correct service: 'lambda'. ").
+    A SigV2 presigned URL names no scope."""
+    if signature.version != 4:
+        return
+    if service is not None and signature.service != service:
+        raise AuthFailure(
+            Failure.WRONG_SERVICE,
+            f"Credential should be scoped to correct service: '{service}'. ",
+            access_key_id=signature.access_key_id,
+            expected=service,
+            scoped=signature.service,
+        )
+    if signature.region != region:
+        raise AuthFailure(
+            Failure.WRONG_REGION,
+            f"Credential should be scoped to a valid region, not '{signature.region}'. ",
+            access_key_id=signature.access_key_id,
+            expected=region,
+            scoped=signature.region,
+        )
+
+
+def _check_skew(signature: Signature, current: datetime) -> None:
+    """A header-signed request more than `MAX_SKEW` off the server's clock, with the words AWS's JSON and query
+    services use (S3 answers `RequestTimeTooSkewed`: servestack/local/iam/replies.py)."""
+    try:
+        signed_at = datetime.strptime(signature.amz_date, AMZ_DATE).replace(tzinfo=UTC)
+    except ValueError as error:
+        raise AuthFailure(Failure.MALFORMED, f"X-Amz-Date {signature.amz_date!r} is not YYYYMMDDTHHMMSSZ") from error
+    stamp = signature.amz_date
+    now = current.strftime(AMZ_DATE)
+    if signed_at < current - MAX_SKEW:
+        earliest = (current - MAX_SKEW).strftime(AMZ_DATE)
+        message = f"Signature expired: {stamp} is now earlier than {earliest} ({now} - 15 min.)"
+    elif signed_at > current + MAX_SKEW:
+        latest = (current + MAX_SKEW).strftime(AMZ_DATE)
+        message = f"Signature not yet current: {stamp} is still later than {latest} ({now} + 15 min.)"
+    else:
+        return
+    raise AuthFailure(Failure.SKEWED, message, access_key_id=signature.access_key_id, RequestTime=stamp, ServerTime=now)
+
+
 def authenticate(
     request: HttpRequest, store: IdentityStore, now: datetime | None = None, *, signature: Signature | None = None
 ) -> tuple[Identity, Signature] | None:
@@ -306,6 +358,12 @@ def authenticate(
     signature = signature or parse_signature(request)
     if signature is None:
         return None
+    if signature.version == 4 and "host" not in signature.signed_headers:
+        raise AuthFailure(
+            Failure.HOST_NOT_SIGNED,
+            "'Host' or ':authority' must be a 'SignedHeader' in the AWS Authorization.",
+            access_key_id=signature.access_key_id,
+        )
     identity = store.lookup(signature.access_key_id)
     if identity is None:
         raise AuthFailure(Failure.UNKNOWN_KEY, "unknown access key", access_key_id=signature.access_key_id)
@@ -340,6 +398,8 @@ def authenticate(
     if not hmac.compare_digest(expected, signature.signature):
         raise AuthFailure(Failure.BAD_SIGNATURE, "signature does not match", access_key_id=signature.access_key_id)
     current = now or datetime.now(UTC)
+    if not signature.presigned:
+        _check_skew(signature, current)
     if signature.version == 2:
         assert signature.expires_at is not None
         if current.timestamp() > signature.expires_at:
