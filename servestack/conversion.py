@@ -238,7 +238,31 @@ def _register_boosting_converters(library: str) -> None:
 
 
 def to_onnx(estimator: Any, columns: list[Column]) -> bytes:
-    """The serialized ONNX model of a fitted estimator whose inputs are `columns`."""
+    """The serialized ONNX model of a fitted estimator whose inputs are `columns`.
+
+    A pipeline that starts with a `ColumnTransformer` takes the columns as they are. Any other estimator takes
+    one matrix: it is converted with one float `[N, k]` input, and a `Concat` of the `[N, 1]` columns (integer
+    ones cast to float, as scikit-learn casts them) is put in front of it, so every tabular model keeps one
+    named input per column."""
+    if len(columns) > 1 and not _takes_columns(estimator):
+        joined = _converted(estimator, [Column(JOINED, "float32", np.zeros((1, len(columns)), np.float32))])
+        return _columns_in_front(joined, columns)
+    return _converted(estimator, columns)
+
+
+# The name of the matrix a non-ColumnTransformer estimator takes, inside a graph with one input per column.
+JOINED = "servestack_columns"
+
+
+def _takes_columns(estimator: Any) -> bool:
+    """Whether the estimator starts with a ColumnTransformer (through nested pipelines)."""
+    first = estimator
+    while hasattr(first, "steps"):
+        first = first.steps[0][1]
+    return type(first).__name__ == "ColumnTransformer"
+
+
+def _converted(estimator: Any, columns: list[Column]) -> bytes:
     from skl2onnx import convert_sklearn
 
     library = _boosting_library(estimator)
@@ -258,6 +282,56 @@ def to_onnx(estimator: Any, columns: list[Column]) -> bytes:
             allowed="estimators skl2onnx converts (https://onnx.ai/sklearn-onnx/supported.html)",
         ) from None
     return bytes(model.SerializeToString())
+
+
+def _columns_in_front(serialized: bytes, columns: list[Column]) -> bytes:
+    """`serialized` (one float [N, k] input named JOINED) with one [N, 1] input per column concatenated into it."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    text = [column.name for column in columns if column.kind == "string"]
+    if text:
+        raise InvalidInput(
+            f"column {text[0]!r} holds text, and the estimator takes one matrix of numbers",
+            field=text[0],
+            allowed="numeric columns, or a pipeline whose ColumnTransformer encodes the text columns",
+        )
+    model = onnx.load_from_string(serialized)
+    graph = model.graph
+    taken = {name for node in graph.node for name in node.output} | {i.name for i in graph.initializer}
+    taken |= {output.name for output in graph.output}
+    clash = next((column.name for column in columns if column.name in taken), None)
+    if clash is not None:
+        raise InvalidInput(
+            f"column {clash!r} has the name of a tensor inside the converted model",
+            field=clash,
+            allowed=f"column names other than {sorted(taken)[:10]}",
+        )
+    front, parts = [], []
+    inputs = []
+    for column in columns:
+        element = TensorProto.FLOAT if column.kind == "float32" else TensorProto.INT64
+        inputs.append(helper.make_tensor_value_info(column.name, element, [None, 1]))
+        if column.kind == "float32":
+            parts.append(column.name)
+        else:
+            parts.append(f"{JOINED}_{len(parts)}")
+            front.append(helper.make_node("Cast", [column.name], [parts[-1]], to=TensorProto.FLOAT))
+    front.append(helper.make_node("Concat", parts, [JOINED], axis=1))
+    rest = list(graph.node)
+    del graph.node[:]
+    graph.node.extend([*front, *rest])
+    del graph.input[:]
+    graph.input.extend(inputs)
+    if not any(opset.domain in ("", "ai.onnx") for opset in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("", DEFAULT_OPSET))
+    onnx.checker.check_model(model)
+    return bytes(model.SerializeToString())
+
+
+# The `ai.onnx` opset imported for the Concat/Cast in front when a converted graph has none (Concat and Cast
+# have kept their meaning since opset 13).
+DEFAULT_OPSET = 13
 
 
 # ------------------------------------------------------------------------------------------ comparing
