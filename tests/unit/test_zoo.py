@@ -12,6 +12,7 @@ import pytest
 from servestack.conversion import check_answers, sample_columns, to_onnx, worst_row
 from tests.zoo import ZooModel, news_tfidf
 
+pytestmark = pytest.mark.slow  # trains and converts six models (once per session)
 NAMES = ["wine-pipeline", "diabetes-gbr", "linnerud-multi", "news-tfidf", "cancer-hgb-nan", "diabetes-int"]
 
 
