@@ -4,7 +4,8 @@ The inputs come from the sample the model was trained on: a DataFrame (pandas, p
 gives one `[N, 1]` input per column, named after it and typed by its dtype (float columns as float32, integer
 columns as int64, text columns as strings), which is how skl2onnx converts a `ColumnTransformer` pipeline; a
 one-dimensional sample (a text column) gives one `[N, 1]` input; a two-dimensional array gives one `[N, k]`
-input named `input`.
+input named `input`. An estimator that does not start with a `ColumnTransformer` takes one matrix, so a `Concat`
+of the column inputs is put in front of its graph: every tabular model has one named input per column.
 
 Three habits of skl2onnx 1.20 are handled here, each found by comparing answers with scikit-learn's:
 - a `ZipMap` (a list of {class: probability} maps) is added to classifiers unless the `zipmap` option is off;
@@ -13,7 +14,7 @@ Three habits of skl2onnx 1.20 are handled here, each found by comparing answers 
 - the tree converter writes the `missing_go_to_left` flags of `HistGradientBoosting*` as booleans, which the
   `onnx` package refuses in an integer attribute: they are written as 0/1 during the conversion.
 
-Nothing here is trusted on its own: `compare` holds the ONNX answers to the estimator's own.
+Nothing here is trusted on its own: `check_answers` holds the ONNX answers to the estimator's own.
 """
 
 from __future__ import annotations
@@ -135,19 +136,17 @@ def initial_types(columns: list[Column]) -> list[tuple[str, Any]]:
 
 
 def steps_of(estimator: Any) -> Iterator[Any]:
-    """The estimator and every estimator inside it (pipelines, column transformers, unions, stacks)."""
+    """The estimator and every fitted estimator inside it (pipelines, column transformers, unions, the members
+    and final estimator of stacking and voting ensembles)."""
     yield estimator
     children: list[Any] = []
     for attribute in ("steps", "transformers_", "transformer_list"):
-        for item in getattr(estimator, attribute, None) or ():
-            children.append(item[1])
-    for attribute in ("estimator", "base_estimator", "final_estimator_"):
-        child = getattr(estimator, attribute, None)
-        if child is not None and hasattr(child, "fit"):
-            children.append(child)
-    children.extend(getattr(estimator, "estimators_", None) or () if _is_stack(estimator) else ())
+        children.extend(item[1] for item in getattr(estimator, attribute, None) or ())
+    if _is_stack(estimator):
+        children.extend(getattr(estimator, "estimators_", None) or ())
+        children.append(getattr(estimator, "final_estimator_", None))
     for child in children:
-        if hasattr(child, "fit"):  # "drop" / "passthrough" are strings
+        if hasattr(child, "fit"):  # not "drop", "passthrough" or None
             yield from steps_of(child)
 
 
