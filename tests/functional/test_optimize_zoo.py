@@ -135,11 +135,13 @@ def test_the_tolerance_gate_refuses_answers_that_int8_moved(
     assert "worst: line" in out
     assert "--max-rel-error 1e-06" in out
     assert registry.versions("diabetes-mlp") == ["1"]
-    # AND the same quantization under the default bounds (1%) is measured and decided, either way, with figures
+    # AND under the default bounds (within 1%) int8 still moves answers too far: about a fifth of the rows here
     code = run_cli(registry, "diabetes-mlp", "--method", "dynamic-int8", "--eval", str(rows))
     out = capsys.readouterr().out
-    assert code in (0, 1)
+    assert code == 1, out
+    assert "<= 0.0001 + 0.01 x |float| (--max-abs-error 0.0001, --max-rel-error 0.01)" in out
     assert "max abs error" in out
+    assert registry.versions("diabetes-mlp") == ["1"]
 
 
 def test_a_string_labelled_classifier_keeps_the_accuracy_gate(
