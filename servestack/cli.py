@@ -389,7 +389,8 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(
         ("models", "optimize"),
-        "quantize a registry model, measure accuracy and speed, push it if the accuracy gate holds",
+        "quantize a registry model, measure it and its speed, push it if its gate holds (accuracy: classifiers; "
+        "tolerance: regressors)",
         models.optimize_arguments,
         models.run_optimize,
     ),

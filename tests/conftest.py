@@ -229,3 +229,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return "repository-folder" if module in REPOSITORY_FOLDER_MODULES else module
 
     return ModuleScheduling(config, log)
+
+
+# ------------------------------------------------------------------------------------------ the model zoo
+
+
+@pytest.fixture(scope="session")
+def zoo(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Users' kinds of models (tests/zoo.py), trained and converted once per session: name -> ZooModel."""
+    from tests.zoo import build_zoo
+
+    return build_zoo(tmp_path_factory.mktemp("zoo"))
