@@ -31,14 +31,17 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
+import httptools
 import numpy as np
 
+from servestack.latency import percentiles_ms
 from servestack.sizing import exact
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 SIGN_EVERY_SEC = 60.0  # a SigV4 signature is accepted for 5 minutes after its X-Amz-Date; re-sign well before
+ERROR_BODY_BYTES = 300  # of each non-2xx answer's body, kept to show what the server said
 
 
 Signer = Callable[["Target"], dict[str, str]]
@@ -150,6 +153,22 @@ def sigv4_signer(service: str, region: str, session: Any = None) -> Signer:
     return sign
 
 
+class ErrorBodies:
+    """The first few distinct bodies of non-2xx answers, truncated: what the server said was wrong (a 400 for a
+    request the model does not take says which field and why). Only non-2xx answers reach it."""
+
+    def __init__(self, keep: int = 3) -> None:
+        self.keep = keep
+        self.first: list[tuple[int, str]] = []
+
+    def add(self, status: int, body: bytes) -> None:
+        if len(self.first) >= self.keep:
+            return
+        text = body[:ERROR_BODY_BYTES].decode("utf-8", errors="replace")
+        if (status, text) not in self.first:
+            self.first.append((status, text))
+
+
 @dataclass
 class Sample:
     started: float
@@ -174,6 +193,8 @@ class Report:
     # The request sent: its size, and its rows when the body says (`servestack plan` scales from these).
     request_bytes: int = 0
     request_rows: int | None = None
+    # The first distinct bodies of non-2xx answers (status, body truncated to ERROR_BODY_BYTES).
+    error_bodies: list[tuple[int, str]] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -187,6 +208,9 @@ class Report:
             "latency ms (all)  " + "  ".join(f"{k} {v:.2f}" for k, v in lat.items()),
             "latency ms (2xx)  " + "  ".join(f"{k} {v:.2f}" for k, v in ok.items()),
         ]
+        if self.error_bodies:
+            lines.append(f"what the server said (the first {len(self.error_bodies)} distinct non-2xx bodies):")
+            lines += [f"  {status}: {body}" for status, body in self.error_bodies]
         lines += capacity_lines(self.provisioning)
         return "\n".join(lines)
 
@@ -213,19 +237,21 @@ def capacity_lines(p: dict[str, float]) -> list[str]:
 
 
 class _Connection(asyncio.Protocol):
-    """One keep-alive HTTP/1.1 connection as an asyncio Protocol: each response is parsed from the bytes as they
-    arrive, and the request waiting on it gets one future. asyncio streams cost a waiter future per
-    `readuntil`/`readexactly` and a copy into the reader's buffer; at 512 connections retrying at once on one
-    core, that made this client, not the server it measures, the limit."""
+    """One keep-alive HTTP/1.1 connection as an asyncio Protocol: httptools (llhttp, the parser of Node.js and
+    uvicorn) reads each response from the bytes as they arrive, Content-Length or chunked, and the request
+    waiting on it gets one future. asyncio streams cost a waiter future per `readuntil`/`readexactly` and a copy
+    into the reader's buffer; at 512 connections retrying at once on one core, that made this client, not the
+    server it measures, the limit. The parser calls back only for the head's end, each header (Retry-After)
+    and, of a non-2xx answer, the body (the error shown in the summary)."""
 
     def __init__(self) -> None:
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._transport: asyncio.Transport | None = None
-        self._buffer = bytearray()
-        self._waiter: asyncio.Future[tuple[int, str | None]] | None = None
-        # The waiting response's head once it is in: where its body starts, status, length, Retry-After, close.
-        self._head: tuple[int, int, int, str | None, bool] | None = None
+        self._parser = httptools.HttpResponseParser(self)
+        self._waiter: asyncio.Future[Answer] | None = None
+        self._retry_after: str | None = None
+        self._error_body: bytearray | None = None  # collected only while a non-2xx answer's body arrives
         self._lost: asyncio.Future[None] = loop.create_future()
         self._reset: Exception | None = None
 
@@ -240,8 +266,14 @@ class _Connection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
-        self._buffer += data
-        self._answer()
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as error:
+            waiter, self._waiter = self._waiter, None
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(MalformedResponse(f"not an HTTP/1.1 response ({error}): {data[:64]!r}"))
+            assert self._transport is not None
+            self._transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._reset = exc or ConnectionResetError("server closed the connection")
@@ -250,37 +282,38 @@ class _Connection(asyncio.Protocol):
         if not self._lost.done():
             self._lost.set_result(None)
 
-    def _answer(self) -> None:
-        """Resolve the waiting request once its whole response is in the buffer."""
-        waiter, buffer = self._waiter, self._buffer
-        if waiter is None:
+    # httptools' callbacks, in the order a response calls them
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if len(name) == 11 and name.lower() == b"retry-after":
+            self._retry_after = value.strip().decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        if not 200 <= self._parser.get_status_code() < 300:
+            self._error_body = bytearray()
+
+    def on_body(self, body: bytes) -> None:
+        kept = self._error_body
+        if kept is not None and len(kept) < ERROR_BODY_BYTES:
+            kept += body[: ERROR_BODY_BYTES - len(kept)]
+
+    def on_message_complete(self) -> None:
+        """Resolve the waiting request with its status, Retry-After and (non-2xx) body."""
+        waiter, self._waiter = self._waiter, None
+        answer = Answer(
+            self._parser.get_status_code(),
+            self._retry_after,
+            bytes(self._error_body) if self._error_body is not None else None,
+        )
+        self._retry_after, self._error_body = None, None
+        if waiter is None or waiter.done():  # cancelled by the caller's timeout
             return
-        if self._head is None:  # parsed once per response, however many chunks its body arrives in
-            end = buffer.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            try:
-                self._head = (end + 4, *_response_head(bytes(buffer[:end])))
-            except (ValueError, UnicodeDecodeError):
-                self._waiter = None
-                if not waiter.done():
-                    waiter.set_exception(MalformedResponse(f"not an HTTP/1.1 response head: {bytes(buffer[:64])!r}"))
-                assert self._transport is not None
-                self._transport.abort()
-                return
-        body_at, status, length, retry_after, close = self._head
-        if len(buffer) < body_at + length:
-            return
-        del buffer[: body_at + length]
-        self._waiter, self._head = None, None
-        if waiter.done():  # cancelled by the caller's timeout
-            return
-        if close:
+        if not self._parser.should_keep_alive():
             waiter.set_exception(ConnectionResetError("server closed the connection"))
         else:
-            waiter.set_result((status, retry_after))
+            waiter.set_result(answer)
 
-    async def exchange(self, request: bytes) -> tuple[int, str | None]:
+    async def exchange(self, request: bytes) -> Answer:
         if self._reset is not None or self._transport is None:
             raise ConnectionResetError("server closed the connection")
         self._waiter = self._loop.create_future()
@@ -299,32 +332,28 @@ class _Connection(asyncio.Protocol):
                 self._transport.abort()
 
 
+class Answer(NamedTuple):
+    """What the load generator keeps of one HTTP answer."""
+
+    status: int
+    retry_after: str | None
+    error_body: bytes | None  # the first ERROR_BODY_BYTES of a non-2xx answer's body
+
+
 class MalformedResponse(ConnectionError):
     """An answer that is not HTTP/1.1: counted as an error of this name, and the connection dropped."""
 
 
-def _response_head(head: bytes) -> tuple[int, int, str | None, bool]:
-    """Status, Content-Length, Retry-After and whether the server closes, from a response head."""
-    if not head.startswith(b"HTTP/1.") or len(head) < 12:
-        raise ValueError(head[:64])
-    status = int(head[9:12])
-    length, retry_after, close = 0, None, False
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        lowered = name.strip().lower()
-        if lowered == b"content-length":
-            length = int(value)
-        elif lowered == b"retry-after":
-            retry_after = value.strip().decode()
-        elif lowered == b"connection" and value.strip().lower() == b"close":
-            close = True
-    return status, length, retry_after, close
-
-
 async def _closed_loop(
-    target: Target, concurrency: int, duration_sec: float, timeout_sec: float, honour_retry_after: bool
+    target: Target,
+    concurrency: int,
+    duration_sec: float,
+    timeout_sec: float,
+    honour_retry_after: bool,
+    error_bodies: ErrorBodies | None = None,
 ) -> list[Sample]:
     samples: list[Sample] = []
+    said = error_bodies if error_bodies is not None else ErrorBodies()
     request = RequestBytes(target)
     stop_at = time.perf_counter() + duration_sec
 
@@ -337,8 +366,10 @@ async def _closed_loop(
                 # asyncio.timeout, not wait_for: on Python 3.11 wait_for wraps every call in a task of its own,
                 # which made this client, not the server, the bottleneck at 512 connections on one core.
                 async with asyncio.timeout(timeout_sec):
-                    status, retry_after = await connection.exchange(request.current())
+                    status, retry_after, error_body = await connection.exchange(request.current())
                 samples.append(Sample(started, time.perf_counter() - started, status, retry_after))
+                if error_body is not None:
+                    said.add(status, error_body)
             except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
                 samples.append(Sample(started, time.perf_counter() - started, 0, type(exc).__name__))
                 if connection is not None:
@@ -356,9 +387,15 @@ async def _closed_loop(
 
 
 async def _open_loop(
-    target: Target, rate: float, duration_sec: float, timeout_sec: float, max_connections: int
+    target: Target,
+    rate: float,
+    duration_sec: float,
+    timeout_sec: float,
+    max_connections: int,
+    error_bodies: ErrorBodies | None = None,
 ) -> list[Sample]:
     samples: list[Sample] = []
+    said = error_bodies if error_bodies is not None else ErrorBodies()
     request = RequestBytes(target)
     idle: asyncio.Queue[_Connection] = asyncio.Queue()
     opened = 0
@@ -374,8 +411,10 @@ async def _open_loop(
             else:
                 connection = await idle.get()
             async with asyncio.timeout(timeout_sec):
-                status, retry_after = await connection.exchange(request.current())
+                status, retry_after, error_body = await connection.exchange(request.current())
             samples.append(Sample(scheduled, time.perf_counter() - scheduled, status, retry_after))
+            if error_body is not None:
+                said.add(status, error_body)
             idle.put_nowait(connection)
         except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
             samples.append(Sample(scheduled, time.perf_counter() - scheduled, 0, type(exc).__name__))
@@ -394,19 +433,6 @@ async def _open_loop(
     while not idle.empty():
         await idle.get_nowait().close()
     return samples
-
-
-def _percentiles(latencies: np.ndarray) -> dict[str, float]:
-    if latencies.size == 0:
-        return {}
-    values = np.percentile(latencies * 1000, [50, 90, 99])
-    return {
-        "p50": float(values[0]),
-        "p90": float(values[1]),
-        "p99": float(values[2]),
-        "max": float(latencies.max() * 1000),
-        "mean": float(latencies.mean() * 1000),
-    }
 
 
 def summarize(
@@ -434,8 +460,8 @@ def summarize(
         ok_qps,
         dict(statuses),
         dict(errors),
-        _percentiles(every),
-        _percentiles(ok),
+        percentiles_ms(every * 1000),
+        percentiles_ms(ok * 1000),
         sum(1 for s in samples if s.status == 429 and s.retry_after),
     )
     if ok.size:
@@ -529,16 +555,17 @@ class SdkTarget:
         service = "sagemaker-runtime" if self.service == "sagemaker" else "lambda"
         return session.client(service, region_name=self.region, endpoint_url=self.endpoint_url, config=config)
 
-    def caller(self, client: Any) -> Callable[[], tuple[int, str | None]]:
-        """One call -> (status, error name); status 0 when no HTTP answer came back."""
+    def caller(self, client: Any) -> Callable[[], tuple[int, str | None, bytes | None]]:
+        """One call -> (status, error name, error body); status 0 when no HTTP answer came back, an error body
+        for a non-2xx answer."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         if self.service == "sagemaker":
 
-            def send() -> int:
+            def send() -> tuple[int, bytes | None]:
                 answer = client.invoke_endpoint(EndpointName=self.name, ContentType=self.content_type, Body=self.body)
                 answer["Body"].read()
-                return 200
+                return 200, None
 
         else:
             from servestack.local.lambda_runtime import http_api_event
@@ -548,36 +575,47 @@ class SdkTarget:
             )
             payload = json.dumps(event).encode()
 
-            def send() -> int:
+            def send() -> tuple[int, bytes | None]:
                 answer = client.invoke(FunctionName=self.name, Payload=payload)
-                reply = json.loads(answer["Payload"].read() or b"null")
+                raw = answer["Payload"].read() or b"null"
                 if answer.get("FunctionError"):
-                    return 500  # what API Gateway answers when the function fails
-                status = reply.get("statusCode", 200) if isinstance(reply, dict) else 200
-                return int(status)
+                    return 500, raw  # what API Gateway answers when the function fails
+                reply = json.loads(raw)
+                status = int(reply.get("statusCode", 200)) if isinstance(reply, dict) else 200
+                if 200 <= status < 300:
+                    return status, None
+                return status, str(reply.get("body", "")).encode()
 
-        def call() -> tuple[int, str | None]:
+        def call() -> tuple[int, str | None, bytes | None]:
             try:
-                return send(), None
+                status, said = send()
+                return status, None, said
             except ClientError as error:
                 status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-                return status, None if status else str(error.response.get("Error", {}).get("Code"))
+                code = str(error.response.get("Error", {}).get("Code"))
+                return status, None if status else code, str(error).encode()
             except (BotoCoreError, OSError) as error:
-                return 0, type(error).__name__
+                return 0, type(error).__name__, None
 
         return call
 
 
-def _sdk_closed_loop(target: SdkTarget, concurrency: int, duration_sec: float, timeout_sec: float) -> list[Sample]:
+def _sdk_closed_loop(
+    target: SdkTarget, concurrency: int, duration_sec: float, timeout_sec: float, error_bodies: ErrorBodies
+) -> list[Sample]:
     call = target.caller(target.client(concurrency, timeout_sec))
     samples: list[Sample] = []
     stop_at = time.perf_counter() + duration_sec
+    said = threading.Lock()  # the callers are threads: one adds an error body at a time
 
     def worker() -> None:
         while time.perf_counter() < stop_at:
             started = time.perf_counter()
-            status, error = call()
+            status, error, body = call()
             samples.append(Sample(started, time.perf_counter() - started, status, error))  # list.append is atomic
+            if body is not None:
+                with said:
+                    error_bodies.add(status, body)
 
     threads = [threading.Thread(target=worker, name=f"loadtest-{i}", daemon=True) for i in range(concurrency)]
     for thread in threads:
@@ -588,15 +626,24 @@ def _sdk_closed_loop(target: SdkTarget, concurrency: int, duration_sec: float, t
 
 
 def _sdk_open_loop(
-    target: SdkTarget, rate: float, duration_sec: float, timeout_sec: float, max_connections: int
+    target: SdkTarget,
+    rate: float,
+    duration_sec: float,
+    timeout_sec: float,
+    max_connections: int,
+    error_bodies: ErrorBodies,
 ) -> list[Sample]:
     workers = max(1, min(max_connections, math.ceil(rate * timeout_sec)))
     call = target.caller(target.client(workers, timeout_sec))
     samples: list[Sample] = []
+    said = threading.Lock()
 
     def one(scheduled: float) -> None:
-        status, error = call()
+        status, error, body = call()
         samples.append(Sample(scheduled, time.perf_counter() - scheduled, status, error))
+        if body is not None:
+            with said:
+                error_bodies.add(status, body)
 
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="loadtest") as pool:
@@ -625,17 +672,18 @@ def run(
 ) -> tuple[Report, list[Sample]]:
     if (concurrency is None) == (rate is None):
         raise ValueError("give exactly one of concurrency (closed loop) or rate (open loop)")
+    error_bodies = ErrorBodies()
     if isinstance(target, SdkTarget):
         if concurrency is not None:
-            samples = _sdk_closed_loop(target, concurrency, duration_sec, timeout_sec)
+            samples = _sdk_closed_loop(target, concurrency, duration_sec, timeout_sec, error_bodies)
             mode = f"closed loop, {concurrency} boto3 callers"
         else:
             assert rate is not None
-            samples = _sdk_open_loop(target, rate, duration_sec, timeout_sec, max_connections)
+            samples = _sdk_open_loop(target, rate, duration_sec, timeout_sec, max_connections, error_bodies)
             mode = f"open loop, {rate:g} req/s through boto3"
     else:
         samples, mode = _run_http(
-            target, duration_sec, concurrency, rate, timeout_sec, max_connections, honour_retry_after
+            target, duration_sec, concurrency, rate, timeout_sec, max_connections, honour_retry_after, error_bodies
         )
     elapsed = max(
         duration_sec,
@@ -644,6 +692,7 @@ def run(
     report = summarize(samples, mode, elapsed, target_qps=target_qps, instances_measured=instances_measured)
     report.request_bytes = len(target.body)
     report.request_rows = rows_in(target.body, target.content_type)
+    report.error_bodies = error_bodies.first
     return report, samples
 
 
@@ -655,6 +704,7 @@ def _run_http(
     timeout_sec: float,
     max_connections: int,
     honour_retry_after: bool,
+    error_bodies: ErrorBodies,
 ) -> tuple[list[Sample], str]:
     loop_factory: Callable[[], asyncio.AbstractEventLoop] | None
     try:
@@ -665,11 +715,13 @@ def _run_http(
         loop_factory = None
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         if concurrency is not None:
-            samples = runner.run(_closed_loop(target, concurrency, duration_sec, timeout_sec, honour_retry_after))
+            samples = runner.run(
+                _closed_loop(target, concurrency, duration_sec, timeout_sec, honour_retry_after, error_bodies)
+            )
             mode = f"closed loop, {concurrency} connections" + (", honouring Retry-After" if honour_retry_after else "")
         else:
             assert rate is not None
-            samples = runner.run(_open_loop(target, rate, duration_sec, timeout_sec, max_connections))
+            samples = runner.run(_open_loop(target, rate, duration_sec, timeout_sec, max_connections, error_bodies))
             mode = f"open loop, {rate:g} req/s"
     return samples, mode
 

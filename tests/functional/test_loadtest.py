@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -254,3 +257,45 @@ def test_an_answer_that_is_not_http_is_counted_as_an_error_of_its_own_name() -> 
     samples = closed_loop_against(serve, seconds=0.3)
     assert len(samples) > 5  # each one dropped its connection, and the next opened a new one
     assert {(sample.status, sample.retry_after) for sample in samples} == {(0, "MalformedResponse")}
+
+
+class ChunkedHandler(http.server.BaseHTTPRequestHandler):
+    """Answers every POST with `Transfer-Encoding: chunked`: the JSON body in three chunks, as streaming servers
+    (and proxies that do not buffer) send it."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for piece in (b'{"predictions": ', b"[1, 2, 3]", b"}"):
+            self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+        self.wfile.write(b"0\r\n\r\n")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: one line per request would flood the test's output."""
+
+
+@pytest.fixture
+def chunked_server() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ChunkedHandler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/invocations"
+    server.shutdown()
+    server.server_close()
+
+
+def test_chunked_answers_count_as_answers(chunked_server: str) -> None:
+    # GIVEN a real HTTP/1.1 server whose every answer is chunked (no Content-Length)
+    target = Target.from_url(chunked_server, SAMPLE, "application/json")
+    # WHEN the closed loop drives it over keep-alive connections
+    report, _ = run(target, duration_sec=0.5, concurrency=2)
+    # THEN every answer is read as the 200 it is: no MalformedResponse, no reset, no timeout
+    assert report.errors == {}
+    assert report.statuses == {"200": report.requests}
+    assert report.requests > 20
