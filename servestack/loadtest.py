@@ -31,12 +31,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import httptools
 import numpy as np
 
 from servestack.latency import percentiles_ms
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 from servestack.sizing import exact
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -126,8 +129,27 @@ class RequestBytes:
         return self.built
 
 
-def sigv4_signer(service: str, region: str, session: Any = None) -> Signer:
-    """SigV4 headers (Authorization, X-Amz-Date, X-Amz-Security-Token) from botocore's credential chain."""
+LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def is_local(url: str | None) -> bool:
+    """Whether a URL points at this machine (local up's fronts and endpoints)."""
+    return bool(url) and urllib.parse.urlsplit(url).hostname in LOCAL_HOSTS
+
+
+def keys_hint(local: bool) -> str:
+    """How to give credentials: local up's documented developer keys for a local target, else AWS's ways."""
+    if local:
+        return (
+            "local up takes the developer keys local/local: export AWS_ACCESS_KEY_ID=local "
+            "AWS_SECRET_ACCESS_KEY=local (or AWS_PROFILE naming a profile with those keys)"
+        )
+    return "run `aws configure`, or set AWS_PROFILE or AWS_ACCESS_KEY_ID (--no-sign sends https requests unsigned)"
+
+
+def sigv4_signer(service: str, region: str, session: Any = None, *, local: bool = False) -> Signer:
+    """SigV4 headers (Authorization, X-Amz-Date, X-Amz-Security-Token) from botocore's credential chain; `local`:
+    the target is local up's, whose keys a missing-credentials error names."""
     import botocore.session
     from botocore.auth import SigV4Auth
     from botocore.awsrequest import AWSRequest
@@ -137,11 +159,7 @@ def sigv4_signer(service: str, region: str, session: Any = None) -> Signer:
     chosen = session or botocore.session.get_session()
     credentials = chosen.get_credentials()
     if credentials is None:
-        raise CommandError(
-            "no AWS credentials to sign with: run `aws configure`, or set AWS_PROFILE or AWS_ACCESS_KEY_ID "
-            "(--no-sign sends https requests unsigned)",
-            ExitCode.AWS,
-        )
+        raise CommandError(f"no AWS credentials to sign with: {keys_hint(local)}", ExitCode.AWS)
 
     def sign(target: Target) -> dict[str, str]:
         request = AWSRequest(
@@ -549,9 +567,7 @@ class SdkTarget:
         if session.get_credentials() is None:
             from servestack.failures import CommandError, ExitCode
 
-            raise CommandError(
-                "no AWS credentials found: run `aws configure`, or set AWS_PROFILE or AWS_ACCESS_KEY_ID", ExitCode.AWS
-            )
+            raise CommandError(f"no AWS credentials found: {keys_hint(is_local(self.endpoint_url))}", ExitCode.AWS)
         service = "sagemaker-runtime" if self.service == "sagemaker" else "lambda"
         return session.client(service, region_name=self.region, endpoint_url=self.endpoint_url, config=config)
 
@@ -762,7 +778,7 @@ def target_of(args: argparse.Namespace, body: bytes, content_type: str) -> Targe
                 raise CommandError(
                     f"{args.target}: no AWS region to sign for; pass --region (or --no-sign)", ExitCode.AWS
                 )
-            signer = sigv4_signer(args.service, region)
+            signer = sigv4_signer(args.service, region, local=is_local(args.target))
         return Target.from_url(args.target, body, content_type, signer=signer)
     except ValueError as error:
         raise CommandError(str(error)) from None
@@ -771,9 +787,14 @@ def target_of(args: argparse.Namespace, body: bytes, content_type: str) -> Targe
 def main(args: argparse.Namespace) -> int:
     """`servestack loadtest` (arguments: servestack/cli.py)."""
     from servestack.failures import CommandError
-    from servestack.local.processes import REPO_ROOT
+    from servestack.loadtest_samples import deployment_sample
 
-    data: Path = args.data or REPO_ROOT / "models" / "artifacts" / "digits" / "1" / "sample-request.json"
+    given: Path | None = args.data
+    if given is None:
+        data, whose = deployment_sample(args.target, args.deployment)
+        print(f"sending the sample request of {whose}: {data} (--data sends another)", file=sys.stderr)
+    else:
+        data = given
     content_type = args.content_type or CONTENT_TYPES.get(data.suffix.lower())
     if content_type is None:
         raise CommandError(
@@ -806,6 +827,15 @@ def main(args: argparse.Namespace) -> int:
 
 def plot(samples: list[Sample], path: Path, title: str) -> None:
     """Latency over time and a latency histogram, one PNG."""
+    import matplotlib.pyplot as plt
+
+    figure = draw(samples, title)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def draw(samples: list[Sample], title: str) -> Figure:
+    """The figure `plot` saves (the caller closes it)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -833,11 +863,12 @@ def plot(samples: list[Sample], path: Path, title: str) -> None:
     ok = [s.latency_sec * 1000 for s in samples if 200 <= s.status < 300]
     if ok:
         histogram.hist(ok, bins=80, color="tab:blue")
-        for name, value in zip(("p50", "p99"), np.percentile(ok, [50, 99]), strict=True):
-            histogram.axvline(value, color="black", linestyle="--", linewidth=1)
-            histogram.text(value, histogram.get_ylim()[1] * 0.9, f" {name} {value:.2f}", fontsize=8)
+        # The percentiles are named in a legend, not beside their lines: p50 and p99 are often a few pixels apart,
+        # and labels written at the lines overlapped.
+        for name, value, style in zip(("p50", "p99"), np.percentile(ok, [50, 99]), ("--", ":"), strict=True):
+            histogram.axvline(value, color="black", linestyle=style, linewidth=1.2, label=f"{name} {value:.2f} ms")
+        histogram.legend(loc="upper right")
     histogram.set(xlabel="latency ms (2xx)", ylabel="requests", title="latency histogram")
     figure.suptitle(title)
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    return figure
