@@ -367,6 +367,19 @@ def run_serve(_args: argparse.Namespace) -> int:
     return 0
 
 
+def completion_arguments(parser: argparse.ArgumentParser) -> None:
+    from servestack.completion import SHELLS
+
+    parser.add_argument("shell", choices=SHELLS, help="the shell to complete in")
+
+
+def run_completion(args: argparse.Namespace) -> int:
+    from servestack.completion import script
+
+    sys.stdout.write(script(args.shell, build_parser()))
+    return 0
+
+
 COMMANDS: tuple[Command, ...] = (
     Command(
         ("local", "up"),
@@ -427,6 +440,12 @@ COMMANDS: tuple[Command, ...] = (
         run_loadtest,
     ),
     Command(("serve",), "run the realtime container entry in the foreground (as `serve`)", serve_arguments, run_serve),
+    Command(
+        ("completion",),
+        'print a shell completion script: eval "$(servestack completion bash)" in ~/.bashrc; zsh and fish too',
+        completion_arguments,
+        run_completion,
+    ),
 )
 
 

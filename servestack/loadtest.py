@@ -837,6 +837,7 @@ def plot(samples: list[Sample], path: Path, title: str) -> None:
 def draw(samples: list[Sample], title: str) -> Figure:
     """The figure `plot` saves (the caller closes it)."""
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -859,7 +860,11 @@ def draw(samples: list[Sample], title: str) -> Figure:
                 color=color,
             )
     over_time.set(xlabel="seconds", ylabel="latency ms", title="latency over time", yscale="log")
-    over_time.legend(loc="upper right")
+    # Plain numbers on the log axis (4, 5, 6 rather than 4x10^0), and legend dots large enough to see.
+    plain = matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}")
+    over_time.yaxis.set_major_formatter(plain)
+    over_time.yaxis.set_minor_formatter(plain)
+    over_time.legend(loc="upper right", markerscale=4)
     ok = [s.latency_sec * 1000 for s in samples if 200 <= s.status < 300]
     if ok:
         histogram.hist(ok, bins=80, color="tab:blue")

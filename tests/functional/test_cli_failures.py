@@ -58,6 +58,7 @@ def cases() -> dict[str, Case]:
         "serve": Case(["serve"], ExitCode.USAGE, "SERVESTACK_PORT", env={"SAGEMAKER_BIND_TO_PORT": "not-a-port"}),
         "models optimize": Case(["models", "optimize", "digits"], ExitCode.NOT_RUNNING, "no registry"),
         "plan": Case(["plan", "--peak-qps", "-3"], ExitCode.USAGE, "peak"),
+        "completion": Case(["completion", "tcsh"], ExitCode.USAGE, "invalid choice", in_project=False),
     }
 
 
