@@ -339,7 +339,7 @@ def loadtest_arguments(load: argparse.ArgumentParser) -> None:
 
 
 def run_loadtest(args: argparse.Namespace) -> int:
-    from servestack.loadtest import main as loadtest_main
+    from servestack.loadtest_command import main as loadtest_main
 
     return loadtest_main(args)
 

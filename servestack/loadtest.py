@@ -10,41 +10,30 @@ general-purpose client spends more CPU per request than the server it measures, 
 limits instead. boto3 targets run one thread per connection (boto3 is synchronous; each call costs the client
 about a millisecond of CPU, so past a few hundred requests per second run several load generators).
 Open-loop latency counts from each request's scheduled start, so a stalled server cannot hide its queueing
-(no coordinated omission). Reports QPS, errors by status, p50/p90/p99/max, and what to provision.
+(no coordinated omission). Reports QPS, errors by status (and the first distinct non-2xx bodies),
+p50/p90/p99/max, and what to provision.
+
+Here: the http(s) generator and `run`. Beside it: loadtest_report.py (samples, summary), loadtest_sdk.py (the
+boto3 targets) and loadtest_command.py (`servestack loadtest`: the request, the target, the plot).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import io
-import json
-import math
-import re
 import ssl
-import sys
-import threading
 import time
 import urllib.parse
-from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from dataclasses import dataclass
+from typing import Any, NamedTuple, cast
 
 import httptools
-import numpy as np
 
-from servestack.latency import percentiles_ms
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
-from servestack.sizing import exact
+from servestack.loadtest_report import ERROR_BODY_BYTES, ErrorBodies, Report, Sample, rows_in, summarize
+from servestack.loadtest_sdk import SdkTarget, keys_hint, sdk_closed_loop, sdk_open_loop
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 SIGN_EVERY_SEC = 60.0  # a SigV4 signature is accepted for 5 minutes after its X-Amz-Date; re-sign well before
-ERROR_BODY_BYTES = 300  # of each non-2xx answer's body, kept to show what the server said
 
 
 Signer = Callable[["Target"], dict[str, str]]
@@ -129,24 +118,6 @@ class RequestBytes:
         return self.built
 
 
-LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
-
-
-def is_local(url: str | None) -> bool:
-    """Whether a URL points at this machine (local up's fronts and endpoints)."""
-    return bool(url) and urllib.parse.urlsplit(url).hostname in LOCAL_HOSTS
-
-
-def keys_hint(local: bool) -> str:
-    """How to give credentials: local up's documented developer keys for a local target, else AWS's ways."""
-    if local:
-        return (
-            "local up takes the developer keys local/local: export AWS_ACCESS_KEY_ID=local "
-            "AWS_SECRET_ACCESS_KEY=local (or AWS_PROFILE naming a profile with those keys)"
-        )
-    return "run `aws configure`, or set AWS_PROFILE or AWS_ACCESS_KEY_ID (--no-sign sends https requests unsigned)"
-
-
 def sigv4_signer(service: str, region: str, session: Any = None, *, local: bool = False) -> Signer:
     """SigV4 headers (Authorization, X-Amz-Date, X-Amz-Security-Token) from botocore's credential chain; `local`:
     the target is local up's, whose keys a missing-credentials error names."""
@@ -169,89 +140,6 @@ def sigv4_signer(service: str, region: str, session: Any = None, *, local: bool 
         return {name: str(value) for name, value in request.headers.items()}
 
     return sign
-
-
-class ErrorBodies:
-    """The first few distinct bodies of non-2xx answers, truncated: what the server said was wrong (a 400 for a
-    request the model does not take says which field and why). Only non-2xx answers reach it."""
-
-    def __init__(self, keep: int = 3) -> None:
-        self.keep = keep
-        self.first: list[tuple[int, str]] = []
-
-    def add(self, status: int, body: bytes) -> None:
-        if len(self.first) >= self.keep:
-            return
-        text = body[:ERROR_BODY_BYTES].decode("utf-8", errors="replace")
-        if (status, text) not in self.first:
-            self.first.append((status, text))
-
-
-@dataclass
-class Sample:
-    started: float
-    latency_sec: float
-    status: int  # 0 when the request failed without a status (timeout, connection error)
-    retry_after: str | None = None
-
-
-@dataclass
-class Report:
-    mode: str
-    duration_sec: float
-    requests: int
-    qps: float
-    ok_qps: float
-    statuses: dict[str, int]
-    errors: dict[str, int]
-    latency_ms: dict[str, float]
-    ok_latency_ms: dict[str, float]
-    retry_after_seen: int
-    provisioning: dict[str, float] = field(default_factory=dict)
-    # The request sent: its size, and its rows when the body says (`servestack plan` scales from these).
-    request_bytes: int = 0
-    request_rows: int | None = None
-    # The first distinct bodies of non-2xx answers (status, body truncated to ERROR_BODY_BYTES).
-    error_bodies: list[tuple[int, str]] = field(default_factory=list)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2)
-
-    def summary(self) -> str:
-        lat, ok = self.latency_ms, self.ok_latency_ms
-        lines = [
-            f"{self.mode}: {self.requests} requests in {self.duration_sec:.1f}s = {self.qps:.0f} req/s "
-            f"({self.ok_qps:.0f} req/s 2xx)",
-            f"statuses {self.statuses}" + (f"  errors {self.errors}" if self.errors else ""),
-            "latency ms (all)  " + "  ".join(f"{k} {v:.2f}" for k, v in lat.items()),
-            "latency ms (2xx)  " + "  ".join(f"{k} {v:.2f}" for k, v in ok.items()),
-        ]
-        if self.error_bodies:
-            lines.append(f"what the server said (the first {len(self.error_bodies)} distinct non-2xx bodies):")
-            lines += [f"  {status}: {body}" for status, body in self.error_bodies]
-        lines += capacity_lines(self.provisioning)
-        return "\n".join(lines)
-
-
-def capacity_lines(p: dict[str, float]) -> list[str]:
-    """What the measurement says about capacity, and (with a target QPS) what to provision."""
-    if not p:
-        return ["capacity: no 2xx answers, so nothing to size from"]
-    lines = [
-        f"capacity: {p['per_instance_qps']:.0f} req/s 2xx per instance at {p['mean_latency_ms']:.1f} ms mean "
-        f"(measured on {p['instances_measured']:.0f} instance(s); a capacity only if this load saturated the target); "
-        f"one Lambda execution environment serves {p['lambda_qps_per_environment']:.0f} req/s at this latency"
-    ]
-    if "target_qps" not in p:
-        lines.append("provision: pass --target-qps N (the QPS to serve) for an instance count and a concurrency")
-        return lines
-    lines.append(
-        f"provision for {p['target_qps']:.0f} req/s with x{p['headroom']:g} headroom: "
-        f"{p['instances']:.0f} instance(s); "
-        f"concurrency {p['concurrency']:.0f} (target QPS x mean latency x headroom), "
-        "e.g. Lambda reserved or provisioned concurrency"
-    )
-    return lines
 
 
 class _Connection(asyncio.Protocol):
@@ -453,224 +341,6 @@ async def _open_loop(
     return samples
 
 
-def summarize(
-    samples: list[Sample],
-    mode: str,
-    duration_sec: float,
-    *,
-    headroom: float = 1.5,
-    target_qps: float | None = None,
-    instances_measured: int = 1,
-) -> Report:
-    """The report. Capacity per instance is the 2xx rate over the instances that served it; instance and
-    concurrency counts need the QPS to serve (`target_qps`): the measured rate says nothing about demand."""
-    ok = np.array([s.latency_sec for s in samples if 200 <= s.status < 300])
-    every = np.array([s.latency_sec for s in samples])
-    statuses = Counter(str(s.status) for s in samples if s.status)
-    errors = Counter(str(s.retry_after) for s in samples if not s.status)
-    qps = len(samples) / duration_sec
-    ok_qps = ok.size / duration_sec
-    report = Report(
-        mode,
-        duration_sec,
-        len(samples),
-        qps,
-        ok_qps,
-        dict(statuses),
-        dict(errors),
-        percentiles_ms(every * 1000),
-        percentiles_ms(ok * 1000),
-        sum(1 for s in samples if s.status == 429 and s.retry_after),
-    )
-    if ok.size:
-        mean_sec = float(ok.mean())
-        per_instance = ok_qps / instances_measured
-        report.provisioning = {
-            "headroom": headroom,
-            "mean_latency_ms": mean_sec * 1000,
-            "instances_measured": instances_measured,
-            "per_instance_qps": per_instance,
-            # Each Lambda execution environment serves one request at a time.
-            "lambda_qps_per_environment": 1 / mean_sec if mean_sec > 0 else math.inf,
-        }
-        if target_qps:
-            # Exact arithmetic (sizing.py) on the mean as reported, to the microsecond: 100 req/s at a 0.2 s
-            # mean needs 20 in flight, not the 21 that binary floats give.
-            mean_exact = exact(round(mean_sec * 1000, 3)) / 1000
-            concurrency = math.ceil(exact(target_qps) * mean_exact * exact(headroom))
-            report.provisioning |= {
-                "target_qps": target_qps,
-                "concurrency": concurrency,
-                "lambda_concurrency": concurrency,
-                "instances": math.ceil(exact(target_qps) * exact(headroom) / exact(per_instance)),
-            }
-    return report
-
-
-def rows_in(body: bytes, content_type: str) -> int | None:
-    """Rows in a request body (JSON `instances` or `inputs`, CSV lines, `.npy` first dimension), if it says."""
-    try:
-        if content_type == "application/json":
-            document = json.loads(body)
-            if isinstance(document.get("instances"), list):
-                return len(document["instances"])
-            named = document.get("inputs")
-            if isinstance(named, dict) and named:
-                first = next(iter(named.values()))
-                return len(first) if isinstance(first, list) else None
-            return None
-        if content_type == "text/csv":
-            return sum(1 for line in body.decode().splitlines() if line.strip())
-        if content_type == "application/x-npy":
-            shape = np.load(io.BytesIO(body), allow_pickle=False).shape
-            return int(shape[0]) if shape else None
-    except (ValueError, AttributeError, UnicodeDecodeError, OSError):
-        return None
-    return None
-
-
-# ------------------------------------------------------------------------------------------ boto3 targets
-
-
-@dataclass(frozen=True)
-class SdkTarget:
-    """`sagemaker://ENDPOINT` or `lambda://FUNCTION`, called through boto3 as an application would."""
-
-    service: str  # "sagemaker" or "lambda"
-    name: str
-    body: bytes
-    content_type: str
-    region: str | None = None
-    endpoint_url: str | None = None
-
-    @classmethod
-    def from_url(
-        cls, url: str, body: bytes, content_type: str, *, region: str | None = None, endpoint_url: str | None = None
-    ) -> SdkTarget:
-        parsed = urllib.parse.urlsplit(url)
-        name = parsed.netloc + parsed.path.rstrip("/")
-        if parsed.scheme not in ("sagemaker", "lambda") or not name:
-            raise ValueError(f"url: {url!r} is not sagemaker://ENDPOINT or lambda://FUNCTION")
-        return cls(parsed.scheme, name, body, content_type, region, endpoint_url)
-
-    def client(self, pool: int, timeout_sec: float) -> Any:
-        import boto3
-        from botocore.config import Config
-
-        config = Config(
-            max_pool_connections=pool,
-            retries={"max_attempts": 1, "mode": "standard"},  # measure the service, not botocore's retries
-            read_timeout=timeout_sec,
-            connect_timeout=min(timeout_sec, 10),
-        )
-        session = boto3.session.Session()
-        if session.get_credentials() is None:
-            from servestack.failures import CommandError, ExitCode
-
-            raise CommandError(f"no AWS credentials found: {keys_hint(is_local(self.endpoint_url))}", ExitCode.AWS)
-        service = "sagemaker-runtime" if self.service == "sagemaker" else "lambda"
-        return session.client(service, region_name=self.region, endpoint_url=self.endpoint_url, config=config)
-
-    def caller(self, client: Any) -> Callable[[], tuple[int, str | None, bytes | None]]:
-        """One call -> (status, error name, error body); status 0 when no HTTP answer came back, an error body
-        for a non-2xx answer."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        if self.service == "sagemaker":
-
-            def send() -> tuple[int, bytes | None]:
-                answer = client.invoke_endpoint(EndpointName=self.name, ContentType=self.content_type, Body=self.body)
-                answer["Body"].read()
-                return 200, None
-
-        else:
-            from servestack.local.lambda_runtime import http_api_event
-
-            event = http_api_event(
-                "POST", "/invocations", {"content-type": self.content_type}, self.body, "loadtest", "127.0.0.1"
-            )
-            payload = json.dumps(event).encode()
-
-            def send() -> tuple[int, bytes | None]:
-                answer = client.invoke(FunctionName=self.name, Payload=payload)
-                raw = answer["Payload"].read() or b"null"
-                if answer.get("FunctionError"):
-                    return 500, raw  # what API Gateway answers when the function fails
-                reply = json.loads(raw)
-                status = int(reply.get("statusCode", 200)) if isinstance(reply, dict) else 200
-                if 200 <= status < 300:
-                    return status, None
-                return status, str(reply.get("body", "")).encode()
-
-        def call() -> tuple[int, str | None, bytes | None]:
-            try:
-                status, said = send()
-                return status, None, said
-            except ClientError as error:
-                status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-                code = str(error.response.get("Error", {}).get("Code"))
-                return status, None if status else code, str(error).encode()
-            except (BotoCoreError, OSError) as error:
-                return 0, type(error).__name__, None
-
-        return call
-
-
-def _sdk_closed_loop(
-    target: SdkTarget, concurrency: int, duration_sec: float, timeout_sec: float, error_bodies: ErrorBodies
-) -> list[Sample]:
-    call = target.caller(target.client(concurrency, timeout_sec))
-    samples: list[Sample] = []
-    stop_at = time.perf_counter() + duration_sec
-    said = threading.Lock()  # the callers are threads: one adds an error body at a time
-
-    def worker() -> None:
-        while time.perf_counter() < stop_at:
-            started = time.perf_counter()
-            status, error, body = call()
-            samples.append(Sample(started, time.perf_counter() - started, status, error))  # list.append is atomic
-            if body is not None:
-                with said:
-                    error_bodies.add(status, body)
-
-    threads = [threading.Thread(target=worker, name=f"loadtest-{i}", daemon=True) for i in range(concurrency)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return samples
-
-
-def _sdk_open_loop(
-    target: SdkTarget,
-    rate: float,
-    duration_sec: float,
-    timeout_sec: float,
-    max_connections: int,
-    error_bodies: ErrorBodies,
-) -> list[Sample]:
-    workers = max(1, min(max_connections, math.ceil(rate * timeout_sec)))
-    call = target.caller(target.client(workers, timeout_sec))
-    samples: list[Sample] = []
-    said = threading.Lock()
-
-    def one(scheduled: float) -> None:
-        status, error, body = call()
-        samples.append(Sample(scheduled, time.perf_counter() - scheduled, status, error))
-        if body is not None:
-            with said:
-                error_bodies.add(status, body)
-
-    start = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="loadtest") as pool:
-        for index in range(int(rate * duration_sec)):
-            scheduled = start + index / rate
-            if (delay := scheduled - time.perf_counter()) > 0:
-                time.sleep(delay)
-            pool.submit(one, scheduled)
-    return samples
-
-
 # ------------------------------------------------------------------------------------------ running
 
 
@@ -691,11 +361,11 @@ def run(
     error_bodies = ErrorBodies()
     if isinstance(target, SdkTarget):
         if concurrency is not None:
-            samples = _sdk_closed_loop(target, concurrency, duration_sec, timeout_sec, error_bodies)
+            samples = sdk_closed_loop(target, concurrency, duration_sec, timeout_sec, error_bodies)
             mode = f"closed loop, {concurrency} boto3 callers"
         else:
             assert rate is not None
-            samples = _sdk_open_loop(target, rate, duration_sec, timeout_sec, max_connections, error_bodies)
+            samples = sdk_open_loop(target, rate, duration_sec, timeout_sec, max_connections, error_bodies)
             mode = f"open loop, {rate:g} req/s through boto3"
     else:
         samples, mode = _run_http(
@@ -742,138 +412,16 @@ def _run_http(
     return samples, mode
 
 
-# ------------------------------------------------------------------------------------------ the command
-
-CONTENT_TYPES = {".json": "application/json", ".csv": "text/csv", ".npy": "application/x-npy"}
-_REGION_IN_HOST = re.compile(r"\.(?:execute-api|lambda-url)\.([a-z]{2}(?:-[a-z]+)+-\d)\.")
-
-
-def region_of(explicit: str | None, url: str | None = None) -> str | None:
-    """--region, else the region in an API Gateway / function URL host, else botocore's (AWS_REGION, profile)."""
-    if explicit:
-        return explicit
-    found = _REGION_IN_HOST.search(urllib.parse.urlsplit(url).netloc) if url else None
-    if found:
-        return found.group(1)
-    import botocore.session
-
-    configured = botocore.session.get_session().get_config_variable("region")
-    return str(configured) if configured else None
-
-
-def target_of(args: argparse.Namespace, body: bytes, content_type: str) -> Target | SdkTarget:
-    from servestack.failures import CommandError, ExitCode
-
-    scheme = urllib.parse.urlsplit(args.target).scheme
-    try:
-        if scheme in ("sagemaker", "lambda"):
-            region = region_of(args.region)
-            if region is None:
-                raise CommandError(f"{args.target}: no AWS region; pass --region (or set AWS_REGION)", ExitCode.AWS)
-            return SdkTarget.from_url(args.target, body, content_type, region=region, endpoint_url=args.endpoint_url)
-        signer = None
-        if (scheme == "https" and not args.no_sign) or args.sigv4:
-            region = region_of(args.region, args.target)
-            if region is None:
-                raise CommandError(
-                    f"{args.target}: no AWS region to sign for; pass --region (or --no-sign)", ExitCode.AWS
-                )
-            signer = sigv4_signer(args.service, region, local=is_local(args.target))
-        return Target.from_url(args.target, body, content_type, signer=signer)
-    except ValueError as error:
-        raise CommandError(str(error)) from None
-
-
-def main(args: argparse.Namespace) -> int:
-    """`servestack loadtest` (arguments: servestack/cli.py)."""
-    from servestack.failures import CommandError
-    from servestack.loadtest_samples import deployment_sample
-
-    given: Path | None = args.data
-    if given is None:
-        data, whose = deployment_sample(args.target, args.deployment)
-        print(f"sending the sample request of {whose}: {data} (--data sends another)", file=sys.stderr)
-    else:
-        data = given
-    content_type = args.content_type or CONTENT_TYPES.get(data.suffix.lower())
-    if content_type is None:
-        raise CommandError(
-            f"--content-type: cannot tell from {data.name!r}; give one of {sorted(CONTENT_TYPES.values())}"
-        )
-    if not data.is_file():
-        raise CommandError(f"--data {data}: no such file")
-    target = target_of(args, data.read_bytes(), content_type)
-    concurrency = args.concurrency if args.concurrency or args.rate else 64
-    report, samples = run(
-        target,
-        duration_sec=args.duration,
-        concurrency=concurrency,
-        rate=args.rate,
-        timeout_sec=args.timeout,
-        target_qps=args.target_qps,
-        honour_retry_after=args.honour_retry_after,
-        instances_measured=args.instances,
-    )
-    print(report.summary())
-    args.report.write_text(report.to_json())
-    if samples:
-        plot(samples, args.plot, f"{args.target} - {report.mode}")
-    print(f"wrote {args.report}" + (f" and {args.plot}" if samples else ""))
-    if not report.ok_qps:
-        print("no 2xx answers: see the statuses and errors above", file=sys.stderr)
-        return 1
-    return 0
-
-
-def plot(samples: list[Sample], path: Path, title: str) -> None:
-    """Latency over time and a latency histogram, one PNG."""
-    import matplotlib.pyplot as plt
-
-    figure = draw(samples, title)
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-
-
-def draw(samples: list[Sample], title: str) -> Figure:
-    """The figure `plot` saves (the caller closes it)."""
-    import matplotlib
-    import matplotlib.ticker
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    start = min(s.started for s in samples)
-    figure, (over_time, histogram) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for label, keep, color in (
-        ("2xx", lambda s: 200 <= s.status < 300, "tab:blue"),
-        ("429", lambda s: s.status == 429, "tab:orange"),
-        ("other", lambda s: not (200 <= s.status < 300 or s.status == 429), "tab:red"),
-    ):
-        chosen = [s for s in samples if keep(s)]
-        if chosen:
-            over_time.scatter(
-                [s.started - start for s in chosen],
-                [s.latency_sec * 1000 for s in chosen],
-                s=2,
-                alpha=0.4,
-                label=f"{label} ({len(chosen)})",
-                color=color,
-            )
-    over_time.set(xlabel="seconds", ylabel="latency ms", title="latency over time", yscale="log")
-    # Plain numbers on the log axis (4, 5, 6 rather than 4x10^0), and legend dots large enough to see.
-    plain = matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}")
-    over_time.yaxis.set_major_formatter(plain)
-    over_time.yaxis.set_minor_formatter(plain)
-    over_time.legend(loc="upper right", markerscale=4)
-    ok = [s.latency_sec * 1000 for s in samples if 200 <= s.status < 300]
-    if ok:
-        histogram.hist(ok, bins=80, color="tab:blue")
-        # The percentiles are named in a legend, not beside their lines: p50 and p99 are often a few pixels apart,
-        # and labels written at the lines overlapped.
-        for name, value, style in zip(("p50", "p99"), np.percentile(ok, [50, 99]), ("--", ":"), strict=True):
-            histogram.axvline(value, color="black", linestyle=style, linewidth=1.2, label=f"{name} {value:.2f} ms")
-        histogram.legend(loc="upper right")
-    histogram.set(xlabel="latency ms (2xx)", ylabel="requests", title="latency histogram")
-    figure.suptitle(title)
-    figure.tight_layout()
-    return figure
+# The load tester's interface, in one place (the report and the boto3 targets live in modules of their own).
+__all__ = [
+    "MalformedResponse",
+    "Report",
+    "RequestBytes",
+    "Sample",
+    "SdkTarget",
+    "Target",
+    "rows_in",
+    "run",
+    "sigv4_signer",
+    "summarize",
+]

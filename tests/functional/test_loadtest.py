@@ -22,7 +22,8 @@ import pytest
 
 from servestack import loadtest
 from servestack.failures import ExitCode
-from servestack.loadtest import Sample, Target, plot, region_of, run, summarize
+from servestack.loadtest import Sample, Target, run, summarize
+from servestack.loadtest_command import draw, plot, region_of
 from servestack.local.processes import free_port, http_status, stop_process
 from tests.conftest import ARTIFACTS, REPO_ROOT, RealtimeServer
 
@@ -401,7 +402,7 @@ def test_a_local_target_without_credentials_names_local_ups_keys(tmp_path: Path)
 def test_the_plots_percentile_labels_do_not_overlap() -> None:
     # GIVEN latencies whose p50 and p99 are a hair apart (the case where labels at the lines overlapped)
     samples = [Sample(i / 1000, 0.0100 + (i % 100) * 1e-7, 200) for i in range(2000)]
-    figure = loadtest.draw(samples, "http://127.0.0.1:8080/invocations - closed loop, 64 connections")
+    figure = draw(samples, "http://127.0.0.1:8080/invocations - closed loop, 64 connections")
     try:
         figure.canvas.draw()
         renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]
