@@ -154,7 +154,7 @@ def _bash(nodes: list[Node], program: str) -> str:
     done
     offer="$({function}_values "$at" "$prev")"
     case "$offer" in
-        "@files") COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        "@files") compopt -o filenames 2>/dev/null; COMPREPLY=($(compgen -f -- "$cur")); return ;;
         "@any") COMPREPLY=(); return ;;
         ?*) COMPREPLY=($(compgen -W "$offer" -- "$cur")); return ;;
     esac
@@ -165,7 +165,7 @@ def _bash(nodes: list[Node], program: str) -> str:
     fi
 }}
 
-complete -o default -F {function} {program}
+complete -F {function} {program}
 """
 
 
