@@ -98,7 +98,8 @@ def main(args: argparse.Namespace) -> int:
         plot(samples, args.plot, f"{args.target} - {report.mode}")
     print(f"wrote {args.report}" + (f" and {args.plot}" if samples else ""))
     if not report.ok_qps:
-        print("no 2xx answers: see the statuses and errors above", file=sys.stderr)
+        said = ", and what the server said" if report.error_bodies else ""
+        print(f"no 2xx answers: see the statuses and errors above{said}", file=sys.stderr)
         return 1
     return 0
 
