@@ -61,10 +61,6 @@ class BatchStats:
     rejected: int = 0
     expired: int = 0
 
-    @property
-    def mean_batch_rows(self) -> float:
-        return self.rows / self.batches if self.batches else 0.0
-
 
 class MicroBatcher:
     """One per model per process; call `submit` from the event loop that owns it."""
@@ -84,10 +80,6 @@ class MicroBatcher:
         # The limits `full()` checks for every request, as attributes of their own: one lookup each, not two.
         self._max_requests = self.config.max_queue_requests
         self._max_rows = self.config.max_queue_rows
-
-    @property
-    def queued_rows(self) -> int:
-        return self._queued_rows
 
     @property
     def queued_requests(self) -> int:

@@ -242,7 +242,13 @@ def run_batch(args: argparse.Namespace) -> int:
 
 def invoke_arguments(invoke: argparse.ArgumentParser) -> None:
     invoke.add_argument("name", help="the deployment in serving.yaml")
-    invoke.add_argument("--data", type=Path, required=True, help="request body (.json, .csv or .npy)")
+    invoke.add_argument(
+        "--data",
+        type=Path,
+        required=True,
+        help="request body (.json, .csv or .npy); an async payload over the inline limit (256 KiB) goes through "
+        "a presigned S3 upload, up to 1 GiB",
+    )
     invoke.add_argument(
         "--component", default=None, help="realtime endpoints hosting inference components: the component to call"
     )
@@ -251,8 +257,13 @@ def invoke_arguments(invoke: argparse.ArgumentParser) -> None:
 
 
 def run_invoke(args: argparse.Namespace) -> int:
+    from servestack import project
+    from servestack.local import state
     from servestack.local.commands import invoke
 
+    if args.state is None and not os.environ.get(state.STATE_ENV) and project.find_project() is None:
+        # Said before "local up is not running": outside a project, no local up could be found at all.
+        raise CommandError(project.not_found_hint(instead="--state (the state file of a running local up)"))
     return invoke(args.name, args.data, state_path=args.state, timeout_sec=args.timeout_sec, component=args.component)
 
 
@@ -268,7 +279,17 @@ def loadtest_arguments(load: argparse.ArgumentParser) -> None:
         ),
     )
     load.add_argument(
-        "--data", type=Path, default=None, help="request body (default: the bundled digits sample request)"
+        "--data",
+        type=Path,
+        default=None,
+        help="request body (default: the sample request of the target's deployment, in this project's local up "
+        "or named by --deployment)",
+    )
+    load.add_argument(
+        "--deployment",
+        default=None,
+        help="the deployment in serving.yaml whose sample request to send when --data is not given (default: the "
+        "one of the running local up that the target names)",
     )
     load.add_argument("--content-type", default=None, help="default: from the file extension (.json, .csv, .npy)")
     mode = load.add_mutually_exclusive_group()
@@ -318,7 +339,7 @@ def loadtest_arguments(load: argparse.ArgumentParser) -> None:
 
 
 def run_loadtest(args: argparse.Namespace) -> int:
-    from servestack.loadtest import main as loadtest_main
+    from servestack.loadtest_command import main as loadtest_main
 
     return loadtest_main(args)
 
@@ -343,6 +364,19 @@ def run_serve(_args: argparse.Namespace) -> int:
     from handlers.realtime import main as serve_main
 
     serve_main(["serve"])
+    return 0
+
+
+def completion_arguments(parser: argparse.ArgumentParser) -> None:
+    from servestack.completion import SHELLS
+
+    parser.add_argument("shell", choices=SHELLS, help="the shell to complete in")
+
+
+def run_completion(args: argparse.Namespace) -> int:
+    from servestack.completion import script
+
+    sys.stdout.write(script(args.shell, build_parser()))
     return 0
 
 
@@ -407,6 +441,12 @@ COMMANDS: tuple[Command, ...] = (
         run_loadtest,
     ),
     Command(("serve",), "run the realtime container entry in the foreground (as `serve`)", serve_arguments, run_serve),
+    Command(
+        ("completion",),
+        'print a shell completion script: eval "$(servestack completion bash)" in ~/.bashrc; zsh and fish too',
+        completion_arguments,
+        run_completion,
+    ),
 )
 
 

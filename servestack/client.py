@@ -4,11 +4,12 @@
     client.predict([[0.0] * 64])                         # {"predictions": [...], "probabilities": ...}
     client.predict_many(rows, batch_size=256)            # split, sent in batches, merged in order
 
-Targets: a realtime URL, a Lambda Function URL or HTTP API (SigV4-signed when IAM auth is on), and a
-SageMaker endpoint through boto3's `sagemaker-runtime`. 429, 503 and connection errors are retried with
-exponential backoff and full jitter, honouring `Retry-After`; every call has a timeout. Through SageMaker, a
-container's 429/503 arrives as `ModelError` carrying `OriginalStatusCode`: `SageMakerClient` retries those too,
-within a total deadline.
+Targets: a realtime URL, a Lambda Function URL or HTTP API (SigV4-signed when IAM auth is on), a
+SageMaker endpoint through boto3's `sagemaker-runtime`, and an async deployment's job API (`AsyncJobsClient`:
+a payload over the inline limit goes through a presigned S3 upload by itself). 429, 503 and connection errors
+are retried with exponential backoff and full jitter, honouring `Retry-After`; every call has a timeout.
+Through SageMaker, a container's 429/503 arrives as `ModelError` carrying `OriginalStatusCode`:
+`SageMakerClient` retries those too, within a total deadline.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import asyncio
 import email.utils
 import io
 import random
+import sys
 import time
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 import httpx
 import numpy as np
@@ -377,3 +379,159 @@ class SageMakerClient:
 
     def predict_many(self, rows: Iterable[Any] | Any, *, batch_size: int = 256) -> dict[str, Any]:
         return merge_answers([self.predict(chunk) for chunk in batches(rows, batch_size)])
+
+
+# ------------------------------------------------------------------------------------------ async jobs
+
+# The job API takes a payload inline up to its presign threshold (256 KiB unless the deployment sets another);
+# past it the payload goes to S3 through a presigned PUT, up to its max_upload_bytes (1 GiB).
+INLINE_LIMIT_BYTES = 262_144
+MAX_UPLOAD_BYTES = 1024**3
+UPLOAD_PIECE_BYTES = 1024 * 1024
+FINAL_STATUSES = frozenset({"succeeded", "failed"})
+
+UploadProgress = Callable[[int, int], None]  # (bytes sent, bytes in all)
+
+
+class AsyncJobsClient:
+    """An async deployment's job API (`POST /jobs`, `POST /jobs/uploads`, `GET /jobs/{id}`): submit a payload,
+    wait for its job, read the result. A payload over the inline limit takes the upload route by itself: an
+    upload URL, a PUT of the payload to S3 (reported to `on_upload`), then `confirm` so the job starts at once
+    (S3's notification starts it too; the API takes both). A 413 from the inline route (a deployment with a
+    lower threshold) takes the upload route as well.
+
+        jobs = AsyncJobsClient(url, auth=SigV4("eu-west-1", "execute-api"))
+        job = jobs.submit(payload, "application/json", on_upload=upload_progress())
+        answer = jobs.result(jobs.wait(job, timeout_sec=600))
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        auth: httpx.Auth | None = None,
+        timeout_sec: float = 60.0,
+        inline_limit_bytes: int = INLINE_LIMIT_BYTES,
+        poll_sec: float = 0.2,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.inline_limit_bytes = inline_limit_bytes
+        self.poll_sec = poll_sec
+        self.http = httpx.Client(base_url=self.url, timeout=timeout_sec, auth=auth, transport=transport)
+
+    def submit(
+        self,
+        body: bytes,
+        content_type: str,
+        *,
+        accept: str | None = None,
+        idempotency_key: str | None = None,
+        on_upload: UploadProgress | None = None,
+    ) -> dict[str, Any]:
+        """Queue a job for `body`; returns the API's answer (`job_id`, `status`, `status_url`)."""
+        if len(body) > MAX_UPLOAD_BYTES:
+            raise ServingClientError(
+                413, f"payload of {len(body)} bytes is over the {MAX_UPLOAD_BYTES} bytes an async job takes", 0
+            )
+        headers = {"content-type": content_type, **({"accept": accept} if accept else {})}
+        if idempotency_key:
+            headers["idempotency-key"] = idempotency_key
+        if len(body) <= self.inline_limit_bytes:
+            response = self.http.post("/jobs", content=body, headers=headers)
+            if response.status_code != 413:
+                return self._answer(response, 202)
+        return self._upload(body, content_type, accept, idempotency_key, on_upload)
+
+    def _upload(
+        self,
+        body: bytes,
+        content_type: str,
+        accept: str | None,
+        idempotency_key: str | None,
+        on_upload: UploadProgress | None,
+    ) -> dict[str, Any]:
+        request = {"content_type": content_type, **({"accept": accept} if accept else {})}
+        headers = {"content-type": JSON, **({"idempotency-key": idempotency_key} if idempotency_key else {})}
+        upload = self._answer(self.http.post("/jobs/uploads", content=orjson.dumps(request), headers=headers), 201)
+        if len(body) > int(upload.get("max_bytes", MAX_UPLOAD_BYTES)):
+            raise ServingClientError(413, f"payload of {len(body)} bytes is over {upload['max_bytes']}", 1)
+        target = upload["upload"]
+
+        def pieces() -> Iterator[bytes]:
+            view = memoryview(body)
+            for start in range(0, len(body), UPLOAD_PIECE_BYTES):
+                yield bytes(view[start : start + UPLOAD_PIECE_BYTES])
+                if on_upload is not None:
+                    on_upload(min(start + UPLOAD_PIECE_BYTES, len(body)), len(body))
+
+        # The URL is presigned: no auth of ours. S3 takes no chunked PUT, so the length is given.
+        put_headers = {**target.get("headers", {}), "content-length": str(len(body))}
+        put = self.http.request(target["method"], target["url"], content=pieces(), headers=put_headers, auth=None)
+        if not put.is_success:
+            raise ServingClientError(put.status_code, put.text[:500], 1)
+        confirmed = self._answer(self.http.post(upload["confirm_url"]), 202)
+        return {**confirmed, "status_url": upload["status_url"]}
+
+    def status(self, job: dict[str, Any]) -> dict[str, Any]:
+        return self._answer(self.http.get(job["status_url"]), 200)
+
+    def wait(
+        self, job: dict[str, Any], *, timeout_sec: float, sleep: Callable[[float], None] = time.sleep
+    ) -> dict[str, Any]:
+        """The job's status once it has succeeded or failed; TimeoutError if it has not within `timeout_sec`."""
+        deadline = time.monotonic() + timeout_sec
+        while True:
+            current = self.status(job)
+            if current.get("status") in FINAL_STATUSES:
+                return current
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {job['job_id']}: not done after {timeout_sec:g}s")
+            sleep(self.poll_sec)
+
+    def result(self, status: dict[str, Any]) -> bytes:
+        """A succeeded job's result, through its presigned GET URL."""
+        response = self.http.get(status["result"]["url"], auth=None)  # presigned: signed already
+        if not response.is_success:
+            raise ServingClientError(response.status_code, response.text[:500], 1)
+        return response.content
+
+    def _answer(self, response: httpx.Response, expected: int) -> dict[str, Any]:
+        try:
+            body: Any = response.json()
+        except ValueError:
+            body = response.text[:500]
+        if response.status_code != expected or not isinstance(body, dict):
+            raise ServingClientError(response.status_code, body, 1)
+        return body
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> AsyncJobsClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def upload_progress(stream: TextIO | None = None) -> UploadProgress:
+    """Upload progress for people: on a terminal, one line redrawn as the bytes go; otherwise (a log, CI) a line
+    when the upload starts and one when it ends, so logs stay readable."""
+    out = stream or sys.stderr
+    on_terminal = out.isatty()
+    started = False
+
+    def report(sent: int, total: int) -> None:
+        nonlocal started
+        mib = f"{sent / 2**20:.1f}/{total / 2**20:.1f} MiB"
+        if on_terminal:
+            out.write(f"\ruploading {mib} ({100 * sent // max(total, 1)}%)" + ("\n" if sent >= total else ""))
+        elif not started:
+            out.write(f"uploading {total / 2**20:.1f} MiB through a presigned S3 URL\n")
+        if not on_terminal and sent >= total:
+            out.write(f"uploaded {mib}\n")
+        started = True
+        out.flush()
+
+    return report

@@ -10,32 +10,27 @@ general-purpose client spends more CPU per request than the server it measures, 
 limits instead. boto3 targets run one thread per connection (boto3 is synchronous; each call costs the client
 about a millisecond of CPU, so past a few hundred requests per second run several load generators).
 Open-loop latency counts from each request's scheduled start, so a stalled server cannot hide its queueing
-(no coordinated omission). Reports QPS, errors by status, p50/p90/p99/max, and what to provision.
+(no coordinated omission). Reports QPS, errors by status (and the first distinct non-2xx bodies),
+p50/p90/p99/max, and what to provision.
+
+Here: the http(s) generator and `run`. Beside it: loadtest_report.py (samples, summary), loadtest_sdk.py (the
+boto3 targets) and loadtest_command.py (`servestack loadtest`: the request, the target, the plot).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import io
-import json
-import math
-import re
 import ssl
-import sys
-import threading
 import time
 import urllib.parse
-from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import Any, NamedTuple, cast
 
-import numpy as np
+import httptools
 
-from servestack.sizing import exact
+from servestack.loadtest_report import ERROR_BODY_BYTES, ErrorBodies, Report, Sample, rows_in, summarize
+from servestack.loadtest_sdk import SdkTarget, keys_hint, sdk_closed_loop, sdk_open_loop
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 SIGN_EVERY_SEC = 60.0  # a SigV4 signature is accepted for 5 minutes after its X-Amz-Date; re-sign well before
@@ -123,8 +118,9 @@ class RequestBytes:
         return self.built
 
 
-def sigv4_signer(service: str, region: str, session: Any = None) -> Signer:
-    """SigV4 headers (Authorization, X-Amz-Date, X-Amz-Security-Token) from botocore's credential chain."""
+def sigv4_signer(service: str, region: str, session: Any = None, *, local: bool = False) -> Signer:
+    """SigV4 headers (Authorization, X-Amz-Date, X-Amz-Security-Token) from botocore's credential chain; `local`:
+    the target is local up's, whose keys a missing-credentials error names."""
     import botocore.session
     from botocore.auth import SigV4Auth
     from botocore.awsrequest import AWSRequest
@@ -134,11 +130,7 @@ def sigv4_signer(service: str, region: str, session: Any = None) -> Signer:
     chosen = session or botocore.session.get_session()
     credentials = chosen.get_credentials()
     if credentials is None:
-        raise CommandError(
-            "no AWS credentials to sign with: run `aws configure`, or set AWS_PROFILE or AWS_ACCESS_KEY_ID "
-            "(--no-sign sends https requests unsigned)",
-            ExitCode.AWS,
-        )
+        raise CommandError(f"no AWS credentials to sign with: {keys_hint(local)}", ExitCode.AWS)
 
     def sign(target: Target) -> dict[str, str]:
         request = AWSRequest(
@@ -150,82 +142,22 @@ def sigv4_signer(service: str, region: str, session: Any = None) -> Signer:
     return sign
 
 
-@dataclass
-class Sample:
-    started: float
-    latency_sec: float
-    status: int  # 0 when the request failed without a status (timeout, connection error)
-    retry_after: str | None = None
-
-
-@dataclass
-class Report:
-    mode: str
-    duration_sec: float
-    requests: int
-    qps: float
-    ok_qps: float
-    statuses: dict[str, int]
-    errors: dict[str, int]
-    latency_ms: dict[str, float]
-    ok_latency_ms: dict[str, float]
-    retry_after_seen: int
-    provisioning: dict[str, float] = field(default_factory=dict)
-    # The request sent: its size, and its rows when the body says (`servestack plan` scales from these).
-    request_bytes: int = 0
-    request_rows: int | None = None
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2)
-
-    def summary(self) -> str:
-        lat, ok = self.latency_ms, self.ok_latency_ms
-        lines = [
-            f"{self.mode}: {self.requests} requests in {self.duration_sec:.1f}s = {self.qps:.0f} req/s "
-            f"({self.ok_qps:.0f} req/s 2xx)",
-            f"statuses {self.statuses}" + (f"  errors {self.errors}" if self.errors else ""),
-            "latency ms (all)  " + "  ".join(f"{k} {v:.2f}" for k, v in lat.items()),
-            "latency ms (2xx)  " + "  ".join(f"{k} {v:.2f}" for k, v in ok.items()),
-        ]
-        lines += capacity_lines(self.provisioning)
-        return "\n".join(lines)
-
-
-def capacity_lines(p: dict[str, float]) -> list[str]:
-    """What the measurement says about capacity, and (with a target QPS) what to provision."""
-    if not p:
-        return ["capacity: no 2xx answers, so nothing to size from"]
-    lines = [
-        f"capacity: {p['per_instance_qps']:.0f} req/s 2xx per instance at {p['mean_latency_ms']:.1f} ms mean "
-        f"(measured on {p['instances_measured']:.0f} instance(s); a capacity only if this load saturated the target); "
-        f"one Lambda execution environment serves {p['lambda_qps_per_environment']:.0f} req/s at this latency"
-    ]
-    if "target_qps" not in p:
-        lines.append("provision: pass --target-qps N (the QPS to serve) for an instance count and a concurrency")
-        return lines
-    lines.append(
-        f"provision for {p['target_qps']:.0f} req/s with x{p['headroom']:g} headroom: "
-        f"{p['instances']:.0f} instance(s); "
-        f"concurrency {p['concurrency']:.0f} (target QPS x mean latency x headroom), "
-        "e.g. Lambda reserved or provisioned concurrency"
-    )
-    return lines
-
-
 class _Connection(asyncio.Protocol):
-    """One keep-alive HTTP/1.1 connection as an asyncio Protocol: each response is parsed from the bytes as they
-    arrive, and the request waiting on it gets one future. asyncio streams cost a waiter future per
-    `readuntil`/`readexactly` and a copy into the reader's buffer; at 512 connections retrying at once on one
-    core, that made this client, not the server it measures, the limit."""
+    """One keep-alive HTTP/1.1 connection as an asyncio Protocol: httptools (llhttp, the parser of Node.js and
+    uvicorn) reads each response from the bytes as they arrive, Content-Length or chunked, and the request
+    waiting on it gets one future. asyncio streams cost a waiter future per `readuntil`/`readexactly` and a copy
+    into the reader's buffer; at 512 connections retrying at once on one core, that made this client, not the
+    server it measures, the limit. The parser calls back only for the head's end, each header (Retry-After)
+    and, of a non-2xx answer, the body (the error shown in the summary)."""
 
     def __init__(self) -> None:
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._transport: asyncio.Transport | None = None
-        self._buffer = bytearray()
-        self._waiter: asyncio.Future[tuple[int, str | None]] | None = None
-        # The waiting response's head once it is in: where its body starts, status, length, Retry-After, close.
-        self._head: tuple[int, int, int, str | None, bool] | None = None
+        self._parser = httptools.HttpResponseParser(self)
+        self._waiter: asyncio.Future[Answer] | None = None
+        self._retry_after: str | None = None
+        self._error_body: bytearray | None = None  # collected only while a non-2xx answer's body arrives
         self._lost: asyncio.Future[None] = loop.create_future()
         self._reset: Exception | None = None
 
@@ -240,8 +172,14 @@ class _Connection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
-        self._buffer += data
-        self._answer()
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as error:
+            waiter, self._waiter = self._waiter, None
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(MalformedResponse(f"not an HTTP/1.1 response ({error}): {data[:64]!r}"))
+            assert self._transport is not None
+            self._transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._reset = exc or ConnectionResetError("server closed the connection")
@@ -250,37 +188,38 @@ class _Connection(asyncio.Protocol):
         if not self._lost.done():
             self._lost.set_result(None)
 
-    def _answer(self) -> None:
-        """Resolve the waiting request once its whole response is in the buffer."""
-        waiter, buffer = self._waiter, self._buffer
-        if waiter is None:
+    # httptools' callbacks, in the order a response calls them
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if len(name) == 11 and name.lower() == b"retry-after":
+            self._retry_after = value.strip().decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        if not 200 <= self._parser.get_status_code() < 300:
+            self._error_body = bytearray()
+
+    def on_body(self, body: bytes) -> None:
+        kept = self._error_body
+        if kept is not None and len(kept) < ERROR_BODY_BYTES:
+            kept += body[: ERROR_BODY_BYTES - len(kept)]
+
+    def on_message_complete(self) -> None:
+        """Resolve the waiting request with its status, Retry-After and (non-2xx) body."""
+        waiter, self._waiter = self._waiter, None
+        answer = Answer(
+            self._parser.get_status_code(),
+            self._retry_after,
+            bytes(self._error_body) if self._error_body is not None else None,
+        )
+        self._retry_after, self._error_body = None, None
+        if waiter is None or waiter.done():  # cancelled by the caller's timeout
             return
-        if self._head is None:  # parsed once per response, however many chunks its body arrives in
-            end = buffer.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            try:
-                self._head = (end + 4, *_response_head(bytes(buffer[:end])))
-            except (ValueError, UnicodeDecodeError):
-                self._waiter = None
-                if not waiter.done():
-                    waiter.set_exception(MalformedResponse(f"not an HTTP/1.1 response head: {bytes(buffer[:64])!r}"))
-                assert self._transport is not None
-                self._transport.abort()
-                return
-        body_at, status, length, retry_after, close = self._head
-        if len(buffer) < body_at + length:
-            return
-        del buffer[: body_at + length]
-        self._waiter, self._head = None, None
-        if waiter.done():  # cancelled by the caller's timeout
-            return
-        if close:
+        if not self._parser.should_keep_alive():
             waiter.set_exception(ConnectionResetError("server closed the connection"))
         else:
-            waiter.set_result((status, retry_after))
+            waiter.set_result(answer)
 
-    async def exchange(self, request: bytes) -> tuple[int, str | None]:
+    async def exchange(self, request: bytes) -> Answer:
         if self._reset is not None or self._transport is None:
             raise ConnectionResetError("server closed the connection")
         self._waiter = self._loop.create_future()
@@ -299,32 +238,28 @@ class _Connection(asyncio.Protocol):
                 self._transport.abort()
 
 
+class Answer(NamedTuple):
+    """What the load generator keeps of one HTTP answer."""
+
+    status: int
+    retry_after: str | None
+    error_body: bytes | None  # the first ERROR_BODY_BYTES of a non-2xx answer's body
+
+
 class MalformedResponse(ConnectionError):
     """An answer that is not HTTP/1.1: counted as an error of this name, and the connection dropped."""
 
 
-def _response_head(head: bytes) -> tuple[int, int, str | None, bool]:
-    """Status, Content-Length, Retry-After and whether the server closes, from a response head."""
-    if not head.startswith(b"HTTP/1.") or len(head) < 12:
-        raise ValueError(head[:64])
-    status = int(head[9:12])
-    length, retry_after, close = 0, None, False
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        lowered = name.strip().lower()
-        if lowered == b"content-length":
-            length = int(value)
-        elif lowered == b"retry-after":
-            retry_after = value.strip().decode()
-        elif lowered == b"connection" and value.strip().lower() == b"close":
-            close = True
-    return status, length, retry_after, close
-
-
 async def _closed_loop(
-    target: Target, concurrency: int, duration_sec: float, timeout_sec: float, honour_retry_after: bool
+    target: Target,
+    concurrency: int,
+    duration_sec: float,
+    timeout_sec: float,
+    honour_retry_after: bool,
+    error_bodies: ErrorBodies | None = None,
 ) -> list[Sample]:
     samples: list[Sample] = []
+    said = error_bodies if error_bodies is not None else ErrorBodies()
     request = RequestBytes(target)
     stop_at = time.perf_counter() + duration_sec
 
@@ -337,8 +272,10 @@ async def _closed_loop(
                 # asyncio.timeout, not wait_for: on Python 3.11 wait_for wraps every call in a task of its own,
                 # which made this client, not the server, the bottleneck at 512 connections on one core.
                 async with asyncio.timeout(timeout_sec):
-                    status, retry_after = await connection.exchange(request.current())
+                    status, retry_after, error_body = await connection.exchange(request.current())
                 samples.append(Sample(started, time.perf_counter() - started, status, retry_after))
+                if error_body is not None:
+                    said.add(status, error_body)
             except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
                 samples.append(Sample(started, time.perf_counter() - started, 0, type(exc).__name__))
                 if connection is not None:
@@ -356,9 +293,15 @@ async def _closed_loop(
 
 
 async def _open_loop(
-    target: Target, rate: float, duration_sec: float, timeout_sec: float, max_connections: int
+    target: Target,
+    rate: float,
+    duration_sec: float,
+    timeout_sec: float,
+    max_connections: int,
+    error_bodies: ErrorBodies | None = None,
 ) -> list[Sample]:
     samples: list[Sample] = []
+    said = error_bodies if error_bodies is not None else ErrorBodies()
     request = RequestBytes(target)
     idle: asyncio.Queue[_Connection] = asyncio.Queue()
     opened = 0
@@ -374,8 +317,10 @@ async def _open_loop(
             else:
                 connection = await idle.get()
             async with asyncio.timeout(timeout_sec):
-                status, retry_after = await connection.exchange(request.current())
+                status, retry_after, error_body = await connection.exchange(request.current())
             samples.append(Sample(scheduled, time.perf_counter() - scheduled, status, retry_after))
+            if error_body is not None:
+                said.add(status, error_body)
             idle.put_nowait(connection)
         except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
             samples.append(Sample(scheduled, time.perf_counter() - scheduled, 0, type(exc).__name__))
@@ -396,218 +341,6 @@ async def _open_loop(
     return samples
 
 
-def _percentiles(latencies: np.ndarray) -> dict[str, float]:
-    if latencies.size == 0:
-        return {}
-    values = np.percentile(latencies * 1000, [50, 90, 99])
-    return {
-        "p50": float(values[0]),
-        "p90": float(values[1]),
-        "p99": float(values[2]),
-        "max": float(latencies.max() * 1000),
-        "mean": float(latencies.mean() * 1000),
-    }
-
-
-def summarize(
-    samples: list[Sample],
-    mode: str,
-    duration_sec: float,
-    *,
-    headroom: float = 1.5,
-    target_qps: float | None = None,
-    instances_measured: int = 1,
-) -> Report:
-    """The report. Capacity per instance is the 2xx rate over the instances that served it; instance and
-    concurrency counts need the QPS to serve (`target_qps`): the measured rate says nothing about demand."""
-    ok = np.array([s.latency_sec for s in samples if 200 <= s.status < 300])
-    every = np.array([s.latency_sec for s in samples])
-    statuses = Counter(str(s.status) for s in samples if s.status)
-    errors = Counter(str(s.retry_after) for s in samples if not s.status)
-    qps = len(samples) / duration_sec
-    ok_qps = ok.size / duration_sec
-    report = Report(
-        mode,
-        duration_sec,
-        len(samples),
-        qps,
-        ok_qps,
-        dict(statuses),
-        dict(errors),
-        _percentiles(every),
-        _percentiles(ok),
-        sum(1 for s in samples if s.status == 429 and s.retry_after),
-    )
-    if ok.size:
-        mean_sec = float(ok.mean())
-        per_instance = ok_qps / instances_measured
-        report.provisioning = {
-            "headroom": headroom,
-            "mean_latency_ms": mean_sec * 1000,
-            "instances_measured": instances_measured,
-            "per_instance_qps": per_instance,
-            # Each Lambda execution environment serves one request at a time.
-            "lambda_qps_per_environment": 1 / mean_sec if mean_sec > 0 else math.inf,
-        }
-        if target_qps:
-            # Exact arithmetic (sizing.py) on the mean as reported, to the microsecond: 100 req/s at a 0.2 s
-            # mean needs 20 in flight, not the 21 that binary floats give.
-            mean_exact = exact(round(mean_sec * 1000, 3)) / 1000
-            concurrency = math.ceil(exact(target_qps) * mean_exact * exact(headroom))
-            report.provisioning |= {
-                "target_qps": target_qps,
-                "concurrency": concurrency,
-                "lambda_concurrency": concurrency,
-                "instances": math.ceil(exact(target_qps) * exact(headroom) / exact(per_instance)),
-            }
-    return report
-
-
-def rows_in(body: bytes, content_type: str) -> int | None:
-    """Rows in a request body (JSON `instances` or `inputs`, CSV lines, `.npy` first dimension), if it says."""
-    try:
-        if content_type == "application/json":
-            document = json.loads(body)
-            if isinstance(document.get("instances"), list):
-                return len(document["instances"])
-            named = document.get("inputs")
-            if isinstance(named, dict) and named:
-                first = next(iter(named.values()))
-                return len(first) if isinstance(first, list) else None
-            return None
-        if content_type == "text/csv":
-            return sum(1 for line in body.decode().splitlines() if line.strip())
-        if content_type == "application/x-npy":
-            shape = np.load(io.BytesIO(body), allow_pickle=False).shape
-            return int(shape[0]) if shape else None
-    except (ValueError, AttributeError, UnicodeDecodeError, OSError):
-        return None
-    return None
-
-
-# ------------------------------------------------------------------------------------------ boto3 targets
-
-
-@dataclass(frozen=True)
-class SdkTarget:
-    """`sagemaker://ENDPOINT` or `lambda://FUNCTION`, called through boto3 as an application would."""
-
-    service: str  # "sagemaker" or "lambda"
-    name: str
-    body: bytes
-    content_type: str
-    region: str | None = None
-    endpoint_url: str | None = None
-
-    @classmethod
-    def from_url(
-        cls, url: str, body: bytes, content_type: str, *, region: str | None = None, endpoint_url: str | None = None
-    ) -> SdkTarget:
-        parsed = urllib.parse.urlsplit(url)
-        name = parsed.netloc + parsed.path.rstrip("/")
-        if parsed.scheme not in ("sagemaker", "lambda") or not name:
-            raise ValueError(f"url: {url!r} is not sagemaker://ENDPOINT or lambda://FUNCTION")
-        return cls(parsed.scheme, name, body, content_type, region, endpoint_url)
-
-    def client(self, pool: int, timeout_sec: float) -> Any:
-        import boto3
-        from botocore.config import Config
-
-        config = Config(
-            max_pool_connections=pool,
-            retries={"max_attempts": 1, "mode": "standard"},  # measure the service, not botocore's retries
-            read_timeout=timeout_sec,
-            connect_timeout=min(timeout_sec, 10),
-        )
-        session = boto3.session.Session()
-        if session.get_credentials() is None:
-            from servestack.failures import CommandError, ExitCode
-
-            raise CommandError(
-                "no AWS credentials found: run `aws configure`, or set AWS_PROFILE or AWS_ACCESS_KEY_ID", ExitCode.AWS
-            )
-        service = "sagemaker-runtime" if self.service == "sagemaker" else "lambda"
-        return session.client(service, region_name=self.region, endpoint_url=self.endpoint_url, config=config)
-
-    def caller(self, client: Any) -> Callable[[], tuple[int, str | None]]:
-        """One call -> (status, error name); status 0 when no HTTP answer came back."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        if self.service == "sagemaker":
-
-            def send() -> int:
-                answer = client.invoke_endpoint(EndpointName=self.name, ContentType=self.content_type, Body=self.body)
-                answer["Body"].read()
-                return 200
-
-        else:
-            from servestack.local.lambda_runtime import http_api_event
-
-            event = http_api_event(
-                "POST", "/invocations", {"content-type": self.content_type}, self.body, "loadtest", "127.0.0.1"
-            )
-            payload = json.dumps(event).encode()
-
-            def send() -> int:
-                answer = client.invoke(FunctionName=self.name, Payload=payload)
-                reply = json.loads(answer["Payload"].read() or b"null")
-                if answer.get("FunctionError"):
-                    return 500  # what API Gateway answers when the function fails
-                status = reply.get("statusCode", 200) if isinstance(reply, dict) else 200
-                return int(status)
-
-        def call() -> tuple[int, str | None]:
-            try:
-                return send(), None
-            except ClientError as error:
-                status = int(error.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-                return status, None if status else str(error.response.get("Error", {}).get("Code"))
-            except (BotoCoreError, OSError) as error:
-                return 0, type(error).__name__
-
-        return call
-
-
-def _sdk_closed_loop(target: SdkTarget, concurrency: int, duration_sec: float, timeout_sec: float) -> list[Sample]:
-    call = target.caller(target.client(concurrency, timeout_sec))
-    samples: list[Sample] = []
-    stop_at = time.perf_counter() + duration_sec
-
-    def worker() -> None:
-        while time.perf_counter() < stop_at:
-            started = time.perf_counter()
-            status, error = call()
-            samples.append(Sample(started, time.perf_counter() - started, status, error))  # list.append is atomic
-
-    threads = [threading.Thread(target=worker, name=f"loadtest-{i}", daemon=True) for i in range(concurrency)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return samples
-
-
-def _sdk_open_loop(
-    target: SdkTarget, rate: float, duration_sec: float, timeout_sec: float, max_connections: int
-) -> list[Sample]:
-    workers = max(1, min(max_connections, math.ceil(rate * timeout_sec)))
-    call = target.caller(target.client(workers, timeout_sec))
-    samples: list[Sample] = []
-
-    def one(scheduled: float) -> None:
-        status, error = call()
-        samples.append(Sample(scheduled, time.perf_counter() - scheduled, status, error))
-
-    start = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="loadtest") as pool:
-        for index in range(int(rate * duration_sec)):
-            scheduled = start + index / rate
-            if (delay := scheduled - time.perf_counter()) > 0:
-                time.sleep(delay)
-            pool.submit(one, scheduled)
-    return samples
-
-
 # ------------------------------------------------------------------------------------------ running
 
 
@@ -625,17 +358,18 @@ def run(
 ) -> tuple[Report, list[Sample]]:
     if (concurrency is None) == (rate is None):
         raise ValueError("give exactly one of concurrency (closed loop) or rate (open loop)")
+    error_bodies = ErrorBodies()
     if isinstance(target, SdkTarget):
         if concurrency is not None:
-            samples = _sdk_closed_loop(target, concurrency, duration_sec, timeout_sec)
+            samples = sdk_closed_loop(target, concurrency, duration_sec, timeout_sec, error_bodies)
             mode = f"closed loop, {concurrency} boto3 callers"
         else:
             assert rate is not None
-            samples = _sdk_open_loop(target, rate, duration_sec, timeout_sec, max_connections)
+            samples = sdk_open_loop(target, rate, duration_sec, timeout_sec, max_connections, error_bodies)
             mode = f"open loop, {rate:g} req/s through boto3"
     else:
         samples, mode = _run_http(
-            target, duration_sec, concurrency, rate, timeout_sec, max_connections, honour_retry_after
+            target, duration_sec, concurrency, rate, timeout_sec, max_connections, honour_retry_after, error_bodies
         )
     elapsed = max(
         duration_sec,
@@ -644,6 +378,7 @@ def run(
     report = summarize(samples, mode, elapsed, target_qps=target_qps, instances_measured=instances_measured)
     report.request_bytes = len(target.body)
     report.request_rows = rows_in(target.body, target.content_type)
+    report.error_bodies = error_bodies.first
     return report, samples
 
 
@@ -655,6 +390,7 @@ def _run_http(
     timeout_sec: float,
     max_connections: int,
     honour_retry_after: bool,
+    error_bodies: ErrorBodies,
 ) -> tuple[list[Sample], str]:
     loop_factory: Callable[[], asyncio.AbstractEventLoop] | None
     try:
@@ -665,127 +401,27 @@ def _run_http(
         loop_factory = None
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         if concurrency is not None:
-            samples = runner.run(_closed_loop(target, concurrency, duration_sec, timeout_sec, honour_retry_after))
+            samples = runner.run(
+                _closed_loop(target, concurrency, duration_sec, timeout_sec, honour_retry_after, error_bodies)
+            )
             mode = f"closed loop, {concurrency} connections" + (", honouring Retry-After" if honour_retry_after else "")
         else:
             assert rate is not None
-            samples = runner.run(_open_loop(target, rate, duration_sec, timeout_sec, max_connections))
+            samples = runner.run(_open_loop(target, rate, duration_sec, timeout_sec, max_connections, error_bodies))
             mode = f"open loop, {rate:g} req/s"
     return samples, mode
 
 
-# ------------------------------------------------------------------------------------------ the command
-
-CONTENT_TYPES = {".json": "application/json", ".csv": "text/csv", ".npy": "application/x-npy"}
-_REGION_IN_HOST = re.compile(r"\.(?:execute-api|lambda-url)\.([a-z]{2}(?:-[a-z]+)+-\d)\.")
-
-
-def region_of(explicit: str | None, url: str | None = None) -> str | None:
-    """--region, else the region in an API Gateway / function URL host, else botocore's (AWS_REGION, profile)."""
-    if explicit:
-        return explicit
-    found = _REGION_IN_HOST.search(urllib.parse.urlsplit(url).netloc) if url else None
-    if found:
-        return found.group(1)
-    import botocore.session
-
-    configured = botocore.session.get_session().get_config_variable("region")
-    return str(configured) if configured else None
-
-
-def target_of(args: argparse.Namespace, body: bytes, content_type: str) -> Target | SdkTarget:
-    from servestack.failures import CommandError, ExitCode
-
-    scheme = urllib.parse.urlsplit(args.target).scheme
-    try:
-        if scheme in ("sagemaker", "lambda"):
-            region = region_of(args.region)
-            if region is None:
-                raise CommandError(f"{args.target}: no AWS region; pass --region (or set AWS_REGION)", ExitCode.AWS)
-            return SdkTarget.from_url(args.target, body, content_type, region=region, endpoint_url=args.endpoint_url)
-        signer = None
-        if (scheme == "https" and not args.no_sign) or args.sigv4:
-            region = region_of(args.region, args.target)
-            if region is None:
-                raise CommandError(
-                    f"{args.target}: no AWS region to sign for; pass --region (or --no-sign)", ExitCode.AWS
-                )
-            signer = sigv4_signer(args.service, region)
-        return Target.from_url(args.target, body, content_type, signer=signer)
-    except ValueError as error:
-        raise CommandError(str(error)) from None
-
-
-def main(args: argparse.Namespace) -> int:
-    """`servestack loadtest` (arguments: servestack/cli.py)."""
-    from servestack.failures import CommandError
-    from servestack.local.processes import REPO_ROOT
-
-    data: Path = args.data or REPO_ROOT / "models" / "artifacts" / "digits" / "1" / "sample-request.json"
-    content_type = args.content_type or CONTENT_TYPES.get(data.suffix.lower())
-    if content_type is None:
-        raise CommandError(
-            f"--content-type: cannot tell from {data.name!r}; give one of {sorted(CONTENT_TYPES.values())}"
-        )
-    if not data.is_file():
-        raise CommandError(f"--data {data}: no such file")
-    target = target_of(args, data.read_bytes(), content_type)
-    concurrency = args.concurrency if args.concurrency or args.rate else 64
-    report, samples = run(
-        target,
-        duration_sec=args.duration,
-        concurrency=concurrency,
-        rate=args.rate,
-        timeout_sec=args.timeout,
-        target_qps=args.target_qps,
-        honour_retry_after=args.honour_retry_after,
-        instances_measured=args.instances,
-    )
-    print(report.summary())
-    args.report.write_text(report.to_json())
-    if samples:
-        plot(samples, args.plot, f"{args.target} - {report.mode}")
-    print(f"wrote {args.report}" + (f" and {args.plot}" if samples else ""))
-    if not report.ok_qps:
-        print("no 2xx answers: see the statuses and errors above", file=sys.stderr)
-        return 1
-    return 0
-
-
-def plot(samples: list[Sample], path: Path, title: str) -> None:
-    """Latency over time and a latency histogram, one PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    start = min(s.started for s in samples)
-    figure, (over_time, histogram) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for label, keep, color in (
-        ("2xx", lambda s: 200 <= s.status < 300, "tab:blue"),
-        ("429", lambda s: s.status == 429, "tab:orange"),
-        ("other", lambda s: not (200 <= s.status < 300 or s.status == 429), "tab:red"),
-    ):
-        chosen = [s for s in samples if keep(s)]
-        if chosen:
-            over_time.scatter(
-                [s.started - start for s in chosen],
-                [s.latency_sec * 1000 for s in chosen],
-                s=2,
-                alpha=0.4,
-                label=f"{label} ({len(chosen)})",
-                color=color,
-            )
-    over_time.set(xlabel="seconds", ylabel="latency ms", title="latency over time", yscale="log")
-    over_time.legend(loc="upper right")
-    ok = [s.latency_sec * 1000 for s in samples if 200 <= s.status < 300]
-    if ok:
-        histogram.hist(ok, bins=80, color="tab:blue")
-        for name, value in zip(("p50", "p99"), np.percentile(ok, [50, 99]), strict=True):
-            histogram.axvline(value, color="black", linestyle="--", linewidth=1)
-            histogram.text(value, histogram.get_ylim()[1] * 0.9, f" {name} {value:.2f}", fontsize=8)
-    histogram.set(xlabel="latency ms (2xx)", ylabel="requests", title="latency histogram")
-    figure.suptitle(title)
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+# The load tester's interface, in one place (the report and the boto3 targets live in modules of their own).
+__all__ = [
+    "MalformedResponse",
+    "Report",
+    "RequestBytes",
+    "Sample",
+    "SdkTarget",
+    "Target",
+    "rows_in",
+    "run",
+    "sigv4_signer",
+    "summarize",
+]

@@ -40,6 +40,7 @@ def artifacts_root(project: Path) -> Path:
     return project / ARTIFACTS_DIR
 
 
-def not_found_hint(start: Path | None = None) -> str:
+def not_found_hint(start: Path | None = None, instead: str = "--spec") -> str:
+    """No project here, and the fix: run from one, or pass `instead` (the option naming what it would give)."""
     where = (start or Path.cwd()).resolve()
-    return f"no {SPEC_FILE} in {where} or any folder above it: run this from your project, or pass --spec"
+    return f"no {SPEC_FILE} in {where} or any folder above it: run this from your project, or pass {instead}"

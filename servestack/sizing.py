@@ -30,10 +30,6 @@ def exact(value: Number) -> Fraction:
     return Fraction(value)
 
 
-def ceil_exact(value: Fraction) -> int:
-    return math.ceil(value)
-
-
 def concurrency(qps: Number, latency_sec: Number, headroom: Number = 1) -> int:
     """Requests in flight at `qps` when each takes `latency_sec` (Little's law), times `headroom`, rounded up."""
     return math.ceil(exact(qps) * exact(latency_sec) * exact(headroom))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -112,28 +111,43 @@ def invoke(
         return 0 if status == 200 else 1
     if d["mode"] != "async":
         raise CommandError(f"{name}: {d['mode']} deployments run with `servestack local run-batch {name}`")
-    status, answer = signed("POST", f"{d['url']}/jobs", keys, region, body=body, headers={"Content-Type": content_type})
-    if status != 202:
-        sys.stdout.write(answer.decode(errors="replace") + "\n")
-        return 1
-    job = json.loads(answer)
-    print(f"job {job['job_id']} queued; waiting ({job['status_url']})", file=sys.stderr)
-    deadline = time.monotonic() + timeout_sec
-    while time.monotonic() < deadline:
-        _, answer = signed("GET", job["status_url"], keys, region)
-        current = json.loads(answer)
-        if current.get("status") == "succeeded":
-            import httpx
+    return invoke_job(d["url"], body, content_type, keys, region, timeout_sec)
 
-            result = httpx.get(current["result"]["url"], timeout=60)  # a presigned URL: signed already
-            sys.stdout.write(result.content.decode(errors="replace") + "\n")
-            return 0 if result.status_code == 200 else 1
-        if current.get("status") == "failed":
-            sys.stdout.write(json.dumps(current) + "\n")
+
+def invoke_job(url: str, body: bytes, content_type: str, keys: Any, region: str, timeout_sec: float) -> int:
+    """Submit to an async deployment's job API as the developer (a payload over the inline limit through the
+    presigned upload, with its progress on stderr), wait for the job, and print its result."""
+    import boto3
+
+    from servestack.client import AsyncJobsClient, ServingClientError, SigV4, upload_progress
+
+    session = boto3.session.Session(
+        aws_access_key_id=keys.access_key_id,
+        aws_secret_access_key=keys.secret_access_key,
+        aws_session_token=keys.session_token,
+    )
+    with AsyncJobsClient(url, auth=SigV4(region, "execute-api", session=session)) as jobs:
+        try:
+            job = jobs.submit(body, content_type, on_upload=upload_progress(sys.stderr))
+        except ServingClientError as refused:
+            sys.stdout.write(json.dumps(refused.body) if not isinstance(refused.body, str) else refused.body)
+            sys.stdout.write("\n")
             return 1
-        time.sleep(0.2)
-    print(f"job {job['job_id']}: not done after {timeout_sec:.0f}s", file=sys.stderr)
-    return 1
+        print(f"job {job['job_id']} queued; waiting ({job['status_url']})", file=sys.stderr)
+        try:
+            final = jobs.wait(job, timeout_sec=timeout_sec)
+        except TimeoutError as late:
+            print(str(late), file=sys.stderr)
+            return 1
+        if final["status"] == "failed":
+            sys.stdout.write(json.dumps(final) + "\n")
+            return 1
+        try:
+            sys.stdout.write(jobs.result(final).decode(errors="replace") + "\n")
+        except ServingClientError as unreadable:
+            print(f"job {job['job_id']}: its result could not be read: {unreadable}", file=sys.stderr)
+            return 1
+        return 0
 
 
 def run_batch(

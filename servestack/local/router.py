@@ -37,6 +37,7 @@ from handlers.body import ClientDisconnected, ReadDeadlines, read_body
 from models.errors import InvalidInput, ServingError
 from models.settings import SIX_MEBIBYTES
 from servestack.alarms import Observation
+from servestack.latency import percentiles_ms
 from servestack.local.processes import RealtimeProcess, free_port
 
 logger = logging.getLogger("servestack.router")
@@ -253,15 +254,8 @@ class Backend:
             "requests": len(statuses),
             "errors_4xx": sum(1 for s in statuses if 400 <= s < 500),
             "errors_5xx": sum(1 for s in statuses if s >= 500),
-            "latency_ms": _percentiles(latencies),
+            "latency_ms": percentiles_ms(latencies),
         }
-
-
-def _percentiles(values_ms: np.ndarray) -> dict[str, float]:
-    if values_ms.size == 0:
-        return {}
-    p50, p99 = np.percentile(values_ms, [50, 99])
-    return {"p50": float(p50), "p99": float(p99), "mean": float(values_ms.mean())}
 
 
 @dataclass
@@ -305,8 +299,8 @@ class ShadowReport:
             "mean_abs_probability_diff": float(np.mean(self.probability_diffs)) if self.probability_diffs else None,
             "incomparable": self.incomparable,
             "latency_ms": {
-                "primary": _percentiles(np.array(self.primary_ms)),
-                "shadow": _percentiles(np.array(self.shadow_ms)),
+                "primary": percentiles_ms(np.array(self.primary_ms)),
+                "shadow": percentiles_ms(np.array(self.shadow_ms)),
             },
         }
 

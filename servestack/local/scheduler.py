@@ -16,7 +16,6 @@ a Lambda target) and, once SageMaker accepted the job, runs it; the job's own fa
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -129,11 +128,3 @@ class ScheduleRunner:
             }
             self.send_dead_letter(s.dead_letter_arn, s.input or "{}", attributes)
         return False
-
-
-def dead_letter_body(payload: str) -> str:
-    """What Scheduler puts in the DLQ message: the target's input."""
-    try:
-        return json.dumps(json.loads(payload))
-    except ValueError:
-        return payload

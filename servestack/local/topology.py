@@ -341,9 +341,6 @@ class StackTopology:
         base = ":".join(arn.split(":")[:7])
         return next((f for f in self.functions.values() if f.arn == base), None)
 
-    def queue_by_arn(self, arn: str) -> QueueDef | None:
-        return next((q for q in self.queues.values() if q.arn == arn), None)
-
 
 def _str_map(value: Any) -> dict[str, str]:
     return {str(k): json.dumps(v) if isinstance(v, dict | list) else str(v) for k, v in (value or {}).items()}

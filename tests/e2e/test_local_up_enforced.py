@@ -190,6 +190,32 @@ def test_invoke_command_calls_every_kind_of_deployment(up: LocalUp) -> None:
         assert json.loads(result.stdout)["predictions"] == reference["predictions"]
 
 
+def test_invoke_takes_the_upload_route_by_itself_for_a_2_mb_async_payload(up: LocalUp, tmp_path: Path) -> None:
+    # GIVEN a 2 MB request for the async deployment: eight times the API's inline limit
+    rows = CANCER["instances"] * (2 * 1024 * 1024 // len(json.dumps(CANCER["instances"])) + 1)
+    payload = tmp_path / "big-request.json"
+    payload.write_text(json.dumps({"instances": rows}))
+    mib = payload.stat().st_size / 2**20
+    assert mib >= 2
+    # WHEN the user invokes it as for any other payload (not on a terminal: plain progress lines)
+    result = subprocess.run(
+        [SERVESTACK, "invoke", "cancer-async", "--data", str(payload), "--state", str(up.state_path)],
+        cwd=REPO_ROOT, capture_output=True, timeout=180, check=False,
+    )  # fmt: skip
+    # THEN the CLI uploaded it through the presigned URL, the job ran, and every row has its prediction
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    said = result.stderr.decode()
+    assert f"uploading {mib:.1f} MiB through a presigned S3 URL" in said, said
+    assert f"uploaded {mib:.1f}/{mib:.1f} MiB" in said, said
+    assert "\r" not in said  # no redrawn terminal line in a log
+    predictions = json.loads(result.stdout)["predictions"]
+    assert len(predictions) == len(rows)
+    assert (
+        predictions[: len(CANCER["instances"])]
+        == json.loads((ARTIFACTS / "breast-cancer/1/sample-response.json").read_text())["predictions"]
+    )
+
+
 def test_explain_lists_every_resource_type_as_emulated_or_reported(tmp_path: Path) -> None:
     result = subprocess.run(
         [SERVESTACK, "local", "up", "--explain"], cwd=REPO_ROOT, capture_output=True, timeout=300, check=False

@@ -51,11 +51,14 @@ def cases() -> dict[str, Case]:
         "models promote": Case(["models", "promote", "digits", "1"], ExitCode.NOT_RUNNING, "no registry"),
         "models rollback": Case(["models", "rollback", "digits"], ExitCode.NOT_RUNNING, "no registry"),
         "loadtest": Case(
-            ["loadtest", unreachable, "--duration", "0.3", "--concurrency", "1"], ExitCode.FAILED, "no 2xx"
+            ["loadtest", unreachable, "--data", str(SAMPLE), "--duration", "0.3", "--concurrency", "1"],
+            ExitCode.FAILED,
+            "no 2xx",
         ),
         "serve": Case(["serve"], ExitCode.USAGE, "SERVESTACK_PORT", env={"SAGEMAKER_BIND_TO_PORT": "not-a-port"}),
         "models optimize": Case(["models", "optimize", "digits"], ExitCode.NOT_RUNNING, "no registry"),
         "plan": Case(["plan", "--peak-qps", "-3"], ExitCode.USAGE, "peak"),
+        "completion": Case(["completion", "tcsh"], ExitCode.USAGE, "invalid choice", in_project=False),
     }
 
 
@@ -156,3 +159,17 @@ def test_a_stale_state_file_says_local_up_is_not_running(kind: str, argv: list[s
     assert "Traceback" not in done.stderr
     assert "local up" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_invoke_outside_a_project_says_there_is_no_serving_yaml(tmp_path: Path) -> None:
+    # GIVEN a folder in no project (no serving.yaml in it or above it)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    # WHEN the user invokes a deployment there
+    done = run(["invoke", "digits-api", "--data", str(SAMPLE)], elsewhere, clean_env())
+    # THEN one line says there is no project here and how to fix it, not that local up is not running
+    assert done.returncode == ExitCode.USAGE, done.stderr
+    assert done.stderr.strip() == (
+        f"servestack invoke: no serving.yaml in {elsewhere.resolve()} or any folder above it: run this from your "
+        "project, or pass --state (the state file of a running local up)"
+    )

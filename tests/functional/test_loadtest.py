@@ -3,23 +3,32 @@
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
 import os
+import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import matplotlib.pyplot
+import matplotlib.text
 import pytest
 
 from servestack import loadtest
-from servestack.loadtest import Sample, Target, plot, region_of, run, summarize
+from servestack.failures import ExitCode
+from servestack.loadtest import Sample, Target, run, summarize
+from servestack.loadtest_command import draw, plot, region_of
 from servestack.local.processes import free_port, http_status, stop_process
 from tests.conftest import ARTIFACTS, REPO_ROOT, RealtimeServer
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+SERVESTACK = str(Path(sys.executable).parent / "servestack")
 
 pytestmark = pytest.mark.slow
 SAMPLE = (ARTIFACTS / "digits" / "1" / "sample-request.json").read_bytes()
@@ -63,6 +72,8 @@ def test_cli_writes_the_json_report_and_the_png(realtime_server: RealtimeServer,
             "servestack.cli",
             "loadtest",
             f"{realtime_server.url}/invocations",
+            "--data",
+            str(ARTIFACTS / "digits" / "1" / "sample-request.json"),
             "--concurrency",
             "2",
             "--duration",
@@ -163,6 +174,7 @@ def loadtest_cli(url: str, tmp_path: Path, secret: str, *extra: str) -> subproce
     env |= {"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": secret, "AWS_SESSION_TOKEN": "token-1"}
     argv = [sys.executable, "-m", "servestack.cli", "loadtest", f"{url}/prod/invocations", "--sigv4",
             "--region", "eu-west-1", "--duration", "1", "--concurrency", "2",
+            "--data", str(ARTIFACTS / "digits" / "1" / "sample-request.json"),
             "--report", str(tmp_path / "r.json"), "--plot", str(tmp_path / "r.png"), *extra]  # fmt: skip
     return subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
 
@@ -254,3 +266,155 @@ def test_an_answer_that_is_not_http_is_counted_as_an_error_of_its_own_name() -> 
     samples = closed_loop_against(serve, seconds=0.3)
     assert len(samples) > 5  # each one dropped its connection, and the next opened a new one
     assert {(sample.status, sample.retry_after) for sample in samples} == {(0, "MalformedResponse")}
+
+
+class ChunkedHandler(http.server.BaseHTTPRequestHandler):
+    """Answers every POST with `Transfer-Encoding: chunked`: the JSON body in three chunks, as streaming servers
+    (and proxies that do not buffer) send it."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for piece in (b'{"predictions": ', b"[1, 2, 3]", b"}"):
+            self.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+        self.wfile.write(b"0\r\n\r\n")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: one line per request would flood the test's output."""
+
+
+@pytest.fixture
+def chunked_server() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ChunkedHandler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/invocations"
+    server.shutdown()
+    server.server_close()
+
+
+def test_chunked_answers_count_as_answers(chunked_server: str) -> None:
+    # GIVEN a real HTTP/1.1 server whose every answer is chunked (no Content-Length)
+    target = Target.from_url(chunked_server, SAMPLE, "application/json")
+    # WHEN the closed loop drives it over keep-alive connections
+    report, _ = run(target, duration_sec=0.5, concurrency=2)
+    # THEN every answer is read as the 200 it is: no MalformedResponse, no reset, no timeout
+    assert report.errors == {}
+    assert report.statuses == {"200": report.requests}
+    assert report.requests > 20
+
+
+# ------------------------------------------------------------------------------------------ the command's defaults
+
+CANCER_SAMPLE = ARTIFACTS / "breast-cancer" / "1" / "sample-request.json"
+
+
+@pytest.fixture(scope="module")
+def cancer_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealtimeServer]:
+    """A realtime container serving the breast-cancer model at /invocations (30 features, not digits' 64)."""
+    server = RealtimeServer.start(tmp_path_factory.mktemp("cancer"), env={"SERVESTACK_DEFAULT_MODEL": "breast-cancer"})
+    yield server
+    server.stop()
+
+
+def project_with_local_up(root: Path, deployments: dict[str, dict[str, object]]) -> Path:
+    """A project (the repository's serving.yaml) whose running local up's state file lists `deployments`; the
+    state's process is this test's, so it counts as running."""
+    (root / "notebooks").mkdir(parents=True)
+    shutil.copy(REPO_ROOT / "serving.yaml", root / "serving.yaml")
+    state = root / ".servestack" / "local.json"
+    state.parent.mkdir()
+    state.write_text(json.dumps({"pid": os.getpid(), "deployments": deployments}))
+    return root
+
+
+def loadtest_here(cwd: Path, *argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`servestack loadtest ARGV` from `cwd`, as a user types it (report and plot in cwd)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SERVESTACK_", "AWS_"))}
+    return subprocess.run(
+        [SERVESTACK, "loadtest", *argv, "--duration", "0.5", "--concurrency", "2"],
+        cwd=cwd, env={**clean, **(env or {})}, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_without_data_the_target_deployments_own_sample_is_sent(cancer_server: RealtimeServer, tmp_path: Path) -> None:
+    # GIVEN a project whose local up serves the breast-cancer deployment on this container's port
+    project = project_with_local_up(tmp_path / "project", {"cancer-async": {"mode": "async", "url": cancer_server.url}})
+    # WHEN the user load-tests it from a subfolder without --data
+    done = loadtest_here(project / "notebooks", f"{cancer_server.url}/invocations")
+    # THEN the breast-cancer package's sample request went (not the digits one), and the model answered 2xx
+    assert done.returncode == 0, done.stderr
+    assert "sending the sample request of cancer-async (model breast-cancer@1)" in done.stderr
+    written = json.loads((project / "notebooks" / "loadtest.json").read_text())
+    assert written["request_bytes"] == len(CANCER_SAMPLE.read_bytes())
+    assert set(written["statuses"]) == {"200"}
+
+
+def test_a_target_of_no_deployment_without_data_is_refused_naming_the_fixes(tmp_path: Path) -> None:
+    project = project_with_local_up(tmp_path / "project", {})
+    done = loadtest_here(project, f"http://127.0.0.1:{free_port()}/invocations")
+    assert done.returncode == ExitCode.USAGE, done.stderr
+    assert "pass --data FILE, or --deployment NAME (one of digits-realtime, digits-api" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_non_2xx_answers_show_what_the_server_said(cancer_server: RealtimeServer, tmp_path: Path) -> None:
+    # GIVEN a request of another model (digits' 64 features) for the breast-cancer container
+    digits = str(ARTIFACTS / "digits/1/sample-request.json")
+    done = loadtest_here(tmp_path, f"{cancer_server.url}/invocations", "--data", digits)
+    # THEN it exits 1, and the summary quotes the container's error body once (every answer said the same)
+    assert done.returncode == 1
+    said = done.stdout.split("what the server said", 1)[1].splitlines()
+    assert said[0] == " (the first 1 distinct non-2xx bodies):"
+    assert said[1].startswith("  400: {")
+    assert "30" in said[1], said[1]  # the error names the width the model takes
+    assert "64" in said[1], said[1]  # and the one it was given
+    assert json.loads((tmp_path / "loadtest.json").read_text())["error_bodies"][0][0] == 400
+
+
+def test_a_local_target_without_credentials_names_local_ups_keys(tmp_path: Path) -> None:
+    # GIVEN no AWS credentials anywhere (no environment keys, no ~/.aws)
+    env = {"HOME": str(tmp_path), "AWS_CONFIG_FILE": str(tmp_path / "none"),
+           "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}  # fmt: skip
+    data = ["--data", str(CANCER_SAMPLE), "--region", "us-east-1"]
+    # WHEN loadtest targets local up's SageMaker front, or signs for a local HTTP API
+    local = f"http://127.0.0.1:{free_port()}"
+    sagemaker = loadtest_here(
+        tmp_path, "sagemaker://servestack-digits-realtime", "--endpoint-url", local, *data, env=env
+    )
+    signed = loadtest_here(tmp_path, f"{local}/invocations", "--sigv4", *data, env=env)
+    # THEN both name the keys local up takes; a cloud target still says how to configure AWS
+    for done in (sagemaker, signed):
+        assert done.returncode == ExitCode.AWS, done.stderr
+        assert "local up takes the developer keys local/local: export AWS_ACCESS_KEY_ID=local" in done.stderr
+    cloud = loadtest_here(tmp_path, "sagemaker://servestack-digits-realtime", *data, env=env)
+    assert cloud.returncode == ExitCode.AWS
+    assert "run `aws configure`" in cloud.stderr
+    assert "local/local" not in cloud.stderr
+
+
+def test_the_plots_percentile_labels_do_not_overlap() -> None:
+    # GIVEN latencies whose p50 and p99 are a hair apart (the case where labels at the lines overlapped)
+    samples = [Sample(i / 1000, 0.0100 + (i % 100) * 1e-7, 200) for i in range(2000)]
+    figure = draw(samples, "http://127.0.0.1:8080/invocations - closed loop, 64 connections")
+    try:
+        figure.canvas.draw()
+        renderer = figure.canvas.get_renderer()  # type: ignore[attr-defined]
+        histogram = figure.axes[1]
+        texts = [t for t in histogram.findobj(matplotlib.text.Text) if t.get_visible() and t.get_text().strip()]
+        names = [t.get_text() for t in texts]
+        # THEN both percentiles are named, and no two texts of the histogram overlap
+        assert any(n.startswith("p50 ") for n in names), names
+        assert any(n.startswith("p99 ") for n in names), names
+        boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts]
+        for index, (first, a) in enumerate(boxes):
+            for second, b in boxes[index + 1 :]:
+                assert not a.overlaps(b), (first, second)
+    finally:
+        matplotlib.pyplot.close(figure)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Literal
@@ -427,10 +427,3 @@ def evaluate(
         return Decision(True, action, resource, f"allowed by {identity_allow}", identity_allow, "identity-based")
     kind: PolicyType = "identity-based" if identity_policies is not None else "resource-based"
     return Decision(False, action, resource, f"no {kind} policy allows the {action} action", None, kind)
-
-
-def policy_set(documents: Mapping[str, Mapping[str, Any] | str] | Sequence[Policy]) -> PolicySet:
-    """A PolicySet from named documents (or already compiled policies)."""
-    if isinstance(documents, Mapping):
-        return PolicySet(compile_policy(document, name=name) for name, document in documents.items())
-    return PolicySet(documents)

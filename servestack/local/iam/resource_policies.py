@@ -43,15 +43,6 @@ class ResourcePolicies:
             self._by_arn = {**self._by_arn, resource_arn: policy}
         return policy
 
-    def add_statement(self, resource_arn: str, statement: Mapping[str, Any], *, name: str | None = None) -> Policy:
-        """Append one statement (a Lambda permission, say) to the policy of `resource_arn`."""
-        existing = self._by_arn.get(resource_arn)
-        statements = list(existing.document.get("Statement", [])) if existing is not None else []
-        if isinstance(statements, Mapping):
-            statements = [statements]
-        document = {"Version": "2012-10-17", "Statement": [*statements, dict(statement)]}
-        return self.put(resource_arn, document, name=name or (existing.name if existing else None))
-
     def remove(self, resource_arn: str) -> None:
         with self._lock:
             self._by_arn = {arn: policy for arn, policy in self._by_arn.items() if arn != resource_arn}
