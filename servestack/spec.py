@@ -135,6 +135,81 @@ class Matches:
         return value
 
 
+@dataclass(frozen=True)
+class AwsRule:
+    """A rule AWS enforces (or a behaviour it documents) that a setting would break: quoted in the error with the
+    page that states it, so the message says why, not only what."""
+
+    text: str
+    url: str
+
+    def __str__(self) -> str:
+        return f"AWS: {self.text} ({self.url})"
+
+
+@dataclass(frozen=True)
+class BetweenByRule(Between):
+    """A range AWS sets; the error quotes its rule."""
+
+    rule: AwsRule
+
+    def _check(self, value: float) -> float:
+        if not self.lo <= value <= self.hi:
+            raise PydanticCustomError(
+                "out_of_range",
+                "{value} is not in {lo}..{hi}; {rule}",
+                {"value": _num(value), "lo": _num(self.lo), "hi": _num(self.hi), "rule": str(self.rule)},
+            )
+        return value
+
+
+# The AWS rules the spec holds (each refusal below quotes one).
+TRANSFORM_PAYLOAD_RULE = AwsRule(
+    "CreateTransformJob refuses a MaxPayloadInMB greater than 100 MB, and (MaxConcurrentTransforms * MaxPayloadInMB) "
+    "also cannot exceed 100 MB",
+    "https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateTransformJob.html",
+)
+FARGATE_SIZE_RULE = AwsRule(
+    "a Fargate task's memory must be one of the values its CPU allows (256: 512-2048 MiB; 512: 1-4 GiB; 1024: "
+    "2-8 GiB; 2048: 4-16 GiB and 4096: 8-30 GiB in 1 GiB steps; 8192: 16-60 GiB in 4 GiB steps; 16384: 32-120 GiB "
+    "in 8 GiB steps), or RegisterTaskDefinition fails with \"Invalid 'cpu' setting for task\"",
+    "https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-cpu-memory-error.html",
+)
+FARGATE_ARM64_RULE = AwsRule(
+    "a task definition with cpuArchitecture ARM64 runs on ARM hosts, which need an image built for linux/arm64; "
+    "servestack builds the Fargate batch image (containers/cpu.Dockerfile) for linux/amd64 only, so the task "
+    "would stop at start with 'exec format error'",
+    "https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs-arm-specifying.html",
+)
+SERVERLESS_EXCLUSIONS_RULE = AwsRule(
+    "SageMaker Serverless Inference does not support GPUs, multi-model endpoints, VPC configuration, network "
+    "isolation, data capture, multiple production variants, Model Monitor or inference pipelines",
+    "https://docs.aws.amazon.com/sagemaker/latest/dg/serverless-endpoints.html",
+)
+ALARM_PERIOD_RULE = AwsRule(
+    "specify a period of 10, 20 or 30 s only for metrics stored with a StorageResolution of 1; SageMaker, Lambda, "
+    "API Gateway and SQS publish 1-minute metrics, so such an alarm lapses into INSUFFICIENT_DATA, and with missing "
+    "data not breaching it never fires (no rollback would ever trigger)",
+    "https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_PutMetricAlarm.html",
+)
+# Fargate task sizes: CPU units -> (lowest MiB, highest MiB, step MiB).
+FARGATE_MEMORY_MIB = {
+    256: (512, 2048, 512),
+    512: (1024, 4096, 1024),
+    1024: (2048, 8192, 1024),
+    2048: (4096, 16384, 1024),
+    4096: (8192, 30720, 1024),
+    8192: (16384, 61440, 4096),
+    16384: (32768, 122880, 8192),
+}
+
+
+def fargate_memory_choices(cpu: int) -> list[int]:
+    """The task memory values (MiB) Fargate accepts with `cpu` units (256 CPU: 512, 1024, 2048 MiB)."""
+    lo, hi, step = FARGATE_MEMORY_MIB[cpu]
+    return [512, 1024, 2048] if cpu == 256 else list(range(lo, hi + 1, step))
+
+
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
@@ -251,11 +326,19 @@ class AlarmSettings(Strict):
     error_rate_percent: Annotated[float, Between(0.01, 100)] = 1.0
     p99_latency_ms: Annotated[int, Between(1, 900_000)] = 500
     evaluation_periods: Annotated[int, Between(1, 30)] = 3
-    period_sec: Annotated[int, OneOf((10, 30, 60, 300, 900, 3600))] = 60
+    period_sec: Annotated[int, OneOf((10, 20, 30, 60, 300, 900, 3600))] = 60
     oldest_message_age_sec: Annotated[int, Between(60, 1_209_600)] = 900
     # Realtime: a period with more 429s than this counts as overloaded; `evaluation_periods` of them in a row
     # fire the overload alarm (operational only: overload does not roll a release back).
     overload_429_per_period: Annotated[int, Between(0, 1_000_000)] = 0
+
+    @model_validator(mode="after")
+    def _period_has_data(self) -> Self:
+        # Every alarm of a deployment shares this period, and all but the overload alarm watch AWS's own 1-minute
+        # metrics: a sub-minute period there is refused rather than made high-resolution.
+        if self.period_sec < 60:
+            _fail("period_sec", self.period_sec, f"60 or more (a multiple of 60); {ALARM_PERIOD_RULE}")
+        return self
 
 
 class Batching(Strict):
@@ -385,12 +468,10 @@ class RealtimeDeployment(_DeploymentBase):
                 _fail("variants", repr(name), "a unique variant name")
         if self.shadow and len(self.variants) > 1:
             _fail("shadow", "a shadow variant", "combinable with more than one production variant")
-        if self.serverless and self.shadow:
-            _fail("shadow", "a shadow variant", "supported with serverless (SageMaker has no shadow for it)")
+        if self.serverless:
+            self._serverless_coherent()
         if self.multi_model and (self.variants or self.shadow):
             _fail("multi_model", "true", "combinable with variants or shadow")
-        if self.multi_model and self.serverless:
-            _fail("multi_model", "true", "combinable with serverless (Serverless Inference has no multi-model mode)")
         if self.multi_model and uses_gpu(self.instance_type):
             _fail(
                 "instance_type",
@@ -399,6 +480,33 @@ class RealtimeDeployment(_DeploymentBase):
                 "multi-model containers on CPU instances only (GPU multi-model endpoints need its Triton container)",
             )
         return self
+
+    def _serverless_coherent(self) -> None:
+        """What Serverless Inference excludes, of what the spec can express (servestack sets no VPC, data capture
+        or Model Monitor, and leaves network isolation off for serverless variants: stacks/realtime.py)."""
+        if self.shadow:
+            _fail(
+                "shadow",
+                "a shadow variant",
+                f"supported with serverless (a shadow is a second production variant); {SERVERLESS_EXCLUSIONS_RULE}",
+            )
+        if len(self.variants) > 1:
+            _fail(
+                "variants",
+                f"{len(self.variants)} variants",
+                f"allowed with serverless (one variant at most); {SERVERLESS_EXCLUSIONS_RULE}",
+            )
+        if self.multi_model:
+            _fail("multi_model", "true", f"combinable with serverless; {SERVERLESS_EXCLUSIONS_RULE}")
+        # The deployment's own instance_type (default ml.g5.xlarge) is unused with serverless; refuse it only when
+        # set, as one set to a GPU type says the user expects a GPU.
+        chosen: list[tuple[str, str | None]] = (
+            [("instance_type", self.instance_type)] if "instance_type" in self.model_fields_set else []
+        )
+        chosen += [(f"variants.{i}.instance_type", v.instance_type) for i, v in enumerate(self.variants)]
+        for where, itype in chosen:
+            if itype is not None and uses_gpu(itype):
+                _fail(where, repr(itype), f"usable with serverless (CPU only); {SERVERLESS_EXCLUSIONS_RULE}")
 
     def _components_coherent(self) -> None:
         """What SageMaker refuses for endpoints that host inference components (docs/sagemaker-strictness.md)."""
@@ -528,7 +636,7 @@ class BatchDeployment(_DeploymentBase):
     # runner: transform (SageMaker's CreateTransformJob limits: MaxPayloadInMB 0..100, instance count >= 1)
     instance_type: TransformInstanceType = "ml.m5.xlarge"
     instance_count: Annotated[int, Between(1, 100)] = 1
-    max_payload_mb: Annotated[int, Between(1, 100)] = 6
+    max_payload_mb: Annotated[int, BetweenByRule(1, 100, TRANSFORM_PAYLOAD_RULE)] = 6
     max_concurrent_transforms: Annotated[int, Between(1, 64)] = 2
     transform_timeout_sec: Annotated[int, Between(1, 3600)] = 600
 
@@ -564,7 +672,30 @@ class BatchDeployment(_DeploymentBase):
                 "'parquet'",
                 "writable with runner: transform (Batch Transform assembles answers as lines); use runner: fargate",
             )
+        if self.runner == "transform" and self.max_concurrent_transforms * self.max_payload_mb > 100:
+            _fail(
+                "max_concurrent_transforms",
+                f"{self.max_concurrent_transforms} x max_payload_mb {self.max_payload_mb} = "
+                f"{self.max_concurrent_transforms * self.max_payload_mb} MB",
+                f"<= 100 MB; {TRANSFORM_PAYLOAD_RULE}",
+            )
+        if self.runner == "fargate":
+            self._fargate_coherent()
         return self
+
+    def _fargate_coherent(self) -> None:
+        choices = fargate_memory_choices(self.fargate_cpu)
+        if self.fargate_memory_mib not in choices:
+            lo, hi, step = FARGATE_MEMORY_MIB[self.fargate_cpu]
+            allowed = ", ".join(map(str, choices)) if len(choices) <= 8 else f"{lo}..{hi} in steps of {step}"
+            _fail(
+                "fargate_memory_mib",
+                self.fargate_memory_mib,
+                f"a memory size Fargate allows with fargate_cpu: {self.fargate_cpu} ({allowed} MiB); "
+                f"{FARGATE_SIZE_RULE}",
+            )
+        if self.architecture == "arm64":
+            _fail("architecture", "'arm64'", f"available with runner: fargate (use x86_64); {FARGATE_ARM64_RULE}")
 
 
 Deployment = Annotated[

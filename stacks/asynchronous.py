@@ -42,7 +42,7 @@ from constructs import Construct
 
 from servestack.spec import AlarmSettings
 from stacks import guardrails
-from stacks.realtime import sagemaker_scaling_role, servestack_model, single_model_environment
+from stacks.realtime import gpu_inference_ami, sagemaker_scaling_role, servestack_model, single_model_environment
 from stacks.serverless import runtime_environment, servestack_function
 from stacks.shared import IamHttpApi, acknowledge, check_choice, check_range, endpoint_log_group, logical_id
 
@@ -398,6 +398,7 @@ class AsyncEndpoint(Construct):
                     instance_type=instance_type,
                     initial_instance_count=1,
                     initial_variant_weight=1.0,
+                    inference_ami_version=gpu_inference_ami(instance_type),
                 )
             ],
             async_inference_config=sagemaker.CfnEndpointConfig.AsyncInferenceConfigProperty(

@@ -35,7 +35,8 @@ from aws_cdk import aws_scheduler_targets as targets
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from stacks.realtime import servestack_model, single_model_environment
+from servestack.spec import uses_gpu
+from stacks.realtime import GPU_TRANSFORM_AMI_VERSION, servestack_model, single_model_environment
 from stacks.serverless import runtime_environment, servestack_function
 from stacks.shared import acknowledge, check_choice, check_range, log_group, logical_id
 
@@ -456,7 +457,12 @@ class BatchJob(Construct):
                 "Accept": "application/jsonlines",
                 "AssembleWith": "Line",
             },
-            "TransformResources": {"InstanceType": instance_type, "InstanceCount": instance_count},
+            "TransformResources": {
+                "InstanceType": instance_type,
+                "InstanceCount": instance_count,
+                # The CUDA 12.8 GPU image needs a CUDA 12 driver; the default transform host's is 470 (CUDA 11.4).
+                **({"TransformAmiVersion": GPU_TRANSFORM_AMI_VERSION} if uses_gpu(instance_type) else {}),
+            },
         }
         scheduler_role = iam.Role(self, "SchedulerRole", assumed_by=iam.ServicePrincipal("scheduler.amazonaws.com"))
         target = targets.Universal(
