@@ -190,6 +190,7 @@ class AsyncEndpoint(Construct):
             architecture=architecture,
             log_retention_days=log_retention_days,
             description=f"servestack {name}: accept jobs, store payloads, enqueue (handlers.asynchronous)",
+            function_name=f"{name}-submit",
         )
         if sagemaker_backend:
             self.worker = servestack_function(

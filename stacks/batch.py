@@ -216,6 +216,8 @@ class BatchJob(Construct):
         self.schedule = scheduler.Schedule(
             self,
             "Schedule",
+            # Named, so that the pipeline's smoke test can be granted GetSchedule on this schedule alone.
+            schedule_name=name,
             schedule=scheduler.ScheduleExpression.expression(schedule, TimeZone.of(timezone)),
             target=target,
             description=f"servestack {name}: batch scoring of s3://<bucket>/{self.input_prefix}",

@@ -7,6 +7,7 @@ A stack holds the shared pieces (artifact bucket, log retention), the construct 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,17 @@ from stacks.shared import ArtifactBucket
 
 GPU_DOCKERFILE = "containers/gpu.Dockerfile"
 CPU_DOCKERFILE = "containers/cpu.Dockerfile"
+
+
+@dataclass(frozen=True)
+class SmokeGrant:
+    """What the pipeline's smoke test (stacks/smoke.py) calls on a deployment: one action on resources named
+    `arn:<partition>:<service>:<region>:<account>:<resource>`. The pipeline's stack cannot refer to a stage's
+    resources, so the smoke step's role is granted exactly these, by their fixed names."""
+
+    action: str
+    service: str
+    resources: tuple[str, ...]
 
 
 def read_sample(root: Path, model: ModelSpec, which: str) -> Any:
@@ -122,7 +134,14 @@ class DeploymentStack(Stack):
             ]
             # The smoke test invokes the component serving the deployment's model (the spec requires one).
             smoke = next(c for c in components if c.model == primary.name)
-            self._smoke("sagemaker-component", f"{name}/{ce.component_names[smoke.component_name]}")
+            component = ce.component_names[smoke.component_name]
+            self._smoke(
+                "sagemaker-component",
+                f"{name}/{component}",
+                SmokeGrant(
+                    "sagemaker:InvokeEndpoint", "sagemaker", (f"endpoint/{name}", f"inference-component/{component}")
+                ),
+            )
         elif isinstance(d, RealtimeDeployment):
             variants = d.variants or [Variant(name="primary", model=primary.name, version=primary.version)]
             families = {
@@ -193,7 +212,7 @@ class DeploymentStack(Stack):
                     ],
                 ),
             ]
-            self._smoke("sagemaker", name)
+            self._smoke("sagemaker", name, SmokeGrant("sagemaker:InvokeEndpoint", "sagemaker", (f"endpoint/{name}",)))
         elif isinstance(d, ServerlessDeployment):
             sl = ServerlessEndpoint(
                 self,
@@ -246,7 +265,11 @@ class DeploymentStack(Stack):
                     ],
                 ),
             ]
-            self._smoke("lambda-http", alias.function_arn)
+            self._smoke(
+                "lambda-http",
+                alias.function_arn,
+                SmokeGrant("lambda:InvokeFunction", "lambda", (f"function:{name}:{alias.alias_name}",)),
+            )
             CfnOutput(self, "ApiUrl", value=sl.http.url, description="IAM-authenticated (SigV4) HTTP API")
         elif isinstance(d, AsyncDeployment):
             sagemaker_backend = d.backend == "sagemaker"
@@ -337,7 +360,11 @@ class DeploymentStack(Stack):
                         ],
                     )
                 )
-            self._smoke("lambda-async", ae.submit.function_arn)
+            self._smoke(
+                "lambda-async",
+                ae.submit.function_arn,
+                SmokeGrant("lambda:InvokeFunction", "lambda", (f"function:{name}-submit",)),
+            )
             CfnOutput(self, "ApiUrl", value=ae.http.url, description="IAM-authenticated (SigV4) HTTP API")
         elif isinstance(d, BatchDeployment):
             fargate, transform = d.runner == "fargate", d.runner == "transform"
@@ -395,7 +422,11 @@ class DeploymentStack(Stack):
                         [bj.function.metric_errors(period=PERIOD)],
                     ),
                 ]
-            self._smoke("batch", bj.schedule.schedule_name)
+            self._smoke(
+                "batch",
+                bj.schedule.schedule_name,
+                SmokeGrant("scheduler:GetSchedule", "scheduler", (f"schedule/default/{name}",)),
+            )
         else:  # pragma: no cover - the spec's discriminated union is exhaustive
             raise TypeError(f"unknown deployment mode {d!r}")
 
@@ -403,10 +434,12 @@ class DeploymentStack(Stack):
         self.alarms = alarms
         self.dashboard = DeploymentDashboard(self, "Dashboard", dashboard_name=name, panels=panels, alarms=alarms)
 
-    def _smoke(self, kind: str, target: str) -> None:
-        """Outputs the pipeline's smoke test reads: what to invoke and how (see stacks/smoke.py)."""
+    def _smoke(self, kind: str, target: str, grant: SmokeGrant) -> None:
+        """Outputs the pipeline's smoke test reads: what to invoke and how (see stacks/smoke.py), and what its
+        role must be allowed to call."""
         self.smoke_kind = CfnOutput(self, "SmokeKind", value=kind)
         self.smoke_target = CfnOutput(self, "SmokeTarget", value=target)
+        self.smoke_grant = grant
 
     def _code(self, models: list[ModelSpec], architecture: str) -> Any:
         return lambda_code(
