@@ -75,6 +75,7 @@ class BatchJob(Construct):
         runner: str = "lambda",
         code: lambda_.Code | None = None,
         image: ecr_assets.DockerImageAsset | None = None,
+        model_dir: str | None = None,
         model_data: s3_assets.Asset | None = None,
         input_format: str | None = None,
         output_format: str = "jsonl",
@@ -208,7 +209,7 @@ class BatchJob(Construct):
         else:
             assert image is not None
             target, failures = self._fargate(
-                name, image, payload, model_name, fargate_cpu, fargate_memory_mib, architecture,
+                name, image, model_dir, payload, model_name, fargate_cpu, fargate_memory_mib, architecture,
                 log_retention_days, (read_input, list_input, write_output, list_output), prefix_findings,
                 retry_attempts, max_event_age_sec,
             )  # fmt: skip
@@ -249,6 +250,7 @@ class BatchJob(Construct):
         self,
         name: str,
         image: ecr_assets.DockerImageAsset,
+        model_dir: str | None,
         payload: dict[str, str],
         model_name: str,
         cpu: int,
@@ -294,6 +296,8 @@ class BatchJob(Construct):
             # The image's ENTRYPOINT is the realtime `serve`; a batch run replaces it.
             entry_point=FARGATE_COMMAND,
             environment={
+                # Where the image carries its model packages (stacks/images.py); without it, the default.
+                **({"SERVESTACK_MODEL_DIR": model_dir} if model_dir else {}),
                 "SERVESTACK_DEFAULT_MODEL": model_name,
                 "SERVESTACK_PROVIDERS": "auto",
                 **{f"SERVESTACK_BATCH_{k.upper()}": v for k, v in payload.items()},

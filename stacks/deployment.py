@@ -32,6 +32,7 @@ from stacks.asynchronous import AsyncEndpoint
 from stacks.batch import BatchJob
 from stacks.bundling import lambda_code
 from stacks.components import ComponentEndpoint
+from stacks.images import MODEL_PACKAGES, dockerfile_workdir, image_context
 from stacks.observability import PERIOD, DeploymentDashboard, Panel, percentiles
 from stacks.realtime import DOCKER_EXCLUDE, RealtimeEndpoint, model_data_archive
 from stacks.serverless import ServerlessEndpoint
@@ -380,10 +381,10 @@ class DeploymentStack(Stack):
                 output_prefix=d.output_prefix or f"batch/{deployment}/output/",
                 runner=d.runner,
                 code=None if fargate else self._code(models, d.architecture),
-                image=self._image("CpuImage", False)
+                image=self._batch_image(models) if fargate else self._image_for(d.instance_type) if transform else None,
+                # The Fargate image carries the model packages where its Dockerfile copies `models/`.
+                model_dir=f"{dockerfile_workdir(self.code_root / CPU_DOCKERFILE).rstrip('/')}/{MODEL_PACKAGES}"
                 if fargate
-                else self._image_for(d.instance_type)
-                if transform
                 else None,
                 model_data=s3_assets.Asset(self, "ModelData0", path=str(model_data_archive(self.root, [primary])))
                 if transform
@@ -447,6 +448,26 @@ class DeploymentStack(Stack):
             artifacts=[m.artifact_path for m in models],
             artifacts_root=self.root,
             architecture=architecture,
+        )
+
+    def _batch_image(self, models: list[ModelSpec]) -> ecr_assets.DockerImageAsset:
+        """The CPU image for a Fargate batch task, built from a context that carries the deployment's model
+        packages (stacks/images.py): a task has no SageMaker to fetch its model."""
+        if not (self.code_root / CPU_DOCKERFILE).is_file():
+            raise FileNotFoundError(f"{self.code_root / CPU_DOCKERFILE} not found: the Fargate image is built from it")
+        context = image_context(
+            code_root=self.code_root,
+            dockerfile=CPU_DOCKERFILE,
+            artifacts_root=self.root,
+            artifacts=[m.artifact_path for m in models],
+        )
+        return ecr_assets.DockerImageAsset(
+            self,
+            "BatchImage",
+            directory=str(context),
+            file=CPU_DOCKERFILE,
+            exclude=["**/__pycache__"],
+            platform=ecr_assets.Platform.LINUX_AMD64,
         )
 
     def _image_for(self, instance_type: str) -> ecr_assets.DockerImageAsset:
