@@ -35,6 +35,7 @@ from stacks.components import ComponentEndpoint
 from stacks.images import MODEL_PACKAGES, dockerfile_workdir, image_context
 from stacks.observability import PERIOD, DeploymentDashboard, Panel, percentiles
 from stacks.realtime import DOCKER_EXCLUDE, RealtimeEndpoint, model_data_archive
+from stacks.scaling_guard import suspended
 from stacks.serverless import ServerlessEndpoint
 from stacks.shared import ArtifactBucket
 
@@ -182,6 +183,8 @@ class DeploymentStack(Stack):
                 strategy=d.strategy,
                 alarms=d.alarms,
                 batching=d.batching,
+                deployment=deployment,
+                autoscaling=deployment not in suspended(self),
             )
             self.construct = rt
             alarms = [*rt.alarms, *rt.overload_alarms]
@@ -301,6 +304,8 @@ class DeploymentStack(Stack):
                 instance_type=d.instance_type,
                 max_instances=d.max_instances,
                 target_backlog_per_instance=d.target_backlog_per_instance,
+                deployment=deployment,
+                autoscaling=deployment not in suspended(self),
             )
             self.construct = ae
             alarms = ae.alarms

@@ -50,6 +50,7 @@ from servestack.spec import (
     uses_gpu,
 )
 from stacks import guardrails
+from stacks.scaling_guard import check_instance_types
 from stacks.shared import acknowledge, check_range, endpoint_log_group, logical_id
 
 CONTAINER_MODEL_DIR = "/opt/ml/model"
@@ -209,6 +210,8 @@ class RealtimeEndpoint(Construct):
         batching: Batching | None = None,
         gpu_image: ecr_assets.DockerImageAsset | None = None,
         cpu_image: ecr_assets.DockerImageAsset | None = None,
+        deployment: str | None = None,
+        autoscaling: bool = True,
     ) -> None:
         super().__init__(scope, id)
         check_range("RealtimeEndpoint", "len(variants)", len(variants), 1, 10)
@@ -398,6 +401,14 @@ class RealtimeEndpoint(Construct):
 
         self.scaling: list[appscaling.ScalableTarget] = []
         if serverless is None:
+            # SageMaker refuses an instance type change of an autoscaled variant (stacks/scaling_guard.py).
+            check_instance_types(
+                self,
+                deployment=deployment or endpoint_name,
+                endpoint_name=endpoint_name,
+                instance_types={v.name: v.instance_type or instance_type for v in variants},
+            )
+        if serverless is None and autoscaling:
             for v in variants:
                 target = appscaling.ScalableTarget(
                     self,
