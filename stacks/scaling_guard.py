@@ -24,12 +24,9 @@ from typing import Any
 from aws_cdk import Stack, Stage
 from constructs import Construct
 
+from servestack.aws_rules import AUTOSCALED_INSTANCE_TYPE_RULE
+
 SUSPEND_CONTEXT = "servestack:suspend-scaling"
-RULE = (
-    "AWS: when you update an endpoint, Application Auto Scaling checks whether any of the models on that endpoint "
-    "are targets for auto scaling; if the update would change the instance type for any model that is a target "
-    "for auto scaling, the update fails (https://docs.aws.amazon.com/sagemaker/latest/dg/endpoint-scaling-update.html)"
-)
 
 
 class InstanceTypeChangeRefused(ValueError):
@@ -79,9 +76,10 @@ def check_instance_types(
         if isinstance(old, str) and old != instance_type and f"endpoint/{endpoint_name}/variant/{variant}" in scaled:
             raise InstanceTypeChangeRefused(
                 f"deployments.{deployment}: variant {variant}'s instance_type {old} -> {instance_type} is not "
-                f"deployable in one step while the variant is autoscaled. {RULE}. Deploy twice: first with "
-                f"instance_type {old} and `-c {SUSPEND_CONTEXT}={deployment}` (its scaling targets are removed, "
-                f"which deregisters them), then with instance_type {instance_type} and without the flag (they are "
-                "registered again after the endpoint update). Compared with the last synthesized template of "
-                f"{Stack.of(scope).stack_name} in the app's output folder."
+                f"deployable in one step while the variant is autoscaled; {AUTOSCALED_INSTANCE_TYPE_RULE}. "
+                f"Deploy twice: first with instance_type {old} and `-c {SUSPEND_CONTEXT}={deployment}` "
+                "(its scaling targets are removed, which deregisters them), then with instance_type "
+                f"{instance_type} and without the flag (they are registered again after the endpoint update). "
+                f"Compared with the last synthesized template of {Stack.of(scope).stack_name} in the app's "
+                "output folder."
             )
