@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -553,3 +554,19 @@ def test_a_transform_limit_applies_to_transform_jobs_only() -> None:
     assert isinstance(spec.deployments["d"], BatchDeployment)
     (problem,) = problems_of(minimal(mode="batch", engine="transform", max_payload_mb=50, max_concurrent_transforms=4))
     assert "also cannot exceed 100 MB" in problem
+
+
+def test_every_serving_yaml_example_in_the_docs_is_still_accepted() -> None:
+    # GIVEN every YAML block of README.md and docs/ that declares deployments (with the repo's models when the
+    # block leaves them out)
+    models = yaml.safe_load((REPO / "serving.yaml").read_text(encoding="utf-8"))["models"]
+    examples = []
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for block in re.findall(r"```ya?ml\n(.*?)```", doc.read_text(encoding="utf-8"), re.S):
+            data = yaml.safe_load(block)
+            if isinstance(data, dict) and "deployments" in data:
+                examples.append((doc.name, {"models": models, **data}))
+    assert len(examples) >= 3
+    # WHEN each is validated THEN none breaks a rule the spec holds
+    for name, data in examples:
+        assert parse_spec(data, name).deployments
