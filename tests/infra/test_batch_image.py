@@ -23,6 +23,8 @@ from moto.server import ThreadedMotoServer
 from servestack.local.processes import free_port
 from tests.infra.conftest import REPO
 
+pytestmark = pytest.mark.slow  # a synth of servestack's own sources, and a real batch run
+
 MODEL = ("digits", "1")
 BUCKET = "batch-bucket"
 ROWS = 25
