@@ -72,10 +72,11 @@ def build_app(
 
 def main() -> None:
     from stacks.pipeline import MissingContext
+    from stacks.scaling_guard import InstanceTypeChangeRefused
 
     try:
         app = build_app()
-    except (SpecError, MissingContext) as exc:
+    except (SpecError, MissingContext, InstanceTypeChangeRefused) as exc:
         print(f"servestack: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     except FileNotFoundError as exc:  # a package without its sample request/response: the message says how

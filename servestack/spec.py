@@ -29,6 +29,16 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError, core_schema
 
+from servestack.aws_rules import (
+    ALARM_PERIOD_RULE,
+    FARGATE_ARM64_RULE,
+    FARGATE_MEMORY_MIB,
+    FARGATE_SIZE_RULE,
+    SERVERLESS_EXCLUSIONS_RULE,
+    TRANSFORM_PAYLOAD_RULE,
+    AwsRule,
+    fargate_memory_choices,
+)
 from servestack.instance_types import KnownInstanceType, instance_shape
 
 __all__ = [
@@ -131,6 +141,22 @@ class Matches:
         if not self.pattern.fullmatch(value):
             raise PydanticCustomError(
                 "bad_format", "{value} is not {allowed}", {"value": repr(value), "allowed": self.allowed}
+            )
+        return value
+
+
+@dataclass(frozen=True)
+class BetweenByRule(Between):
+    """A range AWS sets; the error quotes its rule."""
+
+    rule: AwsRule
+
+    def _check(self, value: float) -> float:
+        if not self.lo <= value <= self.hi:
+            raise PydanticCustomError(
+                "out_of_range",
+                "{value} is not in {lo}..{hi}; {rule}",
+                {"value": _num(value), "lo": _num(self.lo), "hi": _num(self.hi), "rule": str(self.rule)},
             )
         return value
 
@@ -251,11 +277,19 @@ class AlarmSettings(Strict):
     error_rate_percent: Annotated[float, Between(0.01, 100)] = 1.0
     p99_latency_ms: Annotated[int, Between(1, 900_000)] = 500
     evaluation_periods: Annotated[int, Between(1, 30)] = 3
-    period_sec: Annotated[int, OneOf((10, 30, 60, 300, 900, 3600))] = 60
+    period_sec: Annotated[int, OneOf((10, 20, 30, 60, 300, 900, 3600))] = 60
     oldest_message_age_sec: Annotated[int, Between(60, 1_209_600)] = 900
     # Realtime: a period with more 429s than this counts as overloaded; `evaluation_periods` of them in a row
     # fire the overload alarm (operational only: overload does not roll a release back).
     overload_429_per_period: Annotated[int, Between(0, 1_000_000)] = 0
+
+    @model_validator(mode="after")
+    def _period_has_data(self) -> Self:
+        # Every alarm of a deployment shares this period, and all but the overload alarm watch AWS's own 1-minute
+        # metrics: a sub-minute period there is refused rather than made high-resolution.
+        if self.period_sec < 60:
+            _fail("period_sec", self.period_sec, f"60 or more (a multiple of 60); {ALARM_PERIOD_RULE}")
+        return self
 
 
 class Batching(Strict):
@@ -385,12 +419,10 @@ class RealtimeDeployment(_DeploymentBase):
                 _fail("variants", repr(name), "a unique variant name")
         if self.shadow and len(self.variants) > 1:
             _fail("shadow", "a shadow variant", "combinable with more than one production variant")
-        if self.serverless and self.shadow:
-            _fail("shadow", "a shadow variant", "supported with serverless (SageMaker has no shadow for it)")
+        if self.serverless:
+            self._serverless_coherent()
         if self.multi_model and (self.variants or self.shadow):
             _fail("multi_model", "true", "combinable with variants or shadow")
-        if self.multi_model and self.serverless:
-            _fail("multi_model", "true", "combinable with serverless (Serverless Inference has no multi-model mode)")
         if self.multi_model and uses_gpu(self.instance_type):
             _fail(
                 "instance_type",
@@ -399,6 +431,33 @@ class RealtimeDeployment(_DeploymentBase):
                 "multi-model containers on CPU instances only (GPU multi-model endpoints need its Triton container)",
             )
         return self
+
+    def _serverless_coherent(self) -> None:
+        """What Serverless Inference excludes, of what the spec can express (servestack sets no VPC, data capture
+        or Model Monitor, and leaves network isolation off for serverless variants: stacks/realtime.py)."""
+        if self.shadow:
+            _fail(
+                "shadow",
+                "a shadow variant",
+                f"supported with serverless (a shadow is a second production variant); {SERVERLESS_EXCLUSIONS_RULE}",
+            )
+        if len(self.variants) > 1:
+            _fail(
+                "variants",
+                f"{len(self.variants)} variants",
+                f"allowed with serverless (one variant at most); {SERVERLESS_EXCLUSIONS_RULE}",
+            )
+        if self.multi_model:
+            _fail("multi_model", "true", f"combinable with serverless; {SERVERLESS_EXCLUSIONS_RULE}")
+        # The deployment's own instance_type (default ml.g5.xlarge) is unused with serverless; refuse it only when
+        # set, as one set to a GPU type says the user expects a GPU.
+        chosen: list[tuple[str, str | None]] = (
+            [("instance_type", self.instance_type)] if "instance_type" in self.model_fields_set else []
+        )
+        chosen += [(f"variants.{i}.instance_type", v.instance_type) for i, v in enumerate(self.variants)]
+        for where, itype in chosen:
+            if itype is not None and uses_gpu(itype):
+                _fail(where, repr(itype), f"usable with serverless (CPU only); {SERVERLESS_EXCLUSIONS_RULE}")
 
     def _components_coherent(self) -> None:
         """What SageMaker refuses for endpoints that host inference components (docs/sagemaker-strictness.md)."""
@@ -528,7 +587,7 @@ class BatchDeployment(_DeploymentBase):
     # runner: transform (SageMaker's CreateTransformJob limits: MaxPayloadInMB 0..100, instance count >= 1)
     instance_type: TransformInstanceType = "ml.m5.xlarge"
     instance_count: Annotated[int, Between(1, 100)] = 1
-    max_payload_mb: Annotated[int, Between(1, 100)] = 6
+    max_payload_mb: Annotated[int, BetweenByRule(1, 100, TRANSFORM_PAYLOAD_RULE)] = 6
     max_concurrent_transforms: Annotated[int, Between(1, 64)] = 2
     transform_timeout_sec: Annotated[int, Between(1, 3600)] = 600
 
@@ -564,7 +623,30 @@ class BatchDeployment(_DeploymentBase):
                 "'parquet'",
                 "writable with runner: transform (Batch Transform assembles answers as lines); use runner: fargate",
             )
+        if self.runner == "transform" and self.max_concurrent_transforms * self.max_payload_mb > 100:
+            _fail(
+                "max_concurrent_transforms",
+                f"{self.max_concurrent_transforms} x max_payload_mb {self.max_payload_mb} = "
+                f"{self.max_concurrent_transforms * self.max_payload_mb} MB",
+                f"<= 100 MB; {TRANSFORM_PAYLOAD_RULE}",
+            )
+        if self.runner == "fargate":
+            self._fargate_coherent()
         return self
+
+    def _fargate_coherent(self) -> None:
+        choices = fargate_memory_choices(self.fargate_cpu)
+        if self.fargate_memory_mib not in choices:
+            lo, hi, step = FARGATE_MEMORY_MIB[self.fargate_cpu]
+            allowed = ", ".join(map(str, choices)) if len(choices) <= 8 else f"{lo}..{hi} in steps of {step}"
+            _fail(
+                "fargate_memory_mib",
+                self.fargate_memory_mib,
+                f"a memory size Fargate allows with fargate_cpu: {self.fargate_cpu} ({allowed} MiB); "
+                f"{FARGATE_SIZE_RULE}",
+            )
+        if self.architecture == "arm64":
+            _fail("architecture", "'arm64'", f"available with runner: fargate (use x86_64); {FARGATE_ARM64_RULE}")
 
 
 Deployment = Annotated[

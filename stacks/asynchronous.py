@@ -42,7 +42,8 @@ from constructs import Construct
 
 from servestack.spec import AlarmSettings
 from stacks import guardrails
-from stacks.realtime import sagemaker_scaling_role, servestack_model, single_model_environment
+from stacks.realtime import gpu_inference_ami, sagemaker_scaling_role, servestack_model, single_model_environment
+from stacks.scaling_guard import check_instance_types
 from stacks.serverless import runtime_environment, servestack_function
 from stacks.shared import IamHttpApi, acknowledge, check_choice, check_range, endpoint_log_group, logical_id
 
@@ -98,8 +99,12 @@ class AsyncEndpoint(Construct):
         instance_type: str = "ml.g5.xlarge",
         max_instances: int = 2,
         target_backlog_per_instance: int = 5,
+        deployment: str | None = None,
+        autoscaling: bool = True,
     ) -> None:
         super().__init__(scope, id)
+        self.deployment = deployment or name
+        self.autoscaling = autoscaling
         check_range("AsyncEndpoint", "batch_size", batch_size, 1, 10_000)
         check_range("AsyncEndpoint", "batch_window_sec", batch_window_sec, 1 if batch_size > 10 else 0, 300)
         check_range("AsyncEndpoint", "max_receive_count", max_receive_count, 1, 1000)
@@ -190,6 +195,7 @@ class AsyncEndpoint(Construct):
             architecture=architecture,
             log_retention_days=log_retention_days,
             description=f"servestack {name}: accept jobs, store payloads, enqueue (handlers.asynchronous)",
+            function_name=f"{name}-submit",
         )
         if sagemaker_backend:
             self.worker = servestack_function(
@@ -398,6 +404,7 @@ class AsyncEndpoint(Construct):
                     instance_type=instance_type,
                     initial_instance_count=1,
                     initial_variant_weight=1.0,
+                    inference_ami_version=gpu_inference_ami(instance_type),
                 )
             ],
             async_inference_config=sagemaker.CfnEndpointConfig.AsyncInferenceConfigProperty(
@@ -421,6 +428,12 @@ class AsyncEndpoint(Construct):
             endpoint_name=endpoint_name,
             endpoint_config_name=config.attr_endpoint_config_name,
         )
+        # SageMaker refuses an instance type change of an autoscaled variant (stacks/scaling_guard.py).
+        check_instance_types(
+            self, deployment=self.deployment, endpoint_name=endpoint_name, instance_types={"AllTraffic": instance_type}
+        )
+        if not self.autoscaling:
+            return endpoint_name
         # Scale to zero when idle: track backlog per instance, and wake up from zero on any backlog.
         target = appscaling.ScalableTarget(
             self,

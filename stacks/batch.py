@@ -35,7 +35,8 @@ from aws_cdk import aws_scheduler_targets as targets
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from stacks.realtime import servestack_model, single_model_environment
+from servestack.spec import uses_gpu
+from stacks.realtime import GPU_TRANSFORM_AMI_VERSION, servestack_model, single_model_environment
 from stacks.serverless import runtime_environment, servestack_function
 from stacks.shared import acknowledge, check_choice, check_range, log_group, logical_id
 
@@ -74,6 +75,7 @@ class BatchJob(Construct):
         runner: str = "lambda",
         code: lambda_.Code | None = None,
         image: ecr_assets.DockerImageAsset | None = None,
+        model_dir: str | None = None,
         model_data: s3_assets.Asset | None = None,
         input_format: str | None = None,
         output_format: str = "jsonl",
@@ -207,7 +209,7 @@ class BatchJob(Construct):
         else:
             assert image is not None
             target, failures = self._fargate(
-                name, image, payload, model_name, fargate_cpu, fargate_memory_mib, architecture,
+                name, image, model_dir, payload, model_name, fargate_cpu, fargate_memory_mib, architecture,
                 log_retention_days, (read_input, list_input, write_output, list_output), prefix_findings,
                 retry_attempts, max_event_age_sec,
             )  # fmt: skip
@@ -215,6 +217,8 @@ class BatchJob(Construct):
         self.schedule = scheduler.Schedule(
             self,
             "Schedule",
+            # Named, so that the pipeline's smoke test can be granted GetSchedule on this schedule alone.
+            schedule_name=name,
             schedule=scheduler.ScheduleExpression.expression(schedule, TimeZone.of(timezone)),
             target=target,
             description=f"servestack {name}: batch scoring of s3://<bucket>/{self.input_prefix}",
@@ -246,6 +250,7 @@ class BatchJob(Construct):
         self,
         name: str,
         image: ecr_assets.DockerImageAsset,
+        model_dir: str | None,
         payload: dict[str, str],
         model_name: str,
         cpu: int,
@@ -291,6 +296,8 @@ class BatchJob(Construct):
             # The image's ENTRYPOINT is the realtime `serve`; a batch run replaces it.
             entry_point=FARGATE_COMMAND,
             environment={
+                # Where the image carries its model packages (stacks/images.py); without it, the default.
+                **({"SERVESTACK_MODEL_DIR": model_dir} if model_dir else {}),
                 "SERVESTACK_DEFAULT_MODEL": model_name,
                 "SERVESTACK_PROVIDERS": "auto",
                 **{f"SERVESTACK_BATCH_{k.upper()}": v for k, v in payload.items()},
@@ -456,7 +463,12 @@ class BatchJob(Construct):
                 "Accept": "application/jsonlines",
                 "AssembleWith": "Line",
             },
-            "TransformResources": {"InstanceType": instance_type, "InstanceCount": instance_count},
+            "TransformResources": {
+                "InstanceType": instance_type,
+                "InstanceCount": instance_count,
+                # The CUDA 12.8 GPU image needs a CUDA 12 driver; the default transform host's is 470 (CUDA 11.4).
+                **({"TransformAmiVersion": GPU_TRANSFORM_AMI_VERSION} if uses_gpu(instance_type) else {}),
+            },
         }
         scheduler_role = iam.Role(self, "SchedulerRole", assumed_by=iam.ServicePrincipal("scheduler.amazonaws.com"))
         target = targets.Universal(

@@ -39,7 +39,13 @@ from constructs import Construct
 
 from servestack.spec import AlarmSettings, Batching, Component, Strategy
 from stacks import guardrails
-from stacks.realtime import CONTAINER_MODEL_DIR, METRICS_INTERVAL_SEC, sagemaker_scaling_role, servestack_model
+from stacks.realtime import (
+    CONTAINER_MODEL_DIR,
+    METRICS_INTERVAL_SEC,
+    gpu_inference_ami,
+    sagemaker_scaling_role,
+    servestack_model,
+)
 from stacks.shared import acknowledge, check_range, endpoint_log_group, log_group
 
 VARIANT_NAME = "primary"
@@ -139,6 +145,7 @@ class ComponentEndpoint(Construct):
                     variant_name=VARIANT_NAME,
                     instance_type=instance_type,
                     initial_instance_count=min_instances,
+                    inference_ami_version=gpu_inference_ami(instance_type),
                     managed_instance_scaling=sagemaker.CfnEndpointConfig.ManagedInstanceScalingProperty(
                         status="ENABLED", min_instance_count=min_instances, max_instance_count=max_instances
                     ),

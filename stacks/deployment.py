@@ -7,6 +7,7 @@ A stack holds the shared pieces (artifact bucket, log retention), the construct 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +32,26 @@ from stacks.asynchronous import AsyncEndpoint
 from stacks.batch import BatchJob
 from stacks.bundling import lambda_code
 from stacks.components import ComponentEndpoint
+from stacks.images import MODEL_PACKAGES, dockerfile_workdir, image_context
 from stacks.observability import PERIOD, DeploymentDashboard, Panel, percentiles
 from stacks.realtime import DOCKER_EXCLUDE, RealtimeEndpoint, model_data_archive
+from stacks.scaling_guard import suspended
 from stacks.serverless import ServerlessEndpoint
 from stacks.shared import ArtifactBucket
 
 GPU_DOCKERFILE = "containers/gpu.Dockerfile"
 CPU_DOCKERFILE = "containers/cpu.Dockerfile"
+
+
+@dataclass(frozen=True)
+class SmokeGrant:
+    """What the pipeline's smoke test (stacks/smoke.py) calls on a deployment: one action on resources named
+    `arn:<partition>:<service>:<region>:<account>:<resource>`. The pipeline's stack cannot refer to a stage's
+    resources, so the smoke step's role is granted exactly these, by their fixed names."""
+
+    action: str
+    service: str
+    resources: tuple[str, ...]
 
 
 def read_sample(root: Path, model: ModelSpec, which: str) -> Any:
@@ -122,7 +136,14 @@ class DeploymentStack(Stack):
             ]
             # The smoke test invokes the component serving the deployment's model (the spec requires one).
             smoke = next(c for c in components if c.model == primary.name)
-            self._smoke("sagemaker-component", f"{name}/{ce.component_names[smoke.component_name]}")
+            component = ce.component_names[smoke.component_name]
+            self._smoke(
+                "sagemaker-component",
+                f"{name}/{component}",
+                SmokeGrant(
+                    "sagemaker:InvokeEndpoint", "sagemaker", (f"endpoint/{name}", f"inference-component/{component}")
+                ),
+            )
         elif isinstance(d, RealtimeDeployment):
             variants = d.variants or [Variant(name="primary", model=primary.name, version=primary.version)]
             families = {
@@ -162,6 +183,8 @@ class DeploymentStack(Stack):
                 strategy=d.strategy,
                 alarms=d.alarms,
                 batching=d.batching,
+                deployment=deployment,
+                autoscaling=deployment not in suspended(self),
             )
             self.construct = rt
             alarms = [*rt.alarms, *rt.overload_alarms]
@@ -193,7 +216,7 @@ class DeploymentStack(Stack):
                     ],
                 ),
             ]
-            self._smoke("sagemaker", name)
+            self._smoke("sagemaker", name, SmokeGrant("sagemaker:InvokeEndpoint", "sagemaker", (f"endpoint/{name}",)))
         elif isinstance(d, ServerlessDeployment):
             sl = ServerlessEndpoint(
                 self,
@@ -246,7 +269,11 @@ class DeploymentStack(Stack):
                     ],
                 ),
             ]
-            self._smoke("lambda-http", alias.function_arn)
+            self._smoke(
+                "lambda-http",
+                alias.function_arn,
+                SmokeGrant("lambda:InvokeFunction", "lambda", (f"function:{name}:{alias.alias_name}",)),
+            )
             CfnOutput(self, "ApiUrl", value=sl.http.url, description="IAM-authenticated (SigV4) HTTP API")
         elif isinstance(d, AsyncDeployment):
             sagemaker_backend = d.backend == "sagemaker"
@@ -277,6 +304,8 @@ class DeploymentStack(Stack):
                 instance_type=d.instance_type,
                 max_instances=d.max_instances,
                 target_backlog_per_instance=d.target_backlog_per_instance,
+                deployment=deployment,
+                autoscaling=deployment not in suspended(self),
             )
             self.construct = ae
             alarms = ae.alarms
@@ -337,7 +366,11 @@ class DeploymentStack(Stack):
                         ],
                     )
                 )
-            self._smoke("lambda-async", ae.submit.function_arn)
+            self._smoke(
+                "lambda-async",
+                ae.submit.function_arn,
+                SmokeGrant("lambda:InvokeFunction", "lambda", (f"function:{name}-submit",)),
+            )
             CfnOutput(self, "ApiUrl", value=ae.http.url, description="IAM-authenticated (SigV4) HTTP API")
         elif isinstance(d, BatchDeployment):
             fargate, transform = d.runner == "fargate", d.runner == "transform"
@@ -353,10 +386,10 @@ class DeploymentStack(Stack):
                 output_prefix=d.output_prefix or f"batch/{deployment}/output/",
                 runner=d.runner,
                 code=None if fargate else self._code(models, d.architecture),
-                image=self._image("CpuImage", False)
+                image=self._batch_image(models) if fargate else self._image_for(d.instance_type) if transform else None,
+                # The Fargate image carries the model packages where its Dockerfile copies `models/`.
+                model_dir=f"{dockerfile_workdir(self.code_root / CPU_DOCKERFILE).rstrip('/')}/{MODEL_PACKAGES}"
                 if fargate
-                else self._image_for(d.instance_type)
-                if transform
                 else None,
                 model_data=s3_assets.Asset(self, "ModelData0", path=str(model_data_archive(self.root, [primary])))
                 if transform
@@ -395,7 +428,11 @@ class DeploymentStack(Stack):
                         [bj.function.metric_errors(period=PERIOD)],
                     ),
                 ]
-            self._smoke("batch", bj.schedule.schedule_name)
+            self._smoke(
+                "batch",
+                bj.schedule.schedule_name,
+                SmokeGrant("scheduler:GetSchedule", "scheduler", (f"schedule/default/{name}",)),
+            )
         else:  # pragma: no cover - the spec's discriminated union is exhaustive
             raise TypeError(f"unknown deployment mode {d!r}")
 
@@ -403,10 +440,12 @@ class DeploymentStack(Stack):
         self.alarms = alarms
         self.dashboard = DeploymentDashboard(self, "Dashboard", dashboard_name=name, panels=panels, alarms=alarms)
 
-    def _smoke(self, kind: str, target: str) -> None:
-        """Outputs the pipeline's smoke test reads: what to invoke and how (see stacks/smoke.py)."""
+    def _smoke(self, kind: str, target: str, grant: SmokeGrant) -> None:
+        """Outputs the pipeline's smoke test reads: what to invoke and how (see stacks/smoke.py), and what its
+        role must be allowed to call."""
         self.smoke_kind = CfnOutput(self, "SmokeKind", value=kind)
         self.smoke_target = CfnOutput(self, "SmokeTarget", value=target)
+        self.smoke_grant = grant
 
     def _code(self, models: list[ModelSpec], architecture: str) -> Any:
         return lambda_code(
@@ -414,6 +453,26 @@ class DeploymentStack(Stack):
             artifacts=[m.artifact_path for m in models],
             artifacts_root=self.root,
             architecture=architecture,
+        )
+
+    def _batch_image(self, models: list[ModelSpec]) -> ecr_assets.DockerImageAsset:
+        """The CPU image for a Fargate batch task, built from a context that carries the deployment's model
+        packages (stacks/images.py): a task has no SageMaker to fetch its model."""
+        if not (self.code_root / CPU_DOCKERFILE).is_file():
+            raise FileNotFoundError(f"{self.code_root / CPU_DOCKERFILE} not found: the Fargate image is built from it")
+        context = image_context(
+            code_root=self.code_root,
+            dockerfile=CPU_DOCKERFILE,
+            artifacts_root=self.root,
+            artifacts=[m.artifact_path for m in models],
+        )
+        return ecr_assets.DockerImageAsset(
+            self,
+            "BatchImage",
+            directory=str(context),
+            file=CPU_DOCKERFILE,
+            exclude=["**/__pycache__"],
+            platform=ecr_assets.Platform.LINUX_AMD64,
         )
 
     def _image_for(self, instance_type: str) -> ecr_assets.DockerImageAsset:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aws_cdk import Environment, Stack, Stage, Token, pipelines
+from aws_cdk import Aws, Environment, Stack, Stage, Token, pipelines
 from aws_cdk import aws_codebuild as codebuild
+from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from servestack.spec import ServingSpec
@@ -40,20 +41,34 @@ class ServingStage(Stage):
         )
 
 
-def smoke_step(stage: ServingStage) -> pipelines.ShellStep:
-    """Invoke each deployment of `stage` once with its model's sample request (stacks/smoke.py)."""
+def smoke_statements(stage: ServingStage) -> list[iam.PolicyStatement]:
+    """The least the smoke test needs: per action, exactly the stage's resources stacks/smoke.py calls
+    (InvokeEndpoint on its endpoints, InvokeFunction on its functions' aliases, GetSchedule on its schedules)."""
+    resources: dict[str, list[str]] = {}
+    for stack in stage.deployment_stacks:
+        grant = stack.smoke_grant
+        resources.setdefault(grant.action, []).extend(
+            f"arn:{Aws.PARTITION}:{grant.service}:{Aws.REGION}:{Aws.ACCOUNT_ID}:{r}" for r in grant.resources
+        )
+    return [iam.PolicyStatement(actions=[action], resources=arns) for action, arns in sorted(resources.items())]
+
+
+def smoke_step(stage: ServingStage) -> pipelines.CodeBuildStep:
+    """Invoke each deployment of `stage` once with its model's sample request (stacks/smoke.py), under a role
+    that may call exactly those deployments."""
     env_outputs = {}
     env = {}
     for i, stack in enumerate(stage.deployment_stacks):
         env[f"SMOKE_{i}_DEPLOYMENT"] = stack.deployment
         env_outputs[f"SMOKE_{i}_KIND"] = stack.smoke_kind
         env_outputs[f"SMOKE_{i}_TARGET"] = stack.smoke_target
-    return pipelines.ShellStep(
+    return pipelines.CodeBuildStep(
         f"SmokeTest{stage.stage_name}",
         env=env,
         env_from_cfn_outputs=env_outputs,
         install_commands=["make setup"],
         commands=[SMOKE_COMMAND],
+        role_policy_statements=smoke_statements(stage),
     )
 
 

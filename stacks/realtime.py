@@ -50,6 +50,7 @@ from servestack.spec import (
     uses_gpu,
 )
 from stacks import guardrails
+from stacks.scaling_guard import check_instance_types
 from stacks.shared import acknowledge, check_range, endpoint_log_group, logical_id
 
 CONTAINER_MODEL_DIR = "/opt/ml/model"
@@ -71,6 +72,19 @@ DOCKER_EXCLUDE = [
     ".servestack",
     "models/artifacts",
 ]
+# The host AMI of GPU production variants (ProductionVariant.InferenceAmiVersion). The GPU image is CUDA 12.8
+# (containers/gpu.Dockerfile), which needs an NVIDIA driver >= 570 to run without CUDA's forward-compatibility
+# libraries. SageMaker's AMI versions (ProductionVariant API reference and "Best practices to minimize interruptions
+# during GPU driver upgrades", checked 2026-12-01 against botocore 1.44's model): al2-ami-sagemaker-inference-gpu-2
+# and -2-1 carry driver 535 / CUDA 12.2, -gpu-3-1 driver 550 / CUDA 12.4, al2023-ami-sagemaker-inference-gpu-4-1
+# driver 580 / CUDA 13.0; the default host AMI (none named) is older still on ml.g4dn/g5/p4d. Only 4-1 carries
+# a driver new enough for 12.8, and its container toolkit mounts no CUDA-compat libraries, which the image
+# does not need on that driver.
+GPU_INFERENCE_AMI_VERSION = "al2023-ami-sagemaker-inference-gpu-4-1"
+# Batch Transform's equivalent (TransformResources.TransformAmiVersion) offers driver 470 (CUDA 11.4, the default
+# on ml.g4dn/g5, too old for any CUDA 12 image) or 535: CUDA 12.8 runs on 535 through CUDA's minor-version
+# compatibility (same major version, driver >= 525; only PTX JIT of newer code is excluded).
+GPU_TRANSFORM_AMI_VERSION = "al2-ami-sagemaker-batch-gpu-535"
 _ECR_AUTH_REASON = (
     "ecr:GetAuthorizationToken has no resource-level permissions (AWS requires Resource '*'); image pulls "
     "themselves are scoped to the asset repository."
@@ -112,6 +126,11 @@ def model_data_archive(root: Path, models: Sequence[ModelSpec], cache_dir: Path 
     return out
 
 
+def gpu_inference_ami(instance_type: str) -> str | None:
+    """The InferenceAmiVersion of a production variant on `instance_type`: the CUDA 12.8 image's on GPU types."""
+    return GPU_INFERENCE_AMI_VERSION if uses_gpu(instance_type) else None
+
+
 def single_model_environment(model_name: str) -> dict[str, str]:
     """The container's settings for one model unpacked from its model data (async backend, Batch Transform)."""
     return {
@@ -130,15 +149,17 @@ def servestack_model(
     model_data_url: str,
     environment: dict[str, str],
     mode: str | None = None,
+    network_isolation: bool = True,
 ) -> sagemaker.CfnModel:
     """A SageMaker model of the servestack container, for every construct that runs one (realtime variants,
     inference components, the SageMaker async backend, Batch Transform): network-isolated, as the container
-    reads only its model data and answers on its port, and created after its role's policies exist."""
+    reads only its model data and answers on its port, and created after its role's policies exist.
+    `network_isolation=False` for Serverless Inference, which does not support it (and is isolated anyway)."""
     model = sagemaker.CfnModel(
         scope,
         construct_id,
         execution_role_arn=role.role_arn,
-        enable_network_isolation=True,
+        enable_network_isolation=network_isolation,
         primary_container=sagemaker.CfnModel.ContainerDefinitionProperty(
             image=image_uri, mode=mode, model_data_url=model_data_url, environment=environment
         ),
@@ -189,6 +210,8 @@ class RealtimeEndpoint(Construct):
         batching: Batching | None = None,
         gpu_image: ecr_assets.DockerImageAsset | None = None,
         cpu_image: ecr_assets.DockerImageAsset | None = None,
+        deployment: str | None = None,
+        autoscaling: bool = True,
     ) -> None:
         super().__init__(scope, id)
         check_range("RealtimeEndpoint", "len(variants)", len(variants), 1, 10)
@@ -300,6 +323,9 @@ class RealtimeEndpoint(Construct):
                 mode="SingleModel",
                 model_data_url=model_data[model_key].s3_object_url,
                 environment={**variant_env, "SERVESTACK_DEFAULT_MODEL": model_name},
+                # SageMaker Serverless Inference does not support network isolation: CreateEndpointConfig of a
+                # serverless variant whose model sets it fails.
+                network_isolation=serverless is None,
             )
 
         def production_variant(
@@ -321,6 +347,7 @@ class RealtimeEndpoint(Construct):
                 initial_variant_weight=weight,
                 instance_type=itype or instance_type,
                 initial_instance_count=count,
+                inference_ami_version=gpu_inference_ami(itype or instance_type),
             )
 
         self.variant_names = [v.name for v in variants]
@@ -374,6 +401,14 @@ class RealtimeEndpoint(Construct):
 
         self.scaling: list[appscaling.ScalableTarget] = []
         if serverless is None:
+            # SageMaker refuses an instance type change of an autoscaled variant (stacks/scaling_guard.py).
+            check_instance_types(
+                self,
+                deployment=deployment or endpoint_name,
+                endpoint_name=endpoint_name,
+                instance_types={v.name: v.instance_type or instance_type for v in variants},
+            )
+        if serverless is None and autoscaling:
             for v in variants:
                 target = appscaling.ScalableTarget(
                     self,

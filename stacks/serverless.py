@@ -66,8 +66,10 @@ def servestack_function(
     log_retention_days: int,
     reserved_concurrency: int | None = None,
     description: str = "",
+    function_name: str | None = None,
 ) -> lambda_.Function:
-    """A Python 3.12 function with its own log group and a role that can only write there."""
+    """A Python 3.12 function with its own log group and a role that can only write there. `function_name` fixes
+    the name of a function something outside its stack calls (the pipeline's smoke test, granted by name)."""
     check_range(id, "memory_mib", memory_mib, 128, 10240)
     check_range(id, "timeout_sec", timeout_sec, 1, 900)
     check_choice(id, "architecture", architecture, _ARCH)
@@ -87,6 +89,7 @@ def servestack_function(
         log_group=logs,
         logging_format=lambda_.LoggingFormat.JSON,
         description=description,
+        function_name=function_name,
     )
     acknowledge(fn, {"AwsSolutions-L1": RUNTIME_REASON})
     return fn
@@ -150,6 +153,7 @@ class ServerlessEndpoint(Construct):
             log_retention_days=log_retention_days,
             reserved_concurrency=reserved_concurrency,
             description=f"servestack {name}: {model_name} over HTTP (handlers.serverless)",
+            function_name=name,
         )
         version = self.function.current_version
         self.alias = lambda_.Alias(

@@ -42,6 +42,9 @@ DEFAULT_PORT = 8080
 DEFAULT_AWS_PORT = 8090
 LAMBDA_TASK_ROOT = "/var/task"
 CONTAINER_MODEL_DIR = "/opt/ml/model"
+# The servestack images' WORKDIR (containers/*.Dockerfile): a Fargate task's code and, under models/artifacts,
+# the model packages its image carries (stacks/images.py).
+CONTAINER_WORKDIR = "/opt/program"
 
 
 @dataclass
@@ -585,11 +588,14 @@ class World:
                 keys = credentials[role.logical_id].environment() if role is not None else {}
                 # `python` in the image is this interpreter here; the image's working directory is the code root.
                 argv = [sys.executable if a == "python" else a for a in task.argv]
-                plan.tasks[task.logical_id] = (
-                    task.arn,
-                    argv,
-                    env_base | self.service_endpoints | task.environment | keys,
+                task_env = map_paths(
+                    task.environment,
+                    {
+                        f"{CONTAINER_WORKDIR}/models/artifacts": str(self._bundle_view(topology.deployment)),
+                        CONTAINER_WORKDIR: str(self.code_root),
+                    },
                 )
+                plan.tasks[task.logical_id] = (task.arn, argv, env_base | self.service_endpoints | task_env | keys)
                 entry["task"] = {"arn": task.arn, "argv": argv, "environment": task.environment,
                                  "role": role.name if role else None}  # fmt: skip
             for endpoint in topology.endpoints.values():

@@ -103,7 +103,6 @@ EXTRA_DEPLOYMENTS: dict[str, dict[str, Any]] = {
         "runner": "fargate",
         "schedule": "rate(7 days)",
         "fargate_cpu": 2048,
-        "architecture": "arm64",
     },
     "cancer-transform": {
         "mode": "batch",

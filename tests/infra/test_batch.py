@@ -104,7 +104,7 @@ def test_fargate_runner_runs_the_same_code_in_the_cpu_container(synth: Synth) ->
         "AWS::ECS::TaskDefinition",
         {
             "Cpu": "2048",
-            "RuntimePlatform": {"CpuArchitecture": "ARM64", "OperatingSystemFamily": "LINUX"},
+            "RuntimePlatform": {"CpuArchitecture": "X86_64", "OperatingSystemFamily": "LINUX"},
             "ContainerDefinitions": [
                 Match.object_like(
                     {"EntryPoint": ["python", "-m", "handlers.batch"], "LogConfiguration": Match.any_value()}
@@ -148,7 +148,11 @@ def test_transform_runner_schedules_a_batch_transform_job_of_the_realtime_image_
     assert '"SplitType":"Line"' in text
     assert '"ContentType":"text/csv"' in text
     assert '"AssembleWith":"Line"' in text
-    assert '"TransformResources":{"InstanceType":"ml.g4dn.xlarge","InstanceCount":3}' in text
+    # (on a GPU type, a host AMI whose driver 535 runs the CUDA 12.8 image; the default's 470 cannot)
+    assert (
+        '"TransformResources":{"InstanceType":"ml.g4dn.xlarge","InstanceCount":3,'
+        '"TransformAmiVersion":"al2-ami-sagemaker-batch-gpu-535"}'
+    ) in text
     assert "/batch/cancer-transform/input/" in text
     assert "/batch/cancer-transform/output" in text
     # AND the model is the realtime (GPU) image with the model data, reporting the job's execution parameters

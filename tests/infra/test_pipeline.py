@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aws_cdk.assertions import Match, Template
@@ -178,3 +179,75 @@ def test_generated_role_acknowledgements_are_partition_aware() -> None:
 
     assert [key for key in findings if "arn:aws:" in key] == []
     assert sum("Resource::arn:<AWS::Partition>:" in key for key in findings) == 4  # logs and report groups x2
+
+
+def smoke_role_statements(synth: Synth, stage: str) -> list[dict[str, Any]]:
+    """The statements of the smoke step's CodeBuild role in `stage` (its default policy)."""
+    (policy,) = [
+        r
+        for logical, r in synth.pipeline["Resources"].items()
+        if r["Type"] == "AWS::IAM::Policy" and logical.startswith(f"Pipeline{stage}SmokeTest{stage}Role")
+    ]
+    return policy["Properties"]["PolicyDocument"]["Statement"]
+
+
+def arn(service: str, resource: str) -> dict[str, Any]:
+    """An ARN as the pipeline template writes it: partition, region and account of the pipeline's stack."""
+    parts = ["arn:", {"Ref": "AWS::Partition"}, f":{service}:", {"Ref": "AWS::Region"}, ":", {"Ref": "AWS::AccountId"}]
+    return {"Fn::Join": ["", [*parts, f":{resource}"]]}
+
+
+@pytest.mark.parametrize("stage", ["Staging", "Production"])
+def test_smoke_step_role_may_call_exactly_what_the_smoke_test_calls_in_its_stage(synth: Synth, stage: str) -> None:
+    # GIVEN the pipeline's two deployments per stage: digits-api (serverless) and cancer-nightly (batch)
+    statements = smoke_role_statements(synth, stage)
+    prefix = f"servestack-{stage.lower()}-"
+    # THEN stacks/smoke.py's calls are allowed on this stage's resources alone: Lambda Invoke of the serverless
+    # deployment's `live` alias, and GetSchedule of the batch deployment's schedule
+    assert {
+        "Effect": "Allow",
+        "Action": "lambda:InvokeFunction",
+        "Resource": arn("lambda", f"function:{prefix}digits-api:live"),
+    } in statements
+    assert {
+        "Effect": "Allow",
+        "Action": "scheduler:GetSchedule",
+        "Resource": arn("scheduler", f"schedule/default/{prefix}cancer-nightly"),
+    } in statements
+    # AND the role gets nothing else beyond CodeBuild's own (logs, reports, the artifact bucket and its key)
+    actions = {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+    services = {a.split(":")[0] for a in actions}
+    assert services == {"logs", "codebuild", "s3", "kms", "lambda", "scheduler"}
+    assert {a for a in actions if a.split(":")[0] in {"lambda", "scheduler"}} == {
+        "lambda:InvokeFunction",
+        "scheduler:GetSchedule",
+    }
+
+
+def test_smoke_grants_name_the_resources_each_mode_creates(synth: Synth) -> None:
+    from stacks.deployment import DeploymentStack
+
+    # GIVEN every deployment stack of the session's app (realtime, components, serverless, async, batch)
+    stacks = {s.deployment: s for s in synth.app.node.children if isinstance(s, DeploymentStack)}
+    grants = {name: (s.smoke_grant.action, s.smoke_grant.resources) for name, s in stacks.items()}
+    # THEN each grant is the call stacks/smoke.py makes for its kind, on the name its template gives the resource
+    assert grants["digits-realtime"] == ("sagemaker:InvokeEndpoint", ("endpoint/servestack-digits-realtime",))
+    assert grants["two-models"] == (
+        "sagemaker:InvokeEndpoint",
+        ("endpoint/servestack-two-models", "inference-component/servestack-two-models-digits"),
+    )
+    assert grants["digits-api"] == ("lambda:InvokeFunction", ("function:servestack-digits-api:live",))
+    assert grants["cancer-async"] == ("lambda:InvokeFunction", ("function:servestack-cancer-async-submit",))
+    assert grants["cancer-nightly"] == ("scheduler:GetSchedule", ("schedule/default/servestack-cancer-nightly",))
+    named = {
+        ("digits-realtime", "AWS::SageMaker::Endpoint", "EndpointName", "servestack-digits-realtime"),
+        ("two-models", "AWS::SageMaker::InferenceComponent", "InferenceComponentName", "servestack-two-models-digits"),
+        ("digits-api", "AWS::Lambda::Function", "FunctionName", "servestack-digits-api"),
+        ("cancer-async", "AWS::Lambda::Function", "FunctionName", "servestack-cancer-async-submit"),
+        ("cancer-nightly", "AWS::Scheduler::Schedule", "Name", "servestack-cancer-nightly"),
+    }
+    for deployment, type_, prop, name in named:
+        values = [r["Properties"].get(prop) for r in synth.resources(deployment, type_).values()]
+        assert name in values, (deployment, type_, values)
+    # AND every realtime and batch deployment has one (the smoke test covers every mode)
+    assert all(isinstance(s.smoke_grant.resources, tuple) and s.smoke_grant.resources for s in stacks.values())

@@ -307,7 +307,42 @@ def test_serverless_variant_option_uses_serverless_config_and_no_instances(synth
 
     assert variant["ServerlessConfig"] == {"MemorySizeInMB": 3072, "MaxConcurrency": 5}
     assert "InstanceType" not in variant
+    assert "InferenceAmiVersion" not in variant
     assert synth.resources("digits-sls", "AWS::ApplicationAutoScaling::ScalableTarget") == {}
+    # Serverless Inference excludes network isolation: its model must not ask for it (instance variants do)
+    (model,) = synth.resources("digits-sls", "AWS::SageMaker::Model").values()
+    assert model["Properties"]["EnableNetworkIsolation"] is False
+
+
+@pytest.mark.parametrize(
+    ("deployment", "construct"),
+    [("digits-realtime", "Realtime"), ("gpu-components", "Components"), ("cancer-gpu-async", "Async")],
+)
+def test_gpu_variants_run_on_an_ami_whose_driver_runs_the_cuda_12_8_image(
+    synth: Synth, deployment: str, construct: str
+) -> None:
+    # GIVEN a deployment on a GPU instance type (the CUDA 12.8 image) / THEN its variant names the AMI with
+    # NVIDIA driver 580, as the default host's driver is too old for CUDA 12.8
+    synth.template(deployment).has_resource_properties(
+        "AWS::SageMaker::EndpointConfig",
+        {
+            "ProductionVariants": [
+                Match.object_like(
+                    {
+                        "InstanceType": Match.string_like_regexp(r"^ml\.[gp]"),
+                        "InferenceAmiVersion": "al2023-ami-sagemaker-inference-gpu-4-1",
+                    }
+                )
+            ]
+        },
+    )
+
+
+def test_only_gpu_variants_name_an_inference_ami(synth: Synth) -> None:
+    # GIVEN an endpoint with a CPU variant and a GPU variant / THEN only the GPU one names the GPU AMI
+    variants = {v["VariantName"]: v for v in endpoint_config(synth, "digits-mixed")["ProductionVariants"]}
+    assert "InferenceAmiVersion" not in variants["cpu"]
+    assert variants["gpu"]["InferenceAmiVersion"] == "al2023-ami-sagemaker-inference-gpu-4-1"
 
 
 def _list(x: object) -> list:

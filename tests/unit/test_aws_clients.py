@@ -3,12 +3,16 @@ retry mode every handler relies on, on moto's server over HTTP."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError, ParamValidationError
 
-from handlers.aws.clients import aws_client
+from handlers.aws.clients import aws_client, conditional_writes
 from servestack.local.emulator import aws_environment, clients
 
 
@@ -64,3 +68,53 @@ def test_an_explicit_endpoint_wins_and_presigned_urls_still_work(
 
     # THEN the link points at that endpoint, path-style
     assert url.startswith(f"{moto_url}/some-bucket/k?")
+
+
+def runtime_s3_without_if_none_match(data_root: Path, moto_url: str) -> Any:
+    """An S3 client whose botocore model predates S3 conditional writes, as an older Lambda runtime SDK's:
+    this botocore's own PutObject model with the `IfNoneMatch` member taken out, loaded from a data path
+    that shadows the installed one."""
+    import botocore.session
+
+    loader = botocore.session.get_session().get_component("data_loader")
+    model = loader.load_service_model("s3", "service-2")
+    del model["shapes"]["PutObjectRequest"]["members"]["IfNoneMatch"]
+    folder = data_root / "s3" / loader.determine_latest_version("s3", "service-2")
+    folder.mkdir(parents=True)
+    (folder / "service-2.json").write_text(json.dumps(model), encoding="utf-8")
+    session = botocore.session.get_session()
+    session.get_component("data_loader").search_paths.insert(0, str(data_root))
+    return session.create_client(
+        "s3", endpoint_url=moto_url, config=Config(s3={"addressing_style": "path"}, retries={"mode": "standard"})
+    )
+
+
+def write_twice(s3: Any, bucket: str) -> tuple[str, str]:
+    """Two writes of one key with `IfNoneMatch="*"`: the error code of the second, and the body that stands."""
+    s3.put_object(Bucket=bucket, Key="result", Body=b"first", IfNoneMatch="*")
+    with pytest.raises(ClientError) as refused:
+        s3.put_object(Bucket=bucket, Key="result", Body=b"second", IfNoneMatch="*")
+    body = s3.get_object(Bucket=bucket, Key="result")["Body"].read().decode()
+    return refused.value.response["Error"]["Code"], body
+
+
+def test_write_once_holds_with_this_sdk_and_with_a_runtime_sdk_that_predates_conditional_writes(
+    moto_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # GIVEN a bucket on the emulator, and two S3 clients: this botocore's (its model has IfNoneMatch) and one
+    # whose model lacks it, as the Lambda runtime's may (AWS fixes no SDK version per runtime)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_url)
+    developer = clients(moto_url)["s3"]
+    developer.create_bucket(Bucket="write-once")
+    developer.create_bucket(Bucket="write-once-old-sdk")
+    current = aws_client("s3")
+    old = runtime_s3_without_if_none_match(tmp_path / "data", moto_url)
+    # (that SDK itself refuses the parameter, as the worker would see it in such a runtime)
+    with pytest.raises(ParamValidationError, match="IfNoneMatch"):
+        old.put_object(Bucket="write-once-old-sdk", Key="probe", Body=b"x", IfNoneMatch="*")
+    assert "IfNoneMatch" in current.meta.service_model.operation_model("PutObject").input_shape.members
+
+    # WHEN the worker's write (`put_object(..., IfNoneMatch="*")`) runs twice on each
+    # THEN on both S3 refuses the second write (412 PreconditionFailed) and the first body stands
+    assert write_twice(current, "write-once") == ("PreconditionFailed", "first")
+    assert write_twice(conditional_writes(old), "write-once-old-sdk") == ("PreconditionFailed", "first")

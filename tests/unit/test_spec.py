@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -423,3 +424,149 @@ def test_a_transform_batch_deployment_takes_engine_and_gpu_instances_and_fargate
     assert (transform.runner, transform.instance_type, transform.instance_count) == ("transform", "ml.g4dn.xlarge", 3)
     assert (transform.max_payload_mb, transform.output_format) == (6, "jsonl")
     assert (fargate.runner, fargate.output_format) == ("fargate", "parquet")
+
+
+# --- settings AWS refuses or mishandles: each refusal quotes the AWS rule and links the page stating it ---------
+
+
+@pytest.mark.parametrize(
+    ("deployment", "expected", "rule", "page"),
+    [
+        (
+            {"mode": "batch", "engine": "transform", "max_payload_mb": 30, "max_concurrent_transforms": 4},
+            "deployments.d.max_concurrent_transforms: 4 x max_payload_mb 30 = 120 MB is not <= 100 MB",
+            "(MaxConcurrentTransforms * MaxPayloadInMB) also cannot exceed 100 MB",
+            "https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateTransformJob.html",
+        ),
+        (
+            {"mode": "batch", "engine": "transform", "max_payload_mb": 101, "max_concurrent_transforms": 1},
+            "deployments.d.max_payload_mb: 101 is not in 1..100",
+            "CreateTransformJob refuses a MaxPayloadInMB greater than 100 MB",
+            "https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateTransformJob.html",
+        ),
+        (
+            {"mode": "batch", "runner": "fargate", "fargate_cpu": 256, "fargate_memory_mib": 4096},
+            "deployments.d.fargate_memory_mib: 4096 is not a memory size Fargate allows with fargate_cpu: 256 "
+            "(512, 1024, 2048 MiB)",
+            "a Fargate task's memory must be one of the values its CPU allows",
+            "https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-cpu-memory-error.html",
+        ),
+        (
+            {"mode": "batch", "runner": "fargate", "fargate_cpu": 8192, "fargate_memory_mib": 18432},
+            "deployments.d.fargate_memory_mib: 18432 is not a memory size Fargate allows with fargate_cpu: 8192 "
+            "(16384..61440 in steps of 4096 MiB)",
+            "8192: 16-60 GiB in 4 GiB steps",
+            "https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-cpu-memory-error.html",
+        ),
+        (
+            {"mode": "batch", "runner": "fargate", "architecture": "arm64"},
+            "deployments.d.architecture: 'arm64' is not available with runner: fargate (use x86_64)",
+            "cpuArchitecture ARM64 runs on ARM hosts, which need an image built for linux/arm64",
+            "https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs-arm-specifying.html",
+        ),
+        (
+            {
+                "mode": "realtime",
+                "serverless": {},
+                "variants": [{"name": "a", "model": "digits"}, {"name": "b", "model": "digits"}],
+            },
+            "deployments.d.variants: 2 variants is not allowed with serverless (one variant at most)",
+            "Serverless Inference does not support GPUs, multi-model endpoints, VPC configuration, network isolation, "
+            "data capture, multiple production variants",
+            "https://docs.aws.amazon.com/sagemaker/latest/dg/serverless-endpoints.html",
+        ),
+        (
+            {"mode": "realtime", "serverless": {}, "instance_type": "ml.g5.xlarge"},
+            "deployments.d.instance_type: 'ml.g5.xlarge' is not usable with serverless (CPU only)",
+            "Serverless Inference does not support GPUs",
+            "https://docs.aws.amazon.com/sagemaker/latest/dg/serverless-endpoints.html",
+        ),
+        (
+            {
+                "mode": "realtime",
+                "serverless": {},
+                "variants": [{"name": "a", "model": "digits", "instance_type": "ml.p3.2xlarge"}],
+            },
+            "deployments.d.variants.0.instance_type: 'ml.p3.2xlarge' is not usable with serverless (CPU only)",
+            "Serverless Inference does not support GPUs",
+            "https://docs.aws.amazon.com/sagemaker/latest/dg/serverless-endpoints.html",
+        ),
+        (
+            {"mode": "realtime", "serverless": {}, "shadow": {"model": "digits"}},
+            "deployments.d.shadow: a shadow variant is not supported with serverless",
+            "multiple production variants",
+            "https://docs.aws.amazon.com/sagemaker/latest/dg/serverless-endpoints.html",
+        ),
+        (
+            {"mode": "realtime", "serverless": {}, "multi_model": True, "instance_type": "ml.c6i.large"},
+            "deployments.d.multi_model: true is not combinable with serverless",
+            "Serverless Inference does not support GPUs, multi-model endpoints",
+            "https://docs.aws.amazon.com/sagemaker/latest/dg/serverless-endpoints.html",
+        ),
+        *[
+            (
+                {"mode": mode, "alarms": {"period_sec": period}},
+                f"deployments.d.alarms.period_sec: {period} is not 60 or more (a multiple of 60)",
+                "specify a period of 10, 20 or 30 s only for metrics stored with a StorageResolution of 1",
+                "https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_PutMetricAlarm.html",
+            )
+            for mode, period in (("realtime", 10), ("serverless", 20), ("async", 30))
+        ],
+    ],
+)
+def test_settings_aws_refuses_are_refused_with_its_rule_and_page(
+    deployment: dict[str, Any], expected: str, rule: str, page: str
+) -> None:
+    # GIVEN a deployment with a setting AWS refuses (or mishandles) WHEN it is parsed
+    (problem,) = problems_of(minimal(**deployment))
+    # THEN the one problem names the path and value, quotes AWS's rule and links the page that states it
+    assert problem.startswith(expected)
+    assert rule in problem
+    assert problem.endswith(f"({page})")
+
+
+def test_the_edges_of_the_aws_rules_are_accepted() -> None:
+    # GIVEN settings right at the limits: 4 x 25 MB = 100 MB, 100 MB alone, every Fargate size at its ends,
+    # one serverless variant on a CPU type, and a 60 s alarm period
+    accepted = [
+        {"mode": "batch", "engine": "transform", "max_payload_mb": 25, "max_concurrent_transforms": 4},
+        {"mode": "batch", "engine": "transform", "max_payload_mb": 100, "max_concurrent_transforms": 1},
+        {"mode": "batch", "runner": "fargate", "fargate_cpu": 256, "fargate_memory_mib": 512},
+        {"mode": "batch", "runner": "fargate", "fargate_cpu": 4096, "fargate_memory_mib": 30720},
+        {"mode": "batch", "runner": "fargate", "fargate_cpu": 16384, "fargate_memory_mib": 122880},
+        {"mode": "batch", "runner": "lambda", "architecture": "arm64"},
+        {
+            "mode": "realtime",
+            "serverless": {},
+            "variants": [{"name": "a", "model": "digits", "instance_type": "ml.m5.large"}],
+        },
+        {"mode": "realtime", "alarms": {"period_sec": 60}},
+    ]
+    # WHEN each is parsed THEN none is refused
+    for deployment in accepted:
+        assert parse_spec(minimal(**deployment)).deployments["d"].mode == deployment["mode"]
+
+
+def test_a_transform_limit_applies_to_transform_jobs_only() -> None:
+    # GIVEN transform settings over the product limit on a Lambda batch, which starts no transform job
+    spec = parse_spec(minimal(mode="batch", max_payload_mb=50, max_concurrent_transforms=4))
+    # THEN they are accepted (unused), while the same on a transform job is refused
+    assert isinstance(spec.deployments["d"], BatchDeployment)
+    (problem,) = problems_of(minimal(mode="batch", engine="transform", max_payload_mb=50, max_concurrent_transforms=4))
+    assert "also cannot exceed 100 MB" in problem
+
+
+def test_every_serving_yaml_example_in_the_docs_is_still_accepted() -> None:
+    # GIVEN every YAML block of README.md and docs/ that declares deployments (with the repo's models when the
+    # block leaves them out)
+    models = yaml.safe_load((REPO / "serving.yaml").read_text(encoding="utf-8"))["models"]
+    examples = []
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for block in re.findall(r"```ya?ml\n(.*?)```", doc.read_text(encoding="utf-8"), re.S):
+            data = yaml.safe_load(block)
+            if isinstance(data, dict) and "deployments" in data:
+                examples.append((doc.name, {"models": models, **data}))
+    assert len(examples) >= 3
+    # WHEN each is validated THEN none breaks a rule the spec holds
+    for name, data in examples:
+        assert parse_spec(data, name).deployments

@@ -1,0 +1,74 @@
+"""The AWS rules `serving.yaml` must hold, each with the documentation page that states it: servestack/spec.py
+refuses a setting that breaks one and quotes the rule in its error, so the message says why, not only what.
+
+This module must not import aws_cdk (the CLI imports the spec).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class AwsRule:
+    """A rule AWS enforces (or a behaviour it documents) that a setting would break, and the page stating it."""
+
+    text: str
+    url: str
+
+    def __str__(self) -> str:
+        return f"AWS: {self.text} ({self.url})"
+
+
+TRANSFORM_PAYLOAD_RULE = AwsRule(
+    "CreateTransformJob refuses a MaxPayloadInMB greater than 100 MB, and (MaxConcurrentTransforms * MaxPayloadInMB) "
+    "also cannot exceed 100 MB",
+    "https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateTransformJob.html",
+)
+FARGATE_SIZE_RULE = AwsRule(
+    "a Fargate task's memory must be one of the values its CPU allows (256: 512-2048 MiB; 512: 1-4 GiB; 1024: "
+    "2-8 GiB; 2048: 4-16 GiB and 4096: 8-30 GiB in 1 GiB steps; 8192: 16-60 GiB in 4 GiB steps; 16384: 32-120 GiB "
+    "in 8 GiB steps), or RegisterTaskDefinition fails with \"Invalid 'cpu' setting for task\"",
+    "https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-cpu-memory-error.html",
+)
+FARGATE_ARM64_RULE = AwsRule(
+    "a task definition with cpuArchitecture ARM64 runs on ARM hosts, which need an image built for linux/arm64; "
+    "servestack builds the Fargate batch image (containers/cpu.Dockerfile) for linux/amd64 only, so the task "
+    "would stop at start with 'exec format error'",
+    "https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs-arm-specifying.html",
+)
+SERVERLESS_EXCLUSIONS_RULE = AwsRule(
+    "SageMaker Serverless Inference does not support GPUs, multi-model endpoints, VPC configuration, network "
+    "isolation, data capture, multiple production variants, Model Monitor or inference pipelines",
+    "https://docs.aws.amazon.com/sagemaker/latest/dg/serverless-endpoints.html",
+)
+ALARM_PERIOD_RULE = AwsRule(
+    "specify a period of 10, 20 or 30 s only for metrics stored with a StorageResolution of 1; SageMaker, Lambda, "
+    "API Gateway and SQS publish 1-minute metrics, so such an alarm lapses into INSUFFICIENT_DATA, and with missing "
+    "data not breaching it never fires (no rollback would ever trigger)",
+    "https://docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_PutMetricAlarm.html",
+)
+# Fargate task sizes: CPU units -> (lowest MiB, highest MiB, step MiB).
+FARGATE_MEMORY_MIB = {
+    256: (512, 2048, 512),
+    512: (1024, 4096, 1024),
+    1024: (2048, 8192, 1024),
+    2048: (4096, 16384, 1024),
+    4096: (8192, 30720, 1024),
+    8192: (16384, 61440, 4096),
+    16384: (32768, 122880, 8192),
+}
+
+
+def fargate_memory_choices(cpu: int) -> list[int]:
+    """The task memory values (MiB) Fargate accepts with `cpu` units (256 CPU: 512, 1024, 2048 MiB)."""
+    lo, hi, step = FARGATE_MEMORY_MIB[cpu]
+    return [512, 1024, 2048] if cpu == 256 else list(range(lo, hi + 1, step))
+
+
+AUTOSCALED_INSTANCE_TYPE_RULE = AwsRule(
+    "when you update an endpoint, Application Auto Scaling checks whether any of the models on that endpoint are "
+    "targets for auto scaling; if the update would change the instance type for any model that is a target for "
+    "auto scaling, the update fails",
+    "https://docs.aws.amazon.com/sagemaker/latest/dg/endpoint-scaling-update.html",
+)
