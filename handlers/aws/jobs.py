@@ -16,13 +16,23 @@ itself for every message it gives up on: it records `failed` with the reason, se
 DLQ with the reason in message attributes (`ErrorType`, `ErrorMessage`, `JobId`, `ReceiveCount`), and
 reports the record handled. Only a worker that dies on a message's last receive leaves it to the redrive.
 
-The queue, not the table, is where a job begins (an outbox in the queue). Submit stores the payload, sends
-the message, then writes the record; the message carries the whole record, so a worker that finds no record
-creates it as it claims the job. A crash between the send and the record write therefore never leaves a job
-that nobody will run, and a crash before the send leaves no record at all: there is no `queued` job without
-a message, and no sweep of the table is needed to find one. The caller retries such a failed submit with
-the same `Idempotency-Key` (or SageMaker `InferenceId`): the key fixes the job id, so every retry is the same
-job, and a retry with a different body under the same key is refused (422).
+Without an `Idempotency-Key`, the queue, not the table, is where a job begins (an outbox in the queue).
+Submit stores the payload, sends the message, then writes the record; the message carries the whole record, so
+a worker that finds no record creates it as it claims the job. A crash between the send and the record write
+therefore never leaves a job that nobody will run, and a crash before the send leaves no record at all.
+
+With an `Idempotency-Key` (or SageMaker `InferenceId`), the table is where the job begins, as Powertools'
+idempotency utility and the IETF Idempotency-Key header draft have it. The key fixes the job id, and the
+record is claimed with a conditional put (`attribute_not_exists(job_id)`) before the payload is stored or
+anything enqueued, marked as still being submitted until `submit_timeout_sec` from then. Of two calls sent at
+once under one key, one claims it; the other reads the claim and is answered from it:
+- another request under the key (another body, `Content-Type` or `Accept`): 422 `IdempotencyConflict`, and it
+  has stored and enqueued nothing;
+- the same request while the claim is being submitted: 409 `IdempotencyInProgress` (retry shortly);
+- the same request once submitted: the job, `"replayed": true`.
+The claiming call then stores the payload, sends the message and clears the mark (a second table write). A
+claim whose call died before clearing it is taken over, once its time has passed, by the next retry of the same
+request, which stores and sends again (the worker's conditional writes make a second message harmless).
 """
 
 from __future__ import annotations
@@ -48,6 +58,7 @@ from handlers.aws.clients import aws_client
 from models import codecs
 from models.errors import (
     IdempotencyConflict,
+    IdempotencyInProgress,
     InvalidInput,
     JobFailed,
     JobNotFound,
@@ -79,6 +90,9 @@ INLINE_PAYLOAD_BYTES = 16 * 1024
 IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
 # What a job id can be: ours are 32 hex digits; an uploaded payload's S3 key names its job.
 JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+# The record attribute of a keyed job whose submit has claimed the key and not yet enqueued the job: until when
+# (epoch seconds) that call may still be at it.
+SUBMITTING = "submitting_until"
 
 
 class AsyncSettings(EnvironmentSettings, frozen=True, kw_only=True):
@@ -100,6 +114,10 @@ class AsyncSettings(EnvironmentSettings, frozen=True, kw_only=True):
     dead_letter_queue_url: str = ""
     # What a `Content-Encoding: gzip` submit may inflate to.
     max_decoded_bytes: Annotated[int, msgspec.Meta(ge=1)] = 6 * 1024 * 1024
+    # How long a keyed submit may take between claiming its key and enqueuing the job: no call lives longer
+    # (the submit function's timeout is 15 s; an HTTP API integration's is at most 30 s). A retry after it
+    # takes over a claim whose call died.
+    submit_timeout_sec: Annotated[int, msgspec.Meta(ge=1)] = 30
 
     @property
     def upload_prefix(self) -> str:
@@ -235,18 +253,81 @@ class JobService:
         body = codecs.decode_content(body, content_encoding, self.settings.max_decoded_bytes)
         digest = hashlib.sha256(body).hexdigest()
         job_id = job_id_for(idempotency_key)
-        if idempotency_key is not None:
-            existing = self._existing(job_id, digest)
-            if existing is not None:
-                return existing
         key = f"{self.settings.request_prefix}{job_id}"
         if idempotency_key is not None:
-            key += f"-{digest[:16]}"  # a retry with other bytes under the same key never overwrites the payload
+            # The key first: nothing is stored or enqueued for a request the key does not name (module doc).
+            job = self.new_record(job_id, f"{key}-{digest[:16]}", media_type, accept, len(body), digest)
+            replay = self._claim_key(job)
+            if replay is not None:
+                return replay
+            self._submit_claimed(job, body)
+            return job
         self.s3.put_object(Bucket=self.settings.bucket, Key=key, Body=body, ContentType=media_type)
         job = self.new_record(job_id, key, media_type, accept, len(body), digest)
         # First the message: once it exists the job will run, whatever happens to this call (see the module doc).
         self.enqueue(job_id, key, job, payload=body)
         return self._record(job, digest)
+
+    def _claim_key(self, job: dict[str, Any]) -> dict[str, Any] | None:
+        """Claim the key's record for this call (None: this call must submit `job`), or answer from the claim
+        another call holds: the job to replay, or 422 (another request) or 409 (the same one, in progress).
+        A claim whose call died (its time has passed) is taken over by this call: `job` becomes that record."""
+        now = int(time.time())
+        deadline = now + self.settings.submit_timeout_sec
+        try:
+            self.table.put_item(Item=job | {SUBMITTING: deadline}, ConditionExpression="attribute_not_exists(job_id)")
+            return None
+        except ClientError as error:
+            if not _conditional_failed(error):
+                raise
+        existing = self._existing(job["job_id"], job["request_sha256"], job["content_type"], job["accept"])
+        assert existing is not None  # the conditional put found it; records are never deleted, only expire
+        pending = existing.pop(SUBMITTING, None)
+        if pending is None:
+            return existing
+        in_progress = IdempotencyInProgress(
+            "Idempotency-Key: a request with this key is still being submitted; retry shortly",
+            field="Idempotency-Key",
+            value=job["job_id"],
+            allowed=f"a retry after the first call answered, or after {self.settings.submit_timeout_sec} s",
+        )
+        if pending >= now:
+            raise in_progress
+        try:  # the claiming call died before enqueuing: take its claim over, unless another retry just did
+            self.table.update_item(
+                Key={"job_id": job["job_id"]},
+                UpdateExpression="SET #p = :deadline",
+                ConditionExpression="#p = :seen",
+                ExpressionAttributeNames={"#p": SUBMITTING},
+                ExpressionAttributeValues={":deadline": deadline, ":seen": pending},
+            )
+        except ClientError as error:
+            if not _conditional_failed(error):
+                raise
+            raise in_progress from None
+        existing.pop("replayed", None)
+        job.clear()
+        job.update(existing)
+        return None
+
+    def _submit_claimed(self, job: dict[str, Any], body: bytes) -> None:
+        """Store the payload and enqueue the job this call claimed, then clear the claim's mark (with what the
+        backend's enqueue learned, e.g. where SageMaker will write)."""
+        key = job["input_key"]
+        self.s3.put_object(Bucket=self.settings.bucket, Key=key, Body=body, ContentType=job["content_type"])
+        learned = dict(job)
+        self.enqueue(job["job_id"], key, learned, payload=body)
+        fields = {name: value for name, value in learned.items() if name not in job}
+        self.table.update_item(
+            Key={"job_id": job["job_id"]},
+            UpdateExpression=" ".join(
+                ([f"SET {', '.join(f'#{name} = :{name}' for name in fields)}"] if fields else []) + ["REMOVE #p"]
+            ),
+            ConditionExpression="attribute_exists(job_id)",
+            ExpressionAttributeNames={"#p": SUBMITTING, **{f"#{name}": name for name in fields}},
+            **({"ExpressionAttributeValues": {f":{name}": value for name, value in fields.items()}} if fields else {}),
+        )
+        job.update(fields)
 
     def _check_types(self, content_type: str | None, accept: str | None) -> str:
         media_type = codecs.media_type_of(content_type)
@@ -255,20 +336,37 @@ class JobService:
         codecs.negotiate(accept)
         return media_type
 
-    def _existing(self, job_id: str, digest: str | None) -> dict[str, Any] | None:
-        """The job an idempotency key already made, or None; a different body under the key is refused."""
+    def _existing(
+        self, job_id: str, digest: str | None, media_type: str | None = None, answer_type: str | None = None
+    ) -> dict[str, Any] | None:
+        """The job an idempotency key already made, or None. Another request under the key is refused: another
+        body, or another `Content-Type` (the body would be read differently) or `Accept` (its result is written
+        once, in the type the first request negotiated, so a replay cannot honour another one)."""
         try:
             job = self.get(job_id)
         except JobNotFound:
             return None
         recorded = job.get("request_sha256")
+        allowed = "a new key for a new request; the same key only to retry the same request"
         if digest is not None and recorded is not None and recorded != digest:
             raise IdempotencyConflict(
                 "Idempotency-Key: this key was used for a different request body",
                 field="Idempotency-Key",
                 value=job_id,
-                allowed="a new key for a new request; the same key only to retry the same request",
+                allowed=allowed,
             )
+        for header, asked, first in (
+            ("Content-Type", media_type, job.get("content_type")),
+            ("Accept", answer_type, job.get("accept")),
+        ):
+            if asked is not None and first is not None and asked != first:
+                said = f"this key was used with {header}: {first}, and this request negotiates {asked}"
+                raise IdempotencyConflict(
+                    f"Idempotency-Key: {said}",
+                    field=header,
+                    value=asked,
+                    allowed=f"{first} under this key ({allowed})",
+                )
         job["replayed"] = True
         return job
 
@@ -278,7 +376,8 @@ class JobService:
         """Record a job whose payload the caller PUTs to S3; it starts on the S3 event or on confirm."""
         media_type = self._check_types(content_type, accept)
         job_id = job_id_for(idempotency_key)
-        existing = self._existing(job_id, None) if idempotency_key is not None else None
+        answer_type = codecs.negotiate(accept)
+        existing = self._existing(job_id, None, media_type, answer_type) if idempotency_key is not None else None
         if existing is not None:
             job = existing
         else:
@@ -372,7 +471,8 @@ class JobService:
         item = self.table.get_item(Key={"job_id": job_id}, ConsistentRead=True).get("Item")
         if item is None:
             raise JobNotFound(f"job {job_id!r} does not exist (or has expired)", field="job_id", value=job_id)
-        return {k: (int(v) if k in ("attempts", "expires_at", "input_bytes") else v) for k, v in item.items()}
+        numbers = ("attempts", "expires_at", "input_bytes", SUBMITTING)
+        return {k: (int(v) if k in numbers else v) for k, v in item.items()}
 
     def status(self, job_id: str) -> dict[str, Any]:
         """The job as a caller sees it: status, and the result location + a presigned GET, or the error."""

@@ -1,0 +1,143 @@
+"""Idempotency-Key under concurrency, on a real AWS endpoint: the key is claimed in the job table before
+anything is stored or enqueued, so of two submits sent at once under one key with different bodies exactly one
+is the job, and the refused one leaves no payload, no message and no job behind.
+
+Concurrent Lambda invocations are separate sandboxes, so each caller here has its own `JobService` (its own
+clients), released together by a barrier.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import handlers.asynchronous
+from handlers.aws.jobs import AsyncSettings, JobService, job_id_for
+from models.errors import IdempotencyConflict
+from models.service import ModelRepository
+from models.settings import ServingSettings
+from tests.conftest import ARTIFACTS
+from tests.integration.asyncjobs import AsyncDeploymentUnderTest, deploy_async
+from tests.integration.conftest import Aws
+
+SAMPLE = (ARTIFACTS / "breast-cancer" / "1" / "sample-request.json").read_bytes()
+ROWS = json.loads(SAMPLE)["instances"]
+OTHER = json.dumps({"instances": ROWS[:1]}).encode()  # a valid request too, with another answer
+PAIRS = 12
+
+
+@pytest.fixture
+def deployment(aws: Aws, unique: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[AsyncDeploymentUnderTest]:
+    yield deploy_async(aws, unique, monkeypatch, batch_size=10, batch_window_sec=0, max_receive_count=2)
+    handlers.asynchronous.service.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def repository() -> ModelRepository:
+    loaded = ModelRepository(ServingSettings(warmup=False))
+    loaded.load_all()
+    return loaded
+
+
+def predictions(repository: ModelRepository, body: bytes) -> Any:
+    return json.loads(repository.get("breast-cancer").infer(body, "application/json", None).body)
+
+
+def race(repository: ModelRepository, key: str) -> dict[bytes, Any]:
+    """Submit SAMPLE and OTHER under `key` at the same moment, each from its own sandbox; each body's outcome:
+    the job record, or the exception."""
+    bodies = (SAMPLE, OTHER)
+    services = [JobService(AsyncSettings.from_environment(), repository, repository.get()) for _ in bodies]
+    barrier = threading.Barrier(len(bodies))
+    outcomes: dict[bytes, Any] = {}
+
+    def submit(jobs: JobService, body: bytes) -> None:
+        barrier.wait()
+        try:
+            outcomes[body] = jobs.submit(body, "application/json", None, idempotency_key=key)
+        except Exception as error:  # the refusal is the outcome under test
+            outcomes[body] = error
+
+    threads = [threading.Thread(target=submit, args=pair) for pair in zip(services, bodies, strict=True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return outcomes
+
+
+def queued_jobs(deployment: AsyncDeploymentUnderTest) -> set[tuple[str, str]]:
+    """(job id, request digest) of every job message on the queue (read, then made visible again)."""
+    sqs, found, handles = deployment.aws.sqs, set(), []
+    while True:
+        messages = sqs.receive_message(QueueUrl=deployment.queue_url, MaxNumberOfMessages=10, VisibilityTimeout=30)
+        if not messages.get("Messages"):
+            break
+        for message in messages["Messages"]:
+            handles.append(message["ReceiptHandle"])
+            job = json.loads(message["Body"])
+            if "record" in job:  # not S3's s3:TestEvent
+                found.add((job["job_id"], job["record"]["request_sha256"]))
+    for handle in handles:
+        sqs.change_message_visibility(QueueUrl=deployment.queue_url, ReceiptHandle=handle, VisibilityTimeout=0)
+    return found
+
+
+def test_same_key_pairs_sent_at_once_make_one_job_and_the_refused_body_leaves_nothing(
+    deployment: AsyncDeploymentUnderTest, repository: ModelRepository
+) -> None:
+    # GIVEN pairs of submits under one key each, with different bodies, released at the same moment
+    accepted: dict[str, bytes] = {}
+    for index in range(PAIRS):
+        key = f"race-{index}"
+        outcomes = race(repository, key)
+        # THEN exactly one of each pair is the job and the other is refused with 422 IdempotencyConflict
+        refused = [body for body, outcome in outcomes.items() if isinstance(outcome, IdempotencyConflict)]
+        made = [body for body, outcome in outcomes.items() if isinstance(outcome, dict)]
+        assert (len(made), len(refused)) == (1, 1), f"pair {index}: {outcomes}"
+        accepted[key] = made[0]
+    # AND no refused body was stored or enqueued: every message and every payload object is an accepted body's
+    jobs = {(job_id_for(key), hashlib.sha256(body).hexdigest()) for key, body in accepted.items()}
+    assert queued_jobs(deployment) <= jobs
+    prefix = deployment.names.request_prefix
+    listed = deployment.aws.s3.list_objects_v2(Bucket=deployment.names.bucket, Prefix=prefix)
+    stored = {tuple(o["Key"].removeprefix(prefix).split("-")) for o in listed.get("Contents", [])}
+    assert stored == {(job_id, digest[:16]) for job_id, digest in jobs}
+    # WHEN the worker runs the queue
+    deployment.drain()
+    for key, body in accepted.items():
+        job_id = job_id_for(key)
+        # THEN each job ran once, on the accepted body
+        status = deployment.status(job_id)[1]
+        assert status["status"] == "succeeded", status
+        assert deployment.result_versions(job_id) == 1
+        where = {"Bucket": deployment.names.bucket, "Key": f"{deployment.names.result_prefix}{job_id}"}
+        assert json.loads(deployment.aws.s3.get_object(**where)["Body"].read()) == predictions(repository, body)
+        # AND the accepted caller's retry replays its own job, and enqueues nothing more
+        code, replay = deployment.submit_with(body, {"Idempotency-Key": key})
+        assert (code, replay["job_id"], replay.get("replayed")) == (202, job_id, True)
+    assert deployment.depth(deployment.queue_url) == 0
+
+
+def test_a_replay_that_asks_for_another_answer_type_is_refused_naming_accept(
+    deployment: AsyncDeploymentUnderTest,
+) -> None:
+    # GIVEN a job submitted under a key, answered in JSON (no Accept: JSON, as for a direct request)
+    code, first = deployment.submit_with(SAMPLE, {"Idempotency-Key": "report-7"})
+    assert code == 202
+    # WHEN the same key and body come again asking for CSV
+    code, refused = deployment.submit_with(SAMPLE, {"Idempotency-Key": "report-7", "Accept": "text/csv"})
+    # THEN it is refused (the result is written once, in JSON), naming the header, the value and what the key allows
+    assert (code, refused["error"]["type"], refused["error"]["field"]) == (422, "IdempotencyConflict", "Accept")
+    assert (refused["error"]["value"], refused["error"]["allowed"].split()[0]) == ("text/csv", "application/json")
+    # AND so is another Content-Type for the same bytes (they would be read differently)
+    code, refused = deployment.submit_with(SAMPLE, {"Idempotency-Key": "report-7", "Content-Type": "text/csv"})
+    assert (code, refused["error"]["field"]) == (422, "Content-Type")
+    # AND an Accept that negotiates the same type replays the job
+    code, replay = deployment.submit_with(SAMPLE, {"Idempotency-Key": "report-7", "Accept": "application/json, */*"})
+    assert (code, replay["job_id"], replay["replayed"]) == (202, first["job_id"], True)
