@@ -30,9 +30,10 @@ once under one key, one claims it; the other reads the claim and is answered fro
   has stored and enqueued nothing;
 - the same request while the claim is being submitted: 409 `IdempotencyInProgress` (retry shortly);
 - the same request once submitted: the job, `"replayed": true`.
-The claiming call then stores the payload, sends the message and clears the mark (a second table write). A
-claim whose call died before clearing it is taken over, once its time has passed, by the next retry of the same
-request, which stores and sends again (the worker's conditional writes make a second message harmless).
+The claiming call then stores the payload, sends the message and puts the record again without the mark (a
+second table write; both are conditional PutItems, the only writes the submit role is granted). A claim whose
+call died before that is taken over, once its time has passed, by the next retry of the same request, which
+stores and sends again (the worker's conditional writes make a second message harmless).
 """
 
 from __future__ import annotations
@@ -274,8 +275,9 @@ class JobService:
         A claim whose call died (its time has passed) is taken over by this call: `job` becomes that record."""
         now = int(time.time())
         deadline = now + self.settings.submit_timeout_sec
+        job[SUBMITTING] = deadline
         try:
-            self.table.put_item(Item=job | {SUBMITTING: deadline}, ConditionExpression="attribute_not_exists(job_id)")
+            self.table.put_item(Item=job, ConditionExpression="attribute_not_exists(job_id)")
             return None
         except ClientError as error:
             if not _conditional_failed(error):
@@ -283,7 +285,7 @@ class JobService:
         existing = self._existing(job["job_id"], job["request_sha256"], job["content_type"], job["accept"])
         assert existing is not None  # the conditional put found it; records are never deleted, only expire
         pending = existing.pop(SUBMITTING, None)
-        if pending is None:
+        if pending is None or existing["status"] != QUEUED:  # submitted (a worker may have run it already)
             return existing
         in_progress = IdempotencyInProgress(
             "Idempotency-Key: a request with this key is still being submitted; retry shortly",
@@ -293,41 +295,41 @@ class JobService:
         )
         if pending >= now:
             raise in_progress
+        existing.pop("replayed", None)
         try:  # the claiming call died before enqueuing: take its claim over, unless another retry just did
-            self.table.update_item(
-                Key={"job_id": job["job_id"]},
-                UpdateExpression="SET #p = :deadline",
-                ConditionExpression="#p = :seen",
-                ExpressionAttributeNames={"#p": SUBMITTING},
-                ExpressionAttributeValues={":deadline": deadline, ":seen": pending},
-            )
+            self._put_if_claimed(existing | {SUBMITTING: deadline}, pending)
         except ClientError as error:
             if not _conditional_failed(error):
                 raise
             raise in_progress from None
-        existing.pop("replayed", None)
         job.clear()
-        job.update(existing)
+        job.update(existing | {SUBMITTING: deadline})
         return None
 
     def _submit_claimed(self, job: dict[str, Any], body: bytes) -> None:
-        """Store the payload and enqueue the job this call claimed, then clear the claim's mark (with what the
-        backend's enqueue learned, e.g. where SageMaker will write)."""
+        """Store the payload and enqueue the job this call claimed, then put the record without the claim's
+        mark (with what the backend's enqueue learned, e.g. where SageMaker will write). The submit role may
+        only GetItem and PutItem, so each write is a whole, conditional put."""
         key = job["input_key"]
         self.s3.put_object(Bucket=self.settings.bucket, Key=key, Body=body, ContentType=job["content_type"])
-        learned = dict(job)
-        self.enqueue(job["job_id"], key, learned, payload=body)
-        fields = {name: value for name, value in learned.items() if name not in job}
-        self.table.update_item(
-            Key={"job_id": job["job_id"]},
-            UpdateExpression=" ".join(
-                ([f"SET {', '.join(f'#{name} = :{name}' for name in fields)}"] if fields else []) + ["REMOVE #p"]
-            ),
-            ConditionExpression="attribute_exists(job_id)",
-            ExpressionAttributeNames={"#p": SUBMITTING, **{f"#{name}": name for name in fields}},
-            **({"ExpressionAttributeValues": {f":{name}": value for name, value in fields.items()}} if fields else {}),
+        self.enqueue(job["job_id"], key, job, payload=body)
+        mark = job.pop(SUBMITTING)
+        try:
+            self._put_if_claimed(job, mark)
+        except ClientError as error:
+            if not _conditional_failed(error):
+                raise  # the job is enqueued: a retry of the request is answered from its record (module doc)
+            # The worker (or SageMaker's notification) wrote the record first: it is theirs, and unmarked.
+
+    def _put_if_claimed(self, item: dict[str, Any], mark: int) -> None:
+        """Put the whole record while it is still `queued` under the claim `mark` (raises a conditional failure
+        once a worker, a notification or another retry has written it)."""
+        self.table.put_item(
+            Item=item,
+            ConditionExpression="#p = :mark AND #s = :queued",
+            ExpressionAttributeNames={"#p": SUBMITTING, "#s": "status"},
+            ExpressionAttributeValues={":mark": mark, ":queued": QUEUED},
         )
-        job.update(fields)
 
     def _check_types(self, content_type: str | None, accept: str | None) -> str:
         media_type = codecs.media_type_of(content_type)
