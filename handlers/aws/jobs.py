@@ -436,7 +436,7 @@ class JobService:
         except ClientError as error:
             if not _conditional_failed(error):
                 raise
-            existing = self._existing(job["job_id"], digest)
+            existing = self._existing(job["job_id"], digest, job["content_type"], job["accept"])
             if existing is None:
                 raise
             existing.pop("replayed", None)
