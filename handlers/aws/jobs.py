@@ -21,19 +21,10 @@ Submit stores the payload, sends the message, then writes the record; the messag
 a worker that finds no record creates it as it claims the job. A crash between the send and the record write
 therefore never leaves a job that nobody will run, and a crash before the send leaves no record at all.
 
-With an `Idempotency-Key` (or SageMaker `InferenceId`), the table is where the job begins, as Powertools'
-idempotency utility and the IETF Idempotency-Key header draft have it. The key fixes the job id, and the
-record is claimed with a conditional put (`attribute_not_exists(job_id)`) before the payload is stored or
-anything enqueued, marked as still being submitted until `submit_timeout_sec` from then. Of two calls sent at
-once under one key, one claims it; the other reads the claim and is answered from it:
-- another request under the key (another body, `Content-Type` or `Accept`): 422 `IdempotencyConflict`, and it
-  has stored and enqueued nothing;
-- the same request while the claim is being submitted: 409 `IdempotencyInProgress` (retry shortly);
-- the same request once submitted: the job, `"replayed": true`.
-The claiming call then stores the payload, sends the message and puts the record again without the mark (a
-second table write; both are conditional PutItems, the only writes the submit role is granted). A claim whose
-call died before that is taken over, once its time has passed, by the next retry of the same request, which
-stores and sends again (the worker's conditional writes make a second message harmless).
+With an `Idempotency-Key` (or SageMaker `InferenceId`), the table is where the job begins: the key fixes the
+job id, and the job's record is claimed with a conditional write before the payload is stored or anything
+enqueued, so that calls sent at once under one key make one job, and a refused one leaves nothing behind
+(handlers/aws/idempotency.py).
 """
 
 from __future__ import annotations
@@ -56,10 +47,9 @@ import orjson
 from botocore.exceptions import ClientError
 
 from handlers.aws.clients import aws_client
+from handlers.aws.idempotency import SUBMITTING, KeyClaims, same_request
 from models import codecs
 from models.errors import (
-    IdempotencyConflict,
-    IdempotencyInProgress,
     InvalidInput,
     JobFailed,
     JobNotFound,
@@ -91,9 +81,6 @@ INLINE_PAYLOAD_BYTES = 16 * 1024
 IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
 # What a job id can be: ours are 32 hex digits; an uploaded payload's S3 key names its job.
 JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
-# The record attribute of a keyed job whose submit has claimed the key and not yet enqueued the job: until when
-# (epoch seconds) that call may still be at it.
-SUBMITTING = "submitting_until"
 
 
 class AsyncSettings(EnvironmentSettings, frozen=True, kw_only=True):
@@ -258,78 +245,19 @@ class JobService:
         if idempotency_key is not None:
             # The key first: nothing is stored or enqueued for a request the key does not name (module doc).
             job = self.new_record(job_id, f"{key}-{digest[:16]}", media_type, accept, len(body), digest)
-            replay = self._claim_key(job)
+            claims, answer_type = KeyClaims(self.table, self.settings.submit_timeout_sec, QUEUED), job["accept"]
+            replay = claims.claim(job, lambda claimed: self._existing(claimed, digest, media_type, answer_type))
             if replay is not None:
                 return replay
-            self._submit_claimed(job, body)
+            self.s3.put_object(Bucket=self.settings.bucket, Key=job["input_key"], Body=body, ContentType=media_type)
+            self.enqueue(job_id, job["input_key"], job, payload=body)  # may learn where the job will write
+            claims.release(job)
             return job
         self.s3.put_object(Bucket=self.settings.bucket, Key=key, Body=body, ContentType=media_type)
         job = self.new_record(job_id, key, media_type, accept, len(body), digest)
         # First the message: once it exists the job will run, whatever happens to this call (see the module doc).
         self.enqueue(job_id, key, job, payload=body)
         return self._record(job, digest)
-
-    def _claim_key(self, job: dict[str, Any]) -> dict[str, Any] | None:
-        """Claim the key's record for this call (None: this call must submit `job`), or answer from the claim
-        another call holds: the job to replay, or 422 (another request) or 409 (the same one, in progress).
-        A claim whose call died (its time has passed) is taken over by this call: `job` becomes that record."""
-        now = int(time.time())
-        deadline = now + self.settings.submit_timeout_sec
-        job[SUBMITTING] = deadline
-        try:
-            self.table.put_item(Item=job, ConditionExpression="attribute_not_exists(job_id)")
-            return None
-        except ClientError as error:
-            if not _conditional_failed(error):
-                raise
-        existing = self._existing(job["job_id"], job["request_sha256"], job["content_type"], job["accept"])
-        assert existing is not None  # the conditional put found it; records are never deleted, only expire
-        pending = existing.pop(SUBMITTING, None)
-        if pending is None or existing["status"] != QUEUED:  # submitted (a worker may have run it already)
-            return existing
-        in_progress = IdempotencyInProgress(
-            "Idempotency-Key: a request with this key is still being submitted; retry shortly",
-            field="Idempotency-Key",
-            value=job["job_id"],
-            allowed=f"a retry after the first call answered, or after {self.settings.submit_timeout_sec} s",
-        )
-        if pending >= now:
-            raise in_progress
-        existing.pop("replayed", None)
-        try:  # the claiming call died before enqueuing: take its claim over, unless another retry just did
-            self._put_if_claimed(existing | {SUBMITTING: deadline}, pending)
-        except ClientError as error:
-            if not _conditional_failed(error):
-                raise
-            raise in_progress from None
-        job.clear()
-        job.update(existing | {SUBMITTING: deadline})
-        return None
-
-    def _submit_claimed(self, job: dict[str, Any], body: bytes) -> None:
-        """Store the payload and enqueue the job this call claimed, then put the record without the claim's
-        mark (with what the backend's enqueue learned, e.g. where SageMaker will write). The submit role may
-        only GetItem and PutItem, so each write is a whole, conditional put."""
-        key = job["input_key"]
-        self.s3.put_object(Bucket=self.settings.bucket, Key=key, Body=body, ContentType=job["content_type"])
-        self.enqueue(job["job_id"], key, job, payload=body)
-        mark = job.pop(SUBMITTING)
-        try:
-            self._put_if_claimed(job, mark)
-        except ClientError as error:
-            if not _conditional_failed(error):
-                raise  # the job is enqueued: a retry of the request is answered from its record (module doc)
-            # The worker (or SageMaker's notification) wrote the record first: it is theirs, and unmarked.
-
-    def _put_if_claimed(self, item: dict[str, Any], mark: int) -> None:
-        """Put the whole record while it is still `queued` under the claim `mark` (raises a conditional failure
-        once a worker, a notification or another retry has written it)."""
-        self.table.put_item(
-            Item=item,
-            ConditionExpression="#p = :mark AND #s = :queued",
-            ExpressionAttributeNames={"#p": SUBMITTING, "#s": "status"},
-            ExpressionAttributeValues={":mark": mark, ":queued": QUEUED},
-        )
 
     def _check_types(self, content_type: str | None, accept: str | None) -> str:
         media_type = codecs.media_type_of(content_type)
@@ -341,34 +269,12 @@ class JobService:
     def _existing(
         self, job_id: str, digest: str | None, media_type: str | None = None, answer_type: str | None = None
     ) -> dict[str, Any] | None:
-        """The job an idempotency key already made, or None. Another request under the key is refused: another
-        body, or another `Content-Type` (the body would be read differently) or `Accept` (its result is written
-        once, in the type the first request negotiated, so a replay cannot honour another one)."""
+        """The job an idempotency key already made, or None; another request under the key is refused (422)."""
         try:
             job = self.get(job_id)
         except JobNotFound:
             return None
-        recorded = job.get("request_sha256")
-        allowed = "a new key for a new request; the same key only to retry the same request"
-        if digest is not None and recorded is not None and recorded != digest:
-            raise IdempotencyConflict(
-                "Idempotency-Key: this key was used for a different request body",
-                field="Idempotency-Key",
-                value=job_id,
-                allowed=allowed,
-            )
-        for header, asked, first in (
-            ("Content-Type", media_type, job.get("content_type")),
-            ("Accept", answer_type, job.get("accept")),
-        ):
-            if asked is not None and first is not None and asked != first:
-                said = f"this key was used with {header}: {first}, and this request negotiates {asked}"
-                raise IdempotencyConflict(
-                    f"Idempotency-Key: {said}",
-                    field=header,
-                    value=asked,
-                    allowed=f"{first} under this key ({allowed})",
-                )
+        same_request(job, digest, media_type, answer_type)
         job["replayed"] = True
         return job
 
