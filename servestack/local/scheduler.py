@@ -133,7 +133,7 @@ class ScheduleRunner:
             }
             try:
                 self.send_dead_letter(s.dead_letter_arn, s.input or "{}", attributes)
-            except Exception as refused:  # AccessDenied, a missing queue...: logged, as Scheduler's own metrics say
+            except Exception as refused:  # AccessDenied, a missing queue: Scheduler counts it in its DLQ metrics
                 logger.error(
                     "schedule %s: the event could not be sent to its dead-letter queue %s: %s",
                     s.name, s.dead_letter_arn, refused,
