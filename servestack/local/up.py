@@ -975,6 +975,7 @@ class World:
     def _dead_letter_sender(self, keys: dict[str, str] | None) -> Callable[[str, str, dict[str, Any]], None]:
         from servestack.local.access import Credentials
         from servestack.local.emulator import client_as
+        from servestack.local.scheduler import send_dead_letter
 
         def send(queue_arn: str, body: str, attributes: dict[str, Any]) -> None:
             if keys is None:
@@ -982,12 +983,7 @@ class World:
             credentials = Credentials(keys["arn"], keys["AWS_ACCESS_KEY_ID"], keys["AWS_SECRET_ACCESS_KEY"],
                                       keys.get("AWS_SESSION_TOKEN"))  # fmt: skip
             sqs = client_as("sqs", self.emulator_url, credentials, self.region)
-            name = queue_arn.rsplit(":", 1)[-1]
-            url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
-            sqs.send_message(
-                QueueUrl=url, MessageBody=body,
-                MessageAttributes={k: {"DataType": "String", "StringValue": v} for k, v in attributes.items()},
-            )  # fmt: skip
+            send_dead_letter(sqs, self.emulator_url, queue_arn, body, attributes)
 
         return send
 
