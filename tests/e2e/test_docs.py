@@ -33,8 +33,10 @@ neither runnable nor marked, an unknown kind or option, a marker that is not rig
 cloud-only or not-run marker without a reason) fails `test_every_block_is_runnable_or_marked`, which
 needs no server.
 
-Fixtures. The blocks of one fixture run in document order; the scratch projects' blocks run first, then the
-repo's, whose local up starts meanwhile. A shell block is fed to `bash -e -o pipefail`, a Python block to
+Fixtures. The blocks of one fixture run in reading order: README.md, then the docs site's pages in the order
+of mkdocs.yml's nav (a project's walkthrough may go on over several pages, as a reader follows it), then
+localstack/README.md; within a page, top to bottom. The scratch projects' blocks run first, then the repo's,
+whose local up starts meanwhile. A shell block is fed to `bash -e -o pipefail`, a Python block to
 the repository's `python -` (or `python FILE` with file=), in the fixture's folder, with `.venv/bin` first
 on PATH and no `SERVESTACK_*` or `AWS_*` variables, as in a new shell. A failed block fails the later
 blocks of its fixture at once.
@@ -74,7 +76,7 @@ import pytest
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DOCUMENTS = ("README.md", "docs/*.md", "localstack/README.md")
+DOCUMENTS = ("README.md", "docs/*.md", "localstack/README.md")  # docs/*.md in mkdocs.yml's nav order (nav_pages)
 VENV_BIN = Path(sys.executable).parent
 SHELLS = ("bash", "sh", "shell")
 PYTHONS = ("python", "py")
@@ -223,10 +225,32 @@ def parse_blocks(text: str, document: str) -> list[Block]:
     return blocks
 
 
+def nav_pages(root: Path = REPO_ROOT) -> list[str]:
+    """The pages of mkdocs.yml's nav, in its order, relative to docs/."""
+
+    def pages(entries: object) -> list[str]:
+        if isinstance(entries, str):
+            return [entries]
+        if isinstance(entries, list):
+            return [page for entry in entries for page in pages(entry)]
+        if isinstance(entries, dict):
+            return [page for value in entries.values() for page in pages(value)]
+        return []
+
+    config = yaml.safe_load((root / "mkdocs.yml").read_text(encoding="utf-8"))
+    return pages(config.get("nav", []))
+
+
 def document_paths(root: Path = REPO_ROOT) -> list[Path]:
+    """Every document, in reading order: a glob's files sorted, except docs/*.md, which follow the nav (pages
+    outside it, which `mkdocs build --strict` refuses, come after it)."""
     found: list[Path] = []
     for pattern in DOCUMENTS:
-        found += sorted(root.glob(pattern))
+        matched = sorted(root.glob(pattern))
+        if pattern == "docs/*.md":
+            order = {page: position for position, page in enumerate(nav_pages(root))}
+            matched.sort(key=lambda path: order.get(path.name, len(order)))
+        found += matched
     return found
 
 
@@ -585,6 +609,44 @@ def test_every_block_is_runnable_or_marked() -> None:
     # THEN each one is runnable, valid data, or marked (with a reason when it is not run)
     assert not problems, "\n".join(problems)
     assert len(executed(blocks)) >= 10  # the walkthrough and the repo's commands, at least
+
+
+def test_every_docs_page_is_in_the_nav_and_every_nav_entry_is_a_page() -> None:
+    # GIVEN the docs site's pages and mkdocs.yml's nav (`mkdocs build --strict`, in `make test`, refuses the same;
+    # this says it without a build)
+    pages = sorted(path.name for path in (REPO_ROOT / "docs").glob("*.md"))
+    nav = nav_pages()
+    # THEN each page is reachable from the nav, once, and the nav names no missing page
+    assert sorted(set(pages) - set(nav)) == [], "pages not in mkdocs.yml's nav"
+    assert sorted(set(nav) - set(pages)) == [], "nav entries with no page under docs/"
+    assert len(nav) == len(set(nav)), "a page is in the nav twice"
+
+
+LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+
+
+def test_the_readmes_links_reach_files_of_the_repository() -> None:
+    # GIVEN README.md's relative links (mkdocs checks the pages' links; the README is outside the site)
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    targets = [found["target"] for found in LINK.finditer(readme) if "://" not in found["target"]]
+    # THEN each names a file of the repository, and every docs page it links is in the nav
+    assert len(targets) >= 10  # the README's map of the docs
+    missing = [target for target in targets if not (REPO_ROOT / target.split("#")[0]).is_file()]
+    assert missing == []
+    nav = set(nav_pages())
+    assert [t for t in targets if t.startswith("docs/") and t.removeprefix("docs/").split("#")[0] not in nav] == []
+
+
+def test_a_projects_blocks_run_in_nav_order_across_pages(tmp_path: Path) -> None:
+    # GIVEN a project whose blocks span two pages, the later page first in the alphabet but second in the nav
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "mkdocs.yml").write_text("nav:\n  - Start: zeta.md\n  - Then:\n      - More: alpha.md\n")
+    (tmp_path / "docs" / "zeta.md").write_text("<!-- runnable: project=p -->\n```bash\ntouch serving.yaml\n```\n")
+    (tmp_path / "docs" / "alpha.md").write_text("<!-- runnable: project=p -->\n```bash\nls serving.yaml\n```\n")
+    # WHEN the blocks are collected
+    blocks = executed(all_blocks(tmp_path))
+    # THEN they run in the nav's order
+    assert [block.document for block in blocks] == ["docs/zeta.md", "docs/alpha.md"]
 
 
 @pytest.mark.parametrize(
