@@ -53,6 +53,12 @@ defaults `127.0.0.1:8080` (the first realtime endpoint's container) and `127.0.0
 endpoint_url for sagemaker-runtime and lambda) with them in the fixture's blocks. Blocks that read
 `.servestack/local.json` need no substitution.
 
+Faulty releases. A shell block that rehearses a release with injected faults (`servestack local deploy NAME
+... --inject-faults ...`) shows the alarm stopping a faulty green: after the block runs, its outcome JSON
+(`--output`, else `.servestack/deploy-NAME.json`) must say `rolled_back`, with no traffic shift to 100% on
+the way. Its timings must leave the alarm room to fire during the canary: an interval of at least
+`evaluation_periods` + 1 periods (checked without a server).
+
 `python -m tests.e2e.test_docs` prints the blocks that are not run (cloud-only, not-run) with their reasons,
 as a Markdown list.
 """
@@ -323,6 +329,31 @@ def commands(script: str) -> list[str]:
     return [line for line in (shlex.join(shlex.split(raw, comments=True)) for raw in joined.splitlines()) if line]
 
 
+def faulty_rehearsal(command: str) -> dict[str, str] | None:
+    """The options of a `servestack local deploy NAME ...` command that injects faults (NAME under "name"),
+    else None. Options are read as `--key value` or `--key=value`."""
+    words = shlex.split(command)
+    if words[:3] != ["servestack", "local", "deploy"] or len(words) < 4:
+        return None
+    options = {"name": words[3]}
+    for index, word in enumerate(words[4:], start=4):
+        if word.startswith("--"):
+            key, equals, value = word.partition("=")
+            following = words[index + 1] if index + 1 < len(words) else ""
+            options[key] = value if equals else following
+    return options if "--inject-faults" in options else None
+
+
+def check_faulty_rehearsal(options: dict[str, str], folder: Path) -> None:
+    """The outcome of a rehearsal with injected faults: rolled back, and green never given all the traffic."""
+    outcome_path = folder / (options.get("--output") or f".servestack/deploy-{options['name']}.json")
+    outcome = json.loads(outcome_path.read_text(encoding="utf-8"))
+    shares = [event["green_percent"] for event in outcome["timeline"] if event["event"] == "traffic shifted"]
+    assert outcome["state"] == "rolled_back", f"a faulty green was not rolled back: {outcome['state']}, {shares}"
+    assert shares, "the rehearsal shifted no traffic"
+    assert max(shares) < 100, f"a faulty green took {max(shares)}% of the traffic: {shares}"
+
+
 def not_run(blocks: list[Block]) -> list[Block]:
     return [b for b in blocks if b.kind in ("cloud-only", "not-run", "tested")]
 
@@ -528,6 +559,11 @@ class DocsRun:
             f"{block.where}: exit {done.returncode} in {fixture.folder}\n--- block as run:\n{text}"
             f"--- stdout:\n{done.stdout[-4000:]}\n--- stderr:\n{done.stderr[-4000:]}\n{fixture.log_tail()}"
         )
+        if block.language in SHELLS:
+            for command in commands(text):
+                rehearsal = faulty_rehearsal(command)
+                if rehearsal is not None:
+                    check_faulty_rehearsal(rehearsal, fixture.folder)
 
     def stop(self) -> list[str]:
         for fixture in self.fixtures.values():  # all at once: each local up takes seconds to wind down
@@ -635,6 +671,43 @@ def test_the_readmes_links_reach_files_of_the_repository() -> None:
     assert missing == []
     nav = set(nav_pages())
     assert [t for t in targets if t.startswith("docs/") and t.removeprefix("docs/").split("#")[0] not in nav] == []
+
+
+def test_the_docs_rehearse_a_faulty_green_at_timings_where_the_alarm_stops_it_before_full_shift() -> None:
+    # GIVEN the docs' release rehearsals that inject faults
+    rehearsals = [
+        (block.where, options)
+        for block in all_blocks()
+        if block.language in SHELLS
+        for options in map(faulty_rehearsal, commands(block.text))
+        if options is not None
+    ]
+    # THEN there is one, run by this suite (which then checks its outcome: rolled back, never at 100%)
+    assert rehearsals, "no documented rehearsal shows an alarm stopping a faulty green"
+    for where, options in rehearsals:
+        # AND its canary lasts longer than the alarm needs: evaluation_periods complete periods, and one to spare
+        interval, period = float(options["--interval-sec"]), float(options["--period-sec"])
+        periods = int(options["--evaluation-periods"])
+        assert interval >= (periods + 1) * period, f"{where}: a {interval} s interval, {periods} x {period} s periods"
+
+
+def test_faulty_rehearsal_options_are_read_as_typed() -> None:
+    # GIVEN a documented rehearsal command as commands() returns it, with its `|| test` tail
+    (command,) = commands(
+        "servestack local deploy iris-realtime --version 2 --inject-faults error_rate=0.5 \\\n"
+        "  --interval-sec=10 --period-sec 2 || test $? -eq 1   # 1: rolled back\n"
+    )
+    # WHEN its options are read
+    options = faulty_rehearsal(command)
+    # THEN each is there, in either form, and a rehearsal without faults is none
+    assert options is not None
+    assert (options["name"], options["--inject-faults"], options["--interval-sec"], options["--period-sec"]) == (
+        "iris-realtime",
+        "error_rate=0.5",
+        "10",
+        "2",
+    )
+    assert faulty_rehearsal("servestack local deploy iris-realtime --version 2 --interval-sec 10") is None
 
 
 def test_a_projects_blocks_run_in_nav_order_across_pages(tmp_path: Path) -> None:
