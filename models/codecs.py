@@ -743,8 +743,12 @@ def _finite_in(array: np.ndarray, target: np.dtype[Any]) -> bool:
         # limit**2 proves every value within +-limit (float64 rounding is ~1e-16 relative, far inside the
         # half-ulp margin of a float32 cast). A sum past it proves nothing: the caller checks value by value.
         return float(np.vdot(array, array)) <= square_limit
-    # Two reductions and no temporary: np.abs(array) would allocate a copy of the batch first.
-    return bool(-limit <= np.minimum.reduce(array, axis=None) and np.maximum.reduce(array, axis=None) <= limit)
+    # Two reductions and no temporary: np.abs(array) would allocate a copy of the batch first. The extremes are
+    # compared as Python floats: compared as numpy scalars of a narrower dtype (float16, or float32 against
+    # float64's limit), the limit would be cast to that dtype, which overflows (a warning, an error here).
+    smallest = float(np.minimum.reduce(array, axis=None))
+    largest = float(np.maximum.reduce(array, axis=None))
+    return -limit <= smallest and largest <= limit
 
 
 def _cast(field: str, array: np.ndarray, target: np.dtype[Any], manifest: Manifest) -> np.ndarray:

@@ -14,11 +14,13 @@ import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import msgspec
 import numpy as np
 import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays as numpy_arrays
 
 from models import codecs
 from models.errors import ServingError
@@ -195,7 +197,7 @@ def npy_bodies(draw: st.DrawFn) -> bytes:
     if kind == "bytes":
         return draw(st.binary(max_size=512).map(lambda data: b"\x93NUMPY" + data))
     if kind == "real":
-        array = draw(
+        array: np.ndarray = draw(
             st.sampled_from(
                 [
                     np.zeros((2, ROW), np.float32),
@@ -396,3 +398,68 @@ def test_a_non_contiguous_output_with_a_remembered_shape_takes_the_general_npy_p
     body = io.BytesIO(codecs.npy_answer(DIGITS_MANIFEST, strided))
     np.testing.assert_array_equal(np.load(body), labels)
     np.testing.assert_array_equal(np.load(body), strided["probabilities"])
+
+
+# ------------------------------------------------------------------------------------------ every .npy dtype
+# The .npy fast paths (`fast_npy_body`, then `fast_npy` on the parsed array) against the general path for every
+# dtype an .npy body may carry, in both byte orders, with any values (NaN, infinities, the dtype's extremes):
+# each body decodes or is a 4xx (`check`), and what a fast path takes the general path takes too, the same.
+# Model inputs of every float width are covered through manifests that differ from digits' only in the dtype.
+
+ACCEPTED_NPY_DTYPES = sorted(codecs.NPY_DTYPES)
+FLOAT_INPUT_MANIFESTS = {
+    dtype: Manifest(**DIGITS_FIELDS | {"inputs": (msgspec.structs.replace(DIGITS_MANIFEST.inputs[0], dtype=dtype),)})
+    for dtype in ("float32", "float64")
+}
+
+
+@st.composite
+def npy_arrays_of_every_dtype(draw: st.DrawFn) -> np.ndarray:
+    dtype = np.dtype(draw(st.sampled_from(ACCEPTED_NPY_DTYPES)))
+    rows = draw(st.integers(1, 3))
+    width = draw(st.sampled_from([ROW, ROW, ROW, ROW - 1]))
+    return draw(numpy_arrays(dtype, (rows, width), elements={"allow_subnormal": False} if dtype.kind == "f" else None))
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+def test_every_accepted_npy_dtype_is_generated_in_both_byte_orders() -> None:
+    orders: dict[str, set[str]] = {descr[1:]: set() for descr in ACCEPTED_NPY_DTYPES}
+    for descr in ACCEPTED_NPY_DTYPES:
+        orders[descr[1:]].add(descr[0])
+    assert {"f2", "f4", "f8", "i2", "i8", "u4"} <= orders.keys()
+    assert all(found == {"<", ">"} for kind, found in orders.items() if kind[1] != "1")
+
+
+@given(array=npy_arrays_of_every_dtype())
+def test_an_npy_body_of_any_accepted_dtype_decodes_or_is_a_4xx(model: ServedModel, array: np.ndarray) -> None:
+    body = npy_bytes(array)
+    check(model, body, codecs.NPY)
+    assert model.rows_plan is not None
+    assert_same_as_general(model, body, codecs.NPY, codecs.fast_npy_body(body, model.rows_plan))
+
+
+@pytest.mark.parametrize("target", sorted(FLOAT_INPUT_MANIFESTS))
+@given(array=npy_arrays_of_every_dtype())
+def test_the_npy_array_fast_path_takes_only_what_validation_takes_for_any_dtype(target: str, array: np.ndarray) -> None:
+    manifest = FLOAT_INPUT_MANIFESTS[target]
+    parsed = codecs.decode_body(npy_bytes(array), codecs.NPY)
+    fast, _ = attempt(lambda: codecs.fast_npy(parsed, manifest, max_batch_rows=100))
+    general, error = attempt(
+        lambda: codecs.validate_inputs(
+            codecs.payload_to_arrays(parsed, codecs.NPY, manifest), manifest, max_batch_rows=100
+        )
+    )
+    if error is not None:
+        assert 400 <= error.status_code < 500
+        assert fast is None
+        return
+    assert general is not None
+    assert general["input"].dtype == np.dtype(target)
+    if fast is not None:
+        assert fast["input"].dtype == general["input"].dtype
+        np.testing.assert_array_equal(fast["input"], general["input"])
