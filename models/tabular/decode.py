@@ -26,7 +26,7 @@ from models.errors import InvalidInput, ServingError
 from models.manifest import TensorSpec
 from models.runtime import Arrays
 from models.service import ServedModel
-from models.tabular.rows import PARQUET, Lines, Piece, Records
+from models.tabular.rows import PARQUET, Lines, Piece, Records, Refused, record_too_long
 
 
 @dataclass(frozen=True)
@@ -38,13 +38,34 @@ class Decoded:
     bad: list[tuple[int, ServingError]]
 
 
-def decode_piece(model: ServedModel, piece: Piece) -> Decoded:
+def decode_piece(model: ServedModel, piece: Piece, max_record_bytes: int | None = None) -> Decoded:
+    """The piece's rows as model inputs; with `max_record_bytes`, a line longer than it is an error row."""
+    if isinstance(piece, Refused):
+        return Decoded(np.empty(0, dtype=np.int64), None, list(enumerate(piece.errors)))
     if isinstance(piece, Records):
         return decode_records(model, piece)
+    if max_record_bytes is not None:
+        lengths = piece.ends - piece.starts
+        if int(lengths.max(initial=0)) > max_record_bytes:
+            return _without_long_lines(model, piece, lengths, max_record_bytes)
     fast = fast_lines(model, piece)
     if fast is not None:
         return Decoded(np.arange(len(piece)), fast, [])
     return slow_lines(model, piece)
+
+
+def _without_long_lines(model: ServedModel, lines: Lines, lengths: np.ndarray, limit: int) -> Decoded:
+    """Lines over `limit` as error rows (never parsed), the others decoded as usual."""
+    short = lengths <= limit
+    kept = np.flatnonzero(short)
+    rest = decode_piece(
+        model,
+        Lines(lines.source, lines.media_type, lines.data, lines.starts[kept], lines.ends[kept], lines.lines[kept]),
+    )
+    bad = [(int(kept[index]), error) for index, error in rest.bad]
+    bad += [(int(index), record_too_long(int(lengths[index]), limit)) for index in np.flatnonzero(~short)]
+    bad.sort(key=lambda pair: pair[0])
+    return Decoded(kept[rest.good], rest.arrays, bad)
 
 
 # ------------------------------------------------------------------------------------------ the fast path

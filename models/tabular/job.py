@@ -36,7 +36,18 @@ from models.tabular.encode import (
     parquet_keys,
     parquet_table,
 )
-from models.tabular.rows import FORMATS, PARQUET, Piece, Progress, chunks, parquet_module, pieces, suffix
+from models.tabular.rows import (
+    FILE_LINE,
+    FORMATS,
+    MAX_RECORD_BYTES,
+    PARQUET,
+    Piece,
+    Progress,
+    chunks,
+    parquet_module,
+    pieces,
+    suffix,
+)
 from models.tabular.store import Store, StoredObject
 
 OUTPUT_FORMATS = ("jsonl", "parquet")
@@ -200,6 +211,9 @@ class BatchJob:
     input_format: str | None = None  # jsonl, csv or parquet: only objects of that format; None: every format
     on_progress: Callable[[Progress], None] | None = None
     progress: Progress = field(default_factory=Progress)
+    max_record_bytes: int = MAX_RECORD_BYTES  # a longer line is an error row (rows.py says why this default)
+    # Objects that could not be read (wholly, or past some row), by key: filled by the reader as it meets them.
+    failed_inputs: dict[str, ServingError] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.input_format is not None and self.input_format not in INPUT_SUFFIXES:
@@ -208,6 +222,13 @@ class BatchJob:
                 field="input_format",
                 value=self.input_format,
                 allowed=", ".join(INPUT_SUFFIXES),
+            )
+        if self.max_record_bytes < 1:
+            raise InvalidInput(
+                f"max_record_bytes: {self.max_record_bytes} is not a size",
+                field="max_record_bytes",
+                value=self.max_record_bytes,
+                allowed="a positive number of bytes",
             )
         if self.output_format not in OUTPUT_FORMATS:
             raise InvalidInput(
@@ -240,6 +261,7 @@ class BatchJob:
             "chunk_rows": self.chunk_rows,
             "strict": self.strict,
             "output": [self.output_format, PART_FORMAT],
+            "max_record_bytes": self.max_record_bytes,
         }
         return sha256(orjson.dumps(described, option=orjson.OPT_SORT_KEYS))[:32]
 
@@ -276,7 +298,17 @@ class BatchJob:
 
         writer: _Writer[tuple[ScoredPart | None, dict[str, Any] | None]] = _Writer(store, last=lambda: settle(0))
         reader: Generator[list[Piece], None, None] = prefetched(
-            chunks(pieces(self.store, inputs, self.progress, self.chunk_rows), self.chunk_rows)
+            chunks(
+                pieces(
+                    self.store,
+                    inputs,
+                    self.progress,
+                    self.chunk_rows,
+                    max_record_bytes=self.max_record_bytes,
+                    failed=self.failed_inputs,
+                ),
+                self.chunk_rows,
+            )
         )
         try:
             for index, chunk in enumerate(reader):
@@ -320,7 +352,7 @@ class BatchJob:
         decoded: list[Decoded] = []
         errors = bytearray()
         for piece in chunk:
-            result = decode_piece(self.model, piece)
+            result = decode_piece(self.model, piece, self.max_record_bytes)
             if result.bad and self.strict:
                 row, error = result.bad[0]
                 where = f"{piece.source}:{int(piece.lines[row])}"
@@ -467,7 +499,7 @@ class BatchJob:
             "chunk_rows": self.chunk_rows,
             "strict": self.strict,
             "output_format": self.output_format,
-            "inputs": [{"key": o.key, "bytes": o.size, "etag": o.etag} for o in inputs],
+            "inputs": [self._outcome(o) for o in inputs],
             "rows": {"total": sum(p["rows"] + p["errors"] for p in parts), "succeeded": sum(p["rows"] for p in parts)}
             | {"failed": failed},
             "parts": parts,
@@ -476,6 +508,15 @@ class BatchJob:
         body = orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
         self.store.put(f"{self.output_prefix}manifest.json", body, {"run": run_id})
         return document
+
+    def _outcome(self, obj: StoredObject) -> dict[str, Any]:
+        """An input's entry in the manifest: `read` (every row is in a part or the error file), or `failed` with
+        why (its error record, line FILE_LINE, is in the error file; rows read before the failure are scored)."""
+        entry: dict[str, Any] = {"key": obj.key, "bytes": obj.size, "etag": obj.etag, "outcome": "read"}
+        error = self.failed_inputs.get(obj.key)
+        if error is not None:
+            entry |= {"outcome": "failed", "error": error.to_dict(), "error_line": FILE_LINE}
+        return entry
 
 
 def _expected(chunk: list[Piece]) -> tuple[list[str], np.ndarray]:
