@@ -974,7 +974,8 @@ def _keyed_by_label(labels: tuple[str | int, ...], probabilities: Any) -> Any:
     if array.ndim != 2 or array.shape[1] != len(labels):
         return probabilities
     keys = [str(label) for label in labels]
-    return [dict(zip(keys, row, strict=True)) for row in array.tolist()]
+    # numpy scalars, not `tolist()`'s Python floats: orjson writes a float32 at its own shortest text
+    return [dict(zip(keys, row, strict=True)) for row in array]
 
 
 def encode_response(fields: Mapping[str, Any], media_type: str, labels: Sequence[str | int] | None = None) -> Encoded:

@@ -19,12 +19,13 @@ import numpy as np
 
 from models import codecs, request_forms
 from models.columns import columns_of
-from models.errors import InvalidInput, ModelLoadError, ModelNotFound, ModelNotReady, ServingError
+from models.errors import InferenceError, InvalidInput, ModelLoadError, ModelNotFound, ModelNotReady, ServingError
 from models.hooks import Hooks, load_hooks
 from models.manifest import (
     HOOKS_FILE,
     MANIFEST_FILE,
     NAME_PATTERN,
+    SAMPLE_REQUEST,
     VERSION_PATTERN,
     Manifest,
     read_manifest,
@@ -35,6 +36,7 @@ from models.runtime import Arrays, ModelRuntime
 from models.settings import ServingSettings
 
 logger = logging.getLogger("servestack.models")
+_UNKNOWN_CATEGORY = "Unknown Category"
 
 
 @dataclass
@@ -60,8 +62,23 @@ class ServedModel:
         hooks = load_hooks(package_dir / HOOKS_FILE, manifest.key)
         model = cls(manifest, runtime, hooks, package_dir, settings.max_batch_rows)
         if settings.warmup:
-            runtime.warm_up()
+            model.warm_up()
         return model
+
+    def warm_up(self) -> None:
+        """Run the package's sample request when it has one (a string column of a pipeline may refuse the empty
+        strings of the runtime's zero batch: an encoder knows its categories); else the runtime's zero batch."""
+        sample = self.package_dir / SAMPLE_REQUEST
+        if self.hooks.preprocess is None and sample.is_file():
+            try:
+                arrays = self.decode(sample.read_bytes(), codecs.JSON)
+            except ServingError:
+                arrays = None  # an old sample this version no longer takes: the zero batch still warms it up
+            if arrays is not None:
+                self.predict(arrays)
+                self.runtime.warmed_up = True
+                return
+        self.runtime.warm_up()
 
     def __post_init__(self) -> None:
         self.max_values = codecs.max_values(self.manifest, self.max_batch_rows)
@@ -135,7 +152,21 @@ class ServedModel:
         )
 
     def predict(self, arrays: Mapping[str, np.ndarray]) -> Arrays:
-        return self.runtime.predict(arrays)
+        try:
+            return self.runtime.predict(arrays)
+        except InferenceError as error:
+            if _UNKNOWN_CATEGORY not in error.message:
+                raise
+            # onnxruntime's OneHotEncoder (scikit-learn's, trained with handle_unknown="error") refusing a value
+            # it never saw: the request's fault. onnxruntime does not say which column.
+            strings = [column.name for column in self.columns if column.dtype == "string"]
+            raise InvalidInput(
+                f"model {self.key}: a string column holds a category the model was not trained on "
+                f"(string columns: {strings})",
+                field="body",
+                value="unknown category",
+                allowed="the categories seen in training (or fit the encoder with handle_unknown='ignore')",
+            ) from None
 
     def respond(self, outputs: Arrays, media_type: str = codecs.JSON) -> dict[str, Any]:
         """Model outputs -> response fields, identical in every mode. `media_type`: the type they will be
