@@ -62,9 +62,7 @@ def pipeline_model() -> PipelineModel:
         [
             (
                 "prepare",
-                ColumnTransformer(
-                    [("scaled", StandardScaler(), list(NUMERIC)), ("sites", OneHotEncoder(), [STRING])]
-                ),
+                ColumnTransformer([("scaled", StandardScaler(), list(NUMERIC)), ("sites", OneHotEncoder(), [STRING])]),
             ),
             ("classify", classifier),
         ]
