@@ -1,6 +1,7 @@
 """`models push --sample FILE`: example rows in any form a user has them, read into a sample request.
 
-- `.json`: a request body (`instances`, `inputs`, `dataframe_split`, `dataframe_records`) or a bare list of rows;
+- `.json`: a request body (`instances`, `inputs`, `dataframe_split`, `dataframe_records`, or an object in a
+  preprocess hook's own form) or a bare list of rows;
 - `.jsonl` / `.ndjson`: JSON Lines, one row object per line;
 - `.csv`: rows under a header row naming the columns;
 - `.parquet` / `.pq`: a table with named columns (needs pyarrow, the `parquet` extra).
@@ -70,8 +71,8 @@ def _json_sample(path: Path) -> Sample:
         raise _refused(path, f"not JSON ({exc})") from None
     if isinstance(loaded, list):
         loaded = {"instances": loaded}
-    if not isinstance(loaded, dict) or not any(key in loaded for key in _REQUEST_KEYS):
-        raise _refused(path, f"holds neither rows nor a request ({', '.join(_REQUEST_KEYS)})")
+    if not isinstance(loaded, dict):  # an object in another form is for a preprocess hook: the model decides
+        raise _refused(path, f"holds neither rows nor a request ({', '.join(_REQUEST_KEYS)}, or a hook's object)")
     return Sample(loaded, _names_in(loaded))
 
 
