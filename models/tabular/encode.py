@@ -36,13 +36,13 @@ class LabelColumn:
     """Each row's class name, as indices into the manifest's labels: written by table lookups (a Parquet take,
     a numpy take of the names' JSON text) instead of a Python string per row."""
 
-    names: tuple[str, ...]
+    names: tuple[str | int, ...]
     indices: np.ndarray
 
     def __len__(self) -> int:
         return len(self.indices)
 
-    def tolist(self) -> list[str]:
+    def tolist(self) -> list[str | int]:
         return [self.names[i] for i in self.indices.tolist()]
 
 
@@ -57,7 +57,8 @@ def batch_fields(model: ServedModel, outputs: Arrays, rows: int) -> dict[str, An
         predicted.dtype.kind not in "iu"
         or not len(predicted)
         or not 0 <= predicted.min() <= predicted.max() < len(manifest.labels)
-    ):
+        or (type(manifest.labels[0]) is int and manifest.labels != tuple(range(len(manifest.labels))))
+    ):  # integer labels are the predicted values themselves: an index names them only when they are 0..K-1
         return per_row_fields(model, model.respond(outputs), rows)  # a name is str(value): per row, as respond does
     unnamed = model.respond(outputs, codecs.NPY)  # every field but the labels, which only JSON names
     fields: dict[str, Any] = {}

@@ -77,7 +77,7 @@ def test_push_from_a_subfolder_writes_a_complete_package_and_the_lines_to_add(
         "sample-response.json",
     ]
     manifest = json.loads((package / "manifest.json").read_text())
-    assert manifest["labels"] == ["0", "1", "2"]
+    assert manifest["labels"] == [0, 1, 2]
     assert manifest["probability_output"] == "output_probability"
     # AND the output shows the conversion, the labels' source, the checksums and the snippet
     out = done.stdout
@@ -111,7 +111,7 @@ def test_a_version_without_labels_keeps_the_graphs_and_says_what_the_previous_ha
     # THEN it is version 2 with the graph's labels, and the output says how to keep version 1's
     assert second.returncode == 0, second.stderr
     manifest = json.loads((project / "models/artifacts/iris/2/manifest.json").read_text())
-    assert manifest["labels"] == ["0", "1", "2"]
+    assert manifest["labels"] == [0, 1, 2]
     assert f"version 1 has labels {NAMES}; pass --labels {NAMES} to keep them" in second.stdout
     # AND the same version with other bytes is refused with exit 5, naming the way out
     clash = servestack("models", "push", str(iris_onnx["linear"]), "--name", "iris", "--version", "2", cwd=project)

@@ -67,7 +67,7 @@ def test_zipmap_output_becomes_the_probability_tensor_and_predictions_match_skle
         ("output_probability", "float32", (None, 3)),
     ]
     assert (manifest.prediction_output, manifest.probability_output) == ("output_label", "output_probability")
-    assert manifest.labels == ("0", "1", "2")
+    assert manifest.labels == (0, 1, 2)  # the classes as trained: integers
     assert built.labels_source == "the graph"
     assert any("ZipMap" in change for change in built.changes)
     # AND the served answers equal scikit-learn's
@@ -100,12 +100,12 @@ def test_string_classes_are_recorded_as_labels_and_served_as_text(
     assert [line.split(",")[0] for line in as_csv.splitlines()] == as_json["predictions"]
 
 
-def test_integer_classes_that_cannot_index_labels_are_left_out_with_the_reason(
+def test_integer_classes_are_recorded_as_integers_and_each_prediction_names_its_own(
     iris: tuple[np.ndarray, np.ndarray, list[str]], tmp_path: Path
 ) -> None:
     from sklearn.linear_model import LogisticRegression
 
-    # GIVEN classes 1, 5, 7: a prediction of 5 is not the index of a label
+    # GIVEN classes 1, 5, 7: the model predicts the class values themselves, not indexes
     features, target, _ = iris
     classifier = LogisticRegression(max_iter=500).fit(features, np.array([1, 5, 7])[target])
     onnx_file = skl2onnx_default(classifier, features, tmp_path / "gaps.onnx")
@@ -113,11 +113,13 @@ def test_integer_classes_that_cannot_index_labels_are_left_out_with_the_reason(
     # WHEN it is packaged without --labels
     built = build_package(onnx_file, tmp_path / "package", name="gaps", version="1")
 
-    # THEN no labels are invented, and the note says why and what to pass
-    assert built.manifest.labels is None
-    assert built.labels_note is not None
-    assert "[1, 5, 7]" in built.labels_note
-    assert "--labels" in built.labels_note
+    # THEN the labels are the original integer classes, and each answer's label is its predicted class
+    assert built.manifest.labels == (1, 5, 7)
+    assert built.labels_note is None
+    got = answer(served(built.directory), features[::25])
+    assert got["predictions"] == classifier.predict(features[::25]).tolist()
+    assert got["labels"] == got["predictions"]
+    assert all(type(label) is int for label in got["labels"])
 
 
 def test_labels_given_replace_the_graphs_and_must_name_every_class(
