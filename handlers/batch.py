@@ -2,10 +2,10 @@
 `transform_done` runs after a SageMaker Batch Transform job (engine: transform) and writes its manifest.
 
 Payload (stacks/batch.py sends it): `{"deployment", "bucket", "input_prefix", "output_prefix", "model"}`,
-optionally `"strict"`, `"chunk_rows"`, `"output_format"` (jsonl or parquet) and `"max_record_bytes"`. Missing keys
-fall back to the `SERVESTACK_BATCH_*` environment (what the Fargate task gets), so an EventBridge rule's plain
-"Scheduled Event" works too. The scoring itself (chunks, parts, manifest, resume, error file) is
-`models.tabular.BatchJob`; this module is its S3 store.
+optionally `"strict"`, `"chunk_rows"`, `"output_format"` (jsonl or parquet), `"max_record_bytes"` and
+`"id_column"`. Missing keys fall back to the `SERVESTACK_BATCH_*` environment (what the Fargate task gets), so an
+EventBridge rule's plain "Scheduled Event" works too. The scoring itself (chunks, parts, manifest, resume, error
+file) is `models.tabular.BatchJob`; this module is its S3 store.
 """
 
 from __future__ import annotations
@@ -52,6 +52,9 @@ class BatchSettings(EnvironmentSettings, frozen=True, kw_only=True):
     input_format: Literal["jsonl", "csv", "parquet"] | None = None
     # A longer line is an error row, never read whole (models/tabular/rows.py says why 1 MiB).
     max_record_bytes: Annotated[int, msgspec.Meta(ge=1024, le=MAX_RECORD_BYTES_CEILING)] = MAX_RECORD_BYTES
+    # A column of the input copied to each output row, to join predictions back (models with named columns);
+    # without it, a row is known by its file and line.
+    id_column: str | None = None
 
 
 BLOCK_BYTES = 8 * 1024 * 1024
@@ -129,6 +132,7 @@ def run_batch(
         output_format=settings.output_format,
         input_format=settings.input_format,
         max_record_bytes=settings.max_record_bytes,
+        id_column=settings.id_column or None,
         on_progress=on_progress,
         progress=progress or Progress(),
     )

@@ -22,10 +22,12 @@ import numpy as np
 import orjson
 
 from models import codecs
+from models.columns import columns_of
 from models.errors import InvalidInput, ServingError
 from models.manifest import TensorSpec
 from models.runtime import Arrays
 from models.service import ServedModel
+from models.tabular.named import decode_named
 from models.tabular.rows import PARQUET, Lines, Piece, Records, Refused, record_too_long
 
 
@@ -36,36 +38,45 @@ class Decoded:
     good: np.ndarray
     arrays: Arrays | None
     bad: list[tuple[int, ServingError]]
+    ids: list[Any] | None = None  # with an id column: each good row's id, in the order of `good`
 
 
-def decode_piece(model: ServedModel, piece: Piece, max_record_bytes: int | None = None) -> Decoded:
-    """The piece's rows as model inputs; with `max_record_bytes`, a line longer than it is an error row."""
+def decode_piece(
+    model: ServedModel, piece: Piece, max_record_bytes: int | None = None, id_column: str | None = None
+) -> Decoded:
+    """The piece's rows as model inputs; with `max_record_bytes`, a line longer than it is an error row. A model
+    with named columns (models/columns.py) reads rows by column name (models/tabular/named.py); with
+    `id_column`, each good row's value of that column comes back in `ids`."""
     if isinstance(piece, Refused):
         return Decoded(np.empty(0, dtype=np.int64), None, list(enumerate(piece.errors)))
-    if isinstance(piece, Records):
-        return decode_records(model, piece)
-    if max_record_bytes is not None:
+    if max_record_bytes is not None and isinstance(piece, Lines):
         lengths = piece.ends - piece.starts
         if int(lengths.max(initial=0)) > max_record_bytes:
-            return _without_long_lines(model, piece, lengths, max_record_bytes)
-    fast = fast_lines(model, piece)
-    if fast is not None:
-        return Decoded(np.arange(len(piece)), fast, [])
+            return _without_long_lines(model, piece, lengths, max_record_bytes, id_column)
+    if isinstance(piece, Lines) and id_column is None:
+        fast = fast_lines(model, piece)
+        if fast is not None:
+            return Decoded(np.arange(len(piece)), fast, [])
+    if columns_of(model.manifest) and model.hooks.preprocess is None:
+        named = decode_named(model, piece, id_column)
+        if named is not None:
+            return Decoded(*named)
+    if isinstance(piece, Records):
+        return decode_records(model, piece)
     return slow_lines(model, piece)
 
 
-def _without_long_lines(model: ServedModel, lines: Lines, lengths: np.ndarray, limit: int) -> Decoded:
+def _without_long_lines(
+    model: ServedModel, lines: Lines, lengths: np.ndarray, limit: int, id_column: str | None
+) -> Decoded:
     """Lines over `limit` as error rows (never parsed), the others decoded as usual."""
     short = lengths <= limit
     kept = np.flatnonzero(short)
-    rest = decode_piece(
-        model,
-        Lines(lines.source, lines.media_type, lines.data, lines.starts[kept], lines.ends[kept], lines.lines[kept]),
-    )
+    rest = decode_piece(model, lines.select(kept), None, id_column)
     bad = [(int(kept[index]), error) for index, error in rest.bad]
     bad += [(int(index), record_too_long(int(lengths[index]), limit)) for index in np.flatnonzero(~short)]
     bad.sort(key=lambda pair: pair[0])
-    return Decoded(kept[rest.good], rest.arrays, bad)
+    return Decoded(kept[rest.good], rest.arrays, bad, rest.ids)
 
 
 # ------------------------------------------------------------------------------------------ the fast path

@@ -32,6 +32,7 @@ from models.tabular.encode import (
     error_line,
     json_keys,
     located_lines,
+    named_fields,
     parquet_bytes,
     parquet_keys,
     parquet_table,
@@ -53,8 +54,9 @@ from models.tabular.store import Store, StoredObject
 OUTPUT_FORMATS = ("jsonl", "parquet")
 # Bumped when the bytes of a part change for the same input: a part written by another version is scored
 # again rather than reused. 2: floats in their shortest form (float32 as float32), columnar encoding. 3: Parquet
-# parts dictionary-encode only their string columns, and are compressed with snappy rather than zstd.
-PART_FORMAT = 3
+# parts dictionary-encode only their string columns, and are compressed with snappy rather than zstd. 4: string
+# predictions and ids are typed Parquet columns; `label` is left out where it repeats `prediction`.
+PART_FORMAT = 4
 _DEPTH = 2
 # Parts being stored at once. A PUT is mostly waiting on the store (S3: tens of ms), so one at a time would
 # make the store's latency, not the job's CPU, set the pace; a few in flight hide it. Parts are still recorded
@@ -65,6 +67,9 @@ INPUT_SUFFIXES: dict[str, tuple[str, ...]] = {
     "csv": (".csv",),
     "parquet": (".parquet",),
 }
+
+# The fields of an output row besides the model's own: an id column may not take one of their names.
+RESERVED_FIELDS = ("file", "line", "error", "prediction", "label", "probabilities")
 
 T = TypeVar("T")
 
@@ -212,6 +217,8 @@ class BatchJob:
     on_progress: Callable[[Progress], None] | None = None
     progress: Progress = field(default_factory=Progress)
     max_record_bytes: int = MAX_RECORD_BYTES  # a longer line is an error row (rows.py says why this default)
+    # A column of the input the model does not take, copied to each output row (models with named columns).
+    id_column: str | None = None
     # Objects that could not be read (wholly, or past some row), by key: filled by the reader as it meets them.
     failed_inputs: dict[str, ServingError] = field(default_factory=dict)
 
@@ -229,6 +236,13 @@ class BatchJob:
                 field="max_record_bytes",
                 value=self.max_record_bytes,
                 allowed="a positive number of bytes",
+            )
+        if self.id_column is not None and (self.id_column in RESERVED_FIELDS or self.id_column.startswith("proba_")):
+            raise InvalidInput(
+                f"id_column: {self.id_column!r} is the name of a field every output row has",
+                field="id_column",
+                value=self.id_column,
+                allowed=f"a column name other than {', '.join(RESERVED_FIELDS)} and proba_<label>",
             )
         if self.output_format not in OUTPUT_FORMATS:
             raise InvalidInput(
@@ -262,6 +276,7 @@ class BatchJob:
             "strict": self.strict,
             "output": [self.output_format, PART_FORMAT],
             "max_record_bytes": self.max_record_bytes,
+            "id_column": self.id_column,
         }
         return sha256(orjson.dumps(described, option=orjson.OPT_SORT_KEYS))[:32]
 
@@ -352,7 +367,7 @@ class BatchJob:
         decoded: list[Decoded] = []
         errors = bytearray()
         for piece in chunk:
-            result = decode_piece(self.model, piece, self.max_record_bytes)
+            result = decode_piece(self.model, piece, self.max_record_bytes, self.id_column)
             if result.bad and self.strict:
                 row, error = result.bad[0]
                 where = f"{piece.source}:{int(piece.lines[row])}"
@@ -389,7 +404,10 @@ class BatchJob:
                 else (scored[0][1].arrays or {})[name]
                 for name in names
             }  # fmt: skip
-            fields = batch_fields(self.model, self.model.predict(batch), good)
+            fields = named_fields(self.model, batch_fields(self.model, self.model.predict(batch), good))
+            if self.id_column is not None:
+                ids = [value for _, r in scored for value in (r.ids or [])]
+                fields = {self.id_column: ids} | {k: v for k, v in fields.items() if k != self.id_column}
         if self.output_format == "parquet":
             return parquet_bytes([parquet_table(sources, which, lines, fields)])
         encoded_sources = [orjson.dumps(source) for source in sources]

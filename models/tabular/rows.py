@@ -13,7 +13,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, overload
 
@@ -82,15 +82,19 @@ class Lines:
     starts: np.ndarray
     ends: np.ndarray
     lines: np.ndarray
+    header: tuple[str, ...] | None = None  # a CSV object's column names, from its first line, on every block
 
     def __len__(self) -> int:
         return len(self.lines)
 
     def cut(self, start: int, stop: int) -> Lines:
+        return self.select(slice(start, stop))
+
+    def select(self, rows: slice | np.ndarray) -> Lines:
+        """The rows `rows` picks (a slice, or ascending indices), of the same block."""
         return Lines(
-            self.source, self.media_type, self.data, self.starts[start:stop], self.ends[start:stop],
-            self.lines[start:stop],
-        )  # fmt: skip
+            self.source, self.media_type, self.data, self.starts[rows], self.ends[rows], self.lines[rows], self.header
+        )
 
     def raw(self, index: int) -> bytes:
         return self.data[int(self.starts[index]) : int(self.ends[index])]
@@ -213,8 +217,11 @@ def split_lines(
             starts[0] += len(BOM) + len(rest) - len(rest.lstrip())
             ends[0] = max(int(starts[0]), int(ends[0]) - (len(rest) - len(rest.rstrip())))
             keep[0] = ends[0] > starts[0]
-        if keep[0] and skip_header and media_type == codecs.CSV and is_header(data[int(starts[0]) : int(ends[0])]):
+        first_row = data[int(starts[0]) : int(ends[0])]
+        if keep[0] and skip_header and media_type == codecs.CSV and is_header(first_row):
             keep[0] = False
+            names = tuple(cell.strip(" \t") for cell in codecs.decode_body(first_row, codecs.CSV)[0])
+            return Lines(source, media_type, data, starts[keep], ends[keep], numbers[keep], names)
     return Lines(source, media_type, data, starts[keep], ends[keep], numbers[keep])
 
 
@@ -267,6 +274,7 @@ def block_lines(
     line = 1
     file_start = True
     skipped = 0  # bytes of an over-long line dropped so far; 0 when not inside one
+    header: tuple[str, ...] | None = None
     for block in blocks:
         progress.bytes_read += len(block)
         if skipped:
@@ -283,10 +291,11 @@ def block_lines(
         complete, pending = data[:cut], data[cut:]
         if cut:
             rows = split_lines(key, media_type, complete, line, file_start=file_start, skip_header=skip_header)
+            header = rows.header if file_start else header
             line += complete.count(b"\n")
             file_start = False
             if len(rows):
-                yield rows
+                yield rows if rows.header == header else replace(rows, header=header)
         if max_record_bytes is not None and len(pending) > max_record_bytes:
             skipped, pending = len(pending), b""
     if skipped:
@@ -294,7 +303,7 @@ def block_lines(
     elif pending:
         rows = split_lines(key, media_type, pending, line, file_start=file_start, skip_header=skip_header)
         if len(rows):
-            yield rows
+            yield rows if file_start or rows.header == header else replace(rows, header=header)
 
 
 def _too_long(key: str, media_type: str, line: int, size: int, limit: int | None) -> Refused:
