@@ -423,3 +423,23 @@ def test_a_transform_batch_deployment_takes_engine_and_gpu_instances_and_fargate
     assert (transform.runner, transform.instance_type, transform.instance_count) == ("transform", "ml.g4dn.xlarge", 3)
     assert (transform.max_payload_mb, transform.output_format) == (6, "jsonl")
     assert (fargate.runner, fargate.output_format) == ("fargate", "parquet")
+
+
+def test_a_batch_deployment_takes_an_id_column_and_a_record_limit_except_on_transform() -> None:
+    # GIVEN a Fargate batch deployment with an id column and a record limit
+    spec = parse_spec(minimal(mode="batch", runner="fargate", id_column="customer id", max_record_bytes=4096))
+    batch = spec.deployments["d"]
+    assert isinstance(batch, BatchDeployment)
+    assert (batch.id_column, batch.max_record_bytes) == ("customer id", 4096)
+    # AND the defaults: no id column (rows are known by file and line), records of at most 1 MiB
+    default = parse_spec(minimal(mode="batch")).deployments["d"]
+    assert isinstance(default, BatchDeployment)
+    assert (default.id_column, default.max_record_bytes) == (None, 1024 * 1024)
+    # WHEN the id column is set on Batch Transform, or takes an output field's name / THEN refused, saying why
+    (transform,) = problems_of(minimal(mode="batch", runner="transform", id_column="id"))
+    assert "id_column" in transform
+    assert "runner: transform" in transform
+    (reserved,) = problems_of(minimal(mode="batch", id_column="prediction"))
+    assert "output's own fields" in reserved
+    (small,) = problems_of(minimal(mode="batch", max_record_bytes=10))
+    assert "max_record_bytes" in small
