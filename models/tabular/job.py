@@ -3,23 +3,20 @@
 Three stages overlap: a reader thread fetches objects and cuts them into chunks of rows, the calling thread
 decodes and scores a chunk, and a writer thread checks the earlier chunks' parts and stores them, up to
 `_UPLOADS` at once, recording them in order. On one core this hides the store's latency; with more, parsing
-(pyarrow), inference (onnxruntime) and the store's I/O run at once, as each releases the GIL. At most `_DEPTH`
-chunks wait between two stages and `_UPLOADS` are being stored, so memory stays a few chunks whatever the
-input's size.
+(pyarrow), inference (onnxruntime) and the store's I/O run at once, as each releases the GIL. At most `DEPTH`
+chunks wait between two stages (models/tabular/stages.py) and `_UPLOADS` are being stored, so memory stays a few
+chunks whatever the input's size.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import queue
-import threading
 import time
 from collections import deque
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import orjson
@@ -49,6 +46,7 @@ from models.tabular.rows import (
     pieces,
     suffix,
 )
+from models.tabular.stages import Writer, prefetched
 from models.tabular.store import Store, StoredObject
 
 OUTPUT_FORMATS = ("jsonl", "parquet")
@@ -57,7 +55,6 @@ OUTPUT_FORMATS = ("jsonl", "parquet")
 # parts dictionary-encode only their string columns, and are compressed with snappy rather than zstd. 4: string
 # predictions and ids are typed Parquet columns; `label` is left out where it repeats `prediction`.
 PART_FORMAT = 4
-_DEPTH = 2
 # Parts being stored at once. A PUT is mostly waiting on the store (S3: tens of ms), so one at a time would
 # make the store's latency, not the job's CPU, set the pace; a few in flight hide it. Parts are still recorded
 # (manifest order, progress) in order.
@@ -92,109 +89,6 @@ class ScoredPart:
 
 def _keys(which: np.ndarray, lines: np.ndarray) -> np.ndarray:
     return (which.astype(np.int64) << 40) | lines.astype(np.int64)
-
-
-class _Failure:
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-
-_END = object()
-
-
-def prefetched(source: Iterator[T], depth: int = _DEPTH) -> Generator[T, None, None]:
-    """`source` consumed by a background thread, at most `depth` items ahead of the caller."""
-    items: queue.Queue[Any] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def fill() -> None:
-        try:
-            for item in source:
-                while not stop.is_set():
-                    try:
-                        items.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            items.put(_END)
-        except BaseException as error:  # handed to the caller, who raises it
-            items.put(_Failure(error))
-
-    thread = threading.Thread(target=fill, name="batch-reader", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item = items.get()
-            if item is _END:
-                return
-            if isinstance(item, _Failure):
-                raise item.error
-            yield item
-    finally:
-        stop.set()
-        while thread.is_alive():
-            with contextlib.suppress(queue.Empty):
-                items.get(timeout=0.1)
-        thread.join()
-
-
-class _Writer(Generic[T]):
-    """One thread that runs `work` on each submitted item, in order, then `last` after the last one; the first
-    failure stops it, and is raised by the next `submit` or by `finish`."""
-
-    def __init__(self, work: Callable[[T], None], depth: int = _DEPTH, last: Callable[[], None] | None = None) -> None:
-        self.work = work
-        self.last = last
-        self.items: queue.Queue[Any] = queue.Queue(maxsize=depth)
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="batch-writer", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while True:
-            item = self.items.get()
-            if item is _END:
-                if self.error is None and self.last is not None:
-                    try:
-                        self.last()
-                    except BaseException as error:  # raised in the caller's thread
-                        self.error = error
-                return
-            if self.error is None:
-                try:
-                    self.work(item)
-                except BaseException as error:  # raised in the caller's thread
-                    self.error = error
-
-    def check(self) -> None:
-        if self.error is not None:
-            raise self.error
-
-    def submit(self, item: T) -> None:
-        while True:
-            self.check()
-            try:
-                self.items.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-
-    def finish(self) -> None:
-        self.items.put(_END)
-        self.thread.join()
-        self.check()
-
-    def abandon(self) -> None:
-        self.error = self.error or InternalError("the run stopped")
-        while self.thread.is_alive():
-            try:
-                self.items.put(_END, timeout=0.1)
-            except queue.Full:
-                with contextlib.suppress(queue.Empty):
-                    self.items.get_nowait()
-        self.thread.join()
 
 
 @dataclass
@@ -311,7 +205,7 @@ class BatchJob:
             in_flight.append(uploads.submit(self._store_part, item, run_id))
             settle(_UPLOADS)
 
-        writer: _Writer[tuple[ScoredPart | None, dict[str, Any] | None]] = _Writer(store, last=lambda: settle(0))
+        writer: Writer[tuple[ScoredPart | None, dict[str, Any] | None]] = Writer(store, last=lambda: settle(0))
         reader: Generator[list[Piece], None, None] = prefetched(
             chunks(
                 pieces(
