@@ -325,11 +325,11 @@ def _checked_numbers(column: ColumnSpec, array: np.ndarray, field: str, manifest
     """Cast to the column's dtype: NaN only where allowed, infinities only with `allow_non_finite`, every value
     within the dtype's range."""
     target = numpy_dtype_of(column.dtype)
-    if target.kind == "f" and array.dtype.kind == "f" and array.dtype.char in "fd":
-        # The common column, at the cost of one call: a sum of squares within the dtype's largest value squared
-        # proves every value finite (NaN and infinity make it fail) and within range. Past it: look closer.
-        if float(np.vdot(array, array)) <= _SQUARED_MAX[target.char]:
-            return array.astype(target, copy=False)
+    # The common column, at the cost of one call: a sum of squares within the dtype's largest value squared
+    # proves every value finite (NaN and infinity make it fail) and within range. Past it: look closer.
+    fits = target.kind == "f" and array.dtype.char in "fd" and float(np.vdot(array, array)) <= _SQUARED_MAX[target.char]
+    if fits:
+        return array.astype(target, copy=False)
     if target.kind in "iu" and array.dtype.kind in "iu":
         info = np.iinfo(target)
         outside = np.flatnonzero((array < info.min) | (array > info.max))

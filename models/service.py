@@ -66,10 +66,11 @@ class ServedModel:
         return model
 
     def warm_up(self) -> None:
-        """Run the package's sample request when it has one (a string column of a pipeline may refuse the empty
-        strings of the runtime's zero batch: an encoder knows its categories); else the runtime's zero batch."""
+        """Run the package's sample request (through `preprocess`, whose form it is in) when it has one: a string
+        column of a pipeline may refuse the empty strings of the runtime's zero batch (an encoder knows its
+        categories). Else the runtime's zero batch."""
         sample = self.package_dir / SAMPLE_REQUEST
-        if self.hooks.preprocess is None and sample.is_file():
+        if sample.is_file():
             try:
                 arrays = self.decode(sample.read_bytes(), codecs.JSON)
             except ServingError:
