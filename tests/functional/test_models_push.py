@@ -153,3 +153,33 @@ def test_registry_commands_say_what_changed_in_one_line(
     nope = servestack("models", "list", "nope", "--registry", registry, cwd=project)
     assert nope.returncode == ExitCode.NOT_FOUND
     assert "(allowed: iris)" in nope.stderr
+
+
+def test_a_pipeline_is_pushed_with_its_columns_and_string_labels_and_no_manifest_editing(project: Path) -> None:
+    from tests.pipeline_model import COLUMNS, SPECIES, pipeline_model
+
+    built = pipeline_model()
+    # GIVEN a ColumnTransformer pipeline converted with skl2onnx (one [N, 1] input per column, a string one)
+    # and a CSV of rows under a header
+    rows = [",".join(COLUMNS)] + [",".join(str(built.rows[c][i]) for c in COLUMNS) for i in range(3)]
+    (project / "rows.csv").write_text("\n".join(rows) + "\n")
+    # WHEN it is pushed with the CSV as its sample
+    done = servestack("models", "push", str(built.onnx_file), "--name", "flowers", "--sample", "rows.csv", cwd=project)
+    # THEN the manifest records the columns with their dtypes and the class labels, and says so
+    assert done.returncode == 0, done.stderr
+    package = project / "models" / "artifacts" / "flowers" / "1"
+    manifest = json.loads((package / "manifest.json").read_text())
+    assert [(c["name"], c["dtype"]) for c in manifest["columns"]] == [
+        *[(name, "float32") for name in COLUMNS[:4]],
+        ("site", "string"),
+    ]
+    assert manifest["labels"] == list(SPECIES)
+    assert (
+        "columns  sepal_length float32, sepal_width float32, petal_length float32, petal_width float32, site string"
+        in done.stdout
+    )
+    # AND the sample request is the CSV's rows, typed by column, with the estimator's answer as the response
+    request = json.loads((package / "sample-request.json").read_text())
+    assert request["dataframe_split"]["columns"] == list(COLUMNS)
+    assert request["dataframe_split"]["data"][0] == [built.rows[c][0] for c in COLUMNS]
+    assert json.loads((package / "sample-response.json").read_text())["predictions"] == built.expected[:3]

@@ -17,7 +17,7 @@ import numpy as np
 import orjson
 import pytest
 
-from models.packaging import create_package
+from models.packaging import build_package, create_package
 from models.service import ServedModel
 from models.settings import ServingSettings
 from tests.conftest import REPO_ROOT, RealtimeServer, lambda_event
@@ -198,15 +198,39 @@ def postprocess(outputs):
 
 
 def test_a_hook_may_return_numpy_strings_for_a_string_input(built: PipelineModel, tmp_path: Path) -> None:
-    # GIVEN the pipeline packaged with a process.py whose preprocess builds a '<U' array for `site`
+    # GIVEN the pipeline pushed with a process.py whose preprocess builds a '<U' array for `site`, and a sample
+    # in the hook's own form
     (tmp_path / "process.py").write_text(HOOKS)
-    package = tmp_path / "flowers" / "2"
-    create_package(built.onnx_file, package, name="flowers", version="2", process_file=tmp_path / "process.py")
-    model = ServedModel.load(package, ServingSettings(model_dir=package, default_model="flowers", warmup=False))
     rows = rows_of(built)
     body = {"flowers": [{"size": row[:4], "site": row[4]} for row in rows]}
-    # WHEN a request goes through both hooks
+    (tmp_path / "flowers.json").write_text(json.dumps(body))
+    package = tmp_path / "flowers" / "2"
+    build_package(
+        built.onnx_file,
+        package,
+        name="flowers",
+        version="2",
+        process_file=tmp_path / "process.py",
+        sample=tmp_path / "flowers.json",
+    )
+    # WHEN it loads as every mode loads it (warmed up: on its sample, through the hook, since the runtime's
+    # zero batch of empty strings is a category the encoder never saw) and answers a request
+    model = ServedModel.load(package, ServingSettings(model_dir=package, default_model="flowers"))
+    assert model.runtime.warmed_up
     answer = orjson.loads(model.infer(orjson.dumps(body), "application/json", None).body)
     # THEN the strings reach the model, and the postprocess shapes the answer
     assert answer["species"] == built.expected
     np.testing.assert_allclose(answer["confidence"], built.probabilities.max(axis=1), atol=1e-3)
+
+
+def test_a_package_fetched_without_its_sample_still_loads_and_serves(built: PipelineModel, tmp_path: Path) -> None:
+    # GIVEN the pipeline as a registry holds it: model and manifest, no sample request to warm up on
+    package = tmp_path / "flowers" / "3"
+    create_package(built.onnx_file, package, name="flowers", version="3")
+    assert not (package / "sample-request.json").exists()
+    # WHEN it loads with warm-up (whose zero batch of empty strings its encoder refuses)
+    model = ServedModel.load(package, ServingSettings(model_dir=package, default_model="flowers"))
+    # THEN it is ready and answers
+    assert model.runtime.warmed_up
+    body, _ = request_forms(built)["dataframe_split"]
+    assert orjson.loads(model.infer(body, "application/json", None).body)["predictions"] == built.expected
