@@ -84,3 +84,25 @@ def test_the_seeded_sample_leaves_once_the_user_brings_input_and_only_then(
     # AND a user's own object of the seed's name (no mark) is never removed
     aws.s3.put_object(Bucket=unique, Key=key, Body=b"[5.0, 6.0]\n")
     assert retire_seeded_input(aws.s3, unique, "in/") == []
+
+
+def test_a_pipelines_dataframe_split_sample_seeds_rows_the_batch_job_scores(
+    aws: Aws, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN the sample request `models push` writes for a ColumnTransformer pipeline (a dataframe_split, which
+    # stopped local up with KeyError 'instances')
+    from handlers.batch import BatchSettings, run_batch
+    from tests.pipeline_model import pipeline_model
+
+    model = pipeline_model()
+    monkeypatch.setenv("SERVESTACK_MODEL_DIR", str(model.root))
+    monkeypatch.setenv("SERVESTACK_DEFAULT_MODEL", "flowers")
+    ensure_bucket(aws.s3, unique)
+    sample = model.package / "sample-request.json"
+    # WHEN local up seeds the batch input from it, and the job runs
+    assert seed_batch_input(aws.s3, unique, "in/", sample) == f"in/{SEED_KEY}"
+    settings = BatchSettings(bucket=unique, input_prefix="in/", output_prefix="out/", model="flowers")
+    manifest = run_batch(settings)
+    # THEN every sample row is scored
+    rows = len(json.loads(sample.read_text())["dataframe_split"]["data"])
+    assert manifest["rows"] == {"total": rows, "succeeded": rows, "failed": 0}
