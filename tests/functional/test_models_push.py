@@ -183,3 +183,29 @@ def test_a_pipeline_is_pushed_with_its_columns_and_string_labels_and_no_manifest
     assert request["dataframe_split"]["columns"] == list(COLUMNS)
     assert request["dataframe_split"]["data"][0] == [built.rows[c][0] for c in COLUMNS]
     assert json.loads((package / "sample-response.json").read_text())["predictions"] == built.expected[:3]
+
+
+def test_columns_and_allow_nan_name_the_columns_of_one_input_from_the_command_line(
+    project: Path, tmp_path: Path
+) -> None:
+    from tests.tabular_fixtures import summing_model
+
+    # GIVEN a model with one [N, 3] float input
+    source = summing_model(tmp_path / "summing.onnx")
+    # WHEN it is pushed with its column names and --allow-nan alone (every float column)
+    done = servestack(
+        "models", "push", str(source), "--name", "summing", "--columns", "a, b, c", "--allow-nan", cwd=project
+    )
+    # THEN the manifest has the three columns at their indexes, each allowing NaN, and the output says so
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((project / "models/artifacts/summing/1/manifest.json").read_text())
+    assert manifest["columns"] == [
+        {"name": name, "dtype": "float32", "input": "x", "index": i, "allow_nan": True} for i, name in enumerate("abc")
+    ]
+    assert "NaN      allowed in a, b, c" in done.stdout
+    # AND a name that is no column is refused with exit 2, naming it and the allowed ones
+    wrong = servestack(
+        "models", "push", str(source), "--name", "summing", "--columns", "a,b,c", "--allow-nan", "d", cwd=project
+    )
+    assert wrong.returncode == ExitCode.USAGE
+    assert "--allow-nan: 'd' is not a column" in wrong.stderr

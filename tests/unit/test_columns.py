@@ -313,3 +313,26 @@ def test_probabilities_keyed_by_label_and_integer_labels_named_by_their_value() 
         codecs.json_answer(plan, outputs)
         == codecs.encode_response(codecs.default_response(manifest, outputs), codecs.JSON).body
     )
+
+
+def test_a_string_input_takes_numpy_arrays_of_str_or_of_str_objects() -> None:
+    # GIVEN a model with a string input [N, 1], fed as a preprocess hook feeds it (an array per input)
+    spec = DIGITS.inputs[0].__class__
+    manifest = manifest_with(inputs=(spec("city", "string", (None, 1)),))
+    for given in (np.array([["Lyon"], ["Köln am Rhein"]]), np.array([["Lyon"], ["Köln am Rhein"]], dtype=object)):
+        # WHEN it is validated THEN it becomes the object array onnxruntime takes, of the same strings
+        arrays = codecs.validate_inputs({"city": ("inputs.city", given)}, manifest, max_batch_rows=10)
+        assert arrays["city"].dtype == object
+        assert arrays["city"].tolist() == [["Lyon"], ["Köln am Rhein"]]
+    # AND an object array holding anything but str is refused, naming the element
+    mixed = np.array([["Lyon"], [3]], dtype=object)
+    error = refusal(lambda: codecs.validate_inputs({"city": ("inputs.city", mixed)}, manifest, max_batch_rows=10))
+    assert error["field"] == "inputs.city[1][0]"
+    assert "3 (int) is not allowed; input 'city' takes strings" in error["message"]
+    wrong_shape = np.array(["Lyon", "Köln"])
+    assert (
+        "single row"
+        in refusal(lambda: codecs.validate_inputs({"city": ("inputs.city", wrong_shape)}, manifest, max_batch_rows=10))[
+            "message"
+        ]
+    )
