@@ -260,11 +260,11 @@ class JobService:
         return self._record(job, digest)
 
     def _check_types(self, content_type: str | None, accept: str | None) -> str:
-        media_type = codecs.media_type_of(content_type)
-        if media_type not in codecs.READABLE_TYPES:
-            codecs.decode_body(b"", media_type)  # raises UnsupportedMediaType naming the allowed types
+        base_type = codecs.media_type_of(content_type)
+        if base_type not in codecs.READABLE_TYPES:
+            codecs.decode_body(b"", base_type)  # raises UnsupportedMediaType naming the allowed types
         codecs.negotiate(accept)
-        return media_type
+        return codecs.request_type_of(content_type)  # `text/csv; header=present` stays so for the worker
 
     def _existing(
         self, job_id: str, digest: str | None, media_type: str | None = None, answer_type: str | None = None
@@ -322,7 +322,7 @@ class JobService:
             "model": self.model.manifest.key,
             "input_key": key,
             "content_type": media_type,
-            "accept": codecs.negotiate(accept),
+            "accept": codecs.answer_type_of(accept),
             "created_at": now,
             "updated_at": now,
             "attempts": 0,

@@ -167,6 +167,7 @@ def run_batch(
             f"{name}: not a batch deployment of the running local up ({', '.join(batch) or 'none'})",
             ExitCode.NOT_FOUND,
         )
+    _retire_seeded(about, d)
     if "transform" in d:  # engine: transform: the Batch Transform job its schedule would create, emulated
         from servestack.local.transform import run_transform
 
@@ -186,6 +187,18 @@ def run_batch(
         return 1
     print_manifest(session, config, about, answer["manifest"])
     return 0
+
+
+def _retire_seeded(about: dict[str, Any], deployment: dict[str, Any]) -> None:
+    """local up's sample input leaves the prefix once the user's input is there (servestack/local/batch_seed.py)."""
+    from servestack.local.batch_seed import retire_seeded_input
+
+    source = deployment.get("input") or {}
+    if not deployment.get("seeded") or not source.get("bucket") or not source.get("input_prefix"):
+        return
+    session, config = sagemaker_runtime(about)
+    s3 = session.client("s3", endpoint_url=about["endpoint_url"], config=config)
+    retire_seeded_input(s3, source["bucket"], source["input_prefix"])
 
 
 def _run_task(about: dict[str, Any], name: str, task: dict[str, Any], overrides: dict[str, Any]) -> int:

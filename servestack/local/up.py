@@ -36,6 +36,7 @@ from types import FrameType
 from typing import IO, Any
 
 from servestack.local import state
+from servestack.local.batch_seed import retire_seeded_input, seed_batch_input
 from servestack.local.processes import REPO_ROOT, free_port, http_status, port_is_free, stop_process
 
 DEFAULT_PORT = 8080
@@ -761,6 +762,7 @@ class World:
                 entry["universal"] = schedule.universal
             bucket, prefix = payload.get("bucket"), payload.get("input_prefix")
             if bucket and prefix and sample is not None and sample.is_file():
+                retire_seeded_input(self.aws["s3"], bucket, prefix)
                 entry["seeded"] = seed_batch_input(self.aws["s3"], bucket, prefix, sample)
                 entry |= {"input_prefix": prefix, "output_prefix": payload.get("output_prefix")}
         for transform in topology.transforms:
@@ -770,6 +772,7 @@ class World:
             output = str(transform.job["TransformOutput"]["S3OutputPath"]).removeprefix("s3://").partition("/")[2]
             entry |= {"input": {"bucket": bucket, "input_prefix": prefix, "output_prefix": output.rstrip("/") + "/"}}
             if sample is not None and sample.is_file():
+                retire_seeded_input(self.aws["s3"], bucket, prefix)
                 entry["seeded"] = seed_batch_input(self.aws["s3"], bucket, prefix, sample)
                 entry |= {"input_prefix": prefix, "output_prefix": output.rstrip("/") + "/"}
 
@@ -1042,13 +1045,3 @@ class RemoteFunction:
         if invocation.status != 200 or invocation.function_error:
             raise RuntimeError(f"{self.name}: invocation failed ({invocation.status}): {invocation.body[:500]!r}")
         return json.loads(invocation.body) if invocation.body else None
-
-
-def seed_batch_input(s3: Any, bucket: str, prefix: str, sample: Path) -> str | None:
-    """A small JSON Lines file from the model's sample rows, unless the prefix already holds input."""
-    if s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1).get("KeyCount", 0):
-        return None
-    rows = json.loads(sample.read_text())["instances"]
-    key = f"{prefix}sample.jsonl"
-    s3.put_object(Bucket=bucket, Key=key, Body="".join(json.dumps(row) + "\n" for row in rows).encode())
-    return key
