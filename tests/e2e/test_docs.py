@@ -673,6 +673,15 @@ def test_the_readmes_links_reach_files_of_the_repository() -> None:
     assert [t for t in targets if t.startswith("docs/") and t.removeprefix("docs/").split("#")[0] not in nav] == []
 
 
+def test_the_readme_stays_a_ten_minute_read_that_starts_with_the_two_commands() -> None:
+    # GIVEN README.md (the rest of the docs is the site under docs/)
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    first = parse_blocks(readme, "README.md")[0]
+    # THEN it is short, and its first block is `make local` then `make test`
+    assert len(readme.splitlines()) <= 200, "README.md past 200 lines: move the detail to a docs page"
+    assert [line.split("#")[0].strip() for line in first.text.splitlines()[:2]] == ["make local", "make test"]
+
+
 def test_the_docs_rehearse_a_faulty_green_at_timings_where_the_alarm_stops_it_before_full_shift() -> None:
     # GIVEN the docs' release rehearsals that inject faults
     rehearsals = [
