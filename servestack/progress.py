@@ -57,6 +57,14 @@ class Step:
         """A line that stays (a port that moved, a deployment that failed), printed above the live line."""
         self._reporter.line(line)
 
+    def relay(self, line: str) -> None:
+        """Another process's progress line: the live line's detail on a terminal, the line itself otherwise."""
+        if self._reporter.live:
+            self.detail = line
+            self._reporter.changed(self)
+        else:
+            self._reporter.line(line)
+
 
 class Progress:
     """Steps reported on `stream` (default stderr): live with rich on a terminal, plain lines otherwise."""
@@ -69,7 +77,8 @@ class Progress:
         self._task: Any = None
 
     @contextmanager
-    def step(self, title: str, detail: str = "") -> Iterator[Step]:
+    def step(self, title: str, detail: str = "", *, heartbeat: bool = True) -> Iterator[Step]:
+        """A step; `heartbeat`: in plain lines, say every HEARTBEAT_SEC that it still runs."""
         step = Step(title, self)
         step.detail = detail
         stop = threading.Event()
@@ -77,7 +86,8 @@ class Progress:
             self._start_live(step)
         else:
             self._plain(f"{title}{': ' + detail if detail else ''} ...")
-            threading.Thread(target=self._heartbeat, args=(step, stop), name="progress", daemon=True).start()
+            if heartbeat:
+                threading.Thread(target=self._heartbeat, args=(step, stop), name="progress", daemon=True).start()
         failed = True
         try:
             yield step

@@ -73,10 +73,10 @@ def start_children(children: Sequence[Any], progress: Progress, notices: list[st
                 notice = f"{child.name}: failed to start: {why}; the others keep running. The end of {log}:{lines}"
                 notices.append(notice)
                 step.note(notice)
-            ready = len(children) - len(waiting) - len(failed)
-            names = ", ".join(child.name for child in waiting[:3]) + (" ..." if len(waiting) > 3 else "")
-            step.update(f"{ready}/{len(children)} ready" + (f"; waiting for {names}" if waiting else ""))
             if waiting:
+                ready = len(children) - len(waiting) - len(failed)
+                names = ", ".join(child.name for child in waiting[:3]) + (" ..." if len(waiting) > 3 else "")
+                step.update(f"{ready}/{len(children)} ready; waiting for {names}")
                 time.sleep(0.1)
         failures = f", {len(failed)} failed" if failed else ""
         step.finish(f"{len(children) - len(failed)}/{len(children)} ready{failures}")
@@ -126,10 +126,12 @@ def detach(argv: list[str], state_path: Path, log_path: Path, timeout_sec: float
             start_new_session=True,
         )  # fmt: skip
     progress = Progress()
-    with progress.step("local up (detached)", f"log: {log_path}") as step:
+    relayed: int | None = 0
+    with progress.step("local up (detached)", f"log: {log_path}", heartbeat=False) as step:
         deadline = time.monotonic() + timeout_sec
         while True:
             code = process.poll()
+            relayed = _relay(log_path, relayed, step)
             if code is not None:
                 for line in tail(log_path, 20):
                     print(f"  {line}", file=sys.stderr)
@@ -144,9 +146,6 @@ def detach(argv: list[str], state_path: Path, log_path: Path, timeout_sec: float
             if time.monotonic() > deadline:
                 process.send_signal(signal.SIGTERM)
                 raise CommandError(f"local up not ready after {timeout_sec:.0f}s; its log: {log_path}", ExitCode.FAILED)
-            last = _last_own_line(log_path)
-            if last:
-                step.update(last[:100])
             time.sleep(0.2)
         step.finish(f"ready, process {process.pid}")
     for notice in about.get("notices") or []:
@@ -168,12 +167,25 @@ def _state_of(path: Path) -> dict[str, Any] | None:
     return loaded
 
 
-def _last_own_line(log_path: Path) -> str:
-    """local up's own latest line (its children's lines start with `[name]`)."""
-    for line in reversed(tail(log_path, 40)):
-        if line.strip() and not line.startswith("["):
-            return line.strip()
-    return ""
+def _relay(log_path: Path, offset: int | None, step: Any) -> int | None:
+    """local up's own new lines of its log (its progress; not its children's `[name] ...` lines, nor the banner),
+    shown by `step`; returns the offset read up to, None once the banner is reached (nothing more to relay)."""
+    if offset is None:
+        return None
+    try:
+        with log_path.open("rb") as handle:
+            handle.seek(offset)
+            data = handle.read()
+    except OSError:
+        return offset
+    complete = data[: data.rfind(b"\n") + 1]
+    for raw in complete.decode(errors="replace").splitlines():
+        line = raw.rstrip()
+        if line.startswith("aws emulator: "):  # the banner: the status table stands for it
+            return None
+        if line and not line.startswith("["):
+            step.relay(line)
+    return offset + len(complete)
 
 
 # ------------------------------------------------------------------------------------------ down
@@ -297,7 +309,7 @@ def spec_versions(about: dict[str, Any]) -> dict[str, str]:
         spec = load_spec(Path(about["spec"]), check_artifacts=False)
     except Exception:  # serving.yaml changed under a running local up: its versions are unknown, not an error
         return {}
-    return {name: str(d.version) for name, d in spec.deployments.items() if getattr(d, "version", None) is not None}
+    return {name: str(spec.model(d.model, d.version).version) for name, d in spec.deployments.items()}
 
 
 def status(state_path: Path, out: TextIO, as_json: bool = False) -> int:

@@ -103,11 +103,15 @@ def inputs_digest(root: Path, spec: Path, artifacts: Path | None = None) -> str:
 
 def changed_inputs(before: dict[str, str], now: dict[str, str], root: Path, limit: int = 3) -> str:
     """`serving.yaml, stacks/realtime.py changed` (at most `limit` names, then how many more)."""
-    names = []
+    names: list[str] = []
     for path in sorted(set(before) | set(now)):
         if before.get(path) != now.get(path):
             shown = Path(path)
-            names.append(str(shown.relative_to(root)) if shown.is_relative_to(root) else shown.name)
+            parts = shown.relative_to(root).parts if shown.is_relative_to(root) else (shown.name,)
+            if parts[:2] == ("models", "artifacts") and len(parts) >= 4:  # a model package: its folder, once
+                parts = (*parts[:3], parts[3].removesuffix(".tar.gz"))
+            if "/".join(parts) not in names:
+                names.append("/".join(parts))
     if not names:
         return "inputs changed"
     more = f" and {len(names) - limit} more" if len(names) > limit else ""
