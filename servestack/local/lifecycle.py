@@ -196,7 +196,10 @@ def down(state_path: Path, timeout_sec: float = 90) -> int:
     try:
         about = state.read(state_path)
     except NotRunning:
-        print(f"local up is not running (no live process behind {state_path}); nothing to stop", file=sys.stderr)
+        print(
+            f"servestack local down: local up is not running (no live process behind {state_path}); nothing to stop",
+            file=sys.stderr,
+        )
         return 0
     pid = int(about["pid"])
     try:

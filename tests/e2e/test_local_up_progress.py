@@ -57,6 +57,7 @@ def test_a_terminal_sees_progress_during_synth(tmp_path: Path) -> None:
     assert process.returncode == 0, bytes(seen).decode(errors="replace")[-3000:]
     text = bytes(seen).decode(errors="replace")
     # THEN during synth the terminal got a live line: the step, why it runs, and a clock that moved
+    assert "✓ synth: templates written (" in text, text[-3000:]
     finished = text.index("✓ synth: templates written (")
     during = text[:finished]
     assert "\x1b[" in during  # redrawn in place, not printed line after line
