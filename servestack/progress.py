@@ -141,6 +141,10 @@ class Progress:
             console=console,
             transient=True,
             refresh_per_second=8,
+            # sys.stdout stays the real stdout: threads started meanwhile (children's log pumps) keep writing
+            # there after the step, and stdout is what scripts read.
+            redirect_stdout=False,
+            redirect_stderr=False,
         )
         self._rich.start()
         self._task = self._rich.add_task(self._describe(step), total=None)

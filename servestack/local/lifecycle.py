@@ -19,7 +19,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -127,7 +128,10 @@ def detach(argv: list[str], state_path: Path, log_path: Path, timeout_sec: float
         )  # fmt: skip
     progress = Progress()
     relayed: int | None = 0
-    with progress.step("local up (detached)", f"log: {log_path}", heartbeat=False) as step:
+    with (
+        progress.step("local up (detached)", f"log: {log_path}", heartbeat=False) as step,
+        _stopped_if_interrupted(process),
+    ):
         deadline = time.monotonic() + timeout_sec
         while True:
             code = process.poll()
@@ -157,6 +161,16 @@ def detach(argv: list[str], state_path: Path, log_path: Path, timeout_sec: float
         flush=True,
     )
     return 0
+
+
+@contextmanager
+def _stopped_if_interrupted(process: subprocess.Popen[bytes]) -> Iterator[None]:
+    """Ctrl-C while waiting stops the half-started local up too, rather than leaving it behind."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        process.send_signal(signal.SIGTERM)
+        raise
 
 
 def _state_of(path: Path) -> dict[str, Any] | None:
@@ -228,11 +242,11 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:  # our own child that exited but was not reaped is gone for our purpose
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
+    try:  # an exited process its parent has not reaped yet (a zombie) is gone for our purpose
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no /proc (macOS): signal 0 is the answer
         return True
-    return done == 0
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 # ------------------------------------------------------------------------------------------ status

@@ -478,7 +478,7 @@ def _port(
     if wanted is not None:
         raise UpError(f"port {port} is in use; pick another with {flag}")
     moved = free_port()
-    notice = f"port {default} is taken: using {moved} instead ({flag} {default} to insist, or {flag} N for another)"
+    notice = f"port {default} is taken: using {moved} instead (pass {flag} N to choose one)"
     print(notice, file=sys.stderr, flush=True)
     if notices is not None:
         notices.append(notice)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import io
 import json
+import signal
+import socket
+import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,10 +16,10 @@ from typing import Any
 import pytest
 
 from servestack.failures import CommandError, ExitCode
-from servestack.local import batch_data, lifecycle, logs, releases
+from servestack.local import batch_data, lifecycle, logs, releases, state
 from servestack.local.processes import free_port
 from servestack.local.synth import REUSED, _reason, changed_inputs, digest_of, input_files
-from servestack.local.up import Child
+from servestack.local.up import Child, _port
 from servestack.progress import Progress
 
 # ------------------------------------------------------------------------------------------ logs
@@ -235,3 +238,32 @@ def test_a_child_that_fails_to_start_is_reported_with_its_log_and_the_others_run
     deployments: dict[str, dict[str, Any]] = {"api": {"mode": "serverless"}, "batch": {"mode": "batch"}}
     lifecycle.child_processes([serving, failing], deployments)
     assert deployments["api"]["processes"]["api/fn"]["ready_url"] == f"http://127.0.0.1:{port}/"
+
+
+def test_a_taken_default_port_moves_and_is_announced() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        notices: list[str] = []
+        moved = _port(None, port, "--port", notices=notices)
+    assert moved != port
+    assert notices == [f"port {port} is taken: using {moved} instead (pass --port N to choose one)"]
+
+
+# ------------------------------------------------------------------------------------------ down
+
+
+def test_down_stops_the_process_behind_the_state_file_and_then_has_nothing_to_stop(tmp_path: Path) -> None:
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    state_file = tmp_path / "local.json"
+    state.write(state_file, {"pid": process.pid}, {})
+    try:
+        # WHEN local down runs THEN it returns once the process is gone (here a zombie until this test reaps it)
+        assert lifecycle.down(state_file, timeout_sec=20) == 0
+        assert process.wait(timeout=5) == -signal.SIGTERM
+    finally:
+        process.kill()
+        process.wait()
+    # AND a second one finds nothing running, and says so without failing
+    assert lifecycle.down(state_file, timeout_sec=5) == 0
