@@ -3,8 +3,9 @@
 A successful `local deploy NAME --version V` records `V` in `.servestack/releases.json` (the project's state
 folder, kept by `local down`). The next `local up` starts that deployment's variant (or inference component) on
 `V`, fetched from the emulator's registry, instead of serving.yaml's pinned version, and says so:
-`digits-api: serving version 2 (from local deploy at <time>; serving.yaml pins 1)`. Pinning `V` in serving.yaml
-(or `local up --fresh`, which starts from serving.yaml alone) ends the override.
+`digits-api: serving version 2 (from local deploy at <time>; serving.yaml pins 1)`. Pinning `V` or any other
+version in serving.yaml (or `local up --fresh`, which starts from serving.yaml alone) ends the override:
+serving.yaml wins once it pins something other than what it pinned when the release was made.
 """
 
 from __future__ import annotations
@@ -36,12 +37,18 @@ def read(work: Path) -> dict[str, dict[str, Any]]:
 
 
 def record(work: Path, deployment: str, component: str | None, model: str, version: str, previous: str) -> None:
-    """What a successful rehearsal left live, for the next start."""
+    """What a successful rehearsal left live, for the next start. `pinned` is the version serving.yaml pinned when
+    the first of a run of releases started (`previous` then): a later start applies the release only while
+    serving.yaml still pins that version."""
     releases = read(work)
-    releases[key_of(deployment, component)] = {
+    key = key_of(deployment, component)
+    earlier = releases.get(key)
+    chained = earlier is not None and earlier.get("model") == model and earlier.get("version") == previous
+    releases[key] = {
         "model": model,
         "version": version,
         "previous": previous,
+        "pinned": earlier.get("pinned", previous) if chained and earlier is not None else previous,
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     work.mkdir(parents=True, exist_ok=True)
@@ -78,6 +85,12 @@ def apply(
         return variant
     version = str(release["version"])
     pinned = variant["version"]
+    if str(release.get("pinned", release.get("previous"))) != pinned:  # serving.yaml moved on since: it wins
+        notices.append(
+            f"{deployment}: serving version {pinned} as serving.yaml pins it now; the local deploy of version "
+            f"{version} at {release.get('at')} was made over version {release.get('pinned')} and no longer applies"
+        )
+        return variant
     try:
         package = fetch(variant["model"], version)
     except Exception as error:  # the registry lost it (local up --fresh elsewhere): serve serving.yaml's

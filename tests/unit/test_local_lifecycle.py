@@ -105,6 +105,24 @@ def test_a_recorded_release_replaces_the_templates_version_and_says_so(tmp_path:
     assert releases.apply(tmp_path, "other", variant, lambda m, v: fetched, []) == variant
 
 
+def test_serving_yaml_wins_once_it_pins_another_version_and_chained_releases_keep_the_first_pin(
+    tmp_path: Path,
+) -> None:
+    # GIVEN version 2 then 3 released over serving.yaml's 1
+    releases.record(tmp_path, "digits-rt", None, "digits", "2", "1")
+    releases.record(tmp_path, "digits-rt", None, "digits", "3", "2")
+    variant = {"name": "primary", "model": "digits", "version": "1", "package_dir": "/x", "component": None}
+    notices: list[str] = []
+    # THEN while serving.yaml pins 1, version 3 is served
+    applied = releases.apply(tmp_path, "digits-rt", variant, lambda m, v: tmp_path / v, notices)
+    assert applied["version"] == "3"
+    # WHEN serving.yaml pins 4 THEN 4 is served, and local up says why the release no longer applies
+    pinned_4 = {**variant, "version": "4"}
+    assert releases.apply(tmp_path, "digits-rt", pinned_4, lambda m, v: tmp_path / v, notices) == pinned_4
+    assert notices[-1].startswith("digits-rt: serving version 4 as serving.yaml pins it now; the local deploy of ")
+    assert "was made over version 1 and no longer applies" in notices[-1]
+
+
 def test_a_release_the_registry_lost_is_reported_and_the_pinned_version_served(tmp_path: Path) -> None:
     releases.record(tmp_path, "digits-rt", None, "digits", "2", "1")
     variant = {"name": "primary", "model": "digits", "version": "1", "package_dir": "/x", "component": None}
