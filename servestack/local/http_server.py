@@ -226,6 +226,7 @@ class Reply:
 
 
 def request_id() -> str:
+    """The one request id of local mode's answers and refusals (`x-amzn-RequestId`, `apigw-requestid`)."""
     return str(uuid.uuid4())
 
 

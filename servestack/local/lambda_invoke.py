@@ -32,8 +32,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from servestack.local.cloudformation import ACCOUNT
 from servestack.local.http_server import LocalHttpServer, Reply, Request, request_id
-from servestack.local.lambda_runtime import ACCOUNT, REGION, FunctionTimeout, LambdaContext, LocalFunction
+from servestack.local.lambda_runtime import REGION, FunctionTimeout, LambdaContext, LocalFunction
 from servestack.local.lambda_runtime import current_context as _current_context
 
 logger = logging.getLogger("servestack.local")

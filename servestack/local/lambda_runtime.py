@@ -23,13 +23,13 @@ from datetime import UTC, datetime
 from http.server import ThreadingHTTPServer
 from typing import Any
 
+from servestack.local.cloudformation import ACCOUNT
 from servestack.local.http_server import BODY_TIMEOUT_SEC, MAX_BODY_BYTES, BodyRefused, BoundedRequestHandler
 
 logger = logging.getLogger("servestack.local")
 
 Handler = Callable[[dict[str, Any], Any], Any]
 REGION = "us-east-1"
-ACCOUNT = "123456789012"
 
 
 class FunctionTimeout(Exception):

@@ -67,10 +67,16 @@ from servestack.local.iam.wire import HttpRequest
 
 logger = logging.getLogger("servestack.local.iam")
 
-DISABLED_WARNING = (
-    "iam: ENFORCEMENT IS OFF (--no-iam): every AWS call is allowed whatever the templates' policies say, so a "
-    "green local run proves nothing about permissions. Turn it back on before trusting a result."
-)
+
+def disabled_warning(why: str) -> str:
+    """The one warning local mode prints when IAM is not enforced, saying why (`--no-iam`, an external emulator)."""
+    return (
+        f"iam: ENFORCEMENT IS OFF ({why}): every AWS call is allowed whatever the templates' policies say, so a "
+        "green local run proves nothing about permissions. Turn it back on before trusting a result."
+    )
+
+
+DISABLED_WARNING = disabled_warning("--no-iam")
 TARGET_SERVICES = {
     "AmazonSQS": "sqs",
     "DynamoDB_20120810": "dynamodb",
@@ -131,6 +137,7 @@ class IamEnforcer:
         resource_policies: ResourcePolicies | None = None,
         *,
         enabled: bool = True,
+        disabled_because: str = "--no-iam",
         log: Callable[[str], None] = print,
         region: str = "us-east-1",
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -145,8 +152,11 @@ class IamEnforcer:
         self.clock = clock
         self._denials: collections.deque[Denial] = collections.deque(maxlen=MAX_DENIALS)
         self._warned = False
+        self._disabled_because = disabled_because
         self._lock = threading.Lock()
         self._contexts: dict[tuple[Any, ...], dict[str, tuple[str, ...]]] = {}
+        if not enabled:  # said once, when the setting is made, before any call it lets through
+            self._warn_disabled()
 
     @property
     def denials(self) -> list[Denial]:
@@ -157,7 +167,7 @@ class IamEnforcer:
             if self._warned:
                 return
             self._warned = True
-        self.log(DISABLED_WARNING)
+        self.log(disabled_warning(self._disabled_because))
 
     # -------------------------------------------------------------------------------- decisions
 
