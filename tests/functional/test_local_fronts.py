@@ -1,6 +1,7 @@
-"""The `http.server` fronts of local mode against hostile bodies: `HttpFront` (API Gateway in front of the
-serverless and async-submit functions) and `LocalHttpServer` (the AWS API front, the Lambda Invoke API).
-Both read bodies through `BoundedRequestHandler.read_body`; each case runs against both, over real sockets."""
+"""The fronts of local mode against hostile bodies: `HttpFront` (API Gateway in front of the serverless and
+async-submit functions) and `LocalHttpServer` (the AWS API front, the Lambda Invoke API, the HTTP APIs). Both
+are local mode's one HTTP stack (uvicorn, bodies read by handlers/body.py); each case runs against both, over
+real sockets."""
 
 from __future__ import annotations
 
@@ -98,6 +99,25 @@ def test_a_content_length_that_is_not_a_length_is_400_at_once(front: str, length
     status, _ = exchange(front, post_head(f"Content-Length: {length}\r\n"))
     assert status == 400
     assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize(
+    ("framing", "says"),
+    [
+        ("Content-Length: 0x10\r\n", "Content-Length"),
+        ("Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", "Transfer-Encoding"),
+        ("Transfer-Encoding: gzip\r\n", "Transfer-Encoding"),
+    ],
+)
+def test_a_request_that_cannot_be_framed_is_a_json_400_saying_why(front: str, framing: str, says: str) -> None:
+    status, answer = exchange(front, post_head(framing) + b"0\r\n\r\n")
+    assert status == 400
+    head, body = answer.split(b"\r\n\r\n", 1)
+    assert b"content-type: application/json" in head.lower()
+    error = json.loads(body)["error"]
+    assert error["field"] == "request framing"
+    assert says in error["message"]
+    assert "allowed" in error
 
 
 def test_content_length_and_transfer_encoding_together_are_refused(front: str) -> None:
