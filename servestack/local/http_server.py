@@ -36,7 +36,7 @@ from typing import Any
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from handlers.body import ClientDisconnected, ReadDeadlines, read_body
+from handlers.body import ClientDisconnected, ReadDeadlines, read_asgi_body
 from models.errors import InvalidInput, ServingError
 
 logger = logging.getLogger("servestack.local")
@@ -162,13 +162,7 @@ class FrontApp:
             return None
         raw_headers: list[tuple[bytes, bytes]] = scope["headers"]
         try:
-            body = await read_body(
-                receive,
-                self.max_body_bytes,
-                next((value for name, value in raw_headers if name == b"content-length"), None),
-                self.deadlines,
-                expect_continue=any(name == b"expect" for name, _ in raw_headers),
-            )
+            body = await read_asgi_body(receive, raw_headers, self.max_body_bytes, self.deadlines)
         except ServingError as error:
             refused = self.too_large(error.value) if error.status_code == 413 and self.too_large else refusal(error)
             return await _send(send, refused, close=True)
