@@ -239,6 +239,7 @@ class LocalHttpServer:
             access_log=False,
             server_header=False,
             lifespan="off",
+            proxy_headers=False,  # the peer is the caller: an X-Forwarded-For never stands in for aws:SourceIp
             backlog=LISTEN_BACKLOG,
             timeout_keep_alive=IDLE_KEEP_ALIVE_SEC,
             timeout_graceful_shutdown=2,

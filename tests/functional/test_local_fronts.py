@@ -207,3 +207,21 @@ def test_a_request_waiting_for_a_busy_function_ends_within_the_function_timeout(
     assert set(statuses[1:]) <= {200, 429, 504}
     assert 429 in statuses or 504 in statuses
     assert max(elapsed for _, elapsed in outcomes) < 2.0
+
+
+def test_the_source_ip_is_the_peer_whatever_x_forwarded_for_says() -> None:
+    # GIVEN an API whose function answers the source IP API Gateway gave it
+    def source_ip(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        return {"statusCode": 200, "body": event["requestContext"]["http"]["sourceIp"]}
+
+    function = LocalFunction("source-ip", source_ip, timeout_sec=5)
+    http = HttpFront(function, 0).serve_in_background()
+    try:
+        # WHEN a local caller claims another address
+        status, answer = exchange(http.url, post_head("X-Forwarded-For: 203.0.113.9\r\nContent-Length: 2\r\n") + b"{}")
+    finally:
+        http.close()
+        function.close()
+    # THEN the function sees the connection's own address (IAM's aws:SourceIp is read the same way)
+    assert status == 200
+    assert answer.split(b"\r\n\r\n", 1)[1] == b"127.0.0.1"

@@ -81,7 +81,7 @@ class LocalAccess:
         api = None
         if service == "execute-api" and resource is not None:
             api = ExecuteApi(resource.split(":", 5)[5].split("/", 1)[0])
-        verdict = self.enforcer.check_request(request, service, api=api)
+        verdict = self.enforcer.check_request(request, service, api=api, source_ip=request.source_ip)
         if isinstance(verdict, Reply):
             return verdict
         if verdict is None:
