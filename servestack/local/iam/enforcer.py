@@ -40,14 +40,13 @@ import io
 import logging
 import threading
 import urllib.parse
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from xml.sax.saxutils import escape
 
-from servestack.local.http_server import Reply
+from servestack.local.http_server import Reply, request_id
 from servestack.local.http_server import Request as LocalRequest
 from servestack.local.iam.canonical import (
     DEFAULT_HOST_NAMES,
@@ -468,7 +467,7 @@ class IamEnforcer:
         operation = verdict.operation
         identity = verdict.identity
         assert operation is not None
-        rid = str(uuid.uuid4())
+        rid = request_id()
         if operation.name == "GetCallerIdentity" and identity is not None:
             body = (
                 f'<GetCallerIdentityResponse xmlns="{STS_NAMESPACE}"><GetCallerIdentityResult>'
