@@ -23,14 +23,12 @@ CONTENT_TYPES = {".json": "application/json", ".csv": "text/csv", ".npy": "appli
 
 
 def developer(about: dict[str, Any]) -> Any:
-    from servestack.local.access import DEVELOPER, Credentials
+    from servestack.local.iam.identities import DEVELOPER, Credentials
 
     keys = about.get("developer")
     if not isinstance(keys, dict):  # a state file that records none: the documented default keys
         return DEVELOPER
-    return Credentials(
-        keys["arn"], keys["AWS_ACCESS_KEY_ID"], keys["AWS_SECRET_ACCESS_KEY"], keys.get("AWS_SESSION_TOKEN")
-    )
+    return Credentials.from_dict(keys)
 
 
 def signed(
@@ -46,14 +44,15 @@ def signed(
 ) -> tuple[int, bytes]:
     """An HTTP request signed with SigV4, as `aws`, the SDKs and `curl --aws-sigv4` sign it."""
     import httpx
-    from botocore.auth import SigV4Auth
-    from botocore.awsrequest import AWSRequest
-    from botocore.credentials import Credentials as BotoCredentials
 
-    request = AWSRequest(method=method, url=url, data=body, headers=headers or {})
-    keys = BotoCredentials(credentials.access_key_id, credentials.secret_access_key, credentials.session_token)
-    SigV4Auth(keys, service, region).add_auth(request)
-    response = httpx.request(method, url, content=body, headers=dict(request.headers.items()), timeout=timeout_sec)
+    from servestack.signing import sigv4_headers
+
+    sent = sigv4_headers(
+        method, url, body, headers or {}, access_key_id=credentials.access_key_id,
+        secret_access_key=credentials.secret_access_key, session_token=credentials.session_token,
+        service=service, region=region,
+    )  # fmt: skip
+    response = httpx.request(method, url, content=body, headers=sent, timeout=timeout_sec)
     return response.status_code, response.content
 
 
