@@ -141,6 +141,7 @@ def test_a_missing_or_unknown_column_is_named_with_the_expected_ones(
         ([1.0, math.nan], "inputs.b[1]", "NaN is not allowed; column 'b'"),
         ([1.0, 1e39], "inputs.b[1]", "does not fit column 'b' (float32)"),
         ([1.0], "inputs.b", "1 values, column 'a' has 2"),
+        ("12", "inputs.b", "expected a list of values, one per row, got str"),
     ],
 )
 def test_a_bad_value_is_named_by_column_and_row(summing: ServedModel, values: list[Any], field: str, said: str) -> None:
