@@ -17,18 +17,10 @@ from typing import Any
 
 from servestack.failures import CommandError, ExitCode
 from servestack.local import state
+from servestack.local.developer import developer, sagemaker_runtime
 from servestack.local.manifests import print_manifest
 
 CONTENT_TYPES = {".json": "application/json", ".csv": "text/csv", ".npy": "application/x-npy"}
-
-
-def developer(about: dict[str, Any]) -> Any:
-    from servestack.local.iam.identities import DEVELOPER, Credentials
-
-    keys = about.get("developer")
-    if not isinstance(keys, dict):  # a state file that records none: the documented default keys
-        return DEVELOPER
-    return Credentials.from_dict(keys)
 
 
 def signed(
@@ -54,20 +46,6 @@ def signed(
     )  # fmt: skip
     response = httpx.request(method, url, content=body, headers=sent, timeout=timeout_sec)
     return response.status_code, response.content
-
-
-def sagemaker_runtime(about: dict[str, Any]) -> Any:
-    import boto3
-    from botocore.config import Config
-
-    keys = developer(about)
-    session = boto3.session.Session(
-        aws_access_key_id=keys.access_key_id,
-        aws_secret_access_key=keys.secret_access_key,
-        region_name=about.get("region", "us-east-1"),
-    )
-    config = Config(retries={"mode": "standard", "max_attempts": 1}, read_timeout=960)
-    return session, config
 
 
 def invoke(

@@ -975,7 +975,7 @@ class World:
         }  # fmt: skip
 
         def start(_: Any) -> str | None:
-            from servestack.local.commands import sagemaker_runtime
+            from servestack.local.developer import sagemaker_runtime
             from servestack.local.transform import JobRefused, create_job, execute_job
 
             try:
