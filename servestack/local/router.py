@@ -37,7 +37,8 @@ from handlers.body import ClientDisconnected, ReadDeadlines, read_body
 from models.errors import InvalidInput, ServingError
 from models.settings import SIX_MEBIBYTES
 from servestack.alarms import Observation
-from servestack.local.processes import RealtimeProcess, free_port
+from servestack.local.processes import RealtimeProcess, free_port, kill_group
+from servestack.local.restarts import Backoff
 
 logger = logging.getLogger("servestack.router")
 
@@ -53,6 +54,13 @@ FORWARDED = {b"content-type", b"accept", b"x-amzn-sagemaker-target-model", b"x-a
 RETURNED = {b"content-type", b"retry-after", b"x-amzn-sagemaker-custom-attributes"}
 ADMIN = "/_servestack/"
 MAX_SHADOW_IN_FLIGHT = 64
+WATCH_INTERVAL_SEC = 0.25
+
+
+# A variant's container restarts after 0.25, 0.5, 1 ... 10 s while it keeps dying within 2 s of serving (a
+# container that cannot start at all costs little), and after 0.25 s again once it served 2 s or longer.
+def variant_backoff() -> Backoff:
+    return Backoff(first_sec=0.25, most_sec=10.0, stable_sec=2.0)
 
 
 @dataclass(frozen=True)
@@ -231,9 +239,24 @@ class Backend:
     faults: Faults = field(default_factory=Faults)
     observations: deque[Observation] = field(default_factory=lambda: deque(maxlen=200_000))
     component: str | None = None  # the inference component it serves, on an endpoint hosting components
+    plan: VariantPlan | None = None  # what to start again when its container dies (None: not restarted)
+    restarts: int = 0
+    restarting: bool = False  # its container died; a new one is on its way
+    retired: bool = False  # stopped on purpose: never restarted
+    started_at: float = field(default_factory=time.monotonic)
+    backoff: Backoff = field(default_factory=variant_backoff)
 
     def __post_init__(self) -> None:
         self.upstream = Upstream(self.process.host, self.process.port)
+
+    def is_retired(self) -> bool:
+        """Read anew after each await: the router may retire it meanwhile."""
+        return self.retired
+
+    def replace_process(self, process: RealtimeProcess) -> None:
+        """Serve from a new container (a restart): connections pooled to the old one are dropped."""
+        self.upstream.close()
+        self.process, self.upstream, self.started_at = process, Upstream(process.host, process.port), time.monotonic()
 
     @property
     def url(self) -> str:
@@ -250,6 +273,9 @@ class Backend:
             "url": self.url,
             "weight": self.weight,
             "faults": {"error_rate": self.faults.error_rate, "latency_ms": self.faults.latency_ms},
+            "pid": self.process.process.pid,
+            "restarts": self.restarts,
+            "restarting": self.restarting,
             "requests": len(statuses),
             "errors_4xx": sum(1 for s in statuses if 400 <= s < 500),
             "errors_5xx": sum(1 for s in statuses if s >= 500),
@@ -361,6 +387,8 @@ class Router:
         self.read_deadlines = ReadDeadlines(body_read_timeout_sec)
         # Inference components: their copy counts (every component is created with at least one copy).
         self.copies: dict[str, int] = {plan.component: 1 for plan in plans if plan.component is not None}
+        self._watch_task: asyncio.Task[None] | None = None
+        self._restart_tasks: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------------------------------ children
     def spawn(self, plan: VariantPlan) -> RealtimeProcess:
@@ -382,7 +410,13 @@ class Router:
             await asyncio.to_thread(process.stop)
             raise
         return Backend(
-            plan.name, f"{plan.model}@{plan.version}", process, weight, faults or Faults(), component=plan.component
+            plan.name,
+            f"{plan.model}@{plan.version}",
+            process,
+            weight,
+            faults or Faults(),
+            component=plan.component,
+            plan=plan,
         )
 
     async def start(self) -> None:
@@ -390,12 +424,65 @@ class Router:
         self.variants = list(started)
         if self.shadow_plan is not None:
             self.shadow = await self.start_backend(self.shadow_plan, weight=0)
+        self._watch_task = asyncio.get_running_loop().create_task(self._watch())
 
     async def stop_backend(self, backend: Backend) -> None:
+        backend.retired = True
         backend.upstream.close()
         await asyncio.to_thread(backend.process.stop)
 
+    # ------------------------------------------------------------------------------------------ restarts
+    async def _watch(self) -> None:
+        """Every container that exits (SIGKILLed, crashed) is started again, with backoff."""
+        while True:
+            await asyncio.sleep(WATCH_INTERVAL_SEC)
+            for backend in [*self.variants, *([self.shadow] if self.shadow else [])]:
+                if backend.restarting or backend.retired or backend.plan is None:
+                    continue
+                if backend.process.process.poll() is None:
+                    continue
+                backend.restarting = True
+                task = asyncio.get_running_loop().create_task(self._restart(backend))
+                self._restart_tasks.add(task)
+                task.add_done_callback(self._restart_tasks.discard)
+
+    async def _restart(self, backend: Backend) -> None:
+        assert backend.plan is not None
+        dead = backend.process
+        # Its workers may outlive their master (granian's workers serve the port it handed them): the group goes.
+        kill_group(dead.process)
+        backend.upstream.close()
+        ran_sec = time.monotonic() - backend.started_at
+        while not backend.is_retired():
+            delay = backend.backoff.next_delay(ran_sec)
+            logger.warning(
+                "router: %s exited with code %s; restarting it in %.2fs (restart %d)",
+                dead.name, dead.process.returncode, delay, backend.restarts + 1,
+            )  # fmt: skip
+            await asyncio.sleep(delay)
+            process = self.spawn(backend.plan)
+            started = time.monotonic()
+            try:
+                await asyncio.to_thread(process.wait_ready)
+            except (RuntimeError, TimeoutError) as error:
+                await asyncio.to_thread(process.stop)
+                logger.warning("router: %s did not start again: %s", dead.name, error)
+                ran_sec = time.monotonic() - started
+                continue
+            if backend.is_retired():  # stopped (scaled to zero, shut down) while it was starting
+                await asyncio.to_thread(process.stop)
+                return
+            backend.replace_process(process)
+            backend.restarts += 1
+            backend.restarting = False
+            logger.warning("router: %s is back (restart %d)", dead.name, backend.restarts)
+            return
+
     async def stop(self) -> None:
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+        for task in list(self._restart_tasks):
+            task.cancel()
         if self.rehearsal is not None:
             await self.rehearsal.cancel()
         backends = [*self.variants, *([self.shadow] if self.shadow else [])]
@@ -444,6 +531,8 @@ class Router:
             live = [v for v in self.variants if v.weight > 0] or self.variants
             if not live:  # every component scaled to zero: the endpoint itself is still in service
                 return await _respond(send, 200, [(b"content-type", b"application/json")], b"{}")
+            if live[0].restarting:
+                return await _respond(send, 503, [*_JSON, (b"retry-after", b"1")], _restarting(live[0]))
             status, headers, payload = await self.forward(live[0], "GET", b"/ping", [], b"")
             return await _respond(send, status, _returned(headers), payload)
         headers = [(name, value) for name, value in request_headers if name in FORWARDED]
@@ -460,6 +549,8 @@ class Router:
                 refusal_body = orjson.dumps({"error": error})
                 return await _respond(send, 400, [(b"content-type", b"application/json")], refusal_body)
         assert backend is not None
+        if backend.restarting:
+            return await _respond(send, 503, [*_JSON, (b"retry-after", b"1")], _restarting(backend))
         started = time.perf_counter()
         status, response_headers, payload = await self.forward(backend, method, target, headers, body)
         elapsed = time.perf_counter() - started
@@ -654,6 +745,12 @@ def _raw_target(scope: Scope) -> bytes:
             allowed="a path and query of visible ASCII characters, percent-encoded",
         )
     return target
+
+
+def _restarting(backend: Backend) -> bytes:
+    """The refusal while a variant's container starts again: retryable (503 with Retry-After)."""
+    message = f"variant {backend.name}: its container exited and is starting again; retry"
+    return orjson.dumps({"error": {"type": "VariantRestarting", "message": message}})
 
 
 def _returned(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
