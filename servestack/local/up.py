@@ -96,11 +96,10 @@ class Child:
     threads: list[threading.Thread] = field(default_factory=list)
 
     def start(self) -> None:
-        import subprocess
+        from servestack.local.processes import GroupLeader, die_with_parent
 
-        from servestack.local.processes import die_with_parent
-
-        self.process = subprocess.Popen(
+        # Its own process group: whatever it forked (a server's workers) is stopped, or killed, with it.
+        self.process = GroupLeader(
             self.argv, cwd=REPO_ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             preexec_fn=die_with_parent,
         )  # fmt: skip
@@ -131,23 +130,35 @@ class Child:
 
 
 class Supervisor:
-    """Restarts children that exit, after 1, 2, 4 ... 30 s; a child that ran 60 s starts again at 1 s."""
+    """Restarts children that exit, after 1, 2, 4 ... 30 s; a child that ran 60 s starts again at 1 s. What its
+    exit left of its process group (workers of a killed master) is killed first. `restarts` counts each child's
+    restarts since local up started; `on_restart` hears of each (local up writes them to the state file)."""
 
-    def __init__(self, children: list[Child], log: Callable[[str], None]) -> None:
+    def __init__(
+        self, children: list[Child], log: Callable[[str], None], on_restart: Callable[[], None] | None = None
+    ) -> None:
         self.children = children
         self.log = log
+        self.on_restart = on_restart
+        self.restarts: dict[str, int] = dict.fromkeys((child.name for child in children), 0)
 
     def tick(self) -> None:
+        from servestack.local.processes import kill_group
+
         now = time.monotonic()
         for child in self.children:
             if child.next_start is not None:
                 if now >= child.next_start:
-                    self.log(f"{child.name}: restarting (restart {child.restarts})")
+                    self.log(f"{child.name}: restarting (restart {self.restarts[child.name] + 1})")
                     child.start()
+                    self.restarts[child.name] += 1
+                    if self.on_restart is not None:
+                        self.on_restart()
                 continue
             code = child.process.poll()
             if code is None:
                 continue
+            kill_group(child.process)
             if now - child.started_at > 60:
                 child.restarts = 0
             delay = min(30.0, 2.0**child.restarts)
@@ -399,7 +410,11 @@ def _run(options: UpOptions) -> int:
         }
         state.write(state_file, about, plan.deployments)
         print(world.banner(plan, state_file, timings), flush=True)
-        supervisor = Supervisor(children, lambda line: print(line, file=sys.stderr, flush=True))
+
+        def record_restarts() -> None:  # `local status` reads them; each endpoint's router counts its variants'
+            state.write(state_file, {**about, "restarts": dict(supervisor.restarts)}, plan.deployments)
+
+        supervisor = Supervisor(children, lambda line: print(line, file=sys.stderr, flush=True), record_restarts)
         while not stop_requested.wait(0.5):
             supervisor.tick()
         return 0
