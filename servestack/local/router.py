@@ -8,11 +8,16 @@ starts one realtime child (`python -m handlers.realtime serve`) per variant (and
 - every inference route (`/invocations`, `/v1/models/...`): forwarded to a variant picked at random by
   weight; the answer carries `x-Amzn-Invoked-Production-Variant`, as SageMaker's does;
 - `GET /ping`: the first live variant's;
-- `GET /_servestack/metrics`: requests, 4xx/5xx and latency per variant; `GET /_servestack/shadow`: the shadow
-  report (label agreement, mean |probability difference|, latency of each);
-- `POST /_servestack/deploy`, `GET /_servestack/deploy`: start and follow a rehearsal;
-- `GET /_servestack/components`, `POST /_servestack/components/{name}` `{"copies": N}`: a component's copies (0
-  stops its child, N >= 1 starts it again if it was stopped; locally one child stands for all its copies).
+- on its control port only (`--control-port`, recorded in local up's state file and used by the CLI; on the
+  port callers invoke, `/_servestack/...` is a 403), the admin routes:
+  - `GET /_servestack/metrics`: requests, 4xx/5xx, latency, restarts and pid per variant;
+  - `GET /_servestack/shadow`: the shadow report (label agreement, mean |probability difference|, latency of each);
+  - `POST /_servestack/deploy`, `GET /_servestack/deploy`: start and follow a rehearsal;
+  - `GET /_servestack/components`, `POST /_servestack/components/{name}` `{"copies": N}`: a component's copies (0
+    stops its child, N >= 1 starts it again if it was stopped; locally one child stands for all its copies).
+A variant's container that exits is started again, with backoff (`_watch`); meanwhile its requests get a 503
+with Retry-After. The router also sheds load itself: past `max_in_flight` requests waiting on its variants, a
+request is answered 429 with Retry-After at once instead of queueing without end.
 
 Fault injection (`error_rate`, `latency_ms`) exists only here, in the local router, applied to the green side
 of a rehearsal: nothing in `handlers/` or `models/` can misbehave on purpose.
@@ -54,6 +59,9 @@ FORWARDED = {b"content-type", b"accept", b"x-amzn-sagemaker-target-model", b"x-a
 RETURNED = {b"content-type", b"retry-after", b"x-amzn-sagemaker-custom-attributes"}
 ADMIN = "/_servestack/"
 MAX_SHADOW_IN_FLIGHT = 64
+# Requests the router holds at once (forwarded or waiting on a variant), past which it answers 429: a variant's
+# own admission queue is far shorter, so this bounds only a flood that would otherwise queue in the router.
+DEFAULT_MAX_IN_FLIGHT = 256
 WATCH_INTERVAL_SEC = 0.25
 
 
@@ -366,8 +374,15 @@ class Router:
         rehearsal_factory: Callable[[Router, dict[str, Any]], Any] | None = None,
         max_body_bytes: int = SIX_MEBIBYTES,
         body_read_timeout_sec: float = 10.0,
+        control_port: int | None = None,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     ) -> None:
         self.deployment = deployment
+        # The admin routes answer only on this port (None: nowhere); the port callers invoke refuses them.
+        self.control_port = control_port
+        self.max_in_flight = max_in_flight
+        self.in_flight = 0
+        self.shed = 0
         self.plans = plans
         self.shadow_plan = shadow
         self.shadow_percent = shadow_percent
@@ -524,9 +539,31 @@ class Router:
             return await _respond(send, refused.status_code, _JSON, orjson.dumps({"error": refused.to_dict()}))
         except ClientDisconnected:
             return None
-        if path.startswith(ADMIN):
+        on_control_port = self.control_port is not None and _local_port(scope) == self.control_port
+        if path.startswith(ADMIN) or on_control_port:
+            if not (path.startswith(ADMIN) and on_control_port):
+                return await _respond(send, 403, _JSON, _admin_refusal(method, path))
             status, answer = await self.admin(method, path[len(ADMIN) :], body)
             return await _respond(send, status, [(b"content-type", b"application/json")], orjson.dumps(answer))
+        if self.in_flight >= self.max_in_flight:
+            self.shed += 1
+            return await _respond(send, 429, [*_JSON, (b"retry-after", b"1")], self._shed_refusal())
+        self.in_flight += 1
+        try:
+            return await self._route(scope, method, path, target, request_headers, body, send)
+        finally:
+            self.in_flight -= 1
+
+    def _shed_refusal(self) -> bytes:
+        message = f"the endpoint's router holds {self.max_in_flight} requests already; retry after a pause"
+        error = {"type": "ThrottlingException", "message": message, "field": "in_flight",
+                 "value": self.in_flight, "allowed": f"<= {self.max_in_flight}"}  # fmt: skip
+        return orjson.dumps({"error": error})
+
+    async def _route(
+        self, scope: Scope, method: str, path: str, target: bytes, request_headers: list[tuple[bytes, bytes]],
+        body: bytes, send: Send,
+    ) -> None:  # fmt: skip
         if method == "GET" and path == "/ping":
             live = [v for v in self.variants if v.weight > 0] or self.variants
             if not live:  # every component scaled to zero: the endpoint itself is still in service
@@ -598,8 +635,13 @@ class Router:
         return self.components()
 
     def components(self) -> dict[str, Any]:
+        """Each component's copies, its backends, and how many of them serve now (not restarting)."""
         return {
-            name: {"copies": copies, "backends": [v.name for v in self.variants if v.component == name]}
+            name: {
+                "copies": copies,
+                "backends": [v.name for v in self.variants if v.component == name],
+                "serving": sum(1 for v in self.variants if v.component == name and not v.restarting),
+            }
             for name, copies in self.copies.items()
         }
 
@@ -745,6 +787,22 @@ def _raw_target(scope: Scope) -> bytes:
             allowed="a path and query of visible ASCII characters, percent-encoded",
         )
     return target
+
+
+def _local_port(scope: Scope) -> int | None:
+    """The port the request came in on (ASGI's `server`: the listening socket's address)."""
+    server = scope.get("server")
+    return int(server[1]) if server and len(server) > 1 and server[1] is not None else None
+
+
+def _admin_refusal(method: str, path: str) -> bytes:
+    message = (
+        "the router's admin routes answer only on its control port, which local up records in its state file for "
+        "the CLI; this port serves inference requests"
+    )
+    error = {"type": "AccessDenied", "message": message, "field": "path", "value": f"{method} {path[:200]}",
+             "allowed": "inference routes here; /_servestack/ routes on the control port"}  # fmt: skip
+    return orjson.dumps({"error": error})
 
 
 def _restarting(backend: Backend) -> bytes:

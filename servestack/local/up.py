@@ -59,6 +59,7 @@ class UpOptions:
     explain: bool = False
     resynth: bool = False
     visibility_timeout_sec: int | None = None
+    allow_reset: bool = False  # moto's admin API (`/moto-api/reset` ...) on the emulator port: refused unless set
 
 
 class UpError(RuntimeError):
@@ -350,7 +351,7 @@ def _run(options: UpOptions) -> int:
         from servestack.local.emulator import EmbeddedEmulator, clients_for
 
         if external is None:
-            emulator = EmbeddedEmulator(emulator_port, middleware=access.middleware)
+            emulator = EmbeddedEmulator(emulator_port, middleware=access.middleware, allow_admin=options.allow_reset)
         aws = clients_for(emulator_url, access.developer, region)
         for topology in topologies:
             access.add_resource_policies(topology.resource_policies)
@@ -522,7 +523,8 @@ class World:
     registry_uri: str
     service_endpoints: dict[str, str] = field(default_factory=dict)  # AWS_ENDPOINT_URL_<SERVICE> for functions
     components: dict[str, Any] = field(default_factory=dict)  # inference component name -> ComponentState
-    component_routers: dict[str, str] = field(default_factory=dict)  # inference component name -> router URL
+    component_routers: dict[str, str] = field(default_factory=dict)  # inference component -> router control URL
+    control_urls: dict[str, str] = field(default_factory=dict)  # endpoint name -> its router's control port URL
 
     # ------------------------------------------------------------------------------------ what to run
     def plan(
@@ -612,6 +614,7 @@ class World:
                 first_realtime = False
                 child, target = self._endpoint(topology, endpoint, port, run_dir, env_base, credentials)
                 plan.children.append(child)
+                entry["control_url"] = self.control_urls[endpoint.name]  # the router's admin routes, the CLI's
                 if endpoint.async_config is not None:
                     # An asynchronous endpoint: InvokeEndpointAsync only; SageMaker writes the outcome to S3 and
                     # publishes it to SNS with the model's execution role.
@@ -693,8 +696,9 @@ class World:
         }
         path = run_dir / f"endpoint-{endpoint.name}.json"
         path.write_text(json.dumps(config, indent=2))
+        control_url = self.control_urls[endpoint.name] = f"http://127.0.0.1:{free_port()}"
         argv = [sys.executable, "-m", "servestack.local.endpoint", "--config", str(path), "--port", str(port),
-                "--spec", str(self.spec_file)]  # fmt: skip
+                "--control-port", control_url.rsplit(":", 1)[1], "--spec", str(self.spec_file)]  # fmt: skip
         # The router is SageMaker's side (it pulls new versions for rehearsals): the developer's keys.
         env = env_base | self.access.developer.environment()
         url = f"http://127.0.0.1:{port}"
@@ -710,7 +714,7 @@ class World:
                 for c in endpoint.components
             }
             self.components.update(states)
-            self.component_routers.update(dict.fromkeys(states, url))
+            self.component_routers.update(dict.fromkeys(states, control_url))
             return child, RealtimeTarget(url, names, components=states)
         multi = [v for v in endpoint.variants if v.container is not None and v.container.mode == "MultiModel"]
         if not multi:
@@ -863,7 +867,7 @@ class World:
         from servestack.local.inference_components import InferenceComponents
         from servestack.local.transform_jobs import TransformJobs
 
-        components = InferenceComponents(self.components, self._scale_component)
+        components = InferenceComponents(self.components, self._scale_component, self._serving_copies)
         models = [model for topology in plan.topologies for model in topology.models]
         jobs = TransformJobs(models, self.region, ACCOUNT)
         front = AwsFront(runtime, lambdas, self.access, plan.aws_port, components, jobs).serve_in_background()
@@ -920,6 +924,11 @@ class World:
         response = httpx.post(url, json={"copies": copies}, timeout=180)
         if response.status_code != 200:
             raise RuntimeError(f"the endpoint's router answered {response.status_code}: {response.text[:300]}")
+
+    def _serving_copies(self, component: Any) -> tuple[int, int] | None:
+        from servestack.local.inference_components import copies_on_router
+
+        return copies_on_router(self.component_routers[component.name], component.name)
 
     def _authorize_api(self, request: Any, resource: str) -> Any:
         return self.access.check(request, "execute-api", resource)

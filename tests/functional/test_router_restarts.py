@@ -11,8 +11,9 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -23,6 +24,7 @@ pytestmark = pytest.mark.slow
 KILLS = 20
 SAMPLE = (ARTIFACTS / "digits" / "1" / "sample-request.json").read_bytes()
 RETRYABLE = {429, 502, 503, 504}
+T = TypeVar("T")
 
 
 def children_of(pid: int) -> list[int]:
@@ -69,10 +71,10 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
-def wait_for(what: str, check: object, timeout_sec: float) -> object:
+def wait_for(what: str, check: Callable[[], T], timeout_sec: float) -> T:
     deadline = time.monotonic() + timeout_sec
     while time.monotonic() < deadline:
-        found = check()  # type: ignore[operator]
+        found = check()
         if found:
             return found
         time.sleep(0.1)
@@ -136,7 +138,7 @@ def test_twenty_variant_kills_under_load_each_restarted_and_every_request_answer
     kills: Counter[str] = Counter()
     with Load(router.url) as load:
         for kill in range(KILLS):
-            (master,) = wait_for("serving variant", lambda: serving_masters(router), 60)  # type: ignore[misc]
+            (master,) = wait_for("serving variant", lambda: serving_masters(router), 60)
             workers = descendants(master)
             # WHEN the variant is SIGKILLed: its master alone (the workers stay), or its whole process tree
             if kill % 2 == 0:
@@ -147,9 +149,10 @@ def test_twenty_variant_kills_under_load_each_restarted_and_every_request_answer
                     os.kill(pid, signal.SIGKILL)
                 kills["master and workers"] += 1
             # THEN the router starts a new container, and no worker of the old one is left serving
-            wait_for("restarted variant", lambda: [p for p in serving_masters(router) if p != master], 60)
-            wait_for("orphans gone", lambda: not any(alive(pid) for pid in workers), 10)
-            wait_for("ready variant", lambda: load.outcomes["200"] and _metrics_ready(router), 60)
+            dead, orphans = master, workers
+            wait_for("restarted variant", lambda: [p for p in serving_masters(router) if p != dead], 60)  # noqa: B023
+            wait_for("orphans gone", lambda: not any(alive(pid) for pid in orphans), 10)  # noqa: B023
+            wait_for("ready variant", lambda: load.outcomes["200"] > 0 and _ping_ok(router), 60)
             time.sleep(2.2)  # it serves a while (past the backoff's 2 s), so each restart comes after 0.25 s
     requests = sum(load.outcomes.values())
     print(f"\nvariant kills: {dict(kills)}; requests: {requests}; outcomes: {dict(load.outcomes)}")
@@ -162,7 +165,7 @@ def test_twenty_variant_kills_under_load_each_restarted_and_every_request_answer
 
 
 def _control_get(router: RouterProcess, path: str) -> bytes:
-    url = getattr(router, "control_url", router.url)
+    url = router.control_url
     host, port = url.removeprefix("http://").split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=10)
     try:
@@ -172,7 +175,7 @@ def _control_get(router: RouterProcess, path: str) -> bytes:
         connection.close()
 
 
-def _metrics_ready(router: RouterProcess) -> bool:
+def _ping_ok(router: RouterProcess) -> bool:
     connection = http.client.HTTPConnection(router.url.removeprefix("http://").split(":")[0],
                                             int(router.url.rsplit(":", 1)[1]), timeout=10)  # fmt: skip
     try:
