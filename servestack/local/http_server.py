@@ -32,6 +32,7 @@ HOP_BY_HOP = frozenset({"connection", "content-length", "transfer-encoding", "ke
 # Gateway can hand a function.
 MAX_BODY_BYTES = 6 * 1024 * 1024
 BODY_TIMEOUT_SEC = 10.0
+BACKLOG = 1024  # the listen queue (the kernel caps it at net.core.somaxconn)
 # A refused body is read and thrown away up to this much, so the client sees the answer (see above).
 DRAIN_BYTES = 16 * 1024 * 1024
 _LENGTH = re.compile(r"[0-9]{1,18}")
@@ -229,6 +230,14 @@ def request_id() -> str:
     return str(uuid.uuid4())
 
 
+class QueuingHTTPServer(ThreadingHTTPServer):
+    """A thread per connection, listening with a real backlog: socketserver's default of 5 drops the SYNs of a
+    burst of callers while the accept thread is busy (their connects then stall for a second or time out)."""
+
+    request_queue_size = BACKLOG
+    daemon_threads = True
+
+
 class LocalHttpServer:
     """`handle(request) -> Reply` on `host:port` (0: a free port), each connection on its own thread."""
 
@@ -291,8 +300,7 @@ class LocalHttpServer:
             def log_message(self, format: str, *args: Any) -> None:
                 logger.debug("%s: " + format, name, *args)
 
-        self.server = ThreadingHTTPServer((host, port), RequestHandler)
-        self.server.daemon_threads = True
+        self.server = QueuingHTTPServer((host, port), RequestHandler)
         self.port = int(self.server.server_address[1])
         self.url = f"http://{host}:{self.port}"
         self._thread: threading.Thread | None = None
@@ -303,7 +311,8 @@ class LocalHttpServer:
         return self
 
     def close(self) -> None:
-        self.server.shutdown()
+        if self._thread is not None:  # shutdown() waits for a serve_forever that must have started
+            self.server.shutdown()
         self.server.server_close()
         if self._thread is not None:
             self._thread.join(timeout=5)

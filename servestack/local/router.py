@@ -702,6 +702,8 @@ class Router:
     def metrics(self) -> dict[str, Any]:
         return {
             "deployment": self.deployment,
+            "in_flight": self.in_flight,
+            "shed": self.shed,  # requests answered 429 because the router held max_in_flight already
             "variants": {v.name: v.summary() for v in self.variants},
             "shadow": {self.shadow.name: self.shadow.summary()} if self.shadow else None,
         }
