@@ -20,8 +20,7 @@ import pytest
 from models.packaging import create_package
 from models.registry import package_archive
 from servestack.local.http_server import Request
-from servestack.local.multi_model import MultiModelFront, model_name_of
-RATIO_FLOOR_BYTES = 16 << 20
+from servestack.local.multi_model import RATIO_FLOOR_BYTES, MultiModelFront, model_name_of
 from tests.conftest import ARTIFACTS, RealtimeServer
 
 pytestmark = pytest.mark.slow
