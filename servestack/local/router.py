@@ -56,8 +56,9 @@ VARIANT_HEADER = b"x-amzn-invoked-production-variant"
 TARGET_VARIANT = b"x-amzn-sagemaker-target-variant"
 INFERENCE_COMPONENT = b"x-amzn-sagemaker-inference-component"
 FORWARDED = {b"content-type", b"accept", b"x-amzn-sagemaker-target-model", b"x-amzn-sagemaker-custom-attributes"}
-RETURNED = {b"content-type", b"retry-after", b"x-amzn-sagemaker-custom-attributes"}
+RETURNED = {b"content-type", b"retry-after", b"x-amzn-sagemaker-custom-attributes", b"x-amzn-errortype"}
 ADMIN = "/_servestack/"
+ROUTER_REFUSAL = b"x-amzn-errortype"  # on the router's own 429/502/503 only: `forward` strips a container's
 MAX_SHADOW_IN_FLIGHT = 64
 # Requests the router holds at once (forwarded or waiting on a variant), past which it answers 429: a variant's
 # own admission queue is far shorter, so this bounds only a flood that would otherwise queue in the router.
@@ -547,7 +548,7 @@ class Router:
             return await _respond(send, status, [(b"content-type", b"application/json")], orjson.dumps(answer))
         if self.in_flight >= self.max_in_flight:
             self.shed += 1
-            return await _respond(send, 429, [*_JSON, (b"retry-after", b"1")], self._shed_refusal())
+            return await _respond(send, 429, [*_JSON, *_refusal("ThrottlingException")], self._shed_refusal())
         self.in_flight += 1
         try:
             return await self._route(scope, method, path, target, request_headers, body, send)
@@ -569,7 +570,7 @@ class Router:
             if not live:  # every component scaled to zero: the endpoint itself is still in service
                 return await _respond(send, 200, [(b"content-type", b"application/json")], b"{}")
             if live[0].restarting:
-                return await _respond(send, 503, [*_JSON, (b"retry-after", b"1")], _restarting(live[0]))
+                return await _respond(send, 503, [*_JSON, *_refusal("ServiceUnavailable")], _restarting(live[0]))
             status, headers, payload = await self.forward(live[0], "GET", b"/ping", [], b"")
             return await _respond(send, status, _returned(headers), payload)
         headers = [(name, value) for name, value in request_headers if name in FORWARDED]
@@ -587,7 +588,7 @@ class Router:
                 return await _respond(send, 400, [(b"content-type", b"application/json")], refusal_body)
         assert backend is not None
         if backend.restarting:
-            return await _respond(send, 503, [*_JSON, (b"retry-after", b"1")], _restarting(backend))
+            return await _respond(send, 503, [*_JSON, *_refusal("ServiceUnavailable")], _restarting(backend))
         started = time.perf_counter()
         status, response_headers, payload = await self.forward(backend, method, target, headers, body)
         elapsed = time.perf_counter() - started
@@ -655,10 +656,12 @@ class Router:
             error = {"type": "InjectedFault", "message": f"rehearsal fault injected into variant {backend.name}"}
             return 500, [(b"content-type", b"application/json")], orjson.dumps({"error": error})
         try:
-            return await backend.upstream.request(method, path, headers, body)
+            status, answered, payload = await backend.upstream.request(method, path, headers, body)
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
             error = {"type": "VariantUnavailable", "message": f"variant {backend.name}: {type(exc).__name__}"}
-            return 502, [(b"content-type", b"application/json")], orjson.dumps({"error": error})
+            return 502, [*_JSON, *_refusal("ServiceUnavailable")], orjson.dumps({"error": error})
+        # the refusal marker is the router's alone: a container's answer never carries it through
+        return status, [(name, value) for name, value in answered if name != ROUTER_REFUSAL], payload
 
     def _copy_to_shadow(
         self,
@@ -789,6 +792,13 @@ def _raw_target(scope: Scope) -> bytes:
             allowed="a path and query of visible ASCII characters, percent-encoded",
         )
     return target
+
+
+def _refusal(error_type: str) -> list[tuple[bytes, bytes]]:
+    """The headers of the router's own retryable refusal (429 shed, 502 variant unreachable, 503 variant
+    restarting): a pause to take, and SageMaker's error code for it (`x-amzn-ErrorType`), by which local up's
+    SageMaker front tells it from a container's own error (which it reports as a ModelError)."""
+    return [(b"retry-after", b"1"), (ROUTER_REFUSAL, error_type.encode())]
 
 
 def _local_port(scope: Scope) -> int | None:
