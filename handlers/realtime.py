@@ -42,12 +42,14 @@ class ContainerSettings(EnvironmentSettings, frozen=True, kw_only=True):
     log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
     http_server: Literal["granian", "uvicorn"] = "granian"
     # Idle connections are bounded (granian): a connection that has not sent a whole request head within
-    # `header_read_timeout_sec` (a new one, or a kept-alive one between requests) is closed, and one worker
-    # holds at most `max_connections` connections. granian counts connections, not requests, against this
-    # cap (its `backpressure`, by default backlog / workers = 1024): an idle crowd of about 1,000 per worker
-    # then locked new callers out until the default 30 s header timeout freed a place. The cap is set far
-    # above any crowd a caller can keep alive within the timeout, and the kernel's file limit is raised to fit.
-    header_read_timeout_sec: Annotated[float, msgspec.Meta(ge=0.001, le=60)] = 5.0
+    # `header_read_timeout_sec` (a new one, a kept-alive one between requests, or one sending its head byte by
+    # byte) is closed, and one worker holds at most `max_connections` connections. granian counts connections,
+    # not requests, against this cap (its `backpressure`, by default backlog / workers = 1,024): an idle crowd
+    # of about 1,000 per worker locked new callers out until granian's 30 s header timeout freed a place. The
+    # cap is set far above such a crowd and the kernel's file limit raised to fit. 10 s, not less: clients keep
+    # pooled connections for about 5 s (httpx's keep-alive expiry, the local router's 2 s), and a server closing
+    # one just as a client reuses it costs that client a failed request.
+    header_read_timeout_sec: Annotated[float, msgspec.Meta(ge=0.001, le=60)] = 10.0
     max_connections: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 20_000
 
     @classmethod

@@ -79,14 +79,20 @@ def test_five_thousand_idle_connections_do_not_delay_a_normal_caller(tmp_path: P
         server.stop()
 
 
-def test_an_idle_connection_is_closed_after_the_header_read_timeout(tmp_path: Path) -> None:
+def test_idle_and_slow_connections_are_closed_after_the_header_read_timeout(tmp_path: Path) -> None:
     server = RealtimeServer.start(tmp_path, env={"SERVESTACK_HEADER_READ_TIMEOUT_SEC": "1"})
+    port = server.child.port
     try:
-        with socket.create_connection(("127.0.0.1", server.child.port), timeout=10) as sock:
-            started = time.perf_counter()
-            # The server closes it (an empty read) instead of holding it for the caller forever.
-            assert sock.recv(1024) == b""
-            assert time.perf_counter() - started < 5
+        for sent in (b"", b"GET /ping HTTP/1.1\r\nHo", b"GET /ping HTTP/1.1\r\nHost: x\r\n\r\n"):
+            # GIVEN a connection that sends nothing, half a request head, or one request and then nothing
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+                sock.sendall(sent)
+                if sent.endswith(b"\r\n\r\n"):
+                    assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+                started = time.perf_counter()
+                # THEN the server closes it (an empty read) once the timeout passes, instead of holding it
+                assert sock.recv(1024) == b"", sent
+                assert time.perf_counter() - started < 5, sent
     finally:
         server.stop()
 
