@@ -345,15 +345,21 @@ class Router:
                 dead.name, dead.process.returncode, delay, backend.restarts + 1,
             )  # fmt: skip
             await asyncio.sleep(delay)
-            process = self.spawn(backend.plan)
             started = time.monotonic()
+            process = None
             try:
+                process = self.spawn(backend.plan)
                 await asyncio.to_thread(process.wait_ready)
-            except (RuntimeError, TimeoutError) as error:
-                await asyncio.to_thread(process.stop)
+            except (OSError, RuntimeError, TimeoutError) as error:
+                if process is not None:
+                    await asyncio.to_thread(process.stop)
                 logger.warning("router: %s did not start again: %s", dead.name, error)
                 ran_sec = time.monotonic() - started
                 continue
+            except asyncio.CancelledError:  # the router is shutting down: the new container goes with it
+                if process is not None:
+                    process.stop(grace_sec=2)
+                raise
             if backend.is_retired():  # stopped (scaled to zero, shut down) while it was starting
                 await asyncio.to_thread(process.stop)
                 return
