@@ -114,3 +114,31 @@ def test_describe_inference_component_reports_the_copies_the_router_runs(compone
     httpx.post(f"{control}/_servestack/components/ep-digits", json={"copies": 0}, timeout=60).raise_for_status()
     # THEN DescribeInferenceComponent no longer says a copy runs
     assert describe() == {"DesiredCopyCount": 0, "CurrentCopyCount": 0}
+
+
+def test_local_ups_transform_report_route_answers_only_the_developers_signature() -> None:
+    from servestack.local.access import EnforcedAccess
+    from servestack.local.aws_front import AwsFront
+    from servestack.local.commands import signed
+    from servestack.local.lambda_service import LambdaService
+    from servestack.local.sagemaker_front import SageMakerRuntime
+    from servestack.local.transform_jobs import REPORT_PREFIX, TransformJobs
+
+    access = EnforcedAccess(log=lambda line: None)
+    front = AwsFront(
+        SageMakerRuntime({}, {}, None), LambdaService([]), access,
+        transform_jobs=TransformJobs(["m-digits"], "us-east-1", "123456789012"),
+    ).serve_in_background()  # fmt: skip
+    try:
+        report = f"{front.url}{REPORT_PREFIX}Nightly-1"
+        body = json.dumps({"status": "Failed", "reason": "forged"}).encode()
+        # WHEN anyone posts a job's end unsigned THEN it is refused (403), before any job is looked up
+        unsigned = httpx.post(report, content=body, headers={"Content-Type": "application/json"})
+        assert unsigned.status_code == 403, unsigned.text
+        # WHEN the developer signs it (as `local run-batch` does) THEN it reaches the route (no such job here)
+        status, answer = signed("POST", report, access.developer, "us-east-1", body=body,
+                                headers={"Content-Type": "application/json"}, service="sagemaker")  # fmt: skip
+        assert status == 400, answer
+        assert b"Could not find requested job" in answer
+    finally:
+        front.close()
