@@ -11,7 +11,10 @@ serving.yaml -> CDK app -> templates (.servestack/cdk.out, reused while the inpu
 5. this process is the AWS services around them: the HTTP API fronts (IAM-authenticated), the SQS event
    source mappings, the schedules, and one port where boto3's `sagemaker-runtime` and `lambda` clients work
    unchanged (`--aws-port`, default 8090);
-6. a child that dies is restarted with backoff while the others keep running.
+6. a child that dies is restarted with backoff while the others keep running; each child runs in a process
+   group of its own, so what it forked dies with it (the state file's `restarts` counts each child's restarts;
+   each endpoint's router restarts its variants' containers the same way and counts them in its metrics, on
+   the control port the state file records as the deployment's `control_url`).
 Children's output is one log stream, each line tagged. The state file (`.servestack/local.json`) says where
 everything is, the stack outputs, and the keys of each role, for other commands and for replaying a call
 as a function. Ctrl-C or SIGTERM stops everything.
@@ -408,6 +411,7 @@ def _run(options: UpOptions) -> int:
             "developer": access.developer.to_dict(),
             "identities": plan.identities,
             "stacks": {t.stack: {"outputs": t.outputs, "deployment": t.deployment} for t in topologies},
+            "restarts": dict.fromkeys((child.name for child in children), 0),
         }
         state.write(state_file, about, plan.deployments)
         print(world.banner(plan, state_file, timings), flush=True)
