@@ -11,7 +11,10 @@ serving.yaml -> CDK app -> templates (.servestack/cdk.out, reused while the inpu
 5. this process is the AWS services around them: the HTTP API fronts (IAM-authenticated), the SQS event
    source mappings, the schedules, and one port where boto3's `sagemaker-runtime` and `lambda` clients work
    unchanged (`--aws-port`, default 8090);
-6. a child that dies is restarted with backoff while the others keep running.
+6. a child that dies is restarted with backoff while the others keep running; each child runs in a process
+   group of its own, so what it forked dies with it (the state file's `restarts` counts each child's restarts;
+   each endpoint's router restarts its variants' containers the same way and counts them in its metrics, on
+   the control port the state file records as the deployment's `control_url`).
 Children's output is one log stream, each line tagged, and a file per child under `.servestack/logs/`
 (servestack/local/logs.py). Slow steps report progress on stderr (servestack/progress.py). The state file
 (`.servestack/local.json`) says where everything is, the stack outputs, and the keys of each role, for other
@@ -64,6 +67,7 @@ class UpOptions:
     explain: bool = False
     resynth: bool = False
     visibility_timeout_sec: int | None = None
+    allow_reset: bool = False  # moto's admin API (`/moto-api/reset` ...) on the emulator port: refused unless set
 
 
 class UpError(RuntimeError):
@@ -110,11 +114,10 @@ class Child:
     log_path: Path | None = None  # its own log file (.servestack/logs/<deployment>/<child>.log)
 
     def start(self) -> None:
-        import subprocess
+        from servestack.local.processes import GroupLeader, die_with_parent
 
-        from servestack.local.processes import die_with_parent
-
-        self.process = subprocess.Popen(
+        # Its own process group: whatever it forked (a server's workers) is stopped, or killed, with it.
+        self.process = GroupLeader(
             self.argv, cwd=REPO_ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             preexec_fn=die_with_parent,
         )  # fmt: skip
@@ -145,23 +148,35 @@ class Child:
 
 
 class Supervisor:
-    """Restarts children that exit, after 1, 2, 4 ... 30 s; a child that ran 60 s starts again at 1 s."""
+    """Restarts children that exit, after 1, 2, 4 ... 30 s; a child that ran 60 s starts again at 1 s. What its
+    exit left of its process group (workers of a killed master) is killed first. `restarts` counts each child's
+    restarts since local up started; `on_restart` hears of each (local up writes them to the state file)."""
 
-    def __init__(self, children: list[Child], log: Callable[[str], None]) -> None:
+    def __init__(
+        self, children: list[Child], log: Callable[[str], None], on_restart: Callable[[], None] | None = None
+    ) -> None:
         self.children = children
         self.log = log
+        self.on_restart = on_restart
+        self.restarts: dict[str, int] = dict.fromkeys((child.name for child in children), 0)
 
     def tick(self) -> None:
+        from servestack.local.processes import kill_group
+
         now = time.monotonic()
         for child in self.children:
             if child.next_start is not None:
                 if now >= child.next_start:
-                    self.log(f"{child.name}: restarting (restart {child.restarts})")
+                    self.log(f"{child.name}: restarting (restart {self.restarts[child.name] + 1})")
                     child.start()
+                    self.restarts[child.name] += 1
+                    if self.on_restart is not None:
+                        self.on_restart()
                 continue
             code = child.process.poll()
             if code is None:
                 continue
+            kill_group(child.process)
             if now - child.started_at > 60:
                 child.restarts = 0
             delay = min(30.0, 2.0**child.restarts)
@@ -358,7 +373,7 @@ def _run(options: UpOptions) -> int:
         from servestack.local.emulator import EmbeddedEmulator, clients_for
 
         if external is None:
-            emulator = EmbeddedEmulator(emulator_port, middleware=access.middleware)
+            emulator = EmbeddedEmulator(emulator_port, middleware=access.middleware, allow_admin=options.allow_reset)
         aws = clients_for(emulator_url, access.developer, region)
         for topology in topologies:
             access.add_resource_policies(topology.resource_policies)
@@ -424,12 +439,17 @@ def _run(options: UpOptions) -> int:
             "identities": plan.identities,
             "stacks": {t.stack: {"outputs": t.outputs, "deployment": t.deployment} for t in topologies},
             "notices": notices,
+            "restarts": dict.fromkeys((child.name for child in children), 0),
         }
         state.write(state_file, about, plan.deployments)
         print(world.banner(plan, state_file, timings), flush=True)
         for notice in notices:  # after the banner too, where the eye lands
             print(notice, file=sys.stderr, flush=True)
-        supervisor = Supervisor(children, lambda line: print(line, file=sys.stderr, flush=True))
+
+        def record_restarts() -> None:  # `local status` reads them; each endpoint's router counts its variants'
+            state.write(state_file, {**about, "restarts": dict(supervisor.restarts)}, plan.deployments)
+
+        supervisor = Supervisor(children, lambda line: print(line, file=sys.stderr, flush=True), record_restarts)
         while not stop_requested.wait(0.5):
             supervisor.tick()
         return 0
@@ -538,7 +558,8 @@ class World:
     registry_uri: str
     service_endpoints: dict[str, str] = field(default_factory=dict)  # AWS_ENDPOINT_URL_<SERVICE> for functions
     components: dict[str, Any] = field(default_factory=dict)  # inference component name -> ComponentState
-    component_routers: dict[str, str] = field(default_factory=dict)  # inference component name -> router URL
+    component_routers: dict[str, str] = field(default_factory=dict)  # inference component -> router control URL
+    control_urls: dict[str, str] = field(default_factory=dict)  # endpoint name -> its router's control port URL
     notices: list[str] = field(default_factory=list)  # lines for the developer (releases applied at start)
 
     # ------------------------------------------------------------------------------------ what to run
@@ -632,6 +653,7 @@ class World:
                 first_realtime = False
                 child, target = self._endpoint(topology, endpoint, port, run_dir, env_base, credentials)
                 plan.children.append(child)
+                entry["control_url"] = self.control_urls[endpoint.name]  # the router's admin routes, the CLI's
                 if endpoint.async_config is not None:
                     # An asynchronous endpoint: InvokeEndpointAsync only; SageMaker writes the outcome to S3 and
                     # publishes it to SNS with the model's execution role.
@@ -714,8 +736,9 @@ class World:
         }
         path = run_dir / f"endpoint-{endpoint.name}.json"
         path.write_text(json.dumps(config, indent=2))
+        control_url = self.control_urls[endpoint.name] = f"http://127.0.0.1:{free_port()}"
         argv = [sys.executable, "-m", "servestack.local.endpoint", "--config", str(path), "--port", str(port),
-                "--spec", str(self.spec_file)]  # fmt: skip
+                "--control-port", control_url.rsplit(":", 1)[1], "--spec", str(self.spec_file)]  # fmt: skip
         # The router is SageMaker's side (it pulls new versions for rehearsals): the developer's keys.
         env = env_base | self.access.developer.environment()
         url = f"http://127.0.0.1:{port}"
@@ -731,7 +754,7 @@ class World:
                 for c in endpoint.components
             }
             self.components.update(states)
-            self.component_routers.update(dict.fromkeys(states, url))
+            self.component_routers.update(dict.fromkeys(states, control_url))
             return child, RealtimeTarget(url, names, components=states)
         multi = [v for v in endpoint.variants if v.container is not None and v.container.mode == "MultiModel"]
         if not multi:
@@ -896,7 +919,7 @@ class World:
         from servestack.local.inference_components import InferenceComponents
         from servestack.local.transform_jobs import TransformJobs
 
-        components = InferenceComponents(self.components, self._scale_component)
+        components = InferenceComponents(self.components, self._scale_component, self._serving_copies)
         models = [model for topology in plan.topologies for model in topology.models]
         jobs = TransformJobs(models, self.region, ACCOUNT)
         front = AwsFront(runtime, lambdas, self.access, plan.aws_port, components, jobs).serve_in_background()
@@ -953,6 +976,11 @@ class World:
         response = httpx.post(url, json={"copies": copies}, timeout=180)
         if response.status_code != 200:
             raise RuntimeError(f"the endpoint's router answered {response.status_code}: {response.text[:300]}")
+
+    def _serving_copies(self, component: Any) -> tuple[int, int] | None:
+        from servestack.local.inference_components import copies_on_router
+
+        return copies_on_router(self.component_routers[component.name], component.name)
 
     def _authorize_api(self, request: Any, resource: str) -> Any:
         return self.access.check(request, "execute-api", resource)
