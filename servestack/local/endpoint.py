@@ -29,6 +29,7 @@ from servestack.local.router import Router, VariantPlan
 
 def plan_of(entry: dict[str, Any]) -> VariantPlan:
     package = entry.get("package_dir")
+    command = entry.get("command") or {}
     return VariantPlan(
         entry["name"],
         entry["model"],
@@ -37,6 +38,8 @@ def plan_of(entry: dict[str, Any]) -> VariantPlan:
         Path(package) if package else None,
         dict(entry.get("environment", {})),
         entry.get("component"),
+        tuple(command["argv"]) if command.get("argv") else None,
+        Path(command["cwd"]) if command.get("cwd") else None,
     )
 
 

@@ -151,6 +151,7 @@ class FunctionDef:
     role: str  # role logical id
     aliases: tuple[str, ...] = ()
     runtime: str = "python3.12"
+    log_group: str = ""  # LoggingConfig.LogGroup, else Lambda's default /aws/lambda/<name>
 
 
 @dataclass(frozen=True)
@@ -500,6 +501,9 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
                 int(r(reserved)) if reserved is not None else None,
                 role_id,
                 runtime=str(r(p.get("Runtime", ""))),
+                log_group=str(
+                    r((p.get("LoggingConfig") or {}).get("LogGroup") or f"/aws/lambda/{name(res.logical_id)}")
+                ),
             )
     for res in resources:
         p = res.properties
@@ -513,7 +517,7 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
                 f = topology.functions[function_id]
                 topology.functions[function_id] = FunctionDef(
                     f.logical_id, f.name, f.arn, f.handler, f.environment, f.timeout_sec, f.memory_mib,
-                    f.reserved_concurrency, f.role, (*f.aliases, str(r(p["Name"]))), f.runtime,
+                    f.reserved_concurrency, f.role, (*f.aliases, str(r(p["Name"]))), f.runtime, f.log_group,
                 )  # fmt: skip
         elif res.type == "AWS::Lambda::Permission":
             target = str(r(p["FunctionName"]))
