@@ -322,7 +322,10 @@ def _run(options: UpOptions) -> int:
         raise UpError(str(error)) from None
     mark("templates read")
     if options.explain:
+        from servestack.local.fidelity import fidelity
+
         print(explain(topologies))
+        print(fidelity(topologies, work / "cdk.out"))
         return 0
 
     from servestack.local.access import OpenAccess
