@@ -38,12 +38,12 @@ EMULATED: dict[str, str] = {
     "AWS::ApiGatewayV2::Route": "route with its authorizer (AWS_IAM: SigV4 + execute-api:Invoke)",
     "AWS::ApiGatewayV2::Integration": "Lambda proxy integration (payload 2.0, timeout)",
     "AWS::ApiGatewayV2::Stage": "the $default stage",
-    "AWS::SageMaker::Model": "container entry (`serve`) run locally with the model's environment and data",
+    "AWS::SageMaker::Model": "its image run from the staged build context, its model data fetched with its role",
     "AWS::SageMaker::EndpointConfig": "variants, weights, shadow, serverless and async configuration, model mode",
     "AWS::SageMaker::Endpoint": "local endpoint behind the SageMaker Runtime front",
     "AWS::SageMaker::InferenceComponent": "its model's container run locally, invoked by InferenceComponentName; "
     "copies set by UpdateInferenceComponentRuntimeConfig (0 stops it)",
-    "AWS::Logs::LogGroup": "logs go to local up's output, one tag per process",
+    "AWS::Logs::LogGroup": "on the emulator: each child's output written with its role, and to local up's output",
     "AWS::ECS::TaskDefinition": "the container's command run as a local process, its environment, its task role",
 }
 REPORTED: dict[str, str] = {
