@@ -152,6 +152,24 @@ def test_a_lambda_childs_log_lines_reach_its_log_group_under_its_role(up: LocalU
     assert endpoint_events, "nothing in the endpoint's log group"
 
 
+def test_explain_says_what_is_emulated_approximated_and_only_reported(up: LocalUp, project: Path) -> None:
+    result = subprocess.run(
+        [SERVESTACK, "local", "up", "--explain", "--spec", str(project)],
+        cwd=project.parent, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    account = result.stdout.split("how each run compares with the deploy:", 1)[1]
+    emulated, rest = account.split("  approximated:", 1)
+    approximated, reported = rest.split("  reported, not emulated:", 1)
+    assert "servestack-rt/primary model data: s3://cdk-hnb659fds-assets-123456789012-us-east-1/" in emulated
+    assert "(containers/cpu.Dockerfile): run from its staged build context in cdk.out" in emulated
+    assert "servestack-fn logs: to servestack-fn-ServerlessFunctionLogs" in emulated
+    assert "FROM python:3.12-slim: the base image's system packages are this machine's" in approximated
+    assert "USER 1000: the process runs as the developer's user" in approximated
+    assert "are the developer's venv" in approximated
+    assert "servestack-rt/primary image pull: ECR pull of cdk-hnb659fds-container-assets-" in reported
+
+
 # ------------------------------------------------------------------------------------------ mutations
 
 
