@@ -177,16 +177,23 @@ def parse(text: str, *, name: str = "Dockerfile", base_env: Mapping[str, str] | 
 
 
 def _copy(arguments: str, env: Mapping[str, str], workdir: str, where: str, line: int) -> Copy:
-    words = shlex.split(arguments)
-    flags = [w for w in words if w.startswith("--")]
-    for flag in flags:
+    flags = re.match(r"(?:--\S+\s+)*", arguments)
+    rest = arguments[flags.end() :] if flags else arguments
+    for flag in flags.group(0).split() if flags else []:
         if flag.startswith("--from"):
             raise DockerfileError(f"{where}: COPY {flag} copies from another image or stage; local mode cannot")
         if not flag.startswith(("--chown", "--chmod", "--link")):
             raise DockerfileError(f"{where}: COPY {flag} is not read by local mode (--chown, --chmod, --link are)")
-    paths = [_expand(w, env) for w in words if not w.startswith("--")]
-    if arguments.lstrip().startswith("[") or any(w.startswith("[") for w in paths[:1]):
-        paths = [_expand(p, env) for p in json.loads(" ".join(w for w in words if not w.startswith("--")))]
+    if rest.startswith("["):  # exec form: a JSON array, for paths with spaces
+        try:
+            words = json.loads(rest)
+        except ValueError:
+            raise DockerfileError(f"{where}: COPY's JSON form is not a JSON array of strings: {rest}") from None
+        if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+            raise DockerfileError(f"{where}: COPY's JSON form is not a JSON array of strings: {rest}")
+    else:
+        words = shlex.split(rest)
+    paths = [_expand(w, env) for w in words]
     if len(paths) < 2:
         raise DockerfileError(f"{where}: COPY needs at least one source and a destination")
     destination = paths[-1]

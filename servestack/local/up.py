@@ -621,10 +621,11 @@ class World:
                 # SageMaker writes each container's output to the endpoint's group with the execution role.
                 group = f"/aws/sagemaker/Endpoints/{endpoint.name}"
                 hosted = endpoint.components or endpoint.variants
-                role = endpoint.execution_role or next(h.execution_role for h in hosted if h.execution_role)
-                stream = f"{hosted[0].name}/local-{uuid.uuid4().hex[:17]}"
-                child.sinks.append(self._log_shipper(plan, child.name, group, credentials[role], stream))
-                entry.setdefault("log_groups", {})[endpoint.name] = group
+                role = endpoint.execution_role or next((h.execution_role for h in hosted if h.execution_role), None)
+                if role is not None:
+                    stream = f"{hosted[0].name}/local-{uuid.uuid4().hex[:17]}"
+                    child.sinks.append(self._log_shipper(plan, child.name, group, credentials[role], stream))
+                    entry.setdefault("log_groups", {})[endpoint.name] = group
                 plan.children.append(child)
                 if endpoint.async_config is not None:
                     # An asynchronous endpoint: InvokeEndpointAsync only; SageMaker writes the outcome to S3 and

@@ -47,6 +47,8 @@ def test_env_forms_expansion_and_relative_workdirs() -> None:
     assert image.workdir == "/srv/app"
     assert image.command() == ("/bin/sh", "-c", "python -m x")  # shell form
     assert parse('FROM x\nCMD ["a"]\nENTRYPOINT ["b"]\n').command() == ("b",)  # ENTRYPOINT resets CMD
+    copies = parse('FROM x\nWORKDIR /w\nCOPY --chown=1000 ["a b.txt", "c"]\nCOPY --link d e/ ./\n').copies
+    assert [(c.sources, c.destination) for c in copies] == [(("a b.txt",), "/w/c"), (("d", "e/"), "/w/")]
 
 
 @pytest.mark.parametrize(
@@ -58,6 +60,8 @@ def test_env_forms_expansion_and_relative_workdirs() -> None:
         ("FROM x\nCOPY --from=build /a /b\n", "COPY --from=build copies from another image or stage"),
         ("COPY a b\n", "Dockerfile: no FROM instruction"),
         ("FROM x\nCOPY a\n", "COPY needs at least one source and a destination"),
+        ('FROM x\nCOPY ["a", 1]\n', "COPY's JSON form is not a JSON array of strings"),
+        ("FROM x\nCOPY --parents a b\n", "COPY --parents is not read by local mode"),
     ],
 )
 def test_what_local_mode_cannot_run_is_refused_by_name(text: str, refusal: str) -> None:
