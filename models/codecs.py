@@ -41,6 +41,11 @@ CSV = "text/csv"
 NPY = "application/x-npy"
 READABLE_TYPES = (JSON, CSV, NPY)
 WRITABLE_TYPES = (JSON, CSV, NPY)
+# Variants a parameter asks for (RFC 4180's `header`; ours, `probabilities=by-label`): the request and answer
+# types a request carries through every mode (an async job records them), each read or written as its base type.
+CSV_HEADER = "text/csv; header=present"
+JSON_BY_LABEL = "application/json; probabilities=by-label"
+ANSWER_TYPES = (*WRITABLE_TYPES, CSV_HEADER, JSON_BY_LABEL)
 
 Arrays = dict[str, np.ndarray]
 
@@ -57,6 +62,38 @@ def media_type_of(header: str | None) -> str:
     if not header:
         return JSON
     return header.split(";", 1)[0].strip().lower() or JSON
+
+
+def request_type_of(header: str | None) -> str:
+    """`media_type_of`, keeping `header=present` of a CSV type: `CSV_HEADER`, whose first row names the columns."""
+    media_type = media_type_of(header)
+    if media_type == CSV and header is not None and _has_parameter(header, "header", "present"):
+        return CSV_HEADER
+    return media_type
+
+
+def answer_type_of(accept: str | None) -> str:
+    """`negotiate`, keeping what a parameter of the chosen type asks for: `text/csv; header=present` (a header
+    row naming the columns) -> `CSV_HEADER`; `application/json; probabilities=by-label` -> `JSON_BY_LABEL`."""
+    chosen = negotiate(accept)
+    if accept is None or ";" not in accept or chosen == NPY:
+        return chosen
+    for part in accept.split(",")[:MAX_ACCEPT_RANGES]:
+        if part.split(";", 1)[0].strip().lower() != chosen:
+            continue
+        if chosen == CSV and _has_parameter(part, "header", "present"):
+            return CSV_HEADER
+        if chosen == JSON and _has_parameter(part, "probabilities", "by-label"):
+            return JSON_BY_LABEL
+    return chosen
+
+
+def _has_parameter(header: str, name: str, value: str) -> bool:
+    for parameter in header.split(";")[1:]:
+        key, _, found = parameter.partition("=")
+        if key.strip().lower() == name and found.strip().strip('"').lower() == value:
+            return True
+    return False
 
 
 _QVALUE = re.compile(r"0(?:\.\d{0,3})?|1(?:\.0{0,3})?")
@@ -156,7 +193,7 @@ def decode_body(body: bytes, content_type: str) -> Any:
     """Parse the body into its natural Python shape: a JSON document, CSV rows of strings, or an ndarray."""
     if content_type == JSON:
         return _parse_json(body)
-    if content_type == CSV:
+    if content_type in (CSV, CSV_HEADER):
         return _parse_csv(body)
     if content_type == NPY:
         return _parse_npy(body)
@@ -603,6 +640,8 @@ def _to_array(
     target = spec.numpy_dtype
     if isinstance(value, np.ndarray):  # .npy (or a hook's array): dtype and shape first, then the one copy
         _check_rows(field, value.shape[0] if value.ndim else 1, max_rows)
+        if spec.dtype == "string" and value.dtype.kind in "UO":  # a hook's strings, any `<U` width or objects
+            return _string_array(field, value, spec)
         if spec.dtype == "string" or value.dtype.kind not in _NUMERIC_KINDS[target.kind]:
             raise InvalidInput(
                 f"{field}: an array of {value.dtype.name}; input {spec.name!r} takes {spec.dtype}",
@@ -634,6 +673,27 @@ def _to_array(
     if spec.dtype != "string":
         array = _cast(field, array, target, manifest)
     return array
+
+
+def _string_array(field: str, value: np.ndarray, spec: TensorSpec) -> np.ndarray:
+    """A string input from an array of `str` (any width) or of objects that are all `str`, as the object array
+    onnxruntime takes."""
+    _check_shape(field, value, spec)
+    if value.dtype.kind == "U":
+        return value.astype(object)
+    flat = value.reshape(-1)
+    kinds = set(map(type, flat.tolist()))
+    if not kinds <= {str}:
+        index = next(i for i, item in enumerate(flat.tolist()) if type(item) is not str)
+        where = field + "".join(f"[{i}]" for i in np.unravel_index(index, value.shape))
+        raise InvalidInput(
+            f"{where}: {short_repr(flat[index])} ({type(flat[index]).__name__}) is not allowed; "
+            f"input {spec.name!r} takes strings",
+            field=where,
+            value=flat[index],
+            allowed="string strings",
+        )
+    return value
 
 
 # A CSV cell is a plain ASCII decimal: float() alone would also take `1_0`, `١٢` and ` ∞`-like spellings.
@@ -743,8 +803,12 @@ def _finite_in(array: np.ndarray, target: np.dtype[Any]) -> bool:
         # limit**2 proves every value within +-limit (float64 rounding is ~1e-16 relative, far inside the
         # half-ulp margin of a float32 cast). A sum past it proves nothing: the caller checks value by value.
         return float(np.vdot(array, array)) <= square_limit
-    # Two reductions and no temporary: np.abs(array) would allocate a copy of the batch first.
-    return bool(-limit <= np.minimum.reduce(array, axis=None) and np.maximum.reduce(array, axis=None) <= limit)
+    # Two reductions and no temporary: np.abs(array) would allocate a copy of the batch first. The extremes are
+    # compared as Python floats: compared as numpy scalars of a narrower dtype (float16, or float32 against
+    # float64's limit), the limit would be cast to that dtype, which overflows (a warning, an error here).
+    smallest = float(np.minimum.reduce(array, axis=None))
+    largest = float(np.maximum.reduce(array, axis=None))
+    return -limit <= smallest and largest <= limit
 
 
 def _cast(field: str, array: np.ndarray, target: np.dtype[Any], manifest: Manifest) -> np.ndarray:
@@ -864,18 +928,29 @@ def _shape_text(shape: Sequence[int | None]) -> str:
 # ---------------------------------------------------------------------------------------------- encoding
 
 
+def flat(predictions: Any) -> Any:
+    """A single-target model's `[N, 1]` predictions as `[N]`: one value per row, as a client expects them."""
+    if type(predictions) is np.ndarray and predictions.ndim == 2 and predictions.shape[1] == 1:
+        return predictions.reshape(-1)
+    return predictions
+
+
 def default_response(
-    manifest: Manifest, outputs: Mapping[str, np.ndarray], *, with_labels: bool = True
+    manifest: Manifest, outputs: Mapping[str, np.ndarray], *, with_labels: bool = True, by_label: bool = False
 ) -> dict[str, Any]:
-    """Predictions, probabilities and class labels when the manifest names them; other outputs by name.
-    `with_labels=False` leaves the labels out: only JSON writes them, and naming each row's class is per-row
-    Python that a CSV or `.npy` answer would throw away."""
+    """Predictions (flat for a single target), probabilities and class labels when the manifest names them;
+    other outputs by name. `with_labels=False` leaves the labels out: only JSON writes them, and naming each
+    row's class is per-row Python that a CSV or `.npy` answer would throw away. `by_label`: each row's
+    probabilities as an object keyed by class label (`JSON_BY_LABEL`)."""
     primary, probabilities = manifest.primary_output, manifest.probability_output
-    response: dict[str, Any] = {"model": manifest.name, "version": manifest.version, "predictions": outputs[primary]}
+    predictions = flat(outputs[primary])
+    response: dict[str, Any] = {"model": manifest.name, "version": manifest.version, "predictions": predictions}
     if probabilities is not None:
         response["probabilities"] = outputs[probabilities]
+        if by_label and manifest.labels is not None:
+            response["probabilities"] = _keyed_by_label(manifest.labels, outputs[probabilities])
     if with_labels and manifest.labels is not None:
-        response["labels"] = _label_names(manifest.labels, np.asarray(outputs[primary]).reshape(-1))
+        response["labels"] = _label_names(manifest.labels, np.asarray(predictions).reshape(-1))
     if len(outputs) > (2 if probabilities is not None else 1):
         extra = {name: value for name, value in outputs.items() if name not in (primary, probabilities)}
         if not {"predictions", "probabilities"}.intersection(extra):
@@ -883,26 +958,56 @@ def default_response(
     return response
 
 
-def _label_names(labels: tuple[str, ...], predictions: np.ndarray) -> list[str]:
-    count = len(labels)
-    return [labels[i] if isinstance(i, int) and 0 <= i < count else str(i) for i in predictions.tolist()]
+def label_lookup(labels: tuple[str | int, ...]) -> dict[int, str | int]:
+    """What a predicted integer means: string labels are named by class id (0..K-1, `--labels`); integer labels
+    are the class values the model predicts, so each names itself."""
+    if all(type(label) is int for label in labels):
+        return {label: label for label in labels if type(label) is int}
+    return dict(enumerate(labels))
 
 
-def encode_response(fields: Mapping[str, Any], media_type: str) -> Encoded:
-    """Write the response fields in the negotiated type. CSV carries `predictions` (and `probabilities`);
-    `.npy` carries the numeric arrays of `npy_arrays` back to back (`predictions` first)."""
-    if media_type == JSON:
+def _label_names(labels: tuple[str | int, ...], predictions: np.ndarray) -> list[str | int]:
+    lookup = label_lookup(labels)
+    return [lookup.get(i, str(i)) if isinstance(i, int) else str(i) for i in predictions.tolist()]
+
+
+def _keyed_by_label(labels: tuple[str | int, ...], probabilities: Any) -> Any:
+    """Rows of probabilities as `{label: probability}` objects (JSON keys are text: an integer label is written
+    as its digits); probabilities that are not one column per label are left as they are."""
+    array = np.asarray(probabilities)
+    if array.ndim != 2 or array.shape[1] != len(labels):
+        return probabilities
+    keys = [str(label) for label in labels]
+    # numpy scalars, not `tolist()`'s Python floats: orjson writes a float32 at its own shortest text
+    return [dict(zip(keys, row, strict=True)) for row in array]
+
+
+def encode_response(fields: Mapping[str, Any], media_type: str, labels: Sequence[str | int] | None = None) -> Encoded:
+    """Write the response fields in the negotiated type. CSV carries `predictions` (and `probabilities`), each
+    value at the shortest text that reads back to it in its own dtype (a float32 `197.45694`, not float64's
+    `197.45693969726562`); `CSV_HEADER` adds a header row (`prediction`, `proba_<label>`; `labels`: the
+    probability columns' class labels). `.npy` carries the numeric arrays of `npy_arrays` back to back
+    (`predictions` first)."""
+    if media_type in (JSON, JSON_BY_LABEL):
         return Encoded(orjson.dumps(fields, option=orjson.OPT_SERIALIZE_NUMPY, default=json_default), JSON)
     if media_type == NPY:
         return Encoded(encode_npy([array for _, array in npy_arrays(fields)]), NPY)
     predictions = np.asarray(fields.get("predictions"))
     table = predictions.reshape(predictions.shape[0], -1) if predictions.ndim else predictions.reshape(1, 1)
+    columns = [table[:, j] for j in range(table.shape[1])]
+    names = ["prediction"] if len(columns) == 1 else [f"prediction_{j}" for j in range(len(columns))]
     probabilities = fields.get("probabilities")
     if probabilities is not None:
-        # String predictions (class names) keep their text: the row becomes objects instead of floats.
-        cell = np.float64 if table.dtype.kind in "biuf" else object
-        table = np.hstack([table.astype(cell), np.asarray(probabilities).astype(cell)])
-    lines = (",".join(_csv_cell(v) for v in row) for row in table)
+        scores = np.asarray(probabilities)
+        scores = scores.reshape(scores.shape[0], -1) if scores.ndim else scores.reshape(1, 1)
+        columns.extend(scores[:, j] for j in range(scores.shape[1]))
+        keys = labels if labels is not None and len(labels) == scores.shape[1] else range(scores.shape[1])
+        names.extend(f"proba_{key}" for key in keys)
+    cells = [_csv_column(column) for column in columns]
+    lines = [",".join(row) for row in zip(*cells, strict=True)]
+    if media_type == CSV_HEADER:
+        lines.insert(0, ",".join(_csv_text(name) for name in names))
+        return Encoded(("\n".join(lines) + "\n").encode(), CSV_HEADER)
     return Encoded(("\n".join(lines) + "\n").encode(), CSV)
 
 
@@ -912,7 +1017,7 @@ def npy_answer(manifest: Manifest, outputs: Mapping[str, np.ndarray]) -> bytes:
     (tests/unit/test_codecs.py holds the two equal). Anything unusual (an output that is not an array)
     takes the general path, which also raises its 406 for predictions .npy cannot carry."""
     primary, probability = manifest.primary_output, manifest.probability_output
-    predictions = outputs[primary]
+    predictions = flat(outputs[primary])
     if type(predictions) is not np.ndarray or predictions.dtype not in NPY_DTYPE_SET:
         return encode_response(default_response(manifest, outputs, with_labels=False), NPY).body
     arrays = [predictions]
@@ -939,8 +1044,8 @@ class AnswerPlan:
     probability: str | None
     output_count: int
     json_head: bytes  # `{"model":...,"version":...,"predictions":`
-    labels: tuple[str, ...] | None
-    label_by_id: dict[int, bytes] | None  # each label as JSON, by class id
+    labels: tuple[str | int, ...] | None
+    label_by_id: dict[int, bytes] | None  # each label as JSON, by the integer the model predicts for it
     npy_dtypes: tuple[np.dtype[Any], ...] | None  # the dtypes `.npy` carries, in order; None: not `.npy`-able
     # The `.npy` headers of the answer arrays, by their shapes (bounded).
     npy_headers: dict[tuple[tuple[int, ...], ...], tuple[bytes, ...]]
@@ -962,7 +1067,7 @@ def answer_plan(manifest: Manifest) -> AnswerPlan | None:
         len(manifest.outputs),
         head + b',"predictions":',
         labels,
-        {index: orjson.dumps(label) for index, label in enumerate(labels)} if labels is not None else None,
+        {key: orjson.dumps(label) for key, label in label_lookup(labels).items()} if labels is not None else None,
         npy_dtypes,
         {},
     )
@@ -979,6 +1084,8 @@ def json_answer(plan: AnswerPlan, outputs: Mapping[str, np.ndarray]) -> bytes | 
     predictions = outputs[plan.primary]
     if type(predictions) is not np.ndarray:
         return None
+    if predictions.ndim == 2 and predictions.shape[1] == 1:  # `flat`
+        predictions = predictions.reshape(-1)
     written = orjson.dumps(predictions, option=_NUMPY_OPTION, default=json_default)
     if plan.probability is not None:
         probabilities = orjson.dumps(outputs[plan.probability], option=_NUMPY_OPTION, default=json_default)
@@ -1006,6 +1113,8 @@ def planned_npy_answer(plan: AnswerPlan, outputs: Mapping[str, np.ndarray]) -> b
     predictions = outputs[plan.primary]
     if type(predictions) is not np.ndarray or predictions.dtype != dtypes[0]:
         return None
+    if predictions.ndim == 2 and predictions.shape[1] == 1:  # `flat`
+        predictions = predictions.reshape(-1)
     if plan.probability is None:
         arrays: tuple[np.ndarray, ...] = (predictions,)
         shapes: tuple[tuple[int, ...], ...] = (predictions.shape,)
@@ -1096,7 +1205,26 @@ def json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+def _csv_column(column: np.ndarray) -> list[str]:
+    """A column's CSV cells: floats at the shortest text that reads back to the same value of their own dtype
+    (numpy's `str` of a float32 scalar; whole numbers without `.0`), integers as digits, text quoted where it
+    holds a comma, quote or line end."""
+    if column.dtype.kind == "f":
+        return [str(int(value)) if value.is_integer() else str(column.dtype.type(value)) for value in column.tolist()]
+    if column.dtype.kind in "iub":
+        return [str(int(value)) for value in column.tolist()]
+    return [_csv_cell(value) for value in column.tolist()]
+
+
 def _csv_cell(value: Any) -> str:
-    if isinstance(value, float | np.floating) and float(value).is_integer():
+    if isinstance(value, float) and value.is_integer():
         return str(int(value))
-    return str(value.item() if isinstance(value, np.generic) else value)
+    if isinstance(value, np.floating):
+        return str(int(value)) if float(value).is_integer() else str(value)
+    return _csv_text(str(value.item() if isinstance(value, np.generic) else value))
+
+
+def _csv_text(text: str) -> str:
+    if any(mark in text for mark in ',"\n\r'):
+        return '"' + text.replace('"', '""') + '"'
+    return text

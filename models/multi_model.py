@@ -46,8 +46,10 @@ from models.settings import ServingSettings
 
 logger = logging.getLogger("servestack.multi_model")
 
-# A model_name becomes a file name here: letters, digits and . _ - only, no leading dot.
-MODEL_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,254}$")
+# A model_name becomes a file name here: letters, digits and . _ - only, no leading dot, and at most 250
+# characters, so that its record file `<name>.json` and the temporary `.<name>.tmp` fit the 255 bytes a file
+# name may hold (a longer name made every route that touched it an OSError).
+MODEL_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,249}$")
 
 
 @dataclass(frozen=True)
@@ -68,8 +70,8 @@ def check_model_name(name: object) -> str:
         raise InvalidInput(
             "model_name is not a usable model name",
             field="model_name",
-            value=name,
-            allowed="1-255 of A-Z a-z 0-9 . _ - (not starting with '.')",
+            value=name if not isinstance(name, str) or len(name) <= 80 else name[:77] + "...",
+            allowed="1-250 of A-Z a-z 0-9 . _ - (not starting with '.')",
         )
     return name
 

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from servestack.local.cloudformation import PARTITION, Resolver, Resource, StackTemplate, TemplateError
+from servestack.local.cloudformation import Resolver, Resource, StackTemplate, TemplateError
+from servestack.local.return_values import PARTITION
 
 # ------------------------------------------------------------------------------------------ the report
 
@@ -575,7 +576,7 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
             environment = {str(e["Name"]): str(e["Value"]) for e in container.get("Environment", [])}
             topology.tasks[res.logical_id] = TaskDef(
                 res.logical_id,
-                resolver.arn("ecs", f"task-definition/{name(res.logical_id)}:1"),
+                resolver.ref(res.logical_id),  # its ARN, as CloudFormation's Ref gives it
                 argv,
                 environment,
                 _logical_of(p.get("TaskRoleArn")),

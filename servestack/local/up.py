@@ -12,9 +12,10 @@ serving.yaml -> CDK app -> templates (.servestack/cdk.out, reused while the inpu
    source mappings, the schedules, and one port where boto3's `sagemaker-runtime` and `lambda` clients work
    unchanged (`--aws-port`, default 8090);
 6. a child that dies is restarted with backoff while the others keep running.
-Children's output is one log stream, each line tagged. The state file (`.servestack/local.json`) says where
-everything is, the stack outputs, and the keys of each role, for other commands and for replaying a call
-as a function. Ctrl-C or SIGTERM stops everything.
+Children's output is one log stream, each line tagged, and a file per child under `.servestack/logs/`
+(servestack/local/logs.py). Slow steps report progress on stderr (servestack/progress.py). The state file
+(`.servestack/local.json`) says where everything is, the stack outputs, and the keys of each role, for other
+commands and for replaying a call as a function. Ctrl-C or SIGTERM stops everything.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from types import FrameType
 from typing import IO, Any
 
 from servestack.local import state
+from servestack.local.batch_seed import retire_seeded_input, seed_batch_input
 from servestack.local.processes import REPO_ROOT, free_port, http_status, port_is_free, stop_process
 
 DEFAULT_PORT = 8080
@@ -72,15 +74,24 @@ class UpError(RuntimeError):
 # ------------------------------------------------------------------------------------------ children
 
 
-def _pump(tag: str, stream: IO[bytes], out: IO[str], sinks: tuple[Callable[[str], None], ...] = ()) -> threading.Thread:
+def _pump(
+    tag: str, stream: IO[bytes], out: IO[str], log: Path | None = None, sinks: tuple[Callable[[str], None], ...] = ()
+) -> threading.Thread:
     def copy() -> None:
+        from servestack.local.logs import LineLog
+
+        sink = LineLog(log) if log is not None else None
         for raw in iter(stream.readline, b""):
-            line = raw.decode(errors="replace").rstrip()
-            out.write(f"[{tag}] {line}\n")
+            text = raw.decode(errors="replace").rstrip()
+            out.write(f"[{tag}] {text}\n")
             out.flush()
-            for sink in sinks:  # its CloudWatch Logs group, as its role (servestack/local/log_shipping.py)
-                sink(line)
+            if sink is not None:
+                sink.write(text)
+            for ship in sinks:  # its CloudWatch Logs group, as its role (servestack/local/log_shipping.py)
+                ship(text)
         stream.close()
+        if sink is not None:
+            sink.close()
 
     thread = threading.Thread(target=copy, name=f"log-{tag}", daemon=True)
     thread.start()
@@ -101,6 +112,7 @@ class Child:
     started_at: float = 0.0
     next_start: float | None = None
     threads: list[threading.Thread] = field(default_factory=list)
+    log_path: Path | None = None  # its own log file (.servestack/logs/<deployment>/<child>.log)
     sinks: list[Callable[[str], None]] = field(default_factory=list)  # where each output line also goes
 
     def start(self) -> None:
@@ -113,7 +125,7 @@ class Child:
             preexec_fn=die_with_parent,
         )  # fmt: skip
         assert self.process.stdout is not None
-        self.threads = [_pump(self.name, self.process.stdout, sys.stdout, tuple(self.sinks))]
+        self.threads = [_pump(self.name, self.process.stdout, sys.stdout, self.log_path, tuple(self.sinks))]
         self.started_at = time.monotonic()
         self.next_start = None
 
@@ -287,10 +299,17 @@ def _run(options: UpOptions) -> int:
     # holding serving.yaml and its model packages only). Lambda's /var/task stands for it.
     code_root = app_root(project)
     work = project / ".servestack"
+    from servestack.progress import Progress
+
+    progress = Progress()
+    notices: list[str] = []  # what the developer must see: ports that moved, deployments that failed, releases
     try:
-        synth = synthesize(
-            project, spec_file, work / "cdk.out", force=options.resynth, artifacts=project / "models" / "artifacts"
-        )
+        with progress.step("synth") as step:
+            synth = synthesize(
+                project, spec_file, work / "cdk.out", force=options.resynth, artifacts=project / "models" / "artifacts",
+                on_decision=step.update,
+            )  # fmt: skip
+            step.finish("reused (inputs unchanged)" if synth.reused else "templates written")
     except SynthError as error:
         raise UpError(str(error)) from None
     mark("synth (reused: inputs unchanged)" if synth.reused else "synth")
@@ -301,8 +320,8 @@ def _run(options: UpOptions) -> int:
     if missing:
         raise UpError(f"the cloud assembly has no stack {', '.join(missing)}; run with --resynth")
 
-    realtime_port = _port(options.port, DEFAULT_PORT, "--port")
-    aws_port = _port(options.aws_port, DEFAULT_AWS_PORT, "--aws-port", taken={realtime_port})
+    realtime_port = _port(options.port, DEFAULT_PORT, "--port", notices=notices)
+    aws_port = _port(options.aws_port, DEFAULT_AWS_PORT, "--aws-port", taken={realtime_port}, notices=notices)
     external = options.endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
     emulator_port = options.emulator_port or free_port()
     emulator_url = external or f"http://127.0.0.1:{emulator_port}"
@@ -357,10 +376,11 @@ def _run(options: UpOptions) -> int:
         from servestack.local.provision import ProvisionError, provision
 
         try:
-            provision(
-                aws, topologies, account=_account(), may_send=access.may_send,
-                visibility_timeout_sec=options.visibility_timeout_sec,
-            )  # fmt: skip
+            with progress.step("provisioning", f"{len(topologies)} stack(s) in {emulator_url}"):
+                provision(
+                    aws, topologies, account=_account(), may_send=access.may_send,
+                    visibility_timeout_sec=options.visibility_timeout_sec,
+                )  # fmt: skip
         except ProvisionError as error:
             raise UpError(str(error)) from None
         mark("resources created")
@@ -387,12 +407,19 @@ def _run(options: UpOptions) -> int:
         world = World(
             options, spec, spec_file, project, code_root, work, region, emulator_url, access, aws, registry_uri
         )
+        world.notices = notices
+        if options.fresh:
+            from servestack.local import releases
+
+            releases.forget(work)
         plan = world.plan(topologies, realtime_port, aws_port, api_ports, environment_base)
         children = plan.children
+        from servestack.local import lifecycle, logs
+
         for child in children:
-            child.start()
-        for child in children:
-            child.wait_ready()
+            child.log_path = logs.start_fresh(logs.child_log(work, child.name))
+        lifecycle.start_children(children, progress, notices)
+        lifecycle.child_processes(children, plan.deployments)
         mark("functions and endpoints ready")
         closers = [shipper.close for shipper in plan.log_shippers] + world.start_services(plan)
         if saved is not None:
@@ -411,9 +438,12 @@ def _run(options: UpOptions) -> int:
             "developer": access.developer.to_dict(),
             "identities": plan.identities,
             "stacks": {t.stack: {"outputs": t.outputs, "deployment": t.deployment} for t in topologies},
+            "notices": notices,
         }
         state.write(state_file, about, plan.deployments)
         print(world.banner(plan, state_file, timings), flush=True)
+        for notice in notices:  # after the banner too, where the eye lands
+            print(notice, file=sys.stderr, flush=True)
         supervisor = Supervisor(children, lambda line: print(line, file=sys.stderr, flush=True))
         while not stop_requested.wait(0.5):
             supervisor.tick()
@@ -456,13 +486,20 @@ def _context_prefix(project: Path) -> str:
     return str(context.get("servestack:prefix") or "servestack-")
 
 
-def _port(wanted: int | None, default: int, flag: str, taken: set[int] | None = None) -> int:
+def _port(
+    wanted: int | None, default: int, flag: str, taken: set[int] | None = None, notices: list[str] | None = None
+) -> int:
     port = wanted if wanted is not None else default
     if port_is_free(port) and port not in (taken or set()):
         return port
     if wanted is not None:
         raise UpError(f"port {port} is in use; pick another with {flag}")
-    return free_port()
+    moved = free_port()
+    notice = f"port {default} is taken: using {moved} instead (pass {flag} N to choose one)"
+    print(notice, file=sys.stderr, flush=True)
+    if notices is not None:
+        notices.append(notice)
+    return moved
 
 
 def explain(topologies: list[Any]) -> str:
@@ -524,6 +561,7 @@ class World:
     service_endpoints: dict[str, str] = field(default_factory=dict)  # AWS_ENDPOINT_URL_<SERVICE> for functions
     components: dict[str, Any] = field(default_factory=dict)  # inference component name -> ComponentState
     component_routers: dict[str, str] = field(default_factory=dict)  # inference component name -> router URL
+    notices: list[str] = field(default_factory=list)  # lines for the developer (releases applied at start)
 
     # ------------------------------------------------------------------------------------ what to run
     def plan(
@@ -689,6 +727,7 @@ class World:
             variants = [variant(c, component=c.name) for c in endpoint.components]
         else:
             variants = [variant(v) for v in endpoint.variants]
+        variants = [self._released(topology.deployment, v) for v in variants]
         shadow = variant(endpoint.shadow_variants[0]) if endpoint.shadow_variants else None
         production_weight = sum(v["weight"] for v in variants) or 1.0
         config = {
@@ -787,6 +826,16 @@ class World:
         command = {"argv": list(staged.command.argv), "cwd": str(staged.command.cwd)}
         return command, dict(staged.command.environment)
 
+    def _released(self, deployment: str, variant: dict[str, Any]) -> dict[str, Any]:
+        """The version `local deploy` left live, when it is not the template's (servestack/local/releases.py)."""
+        from servestack.local import releases
+        from servestack.registry import open_registry
+
+        def fetch(model: str, version: str) -> Path:
+            return open_registry(self.registry_uri, client=self.aws["s3"]).fetch(model, version, self.work / "packages")
+
+        return releases.apply(self.work, deployment, variant, fetch, self.notices)
+
     def _component_entry(self, model: str) -> dict[str, Any]:
         """What other commands need of a component: its model and that model's sample request."""
         declared = next((m for m in self.spec.models if m.name == model), None)
@@ -825,6 +874,7 @@ class World:
                 entry["universal"] = schedule.universal
             bucket, prefix = payload.get("bucket"), payload.get("input_prefix")
             if bucket and prefix and sample is not None and sample.is_file():
+                retire_seeded_input(self.aws["s3"], bucket, prefix)
                 entry["seeded"] = seed_batch_input(self.aws["s3"], bucket, prefix, sample)
                 entry |= {"input_prefix": prefix, "output_prefix": payload.get("output_prefix")}
         for transform in topology.transforms:
@@ -834,6 +884,7 @@ class World:
             output = str(transform.job["TransformOutput"]["S3OutputPath"]).removeprefix("s3://").partition("/")[2]
             entry |= {"input": {"bucket": bucket, "input_prefix": prefix, "output_prefix": output.rstrip("/") + "/"}}
             if sample is not None and sample.is_file():
+                retire_seeded_input(self.aws["s3"], bucket, prefix)
                 entry["seeded"] = seed_batch_input(self.aws["s3"], bucket, prefix, sample)
                 entry |= {"input_prefix": prefix, "output_prefix": output.rstrip("/") + "/"}
 
@@ -1039,6 +1090,7 @@ class World:
     def _dead_letter_sender(self, keys: dict[str, str] | None) -> Callable[[str, str, dict[str, Any]], None]:
         from servestack.local.access import Credentials
         from servestack.local.emulator import client_as
+        from servestack.local.scheduler import send_dead_letter
 
         def send(queue_arn: str, body: str, attributes: dict[str, Any]) -> None:
             if keys is None:
@@ -1046,12 +1098,7 @@ class World:
             credentials = Credentials(keys["arn"], keys["AWS_ACCESS_KEY_ID"], keys["AWS_SECRET_ACCESS_KEY"],
                                       keys.get("AWS_SESSION_TOKEN"))  # fmt: skip
             sqs = client_as("sqs", self.emulator_url, credentials, self.region)
-            name = queue_arn.rsplit(":", 1)[-1]
-            url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
-            sqs.send_message(
-                QueueUrl=url, MessageBody=body,
-                MessageAttributes={k: {"DataType": "String", "StringValue": v} for k, v in attributes.items()},
-            )  # fmt: skip
+            send_dead_letter(sqs, self.emulator_url, queue_arn, body, attributes)
 
         return send
 
@@ -1110,13 +1157,3 @@ class RemoteFunction:
         if invocation.status != 200 or invocation.function_error:
             raise RuntimeError(f"{self.name}: invocation failed ({invocation.status}): {invocation.body[:500]!r}")
         return json.loads(invocation.body) if invocation.body else None
-
-
-def seed_batch_input(s3: Any, bucket: str, prefix: str, sample: Path) -> str | None:
-    """A small JSON Lines file from the model's sample rows, unless the prefix already holds input."""
-    if s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1).get("KeyCount", 0):
-        return None
-    rows = json.loads(sample.read_text())["instances"]
-    key = f"{prefix}sample.jsonl"
-    s3.put_object(Bucket=bucket, Key=key, Body="".join(json.dumps(row) + "\n" for row in rows).encode())
-    return key
