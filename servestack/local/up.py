@@ -3,7 +3,7 @@
 serving.yaml -> CDK app -> templates (.servestack/cdk.out, reused while the inputs are unchanged) -> here:
 1. the templates are read (servestack/local/topology.py): every name, environment, IAM policy, queue, route,
    schedule and SageMaker variant is the template's, resolved to local values;
-2. an AWS emulator: moto's server in this process behind the IAM engine (servestack/local/access.py), or
+2. an AWS emulator: moto's server in this process behind the IAM engine (servestack/local/iam/access.py), or
    the endpoint of `--endpoint-url` (LocalStack...), which does not enforce IAM;
 3. the resources are created as CloudFormation would (servestack/local/provision.py);
 4. each Lambda function runs in its own child process (its execution environment, with its role's keys);
@@ -347,12 +347,10 @@ def _run(options: UpOptions) -> int:
         print(fidelity(topologies, work / "cdk.out"))
         return 0
 
-    from servestack.local.access import OpenAccess
+    from servestack.local.iam.access import LocalAccess
 
-    access: Any = OpenAccess() if not options.iam or external else _enforcing_access()
-    if not access.enabled:
-        why = "--no-iam" if not options.iam else f"{external} is an external emulator"
-        print(f"WARNING: IAM is NOT enforced ({why}): local mode allows calls that AWS would refuse.", flush=True)
+    why_off = "--no-iam" if not options.iam else f"{external} is an external emulator"
+    access = LocalAccess(enforced=options.iam and external is None, disabled_because=why_off)
 
     stop_requested = threading.Event()
 
@@ -464,12 +462,6 @@ def _run(options: UpOptions) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         print("stopped", flush=True)
-
-
-def _enforcing_access() -> Any:
-    from servestack.local.access import EnforcedAccess
-
-    return EnforcedAccess()
 
 
 def _account() -> str:
@@ -1048,7 +1040,7 @@ class World:
         }  # fmt: skip
 
         def start(_: Any) -> str | None:
-            from servestack.local.commands import sagemaker_runtime
+            from servestack.local.developer import sagemaker_runtime
             from servestack.local.transform import JobRefused, create_job, execute_job
 
             try:
@@ -1088,15 +1080,14 @@ class World:
         return run
 
     def _dead_letter_sender(self, keys: dict[str, str] | None) -> Callable[[str, str, dict[str, Any]], None]:
-        from servestack.local.access import Credentials
         from servestack.local.emulator import client_as
+        from servestack.local.iam.identities import Credentials
         from servestack.local.scheduler import send_dead_letter
 
         def send(queue_arn: str, body: str, attributes: dict[str, Any]) -> None:
             if keys is None:
                 return
-            credentials = Credentials(keys["arn"], keys["AWS_ACCESS_KEY_ID"], keys["AWS_SECRET_ACCESS_KEY"],
-                                      keys.get("AWS_SESSION_TOKEN"))  # fmt: skip
+            credentials = Credentials.from_dict(keys)
             sqs = client_as("sqs", self.emulator_url, credentials, self.region)
             send_dead_letter(sqs, self.emulator_url, queue_arn, body, attributes)
 
