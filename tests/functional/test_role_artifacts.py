@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from handlers.metrics import OverloadMetrics
-from servestack.local.access import Credentials, EnforcedAccess
 from servestack.local.emulator import EmbeddedEmulator, client_as
+from servestack.local.iam.access import LocalAccess
+from servestack.local.iam.identities import Credentials
 from servestack.local.log_shipping import LogShipper, emf_metric_data, ensure_log_group
 from servestack.local.model_data import ModelDataError, fetch_model_data, file_assets, publish_model_data
 from tests.conftest import ARTIFACTS
@@ -30,14 +31,14 @@ GROUP = "/aws/sagemaker/Endpoints/servestack-rt"
 
 
 @pytest.fixture(scope="module")
-def emulator() -> Iterator[tuple[EnforcedAccess, str]]:
-    access = EnforcedAccess(log=lambda line: None)
+def emulator() -> Iterator[tuple[LocalAccess, str]]:
+    access = LocalAccess(log=lambda line: None)
     server = EmbeddedEmulator(middleware=access.middleware)
     yield access, server.url
     server.stop()
 
 
-def role(access: EnforcedAccess, name: str, *statements: dict[str, Any]) -> Credentials:
+def role(access: LocalAccess, name: str, *statements: dict[str, Any]) -> Credentials:
     document = {"Version": "2012-10-17", "Statement": list(statements)}
     return access.credentials_for(f"arn:aws:iam::123456789012:role/{name}", (document,))
 
@@ -62,7 +63,7 @@ def assembly(out_dir: Path) -> Path:
 
 
 def test_the_model_data_is_published_then_fetched_with_the_execution_role(
-    emulator: tuple[EnforcedAccess, str], tmp_path: Path
+    emulator: tuple[LocalAccess, str], tmp_path: Path
 ) -> None:
     access, url = emulator
     out_dir = assembly(tmp_path / "cdk.out")
@@ -81,7 +82,7 @@ def test_the_model_data_is_published_then_fetched_with_the_execution_role(
 
 
 def test_without_the_roles_s3_read_the_fetch_fails_with_access_denied(
-    emulator: tuple[EnforcedAccess, str], tmp_path: Path
+    emulator: tuple[LocalAccess, str], tmp_path: Path
 ) -> None:
     access, url = emulator
     publish_model_data(client_as("s3", url, access.developer, REGION), assembly(tmp_path / "cdk.out"),
@@ -97,7 +98,7 @@ def test_without_the_roles_s3_read_the_fetch_fails_with_access_denied(
     assert f"arn:aws:s3:::{BUCKET}/{KEY}" in said
 
 
-def shipper(access: EnforcedAccess, url: str, keys: Credentials, stream: str, said: list[str]) -> LogShipper:
+def shipper(access: LocalAccess, url: str, keys: Credentials, stream: str, said: list[str]) -> LogShipper:
     return LogShipper(
         name="rt/endpoint", logs=client_as("logs", url, keys, REGION), group=GROUP, stream=stream, role=keys.arn,
         report=said.append, metrics=client_as("cloudwatch", url, access.developer, REGION),
@@ -111,7 +112,7 @@ def emf_line() -> str:
 
 
 def test_log_lines_and_emf_metrics_go_through_the_roles_logs_grant(
-    emulator: tuple[EnforcedAccess, str],
+    emulator: tuple[LocalAccess, str],
 ) -> None:
     access, url = emulator
     ensure_log_group(client_as("logs", url, access.developer, REGION), GROUP)
@@ -135,7 +136,7 @@ def test_log_lines_and_emf_metrics_go_through_the_roles_logs_grant(
     assert {"Name": "EndpointName", "Value": "servestack-rt"} in metrics[0]["Dimensions"]
 
 
-def test_a_role_without_its_logs_grant_is_reported_once(emulator: tuple[EnforcedAccess, str]) -> None:
+def test_a_role_without_its_logs_grant_is_reported_once(emulator: tuple[LocalAccess, str]) -> None:
     access, url = emulator
     ensure_log_group(client_as("logs", url, access.developer, REGION), GROUP)
     mute = role(access, "mute", {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "*"})
