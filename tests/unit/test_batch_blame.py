@@ -11,12 +11,15 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 
+from models import codecs
 from models.batching import BatchingConfig, MicroBatcher
 from models.errors import InferenceError, InvalidInput, ModelLoadError
 from models.service import ServedModel
 from models.settings import ServingSettings
+from models.tabular.transform import score_lines
 from tests.pipeline_model import COLUMNS, STRING, PipelineModel, pipeline_model
 
 Arrays = dict[str, np.ndarray]
@@ -142,3 +145,21 @@ def test_a_server_fault_still_reaches_every_request_of_the_batch(built: Pipeline
     outcomes = submit_together(MicroBatcher(failing, BatchingConfig()), [request(built, i, 1) for i in range(4)])
     assert all(outcome is fault for outcome in outcomes)
     assert calls == [4]  # not split: retrying the halves of a server fault would only repeat it
+
+
+def test_a_transform_mini_batch_answers_a_refused_line_with_its_own_error(
+    built: PipelineModel, model: ServedModel
+) -> None:
+    # GIVEN a Batch Transform mini-batch of five JSON records, the fourth of a site the encoder never saw
+    records = [{name: built.rows[name][i] for name in COLUMNS} for i in range(5)]
+    records[3][STRING] = "atlantis"
+    body = b"\n".join(orjson.dumps(record) for record in records) + b"\n"
+    # WHEN the container scores it
+    answers = [orjson.loads(line) for line in score_lines(model, body, codecs.JSON).splitlines()]
+    # THEN that line's answer is its error, and every other line has the prediction it has alone
+    assert len(answers) == 5
+    assert answers[3]["error"]["type"] == "InvalidInput"
+    assert "['site']" in answers[3]["error"]["message"]
+    assert [answer.get("prediction") for i, answer in enumerate(answers) if i != 3] == [
+        label for i, label in enumerate(built.expected[:5]) if i != 3
+    ]
