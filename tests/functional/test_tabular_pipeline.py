@@ -131,8 +131,8 @@ def test_probabilities_by_label_and_csv_with_a_header(server: RealtimeServer, bu
         ),
         (
             {"dataframe_split": {"columns": list(COLUMNS), "data": [[5.1, 3.5, 1.4, 0.2, "atlantis"]]}},
-            "body",
-            "a category the model was not trained on (string columns: ['site'])",
+            "site",
+            "column 'site' holds 'atlantis', a category the model was not trained on",
         ),
     ],
 )

@@ -160,7 +160,7 @@ def test_a_row_of_a_category_the_model_never_saw_is_one_error_row(
     assert manifest["rows"] == {"total": 6, "succeeded": 5, "failed": 1}
     errors = [json.loads(line) for line in read(aws, unique, "out/cat/errors.jsonl").splitlines()]
     assert [(error["line"], error["error"]["type"]) for error in errors] == [(3, "InvalidInput")]
-    assert "['site']" in errors[0]["error"]["message"]
+    assert (errors[0]["error"]["field"], errors[0]["error"]["value"]) == ("site", "atlantis")
     keys = [f"out/cat/{part['key']}" for part in manifest["parts"]]
     if output_format == "parquet":
         scored = pa.concat_tables([pq.read_table(pa.BufferReader(read(aws, unique, key))) for key in keys]).to_pylist()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ import pytest
 from models import codecs
 from models.batching import BatchingConfig, MicroBatcher
 from models.errors import InferenceError, InvalidInput, ModelLoadError
+from models.packaging import create_package
 from models.service import ServedModel
 from models.settings import ServingSettings
 from models.tabular.transform import score_lines
@@ -90,8 +92,13 @@ def test_an_unknown_category_fails_only_its_own_request(
     error = outcomes[poisoned]
     assert isinstance(error, InvalidInput), error
     assert error.status_code == 400
-    assert "['site']" in error.message
-    assert error.to_dict()["value"] == "unknown category"
+    assert error.to_dict() == {
+        "type": "InvalidInput",
+        "message": "model flowers@1: column 'site' holds 'atlantis', a category the model was not trained on",
+        "field": "site",
+        "value": "atlantis",
+        "allowed": "the categories seen in training (or fit the encoder with handle_unknown='ignore')",
+    }
     # AND every other request gets what it gets alone: the same labels, the same probabilities (to float32's
     # last bits, which onnxruntime's kernels round differently for batches of other sizes, failure or not)
     for i, outcome in enumerate(outcomes):
@@ -113,6 +120,10 @@ def test_two_poisoned_requests_each_fail_and_the_rest_are_answered(built: Pipeli
     requests[6] = request(built, 6, 1, site="")
     outcomes = submit_together(MicroBatcher(model.predict, BatchingConfig()), requests)
     assert [isinstance(outcome, InvalidInput) for outcome in outcomes] == [i in (1, 6) for i in range(8)]
+    assert [(error.field, error.value) for error in outcomes if isinstance(error, InvalidInput)] == [
+        ("site", "atlantis"),
+        ("site", ""),
+    ]
     for i in (0, 2, 3, 4, 5, 7):
         outcome = outcomes[i]
         assert isinstance(outcome, dict)
@@ -159,7 +170,26 @@ def test_a_transform_mini_batch_answers_a_refused_line_with_its_own_error(
     # THEN that line's answer is its error, and every other line has the prediction it has alone
     assert len(answers) == 5
     assert answers[3]["error"]["type"] == "InvalidInput"
-    assert "['site']" in answers[3]["error"]["message"]
+    assert (answers[3]["error"]["field"], answers[3]["error"]["value"]) == ("site", "atlantis")
     assert [answer.get("prediction") for i, answer in enumerate(answers) if i != 3] == [
         label for i, label in enumerate(built.expected[:5]) if i != 3
+    ]
+
+
+def test_without_a_sample_request_the_error_names_the_string_columns(built: PipelineModel, tmp_path: Path) -> None:
+    # GIVEN the pipeline as a registry holds it: no sample request, so no row known to pass to try values in
+    package = tmp_path / "flowers" / "3"
+    create_package(built.onnx_file, package, name="flowers", version="3")
+    bare = ServedModel.load(package, ServingSettings())
+    # WHEN a batch holds one request of an unknown site
+    requests = [request(built, 0, 2), request(built, 2, 2, site="atlantis"), request(built, 4, 2)]
+    outcomes = submit_together(MicroBatcher(bare.predict, BatchingConfig()), requests)
+    # THEN that request's 400 names the string columns, and the others are answered
+    error = outcomes[1]
+    assert isinstance(error, InvalidInput)
+    assert (error.field, error.value) == ("body", "unknown category")
+    assert "(string columns: ['site'])" in error.message
+    assert [outcome["label"].tolist() for outcome in outcomes if isinstance(outcome, dict)] == [
+        built.expected[0:2],
+        built.expected[4:6],
     ]
