@@ -19,7 +19,15 @@ import numpy as np
 
 from models import answers, codecs, request_forms
 from models.columns import columns_of
-from models.errors import InferenceError, InvalidInput, ModelLoadError, ModelNotFound, ModelNotReady, ServingError
+from models.errors import (
+    InferenceError,
+    InvalidInput,
+    ModelLoadError,
+    ModelNotFound,
+    ModelNotReady,
+    ServingError,
+    short_repr,
+)
 from models.hooks import Hooks, load_hooks
 from models.manifest import (
     HOOKS_FILE,
@@ -39,8 +47,10 @@ logger = logging.getLogger("servestack.models")
 _UNKNOWN_CATEGORY = "Unknown Category"
 # Looking for the value an encoder refused costs at most this many one-row runs per refused call...
 _MAX_PROBES = 16
-# ...and remembers at most this many values that passed, per model.
+# ...and remembers at most this many values that passed, per model, each at most this long (a model whose string
+# column is not one-hot encoded passes any text: what it remembers stays small).
 _MAX_ACCEPTED_VALUES = 4096
+_MAX_ACCEPTED_CHARS = 256
 
 
 @dataclass
@@ -101,7 +111,7 @@ class ServedModel:
         self.columns = columns_of(self.manifest)
         self._accepted_row_read = False
         self._accepted_row_arrays: Arrays | None = None
-        self._accepted_values: set[tuple[str, object]] = set()
+        self._accepted_values: set[tuple[str, str]] = set()
 
     def decode(self, body: bytes, content_type: str) -> Arrays:
         """Request body -> validated input arrays (through `preprocess` when the package has one).
@@ -180,7 +190,8 @@ class ServedModel:
             if found is not None:
                 column, value = found
                 raise InvalidInput(
-                    f"model {self.key}: column {column!r} holds {value!r}, a category the model was not trained on",
+                    f"model {self.key}: column {column!r} holds {short_repr(value)}, a category the model was not "
+                    "trained on",
                     field=column,
                     value=value,
                     allowed=allowed,
@@ -208,7 +219,7 @@ class ServedModel:
             known = base.get(name)
             if known is None or known.size != 1 or column.dtype != object:
                 continue
-            for value in dict.fromkeys(column.reshape(-1).tolist()):
+            for value in dict.fromkeys(text for text in column.reshape(-1).tolist() if isinstance(text, str)):
                 if (name, value) in self._accepted_values:
                     continue
                 if probes == _MAX_PROBES:
@@ -216,9 +227,11 @@ class ServedModel:
                 probes += 1
                 try:
                     self.runtime.predict({**base, name: np.full_like(known, value)})
-                except InferenceError:
-                    return name, str(value)
-                if len(self._accepted_values) < _MAX_ACCEPTED_VALUES:
+                except InferenceError as error:
+                    if _UNKNOWN_CATEGORY in error.message:
+                        return name, value
+                    continue  # refused for another reason: neither the culprit nor known to pass
+                if len(self._accepted_values) < _MAX_ACCEPTED_VALUES and len(value) <= _MAX_ACCEPTED_CHARS:
                     self._accepted_values.add((name, value))
         return None
 

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from handlers.batch import BatchSettings, run_batch
+from models.errors import InvalidInput
 from tests.integration.conftest import Aws
 from tests.integration.resources import ensure_bucket
 from tests.pipeline_model import COLUMNS, SPECIES, PipelineModel, frame, pipeline_model
@@ -172,3 +173,16 @@ def test_a_row_of_a_category_the_model_never_saw_is_one_error_row(
         label, probabilities = expected[int(row["row_id"])]
         assert row["prediction"] == label
         np.testing.assert_allclose([row[f"proba_{name}"] for name in SPECIES], probabilities, atol=1e-5)
+
+
+def test_a_strict_job_stops_at_a_row_the_model_refuses_naming_where_it_is(
+    aws: Aws, unique: str, flowers: PipelineModel
+) -> None:
+    ensure_bucket(aws.s3, unique)
+    records = input_table(flowers).to_pylist()[:4]
+    records[1]["site"] = "atlantis"
+    aws.s3.put_object(Bucket=unique, Key="in/strict/rows.jsonl", Body="\n".join(map(json.dumps, records)).encode())
+    with pytest.raises(InvalidInput) as raised:
+        run_batch(settings(unique, "strict/", id_column="row_id", strict=True))
+    assert raised.value.field == "in/strict/rows.jsonl:2"
+    assert "column 'site' holds 'atlantis'" in raised.value.message
