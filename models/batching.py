@@ -4,7 +4,8 @@ When nothing is queued a request runs at once. While a batch runs, arrivals gath
 up to `max_batch_size` rows of them (optionally waiting up to `max_delay_ms` for more when the queue is
 short). Results route back to each caller by row offset. Work is bounded: past `max_queue_rows` queued
 rows a submit fails fast with `Overloaded` (HTTP 429), and an item whose deadline has passed before its
-batch starts is dropped with `DeadlineExceeded` (HTTP 504).
+batch starts is dropped with `DeadlineExceeded` (HTTP 504). A batch the model refuses for bad input
+(`InvalidInput`) is bisected down to the requests at fault (`_run_batch`), so only they get the 400.
 
 On CPU, inference runs on the event loop's thread: with one core per worker a thread hop buys no overlap,
 only latency. With CUDA it runs in one worker thread, so the loop decodes the next requests while the GPU
