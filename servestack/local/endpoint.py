@@ -30,6 +30,7 @@ from servestack.local.router import DEFAULT_MAX_IN_FLIGHT, Router, VariantPlan
 
 def plan_of(entry: dict[str, Any]) -> VariantPlan:
     package = entry.get("package_dir")
+    command = entry.get("command") or {}
     return VariantPlan(
         entry["name"],
         entry["model"],
@@ -38,6 +39,8 @@ def plan_of(entry: dict[str, Any]) -> VariantPlan:
         Path(package) if package else None,
         dict(entry.get("environment", {})),
         entry.get("component"),
+        tuple(command["argv"]) if command.get("argv") else None,
+        Path(command["cwd"]) if command.get("cwd") else None,
     )
 
 

@@ -97,7 +97,11 @@ class RealtimeProcess:
         env: dict[str, str] | None = None,
         workers: int = 1,
         output: IO[bytes] | int | None = None,
+        argv: list[str] | None = None,
+        cwd: Path | None = None,
     ) -> RealtimeProcess:
+        """`argv` and `cwd`: the image's command and WORKDIR (servestack/local/container.py); by default the
+        realtime entry from the working tree."""
         child_env = {
             **os.environ,
             "SAGEMAKER_BIND_TO_PORT": str(port),
@@ -106,8 +110,8 @@ class RealtimeProcess:
             **(env or {}),
         }
         process = GroupLeader(
-            [sys.executable, "-m", "handlers.realtime", "serve"],
-            cwd=REPO_ROOT,
+            argv or [sys.executable, "-m", "handlers.realtime", "serve"],
+            cwd=cwd or REPO_ROOT,
             env=child_env,
             stdout=output,
             stderr=subprocess.STDOUT if output is not None else None,

@@ -220,6 +220,8 @@ class VariantPlan:
     package_dir: Path | None  # None: multi-model, served from the registry
     environment: dict[str, str] = field(default_factory=dict)  # the container's, from the SageMaker model
     component: str | None = None  # the inference component this plan is (its name is the plan's name then)
+    argv: tuple[str, ...] | None = None  # the image's command, from its staged context (None: the working tree's)
+    cwd: Path | None = None  # the image's WORKDIR, staged
 
 
 class Router:
@@ -279,7 +281,10 @@ class Router:
             pass  # SageMaker's multi-model mode: models arrive through POST /models
         else:
             env |= {"SERVESTACK_REGISTRY_URI": self.registry_uri, "SERVESTACK_PREWARM": f"{plan.model}@{plan.version}"}
-        return RealtimeProcess.start(f"{self.deployment}/{plan.name}", free_port(), env=env, workers=self.workers)
+        return RealtimeProcess.start(
+            f"{self.deployment}/{plan.name}", free_port(), env=env, workers=self.workers,
+            argv=list(plan.argv) if plan.argv else None, cwd=plan.cwd,
+        )  # fmt: skip
 
     async def start_backend(self, plan: VariantPlan, *, weight: float, faults: Faults | None = None) -> Backend:
         process = self.spawn(plan)

@@ -33,6 +33,7 @@ import sys
 import tarfile
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,7 +78,9 @@ class UpError(RuntimeError):
 # ------------------------------------------------------------------------------------------ children
 
 
-def _pump(tag: str, stream: IO[bytes], out: IO[str], log: Path | None = None) -> threading.Thread:
+def _pump(
+    tag: str, stream: IO[bytes], out: IO[str], log: Path | None = None, sinks: tuple[Callable[[str], None], ...] = ()
+) -> threading.Thread:
     def copy() -> None:
         from servestack.local.logs import LineLog
 
@@ -88,6 +91,8 @@ def _pump(tag: str, stream: IO[bytes], out: IO[str], log: Path | None = None) ->
             out.flush()
             if sink is not None:
                 sink.write(text)
+            for ship in sinks:  # its CloudWatch Logs group, as its role (servestack/local/log_shipping.py)
+                ship(text)
         stream.close()
         if sink is not None:
             sink.close()
@@ -112,6 +117,7 @@ class Child:
     next_start: float | None = None
     threads: list[threading.Thread] = field(default_factory=list)
     log_path: Path | None = None  # its own log file (.servestack/logs/<deployment>/<child>.log)
+    sinks: list[Callable[[str], None]] = field(default_factory=list)  # where each output line also goes
 
     def start(self) -> None:
         from servestack.local.processes import GroupLeader, die_with_parent
@@ -122,7 +128,7 @@ class Child:
             preexec_fn=die_with_parent,
         )  # fmt: skip
         assert self.process.stdout is not None
-        self.threads = [_pump(self.name, self.process.stdout, sys.stdout, self.log_path)]
+        self.threads = [_pump(self.name, self.process.stdout, sys.stdout, self.log_path, tuple(self.sinks))]
         self.started_at = time.monotonic()
         self.next_start = None
 
@@ -350,7 +356,10 @@ def _run(options: UpOptions) -> int:
         raise UpError(str(error)) from None
     mark("templates read")
     if options.explain:
+        from servestack.local.fidelity import fidelity
+
         print(explain(topologies))
+        print(fidelity(topologies, work / "cdk.out"))
         return 0
 
     from servestack.local.iam.access import LocalAccess
@@ -403,6 +412,10 @@ def _run(options: UpOptions) -> int:
 
         artifacts = project / "models" / "artifacts"  # synth checked that serving.yaml's packages are there
         registry_uri = seed_local(aws["s3"], spec, artifacts)
+        from servestack.local.model_data import model_data_urls, publish_model_data
+
+        # `cdk deploy` publishes the model data assets before CloudFormation creates the SageMaker models.
+        publish_model_data(aws["s3"], work / "cdk.out", model_data_urls(topologies))
         environment_base = base_environment() | {"AWS_ENDPOINT_URL": emulator_url, "AWS_DEFAULT_REGION": region}
         world = World(
             options, spec, spec_file, project, code_root, work, region, emulator_url, access, aws, registry_uri
@@ -421,7 +434,7 @@ def _run(options: UpOptions) -> int:
         lifecycle.start_children(children, progress, notices)
         lifecycle.child_processes(children, plan.deployments)
         mark("functions and endpoints ready")
-        closers = world.start_services(plan)
+        closers = [shipper.close for shipper in plan.log_shippers] + world.start_services(plan)
         if saved is not None:
             saved.start_autosave()
         mark("fronts, event sources and schedules running")
@@ -537,6 +550,7 @@ class Plan:
     curls: list[str] = field(default_factory=list)
     aws_port: int = 0
     topologies: list[Any] = field(default_factory=list)
+    log_shippers: list[Any] = field(default_factory=list)  # LogShipper, one per child
 
     @property
     def aws_api_url(self) -> str:
@@ -620,7 +634,10 @@ class World:
                 )
                 argv = [sys.executable, "-m", "servestack.local.runner", "--config", str(config), "--port", str(port)]
                 url = f"http://127.0.0.1:{port}"
-                plan.children.append(Child(f"{topology.deployment}/{function.logical_id}", argv, env, f"{url}/"))
+                child = Child(f"{topology.deployment}/{function.logical_id}", argv, env, f"{url}/")
+                child.sinks.append(self._log_shipper(plan, child.name, function.log_group, credentials[function.role]))
+                entry.setdefault("log_groups", {})[function.name] = function.log_group
+                plan.children.append(child)
                 hosted[function.logical_id] = HostedFunction(function, url, function.logical_id in versioned)
             plan.functions += hosted.values()
             entry["lambda_functions"] = {f.definition.logical_id: f.name for f in hosted.values()}
@@ -652,6 +669,14 @@ class World:
                 port = realtime_port if first_realtime else free_port()
                 first_realtime = False
                 child, target = self._endpoint(topology, endpoint, port, run_dir, env_base, credentials)
+                # SageMaker writes each container's output to the endpoint's group with the execution role.
+                group = f"/aws/sagemaker/Endpoints/{endpoint.name}"
+                hosted = endpoint.components or endpoint.variants
+                role = endpoint.execution_role or next((h.execution_role for h in hosted if h.execution_role), None)
+                if role is not None:
+                    stream = f"{hosted[0].name}/local-{uuid.uuid4().hex[:17]}"
+                    child.sinks.append(self._log_shipper(plan, child.name, group, credentials[role], stream))
+                    entry.setdefault("log_groups", {})[endpoint.name] = group
                 plan.children.append(child)
                 entry["control_url"] = self.control_urls[endpoint.name]  # the router's admin routes, the CLI's
                 if endpoint.async_config is not None:
@@ -685,7 +710,6 @@ class World:
         credentials: dict[str, Any],
     ) -> tuple[Child, Any]:  # fmt: skip
         from servestack.local.sagemaker_front import RealtimeTarget
-        from servestack.local.synth import file_asset
 
         multi_model_roots: dict[str, Path] = {}
 
@@ -701,20 +725,16 @@ class World:
                 multi_model_roots[v.name] = root
                 env["SERVESTACK_MULTI_MODEL_ROOT"] = str(root)
             elif container.model_data_url:
-                key = container.model_data_url.split("/", 3)[-1]
-                archive = file_asset(self.work / "cdk.out", key)
-                if archive is None:
-                    raise UpError(
-                        f"{endpoint.name}: model data {container.model_data_url} is not in the cloud assembly"
-                    )
-                package_dir = extract_model_data(archive, self.work / "model-data")
+                # SageMaker's download, with the model's execution role, into the variant's /opt/ml/model.
+                package_dir = self._fetch_model_data(endpoint.name, v, credentials[v.execution_role])
                 env = map_paths(env, {CONTAINER_MODEL_DIR: str(package_dir)})
             model = env.get("SERVESTACK_DEFAULT_MODEL", "")
             version = first_version(package_dir, model) if package_dir else self.spec.model(model, None).version
-            env |= credentials[v.execution_role].environment()
+            command, image_env = self._container_command(endpoint.name, container.image)
+            env = image_env | env | credentials[v.execution_role].environment()  # the model's Environment wins
             return {"name": v.name, "model": model, "version": version, "weight": getattr(v, "weight", 1.0),
                     "package_dir": str(package_dir) if package_dir else None, "environment": env,
-                    "component": component}  # fmt: skip
+                    "component": component, "command": command}  # fmt: skip
 
         if endpoint.components:
             # One container per inference component, from the model it names (its variant runs no model).
@@ -775,6 +795,51 @@ class World:
             variant=v.name,
         )
         return child, RealtimeTarget(url, names, multi_model=True, multi_model_front=front)
+
+    def _log_shipper(
+        self, plan: Plan, name: str, group: str, credentials: Any, stream: str | None = None
+    ) -> Callable[[str], None]:
+        from servestack.local.emulator import client_as
+        from servestack.local.log_shipping import LogShipper, ensure_log_group, lambda_stream_name
+
+        ensure_log_group(self.aws["logs"], group)  # the template's log group, created by the deploy
+        shipper = LogShipper(
+            name=name, group=group, stream=stream or lambda_stream_name(), role=credentials.arn,
+            logs=client_as("logs", self.emulator_url, credentials, self.region),
+            metrics=client_as("cloudwatch", self.emulator_url, self.access.developer, self.region),
+            report=lambda line: print(line, file=sys.stderr, flush=True),
+        )  # fmt: skip
+        plan.log_shippers.append(shipper)
+        return shipper
+
+    def _fetch_model_data(self, endpoint: str, variant: Any, credentials: Any) -> Path:
+        from servestack.local.emulator import client_as
+        from servestack.local.model_data import ModelDataError, fetch_model_data
+
+        url = variant.container.model_data_url
+        root = (self.options.data_dir or self.work / "emulator") / "sagemaker" / endpoint / variant.name
+        s3 = client_as("s3", self.emulator_url, credentials, self.region)
+        try:
+            return fetch_model_data(
+                s3, url, root / CONTAINER_MODEL_DIR.lstrip("/"), role=credentials.arn, compressed=not url.endswith("/")
+            )
+        except ModelDataError as error:
+            raise UpError(f"variant {variant.name} of endpoint {endpoint} failed: {error}") from None
+
+    def _container_command(self, endpoint: str, image_uri: str) -> tuple[dict[str, Any] | None, dict[str, str]]:
+        """`docker run IMAGE serve` (SageMaker's hosting command) as a process from the image's staged build
+        context in cdk.out, and the image's ENV; (None, {}) for an image that is not an asset of the assembly."""
+        from servestack.local.container import staged_container
+        from servestack.local.dockerfile import DockerfileError
+
+        try:
+            staged = staged_container(self.work / "cdk.out", image_uri, self.work / "images", ("serve",))
+        except DockerfileError as error:
+            raise UpError(f"endpoint {endpoint}: its image cannot run locally: {error}") from None
+        if staged is None:
+            return None, {}
+        command = {"argv": list(staged.command.argv), "cwd": str(staged.command.cwd)}
+        return command, dict(staged.command.environment)
 
     def _released(self, deployment: str, variant: dict[str, Any]) -> dict[str, Any]:
         """The version `local deploy` left live, when it is not the template's (servestack/local/releases.py)."""
