@@ -193,7 +193,16 @@ def json_answer(plan: AnswerPlan, outputs: Mapping[str, np.ndarray]) -> bytes | 
         return None
     if predictions.ndim == 2 and predictions.shape[1] == 1:  # `flat`
         predictions = predictions.reshape(-1)
-    written = orjson.dumps(predictions, option=_NUMPY_OPTION, default=json_default)
+    names: bytes | None = None
+    if predictions.dtype == object and predictions.ndim == 1:
+        # Class names (a string-labelled classifier): each row's label is its prediction (`_label_names` of a
+        # str is itself), so the one list is written once and serves as both.
+        items = predictions.tolist()
+        written = orjson.dumps(items, option=_NUMPY_OPTION, default=json_default)
+        if set(map(type, items)) <= {str}:
+            names = written
+    else:
+        written = orjson.dumps(predictions, option=_NUMPY_OPTION, default=json_default)
     if plan.probability is not None:
         probabilities = orjson.dumps(outputs[plan.probability], option=_NUMPY_OPTION, default=json_default)
         written = b"".join((written, b',"probabilities":', probabilities))
@@ -207,7 +216,8 @@ def json_answer(plan: AnswerPlan, outputs: Mapping[str, np.ndarray]) -> bytes | 
         except KeyError:  # an id with no label: `_label_names` writes it as text
             pass
     assert plan.labels is not None
-    names = orjson.dumps(_label_names(plan.labels, predictions.reshape(-1)))
+    if names is None:
+        names = orjson.dumps(_label_names(plan.labels, predictions.reshape(-1)))
     return b"".join((plan.json_head, written, b',"labels":', names, b"}"))
 
 

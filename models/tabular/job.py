@@ -418,7 +418,8 @@ class BatchJob:
             "errors": error_file,
         }
         body = orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
-        self.store.put(f"{self.output_prefix}manifest.json", body, {"run": run_id})
+        self.store.put(f"{self.output_prefix}manifests/{run_id}.json", body, {"run": run_id})  # one per run, kept
+        self.store.put(f"{self.output_prefix}manifest.json", body, {"run": run_id})  # the latest, at a fixed name
         return document
 
     def _outcome(self, obj: StoredObject) -> dict[str, Any]:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from servestack.local.cloudformation import ACCOUNT
+from servestack.local.cloudformation import DEFAULT_REGION as REGION
 from servestack.local.http_server import LocalHttpServer, Reply, Request
 from servestack.local.inference_components import ComponentState, InferenceComponents
 from servestack.local.lambda_invoke import INVOKE_PREFIX, INVOKE_SUFFIX, lambda_error
@@ -43,7 +45,7 @@ class AwsFront:
         self.lambdas = lambdas
         self.access = access
         self.components = components or InferenceComponents({}, _no_scaling)
-        self.transform_jobs = transform_jobs or TransformJobs((), "us-east-1", "123456789012")
+        self.transform_jobs = transform_jobs or TransformJobs((), REGION, ACCOUNT)
         self.server = LocalHttpServer(
             "aws-api",
             self.handle,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import sys
 import threading
 import time
 import urllib.parse
@@ -135,6 +136,17 @@ def _component(name: str, entry: dict[str, Any], wanted: str | None) -> str:
     raise CommandError(f"--component: {wanted!r} is not one of {name}'s components ({', '.join(short)})")
 
 
+def _keep_release(about: dict[str, Any], name: str, answer: dict[str, Any]) -> None:
+    """The new version stays live across restarts of local up (servestack/local/releases.py); say how to pin it."""
+    from servestack.local import releases
+
+    model, _, previous = str(answer.get("from") or "").partition("@")
+    work = Path(about.get("project") or project_or_cwd()) / STATE_DIR
+    version = str(answer["version"])
+    releases.record(work, name, answer.get("component"), model, version, previous)
+    print(releases.pin_hint(name, model, version), file=sys.stderr, flush=True)
+
+
 def deploy(
     name: str,
     version: str,
@@ -216,4 +228,6 @@ def deploy(
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(outcome, indent=2) + "\n")
     print(f"{name}: {answer['state']} (outcome: {target})", flush=True)
+    if answer["state"] == "succeeded":
+        _keep_release(about, name, answer)
     return {"succeeded": 0, "rolled_back": 1}.get(answer["state"], 2)

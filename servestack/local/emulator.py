@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from servestack.local.access import DEVELOPER, Credentials
+from servestack.local.iam.identities import DEVELOPER, Credentials
 
 SERVICES = ("s3", "sqs", "dynamodb", "sns", "events", "iam", "sts", "logs")
 DEFAULT_REGION = "us-east-1"

@@ -37,8 +37,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from servestack.local.cloudformation import ACCOUNT
 from servestack.local.http_server import Reply, Request, request_id
-from servestack.local.lambda_runtime import ACCOUNT, REGION
+from servestack.local.lambda_runtime import REGION
 
 TARGET_MODEL = "x-amzn-sagemaker-target-model"
 FORWARDED = ("content-type", "accept", "x-amzn-sagemaker-custom-attributes", TARGET_MODEL)

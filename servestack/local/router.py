@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from handlers.body import ClientDisconnected, ReadDeadlines, read_body
+from handlers.body import ClientDisconnected, ReadDeadlines, read_asgi_body
 from models.errors import InvalidInput, ServingError
 from models.settings import SIX_MEBIBYTES
 from servestack.alarms import Observation
@@ -420,13 +420,7 @@ class Router:
         request_headers: list[tuple[bytes, bytes]] = scope["headers"]
         try:
             target = _raw_target(scope)
-            body = await read_body(
-                receive,
-                self.max_body_bytes,
-                next((value for name, value in request_headers if name == b"content-length"), None),
-                self.read_deadlines,
-                expect_continue=any(name == b"expect" for name, _ in request_headers),
-            )
+            body = await read_asgi_body(receive, request_headers, self.max_body_bytes, self.read_deadlines)
         except ServingError as refused:
             return await _respond(send, refused.status_code, _JSON, orjson.dumps({"error": refused.to_dict()}))
         except ClientDisconnected:

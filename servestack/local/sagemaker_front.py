@@ -42,8 +42,9 @@ from typing import Any, Protocol
 
 import httpx
 
+from servestack.local.cloudformation import ACCOUNT
 from servestack.local.http_server import Reply, Request, request_id
-from servestack.local.lambda_runtime import ACCOUNT, REGION
+from servestack.local.lambda_runtime import REGION
 
 ENDPOINT_PREFIX = "/endpoints/"
 ENDPOINT_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$")

@@ -3,7 +3,7 @@
 serving.yaml -> CDK app -> templates (.servestack/cdk.out, reused while the inputs are unchanged) -> here:
 1. the templates are read (servestack/local/topology.py): every name, environment, IAM policy, queue, route,
    schedule and SageMaker variant is the template's, resolved to local values;
-2. an AWS emulator: moto's server in this process behind the IAM engine (servestack/local/access.py), or
+2. an AWS emulator: moto's server in this process behind the IAM engine (servestack/local/iam/access.py), or
    the endpoint of `--endpoint-url` (LocalStack...), which does not enforce IAM;
 3. the resources are created as CloudFormation would (servestack/local/provision.py);
 4. each Lambda function runs in its own child process (its execution environment, with its role's keys);
@@ -12,9 +12,10 @@ serving.yaml -> CDK app -> templates (.servestack/cdk.out, reused while the inpu
    source mappings, the schedules, and one port where boto3's `sagemaker-runtime` and `lambda` clients work
    unchanged (`--aws-port`, default 8090);
 6. a child that dies is restarted with backoff while the others keep running.
-Children's output is one log stream, each line tagged. The state file (`.servestack/local.json`) says where
-everything is, the stack outputs, and the keys of each role, for other commands and for replaying a call
-as a function. Ctrl-C or SIGTERM stops everything.
+Children's output is one log stream, each line tagged, and a file per child under `.servestack/logs/`
+(servestack/local/logs.py). Slow steps report progress on stderr (servestack/progress.py). The state file
+(`.servestack/local.json`) says where everything is, the stack outputs, and the keys of each role, for other
+commands and for replaying a call as a function. Ctrl-C or SIGTERM stops everything.
 """
 
 from __future__ import annotations
@@ -72,12 +73,20 @@ class UpError(RuntimeError):
 # ------------------------------------------------------------------------------------------ children
 
 
-def _pump(tag: str, stream: IO[bytes], out: IO[str]) -> threading.Thread:
+def _pump(tag: str, stream: IO[bytes], out: IO[str], log: Path | None = None) -> threading.Thread:
     def copy() -> None:
+        from servestack.local.logs import LineLog
+
+        sink = LineLog(log) if log is not None else None
         for raw in iter(stream.readline, b""):
-            out.write(f"[{tag}] {raw.decode(errors='replace').rstrip()}\n")
+            text = raw.decode(errors="replace").rstrip()
+            out.write(f"[{tag}] {text}\n")
             out.flush()
+            if sink is not None:
+                sink.write(text)
         stream.close()
+        if sink is not None:
+            sink.close()
 
     thread = threading.Thread(target=copy, name=f"log-{tag}", daemon=True)
     thread.start()
@@ -98,6 +107,7 @@ class Child:
     started_at: float = 0.0
     next_start: float | None = None
     threads: list[threading.Thread] = field(default_factory=list)
+    log_path: Path | None = None  # its own log file (.servestack/logs/<deployment>/<child>.log)
 
     def start(self) -> None:
         import subprocess
@@ -109,7 +119,7 @@ class Child:
             preexec_fn=die_with_parent,
         )  # fmt: skip
         assert self.process.stdout is not None
-        self.threads = [_pump(self.name, self.process.stdout, sys.stdout)]
+        self.threads = [_pump(self.name, self.process.stdout, sys.stdout, self.log_path)]
         self.started_at = time.monotonic()
         self.next_start = None
 
@@ -283,10 +293,17 @@ def _run(options: UpOptions) -> int:
     # holding serving.yaml and its model packages only). Lambda's /var/task stands for it.
     code_root = app_root(project)
     work = project / ".servestack"
+    from servestack.progress import Progress
+
+    progress = Progress()
+    notices: list[str] = []  # what the developer must see: ports that moved, deployments that failed, releases
     try:
-        synth = synthesize(
-            project, spec_file, work / "cdk.out", force=options.resynth, artifacts=project / "models" / "artifacts"
-        )
+        with progress.step("synth") as step:
+            synth = synthesize(
+                project, spec_file, work / "cdk.out", force=options.resynth, artifacts=project / "models" / "artifacts",
+                on_decision=step.update,
+            )  # fmt: skip
+            step.finish("reused (inputs unchanged)" if synth.reused else "templates written")
     except SynthError as error:
         raise UpError(str(error)) from None
     mark("synth (reused: inputs unchanged)" if synth.reused else "synth")
@@ -297,8 +314,8 @@ def _run(options: UpOptions) -> int:
     if missing:
         raise UpError(f"the cloud assembly has no stack {', '.join(missing)}; run with --resynth")
 
-    realtime_port = _port(options.port, DEFAULT_PORT, "--port")
-    aws_port = _port(options.aws_port, DEFAULT_AWS_PORT, "--aws-port", taken={realtime_port})
+    realtime_port = _port(options.port, DEFAULT_PORT, "--port", notices=notices)
+    aws_port = _port(options.aws_port, DEFAULT_AWS_PORT, "--aws-port", taken={realtime_port}, notices=notices)
     external = options.endpoint_url or os.environ.get("AWS_ENDPOINT_URL")
     emulator_port = options.emulator_port or free_port()
     emulator_url = external or f"http://127.0.0.1:{emulator_port}"
@@ -321,12 +338,10 @@ def _run(options: UpOptions) -> int:
         print(explain(topologies))
         return 0
 
-    from servestack.local.access import OpenAccess
+    from servestack.local.iam.access import LocalAccess
 
-    access: Any = OpenAccess() if not options.iam or external else _enforcing_access()
-    if not access.enabled:
-        why = "--no-iam" if not options.iam else f"{external} is an external emulator"
-        print(f"WARNING: IAM is NOT enforced ({why}): local mode allows calls that AWS would refuse.", flush=True)
+    why_off = "--no-iam" if not options.iam else f"{external} is an external emulator"
+    access = LocalAccess(enforced=options.iam and external is None, disabled_because=why_off)
 
     stop_requested = threading.Event()
 
@@ -350,10 +365,11 @@ def _run(options: UpOptions) -> int:
         from servestack.local.provision import ProvisionError, provision
 
         try:
-            provision(
-                aws, topologies, account=_account(), may_send=access.may_send,
-                visibility_timeout_sec=options.visibility_timeout_sec,
-            )  # fmt: skip
+            with progress.step("provisioning", f"{len(topologies)} stack(s) in {emulator_url}"):
+                provision(
+                    aws, topologies, account=_account(), may_send=access.may_send,
+                    visibility_timeout_sec=options.visibility_timeout_sec,
+                )  # fmt: skip
         except ProvisionError as error:
             raise UpError(str(error)) from None
         mark("resources created")
@@ -376,12 +392,19 @@ def _run(options: UpOptions) -> int:
         world = World(
             options, spec, spec_file, project, code_root, work, region, emulator_url, access, aws, registry_uri
         )
+        world.notices = notices
+        if options.fresh:
+            from servestack.local import releases
+
+            releases.forget(work)
         plan = world.plan(topologies, realtime_port, aws_port, api_ports, environment_base)
         children = plan.children
+        from servestack.local import lifecycle, logs
+
         for child in children:
-            child.start()
-        for child in children:
-            child.wait_ready()
+            child.log_path = logs.start_fresh(logs.child_log(work, child.name))
+        lifecycle.start_children(children, progress, notices)
+        lifecycle.child_processes(children, plan.deployments)
         mark("functions and endpoints ready")
         closers = world.start_services(plan)
         if saved is not None:
@@ -400,9 +423,12 @@ def _run(options: UpOptions) -> int:
             "developer": access.developer.to_dict(),
             "identities": plan.identities,
             "stacks": {t.stack: {"outputs": t.outputs, "deployment": t.deployment} for t in topologies},
+            "notices": notices,
         }
         state.write(state_file, about, plan.deployments)
         print(world.banner(plan, state_file, timings), flush=True)
+        for notice in notices:  # after the banner too, where the eye lands
+            print(notice, file=sys.stderr, flush=True)
         supervisor = Supervisor(children, lambda line: print(line, file=sys.stderr, flush=True))
         while not stop_requested.wait(0.5):
             supervisor.tick()
@@ -425,12 +451,6 @@ def _run(options: UpOptions) -> int:
         print("stopped", flush=True)
 
 
-def _enforcing_access() -> Any:
-    from servestack.local.access import EnforcedAccess
-
-    return EnforcedAccess()
-
-
 def _account() -> str:
     from servestack.local.cloudformation import ACCOUNT
 
@@ -445,13 +465,20 @@ def _context_prefix(project: Path) -> str:
     return str(context.get("servestack:prefix") or "servestack-")
 
 
-def _port(wanted: int | None, default: int, flag: str, taken: set[int] | None = None) -> int:
+def _port(
+    wanted: int | None, default: int, flag: str, taken: set[int] | None = None, notices: list[str] | None = None
+) -> int:
     port = wanted if wanted is not None else default
     if port_is_free(port) and port not in (taken or set()):
         return port
     if wanted is not None:
         raise UpError(f"port {port} is in use; pick another with {flag}")
-    return free_port()
+    moved = free_port()
+    notice = f"port {default} is taken: using {moved} instead (pass {flag} N to choose one)"
+    print(notice, file=sys.stderr, flush=True)
+    if notices is not None:
+        notices.append(notice)
+    return moved
 
 
 def explain(topologies: list[Any]) -> str:
@@ -512,6 +539,7 @@ class World:
     service_endpoints: dict[str, str] = field(default_factory=dict)  # AWS_ENDPOINT_URL_<SERVICE> for functions
     components: dict[str, Any] = field(default_factory=dict)  # inference component name -> ComponentState
     component_routers: dict[str, str] = field(default_factory=dict)  # inference component name -> router URL
+    notices: list[str] = field(default_factory=list)  # lines for the developer (releases applied at start)
 
     # ------------------------------------------------------------------------------------ what to run
     def plan(
@@ -671,6 +699,7 @@ class World:
             variants = [variant(c, component=c.name) for c in endpoint.components]
         else:
             variants = [variant(v) for v in endpoint.variants]
+        variants = [self._released(topology.deployment, v) for v in variants]
         shadow = variant(endpoint.shadow_variants[0]) if endpoint.shadow_variants else None
         production_weight = sum(v["weight"] for v in variants) or 1.0
         config = {
@@ -723,6 +752,16 @@ class World:
             variant=v.name,
         )
         return child, RealtimeTarget(url, names, multi_model=True, multi_model_front=front)
+
+    def _released(self, deployment: str, variant: dict[str, Any]) -> dict[str, Any]:
+        """The version `local deploy` left live, when it is not the template's (servestack/local/releases.py)."""
+        from servestack.local import releases
+        from servestack.registry import open_registry
+
+        def fetch(model: str, version: str) -> Path:
+            return open_registry(self.registry_uri, client=self.aws["s3"]).fetch(model, version, self.work / "packages")
+
+        return releases.apply(self.work, deployment, variant, fetch, self.notices)
 
     def _component_entry(self, model: str) -> dict[str, Any]:
         """What other commands need of a component: its model and that model's sample request."""
@@ -936,7 +975,7 @@ class World:
         }  # fmt: skip
 
         def start(_: Any) -> str | None:
-            from servestack.local.commands import sagemaker_runtime
+            from servestack.local.developer import sagemaker_runtime
             from servestack.local.transform import JobRefused, create_job, execute_job
 
             try:
@@ -976,15 +1015,14 @@ class World:
         return run
 
     def _dead_letter_sender(self, keys: dict[str, str] | None) -> Callable[[str, str, dict[str, Any]], None]:
-        from servestack.local.access import Credentials
         from servestack.local.emulator import client_as
+        from servestack.local.iam.identities import Credentials
         from servestack.local.scheduler import send_dead_letter
 
         def send(queue_arn: str, body: str, attributes: dict[str, Any]) -> None:
             if keys is None:
                 return
-            credentials = Credentials(keys["arn"], keys["AWS_ACCESS_KEY_ID"], keys["AWS_SECRET_ACCESS_KEY"],
-                                      keys.get("AWS_SESSION_TOKEN"))  # fmt: skip
+            credentials = Credentials.from_dict(keys)
             sqs = client_as("sqs", self.emulator_url, credentials, self.region)
             send_dead_letter(sqs, self.emulator_url, queue_arn, body, attributes)
 

@@ -343,7 +343,7 @@ ANSWER_MANIFESTS = {
 def answer_outputs(draw: st.DrawFn) -> tuple[Manifest, dict[str, Any]]:
     manifest = ANSWER_MANIFESTS[draw(st.sampled_from(sorted(ANSWER_MANIFESTS)))]
     rows = draw(st.integers(0, 4))
-    kinds = ["int64", "int32", "uint8", "bool", "float32", "str", "object", "2-d", "2-d float32", "list"]
+    kinds = ["int64", "int32", "uint8", "bool", "float32", "str", "object", "class names", "2-d", "2-d float32", "list"]
     kind = draw(st.sampled_from(kinds))
     ids = draw(st.lists(st.integers(-2, 12), min_size=rows, max_size=rows))
     predictions: Any
@@ -351,6 +351,8 @@ def answer_outputs(draw: st.DrawFn) -> tuple[Manifest, dict[str, Any]]:
         predictions = np.array([str(i) for i in ids])
     elif kind == "object":
         predictions = np.array([i if i % 2 else float(i) for i in ids] or [], dtype=object)
+    elif kind == "class names":  # what onnxruntime gives for a string-labelled classifier
+        predictions = np.array([f"class {i}" for i in ids] or [], dtype=object)
     elif kind == "2-d":  # a single target as [N, 1]: flat in every answer
         predictions = np.array(ids, dtype=np.int64).reshape(rows, 1)
     elif kind == "2-d float32":
