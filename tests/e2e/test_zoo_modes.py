@@ -40,7 +40,9 @@ import yaml
 
 from servestack.client import AsyncJobsClient, SigV4
 from servestack.conversion import worst_row
-from servestack.local.commands import developer, signed
+from servestack.local.batch_data import batch_location
+from servestack.local.commands import signed
+from servestack.local.developer import developer
 from tests.e2e.conftest import LocalUp, start_local_up
 from tests.zoo import ZooModel
 
@@ -283,22 +285,9 @@ def run_batch(served: Served, name: str) -> dict[str, Any]:
         cwd=served.root, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    bucket, _, output = batch_location(served, name)
+    bucket, _, output = batch_location(served.up.state, name)
     manifest: dict[str, Any] = json.loads(read(served, bucket, f"{output}manifest.json"))
     return manifest
-
-
-def batch_location(served: Served, name: str) -> tuple[str, str, str]:
-    """A batch deployment's bucket, input prefix and output prefix: its schedule's payload (Lambda), or its
-    task's SERVESTACK_BATCH_* environment (Fargate)."""
-    d = served.up.deployment(name)
-    source = d.get("input") or {}
-    if "bucket" not in source:
-        environment = d["task"]["environment"]
-        source = {
-            key: environment[f"SERVESTACK_BATCH_{key.upper()}"] for key in ("bucket", "input_prefix", "output_prefix")
-        }
-    return source["bucket"], source["input_prefix"], source["output_prefix"]
 
 
 def read(served: Served, bucket: str, key: str) -> bytes:
@@ -306,13 +295,13 @@ def read(served: Served, bucket: str, key: str) -> bytes:
 
 
 def put_input(served: Served, name: str, files: dict[str, bytes]) -> None:
-    bucket, prefix, _ = batch_location(served, name)
+    bucket, prefix, _ = batch_location(served.up.state, name)
     for key, data in files.items():
         served.up.emulator("s3").put_object(Bucket=bucket, Key=f"{prefix}{key}", Body=data)
 
 
 def output_rows(served: Served, name: str, manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    bucket, _, output = batch_location(served, name)
+    bucket, _, output = batch_location(served.up.state, name)
     rows: list[dict[str, Any]] = []
     for part in manifest["parts"]:
         data = read(served, bucket, f"{output}{part['key']}")
@@ -359,7 +348,7 @@ def test_newcomers_pipeline_batch_parquet_with_strings_and_an_id_gives_typed_par
     manifest = run_batch(served, f"{PIPELINE}-batch")
     # THEN every row of the three files is scored (none of local up's seeded sample), in typed Parquet parts
     assert manifest["rows"] == {"total": 3 * ROWS, "succeeded": 3 * ROWS, "failed": 0}
-    bucket, _, output = batch_location(served, f"{PIPELINE}-batch")
+    bucket, _, output = batch_location(served.up.state, f"{PIPELINE}-batch")
     labels = sorted(set(model.expected()["label"].tolist()))
     for part in manifest["parts"]:
         schema = pq.read_schema(pa.BufferReader(read(served, bucket, f"{output}{part['key']}")))
