@@ -327,45 +327,67 @@ def expected_by_id(model: ZooModel, index: np.ndarray) -> dict[Any, tuple[Any, n
     return {i: (value, None) for i, value in zip(ids_for(index), expected["variable"], strict=True)}
 
 
-def test_newcomers_pipeline_batch_parquet_with_strings_and_an_id_gives_typed_parquet_joined_by_id(
-    served: Served,
-) -> None:
-    # GIVEN the pipeline's rows as Parquet (a string column, an id column first), JSON Lines of records and CSV
-    # with a header, under the Fargate deployment's input prefix
+def pipeline_batch_files(served: Served) -> dict[str, bytes]:
+    """The pipeline's rows with an id column first (ids not in row order), as Parquet (a string column), JSON
+    Lines of records and CSV with a header."""
     model, index = served.zoo[PIPELINE], served.index[PIPELINE]
     columns = {ID: ids_for(index), **columns_of(model, index)}
     table = pa.table({ID: pa.array(columns[ID], pa.int64()), **{k: v for k, v in columns.items() if k != ID}})
     sink = io.BytesIO()
     pq.write_table(table, sink)
-    records = table.to_pylist()
     csv_body, _ = body("csv", {k: [str(v) for v in values] for k, values in columns.items()})
-    put_input(served, f"{PIPELINE}-batch", {
+    return {
         "rows.parquet": sink.getvalue(),
-        "rows.jsonl": "\n".join(json.dumps(record) for record in records).encode(),
+        "rows.jsonl": "\n".join(json.dumps(record) for record in table.to_pylist()).encode(),
         "rows.csv": csv_body,
-    })  # fmt: skip
-    # WHEN the deployment runs
-    manifest = run_batch(served, f"{PIPELINE}-batch")
-    # THEN every row of the three files is scored (none of local up's seeded sample), in typed Parquet parts
-    assert manifest["rows"] == {"total": 3 * ROWS, "succeeded": 3 * ROWS, "failed": 0}
-    bucket, _, output = batch_location(served.up.state, f"{PIPELINE}-batch")
-    labels = sorted(set(model.expected()["label"].tolist()))
-    for part in manifest["parts"]:
-        schema = pq.read_schema(pa.BufferReader(read(served, bucket, f"{output}{part['key']}")))
-        assert schema.field("prediction").type == pa.string()
-        assert all(schema.field(f"proba_{label}").type == pa.float32() for label in labels)
-        if part["input"].endswith(".parquet"):
-            assert schema.field(ID).type == pa.int64()
-    # AND joined by id, each file's predictions are the estimator's
+    }
+
+
+def assert_pipeline_rows_joined_by_id(served: Served, found: list[dict[str, Any]], copies: int) -> None:
+    """Joined by id, every row's prediction is the estimator's label and its `proba_<label>` columns its
+    probabilities (within float32 tolerance)."""
+    model, index = served.zoo[PIPELINE], served.index[PIPELINE]
     expected = expected_by_id(model, index)
-    found = output_rows(served, f"{PIPELINE}-batch", manifest)
-    assert sorted(int(row[ID]) for row in found) == sorted(list(expected) * 3)
+    assert sorted(int(row[ID]) for row in found) == sorted(list(expected) * copies)
+    classes = model.estimator.classes_.tolist()
     for row in found:
         label, probabilities = expected[int(row[ID])]
         assert row["prediction"] == label
-        classes = model.estimator.classes_.tolist()
-        got = np.array([[row[f"proba_{c}"] for c in classes]])
-        assert worst_row("probabilities", np.array([probabilities]), got) is None
+        got = np.array([[row[f"proba_{name}"] for name in classes]])
+        assert worst_row("probabilities", np.array([probabilities]), got) is None, row
+
+
+def test_newcomers_pipeline_batch_parquet_with_strings_and_an_id_gives_typed_parquet_joined_by_id(
+    served: Served,
+) -> None:
+    # GIVEN the pipeline's rows as Parquet with a string column and an id column, under the Fargate deployment's
+    # input prefix
+    put_input(served, f"{PIPELINE}-batch", {"rows.parquet": pipeline_batch_files(served)["rows.parquet"]})
+    # WHEN the deployment runs
+    manifest = run_batch(served, f"{PIPELINE}-batch")
+    # THEN every row is scored (none of local up's seeded sample) into typed Parquet: the id as in the input, the
+    # prediction a string, a float32 column per class label
+    assert manifest["rows"] == {"total": ROWS, "succeeded": ROWS, "failed": 0}
+    bucket, _, output = batch_location(served.up.state, f"{PIPELINE}-batch")
+    labels = served.zoo[PIPELINE].estimator.classes_.tolist()
+    for part in manifest["parts"]:
+        schema = pq.read_schema(pa.BufferReader(read(served, bucket, f"{output}{part['key']}")))
+        assert schema.field(ID).type == pa.int64()
+        assert schema.field("prediction").type == pa.string()
+        assert all(schema.field(f"proba_{label}").type == pa.float32() for label in labels)
+    # AND joined by id, the predictions are the estimator's
+    assert_pipeline_rows_joined_by_id(served, output_rows(served, f"{PIPELINE}-batch", manifest), 1)
+
+
+def test_pipeline_batch_json_lines_of_records_and_csv_with_a_header_map_columns_the_same_way(served: Served) -> None:
+    # GIVEN the same rows as Parquet, as JSON Lines of records and as CSV with a header, in one input prefix
+    put_input(served, f"{PIPELINE}-batch", pipeline_batch_files(served))
+    # WHEN the deployment runs / THEN each file's rows, joined by id, are the estimator's
+    manifest = run_batch(served, f"{PIPELINE}-batch")
+    assert manifest["rows"] == {"total": 3 * ROWS, "succeeded": 3 * ROWS, "failed": 0}
+    found = output_rows(served, f"{PIPELINE}-batch", manifest)
+    assert {str(row["file"]).rsplit(".", 1)[1] for row in found} == {"parquet", "jsonl", "csv"}
+    assert_pipeline_rows_joined_by_id(served, found, 3)
 
 
 def test_newcomers_regressor_batch_over_json_lines_of_records_joined_by_id(served: Served) -> None:
