@@ -9,9 +9,10 @@ One serving.yaml keeps the module to one `local up`:
 - async: the pipeline, the one-target regressor and the HistGradientBoosting NaN model: async runs the same
   handler as serverless behind a queue, so three models, one of each input kind (named [N, 1] columns with a
   string, a named [N, k] input, NaN), cover its decode paths at a third of the processes;
-- batch: the same three, each with an id column: the pipeline on Fargate over Parquet (string columns in,
-  typed Parquet out), JSON Lines of records and CSV with a header in one run; the regressor on Lambda over
-  JSON Lines of records; the NaN model on Lambda over CSV with empty cells.
+- batch: the same three: the pipeline on Fargate with an id column (the one runner that reads and writes
+  Parquet), over Parquet with a string column (typed Parquet out, joined by id), then over Parquet, JSON Lines
+  of records and CSV with a header together; the regressor on Lambda over JSON Lines of records with an id
+  column; the NaN model on Lambda over CSV with a header and empty cells for NaN.
 
 The pipeline gets every request form (dataframe_split, dataframe_records, instances of row objects, inputs by
 column, CSV with a header) in every online mode, each giving the same answer. The newcomer's two models (the
@@ -343,15 +344,22 @@ def pipeline_batch_files(served: Served) -> dict[str, bytes]:
     }
 
 
+def row_id(row: dict[str, Any]) -> int:
+    """A row's id: an int, CSV's text, or, in a Parquet part that mixes the two, each id's JSON text (the
+    encoder's rule for a column of mixed kinds)."""
+    value = row[ID]
+    return int(json.loads(value)) if isinstance(value, str) else int(value)
+
+
 def assert_pipeline_rows_joined_by_id(served: Served, found: list[dict[str, Any]], copies: int) -> None:
     """Joined by id, every row's prediction is the estimator's label and its `proba_<label>` columns its
     probabilities (within float32 tolerance)."""
     model, index = served.zoo[PIPELINE], served.index[PIPELINE]
     expected = expected_by_id(model, index)
-    assert sorted(int(row[ID]) for row in found) == sorted(list(expected) * copies)
+    assert sorted(map(row_id, found)) == sorted(list(expected) * copies)
     classes = model.estimator.classes_.tolist()
     for row in found:
-        label, probabilities = expected[int(row[ID])]
+        label, probabilities = expected[row_id(row)]
         assert row["prediction"] == label
         got = np.array([[row[f"proba_{name}"] for name in classes]])
         assert worst_row("probabilities", np.array([probabilities]), got) is None, row
