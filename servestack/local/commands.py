@@ -17,35 +17,10 @@ from typing import Any
 
 from servestack.failures import CommandError, ExitCode
 from servestack.local import state
-from servestack.local.developer import developer, sagemaker_runtime
+from servestack.local.developer import developer, sagemaker_runtime, signed
 from servestack.local.manifests import print_manifest
 
 CONTENT_TYPES = {".json": "application/json", ".csv": "text/csv", ".npy": "application/x-npy"}
-
-
-def signed(
-    method: str,
-    url: str,
-    credentials: Any,
-    region: str,
-    *,
-    body: bytes = b"",
-    headers: dict[str, str] | None = None,
-    service: str = "execute-api",
-    timeout_sec: float = 60,
-) -> tuple[int, bytes]:
-    """An HTTP request signed with SigV4, as `aws`, the SDKs and `curl --aws-sigv4` sign it."""
-    import httpx
-
-    from servestack.signing import sigv4_headers
-
-    sent = sigv4_headers(
-        method, url, body, headers or {}, access_key_id=credentials.access_key_id,
-        secret_access_key=credentials.secret_access_key, session_token=credentials.session_token,
-        service=service, region=region,
-    )  # fmt: skip
-    response = httpx.request(method, url, content=body, headers=sent, timeout=timeout_sec)
-    return response.status_code, response.content
 
 
 def invoke(
