@@ -10,7 +10,9 @@ this server (their paths do not collide). Every request is authenticated (SigV4)
   (boto3's `sagemaker` client): the templates' inference components (servestack/local/inference_components.py);
 - `POST /` with `X-Amz-Target: SageMaker.CreateTransformJob` or `...DescribeTransformJob`: the transform jobs an
   engine: transform schedule creates (servestack/local/transform_jobs.py), and `POST /_servestack/transform-jobs/
-  {name}`, local up's own route where `local run-batch` reports a job's end.
+  {name}`, local up's own route where `local run-batch` reports a job's end;
+- `/_servestack/iam/roles[/{name}]`: local up's own route to the running IAM store's roles
+  (servestack/local/iam_roles.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from servestack.local.http_server import LocalHttpServer, Reply, Request
+from servestack.local.iam_roles import RolePolicies
 from servestack.local.inference_components import ComponentState, InferenceComponents
 from servestack.local.lambda_invoke import INVOKE_PREFIX, INVOKE_SUFFIX, lambda_error
 from servestack.local.lambda_service import LambdaService
@@ -63,6 +66,8 @@ class AwsFront:
         if TransformJobs.is_control_plane(request):
             allowed = self.access.check(request, "sagemaker")
             return allowed if isinstance(allowed, Reply) else self.transform_jobs.handle(request)
+        if RolePolicies.is_route(request):  # local up's own: the running IAM store's roles
+            return RolePolicies(self.access).handle(request)
         if TransformJobs.is_report(request):
             return self.transform_jobs.report(request)
         if InferenceComponents.is_control_plane(request):

@@ -755,6 +755,7 @@ class World:
                 "schedule": f"{schedule.expression} {schedule.timezone}",
                 "schedule_name": schedule.name,
                 "target": schedule.target_arn,
+                "schedule_role": schedule.role_arn,
                 "input": payload,
             }
             if schedule.universal is not None:

@@ -1,0 +1,173 @@
+"""The IAM surface of the four modes' templates as the running `local up` holds it, one statement at a time:
+what the mutation test (tests/e2e/test_iam_surface.py) removes, the exercises that must fail without it, and
+the list of statements no local run can exercise (tests/e2e/iam_unexercised.txt)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import random
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from servestack.local.access import DEVELOPER
+from servestack.local.commands import signed
+from servestack.local.iam_roles import ROUTE
+from tests.conftest import ARTIFACTS, REPO_ROOT
+from tests.e2e.conftest import SERVESTACK, LocalUp
+
+UNEXERCISED = Path(__file__).with_name("iam_unexercised.txt")
+FULL_ENV = "SERVESTACK_IAM_MUTATION"  # "full": every statement; else a sample
+SAMPLE_SIZE = 3
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One Allow statement of one role: where it sits in the store, and how a reader finds it in a template."""
+
+    role: str  # the role's physical name
+    policy: str
+    index: int
+    body: dict[str, Any]
+
+    @property
+    def actions(self) -> tuple[str, ...]:
+        raw = self.body.get("Action", [])
+        return tuple(sorted(raw if isinstance(raw, list) else [raw]))
+
+    @property
+    def label(self) -> str:
+        resources = self.body.get("Resource", [])
+        shown = resources if isinstance(resources, list) else [resources]
+        return f"{self.role} {','.join(self.actions)} on {' '.join(str(r) for r in shown)}"
+
+
+def store(up: LocalUp, method: str = "GET", role: str = "", policies: dict[str, Any] | None = None) -> Any:
+    url = f"{up.api}{ROUTE}" + (f"/{role}" if role else "")
+    body = json.dumps({"policies": policies}).encode() if policies is not None else b""
+    status, answer = signed(method, url, DEVELOPER, "us-east-1", body=body, service="iam")
+    assert status == 200, answer[:500]
+    return json.loads(answer)
+
+
+def statements(roles: dict[str, Any]) -> list[Statement]:
+    found = []
+    for role, about in sorted(roles.items()):
+        for policy, document in sorted(about["policies"].items()):
+            listed = document.get("Statement", [])
+            for index, body in enumerate(listed if isinstance(listed, list) else [listed]):
+                if body.get("Effect") == "Allow":
+                    found.append(Statement(role, policy, index, body))
+    return found
+
+
+def without(roles: dict[str, Any], statement: Statement) -> dict[str, Any]:
+    policies = json.loads(json.dumps(roles[statement.role]["policies"]))
+    listed = policies[statement.policy]["Statement"]
+    if isinstance(listed, list):
+        del listed[statement.index]
+    else:
+        policies[statement.policy]["Statement"] = []
+    return dict(policies)
+
+
+@dataclass(frozen=True)
+class Unexercised:
+    role_fragment: str
+    actions: tuple[str, ...]
+    reason: str
+
+    def covers(self, statement: Statement) -> bool:
+        return self.role_fragment in statement.role and self.actions == statement.actions
+
+
+def unexercised() -> list[Unexercised]:
+    """`<role name fragment> <action>[,<action>...] -- <reason>` per line; `#` starts a comment."""
+    listed = []
+    for line in UNEXERCISED.read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        head, _, reason = line.partition(" -- ")
+        fragment, actions = head.split()
+        assert reason.strip(), f"{UNEXERCISED.name}: {line!r} gives no reason"
+        listed.append(Unexercised(fragment, tuple(sorted(actions.split(","))), reason.strip()))
+    return listed
+
+
+def sample(candidates: list[Statement]) -> list[Statement]:
+    """A few statements, the same all day (UTC) and different the next: a failure reproduces on the day it
+    happened, and a week's runs cover the surface."""
+    seed = datetime.datetime.now(datetime.UTC).date().isoformat()
+    chooser = random.Random(seed)  # noqa: S311 - a reproducible sample, not a secret
+    return chooser.sample(candidates, min(SAMPLE_SIZE, len(candidates)))
+
+
+# ------------------------------------------------------------------------------------------ exercises
+
+
+def cli(*argv: str, timeout_sec: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([SERVESTACK, *argv], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=timeout_sec, check=False)  # fmt: skip
+
+
+def _ok(result: subprocess.CompletedProcess[str]) -> str | None:
+    return None if result.returncode == 0 else (result.stdout + result.stderr)[-600:]
+
+
+def realtime(up: LocalUp, name: str) -> str | None:
+    sample_file = ARTIFACTS / "digits/1/sample-request.json"
+    return _ok(cli("invoke", name, "--data", str(sample_file), "--state", str(up.state_path)))
+
+
+def serverless(up: LocalUp, name: str) -> str | None:
+    sample_file = ARTIFACTS / "digits/1/sample-request.json"
+    return _ok(cli("invoke", name, "--data", str(sample_file), "--state", str(up.state_path)))
+
+
+def asynchronous(up: LocalUp, name: str, scratch: Path) -> str | None:
+    """A good job answers; a job the model refuses ends `failed` with its message in the dead-letter queue."""
+    good = ARTIFACTS / "breast-cancer/1/sample-request.json"
+    failed = _ok(cli("invoke", name, "--data", str(good), "--state", str(up.state_path), "--timeout-sec", "30"))
+    if failed is not None:
+        return failed
+    queues = up.deployment(name)["queues"]
+    dead_letters = next(url for logical_id, url in queues.items() if "DeadLetter" in logical_id)
+    sqs = up.emulator("sqs")
+    before = _messages(sqs, dead_letters)
+    bad = scratch / "bad.json"
+    bad.write_text(json.dumps({"instances": [[1.0, 2.0]]}))
+    cli("invoke", name, "--data", str(bad), "--state", str(up.state_path), "--timeout-sec", "30")
+    deadline = time.monotonic() + 20
+    while _messages(sqs, dead_letters) <= before:
+        if time.monotonic() > deadline:
+            return "the refused job's message never reached the dead-letter queue"
+        time.sleep(0.3)
+    return None
+
+
+def _messages(sqs: Any, url: str) -> int:
+    attributes = sqs.get_queue_attributes(
+        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    )["Attributes"]
+    return int(attributes["ApproximateNumberOfMessages"]) + int(attributes["ApproximateNumberOfMessagesNotVisible"])
+
+
+def batch(up: LocalUp, name: str) -> str | None:
+    for _ in range(2):  # the second run reads back and reuses the first one's parts: that needs its grants too
+        failed = _ok(cli("local", "run-batch", name, "--state", str(up.state_path)))
+        if failed is not None:
+            return failed
+    return None
+
+
+Exercise = Callable[[LocalUp, str, Path], "str | None"]
+EXERCISES: dict[str, Exercise] = {
+    "realtime": lambda up, name, _: realtime(up, name),
+    "serverless": lambda up, name, _: serverless(up, name),
+    "async": asynchronous,
+    "batch": lambda up, name, _: batch(up, name),
+}
