@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servestack.local.cloudformation import PARTITION, Resolver, Resource, StackTemplate, TemplateError
+from servestack.local.codedeploy import LambdaDeploymentDef, read_lambda_deployments
 
 # ------------------------------------------------------------------------------------------ the report
 
@@ -45,6 +46,11 @@ EMULATED: dict[str, str] = {
     "copies set by UpdateInferenceComponentRuntimeConfig (0 stops it)",
     "AWS::Logs::LogGroup": "logs go to local up's output, one tag per process",
     "AWS::ECS::TaskDefinition": "the container's command run as a local process, its environment, its task role",
+    "AWS::CodeDeploy::Application": "`local deploy` of a serverless deployment: CodeDeploy's API on local up's port",
+    "AWS::CodeDeploy::DeploymentConfig": "the release's steps and interval (`local deploy` of a serverless deployment)",
+    "AWS::CodeDeploy::DeploymentGroup": "`local deploy` of a serverless deployment: the pre-traffic hook under its "
+    "role, the alias shift and alarm reads under the service role (weights recorded: every version runs the same "
+    "code locally)",
 }
 REPORTED: dict[str, str] = {
     "AWS::CloudWatch::Alarm": "not evaluated (the `local deploy` rehearsal evaluates the rollback alarms)",
@@ -53,9 +59,6 @@ REPORTED: dict[str, str] = {
     "inference component) locally",
     "AWS::ApplicationAutoScaling::ScalingPolicy": "not emulated: one instance per variant (one container per "
     "inference component) locally",
-    "AWS::CodeDeploy::Application": "not emulated (`local deploy` rehearses SageMaker blue/green)",
-    "AWS::CodeDeploy::DeploymentConfig": "not emulated (`local deploy` rehearses SageMaker blue/green)",
-    "AWS::CodeDeploy::DeploymentGroup": "not emulated (`local deploy` rehearses SageMaker blue/green)",
     "AWS::KMS::Key": "not emulated: data at rest is not encrypted locally",
     "AWS::KMS::Alias": "not emulated: data at rest is not encrypted locally",
     "AWS::CDK::Metadata": "CDK's own metadata",
@@ -336,6 +339,7 @@ class StackTopology:
     versioned: set[str] = field(default_factory=set)  # functions the template publishes a version of
     outputs: dict[str, str] = field(default_factory=dict)
     report: list[ResourceReport] = field(default_factory=list)
+    lambda_deployments: list[LambdaDeploymentDef] = field(default_factory=list)  # CodeDeploy's, for `local deploy`
 
     def function_by_arn(self, arn: str) -> FunctionDef | None:
         base = ":".join(arn.split(":")[:7])
@@ -611,6 +615,7 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
     topology.apis = _http_apis(template, resolver, resources, topology)
     for key, output in template.body.get("Outputs", {}).items():
         topology.outputs[key] = str(resolver.resolve(output["Value"]))
+    topology.lambda_deployments = read_lambda_deployments(template, resolver)
     return topology
 
 

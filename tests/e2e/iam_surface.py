@@ -123,9 +123,19 @@ def realtime(up: LocalUp, name: str) -> str | None:
     return _ok(cli("invoke", name, "--data", str(sample_file), "--state", str(up.state_path)))
 
 
-def serverless(up: LocalUp, name: str) -> str | None:
+def serverless(up: LocalUp, name: str, scratch: Path) -> str | None:
+    """An invocation through the HTTP API, and a release through CodeDeploy (the hook, the shift)."""
     sample_file = ARTIFACTS / "digits/1/sample-request.json"
-    return _ok(cli("invoke", name, "--data", str(sample_file), "--state", str(up.state_path)))
+    failed = _ok(cli("invoke", name, "--data", str(sample_file), "--state", str(up.state_path)))
+    if failed is not None:
+        return failed
+    return release(up, name, scratch)
+
+
+def release(up: LocalUp, name: str, scratch: Path) -> str | None:
+    outcome = scratch / f"deploy-{name}.json"
+    return _ok(cli("local", "deploy", name, "--version", "1", "--interval-sec", "0.2", "--state",
+                   str(up.state_path), "--output", str(outcome)))  # fmt: skip
 
 
 def asynchronous(up: LocalUp, name: str, scratch: Path) -> str | None:
@@ -167,7 +177,7 @@ def batch(up: LocalUp, name: str) -> str | None:
 Exercise = Callable[[LocalUp, str, Path], "str | None"]
 EXERCISES: dict[str, Exercise] = {
     "realtime": lambda up, name, _: realtime(up, name),
-    "serverless": lambda up, name, _: serverless(up, name),
+    "serverless": serverless,
     "async": asynchronous,
     "batch": lambda up, name, _: batch(up, name),
 }

@@ -10,9 +10,11 @@ must pass again. Sampled by default (a few statements chosen by the UTC date, te
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +23,8 @@ from tests.e2e.iam_surface import (
     EXERCISES,
     FULL_ENV,
     Statement,
+    cli,
+    release,
     sample,
     statements,
     store,
@@ -28,7 +32,8 @@ from tests.e2e.iam_surface import (
     without,
 )
 
-pytestmark = pytest.mark.slow
+# The full mode mutates every statement, each with its deployment's exercises: minutes, not the default limit.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600 if os.environ.get(FULL_ENV) == "full" else 300)]
 
 
 @pytest.fixture(scope="module")
@@ -40,9 +45,13 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalUp]:
 
 
 def deployment_of(up: LocalUp, role: str) -> str:
-    """The deployment whose stack created the role (CloudFormation names a role `<stack>-<logical id>-...`)."""
-    stacks = sorted(up.state["stacks"].items(), key=lambda item: -len(item[0]))
-    return str(next(about["deployment"] for stack, about in stacks if role.startswith(f"{stack}-")))
+    """The deployment whose stack created the role: CloudFormation names a role `<stack>-<logical id>-<suffix>`,
+    each part cut to fit 64 characters, so the stack whose name shares the longest start with it."""
+    stacks = up.state["stacks"]
+    shared = {stack: len(os.path.commonprefix([stack + "-", role])) for stack in stacks}  # noqa: RUF071 - names
+    best = max(shared, key=lambda stack: shared[stack])
+    assert shared[best] >= len("servestack-") + 1, f"{role}: of none of local up's stacks ({', '.join(stacks)})"
+    return str(stacks[best]["deployment"])
 
 
 def exercise(up: LocalUp, deployment: str, scratch: Path) -> str | None:
@@ -86,3 +95,60 @@ def test_every_statement_is_caught_or_listed_with_its_reason(up: LocalUp, tmp_pa
     )
     print(table)
     assert not missed, table
+
+
+def remove(up: LocalUp, role_fragment: str, action: str) -> tuple[str, dict[str, Any]]:
+    """Remove the statement of the role named like `role_fragment` that allows `action`; returns the role and
+    its documents as they were, to put back."""
+    roles = store(up)["roles"]
+    found = [s for s in statements(roles) if role_fragment in s.role and action in s.actions]
+    assert len(found) == 1, f"{role_fragment} {action}: {[s.label for s in found]}"
+    store(up, "PUT", found[0].role, without(roles, found[0]))
+    return found[0].role, roles[found[0].role]["policies"]
+
+
+def test_local_run_batch_starts_the_run_as_the_schedules_role(up: LocalUp) -> None:
+    # GIVEN the schedule's role without its lambda:InvokeFunction statement on the batch function
+    role, policies = remove(up, "BatchSchedulerRole", "lambda:InvokeFunction")
+    try:
+        # WHEN `local run-batch` runs the batch deployment
+        refused = cli("local", "run-batch", "cancer-nightly", "--state", str(up.state_path))
+    finally:
+        store(up, "PUT", role, policies)
+    # THEN the run is refused to the schedule's role, as the schedule would be, and passes with the statement back
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "AccessDenied" in refused.stderr
+    assert "lambda:InvokeFunction" in refused.stderr
+    assert f"assumed-role/{role}/" in refused.stderr
+    assert cli("local", "run-batch", "cancer-nightly", "--state", str(up.state_path)).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("role_fragment", "action"),
+    [
+        ("PreTrafficHookRole", "codedeploy:PutLifecycleEventHookExecutionStatus"),
+        ("PreTrafficHookRole", "lambda:InvokeFunction"),
+        ("DeploymentServiceRo", "lambda:UpdateAlias"),
+    ],
+)
+def test_a_serverless_release_runs_the_hook_and_the_shift_under_their_roles(
+    up: LocalUp, tmp_path: Path, role_fragment: str, action: str
+) -> None:
+    # GIVEN a serverless deployment whose release passes with the templates' statements
+    assert release(up, "digits-api", tmp_path) is None
+    outcome = json.loads((tmp_path / "deploy-digits-api.json").read_text())
+    assert outcome["status"] == "Succeeded"
+    assert any("BeforeAllowTraffic: Succeeded" in m for m in outcome["deploymentStatusMessages"])
+    assert any("traffic shifted: 100%" in m for m in outcome["deploymentStatusMessages"])
+    # WHEN one statement of the hook's role or of the CodeDeploy service role is removed
+    role, policies = remove(up, role_fragment, action)
+    try:
+        failed = release(up, "digits-api", tmp_path)
+    finally:
+        store(up, "PUT", role, policies)
+    # THEN the release fails with the AccessDenied of the action (CodeDeploy's own, or the one the hook reported)
+    assert failed is not None
+    outcome = json.loads((tmp_path / "deploy-digits-api.json").read_text())
+    assert outcome["status"] == "Failed"
+    assert "AccessDenied" in outcome["errorInformation"]["message"]
+    assert action in outcome["errorInformation"]["message"]
