@@ -34,7 +34,8 @@ EMULATED: dict[str, str] = {
     "AWS::Lambda::Alias": "accepted as an Invoke qualifier (local mode runs the working tree)",
     "AWS::Lambda::EventSourceMapping": "SQS poller: batch size, window, partial failures, maximum concurrency",
     "AWS::Lambda::Permission": "resource policy: checked for the HTTP API and schedule that invoke the function",
-    "AWS::Scheduler::Schedule": "local scheduler: expression, time zone, input, retries, DLQ",
+    "AWS::Scheduler::Schedule": "local scheduler: expression, time zone, input, retries, DLQ; each run (and "
+    "`local run-batch`) started as its role; GetSchedule on local up's AWS API port",
     "AWS::ApiGatewayV2::Api": "local HTTP API front",
     "AWS::ApiGatewayV2::Route": "route with its authorizer (AWS_IAM: SigV4 + execute-api:Invoke)",
     "AWS::ApiGatewayV2::Integration": "Lambda proxy integration (payload 2.0, timeout)",
