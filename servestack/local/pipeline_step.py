@@ -1,16 +1,16 @@
 """A CodeBuild step of the delivery pipeline (`SmokeTestStaging`, `SmokeTestProduction`), run against the running
 `local up` as CodePipeline runs it after a stage's deploy: the step's own commands, its environment and its
-role, from the synthesized pipeline template (`servestack-pipeline.template.json` in local up's cloud
-assembly, written when the app's context asks for the pipeline).
+role, from the synthesized pipeline template (`servestack-pipeline.template.json`).
 
-    python -m servestack.local.pipeline_step SmokeTestStaging [--state FILE] [--template FILE]
+    python -m servestack.local.pipeline_step SmokeTestStaging [--state FILE] [--template FILE | --synth]
 
-From the template: the pipeline action named STEP, its CodeBuild project's buildspec (`build` phase commands;
-the `install` phase is reported, not run: this machine's environment stands for it), the project's
-environment variables and the action's (`#{<stack namespace>.<Output>}` taken from local up's stack outputs),
-and the project's service role with its policies, resolved to local ARNs. local up's stacks are the stage's
-when the app runs with the stage's name prefix (`servestack:prefix` = `servestack-staging-` in cdk.json), which
-the step's statements name.
+The template is the project's `cdk synth -c servestack:pipeline=true ...` output (`cdk.out/`), a file given, or
+with `--synth` the app synthesized now with its pipeline (cdk.json's context names the repository). From it:
+the pipeline action named STEP, its CodeBuild project's buildspec (`build` phase commands; the `install` phase
+is reported, not run: this machine's environment stands for it), the project's environment variables and the
+action's (`#{<stack namespace>.<Output>}` taken from local up's stack outputs), and the project's service role
+with its policies, resolved to local ARNs. local up's stacks are the stage's when the app runs with the stage's
+name prefix (`servestack:prefix` = `servestack-staging-` in cdk.json), which the step's statements name.
 
 The role is given to local up's IAM store (servestack/local/iam_roles.py) and the commands run with its keys
 and local up's endpoints (`AWS_ENDPOINT_URL` the emulator; SageMaker Runtime, Lambda and Scheduler on local up's
@@ -104,19 +104,38 @@ def stack_output(about: dict[str, Any], namespace: str, output: str) -> str:
     return str(outputs[output])
 
 
-def run_step(step: str, *, state_path: Path | None = None, template_path: Path | None = None) -> int:
+def pipeline_template(about: dict[str, Any], *, synth: bool) -> Path:
+    """The pipeline template of `cdk synth -c servestack:pipeline=true ...` in the project's `cdk.out`; with
+    `synth`, synthesized now (the app with its pipeline, cdk.json's context) into `.servestack/pipeline.out`."""
+    from servestack.local.synth import SynthError, synthesize
+
+    project = Path(about["project"])
+    if not synth:
+        path = project / "cdk.out" / PIPELINE_TEMPLATE
+        if not path.is_file():
+            raise CommandError(
+                f"{path}: no pipeline template; run `cdk synth -c servestack:pipeline=true -c servestack:repo=... "
+                "-c servestack:connection-arn=...` in the project, pass --template, or --synth",
+                ExitCode.NOT_FOUND,
+            )
+        return path
+    out_dir = project / ".servestack" / "pipeline.out"
+    try:
+        synthesize(project, Path(about["spec"]), out_dir, artifacts=project / "models" / "artifacts", pipeline=True)
+    except SynthError as error:
+        raise CommandError(str(error)) from None
+    return out_dir / PIPELINE_TEMPLATE
+
+
+def run_step(
+    step: str, *, state_path: Path | None = None, template_path: Path | None = None, synth: bool = False
+) -> int:
     from servestack.local.commands import developer, signed
     from servestack.local.iam_roles import ROUTE
 
     about = state.read(state_path)
     project = Path(about["project"])
-    path = template_path or project / ".servestack" / "cdk.out" / PIPELINE_TEMPLATE
-    if not path.is_file():
-        raise CommandError(
-            f"{path}: no pipeline template; synthesize with -c servestack:pipeline=true (cdk.json's context, which "
-            "local up passes to the app) and restart local up",
-            ExitCode.NOT_FOUND,
-        )
+    path = template_path or pipeline_template(about, synth=synth)
     region = about.get("region", "us-east-1")
     template = StackTemplate.load(path, "servestack-pipeline")
     resolver = Resolver(template, LocalValues(region=region, emulator_url=about["endpoint_url"], api_urls={}))
@@ -164,10 +183,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m servestack.local.pipeline_step", description=__doc__)
     parser.add_argument("step", help="the pipeline's CodeBuild step (SmokeTestStaging, SmokeTestProduction)")
     parser.add_argument("--state", type=Path, default=None, help="state file of local up (default: the project's)")
-    parser.add_argument("--template", type=Path, default=None, help=f"default: local up's cdk.out/{PIPELINE_TEMPLATE}")
+    parser.add_argument(
+        "--template", type=Path, default=None, help=f"default: the project's cdk.out/{PIPELINE_TEMPLATE}"
+    )
+    parser.add_argument("--synth", action="store_true", help="synthesize the app with its pipeline first")
     args = parser.parse_args(argv)
     try:
-        return run_step(args.step, state_path=args.state, template_path=args.template)
+        return run_step(args.step, state_path=args.state, template_path=args.template, synth=args.synth)
     except CommandError as error:
         print(f"servestack: {error.message}", file=sys.stderr)
         return int(error.code)

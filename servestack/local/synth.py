@@ -48,8 +48,9 @@ def app_root(project_root: Path) -> Path:
     return project_root if (project_root / "app.py").is_file() else REPO_ROOT
 
 
-def context(root: Path, spec: Path) -> dict[str, object]:
-    """The context the CDK CLI would pass: cdk.json's, then cdk.context.json's, plus local mode's own."""
+def context(root: Path, spec: Path, *, pipeline: bool = False) -> dict[str, object]:
+    """The context the CDK CLI would pass: cdk.json's, then cdk.context.json's, plus local mode's own; with
+    `pipeline`, the app's pipeline stack too (its context, `servestack:repo`..., is cdk.json's)."""
     merged: dict[str, object] = {}
     cdk_json = root / "cdk.json"
     if cdk_json.is_file():
@@ -59,7 +60,7 @@ def context(root: Path, spec: Path) -> dict[str, object]:
         merged |= json.loads(cached.read_text(encoding="utf-8"))
     merged["servestack:spec"] = str(spec.resolve())
     merged["servestack:project"] = str(spec.resolve().parent)
-    merged["servestack:pipeline"] = False  # the pipeline stack deploys nothing local mode runs
+    merged["servestack:pipeline"] = pipeline  # the pipeline stack deploys nothing local up runs
     merged["aws:cdk:bundling-stacks"] = []
     return merged
 
@@ -83,7 +84,13 @@ def inputs_digest(root: Path, spec: Path, artifacts: Path | None = None) -> str:
 
 
 def synthesize(
-    project_root: Path, spec: Path, out_dir: Path, *, force: bool = False, artifacts: Path | None = None
+    project_root: Path,
+    spec: Path,
+    out_dir: Path,
+    *,
+    force: bool = False,
+    artifacts: Path | None = None,
+    pipeline: bool = False,
 ) -> SynthResult:
     """Templates for `spec` in `out_dir`: reused when the inputs' digest matches, synthesized otherwise."""
     root = app_root(project_root)
@@ -97,7 +104,7 @@ def synthesize(
     env = {
         **os.environ,
         "CDK_OUTDIR": str(out_dir),
-        "CDK_CONTEXT_JSON": json.dumps(context(root, spec)),
+        "CDK_CONTEXT_JSON": json.dumps(context(root, spec, pipeline=pipeline)),
         "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": os.environ.get(
             "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20"
         ),

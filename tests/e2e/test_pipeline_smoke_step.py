@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import REPO_ROOT
 from tests.e2e.conftest import copy_project, running
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # two syntheses: local up's, and the pipeline's
 SPEC = """\
 models:
   - name: digits
@@ -43,8 +43,9 @@ PIPELINE_CONTEXT = {
 
 def step(state: Path, template: Path | None = None) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "servestack.local.pipeline_step", "SmokeTestStaging", "--state", str(state)]
-    return subprocess.run([*argv, *(["--template", str(template)] if template else [])], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    chosen = ["--template", str(template)] if template else ["--synth"]
+    return subprocess.run([*argv, *chosen], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+                          check=False)  # fmt: skip
 
 
 def without_statement(template: dict[str, Any], action: str) -> dict[str, Any]:
@@ -70,7 +71,7 @@ def test_the_staging_smoke_step_passes_under_its_role_and_fails_without_its_stat
     (project / "cdk.json").write_text(json.dumps(cdk_json, indent=2))
     (project / ".venv").symlink_to(REPO_ROOT / ".venv")  # what the step's `make setup` leaves
     with running(tmp_path, "--fresh", "--data-dir", str(tmp_path / "data"), spec=spec) as up:
-        # WHEN the staging smoke step runs from the synthesized pipeline template
+        # WHEN the staging smoke step runs from the pipeline template (the app synthesized with its pipeline)
         passed = step(up.state_path)
         # THEN it invokes each deployment as its role allows and passes
         assert passed.returncode == 0, passed.stdout + passed.stderr
@@ -78,7 +79,7 @@ def test_the_staging_smoke_step_passes_under_its_role_and_fails_without_its_stat
         assert "cancer-nightly: ok" in passed.stdout
         assert "assumed-role/servestack-pipeline-PipelineStagingSmokeTestStag" in passed.stdout
         # WHEN a statement the smoke test needs is removed from the template THEN the step fails with AccessDenied
-        template = json.loads((project / ".servestack/cdk.out/servestack-pipeline.template.json").read_text())
+        template = json.loads((project / ".servestack/pipeline.out/servestack-pipeline.template.json").read_text())
         for action, deployment in (
             ("lambda:InvokeFunction", "digits-api"),
             ("scheduler:GetSchedule", "cancer-nightly"),
