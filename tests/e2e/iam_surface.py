@@ -66,12 +66,14 @@ def statements(roles: dict[str, Any]) -> list[Statement]:
 
 
 def without(roles: dict[str, Any], statement: Statement) -> dict[str, Any]:
+    """The role's documents without the statement; a document left with none goes too (IAM holds no empty
+    policy: removing its only statement from a template removes the policy)."""
     policies = json.loads(json.dumps(roles[statement.role]["policies"]))
     listed = policies[statement.policy]["Statement"]
-    if isinstance(listed, list):
+    if isinstance(listed, list) and len(listed) > 1:
         del listed[statement.index]
     else:
-        policies[statement.policy]["Statement"] = []
+        del policies[statement.policy]
     return dict(policies)
 
 
@@ -79,22 +81,30 @@ def without(roles: dict[str, Any], statement: Statement) -> dict[str, Any]:
 class Unexercised:
     role_fragment: str
     actions: tuple[str, ...]
+    resource_fragment: str  # "" when the role and the actions say which statement it is
     reason: str
 
     def covers(self, statement: Statement) -> bool:
-        return self.role_fragment in statement.role and self.actions == statement.actions
+        resources = json.dumps(statement.body.get("Resource"))
+        return (
+            self.role_fragment in statement.role
+            and self.actions == statement.actions
+            and self.resource_fragment in resources
+        )
 
 
 def unexercised() -> list[Unexercised]:
-    """`<role name fragment> <action>[,<action>...] -- <reason>` per line; `#` starts a comment."""
+    """`<role name fragment> <action>[,<action>...] [<resource fragment>] -- <reason>` per line; `#` starts a
+    comment."""
     listed = []
     for line in UNEXERCISED.read_text().splitlines():
         if not line.strip() or line.startswith("#"):
             continue
         head, _, reason = line.partition(" -- ")
-        fragment, actions = head.split()
+        fragment, actions, *resource = head.split()
         assert reason.strip(), f"{UNEXERCISED.name}: {line!r} gives no reason"
-        listed.append(Unexercised(fragment, tuple(sorted(actions.split(","))), reason.strip()))
+        assert len(resource) <= 1, f"{UNEXERCISED.name}: {line!r}: one resource fragment at most"
+        listed.append(Unexercised(fragment, tuple(sorted(actions.split(","))), "".join(resource), reason.strip()))
     return listed
 
 
