@@ -25,7 +25,7 @@ FULL_ENV = "SERVESTACK_IAM_MUTATION"  # "full": every statement; else a sample
 SAMPLE_SIZE = 3
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # each statement is itself (its body is a dict): keyed by identity
 class Statement:
     """One Allow statement of one role: where it sits in the store, and how a reader finds it in a template."""
 
