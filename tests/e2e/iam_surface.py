@@ -149,11 +149,16 @@ def release(up: LocalUp, name: str, scratch: Path) -> str | None:
 
 
 def asynchronous(up: LocalUp, name: str, scratch: Path) -> str | None:
-    """A good job answers; a job the model refuses ends `failed` with its message in the dead-letter queue."""
+    """A good job answers, inline and past the API's inline limit (256 KiB: the upload route, whose request the
+    worker reads from S3); a job the model refuses ends `failed` with its message in the dead-letter queue."""
     good = ARTIFACTS / "breast-cancer/1/sample-request.json"
-    failed = _ok(cli("invoke", name, "--data", str(good), "--state", str(up.state_path), "--timeout-sec", "30"))
-    if failed is not None:
-        return failed
+    rows = json.loads(good.read_text())["instances"]
+    large = scratch / "large.json"
+    large.write_text(json.dumps({"instances": rows * (300 * 1024 // len(json.dumps(rows)) + 1)}))
+    for request in (good, large):
+        failed = _ok(cli("invoke", name, "--data", str(request), "--state", str(up.state_path), "--timeout-sec", "30"))
+        if failed is not None:
+            return failed
     queues = up.deployment(name)["queues"]
     dead_letters = next(url for logical_id, url in queues.items() if "DeadLetter" in logical_id)
     sqs = up.emulator("sqs")
