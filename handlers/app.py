@@ -252,7 +252,7 @@ class ServingApp:
                 else:  # `known` was not full just above, with no await since
                     model, batcher = route
                 accept = headers.get("accept")
-                media_type = _ACCEPTED.get(accept) or _memo(_ACCEPTED, accept, codecs.negotiate)
+                media_type = _ACCEPTED.get(accept) or _memo(_ACCEPTED, accept, codecs.answer_type_of)
             except ServingError:
                 if EXPECT not in headers:
                     await source.drain(DRAIN_BYTES, self.read_deadlines)
@@ -265,7 +265,7 @@ class ServingApp:
                 body = codecs.decode_content(body, headers.get(CONTENT_ENCODING), limit)
             content_type = headers.get("content-type")
             arrays = model.decode(
-                body, _CONTENT_TYPES.get(content_type) or _memo(_CONTENT_TYPES, content_type, codecs.media_type_of)
+                body, _CONTENT_TYPES.get(content_type) or _memo(_CONTENT_TYPES, content_type, codecs.request_type_of)
             )
             batcher.acquire()
             try:
@@ -411,7 +411,7 @@ def _custom_attributes(headers: RequestHeaders) -> list[tuple[bytes, bytes]]:
 # ever-new values cost a parse each, never memory).
 _CONTENT_TYPES: dict[str | None, str] = {}
 _ACCEPTED: dict[str | None, str] = {}
-_MEDIA_TYPE_BYTES = {media_type: media_type.encode() for media_type in codecs.WRITABLE_TYPES}
+_MEDIA_TYPE_BYTES = {media_type: media_type.encode() for media_type in codecs.ANSWER_TYPES}
 _MEMO_LIMIT = 256
 
 

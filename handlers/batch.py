@@ -2,10 +2,10 @@
 `transform_done` runs after a SageMaker Batch Transform job (engine: transform) and writes its manifest.
 
 Payload (stacks/batch.py sends it): `{"deployment", "bucket", "input_prefix", "output_prefix", "model"}`,
-optionally `"strict"`, `"chunk_rows"` and `"output_format"` (jsonl or parquet). Missing keys fall back to the
-`SERVESTACK_BATCH_*` environment (what the Fargate task gets), so an EventBridge rule's plain "Scheduled Event"
-works too. The scoring itself (chunks, parts, manifest, resume, error file) is `models.tabular.BatchJob`; this
-module is its S3 store.
+optionally `"strict"`, `"chunk_rows"`, `"output_format"` (jsonl or parquet), `"max_record_bytes"` and
+`"id_column"`. Missing keys fall back to the `SERVESTACK_BATCH_*` environment (what the Fargate task gets), so an
+EventBridge rule's plain "Scheduled Event" works too. The scoring itself (chunks, parts, manifest, resume, error
+file) is `models.tabular.BatchJob`; this module is its S3 store.
 """
 
 from __future__ import annotations
@@ -26,12 +26,14 @@ from handlers.aws.clients import aws_client
 from models.errors import InternalError
 from models.service import ModelRepository
 from models.settings import EnvironmentSettings, ServingSettings
-from models.tabular import BatchJob, Progress, StoredObject
+from models.tabular import MAX_RECORD_BYTES, BatchJob, Progress, StoredObject
 
 logger = Logger(service="servestack")
 
 
 BATCH_PREFIX = "SERVESTACK_BATCH_"
+# A line of 64 MiB already costs ~1.5 GB to parse on the line-by-line path: more would not fit the smaller jobs.
+MAX_RECORD_BYTES_CEILING = 64 * 1024 * 1024
 
 
 class BatchSettings(EnvironmentSettings, frozen=True, kw_only=True):
@@ -48,6 +50,11 @@ class BatchSettings(EnvironmentSettings, frozen=True, kw_only=True):
     # Which objects under the input prefix are input: by default every suffix models.tabular reads; a transform
     # job has one content type, jsonl unless set.
     input_format: Literal["jsonl", "csv", "parquet"] | None = None
+    # A longer line is an error row, never read whole (models/tabular/rows.py says why 1 MiB).
+    max_record_bytes: Annotated[int, msgspec.Meta(ge=1024, le=MAX_RECORD_BYTES_CEILING)] = MAX_RECORD_BYTES
+    # A column of the input copied to each output row, to join predictions back (models with named columns);
+    # without it, a row is known by its file and line.
+    id_column: str | None = None
 
 
 BLOCK_BYTES = 8 * 1024 * 1024
@@ -124,6 +131,8 @@ def run_batch(
         strict=settings.strict,
         output_format=settings.output_format,
         input_format=settings.input_format,
+        max_record_bytes=settings.max_record_bytes,
+        id_column=settings.id_column or None,
         on_progress=on_progress,
         progress=progress or Progress(),
     )

@@ -54,9 +54,29 @@ class Answer:
 
 logger = logging.getLogger("servestack.handlers")
 
+_ROWS = [[5.1, 3.5, "kew"], [6.7, 3.0, "edinburgh"]]  # a model with columns a, b, c (c a string)
 BODY_TYPES = {
-    "application/json": {"schema": {"type": "object", "example": {"instances": [[0.0] * 64]}}},
-    "text/csv": {"schema": {"type": "string"}},
+    "application/json": {
+        "schema": {"type": "object"},
+        "examples": {
+            "instances": {"summary": "rows of a one-input tensor model", "value": {"instances": [[0.0] * 64]}},
+            "inputs": {"summary": "tensors by input name", "value": {"inputs": {"input": [[0.0] * 64]}}},
+            "dataframe_split": {
+                "summary": "rows by column name (a model with columns)",
+                "value": {"dataframe_split": {"columns": ["a", "b", "c"], "data": _ROWS}},
+            },
+            "dataframe_records": {
+                "summary": "one object per row (`instances` of objects is the same)",
+                "value": {"dataframe_records": [dict(zip("abc", row, strict=True)) for row in _ROWS]},
+            },
+            "inputs by column": {
+                "summary": "one flat list per column",
+                "value": {"inputs": {name: [row[i] for row in _ROWS] for i, name in enumerate("abc")}},
+            },
+        },
+    },
+    # A header row (`text/csv; header=present`, or a first row equal to the column names) maps columns by name.
+    "text/csv": {"schema": {"type": "string"}, "example": "a,b,c\n5.1,3.5,kew\n"},
     "application/x-npy": {"schema": {"type": "string", "format": "binary"}},
 }
 HEADER_DOCS = [

@@ -14,6 +14,7 @@ multi-model endpoints"). Errors are the usual JSON `{"error": {...}}`.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs, unquote
@@ -32,6 +33,15 @@ Predict = Callable[[Scope, Receive, Send, str], Awaitable[None]]
 
 PAGE_SIZE = 1000
 MAX_LOAD_REQUEST_BYTES = 64 * 1024
+# A page token is the position of the page's first model, as this module writes it.
+PAGE_TOKEN = re.compile(r"[0-9]{1,18}")
+# SageMaker's own limit on a model data URL; a `url` is a path under /opt/ml/models, far shorter in practice.
+MAX_URL_CHARS = 1024
+# What one path component may hold on Linux file systems (NAME_MAX, in bytes).
+MAX_PATH_COMPONENT_BYTES = 255
+_URL_ALLOWED = (
+    f"an absolute path of at most {MAX_URL_CHARS} characters, no control characters, each part at most 255 bytes"
+)
 
 
 async def respond(send: Send, status: int, body: bytes) -> None:
@@ -54,7 +64,8 @@ class MultiModelRoutes:
                 return await respond(send, 200, orjson.dumps(self.page(scope)))
             if parts == ["models"] and method == "POST":
                 request = await self._json_body(receive)
-                loaded = await asyncio.to_thread(self.store.load_model, request.get("model_name"), request.get("url"))
+                url = checked_url(request.get("url"))
+                loaded = await asyncio.to_thread(self.store.load_model, request.get("model_name"), url)
                 return await respond(send, 200, orjson.dumps(loaded))
             if len(parts) == 2 and method == "GET":
                 return await respond(send, 200, orjson.dumps(self.store.describe(parts[1])))
@@ -75,7 +86,15 @@ class MultiModelRoutes:
     def page(self, scope: Scope) -> dict[str, Any]:
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         token = (query.get("next_page_token") or ["0"])[-1]
-        start = int(token) if token.isdigit() else 0
+        if not PAGE_TOKEN.fullmatch(token):
+            shown = token if len(token) <= 40 else token[:37] + "..."
+            raise InvalidInput(
+                "next_page_token is not a token this container wrote",
+                field="next_page_token",
+                value=shown,
+                allowed="the nextPageToken of the previous page (1-18 digits)",
+            )
+        start = int(token)
         models = self.store.list_models()
         body: dict[str, Any] = {"models": models[start : start + PAGE_SIZE]}
         if start + PAGE_SIZE < len(models):
@@ -108,3 +127,19 @@ class MultiModelRoutes:
                 allowed='{"model_name": "...", "url": "/opt/ml/models/<name>/model"}',
             )  # fmt: skip
         return request
+
+
+def checked_url(url: object) -> object:
+    """`url` refused with a 400 when no file system call could take it (a NUL, a control character, a path or a
+    part of it past the system's limits: an OSError or ValueError later); the store then checks where it leads."""
+    if not isinstance(url, str):
+        return url  # the store refuses it, naming the field
+    parts = url.split("/")
+    if (
+        len(url) > MAX_URL_CHARS
+        or any(ord(char) < 32 or ord(char) == 127 for char in url)
+        or any(len(part.encode("utf-8", "surrogatepass")) > MAX_PATH_COMPONENT_BYTES for part in parts)
+    ):
+        shown = url if len(url) <= 80 else url[:77] + "..."
+        raise InvalidInput("url is not a usable path", field="url", value=shown, allowed=_URL_ALLOWED)
+    return url

@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any
 # granian.rsgi re-exports these under other names, which mypy does not take as exports; _granian is typed.
 from granian._granian import RSGIProtocolClosed
 
-from handlers.app import ServingApp
+from handlers.app import TARGET_MODEL, WANTED_HEADERS, ServingApp
 from handlers.body import (
     ClientDisconnected,
     ReadDeadlines,
+    RequestHeaders,
     declared_size,
     drain_body,
     read_body,
@@ -62,9 +63,25 @@ class RSGIApp:
             target = self.app.prediction_route(scope.path)
             if target is not False:
                 exchange = _Exchange(protocol, "content-length" in headers)
+                if TARGET_MODEL in headers and headers.get(TARGET_MODEL) is None:
+                    await self.app.answer_prediction(_unreadable_target(headers), exchange, exchange, target)
+                    return
                 await self.app.answer_prediction(headers, exchange, exchange, target)
                 return
         await self.app(asgi_scope(scope), _Receive(protocol, "content-length" in headers), _Send(protocol))
+
+
+# What stands for a target-model value granian does not hand over: a name no model has, so the app refuses it
+# as it refuses any other such name (400 naming the target model), as uvicorn's app does with the raw bytes.
+UNREADABLE_VALUE = "\ufffd"
+
+
+def _unreadable_target(headers: RequestHeaders) -> dict[str, str]:
+    """The headers the app reads, with the target model's value replaced by `UNREADABLE_VALUE`. granian gives
+    None for a header value that is not visible ASCII (a byte over 0x7f): the request would otherwise go to the
+    default model, as if it named none."""
+    readable = {name: value for name in WANTED_HEADERS if (value := headers.get(name)) is not None}
+    return readable | {TARGET_MODEL: UNREADABLE_VALUE}
 
 
 def asgi_scope(scope: Scope) -> Message:

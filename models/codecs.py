@@ -1,8 +1,9 @@
 """Wire formats shared by every mode: JSON (`instances` or named `inputs`), CSV rows and `.npy`.
 
 Decoding turns a body into arrays that match the manifest, validating a whole batch at once as an array;
-only when that fails do we walk the rows to name the offending element. Encoding turns model outputs into
-the response type the caller accepts. The runtime never sees JSON.
+only when that fails do we walk the rows to name the offending element (rows by column name go through
+models/request_forms.py). Answers are built in models/answers.py, on the `.npy` and JSON primitives at the end
+of this module. The runtime never sees JSON.
 
 Decoding is bounded whatever the body holds, and every malformed body is an `InvalidInput` (or another
 `ServingError`), never another exception:
@@ -41,6 +42,11 @@ CSV = "text/csv"
 NPY = "application/x-npy"
 READABLE_TYPES = (JSON, CSV, NPY)
 WRITABLE_TYPES = (JSON, CSV, NPY)
+# Variants a parameter asks for (RFC 4180's `header`; ours, `probabilities=by-label`): the request and answer
+# types a request carries through every mode (an async job records them), each read or written as its base type.
+CSV_HEADER = "text/csv; header=present"
+JSON_BY_LABEL = "application/json; probabilities=by-label"
+ANSWER_TYPES = (*WRITABLE_TYPES, CSV_HEADER, JSON_BY_LABEL)
 
 Arrays = dict[str, np.ndarray]
 
@@ -57,6 +63,38 @@ def media_type_of(header: str | None) -> str:
     if not header:
         return JSON
     return header.split(";", 1)[0].strip().lower() or JSON
+
+
+def request_type_of(header: str | None) -> str:
+    """`media_type_of`, keeping `header=present` of a CSV type: `CSV_HEADER`, whose first row names the columns."""
+    media_type = media_type_of(header)
+    if media_type == CSV and header is not None and _has_parameter(header, "header", "present"):
+        return CSV_HEADER
+    return media_type
+
+
+def answer_type_of(accept: str | None) -> str:
+    """`negotiate`, keeping what a parameter of the chosen type asks for: `text/csv; header=present` (a header
+    row naming the columns) -> `CSV_HEADER`; `application/json; probabilities=by-label` -> `JSON_BY_LABEL`."""
+    chosen = negotiate(accept)
+    if accept is None or ";" not in accept or chosen == NPY:
+        return chosen
+    for part in accept.split(",")[:MAX_ACCEPT_RANGES]:
+        if part.split(";", 1)[0].strip().lower() != chosen:
+            continue
+        if chosen == CSV and _has_parameter(part, "header", "present"):
+            return CSV_HEADER
+        if chosen == JSON and _has_parameter(part, "probabilities", "by-label"):
+            return JSON_BY_LABEL
+    return chosen
+
+
+def _has_parameter(header: str, name: str, value: str) -> bool:
+    for parameter in header.split(";")[1:]:
+        key, _, found = parameter.partition("=")
+        if key.strip().lower() == name and found.strip().strip('"').lower() == value:
+            return True
+    return False
 
 
 _QVALUE = re.compile(r"0(?:\.\d{0,3})?|1(?:\.0{0,3})?")
@@ -156,7 +194,7 @@ def decode_body(body: bytes, content_type: str) -> Any:
     """Parse the body into its natural Python shape: a JSON document, CSV rows of strings, or an ndarray."""
     if content_type == JSON:
         return _parse_json(body)
-    if content_type == CSV:
+    if content_type in (CSV, CSV_HEADER):
         return _parse_csv(body)
     if content_type == NPY:
         return _parse_npy(body)
@@ -603,6 +641,8 @@ def _to_array(
     target = spec.numpy_dtype
     if isinstance(value, np.ndarray):  # .npy (or a hook's array): dtype and shape first, then the one copy
         _check_rows(field, value.shape[0] if value.ndim else 1, max_rows)
+        if spec.dtype == "string" and value.dtype.kind in "UO":  # a hook's strings, any `<U` width or objects
+            return _string_array(field, value, spec)
         if spec.dtype == "string" or value.dtype.kind not in _NUMERIC_KINDS[target.kind]:
             raise InvalidInput(
                 f"{field}: an array of {value.dtype.name}; input {spec.name!r} takes {spec.dtype}",
@@ -634,6 +674,27 @@ def _to_array(
     if spec.dtype != "string":
         array = _cast(field, array, target, manifest)
     return array
+
+
+def _string_array(field: str, value: np.ndarray, spec: TensorSpec) -> np.ndarray:
+    """A string input from an array of `str` (any width) or of objects that are all `str`, as the object array
+    onnxruntime takes."""
+    _check_shape(field, value, spec)
+    if value.dtype.kind == "U":
+        return value.astype(object)
+    flat = value.reshape(-1)
+    kinds = set(map(type, flat.tolist()))
+    if not kinds <= {str}:
+        index = next(i for i, item in enumerate(flat.tolist()) if type(item) is not str)
+        where = field + "".join(f"[{i}]" for i in np.unravel_index(index, value.shape))
+        raise InvalidInput(
+            f"{where}: {short_repr(flat[index])} ({type(flat[index]).__name__}) is not allowed; "
+            f"input {spec.name!r} takes strings",
+            field=where,
+            value=flat[index],
+            allowed="string strings",
+        )
+    return value
 
 
 # A CSV cell is a plain ASCII decimal: float() alone would also take `1_0`, `١٢` and ` ∞`-like spellings.
@@ -743,8 +804,12 @@ def _finite_in(array: np.ndarray, target: np.dtype[Any]) -> bool:
         # limit**2 proves every value within +-limit (float64 rounding is ~1e-16 relative, far inside the
         # half-ulp margin of a float32 cast). A sum past it proves nothing: the caller checks value by value.
         return float(np.vdot(array, array)) <= square_limit
-    # Two reductions and no temporary: np.abs(array) would allocate a copy of the batch first.
-    return bool(-limit <= np.minimum.reduce(array, axis=None) and np.maximum.reduce(array, axis=None) <= limit)
+    # Two reductions and no temporary: np.abs(array) would allocate a copy of the batch first. The extremes are
+    # compared as Python floats: compared as numpy scalars of a narrower dtype (float16, or float32 against
+    # float64's limit), the limit would be cast to that dtype, which overflows (a warning, an error here).
+    smallest = float(np.minimum.reduce(array, axis=None))
+    largest = float(np.maximum.reduce(array, axis=None))
+    return -limit <= smallest and largest <= limit
 
 
 def _cast(field: str, array: np.ndarray, target: np.dtype[Any], manifest: Manifest) -> np.ndarray:
@@ -861,198 +926,8 @@ def _shape_text(shape: Sequence[int | None]) -> str:
     return "[" + ", ".join(_dim_text(size) for size in shape) + "]"
 
 
-# ---------------------------------------------------------------------------------------------- encoding
-
-
-def default_response(
-    manifest: Manifest, outputs: Mapping[str, np.ndarray], *, with_labels: bool = True
-) -> dict[str, Any]:
-    """Predictions, probabilities and class labels when the manifest names them; other outputs by name.
-    `with_labels=False` leaves the labels out: only JSON writes them, and naming each row's class is per-row
-    Python that a CSV or `.npy` answer would throw away."""
-    primary, probabilities = manifest.primary_output, manifest.probability_output
-    response: dict[str, Any] = {"model": manifest.name, "version": manifest.version, "predictions": outputs[primary]}
-    if probabilities is not None:
-        response["probabilities"] = outputs[probabilities]
-    if with_labels and manifest.labels is not None:
-        response["labels"] = _label_names(manifest.labels, np.asarray(outputs[primary]).reshape(-1))
-    if len(outputs) > (2 if probabilities is not None else 1):
-        extra = {name: value for name, value in outputs.items() if name not in (primary, probabilities)}
-        if not {"predictions", "probabilities"}.intersection(extra):
-            response["outputs"] = extra
-    return response
-
-
-def _label_names(labels: tuple[str, ...], predictions: np.ndarray) -> list[str]:
-    count = len(labels)
-    return [labels[i] if isinstance(i, int) and 0 <= i < count else str(i) for i in predictions.tolist()]
-
-
-def encode_response(fields: Mapping[str, Any], media_type: str) -> Encoded:
-    """Write the response fields in the negotiated type. CSV carries `predictions` (and `probabilities`);
-    `.npy` carries the numeric arrays of `npy_arrays` back to back (`predictions` first)."""
-    if media_type == JSON:
-        return Encoded(orjson.dumps(fields, option=orjson.OPT_SERIALIZE_NUMPY, default=json_default), JSON)
-    if media_type == NPY:
-        return Encoded(encode_npy([array for _, array in npy_arrays(fields)]), NPY)
-    predictions = np.asarray(fields.get("predictions"))
-    table = predictions.reshape(predictions.shape[0], -1) if predictions.ndim else predictions.reshape(1, 1)
-    probabilities = fields.get("probabilities")
-    if probabilities is not None:
-        # String predictions (class names) keep their text: the row becomes objects instead of floats.
-        cell = np.float64 if table.dtype.kind in "biuf" else object
-        table = np.hstack([table.astype(cell), np.asarray(probabilities).astype(cell)])
-    lines = (",".join(_csv_cell(v) for v in row) for row in table)
-    return Encoded(("\n".join(lines) + "\n").encode(), CSV)
-
-
-def npy_answer(manifest: Manifest, outputs: Mapping[str, np.ndarray]) -> bytes:
-    """`encode_response(default_response(manifest, outputs, with_labels=False), NPY).body` in one pass over the
-    outputs, without the response dict: how a model without a postprocess hook answers every `.npy` request
-    (tests/unit/test_codecs.py holds the two equal). Anything unusual (an output that is not an array)
-    takes the general path, which also raises its 406 for predictions .npy cannot carry."""
-    primary, probability = manifest.primary_output, manifest.probability_output
-    predictions = outputs[primary]
-    if type(predictions) is not np.ndarray or predictions.dtype not in NPY_DTYPE_SET:
-        return encode_response(default_response(manifest, outputs, with_labels=False), NPY).body
-    arrays = [predictions]
-    if probability is not None:
-        probabilities = outputs[probability]
-        if isinstance(probabilities, np.ndarray) and probabilities.dtype in NPY_DTYPE_SET:
-            arrays.append(probabilities)
-    if len(outputs) > (2 if probability is not None else 1):
-        extra = [(name, value) for name, value in outputs.items() if name not in (primary, probability)]
-        if not any(name in ("predictions", "probabilities") for name, _ in extra):
-            arrays.extend(value for _, value in extra if isinstance(value, np.ndarray) and value.dtype in NPY_DTYPE_SET)
-    return encode_npy(arrays)
-
-
-@dataclass(frozen=True, slots=True)
-class AnswerPlan:
-    """How a model without a postprocess hook writes its usual answers, worked out once per loaded model:
-    `json_answer` and `planned_npy_answer` write the bytes of `encode_response(default_response(...))` without
-    building the response dict, naming labels through a dict per row or deriving `.npy` headers per array. It
-    covers models whose outputs are the prediction and, optionally, the probabilities (a classifier's label and
-    probabilities, a regressor's one output); a model with other outputs takes the general path."""
-
-    primary: str
-    probability: str | None
-    output_count: int
-    json_head: bytes  # `{"model":...,"version":...,"predictions":`
-    labels: tuple[str, ...] | None
-    label_by_id: dict[int, bytes] | None  # each label as JSON, by class id
-    npy_dtypes: tuple[np.dtype[Any], ...] | None  # the dtypes `.npy` carries, in order; None: not `.npy`-able
-    # The `.npy` headers of the answer arrays, by their shapes (bounded).
-    npy_headers: dict[tuple[tuple[int, ...], ...], tuple[bytes, ...]]
-
-
-def answer_plan(manifest: Manifest) -> AnswerPlan | None:
-    """The plan for a model whose outputs are its prediction and at most its probabilities; None otherwise."""
-    primary, probability = manifest.primary_output, manifest.probability_output
-    if probability == primary or len(manifest.outputs) != (2 if probability is not None else 1):
-        return None
-    dtypes = {spec.name: spec.numpy_dtype for spec in manifest.outputs}
-    carried = tuple(dtypes[name] for name in (primary, probability) if name is not None)
-    npy_dtypes = carried if all(dtype in NPY_DTYPE_SET for dtype in carried) else None
-    head = b'{"model":' + orjson.dumps(manifest.name) + b',"version":' + orjson.dumps(manifest.version)
-    labels = manifest.labels
-    return AnswerPlan(
-        primary,
-        probability,
-        len(manifest.outputs),
-        head + b',"predictions":',
-        labels,
-        {index: orjson.dumps(label) for index, label in enumerate(labels)} if labels is not None else None,
-        npy_dtypes,
-        {},
-    )
-
-
-_NUMPY_OPTION = orjson.OPT_SERIALIZE_NUMPY
-
-
-def json_answer(plan: AnswerPlan, outputs: Mapping[str, np.ndarray]) -> bytes | None:
-    """`encode_response(default_response(manifest, outputs), JSON).body`, written piece by piece (orjson writes
-    each array exactly as it would inside the dict); None for outputs the plan does not cover."""
-    if len(outputs) != plan.output_count:
-        return None
-    predictions = outputs[plan.primary]
-    if type(predictions) is not np.ndarray:
-        return None
-    written = orjson.dumps(predictions, option=_NUMPY_OPTION, default=json_default)
-    if plan.probability is not None:
-        probabilities = orjson.dumps(outputs[plan.probability], option=_NUMPY_OPTION, default=json_default)
-        written = b"".join((written, b',"probabilities":', probabilities))
-    label_by_id = plan.label_by_id
-    if label_by_id is None:
-        return b"".join((plan.json_head, written, b"}"))
-    if predictions.dtype.kind in "iub":  # class ids (and booleans, which `_label_names` takes for 0 and 1)
-        ids = predictions.reshape(-1).tolist() if predictions.ndim != 1 else predictions.tolist()
-        try:
-            return b"".join((plan.json_head, written, b',"labels":[', b",".join([label_by_id[i] for i in ids]), b"]}"))
-        except KeyError:  # an id with no label: `_label_names` writes it as text
-            pass
-    assert plan.labels is not None
-    names = orjson.dumps(_label_names(plan.labels, predictions.reshape(-1)))
-    return b"".join((plan.json_head, written, b',"labels":', names, b"}"))
-
-
-def planned_npy_answer(plan: AnswerPlan, outputs: Mapping[str, np.ndarray]) -> bytes | None:
-    """`npy_answer`, with the headers looked up by the arrays' shapes; None for outputs the plan does not cover
-    (another dtype, a non-contiguous array, an output more or less), which `npy_answer` then writes."""
-    dtypes = plan.npy_dtypes
-    if dtypes is None or len(outputs) != plan.output_count:
-        return None
-    predictions = outputs[plan.primary]
-    if type(predictions) is not np.ndarray or predictions.dtype != dtypes[0]:
-        return None
-    if plan.probability is None:
-        arrays: tuple[np.ndarray, ...] = (predictions,)
-        shapes: tuple[tuple[int, ...], ...] = (predictions.shape,)
-    else:
-        probabilities = outputs[plan.probability]
-        if type(probabilities) is not np.ndarray or probabilities.dtype != dtypes[1]:
-            return None
-        arrays, shapes = (predictions, probabilities), (predictions.shape, probabilities.shape)
-    headers = plan.npy_headers.get(shapes)
-    if headers is None:  # a header depends on dtype and shape only, so strided arrays may fill the memo too
-        headers = tuple(npy_header(array) for array in arrays)
-        if len(plan.npy_headers) < _NPY_HEADER_MEMO_LIMIT:
-            plan.npy_headers[shapes] = headers
-    try:  # each array goes into the join as it is: its memory, no `tobytes` copy (`encode_npy`)
-        if len(arrays) == 1:
-            return b"".join((headers[0], predictions))  # type: ignore[arg-type]  # numpy's buffer protocol
-        return b"".join((headers[0], predictions, headers[1], arrays[1]))  # type: ignore[arg-type]
-    except TypeError:  # a non-contiguous view is no bytes-like object: `npy_answer` copies it
-        return None
-
-
-def npy_arrays(fields: Mapping[str, Any]) -> list[tuple[str, np.ndarray]]:
-    """The arrays an `.npy` answer carries, in order: `predictions`, then `probabilities`, then each numeric
-    array of `outputs` (a multi-output model's other outputs). `np.load` of the body reads the first, the
-    predictions, so a single-output reader sees what it always saw; calling np.load again on the same stream
-    gives the rest, in this order. Strings (class names) are not numbers: `.npy` leaves them out when they are
-    extras, and refuses them as predictions (406)."""
-    predictions = np.asarray(fields.get("predictions"))
-    if predictions.dtype not in NPY_DTYPE_SET:
-        raise NotAcceptable(
-            f"predictions are {predictions.dtype.name}, which .npy cannot carry without pickling",
-            field="Accept",
-            value=NPY,
-            allowed="application/json or text/csv for this model",
-        )
-    found = [("predictions", predictions)]
-    probabilities = fields.get("probabilities")
-    if isinstance(probabilities, np.ndarray) and probabilities.dtype in NPY_DTYPE_SET:
-        found.append(("probabilities", probabilities))
-    extra = fields.get("outputs")
-    if isinstance(extra, Mapping):
-        found.extend(
-            (f"outputs.{name}", value)
-            for name, value in extra.items()
-            if isinstance(value, np.ndarray) and value.dtype in NPY_DTYPE_SET
-        )
-    return found
+# ---------------------------------------------------------------------------------------------- .npy and JSON writing
+# The wire-format primitives of answers (models/answers.py builds the answers themselves).
 
 
 # A header per distinct (dtype, shape): shapes repeat from request to request (bounded, like app.py's memos).
@@ -1094,9 +969,3 @@ def json_default(value: Any) -> Any:
     if isinstance(value, np.ndarray | np.generic):
         return value.tolist()
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
-def _csv_cell(value: Any) -> str:
-    if isinstance(value, float | np.floating) and float(value).is_integer():
-        return str(int(value))
-    return str(value.item() if isinstance(value, np.generic) else value)

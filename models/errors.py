@@ -222,6 +222,15 @@ class IdempotencyConflict(ServingError):
     error_type = "IdempotencyConflict"
 
 
+class IdempotencyInProgress(ServingError):
+    """The request an idempotency key names is still being processed by another call: retry shortly (the IETF
+    Idempotency-Key header draft answers 409 Conflict; Powertools raises IdempotencyAlreadyInProgressError)."""
+
+    status_code = 409
+    retryable = True
+    error_type = "IdempotencyInProgress"
+
+
 class VersionConflict(ServingError):
     """A registry version is immutable: it was pushed before with different bytes. Push a new version."""
 

@@ -15,6 +15,7 @@ from models.paths import confined
 
 MANIFEST_FILE = "manifest.json"
 HOOKS_FILE = "process.py"
+SAMPLE_REQUEST = "sample-request.json"  # a request the package answers (`models push` writes it)
 # Model names and versions: what a registry, a cache directory and a target-model header may hold. Neither can
 # spell a path (`/`, `..`) and both are short, so they are safe as directory names wherever they are used.
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
@@ -51,6 +52,18 @@ class TensorSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+
+
+class ColumnSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """One named column of a tabular model: the ONNX input it feeds and, for a `[N, k]` input, its position
+    there (`index`; None when the input is `[N, 1]` and is this column). `allow_nan`: NaN (JSON `NaN` or
+    `null`, an empty CSV cell) is a value the model handles, e.g. HistGradientBoosting's missing values."""
+
+    name: str
+    dtype: TensorDType
+    input: str
+    index: int | None = None
+    allow_nan: bool = False
 
 
 class SpeedFigures(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -106,8 +119,11 @@ class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_def
     # Which output is "the" prediction, and which carries class probabilities, if any.
     prediction_output: str | None = None
     probability_output: str | None = None
-    # Class labels indexed by the predicted class id.
-    labels: tuple[str, ...] | None = None
+    # Class labels, in the order of the probability columns. String labels also name integer class ids
+    # (`--labels`); integer labels are the class values the model itself predicts.
+    labels: tuple[str | int, ...] | None = None
+    # The named columns of a tabular model (models/columns.py); None: one column per `[N, 1]` input, if any.
+    columns: tuple[ColumnSpec, ...] | None = None
     allow_non_finite: bool = False
     description: str = ""
     # Set on versions written by `servestack models optimize`: the source version, method and figures.
@@ -121,6 +137,8 @@ class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_def
             chosen = getattr(self, role)
             if chosen is not None and chosen not in names:
                 raise ValueError(f"{role}: {chosen!r} is not one of the outputs {sorted(names)}")
+        if self.columns is not None:
+            _check_columns(self.columns, self.inputs)
 
     @property
     def primary_output(self) -> str:
@@ -132,6 +150,40 @@ class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_def
 
     def to_json(self) -> bytes:
         return msgspec.json.format(msgspec.json.encode(self), indent=2) + b"\n"
+
+
+def _check_columns(columns: tuple[ColumnSpec, ...], inputs: tuple[TensorSpec, ...]) -> None:
+    """Columns name inputs that exist, once each; a `[N, 1]` input is one column, a `[N, k]` input is exactly k
+    columns at indexes 0..k-1; a column has its input's dtype; only float columns may allow NaN."""
+    by_name = {spec.name: spec for spec in inputs}
+    seen: set[str] = set()
+    fed: dict[str, list[int | None]] = {}
+    for column in columns:
+        if column.name in seen:
+            raise ValueError(f"columns: {column.name!r} is named twice")
+        seen.add(column.name)
+        spec = by_name.get(column.input)
+        if spec is None:
+            raise ValueError(f"columns.{column.name}: input {column.input!r} is not one of {sorted(by_name)}")
+        if column.dtype != spec.dtype:
+            raise ValueError(f"columns.{column.name}: dtype {column.dtype}, but input {spec.name!r} is {spec.dtype}")
+        if column.allow_nan and not column.dtype.startswith("float"):
+            raise ValueError(f"columns.{column.name}: allow_nan needs a float column, this one is {column.dtype}")
+        fed.setdefault(column.input, []).append(column.index)
+    for spec in inputs:
+        indexes = fed.get(spec.name)
+        if indexes is None:
+            raise ValueError(f"columns: input {spec.name!r} has no column; name one for every input")
+        width = spec.shape[1] if len(spec.shape) == 2 else None
+        if len(spec.shape) != 2 or width is None:
+            raise ValueError(f"columns: input {spec.name!r} of shape {list(spec.shape)} is not [N, 1] or [N, k]")
+        if indexes == [None] and width == 1:
+            continue
+        if sorted(i if i is not None else -1 for i in indexes) != list(range(width)):
+            raise ValueError(
+                f"columns: input {spec.name!r} is [N, {width}]; its columns need the indexes 0..{width - 1} "
+                f"once each, got {indexes}"
+            )
 
 
 def sha256_of(path: Path) -> str:

@@ -2,8 +2,9 @@
 
 `build_package` is what `servestack models push` runs: copy the model (turning skl2onnx's ZipMap output into
 a plain tensor), derive the manifest (inputs, outputs, which output is the prediction and which the
-probabilities, class labels when the graph has them), and write `sample-request.json` /
-`sample-response.json` by running the package through the same pipeline every mode serves it with.
+probabilities, class labels when the graph has them, the named columns of a tabular model), and write
+`sample-request.json` / `sample-response.json` by running the package through the same pipeline every mode
+serves it with.
 
 The `onnx` package (a client-side dependency, never needed to serve) is imported only to read or rewrite
 the graph; a model without sequence/map outputs is copied byte for byte.
@@ -23,9 +24,10 @@ import numpy as np
 import onnxruntime as ort
 
 from models.errors import InvalidInput, ModelLoadError, ServingError
-from models.manifest import HOOKS_FILE, MANIFEST_FILE, Manifest, TensorSpec, sha256_of
+from models.manifest import HOOKS_FILE, MANIFEST_FILE, SAMPLE_REQUEST, Manifest, TensorSpec, sha256_of
+from models.push_columns import ColumnNames, named_columns
+from models.sample_files import Sample, read_sample, sample_request
 
-SAMPLE_REQUEST = "sample-request.json"
 SAMPLE_RESPONSE = "sample-response.json"
 SAMPLE_ROWS = 2
 
@@ -52,9 +54,13 @@ _CLASS_LABEL_ATTRIBUTES = ("classlabels_strings", "classlabels_int64s", "classla
 class Prepared:
     """What preparing the ONNX file found and changed."""
 
-    labels: tuple[str, ...] | None = None
+    labels: tuple[str | int, ...] | None = None
     labels_note: str | None = None
     probability_output: str | None = None
+    # Set when the graph's trees send missing values down a branch of their own (HistGradientBoosting).
+    routes_missing_values: bool = False
+    # A category each string input's encoder knows, for a sample request it accepts.
+    categories: dict[str, str] = field(default_factory=dict)
     changes: list[str] = field(default_factory=list)
 
 
@@ -65,6 +71,7 @@ class BuiltPackage:
     changes: tuple[str, ...]
     labels_source: str  # "--labels", "the graph" or "none"
     labels_note: str | None
+    routes_missing_values: bool = False  # the graph's trees handle missing values: a hint to pass --allow-nan
 
 
 def _spec(node: Any) -> TensorSpec:
@@ -122,6 +129,8 @@ def prepare_model(source: Path, target: Path) -> Prepared:
         return prepared
     model = onnx.load(str(source), load_external_data=False)
     prepared.labels, prepared.labels_note = _graph_labels(model)
+    prepared.routes_missing_values = _routes_missing_values(onnx, model)
+    prepared.categories = _known_categories(onnx, model)
     if not mapped:
         if source.resolve() != target.resolve():
             shutil.copyfile(source, target)
@@ -171,12 +180,43 @@ def _attribute(onnx: Any, node: Any, names: Sequence[str]) -> list[Any] | None:
     return None
 
 
-def _graph_labels(model: Any) -> tuple[tuple[str, ...] | None, str | None]:
-    """Class labels from the classifier nodes (and ZipMap) of the graph, if they agree on one list.
+def _known_categories(onnx: Any, model: Any) -> dict[str, str]:
+    """For each string input that reaches a OneHotEncoder through nodes of one data input (Gather, Identity,
+    Reshape, Cast...), the encoder's first category: a value a sample request may hold where "" would be an
+    unknown category (an encoder trained with `handle_unknown="error"` refuses it)."""
+    producer = {output: node for node in model.graph.node for output in node.output}
+    inputs = {value.name for value in model.graph.input}
+    found: dict[str, str] = {}
+    for node in model.graph.node:
+        if node.op_type != "OneHotEncoder" or not node.input:
+            continue
+        categories = _attribute(onnx, node, ("cats_strings",))
+        source = node.input[0]
+        for _ in range(8):  # a few steps up: skl2onnx puts a Gather or a Reshape between
+            if source in inputs or source not in producer:
+                break
+            source = producer[source].input[0] if producer[source].input else ""
+        if categories and source in inputs:
+            found.setdefault(source, str(categories[0]))
+    return found
 
-    The manifest's labels are indexed by the predicted class id. String classes are the predictions
-    themselves, so their list (the probability columns' order) is recorded as is; integer classes are
-    recorded only when they are 0..K-1, where index and class coincide."""
+
+def _routes_missing_values(onnx: Any, model: Any) -> bool:
+    """Whether a tree ensemble of the graph sends missing values down a branch of their own
+    (`nodes_missing_value_tracks_true`, which HistGradientBoosting's trees set). It says the model was trained
+    with missing values, not which columns may hold them (a scaler or encoder may sit in between), so it is
+    only a hint to pass --allow-nan."""
+    for node in model.graph.node:
+        if node.domain == "ai.onnx.ml" and node.op_type.startswith("TreeEnsemble"):
+            tracks = _attribute(onnx, node, ("nodes_missing_value_tracks_true",))
+            if tracks and any(tracks):
+                return True
+    return False
+
+
+def _graph_labels(model: Any) -> tuple[tuple[str | int, ...] | None, str | None]:
+    """Class labels from the classifier nodes (and ZipMap) of the graph, if they agree on one list, in the
+    order of the probability columns: the classes the model predicts, strings or integers as it was trained."""
     import onnx
 
     found: list[list[Any]] = []
@@ -191,12 +231,7 @@ def _graph_labels(model: Any) -> tuple[tuple[str, ...] | None, str | None]:
     labels = next(iter(distinct))
     if all(isinstance(label, str) for label in labels):
         return tuple(labels), None
-    if list(labels) == list(range(len(labels))):
-        return tuple(str(label) for label in labels), None
-    return None, (
-        f"the graph's integer classes {list(labels)} are not 0..{len(labels) - 1}, so they cannot index labels; "
-        "pass --labels to name the classes"
-    )
+    return tuple(int(label) for label in labels), None
 
 
 # ------------------------------------------------------------------------------------------ the manifest
@@ -208,13 +243,17 @@ def create_package(
     *,
     name: str,
     version: str,
-    labels: Sequence[str] | None = None,
+    labels: Sequence[str | int] | None = None,
     prediction_output: str | None = None,
     probability_output: str | None = None,
     process_file: Path | None = None,
     description: str = "",
+    columns: Sequence[str] | None = None,
+    allow_nan: bool | Sequence[str] = False,
 ) -> Manifest:
-    """Copy `model_path` (and hooks) into `destination` and write a manifest with checksums."""
+    """Copy `model_path` (and hooks) into `destination` and write a manifest with checksums. `columns`: the
+    names of a single `[N, k]` input's columns; `allow_nan`: True for every float column, or the names of those
+    that may hold NaN."""
     return _create(
         model_path,
         destination,
@@ -225,6 +264,8 @@ def create_package(
         probability_output=probability_output,
         process_file=process_file,
         description=description,
+        columns=ColumnNames(columns, "--columns") if columns is not None else None,
+        allow_nan=allow_nan,
     )[0]
 
 
@@ -234,11 +275,13 @@ def _create(
     *,
     name: str,
     version: str,
-    labels: Sequence[str] | None,
+    labels: Sequence[str | int] | None,
     prediction_output: str | None,
     probability_output: str | None,
     process_file: Path | None,
     description: str,
+    columns: ColumnNames | None = None,
+    allow_nan: bool | Sequence[str] = False,
 ) -> tuple[Manifest, Prepared]:
     destination.mkdir(parents=True, exist_ok=True)
     target = destination / "model.onnx"
@@ -254,6 +297,7 @@ def _create(
         prediction_output = next(n for n in output_names if n != probability_output)
     chosen = tuple(labels) if labels is not None else prepared.labels
     _check_label_count(chosen, labels is not None, outputs, probability_output)
+    named = named_columns(inputs, columns, allow_nan)
     manifest = msgspec.convert(
         {
             "name": name,
@@ -266,6 +310,7 @@ def _create(
             "prediction_output": prediction_output,
             "probability_output": probability_output,
             "labels": chosen,
+            "columns": [msgspec.to_builtins(column) for column in named] if named is not None else None,
             "description": description,
         },
         Manifest,
@@ -279,7 +324,7 @@ def _first(names: Sequence[str], wanted: Sequence[str]) -> str | None:
 
 
 def _check_label_count(
-    labels: tuple[str, ...] | None, given: bool, outputs: Sequence[TensorSpec], probability_output: str | None
+    labels: tuple[str | int, ...] | None, given: bool, outputs: Sequence[TensorSpec], probability_output: str | None
 ) -> None:
     """`--labels` must name every class the probability output has, no more and no fewer."""
     if labels is None or not given or probability_output is None:
@@ -290,7 +335,7 @@ def _check_label_count(
         raise InvalidInput(
             f"--labels: {len(labels)} labels given, but the model's {probability_output!r} has {classes} classes",
             field="labels",
-            value=",".join(labels),
+            value=",".join(map(str, labels)),
             allowed=f"{classes} comma-separated labels, in class id order",
         )
 
@@ -302,51 +347,43 @@ def write_manifest(destination: Path, manifest: Manifest) -> None:
 # ------------------------------------------------------------------------------------------ samples
 
 
-def sample_request_from_signature(manifest: Manifest, rows: int = SAMPLE_ROWS) -> dict[str, Any]:
-    """A request every mode accepts: `rows` rows per input, row i filled with i (free dimensions: 1)."""
+def sample_request_from_signature(
+    manifest: Manifest, rows: int = SAMPLE_ROWS, categories: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A request every mode accepts: `rows` rows per input, row i filled with i (free dimensions: 1); a string
+    input with a known category (`categories`, from the graph's encoders) filled with it, else with ""."""
 
     def filled(spec: TensorSpec) -> list[Any]:
         shape = (rows, *[size or 1 for size in spec.row_shape])
         if spec.dtype == "string":
-            return np.full(shape, "", dtype=object).tolist()  # type: ignore[no-any-return]
+            text = (categories or {}).get(spec.name, "")
+            return np.full(shape, text, dtype=object).tolist()  # type: ignore[no-any-return]
         values = np.broadcast_to(np.arange(rows).reshape(rows, *[1] * (len(shape) - 1)), shape)
         return values.astype(bool if spec.dtype == "bool" else spec.numpy_dtype).tolist()  # type: ignore[no-any-return]
 
+    if manifest.columns:  # a tabular model: rows by column name, as its users send them
+        by_input = {spec.name: filled(spec) for spec in manifest.inputs}
+        names = [column.name for column in manifest.columns]
+        data = [[by_input[column.input][row][column.index or 0] for column in manifest.columns] for row in range(rows)]
+        return {"dataframe_split": {"columns": names, "data": data}}
     if len(manifest.inputs) == 1:
         return {"instances": filled(manifest.inputs[0])}
     return {"inputs": {spec.name: filled(spec) for spec in manifest.inputs}}
 
 
-def read_sample_rows(path: Path) -> dict[str, Any]:
-    """`--sample FILE`: a request body (`{"instances": ...}` / `{"inputs": ...}`) or a bare list of rows."""
-    try:
-        loaded = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InvalidInput(f"--sample: {path}: no such file", field="sample", value=str(path)) from None
-    except ValueError as exc:
-        raise InvalidInput(
-            f"--sample: {path} is not JSON ({exc})", field="sample", value=str(path), allowed="a JSON file"
-        ) from None
-    if isinstance(loaded, list):
-        return {"instances": loaded}
-    if isinstance(loaded, dict) and ("instances" in loaded or "inputs" in loaded):
-        return loaded
-    raise InvalidInput(
-        f"--sample: {path} holds neither rows nor a request",
-        field="sample",
-        value=str(path),
-        allowed='a list of rows, {"instances": [...]} or {"inputs": {"<name>": [...]}}',
-    )
-
-
-def write_samples(package_dir: Path, manifest: Manifest, request: dict[str, Any] | None = None) -> dict[str, Any]:
+def write_samples(
+    package_dir: Path,
+    manifest: Manifest,
+    request: dict[str, Any] | None = None,
+    categories: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """Write the sample request and the response the package gives it (predictions, and labels when the
     manifest has them), through the pipeline every mode uses, so the pre-traffic hook and smoke tests
     compare like with like. Returns the response."""
     from models.service import ServedModel
     from models.settings import ServingSettings
 
-    body = request if request is not None else sample_request_from_signature(manifest)
+    body = request if request is not None else sample_request_from_signature(manifest, categories=categories)
     settings = ServingSettings(
         model_dir=package_dir, default_model=manifest.name, providers="CPUExecutionProvider", warmup=False
     )
@@ -376,12 +413,19 @@ def build_package(
     *,
     name: str,
     version: str,
-    labels: Sequence[str] | None = None,
+    labels: Sequence[str | int] | None = None,
     process_file: Path | None = None,
     sample: Path | None = None,
     description: str = "",
+    columns: Sequence[str] | None = None,
+    allow_nan: bool | Sequence[str] = False,
 ) -> BuiltPackage:
-    """A complete package from any ONNX file: model, manifest, hooks and sample request/response."""
+    """A complete package from any ONNX file: model, manifest, hooks and sample request/response. `sample`: a
+    file of rows (models/sample_files.py), which also names a `[N, k]` input's columns when `columns` does not."""
+    rows: Sample | None = read_sample(sample) if sample is not None else None
+    names = ColumnNames(columns, "--columns") if columns is not None else None
+    if names is None and rows is not None and rows.names is not None:
+        names = ColumnNames(rows.names, f"--sample {sample.name if sample else ''}".strip())
     manifest, prepared = _create(
         model_path,
         destination,
@@ -392,7 +436,12 @@ def build_package(
         probability_output=None,
         process_file=process_file,
         description=description,
+        columns=names,
+        allow_nan=allow_nan,
     )
-    write_samples(destination, manifest, read_sample_rows(sample) if sample is not None else None)
+    request = sample_request(rows, manifest.columns or ()) if rows is not None else None
+    write_samples(destination, manifest, request, prepared.categories)
     source = "--labels" if labels is not None else ("the graph" if manifest.labels is not None else "none")
-    return BuiltPackage(manifest, destination, tuple(prepared.changes), source, prepared.labels_note)
+    return BuiltPackage(
+        manifest, destination, tuple(prepared.changes), source, prepared.labels_note, prepared.routes_missing_values
+    )

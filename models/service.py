@@ -17,13 +17,15 @@ from typing import Any
 
 import numpy as np
 
-from models import codecs
-from models.errors import InvalidInput, ModelLoadError, ModelNotFound, ModelNotReady, ServingError
+from models import answers, codecs, request_forms
+from models.columns import columns_of
+from models.errors import InferenceError, InvalidInput, ModelLoadError, ModelNotFound, ModelNotReady, ServingError
 from models.hooks import Hooks, load_hooks
 from models.manifest import (
     HOOKS_FILE,
     MANIFEST_FILE,
     NAME_PATTERN,
+    SAMPLE_REQUEST,
     VERSION_PATTERN,
     Manifest,
     read_manifest,
@@ -34,6 +36,7 @@ from models.runtime import Arrays, ModelRuntime
 from models.settings import ServingSettings
 
 logger = logging.getLogger("servestack.models")
+_UNKNOWN_CATEGORY = "Unknown Category"
 
 
 @dataclass
@@ -59,17 +62,46 @@ class ServedModel:
         hooks = load_hooks(package_dir / HOOKS_FILE, manifest.key)
         model = cls(manifest, runtime, hooks, package_dir, settings.max_batch_rows)
         if settings.warmup:
-            runtime.warm_up()
+            model.warm_up()
         return model
+
+    def warm_up(self) -> None:
+        """Run the package's sample request (through `preprocess`, whose form it is in) when it has one: a string
+        column of a pipeline may refuse the empty strings of the runtime's zero batch (an encoder knows its
+        categories). Else the runtime's zero batch."""
+        sample = self.package_dir / SAMPLE_REQUEST
+        if sample.is_file():
+            try:
+                arrays = self.decode(sample.read_bytes(), codecs.JSON)
+            except ServingError:
+                arrays = None  # an old sample this version no longer takes: the zero batch still warms it up
+            if arrays is not None:
+                self.predict(arrays)
+                self.runtime.warmed_up = True
+                return
+        try:
+            self.runtime.warm_up()
+        except InferenceError as error:
+            # A package without its sample (a registry holds model and manifest only) whose encoder refuses the
+            # empty strings: the run got far enough to initialise the session; the model itself is fine.
+            if not any(spec.dtype == "string" for spec in self.manifest.inputs):
+                raise
+            logger.info("%s: warm-up on empty strings stopped early (%s); serving", self.key, error.message[:200])
+            self.runtime.warmed_up = True
 
     def __post_init__(self) -> None:
         self.max_values = codecs.max_values(self.manifest, self.max_batch_rows)
         self.rows_plan = codecs.rows_plan(self.manifest, self.max_batch_rows) if self.hooks.preprocess is None else None
-        self.answer_plan = codecs.answer_plan(self.manifest) if self.hooks.postprocess is None else None
+        self.answer_plan = answers.answer_plan(self.manifest) if self.hooks.postprocess is None else None
         self.key = self.manifest.key
+        self.columns = columns_of(self.manifest)
 
     def decode(self, body: bytes, content_type: str) -> Arrays:
-        """Request body -> validated input arrays (through `preprocess` when the package has one)."""
+        """Request body -> validated input arrays (through `preprocess` when the package has one).
+        `content_type`: a media type, or `codecs.CSV_HEADER` for CSV whose first row names the columns."""
+        header: bool | None = None
+        if content_type == codecs.CSV_HEADER:
+            content_type, header = codecs.CSV, True
         if content_type != codecs.NPY:
             codecs.check_value_count(
                 body, self.max_values if self.hooks.preprocess is None else codecs.MAX_VALUES_FREE_SHAPE
@@ -85,17 +117,28 @@ class ServedModel:
                 return fast
         payload = codecs.decode_body(body, content_type)
         booleans = content_type == codecs.JSON and codecs.may_hold_booleans(body)
-        return self.decode_payload(payload, content_type, may_hold_booleans=booleans)
+        return self.decode_payload(payload, content_type, may_hold_booleans=booleans, header=header)
 
-    def decode_payload(self, payload: Any, content_type: str, *, may_hold_booleans: bool = True) -> Arrays:
-        """A decoded payload (what `codecs.decode_body` returns) -> validated input arrays."""
+    def decode_payload(
+        self, payload: Any, content_type: str, *, may_hold_booleans: bool = True, header: bool | None = None
+    ) -> Arrays:
+        """A decoded payload (what `codecs.decode_body` returns) -> validated input arrays. `header`: for CSV,
+        whether the first row names the columns (None: it does when it equals the column names)."""
         if self.hooks.preprocess is None:
             if content_type == codecs.JSON:
                 fast = codecs.fast_instances(
                     payload, self.manifest, max_batch_rows=self.max_batch_rows, may_hold_booleans=may_hold_booleans
                 )
+                if fast is None:  # the by-name forms (models/request_forms.py), after the tensor fast path
+                    fast = request_forms.json_arrays(payload, self.manifest, max_rows=self.max_batch_rows)
             elif content_type == codecs.NPY:
                 fast = codecs.fast_npy(payload, self.manifest, max_batch_rows=self.max_batch_rows)
+            elif content_type == codecs.CSV and (self.columns or header):
+                if header and not self.columns:  # a header on a model of unnamed columns says nothing: dropped
+                    payload = payload[1:]
+                    fast = None
+                else:
+                    fast = request_forms.csv_arrays(payload, self.manifest, header=header, max_rows=self.max_batch_rows)
             else:
                 fast = None
             if fast is not None:
@@ -118,37 +161,54 @@ class ServedModel:
         )
 
     def predict(self, arrays: Mapping[str, np.ndarray]) -> Arrays:
-        return self.runtime.predict(arrays)
+        try:
+            return self.runtime.predict(arrays)
+        except InferenceError as error:
+            if _UNKNOWN_CATEGORY not in error.message:
+                raise
+            # onnxruntime's OneHotEncoder (scikit-learn's, trained with handle_unknown="error") refusing a value
+            # it never saw: the request's fault. onnxruntime does not say which column.
+            strings = [column.name for column in self.columns if column.dtype == "string"]
+            raise InvalidInput(
+                f"model {self.key}: a string column holds a category the model was not trained on "
+                f"(string columns: {strings})",
+                field="body",
+                value="unknown category",
+                allowed="the categories seen in training (or fit the encoder with handle_unknown='ignore')",
+            ) from None
 
     def respond(self, outputs: Arrays, media_type: str = codecs.JSON) -> dict[str, Any]:
         """Model outputs -> response fields, identical in every mode. `media_type`: the type they will be
         written in; only JSON writes class labels, so only JSON pays for naming them."""
         if self.hooks.postprocess is None:
-            return codecs.default_response(self.manifest, outputs, with_labels=media_type == codecs.JSON)
+            by_label = media_type == codecs.JSON_BY_LABEL
+            return answers.default_response(
+                self.manifest, outputs, with_labels=by_label or media_type == codecs.JSON, by_label=by_label
+            )
         fields = self.hooks.run_postprocess(outputs)
         return {"model": self.manifest.name, "version": self.manifest.version, **fields}
 
     def answer(self, outputs: Arrays, media_type: str) -> codecs.Encoded:
-        """Model outputs -> the response body in `media_type`: `respond` then `codecs.encode_response`, written
-        straight from the outputs when no postprocess hook shapes them (`codecs.AnswerPlan`, `npy_answer`)."""
+        """Model outputs -> the response body in `media_type`: `respond` then `answers.encode_response`, written
+        straight from the outputs when no postprocess hook shapes them (`answers.AnswerPlan`, `npy_answer`)."""
         plan = self.answer_plan
         if plan is not None:
             if media_type == codecs.JSON:
-                body = codecs.json_answer(plan, outputs)
+                body = answers.json_answer(plan, outputs)
             elif media_type == codecs.NPY:
-                body = codecs.planned_npy_answer(plan, outputs)
+                body = answers.planned_npy_answer(plan, outputs)
             else:
                 body = None
             if body is not None:
                 return codecs.Encoded(body, media_type)
         if media_type == codecs.NPY and self.hooks.postprocess is None:
-            return codecs.Encoded(codecs.npy_answer(self.manifest, outputs), codecs.NPY)
-        return codecs.encode_response(self.respond(outputs, media_type), media_type)
+            return codecs.Encoded(answers.npy_answer(self.manifest, outputs), codecs.NPY)
+        return answers.encode_response(self.respond(outputs, media_type), media_type, self.manifest.labels)
 
     def infer(self, body: bytes, content_type: str | None, accept: str | None) -> codecs.Encoded:
         """The whole pipeline for one request. Raises only `ServingError`s."""
-        media_type = codecs.negotiate(accept)  # refuse an impossible Accept before doing any work
-        arrays = self.decode(body, codecs.media_type_of(content_type))
+        media_type = codecs.answer_type_of(accept)  # refuse an impossible Accept before doing any work
+        arrays = self.decode(body, codecs.request_type_of(content_type))
         return self.answer(self.predict(arrays), media_type)
 
     def describe(self) -> dict[str, Any]:
@@ -161,6 +221,7 @@ class ServedModel:
             "inputs": [spec.to_dict() for spec in manifest.inputs],
             "outputs": [spec.to_dict() for spec in manifest.outputs],
             "labels": list(manifest.labels) if manifest.labels else None,
+            "columns": [{"name": c.name, "dtype": c.dtype, "allow_nan": c.allow_nan} for c in self.columns] or None,
             "has_hooks": self.hooks.preprocess is not None or self.hooks.postprocess is not None,
         }
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from servestack import lifecycle_commands as lifecycle
 from servestack import registry_commands as models
 from servestack.failures import CommandError, ExitCode, exit_codes_text, failure_of
 
@@ -78,6 +79,12 @@ def up_arguments(up: argparse.ArgumentParser) -> None:
     )
     up.add_argument("--emulator-port", type=int, default=0, help="embedded emulator port (0: a free one)")
     up.add_argument(
+        "--allow-reset",
+        action="store_true",
+        help="answer moto's admin API on the emulator port (POST /moto-api/reset wipes every resource) "
+        "(default: refused with 403)",
+    )
+    up.add_argument(
         "--state", type=Path, default=None, help="state file (default: .servestack/local.json in the project)"
     )
     up.add_argument(
@@ -102,6 +109,13 @@ def up_arguments(up: argparse.ArgumentParser) -> None:
         help="list every resource of the templates, its local name, and whether it is emulated or only reported",
     )
     up.add_argument("--resynth", action="store_true", help="synthesize even when the inputs are unchanged")
+    up.add_argument(
+        "--detach",
+        "-d",
+        action="store_true",
+        help="run in the background and return once everything is ready; its output goes to "
+        ".servestack/local-up.log (`local status`, `local logs`, `local down`)",
+    )
     up.add_argument(
         "--visibility-timeout-sec",
         type=int,
@@ -128,6 +142,8 @@ def run_up(args: argparse.Namespace) -> int:
         except FileNotFoundError as missing:
             raise CommandError(str(missing)) from None
     state_file = args.state or Path(os.environ.get(state.STATE_ENV) or root / project.STATE_DIR / state.STATE_FILE)
+    if args.detach:
+        return lifecycle.detach_up(args, spec_file, state_file, root / project.STATE_DIR)
     return run(
         UpOptions(
             spec_path=spec_file,
@@ -143,6 +159,7 @@ def run_up(args: argparse.Namespace) -> int:
             explain=args.explain,
             resynth=args.resynth,
             visibility_timeout_sec=args.visibility_timeout_sec,
+            allow_reset=args.allow_reset,
         )
     )
 
@@ -226,6 +243,14 @@ def batch_arguments(batch: argparse.ArgumentParser) -> None:
     batch.add_argument(
         "--output-prefix", default=None, help="write here instead of the deployment's output prefix (default: that)"
     )
+    batch.add_argument(
+        "--download",
+        type=Path,
+        default=None,
+        metavar="OUT",
+        help="merge the run's output into OUT (.jsonl, .csv or .parquet by its suffix), one row per input row in "
+        "input order, with the input's id where it has one",
+    )
 
 
 def run_batch(args: argparse.Namespace) -> int:
@@ -237,6 +262,7 @@ def run_batch(args: argparse.Namespace) -> int:
         strict=args.strict,
         chunk_rows=args.chunk_rows,
         output_prefix=args.output_prefix,
+        download=args.download,
     )
 
 
@@ -392,6 +418,30 @@ COMMANDS: tuple[Command, ...] = (
         "rehearse a blue/green release of a realtime deployment (canary/linear, alarms, rollback)",
         deploy_arguments,
         run_deploy,
+    ),
+    Command(
+        ("local", "status"),
+        "the running local up's deployments: state, URL, version served, restarts",
+        lifecycle.status_arguments,
+        lifecycle.run_status,
+    ),
+    Command(
+        ("local", "logs"),
+        "the output of local up's children, by deployment (files under .servestack/logs)",
+        lifecycle.logs_arguments,
+        lifecycle.run_logs,
+    ),
+    Command(
+        ("local", "down"),
+        "stop a running local up (detached or not); its emulator data and local releases are kept",
+        lifecycle.down_arguments,
+        lifecycle.run_down,
+    ),
+    Command(
+        ("local", "put-input"),
+        "upload input files to a batch deployment's input prefix, as the developer",
+        lifecycle.put_input_arguments,
+        lifecycle.run_put_input,
     ),
     Command(
         ("local", "run-batch"),

@@ -440,17 +440,20 @@ def run(args: argparse.Namespace, registry: Callable[[], ModelRegistry]) -> int:
         import onnx  # noqa: F401 - onnxruntime.quantization needs it; say so before doing any work
     except ImportError:
         raise CommandError("needs the onnx package: pip install 'servestack[client]'") from None
-    outcome = optimize(
-        registry(),
-        args.target,
-        method=args.method,
-        calibration_file=args.calibration,
-        eval_file=args.eval,
-        max_drop=parse_max_drop(args.max_accuracy_drop),
-        tolerance=Tolerance.parse(args.max_abs_error, args.max_rel_error),
-        version=args.version,
-        speed_sec=args.speed_sec,
-    )
+    from servestack.progress import Progress
+
+    with Progress().step(f"models optimize {args.target}", f"{args.method}: quantize, then accuracy and speed"):
+        outcome = optimize(
+            registry(),
+            args.target,
+            method=args.method,
+            calibration_file=args.calibration,
+            eval_file=args.eval,
+            max_drop=parse_max_drop(args.max_accuracy_drop),
+            tolerance=Tolerance.parse(args.max_abs_error, args.max_rel_error),
+            version=args.version,
+            speed_sec=args.speed_sec,
+        )
     print(render(outcome))
     if args.report is not None:
         args.report.write_text(json.dumps(outcome.to_dict(), indent=2) + "\n")

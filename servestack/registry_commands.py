@@ -52,7 +52,24 @@ def push_arguments(parser: argparse.ArgumentParser) -> None:
         "--sample",
         type=Path,
         default=None,
-        help="JSON rows (or a request body) for sample-request.json (default: built from the model's signature)",
+        help="example rows, stored as sample-request.json: a .csv with a header row, .parquet, .jsonl of row "
+        "objects, or .json (a request body or a list of rows); its column names name the columns of a single "
+        "[N, k] input (default: a request built from the model's signature)",
+    )
+    parser.add_argument(
+        "--columns",
+        default=None,
+        help="names of a single [N, k] input's k columns, comma separated, in order (inputs of shape [N, 1] are "
+        "columns already, named after themselves)",
+    )
+    parser.add_argument(
+        "--allow-nan",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="COLUMNS",
+        help="the model handles missing values (e.g. HistGradientBoosting): NaN or null is accepted in every "
+        "float column, or only in the comma-separated COLUMNS",
     )
     parser.add_argument(
         "--artifacts",
@@ -149,6 +166,10 @@ def run_push(args: argparse.Namespace) -> int:
     targets = [r for r in (local, remote[0] if remote else None) if r is not None]
     version = check_version(args.version or _next_version(targets, args.name))
     labels = [label.strip() for label in args.labels.split(",")] if args.labels else None
+    columns = [name.strip() for name in args.columns.split(",")] if args.columns else None
+    allow_nan: bool | list[str] = False
+    if args.allow_nan is not None:
+        allow_nan = [name.strip() for name in args.allow_nan.split(",") if name.strip()] or True
     previous = _previous_labels(targets, args.name, version)
     with tempfile.TemporaryDirectory(prefix="servestack-push-") as scratch:
         built = build_package(
@@ -159,6 +180,8 @@ def run_push(args: argparse.Namespace) -> int:
             labels=labels,
             process_file=args.process,
             sample=args.sample,
+            columns=columns,
+            allow_nan=allow_nan,
         )
         outcomes: list[str] = []
         try:
@@ -202,7 +225,7 @@ def _previous_labels(registries: list[ModelRegistry], name: str, version: str) -
             newest = max(versions, key=version_order)
             manifest = registry.manifest(name, newest)
             if manifest is not None and manifest.labels:
-                return newest, ",".join(manifest.labels)
+                return newest, ",".join(map(str, manifest.labels))
     return None
 
 
@@ -214,8 +237,8 @@ def _shown(path: Path) -> str:
 
 
 def _report(built: BuiltPackage, source: Path, outcomes: list[str], previous: tuple[str, str] | None) -> None:
-    from models.manifest import HOOKS_FILE, sha256_of
-    from models.packaging import SAMPLE_REQUEST, SAMPLE_RESPONSE
+    from models.manifest import HOOKS_FILE, SAMPLE_REQUEST, sha256_of
+    from models.packaging import SAMPLE_RESPONSE
 
     manifest = built.manifest
 
@@ -232,10 +255,18 @@ def _report(built: BuiltPackage, source: Path, outcomes: list[str], previous: tu
     print(f"  inputs   {'; '.join(described(spec) for spec in manifest.inputs)}")
     print(f"  outputs  {'; '.join(described(spec) for spec in manifest.outputs)}")
     if manifest.labels is not None:
-        print(f"  labels   {', '.join(manifest.labels)} (from {built.labels_source})")
+        print(f"  labels   {', '.join(map(str, manifest.labels))} (from {built.labels_source})")
     else:
         print(f"  labels   none{f' ({built.labels_note})' if built.labels_note else ''}")
-    if previous is not None and built.labels_source != "--labels" and ",".join(manifest.labels or ()) != previous[1]:
+    if manifest.columns:
+        print(f"  columns  {', '.join(f'{c.name} {c.dtype}' for c in manifest.columns)}")
+        nan = [column.name for column in manifest.columns if column.allow_nan]
+        if nan:
+            print(f"  NaN      allowed in {', '.join(nan)}")
+        elif built.routes_missing_values:
+            print("  note     the graph's trees handle missing values; pass --allow-nan to accept NaN and null")
+    shown_labels = ",".join(map(str, manifest.labels or ()))
+    if previous is not None and built.labels_source != "--labels" and shown_labels != previous[1]:
         print(f"  note     version {previous[0]} has labels {previous[1]}; pass --labels {previous[1]} to keep them")
     files = [manifest.file, *([HOOKS_FILE] if manifest.process_sha256 else []), SAMPLE_REQUEST, SAMPLE_RESPONSE]
     for name in files:

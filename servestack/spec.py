@@ -590,6 +590,11 @@ class BatchDeployment(_DeploymentBase):
     max_payload_mb: Annotated[int, BetweenByRule(1, 100, TRANSFORM_PAYLOAD_RULE)] = 6
     max_concurrent_transforms: Annotated[int, Between(1, 64)] = 2
     transform_timeout_sec: Annotated[int, Between(1, 3600)] = 600
+    # A column of the input copied to each output row, to join predictions back (a model with named columns);
+    # without it a row is known by its file and line. Not with runner: transform (the container answers lines).
+    id_column: Annotated[str, Field(min_length=1, max_length=255)] | None = None
+    # A longer input line is an error row, never read whole: 1 MiB keeps a record's parse ~1% of a job's memory.
+    max_record_bytes: Annotated[int, Between(1024, 64 * 1024 * 1024)] = 1024 * 1024
 
     @model_validator(mode="before")
     @classmethod
@@ -617,6 +622,16 @@ class BatchDeployment(_DeploymentBase):
                 "readable with runner: transform (Batch Transform splits input at lines: SplitType Line); "
                 "use runner: fargate, or jsonl or csv",
             )
+        if self.runner == "transform" and self.id_column is not None:
+            _fail(
+                "id_column",
+                repr(self.id_column),
+                "allowed with runner: transform (the realtime container answers each line in order; rows are known "
+                "by file and line); use runner: lambda or fargate",
+            )
+        reserved = ("file", "line", "error", "prediction", "label", "probabilities")
+        if self.id_column is not None and (self.id_column in reserved or self.id_column.startswith("proba_")):
+            _fail("id_column", repr(self.id_column), f"one of the output's own fields ({', '.join(reserved)}, proba_*)")
         if self.runner == "transform" and self.output_format == "parquet":
             _fail(
                 "output_format",

@@ -79,6 +79,8 @@ class BatchJob(Construct):
         model_data: s3_assets.Asset | None = None,
         input_format: str | None = None,
         output_format: str = "jsonl",
+        id_column: str | None = None,
+        max_record_bytes: int = 1024 * 1024,
         instance_type: str = "ml.m5.xlarge",
         instance_count: int = 1,
         max_payload_mb: int = 6,
@@ -120,6 +122,10 @@ class BatchJob(Construct):
             payload["input_format"] = input_format
         if output_format != "jsonl":
             payload["output_format"] = output_format
+        if id_column is not None:
+            payload["id_column"] = id_column
+        if max_record_bytes != 1024 * 1024:
+            payload["max_record_bytes"] = str(max_record_bytes)
         self.dead_letters = sqs.Queue(
             self,
             "DeadLetters",

@@ -396,6 +396,8 @@ class DeploymentStack(Stack):
                 else None,
                 input_format=d.input_format,
                 output_format=d.output_format,
+                id_column=d.id_column,
+                max_record_bytes=d.max_record_bytes,
                 instance_type=d.instance_type,
                 instance_count=d.instance_count,
                 max_payload_mb=d.max_payload_mb,

@@ -16,13 +16,15 @@ itself for every message it gives up on: it records `failed` with the reason, se
 DLQ with the reason in message attributes (`ErrorType`, `ErrorMessage`, `JobId`, `ReceiveCount`), and
 reports the record handled. Only a worker that dies on a message's last receive leaves it to the redrive.
 
-The queue, not the table, is where a job begins (an outbox in the queue). Submit stores the payload, sends
-the message, then writes the record; the message carries the whole record, so a worker that finds no record
-creates it as it claims the job. A crash between the send and the record write therefore never leaves a job
-that nobody will run, and a crash before the send leaves no record at all: there is no `queued` job without
-a message, and no sweep of the table is needed to find one. The caller retries such a failed submit with
-the same `Idempotency-Key` (or SageMaker `InferenceId`): the key fixes the job id, so every retry is the same
-job, and a retry with a different body under the same key is refused (422).
+Without an `Idempotency-Key`, the queue, not the table, is where a job begins (an outbox in the queue).
+Submit stores the payload, sends the message, then writes the record; the message carries the whole record, so
+a worker that finds no record creates it as it claims the job. A crash between the send and the record write
+therefore never leaves a job that nobody will run, and a crash before the send leaves no record at all.
+
+With an `Idempotency-Key` (or SageMaker `InferenceId`), the table is where the job begins: the key fixes the
+job id, and the job's record is claimed with a conditional write before the payload is stored or anything
+enqueued, so that calls sent at once under one key make one job, and a refused one leaves nothing behind
+(handlers/aws/idempotency.py).
 """
 
 from __future__ import annotations
@@ -45,9 +47,9 @@ import orjson
 from botocore.exceptions import ClientError
 
 from handlers.aws.clients import aws_client
+from handlers.aws.idempotency import SUBMITTING, KeyClaims, same_request
 from models import codecs
 from models.errors import (
-    IdempotencyConflict,
     InvalidInput,
     JobFailed,
     JobNotFound,
@@ -100,6 +102,10 @@ class AsyncSettings(EnvironmentSettings, frozen=True, kw_only=True):
     dead_letter_queue_url: str = ""
     # What a `Content-Encoding: gzip` submit may inflate to.
     max_decoded_bytes: Annotated[int, msgspec.Meta(ge=1)] = 6 * 1024 * 1024
+    # How long a keyed submit may take between claiming its key and enqueuing the job: no call lives longer
+    # (the submit function's timeout is 15 s; an HTTP API integration's is at most 30 s). A retry after it
+    # takes over a claim whose call died.
+    submit_timeout_sec: Annotated[int, msgspec.Meta(ge=1)] = 30
 
     @property
     def upload_prefix(self) -> str:
@@ -235,13 +241,18 @@ class JobService:
         body = codecs.decode_content(body, content_encoding, self.settings.max_decoded_bytes)
         digest = hashlib.sha256(body).hexdigest()
         job_id = job_id_for(idempotency_key)
-        if idempotency_key is not None:
-            existing = self._existing(job_id, digest)
-            if existing is not None:
-                return existing
         key = f"{self.settings.request_prefix}{job_id}"
         if idempotency_key is not None:
-            key += f"-{digest[:16]}"  # a retry with other bytes under the same key never overwrites the payload
+            # The key first: nothing is stored or enqueued for a request the key does not name (module doc).
+            job = self.new_record(job_id, f"{key}-{digest[:16]}", media_type, accept, len(body), digest)
+            claims, answer_type = KeyClaims(self.table, self.settings.submit_timeout_sec, QUEUED), job["accept"]
+            replay = claims.claim(job, lambda claimed: self._existing(claimed, digest, media_type, answer_type))
+            if replay is not None:
+                return replay
+            self.s3.put_object(Bucket=self.settings.bucket, Key=job["input_key"], Body=body, ContentType=media_type)
+            self.enqueue(job_id, job["input_key"], job, payload=body)  # may learn where the job will write
+            claims.release(job)
+            return job
         self.s3.put_object(Bucket=self.settings.bucket, Key=key, Body=body, ContentType=media_type)
         job = self.new_record(job_id, key, media_type, accept, len(body), digest)
         # First the message: once it exists the job will run, whatever happens to this call (see the module doc).
@@ -249,26 +260,21 @@ class JobService:
         return self._record(job, digest)
 
     def _check_types(self, content_type: str | None, accept: str | None) -> str:
-        media_type = codecs.media_type_of(content_type)
-        if media_type not in codecs.READABLE_TYPES:
-            codecs.decode_body(b"", media_type)  # raises UnsupportedMediaType naming the allowed types
+        base_type = codecs.media_type_of(content_type)
+        if base_type not in codecs.READABLE_TYPES:
+            codecs.decode_body(b"", base_type)  # raises UnsupportedMediaType naming the allowed types
         codecs.negotiate(accept)
-        return media_type
+        return codecs.request_type_of(content_type)  # `text/csv; header=present` stays so for the worker
 
-    def _existing(self, job_id: str, digest: str | None) -> dict[str, Any] | None:
-        """The job an idempotency key already made, or None; a different body under the key is refused."""
+    def _existing(
+        self, job_id: str, digest: str | None, media_type: str | None = None, answer_type: str | None = None
+    ) -> dict[str, Any] | None:
+        """The job an idempotency key already made, or None; another request under the key is refused (422)."""
         try:
             job = self.get(job_id)
         except JobNotFound:
             return None
-        recorded = job.get("request_sha256")
-        if digest is not None and recorded is not None and recorded != digest:
-            raise IdempotencyConflict(
-                "Idempotency-Key: this key was used for a different request body",
-                field="Idempotency-Key",
-                value=job_id,
-                allowed="a new key for a new request; the same key only to retry the same request",
-            )
+        same_request(job, digest, media_type, answer_type)
         job["replayed"] = True
         return job
 
@@ -278,7 +284,8 @@ class JobService:
         """Record a job whose payload the caller PUTs to S3; it starts on the S3 event or on confirm."""
         media_type = self._check_types(content_type, accept)
         job_id = job_id_for(idempotency_key)
-        existing = self._existing(job_id, None) if idempotency_key is not None else None
+        answer_type = codecs.negotiate(accept)
+        existing = self._existing(job_id, None, media_type, answer_type) if idempotency_key is not None else None
         if existing is not None:
             job = existing
         else:
@@ -315,7 +322,7 @@ class JobService:
             "model": self.model.manifest.key,
             "input_key": key,
             "content_type": media_type,
-            "accept": codecs.negotiate(accept),
+            "accept": codecs.answer_type_of(accept),
             "created_at": now,
             "updated_at": now,
             "attempts": 0,
@@ -335,7 +342,7 @@ class JobService:
         except ClientError as error:
             if not _conditional_failed(error):
                 raise
-            existing = self._existing(job["job_id"], digest)
+            existing = self._existing(job["job_id"], digest, job["content_type"], job["accept"])
             if existing is None:
                 raise
             existing.pop("replayed", None)
@@ -372,7 +379,8 @@ class JobService:
         item = self.table.get_item(Key={"job_id": job_id}, ConsistentRead=True).get("Item")
         if item is None:
             raise JobNotFound(f"job {job_id!r} does not exist (or has expired)", field="job_id", value=job_id)
-        return {k: (int(v) if k in ("attempts", "expires_at", "input_bytes") else v) for k, v in item.items()}
+        numbers = ("attempts", "expires_at", "input_bytes", SUBMITTING)
+        return {k: (int(v) if k in numbers else v) for k, v in item.items()}
 
     def status(self, job_id: str) -> dict[str, Any]:
         """The job as a caller sees it: status, and the result location + a presigned GET, or the error."""

@@ -4,7 +4,12 @@ Transport-free: rows come from, and parts go to, a `Store` (S3 in handlers/batch
 - Input: every `*.jsonl|*.ndjson|*.json` (one instance per line, as in `{"instances": [...]}`), `*.csv` (one
   row per line; a first line that is not numeric is a header) and `*.parquet` (a column per model input, or
   one numeric column per value of a one-input model's row) object under the input prefix, in key order.
-  Memory stays bounded: a few chunks of `chunk_rows` rows are held at a time (rows.py, job.py).
+  Memory stays bounded: a few chunks of `chunk_rows` rows are held at a time (rows.py, job.py); a line over
+  `max_record_bytes` (1 MiB by default) is an error row whose bytes are never held, and a Parquet file is read
+  row group by row group, its footer, column count and row group size checked first.
+- A file that cannot be read (not Parquet, truncated, corrupt, a column named twice, over a limit) is one error
+  record, line 0, naming the file and why; rows read before it failed are scored, and the other files are read.
+  The manifest's `inputs` give each file's outcome: `read`, or `failed` with the error.
 - Output: part `i` holds the predictions for input rows `[i*chunk_rows, (i+1)*chunk_rows)`: one JSON line per
   good row (`file`, `line`, then the response fields), or with `output_format="parquet"` the same as columns.
   A part is written whole (one PUT), so an existing part with this run's fingerprint is finished and a rerun
@@ -24,11 +29,12 @@ Transport-free: rows come from, and parts go to, a `Store` (S3 in handlers/batch
 """
 
 from models.tabular.job import OUTPUT_FORMATS, PART_FORMAT, BatchJob, sha256
-from models.tabular.rows import FORMATS, PARQUET, Progress
+from models.tabular.rows import FORMATS, MAX_RECORD_BYTES, PARQUET, Progress
 from models.tabular.store import Store, StoredObject
 
 __all__ = [
     "FORMATS",
+    "MAX_RECORD_BYTES",
     "OUTPUT_FORMATS",
     "PARQUET",
     "PART_FORMAT",

@@ -22,6 +22,7 @@ import numpy as np
 import orjson
 
 from models import codecs
+from models.columns import columns_of
 from models.errors import InternalError, ServingError
 from models.runtime import Arrays
 from models.service import ServedModel
@@ -36,13 +37,13 @@ class LabelColumn:
     """Each row's class name, as indices into the manifest's labels: written by table lookups (a Parquet take,
     a numpy take of the names' JSON text) instead of a Python string per row."""
 
-    names: tuple[str, ...]
+    names: tuple[str | int, ...]
     indices: np.ndarray
 
     def __len__(self) -> int:
         return len(self.indices)
 
-    def tolist(self) -> list[str]:
+    def tolist(self) -> list[str | int]:
         return [self.names[i] for i in self.indices.tolist()]
 
 
@@ -57,7 +58,8 @@ def batch_fields(model: ServedModel, outputs: Arrays, rows: int) -> dict[str, An
         predicted.dtype.kind not in "iu"
         or not len(predicted)
         or not 0 <= predicted.min() <= predicted.max() < len(manifest.labels)
-    ):
+        or (type(manifest.labels[0]) is int and manifest.labels != tuple(range(len(manifest.labels))))
+    ):  # integer labels are the predicted values themselves: an index names them only when they are 0..K-1
         return per_row_fields(model, model.respond(outputs), rows)  # a name is str(value): per row, as respond does
     unnamed = model.respond(outputs, codecs.NPY)  # every field but the labels, which only JSON names
     fields: dict[str, Any] = {}
@@ -86,6 +88,36 @@ def per_row_fields(model: ServedModel, fields: dict[str, Any], rows: int) -> dic
             allowed=f"a list of {rows} values",
         )
     return per_row
+
+
+def named_fields(model: ServedModel, fields: dict[str, Any]) -> dict[str, Any]:
+    """The fields a part writes: for a model with named columns, one `proba_<label>` column per class instead of
+    a list of probabilities; for every model, `label` only where it differs from `prediction` (a model that
+    predicts its class labels itself, strings or integers, would write each twice)."""
+    manifest = model.manifest
+    labels = manifest.labels
+    prediction = next((spec for spec in manifest.outputs if spec.name == manifest.primary_output), None)
+    same = prediction is not None and (
+        prediction.dtype == "string" or (labels is not None and all(type(label) is int for label in labels))
+    )
+    by_label = labels is not None and bool(columns_of(manifest))
+    named: dict[str, Any] = {}
+    for name, value in fields.items():
+        if name == "label" and same and model.hooks.postprocess is None:
+            continue
+        if (
+            name == "probabilities"
+            and by_label
+            and labels is not None
+            and isinstance(value, np.ndarray)
+            and value.ndim == 2
+            and value.shape[1] == len(labels)
+        ):
+            for position, label in enumerate(labels):
+                named[f"proba_{label}"] = np.ascontiguousarray(value[:, position])
+            continue
+        named[name] = value
+    return named
 
 
 def take(column: Any, indices: slice) -> Any:
@@ -213,12 +245,28 @@ def parquet_table(sources: Sequence[str], source_of_row: np.ndarray, lines: np.n
             columns[name] = pa.FixedSizeListArray.from_arrays(pa.array(flat), column.shape[1])
         elif isinstance(column, LabelColumn):
             columns[name] = pa.array(list(column.names), type=pa.string()).take(pa.array(column.indices))
-        elif isinstance(column, list) and all(type(value) is str for value in column):
-            columns[name] = pa.array(column, type=pa.string())
+        elif (isinstance(column, np.ndarray) and column.dtype.kind in "OUS" and column.ndim == 1) or isinstance(
+            column, list
+        ):
+            columns[name] = _typed(column.tolist() if isinstance(column, np.ndarray) else column)
         else:  # anything else keeps its JSON text
             cells, bracketed = json_cells(column)
             columns[name] = pa.array([b"[" + c + b"]" if bracketed else c for c in cells], type=pa.string())
     return pa.table(columns)
+
+
+def _typed(values: list[Any]) -> Any:
+    """Python values (class names, ids) as one typed Arrow column: string, int64, float64 or bool when every
+    value is of that kind, else each value's JSON text."""
+    import pyarrow as pa
+
+    kinds = set(map(type, values))
+    for kind, arrow_type in ((str, pa.string()), (int, pa.int64()), (bool, pa.bool_())):
+        if kinds == {kind}:
+            return pa.array(values, type=arrow_type)
+    if kinds and kinds <= {int, float}:
+        return pa.array(values, type=pa.float64())
+    return pa.array([orjson.dumps(value, default=codecs.json_default).decode() for value in values], type=pa.string())
 
 
 def parquet_bytes(tables: list[Any]) -> bytes:

@@ -3,23 +3,20 @@
 Three stages overlap: a reader thread fetches objects and cuts them into chunks of rows, the calling thread
 decodes and scores a chunk, and a writer thread checks the earlier chunks' parts and stores them, up to
 `_UPLOADS` at once, recording them in order. On one core this hides the store's latency; with more, parsing
-(pyarrow), inference (onnxruntime) and the store's I/O run at once, as each releases the GIL. At most `_DEPTH`
-chunks wait between two stages and `_UPLOADS` are being stored, so memory stays a few chunks whatever the
-input's size.
+(pyarrow), inference (onnxruntime) and the store's I/O run at once, as each releases the GIL. At most `DEPTH`
+chunks wait between two stages (models/tabular/stages.py) and `_UPLOADS` are being stored, so memory stays a few
+chunks whatever the input's size.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import queue
-import threading
 import time
 from collections import deque
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import orjson
@@ -32,19 +29,32 @@ from models.tabular.encode import (
     error_line,
     json_keys,
     located_lines,
+    named_fields,
     parquet_bytes,
     parquet_keys,
     parquet_table,
 )
-from models.tabular.rows import FORMATS, PARQUET, Piece, Progress, chunks, parquet_module, pieces, suffix
+from models.tabular.rows import (
+    FILE_LINE,
+    FORMATS,
+    MAX_RECORD_BYTES,
+    PARQUET,
+    Piece,
+    Progress,
+    chunks,
+    parquet_module,
+    pieces,
+    suffix,
+)
+from models.tabular.stages import Writer, prefetched
 from models.tabular.store import Store, StoredObject
 
 OUTPUT_FORMATS = ("jsonl", "parquet")
 # Bumped when the bytes of a part change for the same input: a part written by another version is scored
 # again rather than reused. 2: floats in their shortest form (float32 as float32), columnar encoding. 3: Parquet
-# parts dictionary-encode only their string columns, and are compressed with snappy rather than zstd.
-PART_FORMAT = 3
-_DEPTH = 2
+# parts dictionary-encode only their string columns, and are compressed with snappy rather than zstd. 4: string
+# predictions and ids are typed Parquet columns; `label` is left out where it repeats `prediction`.
+PART_FORMAT = 4
 # Parts being stored at once. A PUT is mostly waiting on the store (S3: tens of ms), so one at a time would
 # make the store's latency, not the job's CPU, set the pace; a few in flight hide it. Parts are still recorded
 # (manifest order, progress) in order.
@@ -54,6 +64,9 @@ INPUT_SUFFIXES: dict[str, tuple[str, ...]] = {
     "csv": (".csv",),
     "parquet": (".parquet",),
 }
+
+# The fields of an output row besides the model's own: an id column may not take one of their names.
+RESERVED_FIELDS = ("file", "line", "error", "prediction", "label", "probabilities")
 
 T = TypeVar("T")
 
@@ -78,109 +91,6 @@ def _keys(which: np.ndarray, lines: np.ndarray) -> np.ndarray:
     return (which.astype(np.int64) << 40) | lines.astype(np.int64)
 
 
-class _Failure:
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-
-_END = object()
-
-
-def prefetched(source: Iterator[T], depth: int = _DEPTH) -> Generator[T, None, None]:
-    """`source` consumed by a background thread, at most `depth` items ahead of the caller."""
-    items: queue.Queue[Any] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def fill() -> None:
-        try:
-            for item in source:
-                while not stop.is_set():
-                    try:
-                        items.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            items.put(_END)
-        except BaseException as error:  # handed to the caller, who raises it
-            items.put(_Failure(error))
-
-    thread = threading.Thread(target=fill, name="batch-reader", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item = items.get()
-            if item is _END:
-                return
-            if isinstance(item, _Failure):
-                raise item.error
-            yield item
-    finally:
-        stop.set()
-        while thread.is_alive():
-            with contextlib.suppress(queue.Empty):
-                items.get(timeout=0.1)
-        thread.join()
-
-
-class _Writer(Generic[T]):
-    """One thread that runs `work` on each submitted item, in order, then `last` after the last one; the first
-    failure stops it, and is raised by the next `submit` or by `finish`."""
-
-    def __init__(self, work: Callable[[T], None], depth: int = _DEPTH, last: Callable[[], None] | None = None) -> None:
-        self.work = work
-        self.last = last
-        self.items: queue.Queue[Any] = queue.Queue(maxsize=depth)
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="batch-writer", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while True:
-            item = self.items.get()
-            if item is _END:
-                if self.error is None and self.last is not None:
-                    try:
-                        self.last()
-                    except BaseException as error:  # raised in the caller's thread
-                        self.error = error
-                return
-            if self.error is None:
-                try:
-                    self.work(item)
-                except BaseException as error:  # raised in the caller's thread
-                    self.error = error
-
-    def check(self) -> None:
-        if self.error is not None:
-            raise self.error
-
-    def submit(self, item: T) -> None:
-        while True:
-            self.check()
-            try:
-                self.items.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-
-    def finish(self) -> None:
-        self.items.put(_END)
-        self.thread.join()
-        self.check()
-
-    def abandon(self) -> None:
-        self.error = self.error or InternalError("the run stopped")
-        while self.thread.is_alive():
-            try:
-                self.items.put(_END, timeout=0.1)
-            except queue.Full:
-                with contextlib.suppress(queue.Empty):
-                    self.items.get_nowait()
-        self.thread.join()
-
-
 @dataclass
 class BatchJob:
     """Score everything under `input_prefix` into `output_prefix` of `store`. `run()` returns the manifest.
@@ -200,6 +110,11 @@ class BatchJob:
     input_format: str | None = None  # jsonl, csv or parquet: only objects of that format; None: every format
     on_progress: Callable[[Progress], None] | None = None
     progress: Progress = field(default_factory=Progress)
+    max_record_bytes: int = MAX_RECORD_BYTES  # a longer line is an error row (rows.py says why this default)
+    # A column of the input the model does not take, copied to each output row (models with named columns).
+    id_column: str | None = None
+    # Objects that could not be read (wholly, or past some row), by key: filled by the reader as it meets them.
+    failed_inputs: dict[str, ServingError] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.input_format is not None and self.input_format not in INPUT_SUFFIXES:
@@ -208,6 +123,20 @@ class BatchJob:
                 field="input_format",
                 value=self.input_format,
                 allowed=", ".join(INPUT_SUFFIXES),
+            )
+        if self.max_record_bytes < 1:
+            raise InvalidInput(
+                f"max_record_bytes: {self.max_record_bytes} is not a size",
+                field="max_record_bytes",
+                value=self.max_record_bytes,
+                allowed="a positive number of bytes",
+            )
+        if self.id_column is not None and (self.id_column in RESERVED_FIELDS or self.id_column.startswith("proba_")):
+            raise InvalidInput(
+                f"id_column: {self.id_column!r} is the name of a field every output row has",
+                field="id_column",
+                value=self.id_column,
+                allowed=f"a column name other than {', '.join(RESERVED_FIELDS)} and proba_<label>",
             )
         if self.output_format not in OUTPUT_FORMATS:
             raise InvalidInput(
@@ -240,6 +169,8 @@ class BatchJob:
             "chunk_rows": self.chunk_rows,
             "strict": self.strict,
             "output": [self.output_format, PART_FORMAT],
+            "max_record_bytes": self.max_record_bytes,
+            "id_column": self.id_column,
         }
         return sha256(orjson.dumps(described, option=orjson.OPT_SORT_KEYS))[:32]
 
@@ -274,9 +205,19 @@ class BatchJob:
             in_flight.append(uploads.submit(self._store_part, item, run_id))
             settle(_UPLOADS)
 
-        writer: _Writer[tuple[ScoredPart | None, dict[str, Any] | None]] = _Writer(store, last=lambda: settle(0))
+        writer: Writer[tuple[ScoredPart | None, dict[str, Any] | None]] = Writer(store, last=lambda: settle(0))
         reader: Generator[list[Piece], None, None] = prefetched(
-            chunks(pieces(self.store, inputs, self.progress, self.chunk_rows), self.chunk_rows)
+            chunks(
+                pieces(
+                    self.store,
+                    inputs,
+                    self.progress,
+                    self.chunk_rows,
+                    max_record_bytes=self.max_record_bytes,
+                    failed=self.failed_inputs,
+                ),
+                self.chunk_rows,
+            )
         )
         try:
             for index, chunk in enumerate(reader):
@@ -320,7 +261,7 @@ class BatchJob:
         decoded: list[Decoded] = []
         errors = bytearray()
         for piece in chunk:
-            result = decode_piece(self.model, piece)
+            result = decode_piece(self.model, piece, self.max_record_bytes, self.id_column)
             if result.bad and self.strict:
                 row, error = result.bad[0]
                 where = f"{piece.source}:{int(piece.lines[row])}"
@@ -357,7 +298,10 @@ class BatchJob:
                 else (scored[0][1].arrays or {})[name]
                 for name in names
             }  # fmt: skip
-            fields = batch_fields(self.model, self.model.predict(batch), good)
+            fields = named_fields(self.model, batch_fields(self.model, self.model.predict(batch), good))
+            if self.id_column is not None:
+                ids = [value for _, r in scored for value in (r.ids or [])]
+                fields = {self.id_column: ids} | {k: v for k, v in fields.items() if k != self.id_column}
         if self.output_format == "parquet":
             return parquet_bytes([parquet_table(sources, which, lines, fields)])
         encoded_sources = [orjson.dumps(source) for source in sources]
@@ -467,15 +411,25 @@ class BatchJob:
             "chunk_rows": self.chunk_rows,
             "strict": self.strict,
             "output_format": self.output_format,
-            "inputs": [{"key": o.key, "bytes": o.size, "etag": o.etag} for o in inputs],
+            "inputs": [self._outcome(o) for o in inputs],
             "rows": {"total": sum(p["rows"] + p["errors"] for p in parts), "succeeded": sum(p["rows"] for p in parts)}
             | {"failed": failed},
             "parts": parts,
             "errors": error_file,
         }
         body = orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
-        self.store.put(f"{self.output_prefix}manifest.json", body, {"run": run_id})
+        self.store.put(f"{self.output_prefix}manifests/{run_id}.json", body, {"run": run_id})  # one per run, kept
+        self.store.put(f"{self.output_prefix}manifest.json", body, {"run": run_id})  # the latest, at a fixed name
         return document
+
+    def _outcome(self, obj: StoredObject) -> dict[str, Any]:
+        """An input's entry in the manifest: `read` (every row is in a part or the error file), or `failed` with
+        why (its error record, line FILE_LINE, is in the error file; rows read before the failure are scored)."""
+        entry: dict[str, Any] = {"key": obj.key, "bytes": obj.size, "etag": obj.etag, "outcome": "read"}
+        error = self.failed_inputs.get(obj.key)
+        if error is not None:
+            entry |= {"outcome": "failed", "error": error.to_dict(), "error_line": FILE_LINE}
+        return entry
 
 
 def _expected(chunk: list[Piece]) -> tuple[list[str], np.ndarray]:

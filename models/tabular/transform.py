@@ -209,9 +209,7 @@ def assemble(
         "parts": parts,
         "errors": error_file,
     }
-    store.put(
-        f"{output_prefix}manifest.json",
-        orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n",
-        {"run": job},
-    )
+    body = orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
+    store.put(f"{output_prefix}manifests/{job}.json", body, {"run": job})  # one per run, kept
+    store.put(f"{output_prefix}manifest.json", body, {"run": job})  # the latest, at a fixed name
     return document

@@ -10,7 +10,8 @@ this server (their paths do not collide). Every request is authenticated (SigV4)
   (boto3's `sagemaker` client): the templates' inference components (servestack/local/inference_components.py);
 - `POST /` with `X-Amz-Target: SageMaker.CreateTransformJob` or `...DescribeTransformJob`: the transform jobs an
   engine: transform schedule creates (servestack/local/transform_jobs.py), and `POST /_servestack/transform-jobs/
-  {name}`, local up's own route where `local run-batch` reports a job's end;
+  {name}`, local up's own route where `local run-batch` reports a job's end (signed by the developer, refused
+  otherwise);
 - `POST /` with `X-Amz-Target: CodeDeploy_20141006.<Op>`: CodeDeploy for the serverless deployments' releases
   (servestack/local/codedeploy.py);
 - `GET /schedules/{Name}`: Scheduler's GetSchedule of the templates' schedules (servestack/local/scheduler_api.py);
@@ -22,6 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from servestack.local.cloudformation import ACCOUNT
+from servestack.local.cloudformation import DEFAULT_REGION as REGION
 from servestack.local.codedeploy import LocalCodeDeploy
 from servestack.local.http_server import LocalHttpServer, Reply, Request
 from servestack.local.iam_roles import RolePolicies
@@ -53,7 +56,7 @@ class AwsFront:
         self.lambdas = lambdas
         self.access = access
         self.components = components or InferenceComponents({}, _no_scaling)
-        self.transform_jobs = transform_jobs or TransformJobs((), "us-east-1", "123456789012")
+        self.transform_jobs = transform_jobs or TransformJobs((), REGION, ACCOUNT)
         self.codedeploy = codedeploy
         self.scheduler = scheduler
         self.server = LocalHttpServer(
@@ -83,7 +86,7 @@ class AwsFront:
         if RolePolicies.is_route(request):  # local up's own: the running IAM store's roles
             return RolePolicies(self.access).handle(request)
         if TransformJobs.is_report(request):
-            return self.transform_jobs.report(request)
+            return self._developer_only(request) or self.transform_jobs.report(request)
         if InferenceComponents.is_control_plane(request):
             allowed = self.access.check(request, "sagemaker")
             return allowed if isinstance(allowed, Reply) else self.components.handle(request)
@@ -100,6 +103,20 @@ class AwsFront:
             "SageMaker DescribeInferenceComponent/UpdateInferenceComponentRuntimeConfig/CreateTransformJob/"
             "DescribeTransformJob and Lambda Invoke here",
         )
+
+    def _developer_only(self, request: Request) -> Reply | None:
+        """local up's own route (no AWS API) answers only the developer's SigV4 signature, as `local run-batch`
+        signs it: None when it does, else the refusal."""
+        allowed = self.access.check(request, "sagemaker")
+        if isinstance(allowed, Reply):
+            return allowed
+        if allowed.get("userArn") != self.access.developer.arn:
+            return lambda_error(
+                403, "AccessDeniedException",
+                f"{request.path}: local up's own route answers only the developer identity's signature, not "
+                f"{allowed.get('userArn')}",
+            )  # fmt: skip
+        return None
 
     def serve_in_background(self) -> AwsFront:
         self.server.serve_in_background()

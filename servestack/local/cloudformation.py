@@ -8,7 +8,8 @@ same way for local mode:
   draws the suffix at random; here it is a hash of the stack and logical id, so a name stays the same across
   `local up` restarts (the emulator's data survives them) and two projects never collide.
 - **What `Ref` and `Fn::GetAtt` return** for each resource type (a queue's `Ref` is its URL, a function's is
-  its name, a role's `Arn`...), as the CloudFormation resource reference documents them.
+  its name, a task definition's its ARN...), as the CloudFormation resource reference documents them: the
+  table is servestack/local/return_values.py; a type or attribute it does not list is an error, not a guess.
 - **Pseudo parameters**: the local account (`123456789012`, moto's default) and region.
 Every intrinsic `cdk synth` emits is resolved (`Ref`, `Fn::GetAtt`, `Fn::Join`, `Fn::Sub`, `Fn::Select`,
 `Fn::Split`, `Fn::If` with the template's conditions, `Fn::Equals`, `Fn::Not`, `Fn::And`, `Fn::Or`,
@@ -21,15 +22,15 @@ import base64
 import hashlib
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servestack.local.return_values import PARTITION, RETURN_VALUES, URL_SUFFIX, ReturnValues, Subject
+
 ACCOUNT = "123456789012"
 DEFAULT_REGION = "us-east-1"
-PARTITION = "aws"
-URL_SUFFIX = "amazonaws.com"
 NO_VALUE = object()  # `Ref: AWS::NoValue`: the property is dropped
 _SUB_VARIABLE = re.compile(r"\$\{([^}!][^}]*)\}")
 _SUFFIX_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
@@ -114,15 +115,20 @@ NAME_PROPERTY = {
     "AWS::SageMaker::InferenceComponent": "InferenceComponentName",
     "AWS::Scheduler::Schedule": "Name",
     "AWS::ApiGatewayV2::Api": "Name",
-}
-
-
-# Ref of a SageMaker resource is its ARN, `arn:aws:sagemaker:<region>:<account>:<kind>/<name lower-cased>`.
-SAGEMAKER_ARN_KINDS = {
-    "AWS::SageMaker::Model": "model",
-    "AWS::SageMaker::EndpointConfig": "endpoint-config",
-    "AWS::SageMaker::Endpoint": "endpoint",
-    "AWS::SageMaker::InferenceComponent": "inference-component",
+    "AWS::ApiGatewayV2::Stage": "StageName",
+    "AWS::ApplicationAutoScaling::ScalingPolicy": "PolicyName",
+    "AWS::CloudWatch::Alarm": "AlarmName",
+    "AWS::CloudWatch::Dashboard": "DashboardName",
+    "AWS::CodeBuild::Project": "Name",
+    "AWS::CodeDeploy::Application": "ApplicationName",
+    "AWS::CodeDeploy::DeploymentConfig": "DeploymentConfigName",
+    "AWS::CodeDeploy::DeploymentGroup": "DeploymentGroupName",
+    "AWS::CodePipeline::Pipeline": "Name",
+    "AWS::ECS::Cluster": "ClusterName",
+    "AWS::ECS::TaskDefinition": "Family",
+    "AWS::Events::Rule": "Name",
+    "AWS::KMS::Alias": "AliasName",
+    "AWS::StepFunctions::StateMachine": "StateMachineName",
 }
 
 
@@ -200,93 +206,33 @@ class Resolver:
             if default is None:
                 raise TemplateError(f"{self.template.name}: parameter {logical_id} has no default")
             return default
-        resource = self._resource(logical_id, "Ref")
-        name = self.physical_name(logical_id)
-        t = resource.type
-        if t == "AWS::SQS::Queue":
-            return f"{self.local.emulator_url}/{self.local.account}/{name}"
-        if t == "AWS::SNS::Topic":
-            return self.arn("sns", name)
-        if t in SAGEMAKER_ARN_KINDS:
-            return self.arn("sagemaker", f"{SAGEMAKER_ARN_KINDS[t]}/{name.lower()}")
-        if t == "AWS::Lambda::Version":
-            function = self.resolve(resource.properties["FunctionName"])
-            return f"{self._function_arn(function)}:{self.get_att(logical_id, 'Version')}"
-        if t == "AWS::Lambda::Alias":
-            function = self.resolve(resource.properties["FunctionName"])
-            return f"{self._function_arn(function)}:{self.resolve(resource.properties['Name'])}"
-        if t == "AWS::Scheduler::ScheduleGroup":
-            return name
-        return name
+        subject, values = self._subject(logical_id, "Ref")
+        return values.ref(subject)
 
     def get_att(self, logical_id: str, attribute: str) -> Any:
-        resource = self._resource(logical_id, f"Fn::GetAtt {attribute}")
-        name = self.physical_name(logical_id)
-        t = resource.type
-        table: dict[str, Callable[[], Any]] = {}
-        if t == "AWS::S3::Bucket":
-            table = {
-                "Arn": lambda: f"arn:{PARTITION}:s3:::{name}",
-                "DomainName": lambda: f"{name}.s3.{URL_SUFFIX}",
-                "RegionalDomainName": lambda: f"{name}.s3.{self.local.region}.{URL_SUFFIX}",
-                "WebsiteURL": lambda: f"http://{name}.s3-website-{self.local.region}.{URL_SUFFIX}",
-            }
-        elif t == "AWS::SQS::Queue":
-            table = {
-                "Arn": lambda: self.arn("sqs", name),
-                "QueueName": lambda: name,
-                "QueueUrl": lambda: self.ref(logical_id),
-            }
-        elif t == "AWS::DynamoDB::Table":
-            table = {
-                "Arn": lambda: self.arn("dynamodb", f"table/{name}"),
-                "StreamArn": lambda: self.arn("dynamodb", f"table/{name}/stream/1970-01-01T00:00:00.000"),
-            }
-        elif t == "AWS::Lambda::Function":
-            table = {"Arn": lambda: self._function_arn(name)}
-        elif t == "AWS::Lambda::Version":
-            table = {"Version": lambda: "1", "FunctionArn": lambda: self.ref(logical_id)}
-        elif t == "AWS::IAM::Role":
-            table = {"Arn": lambda: f"arn:{PARTITION}:iam::{self.local.account}:role/{name}", "RoleId": lambda: name}
-        elif t == "AWS::Logs::LogGroup":
-            table = {"Arn": lambda: self.arn("logs", f"log-group:{name}:*")}
-        elif t == "AWS::SNS::Topic":
-            table = {"TopicArn": lambda: self.arn("sns", name), "TopicName": lambda: name}
-        elif t == "AWS::SageMaker::Model":
-            table = {"ModelName": lambda: name}
-        elif t == "AWS::SageMaker::EndpointConfig":
-            table = {"EndpointConfigName": lambda: name}
-        elif t == "AWS::SageMaker::Endpoint":
-            table = {"EndpointName": lambda: name}
-        elif t == "AWS::SageMaker::InferenceComponent":
-            table = {"InferenceComponentName": lambda: name, "InferenceComponentArn": lambda: self.ref(logical_id)}
-        elif t == "AWS::Scheduler::Schedule":
-            table = {"Arn": lambda: self.arn("scheduler", f"schedule/default/{name}")}
-        elif t == "AWS::ApiGatewayV2::Api":
-            table = {
-                "ApiEndpoint": lambda: self.local.api_urls.get(logical_id, f"http://127.0.0.1/{name}"),
-                "ApiId": lambda: name,
-            }
-        elif t == "AWS::KMS::Key":
-            table = {"Arn": lambda: self.arn("kms", f"key/{name}"), "KeyId": lambda: name}
-        elif t == "AWS::StepFunctions::StateMachine":
-            table = {"Arn": lambda: self.arn("states", f"stateMachine:{name}"), "Name": lambda: name}
-        if not table and t.startswith("AWS::"):
-            # A type local mode only reports (ECS, EC2...): a value of the documented shape is enough to read
-            # the template; nothing local calls it.
-            service, kind = t.split("::")[1].lower(), t.split("::")[2].lower()
-            if attribute.endswith("Arn"):
-                return self.arn(service, f"{kind}/{name}")
-            return f"{kind}-{short_id(self.template.name, f'{logical_id}.{attribute}', 17)}"
-        if attribute not in table:
+        subject, values = self._subject(logical_id, f"Fn::GetAtt {attribute}")
+        value = values.attributes.get(attribute)
+        if value is None:
             raise TemplateError(
-                f"{self.template.name}: Fn::GetAtt {logical_id}.{attribute} ({t}) is not known to local mode "
-                f"(known: {', '.join(sorted(table)) or 'none'})"
+                f"{self.template.name}: Fn::GetAtt {logical_id}.{attribute} ({self._resource(logical_id, '').type}) "
+                f"is not known to local mode (known: {', '.join(sorted(values.attributes)) or 'none'})"
             )
-        return table[attribute]()
+        return value(subject)
 
-    def _function_arn(self, function: str) -> str:
-        return function if function.startswith("arn:") else self.arn("lambda", f"function:{function}")
+    def _subject(self, logical_id: str, why: str) -> tuple[Subject, ReturnValues]:
+        """The resource `why` names, and what CloudFormation documents `Ref` and its attributes to return."""
+        resource = self._resource(logical_id, why)
+        values = RETURN_VALUES.get(resource.type)
+        if values is None:
+            raise TemplateError(
+                f"{self.template.name}: {why.split()[0]} {logical_id} ({resource.type}): not a type local mode knows "
+                "the return values of (servestack/local/return_values.py lists those it knows)"
+            )
+        subject = Subject(
+            self, self.template.name, logical_id, self.physical_name(logical_id), resource.properties,
+            self.local.region, self.local.account, self.local.emulator_url, self.local.api_urls.get(logical_id),
+        )  # fmt: skip
+        return subject, values
 
     def _pseudo(self, name: str) -> Any:
         return {

@@ -11,25 +11,17 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 from servestack.failures import CommandError, ExitCode
 from servestack.local import state
+from servestack.local.developer import developer, sagemaker_runtime
 from servestack.local.manifests import print_manifest
 
 CONTENT_TYPES = {".json": "application/json", ".csv": "text/csv", ".npy": "application/x-npy"}
-
-
-def developer(about: dict[str, Any]) -> Any:
-    from servestack.local.access import DEVELOPER, Credentials
-
-    keys = about.get("developer")
-    if not isinstance(keys, dict):  # a state file that records none: the documented default keys
-        return DEVELOPER
-    return Credentials(
-        keys["arn"], keys["AWS_ACCESS_KEY_ID"], keys["AWS_SECRET_ACCESS_KEY"], keys.get("AWS_SESSION_TOKEN")
-    )
 
 
 def signed(
@@ -45,29 +37,16 @@ def signed(
 ) -> tuple[int, bytes]:
     """An HTTP request signed with SigV4, as `aws`, the SDKs and `curl --aws-sigv4` sign it."""
     import httpx
-    from botocore.auth import SigV4Auth
-    from botocore.awsrequest import AWSRequest
-    from botocore.credentials import Credentials as BotoCredentials
 
-    request = AWSRequest(method=method, url=url, data=body, headers=headers or {})
-    keys = BotoCredentials(credentials.access_key_id, credentials.secret_access_key, credentials.session_token)
-    SigV4Auth(keys, service, region).add_auth(request)
-    response = httpx.request(method, url, content=body, headers=dict(request.headers.items()), timeout=timeout_sec)
+    from servestack.signing import sigv4_headers
+
+    sent = sigv4_headers(
+        method, url, body, headers or {}, access_key_id=credentials.access_key_id,
+        secret_access_key=credentials.secret_access_key, session_token=credentials.session_token,
+        service=service, region=region,
+    )  # fmt: skip
+    response = httpx.request(method, url, content=body, headers=sent, timeout=timeout_sec)
     return response.status_code, response.content
-
-
-def sagemaker_runtime(about: dict[str, Any]) -> Any:
-    import boto3
-    from botocore.config import Config
-
-    keys = developer(about)
-    session = boto3.session.Session(
-        aws_access_key_id=keys.access_key_id,
-        aws_secret_access_key=keys.secret_access_key,
-        region_name=about.get("region", "us-east-1"),
-    )
-    config = Config(retries={"mode": "standard", "max_attempts": 1}, read_timeout=960)
-    return session, config
 
 
 def invoke(
@@ -158,9 +137,15 @@ def run_batch(
     strict: bool = False,
     chunk_rows: int | None = None,
     output_prefix: str | None = None,
+    download: Path | None = None,
 ) -> int:
     """Run a batch deployment now: invoke its function with its schedule's input, as the schedule would (as
-    its role)."""
+    its role); with `download`, merge the run's output into that file (servestack/local/batch_data.py)."""
+    from servestack.local import batch_data
+    from servestack.progress import Progress
+
+    if download is not None:
+        batch_data.download_format(download)  # a bad suffix stops before the run, not after
     about = state.read(state_path)
     d = about["deployments"].get(name)
     if d is None or d.get("mode") != "batch" or "target" not in d:
@@ -169,16 +154,36 @@ def run_batch(
             f"{name}: not a batch deployment of the running local up ({', '.join(batch) or 'none'})",
             ExitCode.NOT_FOUND,
         )
+    _retire_seeded(about, d)
     if "transform" in d:  # engine: transform: the Batch Transform job its schedule would create, emulated
+        if download is not None:
+            raise CommandError(f"--download: {name} runs as a transform job, whose output is not merged yet")
         from servestack.local.transform import run_transform
 
         return run_transform(about, name, d["transform"], sagemaker_runtime(about))
+    bucket, _, output = batch_data.batch_location(about, name)
+    output = output_prefix or output
     overrides = {"strict": strict or None, "chunk_rows": chunk_rows, "output_prefix": output_prefix}
-    if "task" in d:
-        return _run_task(about, name, d["task"], {k: v for k, v in overrides.items() if v is not None})
+    with Progress().step(f"run-batch {name}") as step, _counting_parts(about, bucket, output, step):
+        if "task" in d:
+            code = _run_task(about, name, d["task"], {k: v for k, v in overrides.items() if v is not None})
+            manifest_url = f"s3://{bucket}/{output}manifest.json"
+        else:
+            code, manifest_url = _invoke_batch(about, name, d, overrides)
+        step.finish("succeeded" if code == 0 else "failed")
+    if code != 0:
+        return code
+    if "task" not in d:
+        session, config = sagemaker_runtime(about)
+        print_manifest(session, config, about, manifest_url)
+    if download is not None:
+        batch_data.download(about, manifest_url, download)
+    return 0
+
+
+def _invoke_batch(about: dict[str, Any], name: str, d: dict[str, Any], overrides: dict[str, Any]) -> tuple[int, str]:
     payload = dict(d["input"])
     payload |= {k: v for k, v in overrides.items() if v is not None}
-    session, config = sagemaker_runtime(about)
     print(f"invoking {d['target']} with its schedule's input, as its schedule's role", file=sys.stderr)
     from servestack.local.scheduler import invoke_as_schedule_role
 
@@ -186,9 +191,50 @@ def run_batch(
     answer = json.loads(response["Payload"].read() or b"null")
     if response.get("FunctionError"):
         print(f"{name}: the run failed: {answer.get('errorType')}: {answer.get('errorMessage')}", file=sys.stderr)
-        return 1
-    print_manifest(session, config, about, answer["manifest"])
-    return 0
+        return 1, ""
+    return 0, str(answer["manifest"])
+
+
+@contextmanager
+def _counting_parts(about: dict[str, Any], bucket: str, prefix: str, step: Any) -> Iterator[None]:
+    """While a run goes on: how many parts it has written so far, as the step's detail."""
+    import threading
+
+    from servestack.local.batch_data import s3_client
+
+    s3 = s3_client(about)
+    stop = threading.Event()
+    before: set[str] = set()
+
+    def parts() -> set[str]:
+        listing = s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}parts/")
+        return {f"{o['Key']}{o.get('ETag')}" for o in listing.get("Contents", [])}
+
+    def watch() -> None:
+        while not stop.wait(1.0):
+            with suppress(Exception):  # the count is a courtesy: a failed listing never stops the run
+                step.update(f"{len(parts() - before)} part(s) written")
+
+    before = parts()
+    thread = threading.Thread(target=watch, name="batch-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
+def _retire_seeded(about: dict[str, Any], deployment: dict[str, Any]) -> None:
+    """local up's sample input leaves the prefix once the user's input is there (servestack/local/batch_seed.py)."""
+    from servestack.local.batch_seed import retire_seeded_input
+
+    source = deployment.get("input") or {}
+    if not deployment.get("seeded") or not source.get("bucket") or not source.get("input_prefix"):
+        return
+    session, config = sagemaker_runtime(about)
+    s3 = session.client("s3", endpoint_url=about["endpoint_url"], config=config)
+    retire_seeded_input(s3, source["bucket"], source["input_prefix"])
 
 
 def _run_task(about: dict[str, Any], name: str, task: dict[str, Any], overrides: dict[str, Any]) -> int:

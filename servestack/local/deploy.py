@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import sys
 import threading
 import time
 import urllib.parse
@@ -135,6 +136,17 @@ def _component(name: str, entry: dict[str, Any], wanted: str | None) -> str:
     raise CommandError(f"--component: {wanted!r} is not one of {name}'s components ({', '.join(short)})")
 
 
+def _keep_release(about: dict[str, Any], name: str, answer: dict[str, Any]) -> None:
+    """The new version stays live across restarts of local up (servestack/local/releases.py); say how to pin it."""
+    from servestack.local import releases
+
+    model, _, previous = str(answer.get("from") or "").partition("@")
+    work = Path(about.get("project") or project_or_cwd()) / STATE_DIR
+    version = str(answer["version"])
+    releases.record(work, name, answer.get("component"), model, version, previous)
+    print(releases.pin_hint(name, model, version), file=sys.stderr, flush=True)
+
+
 def deploy(
     name: str,
     version: str,
@@ -166,6 +178,7 @@ def deploy(
             ExitCode.NOT_FOUND,
         )
     url = entry["url"]
+    control = entry.get("control_url", url)  # the router's admin routes (rehearsals) answer on its control port
     sample, headers, component_name = Path(entry["sample"]), {}, None
     components: dict[str, Any] = entry.get("components") or {}
     if component is not None or components:
@@ -183,7 +196,7 @@ def deploy(
     request = {"version": version, "faults": faults, **{k: v for k, v in (options or {}).items() if v is not None}}
     if component_name is not None:
         request["component"] = component_name
-    status, answer = _request(f"{url}/_servestack/deploy", request)
+    status, answer = _request(f"{control}/_servestack/deploy", request)
     if status != 202:
         error = answer.get("error", {}) if isinstance(answer, dict) else {}
         message = str(error.get("message", answer)) + (
@@ -196,7 +209,7 @@ def deploy(
     deadline = time.monotonic() + timeout_sec
     try:
         while time.monotonic() < deadline:
-            _, answer = _request(f"{url}/_servestack/deploy")
+            _, answer = _request(f"{control}/_servestack/deploy")
             for event in answer["timeline"][printed:]:
                 details = {k: v for k, v in event.items() if k not in ("at", "wall", "t_sec", "event")}
                 shown = "  ".join(f"{k}={v}" for k, v in details.items())
@@ -222,4 +235,6 @@ def deploy(
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(outcome, indent=2) + "\n")
     print(f"{name}: {answer['state']} (outcome: {target})", flush=True)
+    if answer["state"] == "succeeded":
+        _keep_release(about, name, answer)
     return {"succeeded": 0, "rolled_back": 1}.get(answer["state"], 2)

@@ -4,9 +4,10 @@ does), as the schedule's role.
 
 As in the cloud, the schedule's role must be allowed `lambda:InvokeFunction` on the target; a refused or
 failed invocation is retried per the target's `RetryPolicy` (attempts and maximum event age, with backoff),
-then sent to the target's dead-letter queue (as the role, which needs `sqs:SendMessage` on it) with
-Scheduler's error attributes. A function that fails after the invocation was accepted is the function's
-business (its logs), not the schedule's.
+then sent to the target's dead-letter queue (as the role, which needs `sqs:SendMessage` on it and nothing
+else: the queue's URL comes from its ARN, not from `sqs:GetQueueUrl`) with Scheduler's error attributes. A
+refused dead letter is logged, and the schedule keeps firing. A function that fails after the invocation was
+accepted is the function's business (its logs), not the schedule's.
 
 A universal target (`aws-sdk:sagemaker:createTransformJob`, engine: transform) is fired the same way: its
 `start_job` makes the SDK call as the schedule's role (refused or failed: retried, then dead-lettered, as for
@@ -78,7 +79,10 @@ class ScheduleRunner:
             logger.info("schedule %s: next run %s", self.schedule.name, fire.isoformat())
             if self._stop.wait(max(0.0, (fire - datetime.now(UTC)).total_seconds())):
                 return
-            self.fire()
+            try:
+                self.fire()
+            except Exception:  # one run's failure is that run's log, never the end of the schedule
+                logger.exception("schedule %s: run %d failed", self.schedule.name, self.runs)
 
     def fire(self) -> bool:
         """One scheduled run: invoke, retrying per the retry policy; False when it ended in the DLQ."""
@@ -127,8 +131,31 @@ class ScheduleRunner:
                 "X-Amz-Scheduler-Error-Code": error.split(":", 1)[0][:256],
                 "X-Amz-Scheduler-Error-Message": error[:1024],
             }
-            self.send_dead_letter(s.dead_letter_arn, s.input or "{}", attributes)
+            try:
+                self.send_dead_letter(s.dead_letter_arn, s.input or "{}", attributes)
+            except Exception as refused:  # AccessDenied, a missing queue: Scheduler counts it in its DLQ metrics
+                logger.error(
+                    "schedule %s: the event could not be sent to its dead-letter queue %s: %s",
+                    s.name, s.dead_letter_arn, refused,
+                )  # fmt: skip
         return False
+
+
+def queue_url_of(queue_arn: str, endpoint_url: str) -> str:
+    """A queue's URL from its ARN (`arn:aws:sqs:<region>:<account>:<name>` -> `<endpoint>/<account>/<name>`), as
+    Scheduler addresses a dead-letter queue: with `sqs:SendMessage` alone, no `sqs:GetQueueUrl`."""
+    parts = queue_arn.split(":")
+    if len(parts) != 6 or parts[:3] != ["arn", "aws", "sqs"] or not parts[4] or not parts[5]:
+        raise ValueError(f"{queue_arn!r} is not an SQS queue ARN (arn:aws:sqs:<region>:<account>:<name>)")
+    return f"{endpoint_url.rstrip('/')}/{parts[4]}/{parts[5]}"
+
+
+def send_dead_letter(sqs: Any, endpoint_url: str, queue_arn: str, body: str, attributes: dict[str, Any]) -> None:
+    """Send a schedule's event to its dead-letter queue with `sqs` (a client signing as the schedule's role)."""
+    sqs.send_message(
+        QueueUrl=queue_url_of(queue_arn, endpoint_url), MessageBody=body,
+        MessageAttributes={k: {"DataType": "String", "StringValue": v} for k, v in attributes.items()},
+    )  # fmt: skip
 
 
 def invoke_as_schedule_role(about: dict[str, Any], entry: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:

@@ -138,12 +138,15 @@ def running(workdir: Path, *args: str, spec: Path | None = None) -> Iterator[Loc
         assert code == 0, up.log_text()[-4000:]
 
 
-PROJECT_FILES = ("app.py", "cdk.json", "stacks", "containers", "models/artifacts")
+# The CDK app and its constructs, the model packages, and what the images' Dockerfiles COPY from the app's
+# folder (their build context): local up runs a SageMaker container from that context, as `cdk deploy` builds it.
+PROJECT_FILES = ("app.py", "cdk.json", "stacks", "containers", "models", "handlers", "servestack", "pyproject.toml",
+                 "uv.lock", "README.md", ".dockerignore")  # fmt: skip
 
 
 def copy_project(target: Path, spec: str) -> Path:
-    """A project of its own in `target`: the CDK app and constructs, the model artifacts, and `spec` as its
-    serving.yaml. Returns the serving.yaml path."""
+    """A project of its own in `target`: the CDK app and constructs, the model artifacts, the images' sources,
+    and `spec` as its serving.yaml. Returns the serving.yaml path."""
     for item in PROJECT_FILES:
         source = REPO_ROOT / item
         if source.is_dir():

@@ -9,6 +9,7 @@ import base64
 import json
 import shlex
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,8 @@ import numpy as np
 import pytest
 from botocore.exceptions import ClientError
 
-from servestack.local.access import Credentials
 from servestack.local.commands import signed
+from servestack.local.iam.identities import Credentials
 from tests.conftest import ARTIFACTS, EVENTS, REPO_ROOT
 from tests.e2e.conftest import SERVESTACK, LocalUp, start_local_up, wait_for
 
@@ -149,11 +150,13 @@ def test_a_batch_run_with_a_bad_row_accounts_for_every_row(up: LocalUp) -> None:
             cwd=REPO_ROOT, capture_output=True, timeout=300, check=False,
         )  # fmt: skip
         assert result.returncode == 0, result.stderr.decode()[-3000:]
-    # THEN every row is accounted for: the seeded sample and the good rows succeeded, the bad one is an error
+    # THEN every row is accounted for: the good rows succeeded, the bad one is an error, and local up's seeded
+    # sample left the prefix once the user's file was there, so none of its rows is in the results
     summary = json.loads(result.stdout.decode().splitlines()[-1])
-    seeded = len(CANCER["instances"])
-    assert summary["rows"]["succeeded"] == seeded + len(CANCER["instances"])
+    assert summary["rows"]["succeeded"] == len(CANCER["instances"])
     assert summary["rows"]["failed"] == 1
+    listed = up.emulator("s3").list_objects_v2(Bucket=bucket, Prefix=prefix)["Contents"]
+    assert [item["Key"] for item in listed] == [f"{prefix}bad.jsonl"]
     errors = up.emulator("s3").get_object(Bucket=bucket, Key=f"{batch['input']['output_prefix']}errors.jsonl")
     assert b"bad.jsonl" in errors["Body"].read()
 
@@ -163,15 +166,18 @@ def test_a_role_may_do_only_what_its_template_allows(up: LocalUp) -> None:
     batch = up.deployment("cancer-nightly")
     s3 = up.emulator("s3", **up.role_keys("BatchFunctionRole"))
     bucket = batch["input"]["bucket"]
+    key = batch["seeded"]
+    if not up.emulator("s3").list_objects_v2(Bucket=bucket, Prefix=key)["KeyCount"]:  # run-batch retired it
+        up.emulator("s3").put_object(Bucket=bucket, Key=key, Body=b"[]\n")
     # WHEN it reads its input THEN allowed
-    s3.get_object(Bucket=bucket, Key=batch["seeded"])
+    s3.get_object(Bucket=bucket, Key=key)
     # WHEN it deletes its input THEN AccessDenied, naming the action and the resource, as AWS words it
     with pytest.raises(ClientError) as raised:
-        s3.delete_object(Bucket=bucket, Key=batch["seeded"])
+        s3.delete_object(Bucket=bucket, Key=key)
     error = raised.value.response["Error"]
     assert error["Code"] == "AccessDenied"
     assert "s3:DeleteObject" in error["Message"]
-    assert f"arn:aws:s3:::{bucket}/{batch['seeded']}" in error["Message"]
+    assert f"arn:aws:s3:::{bucket}/{key}" in error["Message"]
     # AND keys nobody issued are refused outright
     stranger = up.emulator("s3", region_name="us-east-1", aws_access_key_id="AKIAUNKNOWN", aws_secret_access_key="x")
     with pytest.raises(ClientError) as raised:
@@ -352,3 +358,43 @@ def test_an_event_invocation_of_the_batch_function_runs_in_the_background(up: Lo
     s3 = up.emulator("s3")
     key = f"{payload['output_prefix']}manifest.json"
     wait_for(lambda: s3.list_objects_v2(Bucket=payload["bucket"], Prefix=key).get("KeyCount"), 120, "the manifest")
+
+
+def test_same_key_submits_sent_at_once_make_one_job_and_the_refused_one_nothing(up: LocalUp) -> None:
+    # GIVEN two signed submits under one Idempotency-Key with different bodies, released at the same moment (local
+    # up runs one execution environment per function, so they reach the submit function one after the other; the
+    # race of concurrent sandboxes is tests/integration/test_async_idempotency.py's): the submit role's grants
+    # (GetItem, PutItem) carry the key's claim, its refusal and its replay
+    url = up.deployment("cancer-async")["url"]
+    bodies = [json.dumps(CANCER).encode(), json.dumps({"instances": CANCER["instances"][:1]}).encode()]
+    headers = {"Content-Type": "application/json", "Idempotency-Key": "e2e-race-1"}
+    barrier = threading.Barrier(len(bodies))
+    answers: dict[bytes, tuple[int, bytes]] = {}
+
+    def submit(body: bytes) -> None:
+        barrier.wait()
+        answers[body] = signed("POST", f"{url}/jobs", DEVELOPER, "us-east-1", body=body, headers=headers)
+
+    threads = [threading.Thread(target=submit, args=(body,)) for body in bodies]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    # THEN one is the job (202) and the other is refused (422), each submit function acting as its role
+    assert sorted(status for status, _ in answers.values()) == [202, 422], answers
+    accepted = next(body for body, (status, _) in answers.items() if status == 202)
+    job = json.loads(answers[accepted][1])
+
+    def finished() -> dict[str, Any] | None:
+        _, body = signed("GET", job["status_url"], DEVELOPER, "us-east-1")
+        current: dict[str, Any] = json.loads(body)
+        return current if current["status"] in ("succeeded", "failed") else None
+
+    # AND the job ran on the accepted body
+    outcome = wait_for(finished, 90, "the keyed job")
+    assert outcome["status"] == "succeeded", outcome
+    result = httpx.get(outcome["result"]["url"], timeout=60)
+    assert len(json.loads(result.content)["predictions"]) == len(json.loads(accepted)["instances"])
+    # AND the accepted caller's retry replays its own job
+    status, replay = signed("POST", f"{url}/jobs", DEVELOPER, "us-east-1", body=accepted, headers=headers)
+    assert (status, json.loads(replay)["job_id"], json.loads(replay)["replayed"]) == (202, job["job_id"], True)

@@ -43,6 +43,12 @@ def cases() -> dict[str, Case]:
             ["local", "deploy", "digits-realtime", "--version", "2"], ExitCode.NOT_RUNNING, "not running"
         ),
         "local run-batch": Case(["local", "run-batch", "cancer-nightly"], ExitCode.NOT_RUNNING, "not running"),
+        "local status": Case(["local", "status"], ExitCode.NOT_RUNNING, "not running"),
+        "local logs": Case(["local", "logs", "nope"], ExitCode.NOT_FOUND, "nope: not a deployment of this project"),
+        "local down": Case(["local", "down"], ExitCode.OK, "not running"),  # nothing to stop is no failure
+        "local put-input": Case(
+            ["local", "put-input", "cancer-nightly", str(SAMPLE)], ExitCode.NOT_RUNNING, "not running"
+        ),
         "invoke": Case(["invoke", "digits-api", "--data", str(SAMPLE)], ExitCode.NOT_RUNNING, "not running"),
         "models push": Case(
             ["models", "push", model, "--name", "d"], ExitCode.USAGE, "no serving.yaml", in_project=False

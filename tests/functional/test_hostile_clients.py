@@ -7,6 +7,7 @@ decoded with a bound or refused."""
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import socket
 import time
@@ -16,8 +17,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import numpy as np
+import orjson
 import pytest
 
+from models import codecs
 from tests.conftest import ARTIFACTS, RealtimeServer
 
 pytestmark = pytest.mark.slow
@@ -197,3 +201,73 @@ def test_error_bodies_name_no_server_path(tmp_path: Path) -> None:
         assert str(tmp_path) in failed.log_path.read_text()  # the operator's log keeps it
     finally:
         failed.stop()
+
+
+# ------------------------------------------------------------------------------------------ on both HTTP servers
+# The requests below were answered 500 (or by the wrong model) on one server or both; each server runs them.
+
+
+@pytest.fixture(scope="module", params=["granian", "uvicorn"])
+def either_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealtimeServer]:
+    started = RealtimeServer.start(
+        tmp_path_factory.mktemp("hostile-both"), env={"SERVESTACK_HTTP_SERVER": request.param}
+    )
+    yield started
+    started.stop()
+
+
+def npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+FLOAT_DESCRIPTORS = sorted(descr for descr in codecs.NPY_DTYPES if descr[1] == "f")
+
+
+def test_npy_bodies_of_every_float_dtype_and_byte_order_are_answered(either_server: RealtimeServer) -> None:
+    # GIVEN the sample's rows as .npy of every float dtype the codec accepts, in both byte orders
+    rows = np.asarray(json.loads(SAMPLE)["instances"], dtype=np.float16)  # pixel values 0..16: exact in every width
+    assert {descr[0] for descr in FLOAT_DESCRIPTORS} == {"<", ">"}
+    assert len(FLOAT_DESCRIPTORS) == 6
+    expected = httpx.post(f"{either_server.url}/invocations", content=SAMPLE).json()
+    for descr in FLOAT_DESCRIPTORS:
+        # WHEN each is sent THEN it predicts what the JSON sample predicts
+        answer = httpx.post(
+            f"{either_server.url}/invocations", content=npy(rows.astype(descr)), headers={"Content-Type": codecs.NPY}
+        )
+        assert answer.status_code == 200, (descr, answer.text)
+        assert answer.json() == expected, descr
+        # AND an infinity in it is a 400 naming the value's place, not a 500
+        infinite = rows.astype(descr)
+        infinite[1, 3] = np.inf
+        refused = httpx.post(
+            f"{either_server.url}/invocations", content=npy(infinite), headers={"Content-Type": codecs.NPY}
+        )
+        assert refused.status_code == 400, (descr, refused.text)
+        assert refused.json()["error"]["field"] == "body[1][3]"
+
+
+def raw_request(url: str, head: bytes, body: bytes) -> tuple[int, bytes]:
+    """One request written byte for byte (httpx would refuse a non-ASCII header), and its status and body."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(head + b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    status_line, _, rest = answer.partition(b"\r\n")
+    return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]
+
+
+@pytest.mark.parametrize("value", [b"dig\xe9its", b"\xe9", b"digits\x80"])
+def test_a_non_ascii_target_model_header_is_refused_with_400(either_server: RealtimeServer, value: bytes) -> None:
+    # GIVEN a prediction whose X-Amzn-SageMaker-Target-Model holds a byte outside ASCII
+    head = b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    status, body = raw_request(either_server.url, head + b"X-Amzn-SageMaker-Target-Model: " + value + b"\r\n", SAMPLE)
+    # THEN it is a 400 naming the header, never the default model's 200
+    assert status == 400, body
+    assert orjson.loads(body)["error"]["field"] == "target model"
+    # AND the same request naming the model in ASCII is served
+    status, body = raw_request(either_server.url, head + b"X-Amzn-SageMaker-Target-Model: digits\r\n", SAMPLE)
+    assert status == 200, body

@@ -77,7 +77,7 @@ def test_push_from_a_subfolder_writes_a_complete_package_and_the_lines_to_add(
         "sample-response.json",
     ]
     manifest = json.loads((package / "manifest.json").read_text())
-    assert manifest["labels"] == ["0", "1", "2"]
+    assert manifest["labels"] == [0, 1, 2]
     assert manifest["probability_output"] == "output_probability"
     # AND the output shows the conversion, the labels' source, the checksums and the snippet
     out = done.stdout
@@ -111,7 +111,7 @@ def test_a_version_without_labels_keeps_the_graphs_and_says_what_the_previous_ha
     # THEN it is version 2 with the graph's labels, and the output says how to keep version 1's
     assert second.returncode == 0, second.stderr
     manifest = json.loads((project / "models/artifacts/iris/2/manifest.json").read_text())
-    assert manifest["labels"] == ["0", "1", "2"]
+    assert manifest["labels"] == [0, 1, 2]
     assert f"version 1 has labels {NAMES}; pass --labels {NAMES} to keep them" in second.stdout
     # AND the same version with other bytes is refused with exit 5, naming the way out
     clash = servestack("models", "push", str(iris_onnx["linear"]), "--name", "iris", "--version", "2", cwd=project)
@@ -153,3 +153,59 @@ def test_registry_commands_say_what_changed_in_one_line(
     nope = servestack("models", "list", "nope", "--registry", registry, cwd=project)
     assert nope.returncode == ExitCode.NOT_FOUND
     assert "(allowed: iris)" in nope.stderr
+
+
+def test_a_pipeline_is_pushed_with_its_columns_and_string_labels_and_no_manifest_editing(project: Path) -> None:
+    from tests.pipeline_model import COLUMNS, SPECIES, pipeline_model
+
+    built = pipeline_model()
+    # GIVEN a ColumnTransformer pipeline converted with skl2onnx (one [N, 1] input per column, a string one)
+    # and a CSV of rows under a header
+    rows = [",".join(COLUMNS)] + [",".join(str(built.rows[c][i]) for c in COLUMNS) for i in range(3)]
+    (project / "rows.csv").write_text("\n".join(rows) + "\n")
+    # WHEN it is pushed with the CSV as its sample
+    done = servestack("models", "push", str(built.onnx_file), "--name", "flowers", "--sample", "rows.csv", cwd=project)
+    # THEN the manifest records the columns with their dtypes and the class labels, and says so
+    assert done.returncode == 0, done.stderr
+    package = project / "models" / "artifacts" / "flowers" / "1"
+    manifest = json.loads((package / "manifest.json").read_text())
+    assert [(c["name"], c["dtype"]) for c in manifest["columns"]] == [
+        *[(name, "float32") for name in COLUMNS[:4]],
+        ("site", "string"),
+    ]
+    assert manifest["labels"] == list(SPECIES)
+    assert (
+        "columns  sepal_length float32, sepal_width float32, petal_length float32, petal_width float32, site string"
+        in done.stdout
+    )
+    # AND the sample request is the CSV's rows, typed by column, with the estimator's answer as the response
+    request = json.loads((package / "sample-request.json").read_text())
+    assert request["dataframe_split"]["columns"] == list(COLUMNS)
+    assert request["dataframe_split"]["data"][0] == [built.rows[c][0] for c in COLUMNS]
+    assert json.loads((package / "sample-response.json").read_text())["predictions"] == built.expected[:3]
+
+
+def test_columns_and_allow_nan_name_the_columns_of_one_input_from_the_command_line(
+    project: Path, tmp_path: Path
+) -> None:
+    from tests.tabular_fixtures import summing_model
+
+    # GIVEN a model with one [N, 3] float input
+    source = summing_model(tmp_path / "summing.onnx")
+    # WHEN it is pushed with its column names and --allow-nan alone (every float column)
+    done = servestack(
+        "models", "push", str(source), "--name", "summing", "--columns", "a, b, c", "--allow-nan", cwd=project
+    )
+    # THEN the manifest has the three columns at their indexes, each allowing NaN, and the output says so
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((project / "models/artifacts/summing/1/manifest.json").read_text())
+    assert manifest["columns"] == [
+        {"name": name, "dtype": "float32", "input": "x", "index": i, "allow_nan": True} for i, name in enumerate("abc")
+    ]
+    assert "NaN      allowed in a, b, c" in done.stdout
+    # AND a name that is no column is refused with exit 2, naming it and the allowed ones
+    wrong = servestack(
+        "models", "push", str(source), "--name", "summing", "--columns", "a,b,c", "--allow-nan", "d", cwd=project
+    )
+    assert wrong.returncode == ExitCode.USAGE
+    assert "--allow-nan: 'd' is not a column" in wrong.stderr

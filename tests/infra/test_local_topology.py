@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 
 from servestack.local.cloudformation import LocalValues, Resolver, StackTemplate
+from servestack.local.emulator import EmbeddedEmulator, clients
+from servestack.local.provision import ensure_roles
+from servestack.local.return_values import RETURN_VALUES
 from servestack.local.topology import StackTopology, read_stack
 from tests.infra.conftest import Synth
 
@@ -125,3 +128,33 @@ def test_a_transform_schedule_is_read_and_reported_as_run_by_the_local_scheduler
     assert "CreateTransformJob" in rows["AWS::Scheduler::Schedule"].how
     assert "as the schedule's role" in rows["AWS::Scheduler::Schedule"].how
     assert not rows["AWS::Events::Rule"].emulated
+
+
+def test_every_resource_type_the_app_synthesizes_has_its_documented_return_values(synth: Synth) -> None:
+    # GIVEN every template of the session synth (each mode, every construct option, the pipeline)
+    bodies = [*synth.templates.values(), synth.pipeline]
+    used = {resource["Type"] for body in bodies for resource in body["Resources"].values()}
+    # THEN local mode knows what Ref and Fn::GetAtt return for each type (tests/unit/test_return_values.py checks
+    # each row against the CloudFormation reference)
+    assert sorted(used - set(RETURN_VALUES) - {"AWS::CDK::Metadata"}) == []
+
+
+def test_every_role_policy_of_every_stack_is_one_iam_accepts(synth: Synth) -> None:
+    # GIVEN each stack's roles with their policies resolved as local up resolves them (a Fargate batch's schedule
+    # role may ecs:RunTask on `Ref` of its task definition, which CloudFormation documents as the ARN)
+    emulator = EmbeddedEmulator()
+    try:
+        iam = clients(emulator.url)["iam"]
+        for deployment in synth.deployments:
+            # WHEN local up puts them on the emulator's IAM (moto validates each document as IAM does)
+            ensure_roles(iam, topology(synth, deployment))
+        # THEN every document was accepted: the Fargate schedule's role may run exactly its task definition
+        weekly = topology(synth, "digits-weekly")
+        (task,) = weekly.tasks.values()
+        family = "servestackdigitsweeklyBatchTask7A223B2E"
+        assert task.arn == f"arn:aws:ecs:us-east-1:123456789012:task-definition/{family}:1"
+        role = next(r for r in weekly.roles.values() if "SchedulerRole" in r.logical_id)
+        statements = [s for document in role.policies for s in document["Statement"]]
+        assert {"Action": "ecs:RunTask", "Effect": "Allow", "Resource": task.arn} in statements
+    finally:
+        emulator.stop()

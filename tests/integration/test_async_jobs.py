@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 import handlers.asynchronous
@@ -149,41 +151,61 @@ def test_submit_refuses_what_it_cannot_take(deployment: AsyncDeploymentUnderTest
     assert (code, body["error"]["type"]) == (415, "UnsupportedMediaType")
 
 
-class CrashingTable:
-    """The job table of a submit that dies just before it writes the record (after the message is sent)."""
+class DyingQueue:
+    """The queue client of a keyed submit that dies after claiming its key, before the job's message is sent."""
 
-    def __init__(self, table: Any) -> None:
-        self.table = table
+    def __init__(self, sqs: Any) -> None:
+        self.sqs = sqs
 
-    def put_item(self, **_: Any) -> None:
+    def send_message(self, **_: Any) -> None:
         raise SystemExit("the submit function died here")
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.table, name)
+        return getattr(self.sqs, name)
 
 
-def test_a_submit_that_dies_after_sending_still_runs_once_and_a_retry_finds_it(
+def test_a_keyed_submit_that_dies_after_its_claim_is_completed_by_a_retry_once_its_time_has_passed(
     deployment: AsyncDeploymentUnderTest,
 ) -> None:
-    # GIVEN a submit with an idempotency key that dies between sending the message and writing the record
+    # GIVEN a submit with an idempotency key that claims the key, then dies before sending the job's message
     jobs = handlers.asynchronous.service()
-    real_table = jobs.table
-    jobs.table = CrashingTable(real_table)
+    jobs.settings = msgspec.structs.replace(jobs.settings, submit_timeout_sec=1)
+    real_queue = jobs.sqs
+    jobs.sqs = DyingQueue(real_queue)
     with pytest.raises(SystemExit):
         jobs.submit(SAMPLE, "application/json", None, idempotency_key="order-17")
-    jobs.table = real_table
-    # WHEN the worker runs the queue
-    deployment.drain()
-    # THEN the job ran (the worker wrote the record the submit never did), once
+    jobs.sqs = real_queue
     job_id = job_id_for("order-17")
-    status = deployment.status(job_id)[1]
-    assert status["status"] == "succeeded"
+    # WHEN the client retries at once THEN it is told the request is still in progress (409, retryable)
+    code, answer = deployment.submit_with(SAMPLE, {"Idempotency-Key": "order-17"})
+    assert (code, answer["error"]["type"]) == (409, "IdempotencyInProgress")
+    assert answer["error"]["field"] == "Idempotency-Key"
+    # AND once the dead call's time has passed, a retry takes the claim over and submits the job
+    retried = wait_for(lambda: answer_unless_409(deployment, SAMPLE, "order-17"), timeout_sec=10)
+    assert (retried[0], retried[1]["job_id"]) == (202, job_id)
+    # WHEN the worker runs the queue THEN the job ran, once
+    deployment.drain()
+    assert deployment.status(job_id)[1]["status"] == "succeeded"
     assert deployment.result_versions(job_id) == 1
-    # AND the client's retry with the same key is that job, not a new one, and enqueues nothing
-    code, retried = deployment.submit_with(SAMPLE, {"Idempotency-Key": "order-17"})
-    assert code == 202
-    assert (retried["job_id"], retried["status"], retried["replayed"]) == (job_id, "succeeded", True)
+    # AND a later retry replays it and enqueues nothing
+    code, replayed = deployment.submit_with(SAMPLE, {"Idempotency-Key": "order-17"})
+    assert (code, replayed["job_id"], replayed["status"], replayed["replayed"]) == (202, job_id, "succeeded", True)
     assert deployment.depth(deployment.queue_url) == 0
+
+
+def answer_unless_409(deployment: AsyncDeploymentUnderTest, body: bytes, key: str) -> tuple[int, Any] | None:
+    code, answer = deployment.submit_with(body, {"Idempotency-Key": key})
+    return None if code == 409 else (code, answer)
+
+
+def wait_for(check: Any, timeout_sec: float) -> Any:
+    deadline = time.monotonic() + timeout_sec
+    while time.monotonic() < deadline:
+        found = check()
+        if found is not None:
+            return found
+        time.sleep(0.1)
+    raise TimeoutError(f"not true after {timeout_sec} s")
 
 
 def test_retries_with_an_idempotency_key_are_one_job_and_another_body_is_422(

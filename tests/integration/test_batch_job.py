@@ -65,6 +65,7 @@ def test_batch_scores_every_good_row_and_reports_bad_rows_by_line(aws: Aws, uniq
     assert manifest["model"]["name"] == "breast-cancer"
     assert len(manifest["parts"]) == 6
     assert json.loads(files["manifest.json"]) == manifest
+    assert json.loads(files[f"manifests/{manifest['run']}.json"]) == manifest  # the run's own, kept after later runs
     import hashlib
 
     for part in manifest["parts"]:

@@ -14,13 +14,15 @@ import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import msgspec
 import numpy as np
 import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays as numpy_arrays
 
-from models import codecs
+from models import answers, codecs
 from models.errors import ServingError
 from models.manifest import Manifest, read_manifest
 from models.service import ModelRepository, ServedModel
@@ -195,7 +197,7 @@ def npy_bodies(draw: st.DrawFn) -> bytes:
     if kind == "bytes":
         return draw(st.binary(max_size=512).map(lambda data: b"\x93NUMPY" + data))
     if kind == "real":
-        array = draw(
+        array: np.ndarray = draw(
             st.sampled_from(
                 [
                     np.zeros((2, ROW), np.float32),
@@ -321,7 +323,7 @@ def test_the_npy_body_fast_path_takes_only_what_the_general_path_takes(model: Se
 
 
 # ------------------------------------------------------------------------------------------ the answer fast paths
-# `ServedModel.answer` writes the usual JSON and `.npy` answers through `codecs.AnswerPlan`. Whatever it writes must
+# `ServedModel.answer` writes the usual JSON and `.npy` answers through `answers.AnswerPlan`. Whatever it writes must
 # be byte for byte what the general path (`encode_response(default_response(...))`) writes; what it leaves (None),
 # the general path writes.
 
@@ -329,6 +331,7 @@ DIGITS_MANIFEST = read_manifest(ARTIFACTS / "digits" / "1")
 DIGITS_FIELDS = {field: getattr(DIGITS_MANIFEST, field) for field in DIGITS_MANIFEST.__struct_fields__}
 ANSWER_MANIFESTS = {
     "labels and probabilities": DIGITS_MANIFEST,
+    "integer labels": Manifest(**DIGITS_FIELDS | {"labels": (0, 1, 2, 3, 5, 8, 13, 21, 34, 55)}),
     "no labels": Manifest(**DIGITS_FIELDS | {"labels": None}),
     "no probabilities": Manifest(
         **DIGITS_FIELDS | {"probability_output": None, "outputs": (DIGITS_MANIFEST.outputs[0],)}
@@ -340,15 +343,20 @@ ANSWER_MANIFESTS = {
 def answer_outputs(draw: st.DrawFn) -> tuple[Manifest, dict[str, Any]]:
     manifest = ANSWER_MANIFESTS[draw(st.sampled_from(sorted(ANSWER_MANIFESTS)))]
     rows = draw(st.integers(0, 4))
-    kind = draw(st.sampled_from(["int64", "int32", "uint8", "bool", "float32", "str", "object", "2-d", "list"]))
+    kinds = ["int64", "int32", "uint8", "bool", "float32", "str", "object", "class names", "2-d", "2-d float32", "list"]
+    kind = draw(st.sampled_from(kinds))
     ids = draw(st.lists(st.integers(-2, 12), min_size=rows, max_size=rows))
     predictions: Any
     if kind == "str":
         predictions = np.array([str(i) for i in ids])
     elif kind == "object":
         predictions = np.array([i if i % 2 else float(i) for i in ids] or [], dtype=object)
-    elif kind == "2-d":
+    elif kind == "class names":  # what onnxruntime gives for a string-labelled classifier
+        predictions = np.array([f"class {i}" for i in ids] or [], dtype=object)
+    elif kind == "2-d":  # a single target as [N, 1]: flat in every answer
         predictions = np.array(ids, dtype=np.int64).reshape(rows, 1)
+    elif kind == "2-d float32":
+        predictions = (np.array(ids, dtype=np.float32) / 3).reshape(rows, 1)
     elif kind == "list":
         predictions = ids
     else:
@@ -365,14 +373,14 @@ def answer_outputs(draw: st.DrawFn) -> tuple[Manifest, dict[str, Any]]:
 @given(case=answer_outputs())
 def test_the_answer_fast_paths_write_exactly_what_the_general_path_writes(case: tuple[Manifest, Any]) -> None:
     manifest, outputs = case
-    plan = codecs.answer_plan(manifest)
+    plan = answers.answer_plan(manifest)
     assert plan is not None
-    fast_json = codecs.json_answer(plan, outputs)
+    fast_json = answers.json_answer(plan, outputs)
     if fast_json is not None:
-        assert fast_json == codecs.encode_response(codecs.default_response(manifest, outputs), codecs.JSON).body
-    fast_npy = codecs.planned_npy_answer(plan, outputs)
+        assert fast_json == answers.encode_response(answers.default_response(manifest, outputs), codecs.JSON).body
+    fast_npy = answers.planned_npy_answer(plan, outputs)
     if fast_npy is not None:
-        assert fast_npy == codecs.npy_answer(manifest, outputs)
+        assert fast_npy == answers.npy_answer(manifest, outputs)
     ordinary = type(outputs["label"]) is np.ndarray and outputs["label"].dtype == np.int64 and "extra" not in outputs
     if ordinary and all(0 <= i < 10 for i in outputs["label"].reshape(-1).tolist()):
         assert fast_json is not None  # the usual answer does take the fast path
@@ -382,17 +390,183 @@ def test_the_answer_fast_paths_write_exactly_what_the_general_path_writes(case: 
 
 def test_a_non_contiguous_output_with_a_remembered_shape_takes_the_general_npy_path() -> None:
     # GIVEN a plan that has written an .npy answer of these shapes from contiguous outputs
-    plan = codecs.answer_plan(DIGITS_MANIFEST)
+    plan = answers.answer_plan(DIGITS_MANIFEST)
     assert plan is not None
     labels = np.array([1, 2], dtype=np.int64)
-    assert codecs.planned_npy_answer(plan, {"label": labels, "probabilities": np.ones((2, 10), np.float32)})
+    assert answers.planned_npy_answer(plan, {"label": labels, "probabilities": np.ones((2, 10), np.float32)})
     # WHEN the same shapes come as a strided view
     strided: dict[str, np.ndarray] = {
         "label": labels,
         "probabilities": np.arange(40, dtype=np.float32).reshape(2, 20)[:, ::2],
     }
     # THEN the fast path declines, and the general path writes the values in order
-    assert codecs.planned_npy_answer(plan, strided) is None
-    body = io.BytesIO(codecs.npy_answer(DIGITS_MANIFEST, strided))
+    assert answers.planned_npy_answer(plan, strided) is None
+    body = io.BytesIO(answers.npy_answer(DIGITS_MANIFEST, strided))
     np.testing.assert_array_equal(np.load(body), labels)
     np.testing.assert_array_equal(np.load(body), strided["probabilities"])
+
+
+# ------------------------------------------------------------------------------------------ every .npy dtype
+# The .npy fast paths (`fast_npy_body`, then `fast_npy` on the parsed array) against the general path for every
+# dtype an .npy body may carry, in both byte orders, with any values (NaN, infinities, the dtype's extremes):
+# each body decodes or is a 4xx (`check`), and what a fast path takes the general path takes too, the same.
+# Model inputs of every float width are covered through manifests that differ from digits' only in the dtype.
+
+ACCEPTED_NPY_DTYPES = sorted(codecs.NPY_DTYPES)
+FLOAT_INPUT_MANIFESTS = {
+    dtype: Manifest(**DIGITS_FIELDS | {"inputs": (msgspec.structs.replace(DIGITS_MANIFEST.inputs[0], dtype=dtype),)})
+    for dtype in ("float32", "float64")
+}
+
+
+@st.composite
+def npy_arrays_of_every_dtype(draw: st.DrawFn) -> np.ndarray:
+    dtype = np.dtype(draw(st.sampled_from(ACCEPTED_NPY_DTYPES)))
+    rows = draw(st.integers(1, 3))
+    width = draw(st.sampled_from([ROW, ROW, ROW, ROW - 1]))
+    return draw(numpy_arrays(dtype, (rows, width), elements={"allow_subnormal": False} if dtype.kind == "f" else None))
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+def test_every_accepted_npy_dtype_is_generated_in_both_byte_orders() -> None:
+    orders: dict[str, set[str]] = {descr[1:]: set() for descr in ACCEPTED_NPY_DTYPES}
+    for descr in ACCEPTED_NPY_DTYPES:
+        orders[descr[1:]].add(descr[0])
+    assert {"f2", "f4", "f8", "i2", "i8", "u4"} <= orders.keys()
+    assert all(found == {"<", ">"} for kind, found in orders.items() if kind[1] != "1")
+
+
+@given(array=npy_arrays_of_every_dtype())
+def test_an_npy_body_of_any_accepted_dtype_decodes_or_is_a_4xx(model: ServedModel, array: np.ndarray) -> None:
+    body = npy_bytes(array)
+    check(model, body, codecs.NPY)
+    assert model.rows_plan is not None
+    assert_same_as_general(model, body, codecs.NPY, codecs.fast_npy_body(body, model.rows_plan))
+
+
+@pytest.mark.parametrize("target", sorted(FLOAT_INPUT_MANIFESTS))
+@given(array=npy_arrays_of_every_dtype())
+def test_the_npy_array_fast_path_takes_only_what_validation_takes_for_any_dtype(target: str, array: np.ndarray) -> None:
+    manifest = FLOAT_INPUT_MANIFESTS[target]
+    parsed = codecs.decode_body(npy_bytes(array), codecs.NPY)
+    fast, _ = attempt(lambda: codecs.fast_npy(parsed, manifest, max_batch_rows=100))
+    general, error = attempt(
+        lambda: codecs.validate_inputs(
+            codecs.payload_to_arrays(parsed, codecs.NPY, manifest), manifest, max_batch_rows=100
+        )
+    )
+    if error is not None:
+        assert 400 <= error.status_code < 500
+        assert fast is None
+        return
+    assert general is not None
+    assert general["input"].dtype == np.dtype(target)
+    if fast is not None:
+        assert fast["input"].dtype == general["input"].dtype
+        np.testing.assert_array_equal(fast["input"], general["input"])
+
+
+# ------------------------------------------------------------------------------------------ the by-name forms
+# A tabular model's rows can come as `dataframe_split`, `dataframe_records`, `instances` of row objects,
+# `inputs` by column, CSV with a header, and (for the models that always took them) `instances` of lists and
+# `inputs` of [N, 1] lists: every form of the same rows decodes to the same arrays and gets the same answer
+# bytes as the existing tensor form. Two real models: one [N, 3] input named a, b, c (its tensor form is
+# `instances`, served by the fast paths), and a scikit-learn ColumnTransformer pipeline with one [N, 1] input
+# per column and a string column (its tensor form is `inputs` of [N, 1] lists).
+
+number_cells = st.one_of(st.integers(-(10**6), 10**6), st.floats(-1e30, 1e30, allow_nan=False, width=64))
+
+
+@pytest.fixture(scope="module")
+def summing(tmp_path_factory: pytest.TempPathFactory) -> ServedModel:
+    from tests.tabular_fixtures import summing_package
+
+    return summing_package(tmp_path_factory.mktemp("summing"))
+
+
+@pytest.fixture(scope="module")
+def flowers() -> ServedModel:
+    from tests.pipeline_model import pipeline_model
+
+    built = pipeline_model()
+    repository = ModelRepository(ServingSettings(model_dir=built.root, default_model="flowers", warmup=False))
+    repository.load_all()
+    return repository.get("flowers")
+
+
+def forms(names: list[str], rows: list[list[Any]], order: list[int]) -> dict[str, tuple[bytes, str]]:
+    """The same rows in every by-name form; `order`: a permutation of the columns, for the forms that may
+    carry them in any order."""
+    shuffled = [names[i] for i in order]
+    records = [{name: row[names.index(name)] for name in shuffled} for row in rows]
+    by_column = {name: [row[names.index(name)] for row in rows] for name in shuffled}
+    header = ",".join(shuffled) + "\n"
+    csv_rows = "\n".join(",".join(_cell(row[names.index(name)]) for name in shuffled) for row in rows)
+    return {
+        "dataframe_split": (
+            orjson.dumps(
+                {
+                    "dataframe_split": {
+                        "columns": shuffled,
+                        "data": [[r[names.index(n)] for n in shuffled] for r in rows],
+                    }
+                }
+            ),
+            codecs.JSON,
+        ),
+        "dataframe_records": (orjson.dumps({"dataframe_records": records}), codecs.JSON),
+        "instances of objects": (orjson.dumps({"instances": records}), codecs.JSON),
+        "inputs by column": (orjson.dumps({"inputs": by_column}), codecs.JSON),
+        "csv with a header": ((header + csv_rows).encode(), codecs.CSV),
+        "csv, header=present": ((header + csv_rows).encode(), codecs.CSV_HEADER),
+    }
+
+
+def _cell(value: Any) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def assert_forms_agree(model: ServedModel, tensor_body: bytes, named: dict[str, tuple[bytes, str]]) -> None:
+    expected = model.decode(tensor_body, codecs.JSON)
+    expected_answer = model.answer(model.predict(expected), codecs.JSON).body
+    for form, (body, content_type) in named.items():
+        arrays = model.decode(body, content_type)
+        assert arrays.keys() == expected.keys(), form
+        for name, array in arrays.items():
+            assert array.dtype == expected[name].dtype, (form, name)
+            assert array.shape == expected[name].shape, (form, name)
+            assert array.tolist() == expected[name].tolist(), (form, name)
+        assert model.answer(model.predict(arrays), codecs.JSON).body == expected_answer, form
+
+
+@given(
+    rows=st.lists(st.lists(number_cells, min_size=3, max_size=3), min_size=1, max_size=6),
+    order=st.permutations([0, 1, 2]),
+)
+def test_every_by_name_form_equals_the_instances_of_a_named_tensor(
+    summing: ServedModel, rows: list[list[Any]], order: list[int]
+) -> None:
+    assert_forms_agree(summing, orjson.dumps({"instances": rows}), forms(["a", "b", "c"], rows, order))
+
+
+@given(
+    rows=st.lists(
+        st.tuples(*[number_cells] * 4, st.sampled_from(["north", "south", "east"])).map(list), min_size=1, max_size=6
+    ),
+    order=st.permutations(range(5)),
+)
+def test_every_by_name_form_equals_the_inputs_of_a_pipeline(
+    flowers: ServedModel, rows: list[list[Any]], order: list[int]
+) -> None:
+    from tests.pipeline_model import COLUMNS
+
+    names = list(COLUMNS)
+    tensors = {"inputs": {name: [[row[i]] for row in rows] for i, name in enumerate(names)}}
+    named = forms(names, rows, list(order))
+    named["instances of rows"] = (orjson.dumps({"instances": rows}), codecs.JSON)  # several inputs: by position
+    assert_forms_agree(flowers, orjson.dumps(tensors), named)

@@ -4,6 +4,7 @@ the sample request/response are written by the pipeline every mode serves with."
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -67,7 +68,7 @@ def test_zipmap_output_becomes_the_probability_tensor_and_predictions_match_skle
         ("output_probability", "float32", (None, 3)),
     ]
     assert (manifest.prediction_output, manifest.probability_output) == ("output_label", "output_probability")
-    assert manifest.labels == ("0", "1", "2")
+    assert manifest.labels == (0, 1, 2)  # the classes as trained: integers
     assert built.labels_source == "the graph"
     assert any("ZipMap" in change for change in built.changes)
     # AND the served answers equal scikit-learn's
@@ -100,12 +101,12 @@ def test_string_classes_are_recorded_as_labels_and_served_as_text(
     assert [line.split(",")[0] for line in as_csv.splitlines()] == as_json["predictions"]
 
 
-def test_integer_classes_that_cannot_index_labels_are_left_out_with_the_reason(
+def test_integer_classes_are_recorded_as_integers_and_each_prediction_names_its_own(
     iris: tuple[np.ndarray, np.ndarray, list[str]], tmp_path: Path
 ) -> None:
     from sklearn.linear_model import LogisticRegression
 
-    # GIVEN classes 1, 5, 7: a prediction of 5 is not the index of a label
+    # GIVEN classes 1, 5, 7: the model predicts the class values themselves, not indexes
     features, target, _ = iris
     classifier = LogisticRegression(max_iter=500).fit(features, np.array([1, 5, 7])[target])
     onnx_file = skl2onnx_default(classifier, features, tmp_path / "gaps.onnx")
@@ -113,11 +114,13 @@ def test_integer_classes_that_cannot_index_labels_are_left_out_with_the_reason(
     # WHEN it is packaged without --labels
     built = build_package(onnx_file, tmp_path / "package", name="gaps", version="1")
 
-    # THEN no labels are invented, and the note says why and what to pass
-    assert built.manifest.labels is None
-    assert built.labels_note is not None
-    assert "[1, 5, 7]" in built.labels_note
-    assert "--labels" in built.labels_note
+    # THEN the labels are the original integer classes, and each answer's label is its predicted class
+    assert built.manifest.labels == (1, 5, 7)
+    assert built.labels_note is None
+    got = answer(served(built.directory), features[::25])
+    assert got["predictions"] == classifier.predict(features[::25]).tolist()
+    assert got["labels"] == got["predictions"]
+    assert all(type(label) is int for label in got["labels"])
 
 
 def test_labels_given_replace_the_graphs_and_must_name_every_class(
@@ -195,3 +198,69 @@ def test_sample_rows_given_are_used_and_bad_ones_are_refused(tmp_path: Path) -> 
     with pytest.raises(InvalidInput) as refused:
         build_package(source, tmp_path / "bad", name="digits", version="1", sample=tmp_path / "short.json")
     assert refused.value.message.startswith("--sample: the model refused it")
+
+
+# ------------------------------------------------------------------------------------------ columns and samples
+
+
+def summing_onnx(tmp_path: Path) -> Path:
+    from tests.tabular_fixtures import summing_model
+
+    return summing_model(tmp_path / "summing.onnx")
+
+
+SAMPLES = {
+    "rows.csv": "b,a,c\n2,1,3\n,4.5,6\n",
+    "rows.jsonl": '{"b": 2, "a": 1, "c": 3}\n\n{"b": NaN, "a": 4.5, "c": 6}\n',
+    "rows.json": json.dumps({"dataframe_records": [{"b": 2, "a": 1, "c": 3}, {"b": None, "a": 4.5, "c": 6}]}),
+}
+
+
+@pytest.mark.parametrize("file", [*sorted(SAMPLES), "rows.parquet"])
+def test_a_sample_file_names_the_columns_of_one_input_and_becomes_the_sample_request(tmp_path: Path, file: str) -> None:
+    # GIVEN a model with one [N, 3] input and a sample of rows whose columns are named (b first), with a
+    # missing value in b
+    if file == "rows.parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as parquet
+
+        parquet.write_table(pa.table({"b": [2.0, None], "a": [1.0, 4.5], "c": [3.0, 6.0]}), tmp_path / file)
+    else:
+        (tmp_path / file).write_text(SAMPLES[file])
+    # WHEN it is packaged with the sample and NaN allowed in b
+    source = summing_onnx(tmp_path)
+    built = build_package(
+        source, tmp_path / "package", name="summing", version="1", sample=tmp_path / file, allow_nan=["b"]
+    )
+    # THEN the columns are the file's names, in its order, b allowing NaN, and the sample request is its rows
+    columns = built.manifest.columns
+    assert columns is not None
+    assert [(c.name, c.index, c.allow_nan) for c in columns] == [("b", 0, True), ("a", 1, False), ("c", 2, False)]
+    request = json.loads((built.directory / "sample-request.json").read_text())
+    if file != "rows.json":
+        assert request == {"dataframe_split": {"columns": ["b", "a", "c"], "data": [[2, 1, 3], [None, 4.5, 6]]}}
+    response = json.loads((built.directory / "sample-response.json").read_text())
+    assert response["predictions"][0] == 6.0  # one target: flat
+    assert response["predictions"][1] is None  # NaN reached the model (and orjson writes it as null)
+
+
+def test_columns_flag_names_them_and_mistakes_are_refused_with_the_allowed_values(tmp_path: Path) -> None:
+    source = summing_onnx(tmp_path)
+    built = build_package(source, tmp_path / "ok", name="summing", version="1", columns=["x1", "x2", "x3"])
+    assert [c.name for c in built.manifest.columns or ()] == ["x1", "x2", "x3"]
+    request = json.loads((built.directory / "sample-request.json").read_text())
+    assert request["dataframe_split"]["columns"] == ["x1", "x2", "x3"]
+    for kwargs, said in (
+        ({"columns": ["a", "b"]}, "2 column names ['a', 'b'] for input 'x' of 3 columns"),
+        ({"columns": ["a", "b", "c"], "allow_nan": ["d"]}, "'d' is not a column"),
+        ({"allow_nan": True}, "--allow-nan: this model has no named columns"),
+    ):
+        with pytest.raises(InvalidInput, match=re.escape(said)):
+            build_package(source, tmp_path / "bad", name="summing", version="1", **kwargs)
+    digits = ARTIFACTS / "digits" / "1" / "model.onnx"
+    (tmp_path / "short.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(InvalidInput, match=re.escape("--sample short.csv: 2 column names")):
+        build_package(digits, tmp_path / "digits", name="digits", version="1", sample=tmp_path / "short.csv")
+    (tmp_path / "rows.txt").write_text("1,2\n")
+    with pytest.raises(InvalidInput, match=r"\.txt is not a sample format"):
+        build_package(digits, tmp_path / "txt", name="digits", version="1", sample=tmp_path / "rows.txt")

@@ -570,3 +570,23 @@ def test_every_serving_yaml_example_in_the_docs_is_still_accepted() -> None:
     # WHEN each is validated THEN none breaks a rule the spec holds
     for name, data in examples:
         assert parse_spec(data, name).deployments
+
+
+def test_a_batch_deployment_takes_an_id_column_and_a_record_limit_except_on_transform() -> None:
+    # GIVEN a Fargate batch deployment with an id column and a record limit
+    spec = parse_spec(minimal(mode="batch", runner="fargate", id_column="customer id", max_record_bytes=4096))
+    batch = spec.deployments["d"]
+    assert isinstance(batch, BatchDeployment)
+    assert (batch.id_column, batch.max_record_bytes) == ("customer id", 4096)
+    # AND the defaults: no id column (rows are known by file and line), records of at most 1 MiB
+    default = parse_spec(minimal(mode="batch")).deployments["d"]
+    assert isinstance(default, BatchDeployment)
+    assert (default.id_column, default.max_record_bytes) == (None, 1024 * 1024)
+    # WHEN the id column is set on Batch Transform, or takes an output field's name / THEN refused, saying why
+    (transform,) = problems_of(minimal(mode="batch", runner="transform", id_column="id"))
+    assert "id_column" in transform
+    assert "runner: transform" in transform
+    (reserved,) = problems_of(minimal(mode="batch", id_column="prediction"))
+    assert "output's own fields" in reserved
+    (small,) = problems_of(minimal(mode="batch", max_record_bytes=10))
+    assert "max_record_bytes" in small

@@ -1,0 +1,108 @@
+"""local up's sample input for a batch deployment (servestack/local/batch_seed.py) on a real S3 endpoint: rows
+from a sample request of any form, seeded only into an empty prefix, marked, and removed once the prefix holds
+the user's own input, so that no sample row ends up in the user's results."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servestack.local.batch_seed import SEED_KEY, retire_seeded_input, sample_rows, seed_batch_input
+from tests.conftest import ARTIFACTS
+from tests.integration.conftest import Aws
+from tests.integration.resources import ensure_bucket
+
+pytestmark = pytest.mark.localstack
+
+RECORDS = [{"x": 1.5, "site": "north"}, {"x": 2.0, "site": "east"}]
+SAMPLES: dict[str, Any] = {
+    "instances of rows": {"instances": [[1.0, 2.0], [3.0, 4.0]]},
+    "instances of records": {"instances": RECORDS},
+    "dataframe_records": {"dataframe_records": RECORDS},
+    "dataframe_split": {"dataframe_split": {"columns": ["x", "site"], "data": [[1.5, "north"], [2.0, "east"]]}},
+    "inputs by column": {"inputs": {"x": [1.5, 2.0], "site": ["north", "east"]}},
+}
+
+
+@pytest.mark.parametrize("form", sorted(SAMPLES))
+def test_a_sample_of_any_row_form_seeds_one_line_per_row(aws: Aws, unique: str, tmp_path: Path, form: str) -> None:
+    # GIVEN an empty input prefix and a sample request in this form
+    ensure_bucket(aws.s3, unique)
+    sample = tmp_path / "sample-request.json"
+    sample.write_text(json.dumps(SAMPLES[form]))
+    # WHEN local up seeds it
+    key = seed_batch_input(aws.s3, unique, "in/", sample)
+    # THEN it holds one JSON line per row of the sample, marked as seeded
+    assert key == f"in/{SEED_KEY}"
+    stored = aws.s3.get_object(Bucket=unique, Key=key)
+    lines = [json.loads(line) for line in stored["Body"].read().splitlines()]
+    assert lines == sample_rows(SAMPLES[form])
+    assert len(lines) == 2
+    assert stored["Metadata"] == {"servestack-seeded": "sample-request"}
+
+
+@pytest.mark.parametrize(
+    "document",
+    [{"inputs": {"a": [[1.0]], "b": [[2.0]]}}, {"instances": []}, {"anything": 1}, [1, 2], "text"],
+    ids=["two tensor inputs", "no rows", "unknown form", "a list", "a string"],
+)
+def test_a_sample_that_gives_no_rows_seeds_nothing_and_never_raises(
+    aws: Aws, unique: str, tmp_path: Path, document: Any
+) -> None:
+    ensure_bucket(aws.s3, unique)
+    sample = tmp_path / "sample-request.json"
+    sample.write_text(json.dumps(document))
+    assert seed_batch_input(aws.s3, unique, "in/", sample) is None
+    assert aws.s3.list_objects_v2(Bucket=unique, Prefix="in/")["KeyCount"] == 0
+
+
+def test_the_bundled_samples_still_seed(aws: Aws, unique: str) -> None:
+    ensure_bucket(aws.s3, unique)
+    for name in ("digits", "breast-cancer"):
+        assert seed_batch_input(aws.s3, unique, f"{name}/", ARTIFACTS / name / "1" / "sample-request.json")
+
+
+def test_the_seeded_sample_leaves_once_the_user_brings_input_and_only_then(
+    aws: Aws, unique: str, tmp_path: Path
+) -> None:
+    # GIVEN a seeded prefix
+    ensure_bucket(aws.s3, unique)
+    sample = tmp_path / "sample-request.json"
+    sample.write_text(json.dumps(SAMPLES["instances of rows"]))
+    key = seed_batch_input(aws.s3, unique, "in/", sample)
+    # WHEN a run starts with nothing else there / THEN the sample stays: it is the input
+    assert retire_seeded_input(aws.s3, unique, "in/") == []
+    # WHEN the user's own file arrives / THEN a prefix with input is not seeded again, and the sample is removed
+    aws.s3.put_object(Bucket=unique, Key="in/mine.jsonl", Body=b"[1.0, 2.0]\n")
+    assert seed_batch_input(aws.s3, unique, "in/", sample) is None
+    assert retire_seeded_input(aws.s3, unique, "in/") == [key]
+    listed = [item["Key"] for item in aws.s3.list_objects_v2(Bucket=unique, Prefix="in/")["Contents"]]
+    assert listed == ["in/mine.jsonl"]
+    # AND a user's own object of the seed's name (no mark) is never removed
+    aws.s3.put_object(Bucket=unique, Key=key, Body=b"[5.0, 6.0]\n")
+    assert retire_seeded_input(aws.s3, unique, "in/") == []
+
+
+def test_a_pipelines_dataframe_split_sample_seeds_rows_the_batch_job_scores(
+    aws: Aws, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN the sample request `models push` writes for a ColumnTransformer pipeline (a dataframe_split, which
+    # stopped local up with KeyError 'instances')
+    from handlers.batch import BatchSettings, run_batch
+    from tests.pipeline_model import pipeline_model
+
+    model = pipeline_model()
+    monkeypatch.setenv("SERVESTACK_MODEL_DIR", str(model.root))
+    monkeypatch.setenv("SERVESTACK_DEFAULT_MODEL", "flowers")
+    ensure_bucket(aws.s3, unique)
+    sample = model.package / "sample-request.json"
+    # WHEN local up seeds the batch input from it, and the job runs
+    assert seed_batch_input(aws.s3, unique, "in/", sample) == f"in/{SEED_KEY}"
+    settings = BatchSettings(bucket=unique, input_prefix="in/", output_prefix="out/", model="flowers")
+    manifest = run_batch(settings)
+    # THEN every sample row is scored
+    rows = len(json.loads(sample.read_text())["dataframe_split"]["data"])
+    assert manifest["rows"] == {"total": rows, "succeeded": rows, "failed": 0}
