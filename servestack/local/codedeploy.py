@@ -331,9 +331,9 @@ class LocalCodeDeploy:
 
     def _authorized(self, request: Request, action: str, resource: str) -> str | Reply:
         """The caller's ARN when IAM allows `action` on `resource` for the request's signer, else the reply."""
-        enforcer = getattr(self.access, "enforcer", None)
-        if enforcer is None:  # --no-iam
+        if not self.access.enabled:  # --no-iam
             return "anonymous"
+        enforcer = self.access.enforcer
         from servestack.local.iam.replies import access_denied
         from servestack.local.iam.sigv4 import AuthFailure, authenticate, check_scope, parse_signature
         from servestack.local.iam.wire import HttpRequest

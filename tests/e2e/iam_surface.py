@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servestack.local.access import DEVELOPER
 from servestack.local.commands import signed
+from servestack.local.iam.identities import DEVELOPER
 from servestack.local.iam_roles import ROUTE
 from tests.conftest import ARTIFACTS, REPO_ROOT
 from tests.e2e.conftest import SERVESTACK, LocalUp

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from servestack.local.access import EnforcedAccess
 from servestack.local.cloudformation import LocalValues, Resolver, StackTemplate
 from servestack.local.codedeploy import AWS_MANAGED, LocalCodeDeploy, read_lambda_deployments
+from servestack.local.iam.access import LocalAccess
 from servestack.local.iam.operations import Check, Where, describe
 from tests.unit.test_iam_operations import sent
 
@@ -96,7 +96,7 @@ def test_the_group_names_its_alias_hook_role_and_alarms(tmp_path: Path) -> None:
 def test_the_service_role_holds_its_managed_policy_under_its_own_keys(tmp_path: Path) -> None:
     # GIVEN the CodeDeploy role known to the store with its template statements only (as local up starts it)
     found = read(tmp_path, {"Ref": "Config"})
-    access = EnforcedAccess(log=lambda _: None)
+    access = LocalAccess(log=lambda _: None)
     before = access.credentials_for(found.service_role_arn, ())
     assert access.authorize(found.service_role_arn, "lambda:UpdateAlias", "arn:aws:lambda:us-east-1:1:function:api")
     # WHEN local CodeDeploy starts THEN the role has the managed policy's statements, under the same keys
