@@ -87,6 +87,7 @@ class HookDef:
     environment: dict[str, str]
     timeout_sec: int
     memory_mib: int
+    log_group: str
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,10 @@ def read_lambda_deployments(template: StackTemplate, resolver: Resolver) -> list
                 },
                 int(resolver.resolve(p.get("Timeout", 3))),
                 int(resolver.resolve(p.get("MemorySize", 128))),
+                str(
+                    resolver.resolve((p.get("LoggingConfig") or {}).get("LogGroup"))
+                    or f"/aws/lambda/{resolver.physical_name(hook_id)}"
+                ),
             )
         found.append(
             LambdaDeploymentDef(
@@ -260,6 +265,7 @@ class LocalCodeDeploy:
         self.identities = identities
         self.releases: dict[str, Release] = {}
         self.hooks: dict[str, tuple[subprocess.Popen[bytes], str]] = {}  # hook name -> (process, url)
+        self.shippers: list[Any] = []  # the hooks' LogShippers
         self._lock = threading.Lock()
         self.credentials: dict[str, Any] = {}
         for d in deployments:  # the service role with its managed policies' documents, under the same keys
@@ -277,6 +283,8 @@ class LocalCodeDeploy:
         return request.method == "POST" and (request.headers.get("x-amz-target") or "").startswith(TARGET_PREFIX)
 
     def close(self) -> None:
+        for shipper in self.shippers:
+            shipper.close()
         for process, _ in self.hooks.values():
             process.terminate()
         for process, _ in self.hooks.values():
@@ -481,11 +489,39 @@ class LocalCodeDeploy:
             )
             port = free_port()
             argv = [sys.executable, "-m", "servestack.local.runner", "--config", str(config), "--port", str(port)]
-            process = subprocess.Popen(argv, env=env, cwd=code)
+            process = subprocess.Popen(argv, env=env, cwd=code, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            self._ship_output(hook, process, keys)
             url = f"http://127.0.0.1:{port}"
             _wait_ready(url, process)
             self.hooks[hook.name] = (process, url)
             return url
+
+    def _ship_output(self, hook: HookDef, process: subprocess.Popen[bytes], keys: dict[str, str]) -> None:
+        """The hook's output to local up's and to its log group, written with its role's keys as Lambda writes
+        a function's (servestack/local/log_shipping.py): without its `logs:` grant, its lines are refused."""
+        from servestack.local.emulator import client_as
+        from servestack.local.iam.identities import Credentials
+        from servestack.local.log_shipping import LogShipper, ensure_log_group, lambda_stream_name
+
+        ensure_log_group(client_as("logs", self.emulator_url, self.access.developer, self.region), hook.log_group)
+        role = Credentials(keys.get("arn", hook.role_arn), keys.get("AWS_ACCESS_KEY_ID", ""),
+                           keys.get("AWS_SECRET_ACCESS_KEY", ""), keys.get("AWS_SESSION_TOKEN"))  # fmt: skip
+        shipper = LogShipper(
+            name=hook.name, group=hook.log_group, stream=lambda_stream_name(), role=role.arn,
+            logs=client_as("logs", self.emulator_url, role, self.region),
+            report=lambda line: print(line, file=sys.stderr, flush=True),
+        )  # fmt: skip
+        self.shippers.append(shipper)
+        assert process.stdout is not None
+        stream = process.stdout
+
+        def pump() -> None:
+            for raw in iter(stream.readline, b""):
+                text = raw.decode(errors="replace").rstrip()
+                print(f"[{hook.name}] {text}", flush=True)
+                shipper(text)
+
+        threading.Thread(target=pump, name=f"log-{hook.name}", daemon=True).start()
 
 
 def _wait_ready(url: str, process: subprocess.Popen[bytes], timeout_sec: float = 60) -> None:

@@ -189,6 +189,24 @@ def batch(up: LocalUp, name: str) -> str | None:
     return None
 
 
+def log_groups(up: LocalUp, deployment: str) -> list[str]:
+    """The deployment's log groups on the emulator (its functions', its endpoint's): named after its stack."""
+    stack = next(name for name, about in up.state["stacks"].items() if about["deployment"] == deployment)
+    pages = up.emulator("logs").get_paginator("describe_log_groups").paginate()
+    return [g["logGroupName"] for page in pages for g in page["logGroups"] if stack in g["logGroupName"]]
+
+
+def logged_since(up: LocalUp, groups: list[str], start_ms: int, wait_sec: float = 5) -> set[str]:
+    """The groups that received a log event since `start_ms` (waiting a little: the shippers batch)."""
+    logs = up.emulator("logs")
+    deadline = time.monotonic() + wait_sec
+    while True:
+        fresh = {g for g in groups if logs.filter_log_events(logGroupName=g, startTime=start_ms).get("events")}
+        if fresh == set(groups) or time.monotonic() > deadline:
+            return fresh
+        time.sleep(0.5)
+
+
 Exercise = Callable[[LocalUp, str, Path], "str | None"]
 EXERCISES: dict[str, Exercise] = {
     "realtime": lambda up, name, _: realtime(up, name),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from tests.e2e.iam_surface import (
     FULL_ENV,
     Statement,
     cli,
+    log_groups,
+    logged_since,
     release,
     sample,
     statements,
@@ -54,8 +57,22 @@ def deployment_of(up: LocalUp, role: str) -> str:
     return str(stacks[best]["deployment"])
 
 
+# deployment -> the log groups its exercise writes to with every statement in place (found by the first run)
+LOGGED: dict[str, set[str]] = {}
+
+
 def exercise(up: LocalUp, deployment: str, scratch: Path) -> str | None:
-    return EXERCISES[up.deployment(deployment)["mode"]](up, deployment, scratch)
+    """The deployment's exercise; it fails too when a log group its first run wrote to got no line this time
+    (a function's or a container's lines are written to its group with its role's keys)."""
+    start_ms = int(time.time() * 1000) - 1000
+    failure = EXERCISES[up.deployment(deployment)["mode"]](up, deployment, scratch)
+    if failure is not None:
+        return failure
+    groups = log_groups(up, deployment)
+    fresh = logged_since(up, groups, start_ms, wait_sec=5 if deployment in LOGGED else 10)
+    expected = LOGGED.setdefault(deployment, fresh)
+    missing = sorted(expected - fresh)
+    return f"no log line reached {', '.join(missing)} during the exercise" if missing else None
 
 
 def mutated(up: LocalUp, roles: dict[str, Any], statement: Statement, scratch: Path) -> str | None:
