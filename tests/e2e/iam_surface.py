@@ -22,7 +22,7 @@ from tests.e2e.conftest import SERVESTACK, LocalUp
 
 UNEXERCISED = Path(__file__).with_name("iam_unexercised.txt")
 FULL_ENV = "SERVESTACK_IAM_MUTATION"  # "full": every statement; else a sample
-SAMPLE_SIZE = 3
+SAMPLE_SIZE = 2
 
 
 @dataclass(frozen=True, eq=False)  # each statement is itself (its body is a dict): keyed by identity
@@ -190,10 +190,13 @@ def batch(up: LocalUp, name: str) -> str | None:
 
 
 def log_groups(up: LocalUp, deployment: str) -> list[str]:
-    """The deployment's log groups on the emulator (its functions', its endpoint's): named after its stack."""
+    """The deployment's functions' log groups on the emulator (named after its stack). An endpoint's group
+    (`/aws/sagemaker/Endpoints/...`) is left out: its container does not write a line on every request, so a
+    run may pass without one (iam_unexercised.txt)."""
     stack = next(name for name, about in up.state["stacks"].items() if about["deployment"] == deployment)
     pages = up.emulator("logs").get_paginator("describe_log_groups").paginate()
-    return [g["logGroupName"] for page in pages for g in page["logGroups"] if stack in g["logGroupName"]]
+    names = [g["logGroupName"] for page in pages for g in page["logGroups"]]
+    return [name for name in names if stack in name and not name.startswith("/aws/sagemaker/")]
 
 
 def logged_since(up: LocalUp, groups: list[str], start_ms: int, wait_sec: float = 5) -> set[str]:
