@@ -216,7 +216,12 @@ settings.load_profile(os.environ.get("SERVESTACK_HYPOTHESIS_PROFILE", "default")
 # These modules run `local up` or a synth in the repository's own folder (its .servestack/ cache and state):
 # they share one unit, so they never run at the same time as each other.
 REPOSITORY_FOLDER_MODULES = frozenset(
-    {"tests/e2e/test_local_up_enforced.py", "tests/e2e/test_rehearsal.py", "tests/e2e/test_iam_mutation.py"}
+    {
+        "tests/e2e/test_local_up_enforced.py",
+        "tests/e2e/test_rehearsal.py",
+        "tests/e2e/test_iam_mutation.py",
+        "tests/e2e/test_iam_surface.py",
+    }
 )
 
 
