@@ -214,10 +214,64 @@ settings.load_profile(os.environ.get("SERVESTACK_HYPOTHESIS_PROFILE", "default")
 # `make test` runs the suite on two xdist workers: most of its time is spent waiting on real servers and
 # `local up` children, not on the CPU. A module is one unit of work, so its module-scoped servers start once.
 # These modules run `local up` or a synth in the repository's own folder (its .servestack/ cache and state):
-# they share one unit, so they never run at the same time as each other.
-REPOSITORY_FOLDER_MODULES = frozenset(
-    {"tests/e2e/test_local_up_enforced.py", "tests/e2e/test_rehearsal.py", "tests/e2e/test_iam_mutation.py"}
+# they share one unit, so they never run at the same time as each other. (Modules that copy the project with
+# tests/e2e/conftest.py's copy_project run in a folder of their own and need no such care.)
+REPOSITORY_FOLDER_MODULES = frozenset({"tests/e2e/test_local_up_enforced.py"})
+# These modules read one `local up` (tests/e2e/conftest.py's `shared_up`, session-scoped): one unit, so that
+# one worker starts it once and runs them all against it.
+SHARED_LOCAL_UP_MODULES = frozenset(
+    {
+        "tests/e2e/test_fargate_batch_up.py",
+        "tests/e2e/test_sagemaker_paths.py",
+        "tests/e2e/test_transform_batch.py",
+        "tests/e2e/test_transform_schedule_fires.py",
+    }
 )
+# These modules read tests/infra/conftest.py's session-scoped `synth` (the CDK app synthesized, ~50 s here): one
+# unit, so that it is synthesized once per run rather than once per worker.
+INFRA_SYNTH_MODULES = frozenset(
+    f"tests/infra/test_{name}.py"
+    for name in (
+        "asynchronous", "batch", "checks", "components", "iam_policies_load", "local_topology", "pipeline",
+        "realtime", "serverless", "shared",
+    )
+)  # fmt: skip
+# What a unit costs, roughly, in seconds on this machine: each test by its folder, plus once per module what its
+# module-scoped setup costs (an e2e module's own `local up`: start and stop; the shared `local up` and the infra
+# synth count once per unit). The units are handed out longest first, so that the run does not end on one
+# worker still inside an e2e module while the other is idle.
+TEST_COST_SEC = {"e2e": 5.0, "integration": 3.0, "functional": 2.0, "infra": 0.5}
+MODULE_COST_SEC = {"e2e": 90.0}
+UNIT_COST_SEC = {"shared-local-up": 90.0, "infra-synth": 50.0}
+
+
+def scheduling_unit(nodeid: str) -> str:
+    module = nodeid.split("::", 1)[0]
+    if module in REPOSITORY_FOLDER_MODULES:
+        return "repository-folder"
+    if module in SHARED_LOCAL_UP_MODULES:
+        return "shared-local-up"
+    if module in INFRA_SYNTH_MODULES:
+        return "infra-synth"
+    return module
+
+
+def unit_costs(nodeids: list[str]) -> dict[str, float]:
+    """Each scheduling unit of `nodeids` -> its estimated cost in seconds."""
+    costs: dict[str, float] = {}
+    modules: set[str] = set()
+    for nodeid in nodeids:
+        unit, module = scheduling_unit(nodeid), nodeid.split("::", 1)[0]
+        parts = module.split("/")
+        folder = parts[1] if len(parts) > 2 else ""
+        cost = TEST_COST_SEC.get(folder, 0.5)
+        if module not in modules:
+            modules.add(module)
+            cost += 0.0 if unit in UNIT_COST_SEC else MODULE_COST_SEC.get(folder, 0.0)
+        if unit not in costs:
+            cost += UNIT_COST_SEC.get(unit, 0.0)
+        costs[unit] = costs.get(unit, 0.0) + cost
+    return costs
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -225,8 +279,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class ModuleScheduling(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return "repository-folder" if module in REPOSITORY_FOLDER_MODULES else module
+            return scheduling_unit(nodeid)
+
+        def schedule(self) -> None:
+            if self.collection is None and self.collection_is_completed:
+                # Order every worker's (identical) collection by its unit's cost, longest first; the tests of a
+                # unit keep their order. LoadScopeScheduling then hands out the units in that order.
+                costs = unit_costs(list(next(iter(self.registered_collections.values()))))
+                for node, collection in self.registered_collections.items():
+                    self.registered_collections[node] = sorted(collection, key=lambda n: -costs[scheduling_unit(n)])
+                self.config.option.loadscopereorder = False
+            super().schedule()
 
     return ModuleScheduling(config, log)
 

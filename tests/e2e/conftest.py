@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import pytest
 from botocore.config import Config
 
 from servestack.local.processes import free_port
@@ -138,16 +139,82 @@ def running(workdir: Path, *args: str, spec: Path | None = None) -> Iterator[Loc
         assert code == 0, up.log_text()[-4000:]
 
 
+# One `local up` for the modules that only read what it runs (tests/conftest.py's SHARED_LOCAL_UP_MODULES, which
+# xdist runs in one worker, one after another): each of them calls deployments of its own, so none sees
+# another's jobs, objects or schedule runs. Modules that kill children, deploy versions or mutate templates
+# start a `local up` of their own. Which module reads which deployment:
+# - test_fargate_batch_up.py: weekly (a Fargate batch and its schedule's role)
+# - test_sagemaker_paths.py: digits-mme (a multi-model endpoint) and cancer-sm (async on SageMaker)
+# - test_transform_batch.py: on-lambda and on-transform (the same input, run by both batch engines)
+# - test_transform_schedule_fires.py: nightly (a transform on a one-minute schedule)
+SHARED_SPEC = """\
+models:
+  - name: digits
+    version: 1
+  - name: breast-cancer
+    version: 1
+deployments:
+  weekly:
+    mode: batch
+    model: digits
+    engine: fargate
+    schedule: rate(7 days)
+  digits-mme:
+    mode: realtime
+    model: digits
+    multi_model: true
+    instance_type: ml.c6i.xlarge
+  cancer-sm:
+    mode: async
+    model: breast-cancer
+    backend: sagemaker
+    instance_type: ml.c6i.xlarge
+  on-lambda:
+    mode: batch
+    model: breast-cancer
+  on-transform:
+    mode: batch
+    model: breast-cancer
+    engine: transform
+    instance_type: ml.m5.large
+    instance_count: 2
+    max_payload_mb: 1
+  nightly:
+    mode: batch
+    model: breast-cancer
+    engine: transform
+    schedule: rate(1 minute)
+    instance_type: ml.m5.large
+    instance_count: 1
+"""
+
+
+@pytest.fixture(scope="session")
+def shared_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalUp]:
+    """`local up --fresh` of SHARED_SPEC in a project of its own, started once per worker that asks for it."""
+    where = tmp_path_factory.mktemp("shared-up")
+    spec = copy_project(where / "project", SHARED_SPEC, image_sources=True)
+    with running(where, "--fresh", "--data-dir", str(where / "data"), spec=spec) as local:
+        yield local
+
+
 PROJECT_FILES = ("app.py", "cdk.json", "stacks", "containers", "models/artifacts")
 
 
-def copy_project(target: Path, spec: str) -> Path:
+def copy_project(target: Path, spec: str, *, image_sources: bool = False) -> Path:
     """A project of its own in `target`: the CDK app and constructs, the model artifacts, and `spec` as its
-    serving.yaml. Returns the serving.yaml path."""
-    for item in PROJECT_FILES:
+    serving.yaml; with `image_sources`, also what the CPU image's Dockerfile copies (servestack's sources: a
+    Fargate batch deployment's image is built from the app's folder at synth). Returns the serving.yaml path."""
+    items = list(PROJECT_FILES)
+    if image_sources:
+        from stacks.images import copied_sources
+
+        items += copied_sources(REPO_ROOT / "containers" / "cpu.Dockerfile")
+    for item in dict.fromkeys(items):
         source = REPO_ROOT / item
         if source.is_dir():
-            shutil.copytree(source, target / item, ignore=shutil.ignore_patterns("__pycache__"))
+            ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+            shutil.copytree(source, target / item, ignore=ignore, dirs_exist_ok=True)
         else:
             (target / item).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / item)
