@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from servestack.local.access import DEVELOPER
 from servestack.local.commands import signed
+from servestack.local.iam.identities import DEVELOPER
 from tests.e2e.conftest import async_worker_pids, copy_project, start_local_up
 
 SPEC = """\

@@ -1,5 +1,6 @@
 """Reading an ASGI request body with a size limit and a deadline: the one reader of every ASGI front
-(handlers/app.py, and the local endpoint router in servestack/local/router.py).
+(handlers/app.py, the local endpoint router in servestack/local/router.py, and local mode's fronts in
+servestack/local/http_server.py).
 
 - Size: a declared `Content-Length` over the limit is refused before any byte is read; a chunked body is
   refused as soon as it passes the limit. Either way the 413 is sent only after the rest of the body has
@@ -144,6 +145,20 @@ async def read_body(
         raise
     finally:
         deadlines.end(task)
+
+
+async def read_asgi_body(
+    receive: Receive, headers: list[tuple[bytes, bytes]], limit: int, deadlines: ReadDeadlines
+) -> bytes:
+    """`read_body` for a raw ASGI request, its declared length and `Expect` taken from the scope's headers
+    (the fronts of local mode and the endpoint router)."""
+    return await read_body(
+        receive,
+        limit,
+        next((value for name, value in headers if name == b"content-length"), None),
+        deadlines,
+        expect_continue=any(name == b"expect" for name, _ in headers),
+    )
 
 
 def too_slow(deadlines: ReadDeadlines) -> RequestTimeout:

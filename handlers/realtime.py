@@ -41,6 +41,16 @@ class ContainerSettings(EnvironmentSettings, frozen=True, kw_only=True):
     graceful_shutdown_sec: Annotated[int, msgspec.Meta(ge=0)] = 30
     log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
     http_server: Literal["granian", "uvicorn"] = "granian"
+    # Idle connections are bounded (granian): a connection that has not sent a whole request head within
+    # `header_read_timeout_sec` (a new one, a kept-alive one between requests, or one sending its head byte by
+    # byte) is closed, and one worker holds at most `max_connections` connections. granian counts connections,
+    # not requests, against this cap (its `backpressure`, by default backlog / workers = 1,024): an idle crowd
+    # of about 1,000 per worker locked new callers out until granian's 30 s header timeout freed a place. The
+    # cap is set far above such a crowd and the kernel's file limit raised to fit. 10 s, not less: clients keep
+    # pooled connections for about 5 s (httpx's keep-alive expiry, the local router's 2 s), and a server closing
+    # one just as a client reuses it costs that client a failed request.
+    header_read_timeout_sec: Annotated[float, msgspec.Meta(ge=0.001, le=60)] = 10.0
+    max_connections: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 20_000
 
     @classmethod
     def aliases(cls) -> dict[str, tuple[str, ...]]:
@@ -139,8 +149,10 @@ def run_granian(container: ContainerSettings, workers: int) -> None:
     `graceful_shutdown_sec`."""
     from granian import Granian
     from granian.constants import HTTPModes, Interfaces, Loops
+    from granian.http import HTTP1Settings
     from granian.log import LogLevels
 
+    raise_file_limit(container.max_connections * workers + 1_024)
     Granian(
         RSGI_APP_FACTORY,
         factory=True,
@@ -149,12 +161,26 @@ def run_granian(container: ContainerSettings, workers: int) -> None:
         interface=Interfaces.RSGI,
         workers=workers,
         http=HTTPModes.http1,
+        http1_settings=HTTP1Settings(header_read_timeout=max(1, round(container.header_read_timeout_sec * 1000))),
+        backpressure=container.max_connections,
+        backlog=4096,
         websockets=False,
         loop=Loops.uvloop if importlib.util.find_spec("uvloop") else Loops.asyncio,
         log_level=LogLevels("debug" if container.log_level == "trace" else container.log_level),
         log_access=False,
         workers_kill_timeout=container.graceful_shutdown_sec or None,
     ).serve()
+
+
+def raise_file_limit(wanted: int) -> None:
+    """The soft limit on open files raised toward `wanted` (at most the hard limit), so that the connection
+    cap, not the file limit, is what bounds connections (a container's soft limit is often 1,024)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    ceiling = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < ceiling:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))
 
 
 if __name__ == "__main__":

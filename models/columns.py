@@ -231,7 +231,14 @@ def arrays_from_columns(
     rows: int | None = None
     for column in specs:
         raw = columns[column.name]
-        count = len(raw) if isinstance(raw, Sequence | np.ndarray) else -1
+        if not isinstance(raw, list | tuple | np.ndarray):
+            raise InvalidInput(
+                f"{field}.{column.name}: expected a list of values, one per row, got {type(raw).__name__}",
+                field=f"{field}.{column.name}",
+                value=raw,
+                allowed=f"a list of {column.dtype} values",
+            )
+        count = len(raw)
         if rows is None:
             rows = count
             if max_rows is not None and rows > max_rows:

@@ -7,10 +7,15 @@ With `Mode: MultiModel`, SageMaker downloads `<ModelDataUrl prefix><TargetModel>
 
 - Paths stay confined: `url`, and every file its manifest names, must resolve (symlinks followed) inside
   `multi_model_root`. Checksums are verified before a model loads (`ServedModel.load`).
-- Memory: a model costs its file size plus `cache_session_overhead_bytes`, as in models/cache.py. A load that
-  would take the loaded set past `cache_budget_bytes` or `cache_max_models` is refused with 507: SageMaker then
-  unloads the models it used least recently and loads again. The container never evicts by itself, or
-  SageMaker's idea of what is loaded would be wrong.
+- Memory: before a load, a model is estimated at its file size plus `cache_session_overhead_bytes`, as in
+  models/cache.py; after it, it costs what it measurably took: the growth of the loading worker's resident set
+  (RSS, from /proc/self/statm) across the load, when that is more than the estimate. RSS, not onnxruntime's own
+  allocation figure: onnxruntime reports no per-session total, and RSS also counts what a package's hooks
+  allocate (a 300 KB model whose load peaked at 861 MB was counted 259 KB by its file size). Loads within one
+  worker take turns, so that one load's growth is not counted as another's. A load that takes the loaded set
+  past `cache_budget_bytes` or `cache_max_models`, by estimate before it or by measure after it, is refused with
+  507 (a measured one is unloaded first): SageMaker then unloads the models it used least recently and loads
+  again. The container never evicts by itself, or SageMaker's idea of what is loaded would be wrong.
 - Workers: uvicorn runs several worker processes on one port and SageMaker's `POST /models` reaches one of
   them. So the loaded set lives on disk, one record per model in `multi_model_state_dir`, written under an
   exclusive lock; every worker loads a recorded model into its own memory the first time it serves it, and
@@ -22,6 +27,7 @@ from __future__ import annotations
 import fcntl
 import json
 import logging
+import os
 import re
 import tempfile
 import threading
@@ -63,6 +69,15 @@ class LoadedRecord:
     def describe(self) -> dict[str, str]:
         """The contract's model object."""
         return {"modelName": self.model_name, "modelUrl": self.url}
+
+
+def resident_bytes() -> int:
+    """This process's resident set size now (Linux: /proc/self/statm); 0 where it cannot be read."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+    return pages * os.sysconf("SC_PAGE_SIZE")
 
 
 def check_model_name(name: object) -> str:
@@ -108,6 +123,7 @@ class MultiModelStore:
         self._local: dict[str, ServedModel] = {}
         self._seen_mtime_ns = -1
         self._lock = threading.Lock()
+        self._measured_load = threading.Lock()  # one load at a time per worker: its RSS growth is its own
         self._loading: dict[str, Future[ServedModel]] = {}
         self._pool = ThreadPoolExecutor(settings.cache_load_threads, thread_name_prefix="mme-load")
 
@@ -187,14 +203,33 @@ class MultiModelStore:
             self._write_record(record)
         started = time.perf_counter()
         try:
-            model = ServedModel.load(package, self.settings)
+            with self._measured_load:
+                before = resident_bytes()
+                model = ServedModel.load(package, self.settings)
+                grown = resident_bytes() - before
         except BaseException:
             self._remove_record(model_name)
             raise
+        if grown > cost:
+            self._count_measured(LoadedRecord(model_name, str(url), grown))  # 507: the model is dropped here
         with self._lock:
             self._local[model_name] = model
-        logger.info("loaded %s as %s in %.1f ms", model.manifest.key, model_name, (time.perf_counter() - started) * 1e3)
+        logger.info(
+            "loaded %s as %s in %.1f ms (RSS +%d bytes, estimated %d)",
+            model.manifest.key, model_name, (time.perf_counter() - started) * 1e3, grown, cost,
+        )  # fmt: skip
         return record.describe()
+
+    def _count_measured(self, measured: LoadedRecord) -> None:
+        """The record now holds what the load measurably cost; past the budget, the model is unloaded and the
+        load refused with 507 (nothing of it stays)."""
+        with self._exclusive():
+            try:
+                self._check_budget(measured.cost_bytes, leaving_out=measured.model_name)
+            except InsufficientMemory:
+                self._remove_record(measured.model_name)
+                raise
+            self._write_record(measured)
 
     def unload(self, name: str) -> None:
         """`DELETE /models/{name}`: forget it in every worker (each drops its copy on its next request)."""
@@ -206,8 +241,8 @@ class MultiModelStore:
         self._drop_local(model_name)
 
     # ------------------------------------------------------------------------------------ internals
-    def _check_budget(self, cost: int) -> None:
-        records = self._records()
+    def _check_budget(self, cost: int, *, leaving_out: str | None = None) -> None:
+        records = [record for record in self._records() if record.model_name != leaving_out]
         used = sum(record.cost_bytes for record in records)
         budget, most = self.settings.cache_budget_bytes, self.settings.cache_max_models
         if used + cost > budget or len(records) + 1 > most:
@@ -218,7 +253,7 @@ class MultiModelStore:
                 allowed=f"<= {budget} bytes and <= {most} models (SERVESTACK_CACHE_BUDGET_BYTES, _MAX_MODELS)",
             )
 
-    def _load_recorded(self, name: str) -> ServedModel:
+    def _load_recorded(self, name: str) -> ServedModel:  # another worker's load: counted there
         record = self._record(name)
         if record is None:
             raise ModelNotFound(f"model {name!r} is not loaded", field="model_name", value=name)

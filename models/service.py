@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from models import codecs, request_forms
+from models import answers, codecs, request_forms
 from models.columns import columns_of
 from models.errors import InferenceError, InvalidInput, ModelLoadError, ModelNotFound, ModelNotReady, ServingError
 from models.hooks import Hooks, load_hooks
@@ -92,7 +92,7 @@ class ServedModel:
     def __post_init__(self) -> None:
         self.max_values = codecs.max_values(self.manifest, self.max_batch_rows)
         self.rows_plan = codecs.rows_plan(self.manifest, self.max_batch_rows) if self.hooks.preprocess is None else None
-        self.answer_plan = codecs.answer_plan(self.manifest) if self.hooks.postprocess is None else None
+        self.answer_plan = answers.answer_plan(self.manifest) if self.hooks.postprocess is None else None
         self.key = self.manifest.key
         self.columns = columns_of(self.manifest)
 
@@ -182,28 +182,28 @@ class ServedModel:
         written in; only JSON writes class labels, so only JSON pays for naming them."""
         if self.hooks.postprocess is None:
             by_label = media_type == codecs.JSON_BY_LABEL
-            return codecs.default_response(
+            return answers.default_response(
                 self.manifest, outputs, with_labels=by_label or media_type == codecs.JSON, by_label=by_label
             )
         fields = self.hooks.run_postprocess(outputs)
         return {"model": self.manifest.name, "version": self.manifest.version, **fields}
 
     def answer(self, outputs: Arrays, media_type: str) -> codecs.Encoded:
-        """Model outputs -> the response body in `media_type`: `respond` then `codecs.encode_response`, written
-        straight from the outputs when no postprocess hook shapes them (`codecs.AnswerPlan`, `npy_answer`)."""
+        """Model outputs -> the response body in `media_type`: `respond` then `answers.encode_response`, written
+        straight from the outputs when no postprocess hook shapes them (`answers.AnswerPlan`, `npy_answer`)."""
         plan = self.answer_plan
         if plan is not None:
             if media_type == codecs.JSON:
-                body = codecs.json_answer(plan, outputs)
+                body = answers.json_answer(plan, outputs)
             elif media_type == codecs.NPY:
-                body = codecs.planned_npy_answer(plan, outputs)
+                body = answers.planned_npy_answer(plan, outputs)
             else:
                 body = None
             if body is not None:
                 return codecs.Encoded(body, media_type)
         if media_type == codecs.NPY and self.hooks.postprocess is None:
-            return codecs.Encoded(codecs.npy_answer(self.manifest, outputs), codecs.NPY)
-        return codecs.encode_response(self.respond(outputs, media_type), media_type, self.manifest.labels)
+            return codecs.Encoded(answers.npy_answer(self.manifest, outputs), codecs.NPY)
+        return answers.encode_response(self.respond(outputs, media_type), media_type, self.manifest.labels)
 
     def infer(self, body: bytes, content_type: str | None, accept: str | None) -> codecs.Encoded:
         """The whole pipeline for one request. Raises only `ServingError`s."""

@@ -79,6 +79,12 @@ def up_arguments(up: argparse.ArgumentParser) -> None:
     )
     up.add_argument("--emulator-port", type=int, default=0, help="embedded emulator port (0: a free one)")
     up.add_argument(
+        "--allow-reset",
+        action="store_true",
+        help="answer moto's admin API on the emulator port (POST /moto-api/reset wipes every resource) "
+        "(default: refused with 403)",
+    )
+    up.add_argument(
         "--state", type=Path, default=None, help="state file (default: .servestack/local.json in the project)"
     )
     up.add_argument(
@@ -153,6 +159,7 @@ def run_up(args: argparse.Namespace) -> int:
             explain=args.explain,
             resynth=args.resynth,
             visibility_timeout_sec=args.visibility_timeout_sec,
+            allow_reset=args.allow_reset,
         )
     )
 

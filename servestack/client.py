@@ -86,20 +86,19 @@ class SigV4(httpx.Auth):
         self.session = session or boto3.Session()
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        from botocore.auth import SigV4Auth
-        from botocore.awsrequest import AWSRequest
+        from servestack.signing import sigv4_headers
 
         credentials = self.session.get_credentials()
         if credentials is None:
             raise ServingClientError(0, "no AWS credentials found for SigV4 signing", 0)
-        signed = AWSRequest(
-            method=request.method,
-            url=str(request.url),
-            data=request.content,
-            headers={"content-type": request.headers.get("content-type", JSON)},
-        )
-        SigV4Auth(credentials.get_frozen_credentials(), self.service, self.region).add_auth(signed)
-        for name, value in signed.headers.items():
+        keys = credentials.get_frozen_credentials()
+        signed = sigv4_headers(
+            request.method, str(request.url), request.content,
+            {"content-type": request.headers.get("content-type", JSON)},
+            access_key_id=keys.access_key, secret_access_key=keys.secret_key, session_token=keys.token,
+            service=self.service, region=self.region,
+        )  # fmt: skip
+        for name, value in signed.items():
             request.headers[name] = value
         yield request
 

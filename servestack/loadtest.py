@@ -122,10 +122,9 @@ def sigv4_signer(service: str, region: str, session: Any = None, *, local: bool 
     """SigV4 headers (Authorization, X-Amz-Date, X-Amz-Security-Token) from botocore's credential chain; `local`:
     the target is local up's, whose keys a missing-credentials error names."""
     import botocore.session
-    from botocore.auth import SigV4Auth
-    from botocore.awsrequest import AWSRequest
 
     from servestack.failures import CommandError, ExitCode
+    from servestack.signing import sigv4_headers
 
     chosen = session or botocore.session.get_session()
     credentials = chosen.get_credentials()
@@ -133,11 +132,12 @@ def sigv4_signer(service: str, region: str, session: Any = None, *, local: bool 
         raise CommandError(f"no AWS credentials to sign with: {keys_hint(local)}", ExitCode.AWS)
 
     def sign(target: Target) -> dict[str, str]:
-        request = AWSRequest(
-            method="POST", url=target.url, data=target.body, headers={"Content-Type": target.content_type}
-        )
-        SigV4Auth(credentials.get_frozen_credentials(), service, region).add_auth(request)
-        return {name: str(value) for name, value in request.headers.items()}
+        keys = credentials.get_frozen_credentials()
+        return sigv4_headers(
+            "POST", target.url, target.body, {"Content-Type": target.content_type},
+            access_key_id=keys.access_key, secret_access_key=keys.secret_key, session_token=keys.token,
+            service=service, region=region,
+        )  # fmt: skip
 
     return sign
 

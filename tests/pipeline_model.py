@@ -8,7 +8,9 @@ protocol); a pandas DataFrame works the same way.
 
 from __future__ import annotations
 
+import atexit
 import functools
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +72,7 @@ def pipeline_model() -> PipelineModel:
     inputs = [(name, FloatTensorType([None, 1])) for name in NUMERIC] + [(STRING, StringTensorType([None, 1]))]
     converted = to_onnx(pipeline, initial_types=inputs, options={id(classifier): {"zipmap": False}})
     work = Path(tempfile.mkdtemp(prefix="servestack-pipeline-"))
+    atexit.register(shutil.rmtree, work, ignore_errors=True)  # built once per test process, removed with it
     onnx_file = work / "flowers.onnx"
     onnx_file.write_bytes(converted.SerializeToString())
     package = work / "models" / "flowers" / "1"

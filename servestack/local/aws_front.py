@@ -10,13 +10,16 @@ this server (their paths do not collide). Every request is authenticated (SigV4)
   (boto3's `sagemaker` client): the templates' inference components (servestack/local/inference_components.py);
 - `POST /` with `X-Amz-Target: SageMaker.CreateTransformJob` or `...DescribeTransformJob`: the transform jobs an
   engine: transform schedule creates (servestack/local/transform_jobs.py), and `POST /_servestack/transform-jobs/
-  {name}`, local up's own route where `local run-batch` reports a job's end.
+  {name}`, local up's own route where `local run-batch` reports a job's end (signed by the developer, refused
+  otherwise).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from servestack.local.cloudformation import ACCOUNT
+from servestack.local.cloudformation import DEFAULT_REGION as REGION
 from servestack.local.http_server import LocalHttpServer, Reply, Request
 from servestack.local.inference_components import ComponentState, InferenceComponents
 from servestack.local.lambda_invoke import INVOKE_PREFIX, INVOKE_SUFFIX, lambda_error
@@ -43,7 +46,7 @@ class AwsFront:
         self.lambdas = lambdas
         self.access = access
         self.components = components or InferenceComponents({}, _no_scaling)
-        self.transform_jobs = transform_jobs or TransformJobs((), "us-east-1", "123456789012")
+        self.transform_jobs = transform_jobs or TransformJobs((), REGION, ACCOUNT)
         self.server = LocalHttpServer(
             "aws-api",
             self.handle,
@@ -64,7 +67,7 @@ class AwsFront:
             allowed = self.access.check(request, "sagemaker")
             return allowed if isinstance(allowed, Reply) else self.transform_jobs.handle(request)
         if TransformJobs.is_report(request):
-            return self.transform_jobs.report(request)
+            return self._developer_only(request) or self.transform_jobs.report(request)
         if InferenceComponents.is_control_plane(request):
             allowed = self.access.check(request, "sagemaker")
             return allowed if isinstance(allowed, Reply) else self.components.handle(request)
@@ -81,6 +84,20 @@ class AwsFront:
             "SageMaker DescribeInferenceComponent/UpdateInferenceComponentRuntimeConfig/CreateTransformJob/"
             "DescribeTransformJob and Lambda Invoke here",
         )
+
+    def _developer_only(self, request: Request) -> Reply | None:
+        """local up's own route (no AWS API) answers only the developer's SigV4 signature, as `local run-batch`
+        signs it: None when it does, else the refusal."""
+        allowed = self.access.check(request, "sagemaker")
+        if isinstance(allowed, Reply):
+            return allowed
+        if allowed.get("userArn") != self.access.developer.arn:
+            return lambda_error(
+                403, "AccessDeniedException",
+                f"{request.path}: local up's own route answers only the developer identity's signature, not "
+                f"{allowed.get('userArn')}",
+            )  # fmt: skip
+        return None
 
     def serve_in_background(self) -> AwsFront:
         self.server.serve_in_background()

@@ -49,7 +49,7 @@ def batch_location(about: dict[str, Any], name: str) -> tuple[str, str, str]:
 def s3_client(about: dict[str, Any]) -> Any:
     from botocore.config import Config
 
-    from servestack.local.commands import sagemaker_runtime
+    from servestack.local.developer import sagemaker_runtime
 
     session, _ = sagemaker_runtime(about)  # the developer's keys and region
     config = Config(s3={"addressing_style": "path"}, retries={"mode": "standard", "max_attempts": 3})

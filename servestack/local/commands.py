@@ -17,20 +17,10 @@ from typing import Any
 
 from servestack.failures import CommandError, ExitCode
 from servestack.local import state
+from servestack.local.developer import developer, sagemaker_runtime
 from servestack.local.manifests import print_manifest
 
 CONTENT_TYPES = {".json": "application/json", ".csv": "text/csv", ".npy": "application/x-npy"}
-
-
-def developer(about: dict[str, Any]) -> Any:
-    from servestack.local.access import DEVELOPER, Credentials
-
-    keys = about.get("developer")
-    if not isinstance(keys, dict):  # a state file that records none: the documented default keys
-        return DEVELOPER
-    return Credentials(
-        keys["arn"], keys["AWS_ACCESS_KEY_ID"], keys["AWS_SECRET_ACCESS_KEY"], keys.get("AWS_SESSION_TOKEN")
-    )
 
 
 def signed(
@@ -46,29 +36,16 @@ def signed(
 ) -> tuple[int, bytes]:
     """An HTTP request signed with SigV4, as `aws`, the SDKs and `curl --aws-sigv4` sign it."""
     import httpx
-    from botocore.auth import SigV4Auth
-    from botocore.awsrequest import AWSRequest
-    from botocore.credentials import Credentials as BotoCredentials
 
-    request = AWSRequest(method=method, url=url, data=body, headers=headers or {})
-    keys = BotoCredentials(credentials.access_key_id, credentials.secret_access_key, credentials.session_token)
-    SigV4Auth(keys, service, region).add_auth(request)
-    response = httpx.request(method, url, content=body, headers=dict(request.headers.items()), timeout=timeout_sec)
+    from servestack.signing import sigv4_headers
+
+    sent = sigv4_headers(
+        method, url, body, headers or {}, access_key_id=credentials.access_key_id,
+        secret_access_key=credentials.secret_access_key, session_token=credentials.session_token,
+        service=service, region=region,
+    )  # fmt: skip
+    response = httpx.request(method, url, content=body, headers=sent, timeout=timeout_sec)
     return response.status_code, response.content
-
-
-def sagemaker_runtime(about: dict[str, Any]) -> Any:
-    import boto3
-    from botocore.config import Config
-
-    keys = developer(about)
-    session = boto3.session.Session(
-        aws_access_key_id=keys.access_key_id,
-        aws_secret_access_key=keys.secret_access_key,
-        region_name=about.get("region", "us-east-1"),
-    )
-    config = Config(retries={"mode": "standard", "max_attempts": 1}, read_timeout=960)
-    return session, config
 
 
 def invoke(

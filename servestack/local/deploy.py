@@ -172,6 +172,7 @@ def deploy(
             f"{name}: not a realtime deployment of the running local up ({', '.join(realtime)})", ExitCode.NOT_FOUND
         )
     url = entry["url"]
+    control = entry.get("control_url", url)  # the router's admin routes (rehearsals) answer on its control port
     sample, headers, component_name = Path(entry["sample"]), {}, None
     components: dict[str, Any] = entry.get("components") or {}
     if component is not None or components:
@@ -189,7 +190,7 @@ def deploy(
     request = {"version": version, "faults": faults, **{k: v for k, v in (options or {}).items() if v is not None}}
     if component_name is not None:
         request["component"] = component_name
-    status, answer = _request(f"{url}/_servestack/deploy", request)
+    status, answer = _request(f"{control}/_servestack/deploy", request)
     if status != 202:
         error = answer.get("error", {}) if isinstance(answer, dict) else {}
         message = str(error.get("message", answer)) + (
@@ -202,7 +203,7 @@ def deploy(
     deadline = time.monotonic() + timeout_sec
     try:
         while time.monotonic() < deadline:
-            _, answer = _request(f"{url}/_servestack/deploy")
+            _, answer = _request(f"{control}/_servestack/deploy")
             for event in answer["timeline"][printed:]:
                 details = {k: v for k, v in event.items() if k not in ("at", "wall", "t_sec", "event")}
                 shown = "  ".join(f"{k}={v}" for k, v in details.items())

@@ -4,20 +4,26 @@
 moto's server starts in this process on the requested or a free port, served by werkzeug exactly as moto's
 `ThreadedMotoServer` serves it, with one difference: its WSGI app can be wrapped (local up wraps it in the
 IAM engine, so every call is checked against the caller's policies before moto sees it).
+
+moto's own admin API (`/moto-api/`: `POST /moto-api/reset` wipes every resource, others read or seed any
+backend) has no counterpart in AWS and no IAM check: the emulator refuses all of it with 403 unless
+`local up --allow-reset` (`allow_admin=True`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from servestack.local.access import DEVELOPER, Credentials
+from servestack.local.iam.identities import DEVELOPER, Credentials
 
 SERVICES = ("s3", "sqs", "dynamodb", "sns", "events", "iam", "sts", "logs")
 DEFAULT_REGION = "us-east-1"
+ADMIN_PREFIX = "moto-api"
 
 
 def region() -> str:
@@ -57,7 +63,12 @@ class EmbeddedEmulator:
     """moto's server in a thread of this process, speaking the AWS wire protocols over HTTP."""
 
     def __init__(
-        self, port: int = 0, host: str = "127.0.0.1", *, middleware: Callable[[Any], Any] | None = None
+        self,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        *,
+        middleware: Callable[[Any], Any] | None = None,
+        allow_admin: bool = False,
     ) -> None:
         from moto.moto_server.werkzeug_app import (
             DomainDispatcherApplication,
@@ -70,6 +81,8 @@ class EmbeddedEmulator:
         app: Any = DomainDispatcherApplication(create_backend_app)
         if middleware is not None:
             app = middleware(app)
+        if not allow_admin:
+            app = AdminRefused(app)
         self._server = make_server(host, port, app, threaded=True, request_handler=MotoRequestHandler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="moto", daemon=True)
         self._thread.start()
@@ -79,3 +92,25 @@ class EmbeddedEmulator:
     def stop(self) -> None:
         self._server.shutdown()
         self._thread.join(timeout=10)
+
+
+class AdminRefused:
+    """WSGI: moto's `/moto-api/...` routes answer 403 (with a JSON body saying how to allow them); the rest
+    passes. The path is the decoded one moto routes on, with repeated leading slashes and case folded."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = str(environ.get("PATH_INFO", ""))
+        if path.lstrip("/").lower().split("/", 1)[0] == ADMIN_PREFIX:
+            body = json.dumps({"error": {
+                "type": "AccessDenied",
+                "message": "moto's admin API is refused: it has no counterpart in AWS and would let any caller wipe "
+                           "or seed every resource; start `servestack local up --allow-reset` to use it",
+                "field": "path", "value": path[:200], "allowed": "AWS API calls",
+            }}).encode()  # fmt: skip
+            start_response("403 Forbidden", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+            return [body]
+        result: Iterable[bytes] = self.app(environ, start_response)
+        return result

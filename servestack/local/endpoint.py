@@ -2,7 +2,8 @@
 of one realtime container per production variant (and the shadow), and the blue/green rehearsals
 (servestack/local/rehearsal.py) it can run.
 
-`python -m servestack.local.endpoint --config ENDPOINT.json --port N [--spec serving.yaml]`. The config is
+`python -m servestack.local.endpoint --config ENDPOINT.json --port N [--control-port M] [--spec serving.yaml]`;
+the router's admin routes (metrics, rehearsals, component copies) answer only on the control port. The config is
 what `local up` read from the endpoint's `AWS::SageMaker::EndpointConfig` and `AWS::SageMaker::Model`s:
 each variant's name, weight, container environment (with `/opt/ml/model` mapped to the extracted model
 data) and execution role credentials; the shadow variants and their sampling. On an endpoint hosting
@@ -24,11 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from servestack.local.rehearsal import Rehearsal
-from servestack.local.router import Router, VariantPlan
+from servestack.local.router import DEFAULT_MAX_IN_FLIGHT, Router, VariantPlan
 
 
 def plan_of(entry: dict[str, Any]) -> VariantPlan:
     package = entry.get("package_dir")
+    command = entry.get("command") or {}
     return VariantPlan(
         entry["name"],
         entry["model"],
@@ -37,6 +39,8 @@ def plan_of(entry: dict[str, Any]) -> VariantPlan:
         Path(package) if package else None,
         dict(entry.get("environment", {})),
         entry.get("component"),
+        tuple(command["argv"]) if command.get("argv") else None,
+        Path(command["cwd"]) if command.get("cwd") else None,
     )
 
 
@@ -44,6 +48,7 @@ def main(args: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="servestack.local.endpoint", description=__doc__)
     parser.add_argument("--config", type=Path, required=True, help="the endpoint's variants, from the template")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--control-port", type=int, default=None, help="the port of the admin routes (the CLI's)")
     parser.add_argument("--spec", type=Path, default=None, help="serving.yaml, for rehearsals")
     options = parser.parse_args(args)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stdout, force=True)
@@ -78,12 +83,14 @@ def main(args: list[str] | None = None) -> int:
         rehearsal_factory=rehearsal_factory,
         max_body_bytes=limits.max_payload_bytes,
         body_read_timeout_sec=limits.body_read_timeout_sec,
+        control_port=options.control_port,
+        max_in_flight=int(config.get("max_in_flight", DEFAULT_MAX_IN_FLIGHT)),
     )
     # The router's socket is bound before its lifespan starts the variants: each variant takes a free port
     # then, and an unbound router port could be handed to one of them (seen once in twenty runs).
-    listening = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listening.bind(("127.0.0.1", options.port))
+    sockets = [_bound(options.port)]
+    if options.control_port is not None:
+        sockets.append(_bound(options.control_port))
     server = uvicorn.Server(
         uvicorn.Config(
             router,
@@ -94,8 +101,15 @@ def main(args: list[str] | None = None) -> int:
             timeout_graceful_shutdown=10,
         )
     )
-    server.run(sockets=[listening])
+    server.run(sockets=sockets)
     return 0
+
+
+def _bound(port: int) -> socket.socket:
+    listening = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listening.bind(("127.0.0.1", port))
+    return listening
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from servestack.local.http_server import LocalHttpServer, Reply, Request
+from servestack.local.http_server import LocalHttpServer, Reply, Request, request_id
 from servestack.local.lambda_runtime import http_api_event
 from servestack.local.lambda_service import LambdaService
 from servestack.local.topology import HttpApiDef, RouteDef
@@ -39,14 +39,8 @@ Authorize = Callable[[Request, str], "dict[str, Any] | Reply"]
 
 
 def gateway_error(status: int, message: str) -> Reply:
-    return Reply(status, {"Content-Type": "application/json", "apigw-requestid": _request_id()},
+    return Reply(status, {"Content-Type": "application/json", "apigw-requestid": request_id()},
                  json.dumps({"message": message}).encode())  # fmt: skip
-
-
-def _request_id() -> str:
-    import uuid
-
-    return base64.b32encode(uuid.uuid4().bytes[:10]).decode().rstrip("=")
 
 
 @dataclass(frozen=True)

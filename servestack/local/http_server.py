@@ -1,30 +1,43 @@
-"""A small threaded HTTP/1.1 server for local stand-ins of AWS APIs: one function turns a `Request` into a `Reply`.
+"""The one HTTP stack of local mode's fronts: an ASGI app served by uvicorn, into which each front plugs one
+function that turns a `Request` into a `Reply`.
 
-The AWS API front of `local up` and the Lambda Invoke API of each function host are built on it. Keep-alive
-works (boto3 pools its connections).
+The AWS API front (SageMaker Runtime, Lambda Invoke, the SageMaker control plane calls local up answers), the
+Lambda Invoke API of each function host, the HTTP API fronts and the API Gateway stand-in `HttpFront` are all
+a `LocalHttpServer`. Keep-alive works (boto3 and httpx pool their connections).
 
-`BoundedRequestHandler.read_body` is the one body reader of every `http.server`-based front of local mode
-(this server, and the API Gateway stand-in `HttpFront` in lambda_runtime.py): `Content-Length` or chunked
-`Transfer-Encoding` (both at once is refused: it is how requests are smuggled past a proxy), at most
-`max_body_bytes`, read within `body_timeout_sec`. A body over the limit is refused with 413 before it is
-read; under `Expect: 100-continue` before the client sends it, otherwise after up to `DRAIN_BYTES` of it
-have been read and thrown away, so that a client that sends its whole body before reading (urllib) sees the
-413 rather than a reset connection. Every refusal closes the connection.
+Bodies are read by handlers/body.py's `read_body`, the reader of every ASGI front of the project (the
+realtime container, the endpoint router): at most `max_body_bytes`, within `body_timeout_sec`. uvicorn frames
+the request (Content-Length or chunked; both at once, or a Content-Length that is not a number, is its 400),
+so no front parses chunked bodies itself. A body over the limit is 413 before it is read when its length is
+declared (before the client sends it under `Expect: 100-continue`, otherwise after draining what the client
+sends, so a client that writes its whole body before reading, as urllib does, sees the answer and not a
+reset); a chunked one as soon as it passes the limit. A body that stalls is 408 at the deadline. Every
+refusal closes the connection.
+
+A front's `handle` is plain blocking code (it invokes functions, calls containers, asks IAM): it runs on a
+thread of the server's own pool, so one slow call never holds up another, as with a thread per connection.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import http
 import json
 import logging
-import re
+import socket
 import threading
-import time
 import urllib.parse
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, ClassVar
+from typing import Any
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from handlers.body import ClientDisconnected, ReadDeadlines, read_asgi_body
+from models.errors import InvalidInput, ServingError
 
 logger = logging.getLogger("servestack.local")
 HOP_BY_HOP = frozenset({"connection", "content-length", "transfer-encoding", "keep-alive"})
@@ -32,177 +45,13 @@ HOP_BY_HOP = frozenset({"connection", "content-length", "transfer-encoding", "ke
 # Gateway can hand a function.
 MAX_BODY_BYTES = 6 * 1024 * 1024
 BODY_TIMEOUT_SEC = 10.0
-# A refused body is read and thrown away up to this much, so the client sees the answer (see above).
-DRAIN_BYTES = 16 * 1024 * 1024
-_LENGTH = re.compile(r"[0-9]{1,18}")
-_CHUNK_SIZE = re.compile(rb"[0-9a-fA-F]{1,15}")
-_READ_SIZE = 64 * 1024
+LISTEN_BACKLOG = 1024  # connections the kernel queues before they are accepted (a load test opens hundreds)
+IDLE_KEEP_ALIVE_SEC = 120  # past the 5 s idle expiry of httpx's and urllib3's pools: the client closes first
+MAX_THREADS = 256  # blocking handlers running at once, per server (a thread per connection before)
 
-
-class BodyRefused(Exception):
-    """The request's body cannot be taken: `status` and `message` say why (400, 408, 413, 501)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-class BoundedRequestHandler(BaseHTTPRequestHandler):
-    """A request handler whose body is read by `read_body` with a size limit and a deadline."""
-
-    protocol_version = "HTTP/1.1"
-    max_body_bytes: ClassVar[int] = MAX_BODY_BYTES
-    body_timeout_sec: ClassVar[float] = BODY_TIMEOUT_SEC
-    timeout = 120  # seconds a socket operation may wait: an idle keep-alive connection is closed after it
-
-    def read_body(self) -> bytes:
-        """The request body, or `BodyRefused`."""
-        deadline = time.monotonic() + self.body_timeout_sec
-        codings = [c.strip().lower() for v in self.headers.get_all("transfer-encoding", []) for c in v.split(",")]
-        lengths = [value.strip() for value in self.headers.get_all("content-length", [])]
-        if codings:
-            if lengths:
-                raise BodyRefused(400, "Content-Length and Transfer-Encoding together are refused")
-            if codings != ["chunked"]:
-                raise BodyRefused(501, f"Transfer-Encoding {', '.join(codings)!r} is not supported; use chunked")
-            return self._read_chunked(deadline)
-        if not lengths:
-            return b""
-        if len(set(lengths)) > 1 or not _LENGTH.fullmatch(lengths[0]):
-            raise BodyRefused(400, f"Content-Length {', '.join(lengths)[:40]!r} is not a length in bytes")
-        length = int(lengths[0])
-        if length > self.max_body_bytes:
-            if length <= self.max_body_bytes + DRAIN_BYTES:
-                self._discard(length, deadline)
-            raise self._too_large(length)
-        return self._read_exactly(length, deadline)
-
-    def handle_expect_100(self) -> bool:
-        """Refuse an announced body over the limit before the client sends it; else let it come."""
-        declared = self.headers.get("content-length", "").strip()
-        if _LENGTH.fullmatch(declared) and int(declared) > self.max_body_bytes:
-            self.refuse(self._too_large(int(declared)))
-            return False
-        return super().handle_expect_100()
-
-    def refuse(self, refusal: BodyRefused) -> None:
-        """Answer a refused body and close the connection (its framing can no longer be trusted)."""
-        headers, body = self.refusal_reply(refusal)
-        self.close_connection = True
-        self.send_response(refusal.status)
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def refusal_reply(self, refusal: BodyRefused) -> tuple[dict[str, str], bytes]:
-        """The headers and body of a refusal; fronts override this to speak their API's error format."""
-        return {"Content-Type": "application/json"}, json.dumps({"message": refusal.message}).encode()
-
-    def _too_large(self, length: int | None) -> BodyRefused:
-        size = f"{length} bytes" if length is not None else "the body"
-        return BodyRefused(413, f"Request Entity Too Large: {size} is over the {self.max_body_bytes}-byte limit")
-
-    # ------------------------------------------------------------------------------------------ reading
-    def _wait(self, deadline: float) -> None:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise BodyRefused(408, f"the body did not arrive within {self.body_timeout_sec:g}s")
-        self.connection.settimeout(remaining)
-
-    def _read_some(self, most: int, deadline: float) -> bytes:
-        """At most `most` bytes, with at most one read from the socket, before the deadline."""
-        self._wait(deadline)
-        try:
-            data: bytes = self.rfile.read1(most)
-        except TimeoutError:
-            raise BodyRefused(408, f"the body did not arrive within {self.body_timeout_sec:g}s") from None
-        finally:
-            self.connection.settimeout(self.timeout)
-        if not data:
-            raise BodyRefused(400, "the connection closed before the whole body arrived")
-        return data
-
-    def _read_exactly(self, length: int, deadline: float) -> bytes:
-        chunks: list[bytes] = []
-        remaining = length
-        while remaining:
-            data = self._read_some(min(remaining, _READ_SIZE), deadline)
-            chunks.append(data)
-            remaining -= len(data)
-        return b"".join(chunks)
-
-    def _discard(self, length: int, deadline: float) -> None:
-        try:
-            while length > 0:
-                length -= len(self._read_some(min(length, _READ_SIZE), deadline))
-        except BodyRefused:
-            return  # gone or too slow: the answer goes out anyway
-
-    def _read_line(self, deadline: float, most: int = 4096) -> bytes:
-        """One CRLF-terminated line of a chunked body, never reading past it."""
-        line = b""
-        while True:
-            self._wait(deadline)
-            try:
-                buffered: bytes = self.rfile.peek(1)  # type: ignore[attr-defined]  # one socket read at most
-            except TimeoutError:
-                raise BodyRefused(408, f"the body did not arrive within {self.body_timeout_sec:g}s") from None
-            finally:
-                self.connection.settimeout(self.timeout)
-            if not buffered:
-                raise BodyRefused(400, "the connection closed inside a chunked body")
-            end = buffered.find(b"\n")
-            line += self.rfile.read(end + 1 if end >= 0 else len(buffered))
-            if end >= 0:
-                return line
-            if len(line) > most:
-                raise BodyRefused(400, "a line of the chunked body is too long")
-
-    def _read_chunked(self, deadline: float) -> bytes:
-        chunks: list[bytes] = []
-        size_so_far = 0
-        while True:
-            line = self._read_line(deadline).rstrip(b"\r\n")
-            size_text = line.split(b";", 1)[0].strip()  # chunk extensions are ignored
-            if not _CHUNK_SIZE.fullmatch(size_text):
-                raise BodyRefused(400, f"chunk size {size_text[:20]!r} is not hexadecimal")
-            size = int(size_text, 16)
-            if size == 0:
-                for _ in range(64):  # trailer fields, then the empty line that ends the body
-                    if not self._read_line(deadline).strip():
-                        return b"".join(chunks)
-                raise BodyRefused(400, "too many trailer fields")
-            size_so_far += size
-            if size_so_far > self.max_body_bytes:
-                self._discard_chunks(size, deadline)
-                raise self._too_large(None)
-            chunks.append(self._read_exactly(size, deadline))
-            if self._read_line(deadline).strip():
-                raise BodyRefused(400, "a chunk is longer than its size says")
-
-    def _discard_chunks(self, pending: int, deadline: float) -> None:
-        """Throw away the rest of a chunked body over the limit (from a chunk of `pending` bytes on), up to
-        DRAIN_BYTES and within the deadline."""
-        drained = 0
-        try:
-            while pending and drained <= DRAIN_BYTES:
-                self._discard(pending, deadline)
-                drained += pending
-                self._read_line(deadline)  # the CRLF that ends the chunk
-                size_text = self._read_line(deadline).split(b";", 1)[0].strip()
-                if not _CHUNK_SIZE.fullmatch(size_text):
-                    return
-                pending = int(size_text, 16)
-            if not pending:
-                for _ in range(64):
-                    if not self._read_line(deadline).strip():
-                        return
-        except BodyRefused:
-            return
+Scope = dict[str, Any]
+Receive = Callable[[], Any]
+Send = Callable[[dict[str, Any]], Any]
 
 
 @dataclass(frozen=True)
@@ -213,6 +62,7 @@ class Request:
     headers: dict[str, str]  # lower-cased names
     body: bytes
     raw_query: str = ""  # the query string as sent: SigV4 (servestack/local/iam) signs it encoded
+    source_ip: str = "127.0.0.1"
 
     def header(self, name: str) -> str | None:
         return self.headers.get(name.lower())
@@ -226,11 +76,136 @@ class Reply:
 
 
 def request_id() -> str:
+    """The one request id of local mode's answers and refusals (`x-amzn-RequestId`, `apigw-requestid`)."""
     return str(uuid.uuid4())
 
 
+def refusal(error: ServingError) -> Reply:
+    """A body the front will not take (413, 408), in the JSON AWS's APIs answer with: `message` (which boto3
+    and API Gateway clients read) and the field, value and limit."""
+    kind = {408: "RequestTimeoutException", 413: "RequestTooLargeException"}.get(
+        error.status_code, "ValidationException"
+    )
+    headers = {"Content-Type": "application/json", "x-amzn-RequestId": request_id(), "x-amzn-ErrorType": kind}
+    phrase = http.HTTPStatus(error.status_code).phrase
+    details = error.to_dict()
+    message = f"{phrase}: {details['message']}" + (f" ({details['allowed']})" if "allowed" in details else "")
+    return Reply(error.status_code, headers, json.dumps({"message": message, "error": details}).encode())
+
+
+class _RememberingParser:
+    """httptools' request parser, remembering why it could not read a request: uvicorn's own 400 says only
+    that it could not."""
+
+    def __init__(self, parser: Any, protocol: FrontProtocol) -> None:
+        self._parser = parser
+        self._protocol = protocol
+
+    def feed_data(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as error:
+            self._protocol.framing_error = str(error)
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._parser, name)
+
+
+class FrontProtocol(HttpToolsProtocol):
+    """uvicorn's HTTP/1.1 protocol (httptools), whose refusal of a request it cannot frame (a Content-Length
+    that is not a number, Content-Length with Transfer-Encoding, a bad chunk size) is JSON naming what is
+    wrong, like every other refusal of the fronts."""
+
+    framing_error = ""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.parser = _RememberingParser(self.parser, self)  # type: ignore[assignment]
+
+    def send_400_response(self, msg: str) -> None:
+        why = self.framing_error or msg
+        error = InvalidInput(
+            f"the request cannot be read: {why}",
+            field="request framing",
+            value=why,
+            allowed="a request line and headers as HTTP/1.1 has them, with one decimal Content-Length or "
+            "Transfer-Encoding: chunked alone",
+        )
+        body = json.dumps({"message": error.message, "error": error.to_dict()}).encode()
+        head = f"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+        self.transport.write(head.encode() + b"connection: close\r\n\r\n" + body)
+        self.transport.close()
+
+
+class FrontApp:
+    """The ASGI app of one front: read the body (bounded), run `handle` on the pool, send its reply."""
+
+    def __init__(
+        self,
+        name: str,
+        handle: Callable[[Request], Reply],
+        *,
+        max_body_bytes: int,
+        body_timeout_sec: float,
+        too_large: Callable[[int | str], Reply] | None = None,
+    ) -> None:
+        self.name = name
+        self.handle = handle
+        self.max_body_bytes = max_body_bytes
+        self.too_large = too_large
+        self.deadlines = ReadDeadlines(body_timeout_sec)
+        self.pool = concurrent.futures.ThreadPoolExecutor(MAX_THREADS, thread_name_prefix=f"http-{name}")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # lifespan is off; websockets are no front's
+            return None
+        raw_headers: list[tuple[bytes, bytes]] = scope["headers"]
+        try:
+            body = await read_asgi_body(receive, raw_headers, self.max_body_bytes, self.deadlines)
+        except ServingError as error:
+            refused = self.too_large(error.value) if error.status_code == 413 and self.too_large else refusal(error)
+            return await _send(send, refused, close=True)
+        except ClientDisconnected:
+            return None
+        raw_query = scope["query_string"].decode("latin-1")
+        client = scope.get("client")
+        request = Request(
+            scope["method"],
+            scope["raw_path"].decode("latin-1") if scope.get("raw_path") else scope["path"],
+            {k: v[-1] for k, v in urllib.parse.parse_qs(raw_query, keep_blank_values=True).items()},
+            {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in raw_headers},
+            body,
+            raw_query,
+            client[0] if client else "127.0.0.1",
+        )
+        reply = await asyncio.get_running_loop().run_in_executor(self.pool, self._answer, request)
+        return await _send(send, reply)
+
+    def _answer(self, request: Request) -> Reply:
+        try:
+            return self.handle(request)
+        except Exception:
+            logger.exception("%s: failed on %s %s", self.name, request.method, request.path)
+            return Reply(500, {"Content-Type": "text/plain"}, b"internal error; see the local up log")
+
+
+async def _send(send: Send, reply: Reply, *, close: bool = False) -> None:
+    headers = [
+        (key.encode("latin-1"), str(value).encode("latin-1"))
+        for key, value in reply.headers.items()
+        if key.lower() not in HOP_BY_HOP
+    ]
+    headers.append((b"content-length", str(len(reply.body)).encode()))
+    if close:  # the request's framing can no longer be trusted
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": reply.status, "headers": headers})
+    await send({"type": "http.response.body", "body": reply.body})
+
+
 class LocalHttpServer:
-    """`handle(request) -> Reply` on `host:port` (0: a free port), each connection on its own thread."""
+    """`handle(request) -> Reply` on `host:port` (0: a free port), served by uvicorn on a thread of its own.
+    The port is bound and listening once this returns; `serve_in_background` starts answering."""
 
     def __init__(
         self,
@@ -239,71 +214,49 @@ class LocalHttpServer:
         port: int = 0,
         host: str = "127.0.0.1",
         *,
+        # Past the 6 MB the APIs behind it take (they answer with their own errors): bounded, not unlimited.
         max_body_bytes: int = 2 * MAX_BODY_BYTES,
         body_timeout_sec: float = BODY_TIMEOUT_SEC,
-        too_large: Callable[[int], Reply] | None = None,
+        too_large: Callable[[int | str], Reply] | None = None,  # the front's own words for a 413
     ) -> None:
+        import uvicorn
+
         self.name = name
-        body_limit, body_deadline = max_body_bytes, body_timeout_sec
-
-        class RequestHandler(BoundedRequestHandler):
-            # Past the 6 MB the APIs behind it take (they answer with their own errors): bounded, not unlimited.
-            max_body_bytes = body_limit
-            body_timeout_sec = body_deadline
-
-            def refusal_reply(self, refusal: BodyRefused) -> tuple[dict[str, str], bytes]:
-                if refusal.status == 413 and too_large is not None:  # the front's own words for it
-                    reply = too_large(int(self.headers.get("content-length") or 0) if self.headers else 0)
-                    return reply.headers, reply.body
-                kind = {400: "ValidationException", 408: "RequestTimeoutException", 413: "RequestTooLargeException"}
-                headers = {"Content-Type": "application/json", "x-amzn-RequestId": request_id()}
-                headers["x-amzn-ErrorType"] = kind.get(refusal.status, "ValidationException")
-                return headers, json.dumps({"message": refusal.message}).encode()
-
-            def _handle(self) -> None:
-                try:
-                    body = self.read_body()
-                except BodyRefused as refusal:
-                    self.refuse(refusal)
-                    return
-                split = urllib.parse.urlsplit(self.path)
-                query = {k: v[-1] for k, v in urllib.parse.parse_qs(split.query, keep_blank_values=True).items()}
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                try:
-                    reply = handle(Request(self.command, split.path, query, headers, body, split.query))
-                except Exception:
-                    logger.exception("%s: failed on %s %s", name, self.command, self.path)
-                    reply = Reply(500, {"Content-Type": "text/plain"}, b"internal error; see the local up log")
-                self._send(reply)
-
-            def _send(self, reply: Reply) -> None:
-                self.send_response(reply.status)
-                for key, value in reply.headers.items():
-                    if key.lower() not in HOP_BY_HOP:
-                        self.send_header(key, value)
-                self.send_header("Content-Length", str(len(reply.body)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(reply.body)
-
-            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _handle  # noqa: N815
-
-            def log_message(self, format: str, *args: Any) -> None:
-                logger.debug("%s: " + format, name, *args)
-
-        self.server = ThreadingHTTPServer((host, port), RequestHandler)
-        self.server.daemon_threads = True
-        self.port = int(self.server.server_address[1])
+        self.app = FrontApp(
+            name, handle, max_body_bytes=max_body_bytes, body_timeout_sec=body_timeout_sec, too_large=too_large
+        )
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.socket.bind((host, port))
+        self.socket.listen(LISTEN_BACKLOG)
+        self.port = int(self.socket.getsockname()[1])
         self.url = f"http://{host}:{self.port}"
+        config = uvicorn.Config(
+            self.app,
+            http=FrontProtocol,
+            log_config=None,  # leave the process's logging alone
+            log_level="error",
+            access_log=False,
+            server_header=False,
+            lifespan="off",
+            proxy_headers=False,  # the peer is the caller: an X-Forwarded-For never stands in for aws:SourceIp
+            backlog=LISTEN_BACKLOG,
+            timeout_keep_alive=IDLE_KEEP_ALIVE_SEC,
+            timeout_graceful_shutdown=2,
+        )
+        self.server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
 
     def serve_in_background(self) -> LocalHttpServer:
-        self._thread = threading.Thread(target=self.server.serve_forever, name=f"http-{self.name}", daemon=True)
+        self._thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.socket]}, name=f"http-{self.name}", daemon=True
+        )
         self._thread.start()
         return self
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout=5)
+        self.app.pool.shutdown(wait=False, cancel_futures=True)
+        self.socket.close()

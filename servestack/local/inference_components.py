@@ -69,6 +69,22 @@ class ComponentState:
 
 # Sets a component's copies on its endpoint's router; returns when the copies are in service (raises otherwise).
 Scaler = Callable[[ComponentState, int], None]
+# The component's copies as its router runs them now, (copies, containers serving), or None when it cannot tell.
+Observer = Callable[[ComponentState], "tuple[int, int] | None"]
+
+
+def copies_on_router(control_url: str, name: str) -> tuple[int, int] | None:
+    """Component `name`'s copies as its endpoint's router runs them, (copies, containers serving now), from the
+    router's control port; None when the router does not answer."""
+    import httpx
+
+    try:
+        found = httpx.get(f"{control_url}/_servestack/components", timeout=5).json().get(name)
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    if not isinstance(found, dict):
+        return None
+    return int(found.get("copies", 0)), int(found.get("serving", 0))
 
 
 def json_error(code: str, message: str, status: int = 400) -> Reply:
@@ -96,9 +112,10 @@ def _ok(body: dict[str, Any]) -> Reply:
 class InferenceComponents:
     """The components of every endpoint local up runs, and the control-plane calls on them."""
 
-    def __init__(self, components: dict[str, ComponentState], scale: Scaler) -> None:
+    def __init__(self, components: dict[str, ComponentState], scale: Scaler, observe: Observer | None = None) -> None:
         self.components = components
         self.scale = scale
+        self.observe = observe
         self._lock = threading.Lock()
 
     @staticmethod
@@ -128,6 +145,7 @@ class InferenceComponents:
         if component is None:
             return json_error("ValidationException", f"Could not find inference component {name!r}.")
         if operation == "DescribeInferenceComponent":
+            self._observe(component)
             return _ok(component.describe())
         return self.update_runtime_config(component, body.get("DesiredRuntimeConfig"))
 
@@ -153,6 +171,24 @@ class InferenceComponents:
             target=self._apply, args=(component, copies), name=f"scale-{component.name}", daemon=True
         ).start()
         return _ok({"InferenceComponentArn": component.arn})
+
+    def _observe(self, component: ComponentState) -> None:
+        """Copies as the router runs them (a container that died and is starting again serves no copy): what
+        DescribeInferenceComponent reports never says a copy runs when none does. Not during an update, whose
+        own outcome sets them."""
+        if self.observe is None or component.status == "Updating":
+            return
+        observed = self.observe(component)
+        if observed is None:
+            return
+        copies, serving = observed
+        with self._lock:
+            if component.status == "Updating":
+                return
+            current = copies if serving else 0
+            if (copies, current) != (component.desired_copies, component.current_copies):
+                component.desired_copies, component.current_copies = copies, current
+                component.modified = time.time()
 
     def _apply(self, component: ComponentState, copies: int) -> None:
         try:

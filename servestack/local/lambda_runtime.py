@@ -20,16 +20,15 @@ import urllib.parse
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from http.server import ThreadingHTTPServer
 from typing import Any
 
-from servestack.local.http_server import BODY_TIMEOUT_SEC, MAX_BODY_BYTES, BodyRefused, BoundedRequestHandler
+from servestack.local.cloudformation import ACCOUNT
+from servestack.local.http_server import BODY_TIMEOUT_SEC, MAX_BODY_BYTES, LocalHttpServer, Reply, Request
 
 logger = logging.getLogger("servestack.local")
 
 Handler = Callable[[dict[str, Any], Any], Any]
 REGION = "us-east-1"
-ACCOUNT = "123456789012"
 
 
 class FunctionTimeout(Exception):
@@ -189,10 +188,10 @@ def http_api_event(
 class HttpFront:
     """A local HTTP API: each request becomes a v2 event for `function`; its response goes back as HTTP.
 
-    Bodies are read by `BoundedRequestHandler.read_body` (servestack/local/http_server.py): chunked or sized,
-    at most `max_body_bytes` (Lambda's 6 MB payload limit by default), within the read deadline; refusals
-    are API Gateway's `{"message": ...}` errors. A request waits for the function's instance no longer than
-    the function's timeout: then it is throttled (429), as Lambda throttles rather than queues."""
+    Served by local mode's one HTTP stack (servestack/local/http_server.py): bodies chunked or sized, at most
+    `max_body_bytes` (Lambda's 6 MB payload limit by default), within the read deadline; refusals carry
+    API Gateway's `{"message": ...}`. A request waits for the function's instance no longer than the
+    function's timeout: then it is throttled (429), as Lambda throttles rather than queues."""
 
     def __init__(
         self,
@@ -204,45 +203,24 @@ class HttpFront:
         body_timeout_sec: float = BODY_TIMEOUT_SEC,
     ) -> None:
         self.function = function
-        front = self
-        body_limit, body_deadline = max_body_bytes, body_timeout_sec
+        self.host = host
+        self.server = LocalHttpServer(
+            f"front-{function.name}",
+            self.handle,
+            port,
+            host,
+            max_body_bytes=max_body_bytes,
+            body_timeout_sec=body_timeout_sec,
+        )
+        self.port = self.server.port
+        self.url = self.server.url
 
-        class RequestHandler(BoundedRequestHandler):
-            max_body_bytes = body_limit
-            body_timeout_sec = body_deadline
-
-            def _handle(self) -> None:
-                try:
-                    body = self.read_body()
-                except BodyRefused as refusal:
-                    self.refuse(refusal)
-                    return
-                event = http_api_event(
-                    self.command,
-                    self.path,
-                    dict(self.headers.items()),
-                    body,
-                    f"{host}:{front.port}",
-                    self.client_address[0],
-                )
-                status, headers, payload = front.call(event)
-                self.send_response(status)
-                for name, value in headers.items():
-                    if name.lower() not in ("content-length", "connection", "transfer-encoding"):
-                        self.send_header(name, value)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _handle  # noqa: N815
-
-            def log_message(self, format: str, *args: Any) -> None:
-                logger.debug("%s: " + format, front.function.name, *args)
-
-        self.server = ThreadingHTTPServer((host, port), RequestHandler)
-        self.server.daemon_threads = True
-        self.port = int(self.server.server_address[1])
-        self.url = f"http://{host}:{self.port}"
+    def handle(self, request: Request) -> Reply:
+        target = request.path + (f"?{request.raw_query}" if request.raw_query else "")
+        event = http_api_event(
+            request.method, target, request.headers, request.body, f"{self.host}:{self.port}", request.source_ip
+        )
+        return Reply(*self.call(event))
 
     def call(self, event: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
         """Invoke the function for one request; the request ends within the function's timeout, waiting
@@ -265,11 +243,9 @@ class HttpFront:
         headers = {str(k): str(v) for k, v in (response.get("headers") or {}).items()}
         return int(response["statusCode"]), headers, payload
 
-    def serve_in_background(self) -> threading.Thread:
-        thread = threading.Thread(target=self.server.serve_forever, name=f"front-{self.function.name}", daemon=True)
-        thread.start()
-        return thread
+    def serve_in_background(self) -> HttpFront:
+        self.server.serve_in_background()
+        return self
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()

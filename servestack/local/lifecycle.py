@@ -261,7 +261,8 @@ def deployment_rows(about: dict[str, Any], spec_versions: dict[str, str]) -> lis
         state_text = "running" if not down_ones else ("down" if len(down_ones) == len(processes) else "degraded")
         if not processes:
             state_text = "idle" if entry.get("mode") == "batch" else "running"
-        version = _served_version(entry) or spec_versions.get(name, "?")
+        metrics = _router_metrics(entry)
+        version = _served_version(metrics) or spec_versions.get(name, "?")
         rows.append(
             {
                 "deployment": name,
@@ -269,7 +270,7 @@ def deployment_rows(about: dict[str, Any], spec_versions: dict[str, str]) -> lis
                 "state": state_text,
                 "url": entry.get("url") or _batch_where(entry),
                 "version": version,
-                "restarts": _restarts(about, name, entry),
+                "restarts": _restarts(about, name, metrics),
                 "not_answering": down_ones,
             }
         )
@@ -283,32 +284,37 @@ def _answers(url: str | None, wanted: int | None) -> bool:
     return status is not None and (wanted is None or status == wanted)
 
 
-def _served_version(entry: dict[str, Any]) -> str | None:
-    """A realtime endpoint's live version, from its router (`model@version` of the variants taking traffic)."""
-    if entry.get("mode") != "realtime" or not entry.get("url"):
+def _router_metrics(entry: dict[str, Any]) -> dict[str, Any] | None:
+    """A realtime endpoint's router metrics, from its control port (the admin routes answer only there)."""
+    control = entry.get("control_url")
+    if entry.get("mode") != "realtime" or not control:
         return None
     import urllib.request
 
     try:
-        with urllib.request.urlopen(f"{entry['url']}/_servestack/metrics", timeout=2) as response:  # noqa: S310
-            metrics = json.loads(response.read())
+        with urllib.request.urlopen(f"{control}/_servestack/metrics", timeout=2) as response:  # noqa: S310
+            metrics: dict[str, Any] = json.loads(response.read())
     except (OSError, ValueError):
+        return None
+    return metrics
+
+
+def _served_version(metrics: dict[str, Any] | None) -> str | None:
+    """A realtime endpoint's live version, from its router (`model@version` of the variants taking traffic)."""
+    if metrics is None:
         return None
     served = sorted({str(v["model"]).rpartition("@")[2] for v in metrics.get("variants", {}).values() if "model" in v})
     return ",".join(served) or None
 
 
-def _restarts(about: dict[str, Any], name: str, entry: dict[str, Any]) -> int:
-    """Restarts the supervisor counted, where the state file records them (per deployment or per child)."""
-    counted = entry.get("restarts")
-    if isinstance(counted, int):
-        return counted
-    children = about.get("children") or {}
-    total = 0
-    for child, value in children.items():
-        if str(child).split("/", 1)[0] == name:
-            number = value.get("restarts") if isinstance(value, dict) else value
-            total += number if isinstance(number, int) else 0
+def _restarts(about: dict[str, Any], name: str, metrics: dict[str, Any] | None) -> int:
+    """Restarts of a deployment's children: local up's supervisor counts its own children (the state file's
+    `restarts`, by child `<deployment>/<child>`), an endpoint's router its variants' containers (its metrics)."""
+    counted = about.get("restarts") or {}
+    total = sum(n for child, n in counted.items() if str(child).split("/", 1)[0] == name and isinstance(n, int))
+    if metrics is not None:
+        variants = metrics.get("variants") or {}
+        total += sum(v.get("restarts", 0) for v in variants.values() if isinstance(v.get("restarts", 0), int))
     return total
 
 

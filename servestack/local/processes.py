@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -12,7 +13,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,6 +67,14 @@ def http_status(url: str, timeout_sec: float = 2.0) -> int | None:
         return None
 
 
+class GroupLeader(subprocess.Popen[bytes]):
+    """A child started in a session (and process group) of its own, whose id is its pid: `stop_process` and
+    `kill_group` signal the whole group, so the workers a server forked go with it."""
+
+    def __init__(self, argv: list[str], **options: Any) -> None:
+        super().__init__(argv, start_new_session=True, **options)
+
+
 @dataclass
 class RealtimeProcess:
     """The realtime container entry (`python -m handlers.realtime serve`) as a child process."""
@@ -88,7 +97,11 @@ class RealtimeProcess:
         env: dict[str, str] | None = None,
         workers: int = 1,
         output: IO[bytes] | int | None = None,
+        argv: list[str] | None = None,
+        cwd: Path | None = None,
     ) -> RealtimeProcess:
+        """`argv` and `cwd`: the image's command and WORKDIR (servestack/local/container.py); by default the
+        realtime entry from the working tree."""
         child_env = {
             **os.environ,
             "SAGEMAKER_BIND_TO_PORT": str(port),
@@ -96,9 +109,9 @@ class RealtimeProcess:
             "SERVESTACK_WORKERS": str(workers),
             **(env or {}),
         }
-        process = subprocess.Popen(
-            [sys.executable, "-m", "handlers.realtime", "serve"],
-            cwd=REPO_ROOT,
+        process = GroupLeader(
+            argv or [sys.executable, "-m", "handlers.realtime", "serve"],
+            cwd=cwd or REPO_ROOT,
             env=child_env,
             stdout=output,
             stderr=subprocess.STDOUT if output is not None else None,
@@ -122,12 +135,42 @@ class RealtimeProcess:
 
 
 def stop_process(process: subprocess.Popen[bytes], grace_sec: float) -> int:
-    """SIGTERM (servers drain in-flight requests), then SIGKILL after the grace period; the exit code."""
+    """SIGTERM (servers drain in-flight requests), then SIGKILL after the grace period; the exit code. A child
+    started in a session of its own (`start_new_session=True`) is signalled as a group, and whatever of the
+    group outlives it (a worker whose master died) is killed: no orphan keeps serving its port."""
+    group = _own_group(process)
     if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
+        _signal(process, group, signal.SIGTERM)
         try:
             process.wait(timeout=grace_sec)
         except subprocess.TimeoutExpired:
-            process.kill()
+            _signal(process, group, signal.SIGKILL)
             process.wait()
+    kill_group(process)
     return process.returncode
+
+
+def kill_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL every process left in the group of `process` (started with `start_new_session=True`), e.g. the
+    workers of a server whose master was killed; nothing when it leads no group of its own."""
+    group = _own_group(process)
+    if group is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # an empty group: nothing was left
+            os.killpg(group, signal.SIGKILL)
+
+
+def _own_group(process: subprocess.Popen[bytes]) -> int | None:
+    """The process group `process` leads (its pid, with `start_new_session=True`), else None. Read from
+    how it was started, never from the pid's current group (Linux hands out no pid that is still a live group's
+    id, so the group's id stays the leader's while any member is left)."""
+    return process.pid if isinstance(process, GroupLeader) else None
+
+
+def _signal(process: subprocess.Popen[bytes], group: int | None, signum: int) -> None:
+    try:
+        if group is not None:
+            os.killpg(group, signum)
+        else:
+            process.send_signal(signum)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -8,11 +8,16 @@ starts one realtime child (`python -m handlers.realtime serve`) per variant (and
 - every inference route (`/invocations`, `/v1/models/...`): forwarded to a variant picked at random by
   weight; the answer carries `x-Amzn-Invoked-Production-Variant`, as SageMaker's does;
 - `GET /ping`: the first live variant's;
-- `GET /_servestack/metrics`: requests, 4xx/5xx and latency per variant; `GET /_servestack/shadow`: the shadow
-  report (label agreement, mean |probability difference|, latency of each);
-- `POST /_servestack/deploy`, `GET /_servestack/deploy`: start and follow a rehearsal;
-- `GET /_servestack/components`, `POST /_servestack/components/{name}` `{"copies": N}`: a component's copies (0
-  stops its child, N >= 1 starts it again if it was stopped; locally one child stands for all its copies).
+- on its control port only (`--control-port`, recorded in local up's state file and used by the CLI; on the
+  port callers invoke, `/_servestack/...` is a 403), the admin routes:
+  - `GET /_servestack/metrics`: requests, 4xx/5xx, latency, restarts and pid per variant;
+  - `GET /_servestack/shadow`: the shadow report (label agreement, mean |probability difference|, latency of each);
+  - `POST /_servestack/deploy`, `GET /_servestack/deploy`: start and follow a rehearsal;
+  - `GET /_servestack/components`, `POST /_servestack/components/{name}` `{"copies": N}`: a component's copies (0
+    stops its child, N >= 1 starts it again if it was stopped; locally one child stands for all its copies).
+A variant's container that exits is started again, with backoff (`_watch`); meanwhile its requests get a 503
+with Retry-After. The router also sheds load itself: past `max_in_flight` requests waiting on its variants, a
+request is answered 429 with Retry-After at once instead of queueing without end.
 
 Fault injection (`error_rate`, `latency_ms`) exists only here, in the local router, applied to the green side
 of a rehearsal: nothing in `handlers/` or `models/` can misbehave on purpose.
@@ -33,12 +38,14 @@ from typing import Any
 import numpy as np
 import orjson
 
-from handlers.body import ClientDisconnected, ReadDeadlines, read_body
+from handlers.body import ClientDisconnected, ReadDeadlines, read_asgi_body
 from models.errors import InvalidInput, ServingError
 from models.settings import SIX_MEBIBYTES
 from servestack.alarms import Observation
 from servestack.latency import percentiles_ms
-from servestack.local.processes import RealtimeProcess, free_port
+from servestack.local.processes import RealtimeProcess, free_port, kill_group
+from servestack.local.restarts import Backoff
+from servestack.local.upstream import Upstream
 
 logger = logging.getLogger("servestack.router")
 
@@ -51,9 +58,20 @@ VARIANT_HEADER = b"x-amzn-invoked-production-variant"
 TARGET_VARIANT = b"x-amzn-sagemaker-target-variant"
 INFERENCE_COMPONENT = b"x-amzn-sagemaker-inference-component"
 FORWARDED = {b"content-type", b"accept", b"x-amzn-sagemaker-target-model", b"x-amzn-sagemaker-custom-attributes"}
-RETURNED = {b"content-type", b"retry-after", b"x-amzn-sagemaker-custom-attributes"}
+RETURNED = {b"content-type", b"retry-after", b"x-amzn-sagemaker-custom-attributes", b"x-amzn-errortype"}
 ADMIN = "/_servestack/"
+ROUTER_REFUSAL = b"x-amzn-errortype"  # on the router's own 429/502/503 only: `forward` strips a container's
 MAX_SHADOW_IN_FLIGHT = 64
+# Requests the router holds at once (forwarded or waiting on a variant), past which it answers 429: a variant's
+# own admission queue is far shorter, so this bounds only a flood that would otherwise queue in the router.
+DEFAULT_MAX_IN_FLIGHT = 256
+WATCH_INTERVAL_SEC = 0.25
+
+
+# A variant's container restarts after 0.25, 0.5, 1 ... 10 s while it keeps dying within 2 s of serving (a
+# container that cannot start at all costs little), and after 0.25 s again once it served 2 s or longer.
+def variant_backoff() -> Backoff:
+    return Backoff(first_sec=0.25, most_sec=10.0, stable_sec=2.0)
 
 
 @dataclass(frozen=True)
@@ -89,138 +107,6 @@ class Faults:
         return bool(self.error_rate or self.latency_ms)
 
 
-class UpstreamError(OSError):
-    """A variant's answer could not be read as HTTP/1.1 (the connection it came on is closed, never reused)."""
-
-
-class Upstream:
-    """A keep-alive HTTP/1.1 connection pool to one realtime child (a general client costs more CPU than
-    the child it calls).
-
-    The request line is built from the caller's raw target, which `Router` has checked holds no control
-    characters or spaces, so nothing a caller sends can end one request and start another on a pooled
-    connection. A connection goes back to the pool only after an answer was read whole by its framing;
-    one idle longer than IDLE_SEC (under uvicorn the child closes idle connections after 5 s) is not reused, and a
-    pooled connection that fails before any answer (the child closed it meanwhile) is retried once, on a
-    fresh connection."""
-
-    IDLE_SEC = 2.0
-    MAX_RESPONSE_BYTES = 64 * 1024 * 1024
-
-    def __init__(self, host: str, port: int) -> None:
-        self.host, self.port = host, port
-        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]] = []
-        self._host_header = f"Host: {host}:{port}\r\n".encode()
-
-    def _pooled(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
-        now = time.monotonic()
-        while self._idle:
-            reader, writer, since = self._idle.pop()
-            if now - since < self.IDLE_SEC and not reader.at_eof() and not writer.is_closing():
-                return reader, writer
-            writer.close()
-        return None
-
-    async def request(
-        self, method: str, target: str | bytes, headers: list[tuple[bytes, bytes]], body: bytes
-    ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
-        raw_target = target.encode("latin-1") if isinstance(target, str) else target
-        head = [method.encode() + b" " + raw_target + b" HTTP/1.1\r\n", self._host_header]
-        head += [name + b": " + value + b"\r\n" for name, value in headers]
-        head.append(b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n")
-        message = b"".join(head) + body
-        pooled = self._pooled()
-        while True:
-            if pooled is not None:
-                reader, writer = pooled
-            else:
-                reader, writer = await asyncio.open_connection(self.host, self.port)
-            try:
-                writer.write(message)
-                raw = await reader.readuntil(b"\r\n\r\n")
-            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-                writer.close()
-                if pooled is None:
-                    raise
-                pooled = None  # the child closed it while it was idle: once more, on a fresh connection
-                continue
-            break
-        try:
-            status, response_headers, payload, keep = await self._read_answer(method, reader, raw)
-        except BaseException:
-            writer.close()  # an answer not read to its end must never meet the next request
-            raise
-        if keep:
-            self._idle.append((reader, writer, time.monotonic()))
-        else:
-            writer.close()
-        return status, response_headers, payload
-
-    async def _read_answer(
-        self, method: str, reader: asyncio.StreamReader, raw: bytes
-    ) -> tuple[int, list[tuple[bytes, bytes]], bytes, bool]:
-        lines = raw.split(b"\r\n")
-        status_line = lines[0]
-        if not status_line.startswith(b"HTTP/1.") or len(status_line) < 12 or not status_line[9:12].isdigit():
-            raise UpstreamError(f"not an HTTP/1.1 status line: {status_line[:40]!r}")
-        status = int(status_line[9:12])
-        response_headers: list[tuple[bytes, bytes]] = []
-        length, chunked, keep = None, False, status_line.startswith(b"HTTP/1.1")
-        for line in lines[1:]:
-            if not line:
-                continue
-            name, _, value = line.partition(b":")
-            name, value = name.strip().lower(), value.strip()
-            if name == b"content-length":
-                if not value.isdigit() or (length is not None and int(value) != length):
-                    raise UpstreamError(f"bad Content-Length {value[:20]!r}")
-                length = int(value)
-            elif name == b"transfer-encoding":
-                chunked = value.lower() == b"chunked"
-                if not chunked:
-                    raise UpstreamError(f"unsupported Transfer-Encoding {value[:20]!r}")
-            elif name == b"connection" and value.lower() == b"close":
-                keep = False
-            response_headers.append((name, value))
-        if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
-            return status, response_headers, b"", keep
-        if chunked:
-            return status, response_headers, await self._read_chunked(reader), keep
-        if length is not None:
-            if length > self.MAX_RESPONSE_BYTES:
-                raise UpstreamError(f"an answer of {length} bytes")
-            return status, response_headers, await reader.readexactly(length), keep
-        payload = await reader.read(self.MAX_RESPONSE_BYTES + 1)  # framed by the end of the connection
-        if len(payload) > self.MAX_RESPONSE_BYTES or not reader.at_eof():
-            raise UpstreamError("an answer without a length that does not end")
-        return status, response_headers, payload, False
-
-    async def _read_chunked(self, reader: asyncio.StreamReader) -> bytes:
-        chunks: list[bytes] = []
-        size_so_far = 0
-        while True:
-            size_line = (await reader.readuntil(b"\r\n")).split(b";", 1)[0].strip()
-            try:
-                size = int(size_line, 16)
-            except ValueError:
-                raise UpstreamError(f"bad chunk size {size_line[:20]!r}") from None
-            if size == 0:
-                while (await reader.readuntil(b"\r\n")).strip():
-                    pass  # trailer fields
-                return b"".join(chunks)
-            size_so_far += size
-            if size_so_far > self.MAX_RESPONSE_BYTES:
-                raise UpstreamError("a chunked answer over the response limit")
-            chunks.append(await reader.readexactly(size))
-            if await reader.readexactly(2) != b"\r\n":
-                raise UpstreamError("a chunk longer than its size")
-
-    def close(self) -> None:
-        for _, writer, _ in self._idle:
-            writer.close()
-        self._idle.clear()
-
-
 @dataclass
 class Backend:
     """One production variant (or the shadow): a realtime child and what the router saw of it."""
@@ -232,9 +118,24 @@ class Backend:
     faults: Faults = field(default_factory=Faults)
     observations: deque[Observation] = field(default_factory=lambda: deque(maxlen=200_000))
     component: str | None = None  # the inference component it serves, on an endpoint hosting components
+    plan: VariantPlan | None = None  # what to start again when its container dies (None: not restarted)
+    restarts: int = 0
+    restarting: bool = False  # its container died; a new one is on its way
+    retired: bool = False  # stopped on purpose: never restarted
+    started_at: float = field(default_factory=time.monotonic)
+    backoff: Backoff = field(default_factory=variant_backoff)
 
     def __post_init__(self) -> None:
         self.upstream = Upstream(self.process.host, self.process.port)
+
+    def is_retired(self) -> bool:
+        """Read anew after each await: the router may retire it meanwhile."""
+        return self.retired
+
+    def replace_process(self, process: RealtimeProcess) -> None:
+        """Serve from a new container (a restart): connections pooled to the old one are dropped."""
+        self.upstream.close()
+        self.process, self.upstream, self.started_at = process, Upstream(process.host, process.port), time.monotonic()
 
     @property
     def url(self) -> str:
@@ -251,6 +152,9 @@ class Backend:
             "url": self.url,
             "weight": self.weight,
             "faults": {"error_rate": self.faults.error_rate, "latency_ms": self.faults.latency_ms},
+            "pid": self.process.process.pid,
+            "restarts": self.restarts,
+            "restarting": self.restarting,
             "requests": len(statuses),
             "errors_4xx": sum(1 for s in statuses if 400 <= s < 500),
             "errors_5xx": sum(1 for s in statuses if s >= 500),
@@ -316,6 +220,8 @@ class VariantPlan:
     package_dir: Path | None  # None: multi-model, served from the registry
     environment: dict[str, str] = field(default_factory=dict)  # the container's, from the SageMaker model
     component: str | None = None  # the inference component this plan is (its name is the plan's name then)
+    argv: tuple[str, ...] | None = None  # the image's command, from its staged context (None: the working tree's)
+    cwd: Path | None = None  # the image's WORKDIR, staged
 
 
 class Router:
@@ -334,8 +240,15 @@ class Router:
         rehearsal_factory: Callable[[Router, dict[str, Any]], Any] | None = None,
         max_body_bytes: int = SIX_MEBIBYTES,
         body_read_timeout_sec: float = 10.0,
+        control_port: int | None = None,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     ) -> None:
         self.deployment = deployment
+        # The admin routes answer only on this port (None: nowhere); the port callers invoke refuses them.
+        self.control_port = control_port
+        self.max_in_flight = max_in_flight
+        self.in_flight = 0
+        self.shed = 0
         self.plans = plans
         self.shadow_plan = shadow
         self.shadow_percent = shadow_percent
@@ -355,6 +268,8 @@ class Router:
         self.read_deadlines = ReadDeadlines(body_read_timeout_sec)
         # Inference components: their copy counts (every component is created with at least one copy).
         self.copies: dict[str, int] = {plan.component: 1 for plan in plans if plan.component is not None}
+        self._watch_task: asyncio.Task[None] | None = None
+        self._restart_tasks: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------------------------------ children
     def spawn(self, plan: VariantPlan) -> RealtimeProcess:
@@ -366,7 +281,10 @@ class Router:
             pass  # SageMaker's multi-model mode: models arrive through POST /models
         else:
             env |= {"SERVESTACK_REGISTRY_URI": self.registry_uri, "SERVESTACK_PREWARM": f"{plan.model}@{plan.version}"}
-        return RealtimeProcess.start(f"{self.deployment}/{plan.name}", free_port(), env=env, workers=self.workers)
+        return RealtimeProcess.start(
+            f"{self.deployment}/{plan.name}", free_port(), env=env, workers=self.workers,
+            argv=list(plan.argv) if plan.argv else None, cwd=plan.cwd,
+        )  # fmt: skip
 
     async def start_backend(self, plan: VariantPlan, *, weight: float, faults: Faults | None = None) -> Backend:
         process = self.spawn(plan)
@@ -376,7 +294,13 @@ class Router:
             await asyncio.to_thread(process.stop)
             raise
         return Backend(
-            plan.name, f"{plan.model}@{plan.version}", process, weight, faults or Faults(), component=plan.component
+            plan.name,
+            f"{plan.model}@{plan.version}",
+            process,
+            weight,
+            faults or Faults(),
+            component=plan.component,
+            plan=plan,
         )
 
     async def start(self) -> None:
@@ -384,12 +308,71 @@ class Router:
         self.variants = list(started)
         if self.shadow_plan is not None:
             self.shadow = await self.start_backend(self.shadow_plan, weight=0)
+        self._watch_task = asyncio.get_running_loop().create_task(self._watch())
 
     async def stop_backend(self, backend: Backend) -> None:
+        backend.retired = True
         backend.upstream.close()
         await asyncio.to_thread(backend.process.stop)
 
+    # ------------------------------------------------------------------------------------------ restarts
+    async def _watch(self) -> None:
+        """Every container that exits (SIGKILLed, crashed) is started again, with backoff."""
+        while True:
+            await asyncio.sleep(WATCH_INTERVAL_SEC)
+            for backend in [*self.variants, *([self.shadow] if self.shadow else [])]:
+                if backend.restarting or backend.retired or backend.plan is None:
+                    continue
+                if backend.process.process.poll() is None:
+                    continue
+                backend.restarting = True
+                task = asyncio.get_running_loop().create_task(self._restart(backend))
+                self._restart_tasks.add(task)
+                task.add_done_callback(self._restart_tasks.discard)
+
+    async def _restart(self, backend: Backend) -> None:
+        assert backend.plan is not None
+        dead = backend.process
+        # Its workers may outlive their master (granian's workers serve the port it handed them): the group goes.
+        kill_group(dead.process)
+        backend.upstream.close()
+        ran_sec = time.monotonic() - backend.started_at
+        while not backend.is_retired():
+            delay = backend.backoff.next_delay(ran_sec)
+            logger.warning(
+                "router: %s exited with code %s; restarting it in %.2fs (restart %d)",
+                dead.name, dead.process.returncode, delay, backend.restarts + 1,
+            )  # fmt: skip
+            await asyncio.sleep(delay)
+            started = time.monotonic()
+            process = None
+            try:
+                process = self.spawn(backend.plan)
+                await asyncio.to_thread(process.wait_ready)
+            except (OSError, RuntimeError, TimeoutError) as error:
+                if process is not None:
+                    await asyncio.to_thread(process.stop)
+                logger.warning("router: %s did not start again: %s", dead.name, error)
+                ran_sec = time.monotonic() - started
+                continue
+            except asyncio.CancelledError:  # the router is shutting down: the new container goes with it
+                if process is not None:
+                    process.stop(grace_sec=2)
+                raise
+            if backend.is_retired():  # stopped (scaled to zero, shut down) while it was starting
+                await asyncio.to_thread(process.stop)
+                return
+            backend.replace_process(process)
+            backend.restarts += 1
+            backend.restarting = False
+            logger.warning("router: %s is back (restart %d)", dead.name, backend.restarts)
+            return
+
     async def stop(self) -> None:
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+        for task in list(self._restart_tasks):
+            task.cancel()
         if self.rehearsal is not None:
             await self.rehearsal.cancel()
         backends = [*self.variants, *([self.shadow] if self.shadow else [])]
@@ -420,24 +403,42 @@ class Router:
         request_headers: list[tuple[bytes, bytes]] = scope["headers"]
         try:
             target = _raw_target(scope)
-            body = await read_body(
-                receive,
-                self.max_body_bytes,
-                next((value for name, value in request_headers if name == b"content-length"), None),
-                self.read_deadlines,
-                expect_continue=any(name == b"expect" for name, _ in request_headers),
-            )
+            body = await read_asgi_body(receive, request_headers, self.max_body_bytes, self.read_deadlines)
         except ServingError as refused:
             return await _respond(send, refused.status_code, _JSON, orjson.dumps({"error": refused.to_dict()}))
         except ClientDisconnected:
             return None
-        if path.startswith(ADMIN):
+        on_control_port = self.control_port is not None and _local_port(scope) == self.control_port
+        if path.startswith(ADMIN) or on_control_port:
+            if not (path.startswith(ADMIN) and on_control_port):
+                return await _respond(send, 403, _JSON, _admin_refusal(method, path))
             status, answer = await self.admin(method, path[len(ADMIN) :], body)
             return await _respond(send, status, [(b"content-type", b"application/json")], orjson.dumps(answer))
+        if self.in_flight >= self.max_in_flight:
+            self.shed += 1
+            return await _respond(send, 429, [*_JSON, *_refusal("ThrottlingException")], self._shed_refusal())
+        self.in_flight += 1
+        try:
+            return await self._route(scope, method, path, target, request_headers, body, send)
+        finally:
+            self.in_flight -= 1
+
+    def _shed_refusal(self) -> bytes:
+        message = f"the endpoint's router holds {self.max_in_flight} requests already; retry after a pause"
+        error = {"type": "ThrottlingException", "message": message, "field": "in_flight",
+                 "value": self.in_flight, "allowed": f"<= {self.max_in_flight}"}  # fmt: skip
+        return orjson.dumps({"error": error})
+
+    async def _route(
+        self, scope: Scope, method: str, path: str, target: bytes, request_headers: list[tuple[bytes, bytes]],
+        body: bytes, send: Send,
+    ) -> None:  # fmt: skip
         if method == "GET" and path == "/ping":
             live = [v for v in self.variants if v.weight > 0] or self.variants
             if not live:  # every component scaled to zero: the endpoint itself is still in service
                 return await _respond(send, 200, [(b"content-type", b"application/json")], b"{}")
+            if live[0].restarting:
+                return await _respond(send, 503, [*_JSON, *_refusal("ServiceUnavailable")], _restarting(live[0]))
             status, headers, payload = await self.forward(live[0], "GET", b"/ping", [], b"")
             return await _respond(send, status, _returned(headers), payload)
         headers = [(name, value) for name, value in request_headers if name in FORWARDED]
@@ -454,6 +455,8 @@ class Router:
                 refusal_body = orjson.dumps({"error": error})
                 return await _respond(send, 400, [(b"content-type", b"application/json")], refusal_body)
         assert backend is not None
+        if backend.restarting:
+            return await _respond(send, 503, [*_JSON, *_refusal("ServiceUnavailable")], _restarting(backend))
         started = time.perf_counter()
         status, response_headers, payload = await self.forward(backend, method, target, headers, body)
         elapsed = time.perf_counter() - started
@@ -501,8 +504,13 @@ class Router:
         return self.components()
 
     def components(self) -> dict[str, Any]:
+        """Each component's copies, its backends, and how many of them serve now (not restarting)."""
         return {
-            name: {"copies": copies, "backends": [v.name for v in self.variants if v.component == name]}
+            name: {
+                "copies": copies,
+                "backends": [v.name for v in self.variants if v.component == name],
+                "serving": sum(1 for v in self.variants if v.component == name and not v.restarting),
+            }
             for name, copies in self.copies.items()
         }
 
@@ -516,10 +524,12 @@ class Router:
             error = {"type": "InjectedFault", "message": f"rehearsal fault injected into variant {backend.name}"}
             return 500, [(b"content-type", b"application/json")], orjson.dumps({"error": error})
         try:
-            return await backend.upstream.request(method, path, headers, body)
+            status, answered, payload = await backend.upstream.request(method, path, headers, body)
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
             error = {"type": "VariantUnavailable", "message": f"variant {backend.name}: {type(exc).__name__}"}
-            return 502, [(b"content-type", b"application/json")], orjson.dumps({"error": error})
+            return 502, [*_JSON, *_refusal("ServiceUnavailable")], orjson.dumps({"error": error})
+        # the refusal marker is the router's alone: a container's answer never carries it through
+        return status, [(name, value) for name, value in answered if name != ROUTER_REFUSAL], payload
 
     def _copy_to_shadow(
         self,
@@ -563,6 +573,8 @@ class Router:
     def metrics(self) -> dict[str, Any]:
         return {
             "deployment": self.deployment,
+            "in_flight": self.in_flight,
+            "shed": self.shed,  # requests answered 429 because the router held max_in_flight already
             "variants": {v.name: v.summary() for v in self.variants},
             "shadow": {self.shadow.name: self.shadow.summary()} if self.shadow else None,
         }
@@ -648,6 +660,35 @@ def _raw_target(scope: Scope) -> bytes:
             allowed="a path and query of visible ASCII characters, percent-encoded",
         )
     return target
+
+
+def _refusal(error_type: str) -> list[tuple[bytes, bytes]]:
+    """The headers of the router's own retryable refusal (429 shed, 502 variant unreachable, 503 variant
+    restarting): a pause to take, and SageMaker's error code for it (`x-amzn-ErrorType`), by which local up's
+    SageMaker front tells it from a container's own error (which it reports as a ModelError)."""
+    return [(b"retry-after", b"1"), (ROUTER_REFUSAL, error_type.encode())]
+
+
+def _local_port(scope: Scope) -> int | None:
+    """The port the request came in on (ASGI's `server`: the listening socket's address)."""
+    server = scope.get("server")
+    return int(server[1]) if server and len(server) > 1 and server[1] is not None else None
+
+
+def _admin_refusal(method: str, path: str) -> bytes:
+    message = (
+        "the router's admin routes answer only on its control port, which local up records in its state file for "
+        "the CLI; this port serves inference requests"
+    )
+    error = {"type": "AccessDenied", "message": message, "field": "path", "value": f"{method} {path[:200]}",
+             "allowed": "inference routes here; /_servestack/ routes on the control port"}  # fmt: skip
+    return orjson.dumps({"error": error})
+
+
+def _restarting(backend: Backend) -> bytes:
+    """The refusal while a variant's container starts again: retryable (503 with Retry-After)."""
+    message = f"variant {backend.name}: its container exited and is starting again; retry"
+    return orjson.dumps({"error": {"type": "VariantRestarting", "message": message}})
 
 
 def _returned(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:

@@ -42,8 +42,9 @@ from typing import Any, Protocol
 
 import httpx
 
+from servestack.local.cloudformation import ACCOUNT
 from servestack.local.http_server import Reply, Request, request_id
-from servestack.local.lambda_runtime import ACCOUNT, REGION
+from servestack.local.lambda_runtime import REGION
 
 ENDPOINT_PREFIX = "/endpoints/"
 ENDPOINT_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
@@ -245,6 +246,15 @@ class SageMakerRuntime:
         variant = (
             component.variant if component else response.headers.get(VARIANT) or wanted_variant or target.variants[0]
         )
+        refusal = response.headers.get("x-amzn-errortype")
+        if response.status_code in (429, 502, 503) and refusal in ("ThrottlingException", "ServiceUnavailable"):
+            # the endpoint's own refusal (its router: too many requests held, a container unreachable or starting
+            # again), not a container's answer: SageMaker's retryable error, as boto3's standard retry mode knows it
+            try:
+                message = str(response.json()["error"]["message"])
+            except (ValueError, KeyError, TypeError):
+                message = refusal
+            return sagemaker_error(429 if refusal == "ThrottlingException" else 503, refusal, message)
         if response.status_code >= 400:
             return self._model_error(name, variant, response.status_code, response.text, component_name)
         reply_headers = {

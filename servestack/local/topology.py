@@ -39,12 +39,12 @@ EMULATED: dict[str, str] = {
     "AWS::ApiGatewayV2::Route": "route with its authorizer (AWS_IAM: SigV4 + execute-api:Invoke)",
     "AWS::ApiGatewayV2::Integration": "Lambda proxy integration (payload 2.0, timeout)",
     "AWS::ApiGatewayV2::Stage": "the $default stage",
-    "AWS::SageMaker::Model": "container entry (`serve`) run locally with the model's environment and data",
+    "AWS::SageMaker::Model": "its image run from the staged build context, its model data fetched with its role",
     "AWS::SageMaker::EndpointConfig": "variants, weights, shadow, serverless and async configuration, model mode",
     "AWS::SageMaker::Endpoint": "local endpoint behind the SageMaker Runtime front",
     "AWS::SageMaker::InferenceComponent": "its model's container run locally, invoked by InferenceComponentName; "
     "copies set by UpdateInferenceComponentRuntimeConfig (0 stops it)",
-    "AWS::Logs::LogGroup": "logs go to local up's output, one tag per process",
+    "AWS::Logs::LogGroup": "on the emulator: each child's output written with its role, and to local up's output",
     "AWS::ECS::TaskDefinition": "the container's command run as a local process, its environment, its task role",
 }
 REPORTED: dict[str, str] = {
@@ -152,6 +152,7 @@ class FunctionDef:
     role: str  # role logical id
     aliases: tuple[str, ...] = ()
     runtime: str = "python3.12"
+    log_group: str = ""  # LoggingConfig.LogGroup, else Lambda's default /aws/lambda/<name>
 
 
 @dataclass(frozen=True)
@@ -501,6 +502,9 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
                 int(r(reserved)) if reserved is not None else None,
                 role_id,
                 runtime=str(r(p.get("Runtime", ""))),
+                log_group=str(
+                    r((p.get("LoggingConfig") or {}).get("LogGroup") or f"/aws/lambda/{name(res.logical_id)}")
+                ),
             )
     for res in resources:
         p = res.properties
@@ -514,7 +518,7 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
                 f = topology.functions[function_id]
                 topology.functions[function_id] = FunctionDef(
                     f.logical_id, f.name, f.arn, f.handler, f.environment, f.timeout_sec, f.memory_mib,
-                    f.reserved_concurrency, f.role, (*f.aliases, str(r(p["Name"]))), f.runtime,
+                    f.reserved_concurrency, f.role, (*f.aliases, str(r(p["Name"]))), f.runtime, f.log_group,
                 )  # fmt: skip
         elif res.type == "AWS::Lambda::Permission":
             target = str(r(p["FunctionName"]))

@@ -145,15 +145,18 @@ def create_job(about: dict[str, Any], transform: dict[str, Any]) -> dict[str, An
 
 def report_end(about: dict[str, Any], job_name: str, status: str, reason: str) -> None:
     """Tell local up the job ended, so DescribeTransformJob reports it (local up's own route, not an AWS API)."""
-    import httpx
-
+    from servestack.local.commands import signed
+    from servestack.local.developer import developer
     from servestack.local.transform_jobs import REPORT_PREFIX
 
-    response = httpx.post(
-        f"{about['aws_api_url']}{REPORT_PREFIX}{job_name}", json={"status": status, "reason": reason}, timeout=30
-    )
-    if response.status_code != 200:
-        print(f"transform job {job_name}: local up did not record its end: {response.text[:300]}", file=sys.stderr)
+    # local up's own route answers only the developer's signature (any caller could end a job otherwise)
+    status_code, answer = signed(
+        "POST", f"{about['aws_api_url']}{REPORT_PREFIX}{job_name}", developer(about), str(about.get("region") or
+        "us-east-1"), body=json.dumps({"status": status, "reason": reason}).encode(),
+        headers={"Content-Type": "application/json"}, service="sagemaker", timeout_sec=30,
+    )  # fmt: skip
+    if status_code != 200:
+        print(f"transform job {job_name}: local up did not record its end: {answer[:300]!r}", file=sys.stderr)
 
 
 def run_transform(

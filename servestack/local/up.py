@@ -3,7 +3,7 @@
 serving.yaml -> CDK app -> templates (.servestack/cdk.out, reused while the inputs are unchanged) -> here:
 1. the templates are read (servestack/local/topology.py): every name, environment, IAM policy, queue, route,
    schedule and SageMaker variant is the template's, resolved to local values;
-2. an AWS emulator: moto's server in this process behind the IAM engine (servestack/local/access.py), or
+2. an AWS emulator: moto's server in this process behind the IAM engine (servestack/local/iam/access.py), or
    the endpoint of `--endpoint-url` (LocalStack...), which does not enforce IAM;
 3. the resources are created as CloudFormation would (servestack/local/provision.py);
 4. each Lambda function runs in its own child process (its execution environment, with its role's keys);
@@ -11,7 +11,10 @@ serving.yaml -> CDK app -> templates (.servestack/cdk.out, reused while the inpu
 5. this process is the AWS services around them: the HTTP API fronts (IAM-authenticated), the SQS event
    source mappings, the schedules, and one port where boto3's `sagemaker-runtime` and `lambda` clients work
    unchanged (`--aws-port`, default 8090);
-6. a child that dies is restarted with backoff while the others keep running.
+6. a child that dies is restarted with backoff while the others keep running; each child runs in a process
+   group of its own, so what it forked dies with it (the state file's `restarts` counts each child's restarts;
+   each endpoint's router restarts its variants' containers the same way and counts them in its metrics, on
+   the control port the state file records as the deployment's `control_url`).
 Children's output is one log stream, each line tagged, and a file per child under `.servestack/logs/`
 (servestack/local/logs.py). Slow steps report progress on stderr (servestack/progress.py). The state file
 (`.servestack/local.json`) says where everything is, the stack outputs, and the keys of each role, for other
@@ -30,6 +33,7 @@ import sys
 import tarfile
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +68,7 @@ class UpOptions:
     explain: bool = False
     resynth: bool = False
     visibility_timeout_sec: int | None = None
+    allow_reset: bool = False  # moto's admin API (`/moto-api/reset` ...) on the emulator port: refused unless set
 
 
 class UpError(RuntimeError):
@@ -73,7 +78,9 @@ class UpError(RuntimeError):
 # ------------------------------------------------------------------------------------------ children
 
 
-def _pump(tag: str, stream: IO[bytes], out: IO[str], log: Path | None = None) -> threading.Thread:
+def _pump(
+    tag: str, stream: IO[bytes], out: IO[str], log: Path | None = None, sinks: tuple[Callable[[str], None], ...] = ()
+) -> threading.Thread:
     def copy() -> None:
         from servestack.local.logs import LineLog
 
@@ -84,6 +91,8 @@ def _pump(tag: str, stream: IO[bytes], out: IO[str], log: Path | None = None) ->
             out.flush()
             if sink is not None:
                 sink.write(text)
+            for ship in sinks:  # its CloudWatch Logs group, as its role (servestack/local/log_shipping.py)
+                ship(text)
         stream.close()
         if sink is not None:
             sink.close()
@@ -108,18 +117,18 @@ class Child:
     next_start: float | None = None
     threads: list[threading.Thread] = field(default_factory=list)
     log_path: Path | None = None  # its own log file (.servestack/logs/<deployment>/<child>.log)
+    sinks: list[Callable[[str], None]] = field(default_factory=list)  # where each output line also goes
 
     def start(self) -> None:
-        import subprocess
+        from servestack.local.processes import GroupLeader, die_with_parent
 
-        from servestack.local.processes import die_with_parent
-
-        self.process = subprocess.Popen(
+        # Its own process group: whatever it forked (a server's workers) is stopped, or killed, with it.
+        self.process = GroupLeader(
             self.argv, cwd=REPO_ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             preexec_fn=die_with_parent,
         )  # fmt: skip
         assert self.process.stdout is not None
-        self.threads = [_pump(self.name, self.process.stdout, sys.stdout, self.log_path)]
+        self.threads = [_pump(self.name, self.process.stdout, sys.stdout, self.log_path, tuple(self.sinks))]
         self.started_at = time.monotonic()
         self.next_start = None
 
@@ -145,23 +154,35 @@ class Child:
 
 
 class Supervisor:
-    """Restarts children that exit, after 1, 2, 4 ... 30 s; a child that ran 60 s starts again at 1 s."""
+    """Restarts children that exit, after 1, 2, 4 ... 30 s; a child that ran 60 s starts again at 1 s. What its
+    exit left of its process group (workers of a killed master) is killed first. `restarts` counts each child's
+    restarts since local up started; `on_restart` hears of each (local up writes them to the state file)."""
 
-    def __init__(self, children: list[Child], log: Callable[[str], None]) -> None:
+    def __init__(
+        self, children: list[Child], log: Callable[[str], None], on_restart: Callable[[], None] | None = None
+    ) -> None:
         self.children = children
         self.log = log
+        self.on_restart = on_restart
+        self.restarts: dict[str, int] = dict.fromkeys((child.name for child in children), 0)
 
     def tick(self) -> None:
+        from servestack.local.processes import kill_group
+
         now = time.monotonic()
         for child in self.children:
             if child.next_start is not None:
                 if now >= child.next_start:
-                    self.log(f"{child.name}: restarting (restart {child.restarts})")
+                    self.log(f"{child.name}: restarting (restart {self.restarts[child.name] + 1})")
                     child.start()
+                    self.restarts[child.name] += 1
+                    if self.on_restart is not None:
+                        self.on_restart()
                 continue
             code = child.process.poll()
             if code is None:
                 continue
+            kill_group(child.process)
             if now - child.started_at > 60:
                 child.restarts = 0
             delay = min(30.0, 2.0**child.restarts)
@@ -335,15 +356,16 @@ def _run(options: UpOptions) -> int:
         raise UpError(str(error)) from None
     mark("templates read")
     if options.explain:
+        from servestack.local.fidelity import fidelity
+
         print(explain(topologies))
+        print(fidelity(topologies, work / "cdk.out"))
         return 0
 
-    from servestack.local.access import OpenAccess
+    from servestack.local.iam.access import LocalAccess
 
-    access: Any = OpenAccess() if not options.iam or external else _enforcing_access()
-    if not access.enabled:
-        why = "--no-iam" if not options.iam else f"{external} is an external emulator"
-        print(f"WARNING: IAM is NOT enforced ({why}): local mode allows calls that AWS would refuse.", flush=True)
+    why_off = "--no-iam" if not options.iam else f"{external} is an external emulator"
+    access = LocalAccess(enforced=options.iam and external is None, disabled_because=why_off)
 
     stop_requested = threading.Event()
 
@@ -360,7 +382,7 @@ def _run(options: UpOptions) -> int:
         from servestack.local.emulator import EmbeddedEmulator, clients_for
 
         if external is None:
-            emulator = EmbeddedEmulator(emulator_port, middleware=access.middleware)
+            emulator = EmbeddedEmulator(emulator_port, middleware=access.middleware, allow_admin=options.allow_reset)
         aws = clients_for(emulator_url, access.developer, region)
         for topology in topologies:
             access.add_resource_policies(topology.resource_policies)
@@ -390,6 +412,10 @@ def _run(options: UpOptions) -> int:
 
         artifacts = project / "models" / "artifacts"  # synth checked that serving.yaml's packages are there
         registry_uri = seed_local(aws["s3"], spec, artifacts)
+        from servestack.local.model_data import model_data_urls, publish_model_data
+
+        # `cdk deploy` publishes the model data assets before CloudFormation creates the SageMaker models.
+        publish_model_data(aws["s3"], work / "cdk.out", model_data_urls(topologies))
         environment_base = base_environment() | {"AWS_ENDPOINT_URL": emulator_url, "AWS_DEFAULT_REGION": region}
         world = World(
             options, spec, spec_file, project, code_root, work, region, emulator_url, access, aws, registry_uri
@@ -408,7 +434,7 @@ def _run(options: UpOptions) -> int:
         lifecycle.start_children(children, progress, notices)
         lifecycle.child_processes(children, plan.deployments)
         mark("functions and endpoints ready")
-        closers = world.start_services(plan)
+        closers = [shipper.close for shipper in plan.log_shippers] + world.start_services(plan)
         if saved is not None:
             saved.start_autosave()
         mark("fronts, event sources and schedules running")
@@ -426,12 +452,17 @@ def _run(options: UpOptions) -> int:
             "identities": plan.identities,
             "stacks": {t.stack: {"outputs": t.outputs, "deployment": t.deployment} for t in topologies},
             "notices": notices,
+            "restarts": dict.fromkeys((child.name for child in children), 0),
         }
         state.write(state_file, about, plan.deployments)
         print(world.banner(plan, state_file, timings), flush=True)
         for notice in notices:  # after the banner too, where the eye lands
             print(notice, file=sys.stderr, flush=True)
-        supervisor = Supervisor(children, lambda line: print(line, file=sys.stderr, flush=True))
+
+        def record_restarts() -> None:  # `local status` reads them; each endpoint's router counts its variants'
+            state.write(state_file, {**about, "restarts": dict(supervisor.restarts)}, plan.deployments)
+
+        supervisor = Supervisor(children, lambda line: print(line, file=sys.stderr, flush=True), record_restarts)
         while not stop_requested.wait(0.5):
             supervisor.tick()
         return 0
@@ -451,12 +482,6 @@ def _run(options: UpOptions) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         print("stopped", flush=True)
-
-
-def _enforcing_access() -> Any:
-    from servestack.local.access import EnforcedAccess
-
-    return EnforcedAccess()
 
 
 def _account() -> str:
@@ -525,6 +550,7 @@ class Plan:
     curls: list[str] = field(default_factory=list)
     aws_port: int = 0
     topologies: list[Any] = field(default_factory=list)
+    log_shippers: list[Any] = field(default_factory=list)  # LogShipper, one per child
 
     @property
     def aws_api_url(self) -> str:
@@ -546,7 +572,8 @@ class World:
     registry_uri: str
     service_endpoints: dict[str, str] = field(default_factory=dict)  # AWS_ENDPOINT_URL_<SERVICE> for functions
     components: dict[str, Any] = field(default_factory=dict)  # inference component name -> ComponentState
-    component_routers: dict[str, str] = field(default_factory=dict)  # inference component name -> router URL
+    component_routers: dict[str, str] = field(default_factory=dict)  # inference component -> router control URL
+    control_urls: dict[str, str] = field(default_factory=dict)  # endpoint name -> its router's control port URL
     notices: list[str] = field(default_factory=list)  # lines for the developer (releases applied at start)
 
     # ------------------------------------------------------------------------------------ what to run
@@ -607,7 +634,10 @@ class World:
                 )
                 argv = [sys.executable, "-m", "servestack.local.runner", "--config", str(config), "--port", str(port)]
                 url = f"http://127.0.0.1:{port}"
-                plan.children.append(Child(f"{topology.deployment}/{function.logical_id}", argv, env, f"{url}/"))
+                child = Child(f"{topology.deployment}/{function.logical_id}", argv, env, f"{url}/")
+                child.sinks.append(self._log_shipper(plan, child.name, function.log_group, credentials[function.role]))
+                entry.setdefault("log_groups", {})[function.name] = function.log_group
+                plan.children.append(child)
                 hosted[function.logical_id] = HostedFunction(function, url, function.logical_id in versioned)
             plan.functions += hosted.values()
             entry["lambda_functions"] = {f.definition.logical_id: f.name for f in hosted.values()}
@@ -639,7 +669,16 @@ class World:
                 port = realtime_port if first_realtime else free_port()
                 first_realtime = False
                 child, target = self._endpoint(topology, endpoint, port, run_dir, env_base, credentials)
+                # SageMaker writes each container's output to the endpoint's group with the execution role.
+                group = f"/aws/sagemaker/Endpoints/{endpoint.name}"
+                hosted = endpoint.components or endpoint.variants
+                role = endpoint.execution_role or next((h.execution_role for h in hosted if h.execution_role), None)
+                if role is not None:
+                    stream = f"{hosted[0].name}/local-{uuid.uuid4().hex[:17]}"
+                    child.sinks.append(self._log_shipper(plan, child.name, group, credentials[role], stream))
+                    entry.setdefault("log_groups", {})[endpoint.name] = group
                 plan.children.append(child)
+                entry["control_url"] = self.control_urls[endpoint.name]  # the router's admin routes, the CLI's
                 if endpoint.async_config is not None:
                     # An asynchronous endpoint: InvokeEndpointAsync only; SageMaker writes the outcome to S3 and
                     # publishes it to SNS with the model's execution role.
@@ -671,7 +710,6 @@ class World:
         credentials: dict[str, Any],
     ) -> tuple[Child, Any]:  # fmt: skip
         from servestack.local.sagemaker_front import RealtimeTarget
-        from servestack.local.synth import file_asset
 
         multi_model_roots: dict[str, Path] = {}
 
@@ -687,20 +725,16 @@ class World:
                 multi_model_roots[v.name] = root
                 env["SERVESTACK_MULTI_MODEL_ROOT"] = str(root)
             elif container.model_data_url:
-                key = container.model_data_url.split("/", 3)[-1]
-                archive = file_asset(self.work / "cdk.out", key)
-                if archive is None:
-                    raise UpError(
-                        f"{endpoint.name}: model data {container.model_data_url} is not in the cloud assembly"
-                    )
-                package_dir = extract_model_data(archive, self.work / "model-data")
+                # SageMaker's download, with the model's execution role, into the variant's /opt/ml/model.
+                package_dir = self._fetch_model_data(endpoint.name, v, credentials[v.execution_role])
                 env = map_paths(env, {CONTAINER_MODEL_DIR: str(package_dir)})
             model = env.get("SERVESTACK_DEFAULT_MODEL", "")
             version = first_version(package_dir, model) if package_dir else self.spec.model(model, None).version
-            env |= credentials[v.execution_role].environment()
+            command, image_env = self._container_command(endpoint.name, container.image)
+            env = image_env | env | credentials[v.execution_role].environment()  # the model's Environment wins
             return {"name": v.name, "model": model, "version": version, "weight": getattr(v, "weight", 1.0),
                     "package_dir": str(package_dir) if package_dir else None, "environment": env,
-                    "component": component}  # fmt: skip
+                    "component": component, "command": command}  # fmt: skip
 
         if endpoint.components:
             # One container per inference component, from the model it names (its variant runs no model).
@@ -722,8 +756,9 @@ class World:
         }
         path = run_dir / f"endpoint-{endpoint.name}.json"
         path.write_text(json.dumps(config, indent=2))
+        control_url = self.control_urls[endpoint.name] = f"http://127.0.0.1:{free_port()}"
         argv = [sys.executable, "-m", "servestack.local.endpoint", "--config", str(path), "--port", str(port),
-                "--spec", str(self.spec_file)]  # fmt: skip
+                "--control-port", control_url.rsplit(":", 1)[1], "--spec", str(self.spec_file)]  # fmt: skip
         # The router is SageMaker's side (it pulls new versions for rehearsals): the developer's keys.
         env = env_base | self.access.developer.environment()
         url = f"http://127.0.0.1:{port}"
@@ -739,7 +774,7 @@ class World:
                 for c in endpoint.components
             }
             self.components.update(states)
-            self.component_routers.update(dict.fromkeys(states, url))
+            self.component_routers.update(dict.fromkeys(states, control_url))
             return child, RealtimeTarget(url, names, components=states)
         multi = [v for v in endpoint.variants if v.container is not None and v.container.mode == "MultiModel"]
         if not multi:
@@ -760,6 +795,51 @@ class World:
             variant=v.name,
         )
         return child, RealtimeTarget(url, names, multi_model=True, multi_model_front=front)
+
+    def _log_shipper(
+        self, plan: Plan, name: str, group: str, credentials: Any, stream: str | None = None
+    ) -> Callable[[str], None]:
+        from servestack.local.emulator import client_as
+        from servestack.local.log_shipping import LogShipper, ensure_log_group, lambda_stream_name
+
+        ensure_log_group(self.aws["logs"], group)  # the template's log group, created by the deploy
+        shipper = LogShipper(
+            name=name, group=group, stream=stream or lambda_stream_name(), role=credentials.arn,
+            logs=client_as("logs", self.emulator_url, credentials, self.region),
+            metrics=client_as("cloudwatch", self.emulator_url, self.access.developer, self.region),
+            report=lambda line: print(line, file=sys.stderr, flush=True),
+        )  # fmt: skip
+        plan.log_shippers.append(shipper)
+        return shipper
+
+    def _fetch_model_data(self, endpoint: str, variant: Any, credentials: Any) -> Path:
+        from servestack.local.emulator import client_as
+        from servestack.local.model_data import ModelDataError, fetch_model_data
+
+        url = variant.container.model_data_url
+        root = (self.options.data_dir or self.work / "emulator") / "sagemaker" / endpoint / variant.name
+        s3 = client_as("s3", self.emulator_url, credentials, self.region)
+        try:
+            return fetch_model_data(
+                s3, url, root / CONTAINER_MODEL_DIR.lstrip("/"), role=credentials.arn, compressed=not url.endswith("/")
+            )
+        except ModelDataError as error:
+            raise UpError(f"variant {variant.name} of endpoint {endpoint} failed: {error}") from None
+
+    def _container_command(self, endpoint: str, image_uri: str) -> tuple[dict[str, Any] | None, dict[str, str]]:
+        """`docker run IMAGE serve` (SageMaker's hosting command) as a process from the image's staged build
+        context in cdk.out, and the image's ENV; (None, {}) for an image that is not an asset of the assembly."""
+        from servestack.local.container import staged_container
+        from servestack.local.dockerfile import DockerfileError
+
+        try:
+            staged = staged_container(self.work / "cdk.out", image_uri, self.work / "images", ("serve",))
+        except DockerfileError as error:
+            raise UpError(f"endpoint {endpoint}: its image cannot run locally: {error}") from None
+        if staged is None:
+            return None, {}
+        command = {"argv": list(staged.command.argv), "cwd": str(staged.command.cwd)}
+        return command, dict(staged.command.environment)
 
     def _released(self, deployment: str, variant: dict[str, Any]) -> dict[str, Any]:
         """The version `local deploy` left live, when it is not the template's (servestack/local/releases.py)."""
@@ -904,7 +984,7 @@ class World:
         from servestack.local.inference_components import InferenceComponents
         from servestack.local.transform_jobs import TransformJobs
 
-        components = InferenceComponents(self.components, self._scale_component)
+        components = InferenceComponents(self.components, self._scale_component, self._serving_copies)
         models = [model for topology in plan.topologies for model in topology.models]
         jobs = TransformJobs(models, self.region, ACCOUNT)
         front = AwsFront(runtime, lambdas, self.access, plan.aws_port, components, jobs).serve_in_background()
@@ -962,6 +1042,11 @@ class World:
         if response.status_code != 200:
             raise RuntimeError(f"the endpoint's router answered {response.status_code}: {response.text[:300]}")
 
+    def _serving_copies(self, component: Any) -> tuple[int, int] | None:
+        from servestack.local.inference_components import copies_on_router
+
+        return copies_on_router(self.component_routers[component.name], component.name)
+
     def _authorize_api(self, request: Any, resource: str) -> Any:
         return self.access.check(request, "execute-api", resource)
 
@@ -983,7 +1068,7 @@ class World:
         }  # fmt: skip
 
         def start(_: Any) -> str | None:
-            from servestack.local.commands import sagemaker_runtime
+            from servestack.local.developer import sagemaker_runtime
             from servestack.local.transform import JobRefused, create_job, execute_job
 
             try:
@@ -1023,15 +1108,14 @@ class World:
         return run
 
     def _dead_letter_sender(self, keys: dict[str, str] | None) -> Callable[[str, str, dict[str, Any]], None]:
-        from servestack.local.access import Credentials
         from servestack.local.emulator import client_as
+        from servestack.local.iam.identities import Credentials
         from servestack.local.scheduler import send_dead_letter
 
         def send(queue_arn: str, body: str, attributes: dict[str, Any]) -> None:
             if keys is None:
                 return
-            credentials = Credentials(keys["arn"], keys["AWS_ACCESS_KEY_ID"], keys["AWS_SECRET_ACCESS_KEY"],
-                                      keys.get("AWS_SESSION_TOKEN"))  # fmt: skip
+            credentials = Credentials.from_dict(keys)
             sqs = client_as("sqs", self.emulator_url, credentials, self.region)
             send_dead_letter(sqs, self.emulator_url, queue_arn, body, attributes)
 

@@ -193,28 +193,24 @@ deployments:
 def shared_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalUp]:
     """`local up --fresh` of SHARED_SPEC in a project of its own, started once per worker that asks for it."""
     where = tmp_path_factory.mktemp("shared-up")
-    spec = copy_project(where / "project", SHARED_SPEC, image_sources=True)
+    spec = copy_project(where / "project", SHARED_SPEC)
     with running(where, "--fresh", "--data-dir", str(where / "data"), spec=spec) as local:
         yield local
 
 
-PROJECT_FILES = ("app.py", "cdk.json", "stacks", "containers", "models/artifacts")
+# The CDK app and its constructs, the model packages, and what the images' Dockerfiles COPY from the app's
+# folder (their build context): local up runs a SageMaker container from that context, as `cdk deploy` builds it.
+PROJECT_FILES = ("app.py", "cdk.json", "stacks", "containers", "models", "handlers", "servestack", "pyproject.toml",
+                 "uv.lock", "README.md", ".dockerignore")  # fmt: skip
 
 
-def copy_project(target: Path, spec: str, *, image_sources: bool = False) -> Path:
-    """A project of its own in `target`: the CDK app and constructs, the model artifacts, and `spec` as its
-    serving.yaml; with `image_sources`, also what the CPU image's Dockerfile copies (servestack's sources: a
-    Fargate batch deployment's image is built from the app's folder at synth). Returns the serving.yaml path."""
-    items = list(PROJECT_FILES)
-    if image_sources:
-        from stacks.images import copied_sources
-
-        items += copied_sources(REPO_ROOT / "containers" / "cpu.Dockerfile")
-    for item in dict.fromkeys(items):
+def copy_project(target: Path, spec: str) -> Path:
+    """A project of its own in `target`: the CDK app and constructs, the model artifacts, the images' sources,
+    and `spec` as its serving.yaml. Returns the serving.yaml path."""
+    for item in PROJECT_FILES:
         source = REPO_ROOT / item
         if source.is_dir():
-            ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-            shutil.copytree(source, target / item, ignore=ignore, dirs_exist_ok=True)
+            shutil.copytree(source, target / item, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             (target / item).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / item)

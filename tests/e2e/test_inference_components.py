@@ -191,7 +191,7 @@ def test_a_rehearsal_updates_one_component_and_leaves_the_other_untouched(up: Lo
             [SERVESTACK, *args], cwd=project, capture_output=True, text=True, env=env, timeout=180, check=False
         )
 
-    router = up.deployment("two-models")["url"]
+    router = up.deployment("two-models")["control_url"]  # the router's admin routes: its control port
     before = httpx.get(f"{router}/_servestack/metrics", timeout=30).json()["variants"]
     # GIVEN digits version 2 pushed to the running local up's registry
     pushed = cli("models", "push", str(_digits_v2(tmp_path / "digits-v2.onnx")), "--name", "digits")

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from servestack.local.access import Credentials
 from servestack.local.commands import signed
+from servestack.local.iam.identities import Credentials
 from tests.conftest import ARTIFACTS
 from tests.e2e.conftest import LocalUp, wait_for
 

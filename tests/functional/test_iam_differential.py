@@ -39,9 +39,9 @@ from botocore.credentials import Credentials
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servestack.local.access import EnforcedAccess
 from servestack.local.aws_front import AwsFront
 from servestack.local.iam import IamEnforcer, IdentityStore
+from servestack.local.iam.access import LocalAccess
 from servestack.local.iam.operations import Check
 from servestack.local.iam.policy import Caller, Decision
 from servestack.local.iam.server import EnforcedMotoServer
@@ -86,7 +86,7 @@ def rig() -> Iterator[Rig]:
     enforcer = RecordingEnforcer(store, log=lambda line: None)
     enforcer.checks = []
     server = EnforcedMotoServer(enforcer).start()
-    access = EnforcedAccess(log=lambda line: None)
+    access = LocalAccess(log=lambda line: None)
     front_enforcer = RecordingEnforcer(access.store, access.policies, log=lambda line: None)
     front_enforcer.checks = []
     access.enforcer = front_enforcer

@@ -1,6 +1,7 @@
-"""The `http.server` fronts of local mode against hostile bodies: `HttpFront` (API Gateway in front of the
-serverless and async-submit functions) and `LocalHttpServer` (the AWS API front, the Lambda Invoke API).
-Both read bodies through `BoundedRequestHandler.read_body`; each case runs against both, over real sockets."""
+"""The fronts of local mode against hostile bodies: `HttpFront` (API Gateway in front of the serverless and
+async-submit functions) and `LocalHttpServer` (the AWS API front, the Lambda Invoke API, the HTTP APIs). Both
+are local mode's one HTTP stack (uvicorn, bodies read by handlers/body.py); each case runs against both, over
+real sockets."""
 
 from __future__ import annotations
 
@@ -100,6 +101,25 @@ def test_a_content_length_that_is_not_a_length_is_400_at_once(front: str, length
     assert time.monotonic() - started < 5
 
 
+@pytest.mark.parametrize(
+    ("framing", "says"),
+    [
+        ("Content-Length: 0x10\r\n", "Content-Length"),
+        ("Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", "Transfer-Encoding"),
+        ("Transfer-Encoding: gzip\r\n", "Transfer-Encoding"),
+    ],
+)
+def test_a_request_that_cannot_be_framed_is_a_json_400_saying_why(front: str, framing: str, says: str) -> None:
+    status, answer = exchange(front, post_head(framing) + b"0\r\n\r\n")
+    assert status == 400
+    head, body = answer.split(b"\r\n\r\n", 1)
+    assert b"content-type: application/json" in head.lower()
+    error = json.loads(body)["error"]
+    assert error["field"] == "request framing"
+    assert says in error["message"]
+    assert "allowed" in error
+
+
 def test_content_length_and_transfer_encoding_together_are_refused(front: str) -> None:
     raw = post_head("Content-Length: 5\r\nTransfer-Encoding: chunked\r\n") + b"0\r\n\r\n"
     assert exchange(front, raw)[0] == 400
@@ -187,3 +207,21 @@ def test_a_request_waiting_for_a_busy_function_ends_within_the_function_timeout(
     assert set(statuses[1:]) <= {200, 429, 504}
     assert 429 in statuses or 504 in statuses
     assert max(elapsed for _, elapsed in outcomes) < 2.0
+
+
+def test_the_source_ip_is_the_peer_whatever_x_forwarded_for_says() -> None:
+    # GIVEN an API whose function answers the source IP API Gateway gave it
+    def source_ip(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        return {"statusCode": 200, "body": event["requestContext"]["http"]["sourceIp"]}
+
+    function = LocalFunction("source-ip", source_ip, timeout_sec=5)
+    http = HttpFront(function, 0).serve_in_background()
+    try:
+        # WHEN a local caller claims another address
+        status, answer = exchange(http.url, post_head("X-Forwarded-For: 203.0.113.9\r\nContent-Length: 2\r\n") + b"{}")
+    finally:
+        http.close()
+        function.close()
+    # THEN the function sees the connection's own address (IAM's aws:SourceIp is read the same way)
+    assert status == 200
+    assert answer.split(b"\r\n\r\n", 1)[1] == b"127.0.0.1"

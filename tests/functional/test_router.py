@@ -33,24 +33,26 @@ class RouterProcess:
     process: subprocess.Popen[bytes]
     url: str
     log: Path
+    control_url: str  # the admin routes' port
 
     @classmethod
     def start(cls, tmp: Path, deployment: str, variants: list[dict], shadow: dict | None = None,
-              shadow_percent: float = 0.0) -> RouterProcess:  # fmt: skip
+              shadow_percent: float = 0.0, **settings: object) -> RouterProcess:  # fmt: skip
         """The endpoint process with the config local up writes from an endpoint's template."""
         config = tmp / "endpoint.json"
         config.write_text(json.dumps({
             "deployment": deployment, "endpoint": f"servestack-{deployment}", "variants": variants,
-            "shadow": shadow, "shadow_percent": shadow_percent, "cache_dir": str(tmp / "cache"),
+            "shadow": shadow, "shadow_percent": shadow_percent, "cache_dir": str(tmp / "cache"), **settings,
         }))  # fmt: skip
-        port = free_port()
+        port, control_port = free_port(), free_port()
         log = tmp / "router.log"
         with log.open("wb") as out:
             process = subprocess.Popen(
-                [sys.executable, "-m", "servestack.local.endpoint", "--config", str(config), "--port", str(port)],
+                [sys.executable, "-m", "servestack.local.endpoint", "--config", str(config), "--port", str(port),
+                 "--control-port", str(control_port)],
                 cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )  # fmt: skip
-        router = cls(process, f"http://127.0.0.1:{port}", log)
+        router = cls(process, f"http://127.0.0.1:{port}", log, f"http://127.0.0.1:{control_port}")
         deadline = time.monotonic() + 60
         while http_status(f"{router.url}/ping") != 200:
             if process.poll() is not None or time.monotonic() > deadline:
@@ -113,7 +115,7 @@ def test_a_90_10_split_over_10000_requests_lands_within_3_points(ab_router: Rout
     share = variants["candidate"] / 10_000
     assert abs(share - 0.10) <= 0.03
     # AND the router's per-variant metrics agree with what the client saw
-    metrics = httpx.get(f"{ab_router.url}/_servestack/metrics").json()["variants"]
+    metrics = httpx.get(f"{ab_router.control_url}/_servestack/metrics").json()["variants"]
     assert {name: m["requests"] for name, m in metrics.items()} == dict(variants)
     assert all(m["errors_5xx"] == 0 and m["latency_ms"]["p99"] > 0 for m in metrics.values())
     # AND SageMaker's TargetVariant header picks a variant outright
@@ -163,7 +165,7 @@ def shadow_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterPr
 
 def test_the_shadow_never_changes_a_primary_answer_and_is_reported(shadow_router: RouterProcess) -> None:
     # GIVEN a primary and a shadow that answers differently, every request copied
-    metrics = httpx.get(f"{shadow_router.url}/_servestack/metrics").json()
+    metrics = httpx.get(f"{shadow_router.control_url}/_servestack/metrics").json()
     primary_url = metrics["variants"]["primary"]["url"]
     headers = {"Content-Type": "application/json"}
     direct = httpx.post(f"{primary_url}/invocations", content=SAMPLE, headers=headers).content
@@ -176,10 +178,10 @@ def test_the_shadow_never_changes_a_primary_answer_and_is_reported(shadow_router
     assert json.loads(direct)["model"] == "digits"
     # AND the report compares the shadow with the primary
     deadline = time.monotonic() + 10
-    report = httpx.get(f"{shadow_router.url}/_servestack/shadow").json()
+    report = httpx.get(f"{shadow_router.control_url}/_servestack/shadow").json()
     while report["copied"] + report["dropped"] < 300 and time.monotonic() < deadline:
         time.sleep(0.1)
-        report = httpx.get(f"{shadow_router.url}/_servestack/shadow").json()
+        report = httpx.get(f"{shadow_router.control_url}/_servestack/shadow").json()
     assert report["copied"] + report["dropped"] == 300
     assert report["copied"] > 0
     assert report["shadow_errors"] == 0
@@ -224,14 +226,16 @@ def test_inference_components_are_routed_by_name_and_refused_as_sagemaker_refuse
             "X-Amzn-SageMaker-Inference-Component", "ep-nope", "ep-digits, ep-cancer"
         )  # fmt: skip
         # WHEN a component is set to zero copies THEN its container stops and it has no capacity
-        zero = client.post("/_servestack/components/ep-cancer", json={"copies": 0})
-        assert zero.json()["ep-cancer"] == {"copies": 0, "backends": []}
+        control = component_router.control_url
+        zero = httpx.post(f"{control}/_servestack/components/ep-cancer", json={"copies": 0}, timeout=60)
+        assert zero.json()["ep-cancer"] == {"copies": 0, "backends": [], "serving": 0}
         no_capacity = call(cancer, "ep-cancer")
         assert no_capacity.status_code == 400
         assert no_capacity.json()["error"]["message"].startswith("Inference Component has no capacity")
         assert call(SAMPLE, "ep-digits").status_code == 200  # the other one serves on
         # WHEN it gets copies again THEN it answers again; a bad copy count is refused with what is allowed
-        assert client.post("/_servestack/components/ep-cancer", json={"copies": 2}).status_code == 200
+        again = httpx.post(f"{control}/_servestack/components/ep-cancer", json={"copies": 2}, timeout=60)
+        assert again.status_code == 200
         assert call(cancer, "ep-cancer").json()["model"] == "breast-cancer"
-        bad = client.post("/_servestack/components/ep-cancer", json={"copies": -1})
+        bad = httpx.post(f"{control}/_servestack/components/ep-cancer", json={"copies": -1})
         assert (bad.status_code, bad.json()["error"]["allowed"]) == (400, "0..1000")

@@ -18,8 +18,8 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from servestack.local.access import OpenAccess
 from servestack.local.aws_front import AwsFront
+from servestack.local.iam.access import LocalAccess
 from servestack.local.inference_components import ComponentState, InferenceComponents
 from servestack.local.lambda_service import LambdaService
 from servestack.local.sagemaker_front import (
@@ -110,7 +110,7 @@ def front(realtime_server: RealtimeServer) -> Iterator[str]:
     )
     lambdas = LambdaService([])
     server = AwsFront(
-        runtime, lambdas, OpenAccess(), components=InferenceComponents(COMPONENTS, SCALER),
+        runtime, lambdas, LocalAccess(enforced=False), components=InferenceComponents(COMPONENTS, SCALER),
         transform_jobs=TransformJobs(["m-digits"], "us-east-1", "123456789012"),
     )  # fmt: skip
     server.serve_in_background()

@@ -22,7 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays as numpy_arrays
 
-from models import codecs
+from models import answers, codecs
 from models.errors import ServingError
 from models.manifest import Manifest, read_manifest
 from models.service import ModelRepository, ServedModel
@@ -323,7 +323,7 @@ def test_the_npy_body_fast_path_takes_only_what_the_general_path_takes(model: Se
 
 
 # ------------------------------------------------------------------------------------------ the answer fast paths
-# `ServedModel.answer` writes the usual JSON and `.npy` answers through `codecs.AnswerPlan`. Whatever it writes must
+# `ServedModel.answer` writes the usual JSON and `.npy` answers through `answers.AnswerPlan`. Whatever it writes must
 # be byte for byte what the general path (`encode_response(default_response(...))`) writes; what it leaves (None),
 # the general path writes.
 
@@ -343,7 +343,7 @@ ANSWER_MANIFESTS = {
 def answer_outputs(draw: st.DrawFn) -> tuple[Manifest, dict[str, Any]]:
     manifest = ANSWER_MANIFESTS[draw(st.sampled_from(sorted(ANSWER_MANIFESTS)))]
     rows = draw(st.integers(0, 4))
-    kinds = ["int64", "int32", "uint8", "bool", "float32", "str", "object", "2-d", "2-d float32", "list"]
+    kinds = ["int64", "int32", "uint8", "bool", "float32", "str", "object", "class names", "2-d", "2-d float32", "list"]
     kind = draw(st.sampled_from(kinds))
     ids = draw(st.lists(st.integers(-2, 12), min_size=rows, max_size=rows))
     predictions: Any
@@ -351,6 +351,8 @@ def answer_outputs(draw: st.DrawFn) -> tuple[Manifest, dict[str, Any]]:
         predictions = np.array([str(i) for i in ids])
     elif kind == "object":
         predictions = np.array([i if i % 2 else float(i) for i in ids] or [], dtype=object)
+    elif kind == "class names":  # what onnxruntime gives for a string-labelled classifier
+        predictions = np.array([f"class {i}" for i in ids] or [], dtype=object)
     elif kind == "2-d":  # a single target as [N, 1]: flat in every answer
         predictions = np.array(ids, dtype=np.int64).reshape(rows, 1)
     elif kind == "2-d float32":
@@ -371,14 +373,14 @@ def answer_outputs(draw: st.DrawFn) -> tuple[Manifest, dict[str, Any]]:
 @given(case=answer_outputs())
 def test_the_answer_fast_paths_write_exactly_what_the_general_path_writes(case: tuple[Manifest, Any]) -> None:
     manifest, outputs = case
-    plan = codecs.answer_plan(manifest)
+    plan = answers.answer_plan(manifest)
     assert plan is not None
-    fast_json = codecs.json_answer(plan, outputs)
+    fast_json = answers.json_answer(plan, outputs)
     if fast_json is not None:
-        assert fast_json == codecs.encode_response(codecs.default_response(manifest, outputs), codecs.JSON).body
-    fast_npy = codecs.planned_npy_answer(plan, outputs)
+        assert fast_json == answers.encode_response(answers.default_response(manifest, outputs), codecs.JSON).body
+    fast_npy = answers.planned_npy_answer(plan, outputs)
     if fast_npy is not None:
-        assert fast_npy == codecs.npy_answer(manifest, outputs)
+        assert fast_npy == answers.npy_answer(manifest, outputs)
     ordinary = type(outputs["label"]) is np.ndarray and outputs["label"].dtype == np.int64 and "extra" not in outputs
     if ordinary and all(0 <= i < 10 for i in outputs["label"].reshape(-1).tolist()):
         assert fast_json is not None  # the usual answer does take the fast path
@@ -388,18 +390,18 @@ def test_the_answer_fast_paths_write_exactly_what_the_general_path_writes(case: 
 
 def test_a_non_contiguous_output_with_a_remembered_shape_takes_the_general_npy_path() -> None:
     # GIVEN a plan that has written an .npy answer of these shapes from contiguous outputs
-    plan = codecs.answer_plan(DIGITS_MANIFEST)
+    plan = answers.answer_plan(DIGITS_MANIFEST)
     assert plan is not None
     labels = np.array([1, 2], dtype=np.int64)
-    assert codecs.planned_npy_answer(plan, {"label": labels, "probabilities": np.ones((2, 10), np.float32)})
+    assert answers.planned_npy_answer(plan, {"label": labels, "probabilities": np.ones((2, 10), np.float32)})
     # WHEN the same shapes come as a strided view
     strided: dict[str, np.ndarray] = {
         "label": labels,
         "probabilities": np.arange(40, dtype=np.float32).reshape(2, 20)[:, ::2],
     }
     # THEN the fast path declines, and the general path writes the values in order
-    assert codecs.planned_npy_answer(plan, strided) is None
-    body = io.BytesIO(codecs.npy_answer(DIGITS_MANIFEST, strided))
+    assert answers.planned_npy_answer(plan, strided) is None
+    body = io.BytesIO(answers.npy_answer(DIGITS_MANIFEST, strided))
     np.testing.assert_array_equal(np.load(body), labels)
     np.testing.assert_array_equal(np.load(body), strided["probabilities"])
 

@@ -9,7 +9,7 @@ import numpy as np
 import orjson
 import pytest
 
-from models import codecs
+from models import answers, codecs
 from models.errors import InvalidInput, NotAcceptable, UnsupportedMediaType
 from models.manifest import Manifest, TensorSpec, read_manifest
 from models.service import ServedModel
@@ -199,10 +199,10 @@ def test_media_type_ignores_parameters() -> None:
 
 def test_responses_in_every_format_carry_the_same_predictions() -> None:
     outputs = {"label": np.array([3, 1]), "probabilities": np.eye(10, dtype=np.float32)[[3, 1]]}
-    fields = codecs.default_response(DIGITS, outputs)
-    as_json = orjson.loads(codecs.encode_response(fields, codecs.JSON).body)
-    as_csv = codecs.encode_response(fields, codecs.CSV).body.decode().splitlines()
-    as_npy = np.load(io.BytesIO(codecs.encode_response(fields, codecs.NPY).body))
+    fields = answers.default_response(DIGITS, outputs)
+    as_json = orjson.loads(answers.encode_response(fields, codecs.JSON).body)
+    as_csv = answers.encode_response(fields, codecs.CSV).body.decode().splitlines()
+    as_npy = np.load(io.BytesIO(answers.encode_response(fields, codecs.NPY).body))
     assert as_json["predictions"] == [3, 1]
     assert as_json["labels"] == ["3", "1"]
     assert [line.split(",")[0] for line in as_csv] == ["3", "1"]
@@ -355,9 +355,9 @@ def test_encoded_npy_round_trips_dtype_shape_and_values(array: np.ndarray) -> No
 def test_a_multi_output_npy_answer_carries_every_numeric_output_predictions_first() -> None:
     # GIVEN a model answer with predictions, probabilities and an extra numeric output
     outputs = {"label": np.array([3, 1]), "probabilities": np.eye(10, dtype=np.float32)[[3, 1]]}
-    fields = codecs.default_response(DIGITS, outputs) | {"outputs": {"embedding": np.ones((2, 4), np.float16)}}
+    fields = answers.default_response(DIGITS, outputs) | {"outputs": {"embedding": np.ones((2, 4), np.float16)}}
     # WHEN it is written as .npy
-    stream = io.BytesIO(codecs.encode_response(fields, codecs.NPY).body)
+    stream = io.BytesIO(answers.encode_response(fields, codecs.NPY).body)
     # THEN successive np.load calls read the predictions, then the probabilities, then the extra output
     np.testing.assert_array_equal(np.load(stream), [3, 1])
     probabilities = np.load(stream)
@@ -370,14 +370,14 @@ def test_a_multi_output_npy_answer_carries_every_numeric_output_predictions_firs
 def test_string_predictions_are_not_acceptable_as_npy() -> None:
     fields = {"model": "m", "version": "1", "predictions": np.array(["cat", "dog"], dtype=object)}
     with pytest.raises(NotAcceptable) as caught:
-        codecs.encode_response(fields, codecs.NPY)
+        answers.encode_response(fields, codecs.NPY)
     assert caught.value.field == "Accept"
 
 
 def test_labels_are_named_only_for_json() -> None:
     outputs = {"label": np.array([3, 1]), "probabilities": np.eye(10, dtype=np.float32)[[3, 1]]}
-    assert "labels" in codecs.default_response(DIGITS, outputs)
-    assert "labels" not in codecs.default_response(DIGITS, outputs, with_labels=False)
+    assert "labels" in answers.default_response(DIGITS, outputs)
+    assert "labels" not in answers.default_response(DIGITS, outputs, with_labels=False)
 
 
 def test_a_header_read_before_still_has_its_body_size_checked() -> None:
@@ -483,13 +483,13 @@ MULTI_OUTPUT = DIGITS.__class__(
 def test_the_npy_answer_is_the_general_answer_written_as_npy(
     manifest: Manifest, outputs: dict[str, np.ndarray]
 ) -> None:
-    general = codecs.encode_response(codecs.default_response(manifest, outputs, with_labels=False), codecs.NPY)
-    assert codecs.npy_answer(manifest, outputs) == general.body
+    general = answers.encode_response(answers.default_response(manifest, outputs, with_labels=False), codecs.NPY)
+    assert answers.npy_answer(manifest, outputs) == general.body
 
 
 def test_string_predictions_are_not_acceptable_as_an_npy_answer() -> None:
     with pytest.raises(NotAcceptable):
-        codecs.npy_answer(DIGITS, {"label": np.array(["cat"], dtype=object), "probabilities": np.ones((1, 10))})
+        answers.npy_answer(DIGITS, {"label": np.array(["cat"], dtype=object), "probabilities": np.ones((1, 10))})
 
 
 def test_the_npy_body_fast_path_of_a_one_dimensional_input_leaves_a_scalar_to_the_general_path() -> None:

@@ -14,7 +14,7 @@ import numpy as np
 import orjson
 import pytest
 
-from models import codecs
+from models import answers, codecs
 from models.columns import arrays_from_columns, columns_from_records, columns_from_split, columns_of
 from models.errors import InvalidInput, ModelLoadError
 from models.manifest import ColumnSpec, Manifest, read_manifest
@@ -141,6 +141,7 @@ def test_a_missing_or_unknown_column_is_named_with_the_expected_ones(
         ([1.0, math.nan], "inputs.b[1]", "NaN is not allowed; column 'b'"),
         ([1.0, 1e39], "inputs.b[1]", "does not fit column 'b' (float32)"),
         ([1.0], "inputs.b", "1 values, column 'a' has 2"),
+        ("12", "inputs.b", "expected a list of values, one per row, got str"),
     ],
 )
 def test_a_bad_value_is_named_by_column_and_row(summing: ServedModel, values: list[Any], field: str, said: str) -> None:
@@ -274,11 +275,11 @@ def test_csv_answers_write_float32_at_its_shortest_and_a_header_when_asked() -> 
         "predictions": np.array(["yes", "no, never"], dtype=object),
         "probabilities": np.array([[0.25, 197.45694], [1.0, 1e-8]], np.float32),
     }
-    assert codecs.encode_response(fields, codecs.CSV).body == b'yes,0.25,197.45694\n"no, never",1,1e-08\n'
-    with_header = codecs.encode_response(fields, codecs.CSV_HEADER, ("no", "yes"))
+    assert answers.encode_response(fields, codecs.CSV).body == b'yes,0.25,197.45694\n"no, never",1,1e-08\n'
+    with_header = answers.encode_response(fields, codecs.CSV_HEADER, ("no", "yes"))
     assert with_header.body.splitlines()[0] == b"prediction,proba_no,proba_yes"
     assert with_header.media_type == codecs.CSV_HEADER
-    regression = codecs.encode_response({"predictions": np.array([[197.45694], [2.5]], np.float32)}, codecs.CSV)
+    regression = answers.encode_response({"predictions": np.array([[197.45694], [2.5]], np.float32)}, codecs.CSV)
     assert regression.body == b"197.45694\n2.5\n"
 
 
@@ -303,15 +304,15 @@ def test_probabilities_keyed_by_label_and_integer_labels_named_by_their_value() 
         outputs=(DIGITS.outputs[0], DIGITS.outputs[1].__class__("probabilities", "float32", (None, 3))),
     )
     outputs = {"label": np.array([5, 7]), "probabilities": np.array([[0.5, 0.25, 0.25], [0, 0, 1]], np.float32)}
-    fields = codecs.default_response(manifest, outputs, by_label=True)
+    fields = answers.default_response(manifest, outputs, by_label=True)
     assert fields["labels"] == [5, 7]
-    written = orjson.loads(codecs.encode_response(fields, codecs.JSON_BY_LABEL).body)
+    written = orjson.loads(answers.encode_response(fields, codecs.JSON_BY_LABEL).body)
     assert written["probabilities"] == [{"3": 0.5, "5": 0.25, "7": 0.25}, {"3": 0.0, "5": 0.0, "7": 1.0}]
-    plan = codecs.answer_plan(manifest)
+    plan = answers.answer_plan(manifest)
     assert plan is not None
     assert (
-        codecs.json_answer(plan, outputs)
-        == codecs.encode_response(codecs.default_response(manifest, outputs), codecs.JSON).body
+        answers.json_answer(plan, outputs)
+        == answers.encode_response(answers.default_response(manifest, outputs), codecs.JSON).body
     )
 
 

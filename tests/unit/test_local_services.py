@@ -5,6 +5,8 @@ restarts, the synth cache, and the paths that map the cloud's to this machine's.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 import tarfile
 import time
@@ -258,3 +260,45 @@ def test_model_data_is_unpacked_once_and_never_outside_its_folder(tmp_path: Path
     with pytest.raises(tarfile.OutsideDestinationError):
         extract_model_data(evil, tmp_path / "out")
     assert not (tmp_path / "escaped.txt").exists()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_child_whose_master_is_killed_leaves_no_orphan_and_its_restart_is_counted(tmp_path: Path) -> None:
+    # GIVEN a child that forks a worker (as granian's master does), in its own process group
+    pid_file = tmp_path / "worker.pid"
+    forks = (
+        "import subprocess, sys, time, pathlib; "
+        "worker = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        f"pathlib.Path({str(pid_file)!r}).write_text(str(worker.pid)); time.sleep(60)"
+    )
+    master = Child("master", [sys.executable, "-c", forks], {}, "http://127.0.0.1:9/")
+    restarts: list[dict[str, int]] = []
+    supervisor = Supervisor([master], lambda line: None, lambda: restarts.append(dict(supervisor.restarts)))
+    master.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline, "the worker never started"
+            time.sleep(0.05)
+        worker = int(pid_file.read_text())
+        assert os.getpgid(worker) == master.process.pid
+        # WHEN only the master is SIGKILLed
+        os.kill(master.process.pid, signal.SIGKILL)
+        master.process.wait(timeout=10)
+        supervisor.tick()
+        # THEN its orphaned worker is killed with its group, and the restart is counted once it happens
+        deadline = time.monotonic() + 10
+        while _alive(worker):
+            assert time.monotonic() < deadline, "the orphaned worker still runs"
+            time.sleep(0.05)
+        time.sleep(1.1)
+        supervisor.tick()
+        assert restarts == [{"master": 1}]
+    finally:
+        master.stop(grace_sec=1)

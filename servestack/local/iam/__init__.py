@@ -13,15 +13,17 @@ administrator.
     child_env.update(worker.environment())        # AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN
     policies = ResourcePolicies()
     policies.put("arn:aws:s3:::uploads", resolved_bucket_policy)
-    enforcer = IamEnforcer(store, policies, enabled=not no_iam)
+    enforcer = IamEnforcer(store, policies, enabled=not no_iam)   # --no-iam: a setting, one warning
+    access = LocalAccess(enforced=not no_iam)      # what local up holds: the store, the policies, the enforcer
     moto = EnforcedMotoServer(enforcer).start()    # in place of ThreadedMotoServer (servestack/local/iam/server.py)
     reply_or_identity = enforcer.check_request(request, "sagemaker")    # in servestack's own fronts
     decision = enforcer.authorize(scheduler_role, "lambda:InvokeFunction", function_arn)  # without HTTP
 
 Modules: `policy` (loading and evaluation), `conditions` (condition operators), `wildcards`, `canonical`
 (the one form of a request that is authorized and forwarded), `operations` (which action on which resource
-a request needs), `sigv4` (who signed it), `identities`, `resource_policies`,
-`replies` (refusals in each service's protocol), `enforcer` (the plug points), `server` (moto behind it).
+a request needs), `sigv4` (who signed it), `identities` (the one credentials type and key derivation),
+`resource_policies`, `replies` (refusals in each service's protocol), `enforcer` (the plug points), `server`
+(moto behind it), `access` (what local up asks of all this, enforced or not).
 
 What is enforced
 - Identity-based policies of the caller (inline and managed, as documents the template resolved), and
@@ -91,9 +93,10 @@ Tried in-process with `mock_aws` and an IAM user holding a servestack-like polic
 Hence our own engine in front of moto, with moto's check left off.
 """
 
+from servestack.local.iam.access import LocalAccess
 from servestack.local.iam.conditions import PolicyError
-from servestack.local.iam.enforcer import DISABLED_WARNING, Denial, IamEnforcer
-from servestack.local.iam.identities import ADMIN_POLICY, Identity, IdentityStore
+from servestack.local.iam.enforcer import DISABLED_WARNING, Denial, IamEnforcer, disabled_warning
+from servestack.local.iam.identities import ADMIN_POLICY, DEVELOPER, Credentials, Identity, IdentityStore
 from servestack.local.iam.operations import Check, ExecuteApi, Operation
 from servestack.local.iam.policy import Caller, Decision, Policy, compile_policy
 from servestack.local.iam.resource_policies import ResourcePolicies, evaluate_service_principal, lambda_permission
@@ -101,9 +104,11 @@ from servestack.local.iam.server import EnforcedMotoServer
 
 __all__ = [
     "ADMIN_POLICY",
+    "DEVELOPER",
     "DISABLED_WARNING",
     "Caller",
     "Check",
+    "Credentials",
     "Decision",
     "Denial",
     "EnforcedMotoServer",
@@ -111,11 +116,13 @@ __all__ = [
     "IamEnforcer",
     "Identity",
     "IdentityStore",
+    "LocalAccess",
     "Operation",
     "Policy",
     "PolicyError",
     "ResourcePolicies",
     "compile_policy",
+    "disabled_warning",
     "evaluate_service_principal",
     "lambda_permission",
 ]

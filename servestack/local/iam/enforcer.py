@@ -40,14 +40,13 @@ import io
 import logging
 import threading
 import urllib.parse
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from xml.sax.saxutils import escape
 
-from servestack.local.http_server import Reply
+from servestack.local.http_server import Reply, request_id
 from servestack.local.http_server import Request as LocalRequest
 from servestack.local.iam.canonical import (
     DEFAULT_HOST_NAMES,
@@ -67,10 +66,16 @@ from servestack.local.iam.wire import HttpRequest
 
 logger = logging.getLogger("servestack.local.iam")
 
-DISABLED_WARNING = (
-    "iam: ENFORCEMENT IS OFF (--no-iam): every AWS call is allowed whatever the templates' policies say, so a "
-    "green local run proves nothing about permissions. Turn it back on before trusting a result."
-)
+
+def disabled_warning(why: str) -> str:
+    """The one warning local mode prints when IAM is not enforced, saying why (`--no-iam`, an external emulator)."""
+    return (
+        f"iam: ENFORCEMENT IS OFF ({why}): every AWS call is allowed whatever the templates' policies say, so a "
+        "green local run proves nothing about permissions. Turn it back on before trusting a result."
+    )
+
+
+DISABLED_WARNING = disabled_warning("--no-iam")
 TARGET_SERVICES = {
     "AmazonSQS": "sqs",
     "DynamoDB_20120810": "dynamodb",
@@ -131,6 +136,7 @@ class IamEnforcer:
         resource_policies: ResourcePolicies | None = None,
         *,
         enabled: bool = True,
+        disabled_because: str = "--no-iam",
         log: Callable[[str], None] = print,
         region: str = "us-east-1",
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -145,8 +151,11 @@ class IamEnforcer:
         self.clock = clock
         self._denials: collections.deque[Denial] = collections.deque(maxlen=MAX_DENIALS)
         self._warned = False
+        self._disabled_because = disabled_because
         self._lock = threading.Lock()
         self._contexts: dict[tuple[Any, ...], dict[str, tuple[str, ...]]] = {}
+        if not enabled:  # said once, when the setting is made, before any call it lets through
+            self._warn_disabled()
 
     @property
     def denials(self) -> list[Denial]:
@@ -157,7 +166,7 @@ class IamEnforcer:
             if self._warned:
                 return
             self._warned = True
-        self.log(DISABLED_WARNING)
+        self.log(disabled_warning(self._disabled_because))
 
     # -------------------------------------------------------------------------------- decisions
 
@@ -458,7 +467,7 @@ class IamEnforcer:
         operation = verdict.operation
         identity = verdict.identity
         assert operation is not None
-        rid = str(uuid.uuid4())
+        rid = request_id()
         if operation.name == "GetCallerIdentity" and identity is not None:
             body = (
                 f'<GetCallerIdentityResponse xmlns="{STS_NAMESPACE}"><GetCallerIdentityResult>'

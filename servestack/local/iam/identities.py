@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from servestack.local.cloudformation import ACCOUNT
 from servestack.local.iam.policy import Caller, PolicySet, compile_policy
 
-DEFAULT_ACCOUNT = "123456789012"  # moto's default account, and the one local mode's ARNs use
 DEVELOPER_KEY = "local"
-DEVELOPER_SECRET = "local"  # noqa: S105 - a well-known local default, like moto's "testing"
+DEVELOPER_SECRET = "local"  # noqa: S105 - a well-known local default, like moto's "testing" or LocalStack's "test"
 ADMIN_POLICY: Mapping[str, Any] = {
     "Version": "2012-10-17",
     "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}],
@@ -35,15 +35,43 @@ IdentityKind = Literal["role", "user"]
 
 
 @dataclass(frozen=True)
-class Identity:
-    """A caller with credentials. `arn` is the caller as AWS prints it (`...:assumed-role/{Role}/{session}`
-    for a role session, `...:user/{name}` for a user); `principal_arn` the role or user ARN."""
+class Credentials:
+    """Keys standing for one caller, as a process gets them in its environment and the state file records
+    them. `arn` is the caller as AWS prints it (`...:assumed-role/{Role}/{session}` for a role session,
+    `...:user/{name}` for a user)."""
 
     arn: str
-    principal_arn: str
     access_key_id: str
     secret_access_key: str
-    session_token: str | None
+    session_token: str | None = None
+
+    def environment(self) -> dict[str, str]:
+        """The variables a process needs to act as this caller (boto3 reads them)."""
+        env = {"AWS_ACCESS_KEY_ID": self.access_key_id, "AWS_SECRET_ACCESS_KEY": self.secret_access_key}
+        if self.session_token:
+            env["AWS_SESSION_TOKEN"] = self.session_token
+        return env
+
+    def to_dict(self) -> dict[str, str]:
+        return {"arn": self.arn, **self.environment()}
+
+    @classmethod
+    def from_dict(cls, keys: Mapping[str, str]) -> Credentials:
+        """The inverse of `to_dict` (a state file's `developer` or one of its `identities`)."""
+        return cls(keys["arn"], keys["AWS_ACCESS_KEY_ID"], keys["AWS_SECRET_ACCESS_KEY"], keys.get("AWS_SESSION_TOKEN"))
+
+
+# The developer's own keys, as `IdentityStore.developer()` registers them by default.
+DEVELOPER = Credentials(f"arn:aws:iam::{ACCOUNT}:user/developer", DEVELOPER_KEY, DEVELOPER_SECRET)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A caller the store knows: its credentials, the role or user it stands for (`principal_arn`) and that
+    principal's policies."""
+
+    credentials: Credentials
+    principal_arn: str
     policies: Mapping[str, Mapping[str, Any]] = field(compare=False)  # name -> resolved document (no Fn::)
     kind: IdentityKind = "role"
     user_id: str = ""  # aws:userid: "AROA...:session" for a role session, "AIDA..." for a user
@@ -55,6 +83,22 @@ class Identity:
             compile_policy(document, name=f"{self.principal_arn}:{name}") for name, document in self.policies.items()
         )
         object.__setattr__(self, "compiled", compiled)
+
+    @property
+    def arn(self) -> str:
+        return self.credentials.arn
+
+    @property
+    def access_key_id(self) -> str:
+        return self.credentials.access_key_id
+
+    @property
+    def secret_access_key(self) -> str:
+        return self.credentials.secret_access_key
+
+    @property
+    def session_token(self) -> str | None:
+        return self.credentials.session_token
 
     @property
     def account(self) -> str:
@@ -71,13 +115,12 @@ class Identity:
 
     def environment(self) -> dict[str, str]:
         """The variables a process needs to act as this identity (boto3 reads them)."""
-        env = {"AWS_ACCESS_KEY_ID": self.access_key_id, "AWS_SECRET_ACCESS_KEY": self.secret_access_key}
-        if self.session_token:
-            env["AWS_SESSION_TOKEN"] = self.session_token
-        return env
+        return self.credentials.environment()
 
 
 def _derive(seed: str, *parts: str) -> bytes:
+    """The one derivation of local mode's keys: HMAC-SHA256 of the parts under the store's seed, so a role
+    keeps its keys across restarts and a user can replay a call with the keys the state file records."""
     return hmac.new(seed.encode(), "\n".join(parts).encode(), hashlib.sha256).digest()
 
 
@@ -88,7 +131,7 @@ def _key_id(prefix: str, digest: bytes, length: int = 16) -> str:
 class IdentityStore:
     """The identities of one local deployment, by access key id (thread-safe)."""
 
-    def __init__(self, account_id: str = DEFAULT_ACCOUNT, *, seed: str = "servestack-local") -> None:
+    def __init__(self, account_id: str = ACCOUNT, *, seed: str = "servestack-local") -> None:
         self.account_id = account_id
         self.seed = seed
         self._by_key: dict[str, Identity] = {}
@@ -148,11 +191,13 @@ class IdentityStore:
         ).decode()
         role_id = _key_id("AROA", _derive(self.seed, "role-id", role_arn), 17)
         identity = Identity(
-            arn=f"arn:aws:sts::{account}:assumed-role/{role_name}/{session_name}",
+            Credentials(
+                f"arn:aws:sts::{account}:assumed-role/{role_name}/{session_name}",
+                _key_id("ASIA", key_digest),
+                secret,
+                token,
+            ),
             principal_arn=role_arn,
-            access_key_id=_key_id("ASIA", key_digest),
-            secret_access_key=secret,
-            session_token=token,
             policies=dict(policies),
             kind="role",
             user_id=f"{role_id}:{session_name}",
@@ -170,12 +215,12 @@ class IdentityStore:
         """An IAM user with long-term keys (`AKIA...` derived from the seed unless given)."""
         user_arn = f"arn:aws:iam::{self.account_id}:user/{name}"
         identity = Identity(
-            arn=user_arn,
+            Credentials(
+                user_arn,
+                access_key_id or _key_id("AKIA", _derive(self.seed, "user-key", user_arn)),
+                secret_access_key or base64.b64encode(_derive(self.seed, "user-secret", user_arn)).decode()[:40],
+            ),
             principal_arn=user_arn,
-            access_key_id=access_key_id or _key_id("AKIA", _derive(self.seed, "user-key", user_arn)),
-            secret_access_key=secret_access_key
-            or base64.b64encode(_derive(self.seed, "user-secret", user_arn)).decode()[:40],
-            session_token=None,
             policies=dict(policies),
             kind="user",
             user_id=_key_id("AIDA", _derive(self.seed, "user-id", user_arn), 17),

@@ -46,11 +46,10 @@ from __future__ import annotations
 
 import json
 import struct
-import uuid
 from dataclasses import dataclass
 from xml.sax.saxutils import escape
 
-from servestack.local.http_server import Reply
+from servestack.local.http_server import Reply, request_id
 from servestack.local.iam.canonical import Malformed
 from servestack.local.iam.policy import Decision
 from servestack.local.iam.sigv4 import MAX_SKEW, AuthFailure, Failure
@@ -74,10 +73,6 @@ JSON_VERSIONS = {"dynamodb": "1.0", "sqs": "1.0", "monitoring": "1.0", "logs": "
 SKEW_TEXT = "The difference between the request time and the current time is too large."
 SCOPE_FAILURES = frozenset({Failure.WRONG_REGION, Failure.WRONG_SERVICE})
 QUERY_COMPATIBLE = frozenset({"sqs", "monitoring"})  # botocore's `awsQueryCompatible` services among ours
-
-
-def request_id() -> str:
-    return str(uuid.uuid4())
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,160 @@
+"""`local up --explain`'s account of how close each run is to the deploy: what is emulated (done as AWS does
+it, under the same role), what is approximated (done differently, and how), and what is reported, not emulated
+(a step of the deploy that no local process takes)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+EMULATED = "emulated"
+APPROXIMATED = "approximated"
+REPORTED = "reported, not emulated"
+
+
+def _role_name(topology: Any, logical_id: str | None) -> str:
+    role = topology.roles.get(logical_id or "")
+    return str(role.name) if role is not None else "?"
+
+
+def _containers(topology: Any) -> list[tuple[str, Any, str | None]]:
+    """(variant or component name, container, execution role logical id) of every SageMaker container."""
+    found = []
+    for endpoint in topology.endpoints.values():
+        for hosted in (*endpoint.variants, *endpoint.shadow_variants, *endpoint.components):
+            if hosted.container is not None:
+                found.append((f"{endpoint.name}/{hosted.name}", hosted.container, hosted.execution_role))
+    for transform in topology.transforms:
+        found.append((f"transform {transform.schedule}", transform.container, transform.execution_role))
+    return found
+
+
+def fidelity_rows(topologies: list[Any], out_dir: Path) -> list[tuple[str, str, str]]:
+    """(class, subject, how) rows, in the order they are printed."""
+    from servestack.local.container import image_asset, read_image
+    from servestack.local.dockerfile import DockerfileError
+
+    rows: list[tuple[str, str, str]] = []
+    images_seen: set[str] = set()
+    for topology in topologies:
+        for name, container, role_id in _containers(topology):
+            role = _role_name(topology, role_id)
+            if container.mode == "MultiModel":
+                rows.append(
+                    (
+                        EMULATED,
+                        f"{name} model data",
+                        f"TargetModel archives under {container.model_data_url} fetched on first use with role {role}",
+                    )
+                )
+            elif container.model_data_url:
+                rows.append(
+                    (
+                        EMULATED,
+                        f"{name} model data",
+                        f"{container.model_data_url} published as `cdk deploy` "
+                        f"does, then fetched with role {role} and unpacked into the variant's /opt/ml/model",
+                    )
+                )
+            rows.append(
+                (
+                    REPORTED,
+                    f"{name} image pull",
+                    f"ECR pull of {container.image.rsplit('/', 1)[-1]} with role "
+                    f"{role} (ecr:GetAuthorizationToken, ecr:BatchGetImage...): no registry runs locally",
+                )
+            )
+            asset = image_asset(out_dir, container.image)
+            if asset is None:
+                rows.append(
+                    (
+                        REPORTED,
+                        f"{name} container",
+                        f"{container.image} is not an image asset of this "
+                        "assembly: the working tree's `serve` entry stands for it",
+                    )
+                )
+                continue
+            if asset.tag in images_seen:
+                continue
+            images_seen.add(asset.tag)
+            where = f"image {asset.tag[:12]} ({asset.dockerfile})"
+            try:
+                image = read_image(asset)
+            except DockerfileError as error:
+                rows.append((REPORTED, where, f"cannot run locally: {error}"))
+                continue
+            rows.append(
+                (
+                    EMULATED,
+                    where,
+                    "run from its staged build context in cdk.out: COPY (minus .dockerignore), "
+                    f"ENV, WORKDIR {image.workdir}, ENTRYPOINT {list(image.entrypoint)} + SageMaker's `serve`",
+                )
+            )
+            rows += [(APPROXIMATED, where, line) for line in image.approximations()]
+            rows.append(
+                (
+                    APPROXIMATED,
+                    where,
+                    f"the image's interpreter and packages ({image.env.get('VIRTUAL_ENV', '/')})"
+                    f" are the developer's venv ({sys.prefix})",
+                )
+            )
+            rows.append((APPROXIMATED, where, "the instance type, its accelerators and its AMI are this machine's"))
+        for endpoint in topology.endpoints.values():
+            group = f"/aws/sagemaker/Endpoints/{endpoint.name}"
+            rows.append(
+                (
+                    EMULATED,
+                    f"{endpoint.name} logs",
+                    f"to {group} with the execution role "
+                    "(logs:CreateLogStream, logs:PutLogEvents); EMF lines become metrics once written",
+                )
+            )
+            rows.append(
+                (
+                    APPROXIMATED,
+                    f"{endpoint.name} logs",
+                    "one stream for all of its variants' containers (SageMaker writes one per instance)",
+                )
+            )
+        for function in topology.functions.values():
+            if function.handler == "index.handler":
+                continue  # inline code: run by CodeDeploy only
+            rows.append(
+                (
+                    EMULATED,
+                    f"{function.name} logs",
+                    f"to {function.log_group} with role "
+                    f"{_role_name(topology, function.role)} (logs:CreateLogStream, logs:PutLogEvents)",
+                )
+            )
+        for task in topology.tasks.values():
+            rows.append(
+                (
+                    APPROXIMATED,
+                    f"task {task.logical_id}",
+                    "its command runs from the working tree, the image's model packages mapped from the project",
+                )
+            )
+            rows.append(
+                (
+                    REPORTED,
+                    f"task {task.logical_id} logs",
+                    "the awslogs driver's group is not written: its output goes to local up's output",
+                )
+            )
+    return rows
+
+
+def fidelity(topologies: list[Any], out_dir: Path) -> str:
+    rows = fidelity_rows(topologies, out_dir)
+    lines = ["\nhow each run compares with the deploy:"]
+    for kind in (EMULATED, APPROXIMATED, REPORTED):
+        mine = [(subject, how) for k, subject, how in rows if k == kind]
+        if mine:
+            lines.append(f"  {kind}:")
+            lines += [f"    {subject}: {how}" for subject, how in mine]
+    return "\n".join(lines)

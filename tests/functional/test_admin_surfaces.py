@@ -1,0 +1,144 @@
+"""Admin surfaces of `local up` no caller of the emulated AWS can reach: moto's admin API on the emulator port is
+refused unless `--allow-reset`, and an endpoint router's `/_servestack/` routes answer only on its control port
+(recorded in the state file, used by the CLI), never on the port callers invoke."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from servestack.local.emulator import EmbeddedEmulator, clients
+from servestack.local.http_server import Request
+from servestack.local.inference_components import ComponentState, InferenceComponents, copies_on_router
+from tests.conftest import ARTIFACTS
+from tests.functional.test_router import RouterProcess
+
+
+@pytest.fixture
+def emulator() -> Iterator[EmbeddedEmulator]:
+    started = EmbeddedEmulator()
+    yield started
+    started.stop()
+
+
+@pytest.mark.parametrize("path", ["/moto-api/reset", "//moto-api/reset", "/MOTO-API/reset", "/%6Doto-api/reset"])
+def test_moto_reset_is_refused_and_wipes_nothing(emulator: EmbeddedEmulator, path: str) -> None:
+    s3 = clients(emulator.url)["s3"]
+    s3.create_bucket(Bucket="kept")
+    # WHEN an unsigned caller posts moto's reset (spelled any way moto would still route it)
+    answer = httpx.post(f"{emulator.url}{path}")
+    # THEN it is a 403 with a JSON body saying how to allow it, and the bucket is still there
+    assert answer.status_code == 403, answer.text
+    error = answer.json()["error"]
+    assert error["type"] == "AccessDenied"
+    assert "--allow-reset" in error["message"]
+    assert [b["Name"] for b in s3.list_buckets()["Buckets"]] == ["kept"]
+
+
+def test_the_rest_of_moto_api_is_refused_too(emulator: EmbeddedEmulator) -> None:
+    assert httpx.get(f"{emulator.url}/moto-api/data.json").status_code == 403
+
+
+def test_allow_reset_lets_moto_reset_through() -> None:
+    emulator = EmbeddedEmulator(allow_admin=True)
+    try:
+        s3 = clients(emulator.url)["s3"]
+        s3.create_bucket(Bucket="wiped")
+        assert httpx.post(f"{emulator.url}/moto-api/reset").status_code == 200
+        assert s3.list_buckets()["Buckets"] == []
+    finally:
+        emulator.stop()
+
+
+@pytest.fixture
+def component_router(tmp_path: Path) -> Iterator[RouterProcess]:
+    component = {"name": "ep-digits", "model": "digits", "version": "1", "weight": 1, "component": "ep-digits",
+                 "package_dir": str(ARTIFACTS / "digits" / "1")}  # fmt: skip
+    started = RouterProcess.start(tmp_path, "digits-ic", [component])
+    yield started
+    started.stop()
+
+
+@pytest.mark.slow
+def test_router_admin_routes_answer_only_on_the_control_port(component_router: RouterProcess) -> None:
+    public = component_router.url
+    # WHEN a caller of the endpoint's port tries to stop a component, read metrics or start a rehearsal
+    for method, path, body in [
+        ("POST", "/_servestack/components/ep-digits", {"copies": 0}),
+        ("GET", "/_servestack/metrics", None),
+        ("GET", "/_servestack/components", None),
+        ("POST", "/_servestack/deploy", {"version": "1"}),
+    ]:
+        answer = httpx.request(method, f"{public}{path}", json=body)
+        # THEN it is refused with a JSON 403 and nothing changes
+        assert answer.status_code == 403, (path, answer.status_code, answer.text)
+        assert answer.json()["error"]["type"] == "AccessDenied"
+    control = component_router.control_url
+    assert control != public
+    components = httpx.get(f"{control}/_servestack/components").json()
+    assert components["ep-digits"]["copies"] == 1
+    assert components["ep-digits"]["backends"] == ["ep-digits"]
+    # AND the control port does what the CLI asks
+    stopped = httpx.post(f"{control}/_servestack/components/ep-digits", json={"copies": 0}, timeout=60).json()
+    assert stopped["ep-digits"] == {"copies": 0, "backends": [], "serving": 0}
+    refused = httpx.post(f"{public}/invocations", headers={"X-Amzn-SageMaker-Inference-Component": "ep-digits"},
+                         content=json.dumps({"instances": [[0.0] * 64]}))  # fmt: skip
+    assert refused.status_code == 400
+
+
+@pytest.mark.slow
+def test_describe_inference_component_reports_the_copies_the_router_runs(component_router: RouterProcess) -> None:
+    control = component_router.control_url
+    arn = "arn:aws:sagemaker:us-east-1:123456789012"
+    state = ComponentState(
+        "ep-digits", f"{arn}:inference-component/ep-digits", "ep", f"{arn}:endpoint/ep", "AllTraffic", "m", {}, 1, 1
+    )
+    components = InferenceComponents(
+        {"ep-digits": state}, lambda *_: None, lambda component: copies_on_router(control, component.name)
+    )
+
+    def describe() -> dict[str, int]:
+        request = Request("POST", "/", {}, {"x-amz-target": "SageMaker.DescribeInferenceComponent"},
+                          json.dumps({"InferenceComponentName": "ep-digits"}).encode())  # fmt: skip
+        reply = components.handle(request)
+        assert reply.status == 200, reply.body
+        config: dict[str, int] = json.loads(reply.body)["RuntimeConfig"]
+        return config
+
+    assert describe() == {"DesiredCopyCount": 1, "CurrentCopyCount": 1}
+    # WHEN the component's copies are stopped on its router (the CLI's control port)
+    httpx.post(f"{control}/_servestack/components/ep-digits", json={"copies": 0}, timeout=60).raise_for_status()
+    # THEN DescribeInferenceComponent no longer says a copy runs
+    assert describe() == {"DesiredCopyCount": 0, "CurrentCopyCount": 0}
+
+
+def test_local_ups_transform_report_route_answers_only_the_developers_signature() -> None:
+    from servestack.local.aws_front import AwsFront
+    from servestack.local.commands import signed
+    from servestack.local.iam.access import LocalAccess
+    from servestack.local.lambda_service import LambdaService
+    from servestack.local.sagemaker_front import SageMakerRuntime
+    from servestack.local.transform_jobs import REPORT_PREFIX, TransformJobs
+
+    access = LocalAccess(log=lambda line: None)
+    front = AwsFront(
+        SageMakerRuntime({}, {}, None), LambdaService([]), access,
+        transform_jobs=TransformJobs(["m-digits"], "us-east-1", "123456789012"),
+    ).serve_in_background()  # fmt: skip
+    try:
+        report = f"{front.url}{REPORT_PREFIX}Nightly-1"
+        body = json.dumps({"status": "Failed", "reason": "forged"}).encode()
+        # WHEN anyone posts a job's end unsigned THEN it is refused (403), before any job is looked up
+        unsigned = httpx.post(report, content=body, headers={"Content-Type": "application/json"})
+        assert unsigned.status_code == 403, unsigned.text
+        # WHEN the developer signs it (as `local run-batch` does) THEN it reaches the route (no such job here)
+        status, answer = signed("POST", report, access.developer, "us-east-1", body=body,
+                                headers={"Content-Type": "application/json"}, service="sagemaker")  # fmt: skip
+        assert status == 400, answer
+        assert b"Could not find requested job" in answer
+    finally:
+        front.close()
