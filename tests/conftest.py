@@ -236,13 +236,24 @@ INFRA_SYNTH_MODULES = frozenset(
         "realtime", "serverless", "shared",
     )
 )  # fmt: skip
-# What a unit costs, roughly, in seconds on this machine: each test by its folder, plus once per module what its
-# module-scoped setup costs (an e2e module's own `local up`: start and stop; the shared `local up` and the infra
-# synth count once per unit). The units are handed out longest first, so that the run does not end on one
-# worker still inside an e2e module while the other is idle.
+# What a unit costs, roughly, in seconds on this machine: each test by its folder, plus what each module's own
+# `local up`s cost (start and stop, ~90 s each; the shared one and the infra synth count once per unit). The units
+# are handed out longest first, so that the run does not end on one worker still inside an e2e module while the
+# other is idle. The estimates only order the units: a wrong one costs balance, never a result.
 TEST_COST_SEC = {"e2e": 5.0, "integration": 3.0, "functional": 2.0, "infra": 0.5}
-MODULE_COST_SEC = {"e2e": 90.0}
-UNIT_COST_SEC = {"shared-local-up": 90.0, "infra-synth": 50.0}
+LOCAL_UP_SEC = 90.0
+# The e2e modules that start other than one `local up` (restarts, mutations and their restored runs, detach and
+# restart, the docs' projects; the progress module only synthesizes).
+LOCAL_UPS = {
+    "tests/e2e/test_local_up_restarts.py": 3,
+    "tests/e2e/test_iam_mutation.py": 2,
+    "tests/e2e/test_transform_schedule_role.py": 2,
+    "tests/e2e/test_shipped_artifacts.py": 2,
+    "tests/e2e/test_local_lifecycle.py": 2,
+    "tests/e2e/test_docs.py": 2,
+    "tests/e2e/test_local_up_progress.py": 0,
+}
+UNIT_COST_SEC = {"shared-local-up": LOCAL_UP_SEC, "infra-synth": 50.0}
 
 
 def scheduling_unit(nodeid: str) -> str:
@@ -267,7 +278,8 @@ def unit_costs(nodeids: list[str]) -> dict[str, float]:
         cost = TEST_COST_SEC.get(folder, 0.5)
         if module not in modules:
             modules.add(module)
-            cost += 0.0 if unit in UNIT_COST_SEC else MODULE_COST_SEC.get(folder, 0.0)
+            if folder == "e2e" and unit not in UNIT_COST_SEC:
+                cost += LOCAL_UP_SEC * LOCAL_UPS.get(module, 1)
         if unit not in costs:
             cost += UNIT_COST_SEC.get(unit, 0.0)
         costs[unit] = costs.get(unit, 0.0) + cost
