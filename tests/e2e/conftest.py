@@ -189,13 +189,50 @@ deployments:
 """
 
 
-@pytest.fixture(scope="session")
-def shared_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalUp]:
-    """`local up --fresh` of SHARED_SPEC in a project of its own, started once per worker that asks for it."""
-    where = tmp_path_factory.mktemp("shared-up")
-    spec = copy_project(where / "project", SHARED_SPEC)
-    with running(where, "--fresh", "--data-dir", str(where / "data"), spec=spec) as local:
-        yield local
+class SharedLocalUp:
+    """SHARED_SPEC's `local up`: started by the first module that asks for it, stopped (and its exit checked) as
+    soon as the run leaves the modules that share it, so that it does not run on beside the worker's next units."""
+
+    def __init__(self) -> None:
+        self.up: LocalUp | None = None
+
+    def get(self, tmp_path_factory: pytest.TempPathFactory) -> LocalUp:
+        if self.up is None:
+            where = tmp_path_factory.mktemp("shared-up")
+            spec = copy_project(where / "project", SHARED_SPEC)
+            self.up = start_local_up(where, "--fresh", "--data-dir", str(where / "data"), spec=spec)
+        return self.up
+
+    def stop(self) -> None:
+        up, self.up = self.up, None
+        if up is not None:
+            code = up.stop()
+            assert code == 0, up.log_text()[-4000:]
+
+
+SHARED_LOCAL_UP = SharedLocalUp()
+
+
+@pytest.fixture(scope="module")
+def shared_up(tmp_path_factory: pytest.TempPathFactory) -> LocalUp:
+    return SHARED_LOCAL_UP.get(tmp_path_factory)
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After the last test of a run of tests on the shared local up, stop it (a failed stop fails that teardown)."""
+    if SHARED_LOCAL_UP.up is not None and (nextitem is None or not uses_shared_up(nextitem)):
+        SHARED_LOCAL_UP.stop()
+
+
+def uses_shared_up(item: pytest.Item) -> bool:
+    return "shared_up" in getattr(item, "fixturenames", ())
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An interrupted run (Ctrl-C, -x) still stops the shared local up."""
+    if SHARED_LOCAL_UP.up is not None:
+        SHARED_LOCAL_UP.up.stop()
+        SHARED_LOCAL_UP.up = None
 
 
 # The CDK app and its constructs, the model packages, and what the images' Dockerfiles COPY from the app's
