@@ -217,8 +217,8 @@ settings.load_profile(os.environ.get("SERVESTACK_HYPOTHESIS_PROFILE", "default")
 # they share one unit, so they never run at the same time as each other. (Modules that copy the project with
 # tests/e2e/conftest.py's copy_project run in a folder of their own and need no such care.)
 REPOSITORY_FOLDER_MODULES = frozenset({"tests/e2e/test_local_up_enforced.py"})
-# These modules read one `local up` (tests/e2e/conftest.py's `shared_up`, session-scoped): one unit, so that
-# one worker starts it once and runs them all against it.
+# These modules read one `local up` (tests/e2e/conftest.py's `shared_up`): one unit, so that one worker starts it
+# once, runs them all against it one after another, and stops it when the last of them is done.
 SHARED_LOCAL_UP_MODULES = frozenset(
     {
         "tests/e2e/test_fargate_batch_up.py",
