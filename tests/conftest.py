@@ -293,15 +293,16 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             return scheduling_unit(nodeid)
 
-        def schedule(self) -> None:
-            if self.collection is None and self.collection_is_completed:
-                # Order every worker's (identical) collection by its unit's cost, longest first; the tests of a
-                # unit keep their order. LoadScopeScheduling then hands out the units in that order.
-                costs = unit_costs(list(next(iter(self.registered_collections.values()))))
-                for node, collection in self.registered_collections.items():
-                    self.registered_collections[node] = sorted(collection, key=lambda n: -costs[scheduling_unit(n)])
-                self.config.option.loadscopereorder = False
-            super().schedule()
+        costs: dict[str, float] | None = None
+
+        def _assign_work_unit(self, node: Any) -> None:
+            # The costliest unit still waiting goes next. (The collection itself keeps its order: the workers
+            # map the indexes they are sent onto their own collection.)
+            if self.costs is None:
+                self.costs = unit_costs(self.collection)
+            costs = self.costs
+            self.workqueue.move_to_end(max(self.workqueue, key=lambda unit: costs[unit]), last=False)
+            super()._assign_work_unit(node)
 
     return ModuleScheduling(config, log)
 
