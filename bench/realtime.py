@@ -1,8 +1,10 @@
 """Realtime benchmark, one run, same model and payloads: raw onnxruntime, the HTTP ceiling (a raw app
 returning a constant, on the same HTTP server and interface as ours: granian's RSGI, or uvicorn's ASGI), a
 naive FastAPI + onnxruntime server (uvicorn, as its users run it), and ours; then overload and Lambda init;
-last, issue 13's table with its ratios. The HTTP server comparison (uvicorn vs granian) is bench/servers.py.
-Every request asks for its answer in its own media type (`Accept` = `Content-Type`): `.npy` in, `.npy` out.
+last, issue 13's table with its ratios, and issue 23's row (32-row `dataframe_split` requests to a pipeline
+with a string column, against raw onnxruntime on the same arrays). The HTTP server comparison (uvicorn vs
+granian) is bench/servers.py. Every request asks for its answer in its own media type (`Accept` =
+`Content-Type`): `.npy` in, `.npy` out.
 
     make bench            (or: .venv/bin/python -m bench.realtime --runs 3 --duration-sec 5)
 
@@ -524,6 +526,109 @@ def payloads(scratch: Path) -> dict[str, Payload]:
     }
 
 
+# ------------------------------------------------------------------------------------------ issue 23's row
+# 32-row `dataframe_split` requests to a scikit-learn pipeline with a string column (tests/pipeline_model.py: four
+# scaled numbers and a one-hot `site`, string labels), against raw onnxruntime on the same arrays at batch 32.
+SPLIT_ROWS = 32
+
+
+def split_payload(scratch: Path) -> tuple[Payload, Path, Path, Path]:
+    """The request body, the pipeline's model directory and ONNX file, and its 32 rows by column (for the raw
+    run), all from the same rows."""
+    from tests.pipeline_model import COLUMNS, pipeline_model
+
+    model = pipeline_model()
+    columns = {name: (values * SPLIT_ROWS)[:SPLIT_ROWS] for name, values in model.rows.items()}
+    body = scratch / "split32.json"
+    data = [[columns[name][row] for name in COLUMNS] for row in range(SPLIT_ROWS)]
+    body.write_text(json.dumps({"dataframe_split": {"columns": list(COLUMNS), "data": data}}))
+    arrays = scratch / "split32-columns.json"
+    arrays.write_text(json.dumps(columns))
+    payload = Payload(f"{SPLIT_ROWS}-row split", body, "application/json", SPLIT_ROWS)
+    return payload, model.root, model.onnx_file, arrays
+
+
+def raw_pipeline_rows_per_sec(onnx_file: Path, columns_file: Path, seconds: float) -> float:
+    """Rows/s of `session.run` on the pipeline's arrays (float32 and string `[32, 1]` columns), pinned as
+    `raw_onnxruntime_rows_per_sec` is."""
+    code = f"""
+import json, time, numpy as np, onnxruntime as ort
+o = ort.SessionOptions(); o.intra_op_num_threads = 1
+s = ort.InferenceSession({str(onnx_file)!r}, sess_options=o, providers=["CPUExecutionProvider"])
+columns = json.load(open({str(columns_file)!r}))
+x = {{i.name: np.array(columns[i.name], dtype=object if i.type == "tensor(string)" else np.float32).reshape(-1, 1)
+     for i in s.get_inputs()}}
+for _ in range(200): s.run(None, x)
+n = 0; t = time.perf_counter()
+while time.perf_counter() - t < {seconds}:
+    s.run(None, x); n += 1
+print(n * {SPLIT_ROWS} / (time.perf_counter() - t))
+"""
+    out = subprocess.run(["taskset", "-c", SERVER_CORE, sys.executable, "-c", code], capture_output=True, text=True)
+    return float(out.stdout.strip())
+
+
+def pipeline_server(port: int, http_server: str, model_dir: Path) -> PinnedServer:
+    """`ours`, serving the pipeline as its default model."""
+    env = {
+        "SAGEMAKER_BIND_TO_PORT": str(port),
+        "SERVESTACK_HOST": "127.0.0.1",
+        "SERVESTACK_WORKERS": "1",
+        "SERVESTACK_LOG_LEVEL": "warning",
+        "SERVESTACK_HTTP_SERVER": http_server,
+        "SERVESTACK_MODEL_DIR": str(model_dir),
+        "SERVESTACK_DEFAULT_MODEL": "flowers",
+    }
+    return PinnedServer([sys.executable, "-m", "handlers.realtime", "serve"], env, port)
+
+
+def split_row(scratch: Path, script: Path, runs: int, seconds: float, http_server: str) -> dict[str, Any]:
+    """Per run, raw onnxruntime on the arrays and then ours at 64 connections (one server, up for every run);
+    the ratio of each run, and their median. A server that refuses the form (a tree without the tabular
+    request forms) is reported, not measured."""
+    import httpx
+
+    payload, model_dir, onnx_file, columns_file = split_payload(scratch)
+    port = free_port()
+    server = pipeline_server(port, http_server, model_dir)
+    try:
+        url = f"http://127.0.0.1:{port}/invocations"
+        probe = httpx.post(url, content=payload.body_file.read_bytes(), headers={"Content-Type": payload.content_type})
+        if probe.status_code != 200:
+            return {"refused": f"{probe.status_code} {probe.text[:300]}"}
+        wrk(url, 8, 1, payload, script)  # warm up
+        raw, ours_rows, non_2xx = [], [], 0
+        for run in range(runs):
+            raw.append(raw_pipeline_rows_per_sec(onnx_file, columns_file, 2.0))
+            result = wrk(url, 64, seconds, payload, script)
+            ours_rows.append(result.requests_per_sec * SPLIT_ROWS)
+            non_2xx += result.non_2xx
+            print(
+                f"  run {run + 1}: {payload.name} {ours_rows[-1]:.0f} rows/s (p50 {result.p50_ms:.2f} ms, "
+                f"p99 {result.p99_ms:.2f} ms) vs raw onnxruntime {raw[-1]:.0f} rows/s = {ours_rows[-1] / raw[-1]:.2f}",
+                flush=True,
+            )
+    finally:
+        server.stop()
+    ratios = [mine / base for mine, base in zip(ours_rows, raw, strict=True)]
+    return {"raw": raw, "ours": ours_rows, "ratios": ratios, "ratio": median(ratios), "non_2xx": non_2xx}
+
+
+def print_split_row(row: dict[str, Any]) -> None:
+    """Issue 23's row, in the table's style (the median of the runs' own ratios; target in brackets)."""
+    print("| path | this run |")
+    print("| --- | --- |")
+    if "refused" in row:
+        print(f"| 32-row `dataframe_split`, pipeline with a string column | not measured: the server answers "
+              f"{row['refused']} |")  # fmt: skip
+        return
+    print(
+        f"| 32-row `dataframe_split` per request (pipeline with a string column), 64 connections | "
+        f"{median(row['ours']):.0f} rows/s = {row['ratio']:.2f} of raw onnxruntime at batch 32 on the same "
+        f"arrays ({median(row['raw']):.0f} rows/s) [>= 0.35]; non-2xx {row['non_2xx']} |"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3)
@@ -627,6 +732,11 @@ def main(argv: list[str] | None = None) -> None:
             f"  RSS {over['rss_before_mib']:.1f} MiB before, {over['rss_min_mib']:.1f}..{over['rss_max_mib']:.1f} "
             "MiB during"
         )
+        print(
+            f"{SPLIT_ROWS}-row dataframe_split to a pipeline with a string column (one server, {args.runs} runs, "
+            "raw onnxruntime on the same arrays before each):"
+        )
+        split = split_row(scratch, script, args.runs, args.duration_sec, args.http_server)
 
     ours_init = lambda_init_sec("handlers.serverless", max(args.runs, 5))
     naive_init = lambda_init_sec("bench.naive_lambda", max(args.runs, 5))
@@ -657,6 +767,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(f"  Lambda init ours / naive: {median(ours_init) / median(naive_init):.2f}")
     print_issue13_table(raw, mine, ratios, over, args.http_server)
+    print(f"issue 23 row (servestack on {interface(args.http_server)}, one server core; target in brackets):")
+    print_split_row(split)
     if args.json:
         args.json.write_text(
             json.dumps(
@@ -671,6 +783,7 @@ def main(argv: list[str] | None = None) -> None:
                     "ratios": ratios,
                     "interleaved": paired,
                     "lambda_init_sec": {"ours": ours_init, "naive": naive_init},
+                    "dataframe_split_32": split,
                 },
                 indent=2,
             )

@@ -4,7 +4,8 @@ When nothing is queued a request runs at once. While a batch runs, arrivals gath
 up to `max_batch_size` rows of them (optionally waiting up to `max_delay_ms` for more when the queue is
 short). Results route back to each caller by row offset. Work is bounded: past `max_queue_rows` queued
 rows a submit fails fast with `Overloaded` (HTTP 429), and an item whose deadline has passed before its
-batch starts is dropped with `DeadlineExceeded` (HTTP 504).
+batch starts is dropped with `DeadlineExceeded` (HTTP 504). A batch the model refuses for bad input
+(`InvalidInput`) is bisected down to the requests at fault (`_run_batch`), so only they get the 400.
 
 On CPU, inference runs on the event loop's thread: with one core per worker a thread hop buys no overlap,
 only latency. With CUDA it runs in one worker thread, so the loop decodes the next requests while the GPU
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from models.errors import DeadlineExceeded, Overloaded
+from models.errors import DeadlineExceeded, InvalidInput, Overloaded
 from models.grouping import signature, split, stack
 
 Arrays = dict[str, np.ndarray]
@@ -236,7 +237,7 @@ class MicroBatcher:
             self._draining = False
 
     def _record(
-        self, batch: list[_Pending], rows: int, outcome: list[Arrays] | BaseException, elapsed_sec: float
+        self, batch: list[_Pending], rows: int, outcome: list[Arrays] | Isolated | BaseException, elapsed_sec: float
     ) -> None:
         self._service_time_sec = 0.8 * self._service_time_sec + 0.2 * elapsed_sec
         self.stats.batches += 1
@@ -277,22 +278,64 @@ def _expire(future: asyncio.Future[Arrays], timeout_sec: float) -> None:
         )
 
 
-def _run_batch(predict: Predict, batch: list[_Pending]) -> list[Arrays] | BaseException:
-    """Concatenate, predict once, split by row offsets. Returns the failure instead of raising it."""
+class Isolated:
+    """The outcome of a batch onnxruntime refused as a whole for bad input and that was split until each request
+    had its own: per request of the batch, in order, its outputs or its own error. A type of its own so that a
+    successful batch's delivery checks nothing per request."""
+
+    __slots__ = ("outcomes",)
+
+    def __init__(self, outcomes: list[Arrays | BaseException]) -> None:
+        self.outcomes = outcomes
+
+
+def _run_batch(predict: Predict, batch: list[_Pending]) -> list[Arrays] | Isolated | BaseException:
+    """Concatenate, predict once, split by row offsets. Returns the failure instead of raising it.
+
+    onnxruntime fails the whole batch for one bad row (a category a one-hot encoder never saw, say), and the
+    model reports that as `InvalidInput`: the fault of some request in it, not of all. Such a batch is bisected
+    until every request has its own answer or its own error, so no caller is blamed for another's rows. Halves
+    rather than each request alone: with one bad request among n it costs about 2*log2(n) runs, not n, and it
+    still ends at single requests. Any other failure is the server's and goes to every caller as before."""
     try:
         if len(batch) == 1:
             return [predict(batch[0].arrays)]
         outputs = predict(stack([item.arrays for item in batch]))
         return split(outputs, [item.rows for item in batch])
+    except InvalidInput as exc:
+        return exc if len(batch) == 1 else Isolated(_bisect(predict, batch))
     except BaseException as exc:  # delivered to every caller of the batch, never lost in a task
         return exc
 
 
-def _deliver(batch: list[_Pending], outcome: list[Arrays] | BaseException) -> None:
+def _bisect(predict: Predict, batch: list[_Pending]) -> list[Arrays | BaseException]:
+    outcomes: list[Arrays | BaseException] = []
+    middle = len(batch) // 2
+    for half in (batch[:middle], batch[middle:]):
+        outcome = _run_batch(predict, half)
+        if isinstance(outcome, BaseException):
+            outcomes.extend([outcome] * len(half))
+        elif isinstance(outcome, Isolated):
+            outcomes.extend(outcome.outcomes)
+        else:
+            outcomes.extend(outcome)
+    return outcomes
+
+
+def _deliver(batch: list[_Pending], outcome: list[Arrays] | Isolated | BaseException) -> None:
     if isinstance(outcome, BaseException):
         for item in batch:
             if not item.future.done():
                 item.future.set_exception(outcome)
+        return
+    if isinstance(outcome, Isolated):
+        for item, own in zip(batch, outcome.outcomes, strict=True):
+            if item.future.done():
+                continue
+            if isinstance(own, BaseException):
+                item.future.set_exception(own)
+            else:
+                item.future.set_result(own)
         return
     for item, outputs in zip(batch, outcome, strict=True):
         if not item.future.done():

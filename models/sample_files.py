@@ -7,8 +7,10 @@
 - `.parquet` / `.pq`: a table with named columns (needs pyarrow, the `parquet` extra).
 
 The file also names the columns of a model whose one input is `[N, k]` (the header, the objects' keys). Rows
-read from CSV are text until the model's columns say which cells are numbers (`sample_request`). A sample is
-stored whole up to MAX_SAMPLE_ROWS rows: `models optimize` evaluates on it too.
+read from CSV are text until the model's columns say which cells are numbers (`sample_request`). The sample
+request is an example, not an evaluation set: its first MAX_SAMPLE_ROWS rows are stored, because a serverless
+deployment's pre-traffic hook carries the request and its answer in its environment (at most 3,500 bytes of the
+4 KB Lambda allows for all variables). `models optimize --eval FILE` takes the evaluation rows.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 from models.errors import InvalidInput
 from models.manifest import ColumnSpec
 
-MAX_SAMPLE_ROWS = 1000
+MAX_SAMPLE_ROWS = 5
 SAMPLE_FORMS = ".json (a request or a list of rows), .jsonl of row objects, .csv with a header row, or .parquet"
 _REQUEST_KEYS = ("instances", "inputs", "dataframe_split", "dataframe_records")
 _MISSING_CELLS = frozenset({"", "nan", "NaN", "NAN", "null", "NA"})

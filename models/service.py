@@ -19,7 +19,15 @@ import numpy as np
 
 from models import answers, codecs, request_forms
 from models.columns import columns_of
-from models.errors import InferenceError, InvalidInput, ModelLoadError, ModelNotFound, ModelNotReady, ServingError
+from models.errors import (
+    InferenceError,
+    InvalidInput,
+    ModelLoadError,
+    ModelNotFound,
+    ModelNotReady,
+    ServingError,
+    short_repr,
+)
 from models.hooks import Hooks, load_hooks
 from models.manifest import (
     HOOKS_FILE,
@@ -37,6 +45,12 @@ from models.settings import ServingSettings
 
 logger = logging.getLogger("servestack.models")
 _UNKNOWN_CATEGORY = "Unknown Category"
+# Looking for the value an encoder refused costs at most this many one-row runs per refused call...
+_MAX_PROBES = 16
+# ...and remembers at most this many values that passed, per model, each at most this long (a model whose string
+# column is not one-hot encoded passes any text: what it remembers stays small).
+_MAX_ACCEPTED_VALUES = 4096
+_MAX_ACCEPTED_CHARS = 256
 
 
 @dataclass
@@ -95,6 +109,9 @@ class ServedModel:
         self.answer_plan = answers.answer_plan(self.manifest) if self.hooks.postprocess is None else None
         self.key = self.manifest.key
         self.columns = columns_of(self.manifest)
+        self._accepted_row_read = False
+        self._accepted_row_arrays: Arrays | None = None
+        self._accepted_values: set[tuple[str, str]] = set()
 
     def decode(self, body: bytes, content_type: str) -> Arrays:
         """Request body -> validated input arrays (through `preprocess` when the package has one).
@@ -167,15 +184,72 @@ class ServedModel:
             if _UNKNOWN_CATEGORY not in error.message:
                 raise
             # onnxruntime's OneHotEncoder (scikit-learn's, trained with handle_unknown="error") refusing a value
-            # it never saw: the request's fault. onnxruntime does not say which column.
+            # it never saw: the request's fault. onnxruntime does not say which column, so it is looked for.
+            allowed = "the categories seen in training (or fit the encoder with handle_unknown='ignore')"
+            found = self._unknown_category(arrays)
+            if found is not None:
+                column, value = found
+                raise InvalidInput(
+                    f"model {self.key}: column {column!r} holds {short_repr(value)}, a category the model was not "
+                    "trained on",
+                    field=column,
+                    value=value,
+                    allowed=allowed,
+                ) from None
             strings = [column.name for column in self.columns if column.dtype == "string"]
             raise InvalidInput(
                 f"model {self.key}: a string column holds a category the model was not trained on "
                 f"(string columns: {strings})",
                 field="body",
                 value="unknown category",
-                allowed="the categories seen in training (or fit the encoder with handle_unknown='ignore')",
+                allowed=allowed,
             ) from None
+
+    def _unknown_category(self, arrays: Mapping[str, np.ndarray]) -> tuple[str, str] | None:
+        """The string column and value the model's encoder refused: each value of the request's string columns
+        not known to pass (at most `_MAX_PROBES`) is tried alone, in a row the model accepts (the first of the
+        package's sample request), and the values that pass are remembered, so the halves of a batch split for
+        a bad request (models/batching.py) do not try them again. Only on the failing path. None without a
+        sample, past the probes, or when no value is refused alone."""
+        base = self._accepted_row()
+        if base is None:
+            return None
+        probes = 0
+        for name, column in arrays.items():
+            known = base.get(name)
+            if known is None or known.size != 1 or column.dtype != object:
+                continue
+            for value in dict.fromkeys(text for text in column.reshape(-1).tolist() if isinstance(text, str)):
+                if (name, value) in self._accepted_values:
+                    continue
+                if probes == _MAX_PROBES:
+                    return None
+                probes += 1
+                try:
+                    self.runtime.predict({**base, name: np.full_like(known, value)})
+                except InferenceError as error:
+                    if _UNKNOWN_CATEGORY in error.message:
+                        return name, value
+                    continue  # refused for another reason: neither the culprit nor known to pass
+                if len(self._accepted_values) < _MAX_ACCEPTED_VALUES and len(value) <= _MAX_ACCEPTED_CHARS:
+                    self._accepted_values.add((name, value))
+        return None
+
+    def _accepted_row(self) -> Arrays | None:
+        """The first row of the package's sample request when the model accepts it (read once), else None."""
+        if self._accepted_row_read:
+            return self._accepted_row_arrays
+        self._accepted_row_read = True
+        sample = self.package_dir / SAMPLE_REQUEST
+        try:
+            arrays = self.decode(sample.read_bytes(), codecs.JSON) if sample.is_file() else None
+            if arrays is not None:
+                row = {name: value[:1] for name, value in arrays.items()}
+                self.runtime.predict(row)
+                self._accepted_row_arrays = row
+        except (ServingError, OSError):
+            pass  # no row to try values in: the error names the string columns only
+        return self._accepted_row_arrays
 
     def respond(self, outputs: Arrays, media_type: str = codecs.JSON) -> dict[str, Any]:
         """Model outputs -> response fields, identical in every mode. `media_type`: the type they will be

@@ -13,10 +13,11 @@ Transport-free: rows come from, and parts go to, a `Store` (S3 in handlers/batch
 - Output: part `i` holds the predictions for input rows `[i*chunk_rows, (i+1)*chunk_rows)`: one JSON line per
   good row (`file`, `line`, then the response fields), or with `output_format="parquet"` the same as columns.
   A part is written whole (one PUT), so an existing part with this run's fingerprint is finished and a rerun
-  skips it. Bad rows go to `errors/part-i.jsonl` (file, line, error) before their part, and are gathered into
-  `errors.jsonl` at the end; `strict=True` stops at the first bad row instead. `manifest.json` is written
-  last: row counts, model name/version/sha256, each input and part with its sha256. Nothing in the output
-  depends on time, so an interrupted run plus a rerun is byte-identical to one uninterrupted run.
+  skips it. Bad rows (that do not decode, or that the model refuses: refused.py) go to `errors/part-i.jsonl`
+  (file, line, error) before their part, and are gathered into `errors.jsonl` at the end; `strict=True` stops
+  at the first bad row instead. `manifest.json` is written last: row counts, model name/version/sha256, each
+  input and part with its sha256. Nothing in the output depends on time, so an interrupted run plus a rerun is
+  byte-identical to one uninterrupted run.
 - Every input row ends in exactly one place: a line of its part, or a line of its error part. Each line must
   hold exactly one row (a JSON line `[..], [..]` holds two and is an error; a line ends only at `\\n`), so no
   line can shift another's prediction. Chunks of plain numbers decode in one vectorized pass, the rest line

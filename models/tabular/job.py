@@ -22,6 +22,7 @@ import numpy as np
 import orjson
 
 from models.errors import InternalError, InvalidInput, ServingError
+from models.runtime import Arrays
 from models.service import ServedModel
 from models.tabular.decode import Decoded, decode_piece
 from models.tabular.encode import (
@@ -34,6 +35,7 @@ from models.tabular.encode import (
     parquet_keys,
     parquet_table,
 )
+from models.tabular.refused import predict_rows, refused_by_piece
 from models.tabular.rows import (
     FILE_LINE,
     FORMATS,
@@ -256,32 +258,40 @@ class BatchJob:
         return part | {"_rows": sum(len(piece) for piece in chunk)}
 
     def _score(self, index: int, chunk: list[Piece]) -> ScoredPart:
-        """Decode every piece, predict the good rows of the chunk at once, encode the part and its error part."""
+        """Decode every piece, predict the good rows of the chunk at once, encode the part and its error part.
+        A row the model refuses (refused.py) becomes an error row like one that did not decode."""
         sources, expected = _expected(chunk)
         decoded: list[Decoded] = []
-        errors = bytearray()
         for piece in chunk:
             result = decode_piece(self.model, piece, self.max_record_bytes, self.id_column)
             if result.bad and self.strict:
-                row, error = result.bad[0]
-                where = f"{piece.source}:{int(piece.lines[row])}"
-                raise InvalidInput(
-                    f"{where}: {error.message} (strict: stopping at the first bad row)",
-                    field=where,
-                    allowed=error.allowed,
-                )
+                raise _strict_stop(piece, result)
+            decoded.append(result)
+        batch = _chunk_batch(decoded)
+        outputs = None
+        if batch is not None:
+            outputs, refused = predict_rows(self.model, batch)
+            if refused:
+                decoded = refused_by_piece(decoded, refused)
+        errors = bytearray()
+        for piece, result in zip(chunk, decoded, strict=True):
+            if result.bad and self.strict:
+                raise _strict_stop(piece, result)
             for row, error in result.bad:
                 errors += error_line(piece.source, int(piece.lines[row]), error)
-            decoded.append(result)
         good = sum(len(result.good) for result in decoded)
         bad = sum(len(result.bad) for result in decoded)
         rows = sum(len(piece) for piece in chunk)
         if good + bad != rows:
             raise InternalError(f"part {index}: {rows} rows in, {good} scored + {bad} errors out")
-        body = self._encode(chunk, decoded, sources, good)
+        body = self._encode(chunk, decoded, sources, good, outputs)
         return ScoredPart(index, rows, sources, expected, body, bytes(errors), good, bad)
 
-    def _encode(self, chunk: list[Piece], decoded: list[Decoded], sources: list[str], good: int) -> bytes:
+    def _encode(
+        self, chunk: list[Piece], decoded: list[Decoded], sources: list[str], good: int, outputs: Arrays | None
+    ) -> bytes:
+        """The part's bytes: each good row's location and its fields from `outputs`, the predictions of the
+        chunk's good rows in order."""
         scored = [(piece, result) for piece, result in zip(chunk, decoded, strict=True) if result.arrays is not None]
         position = {source: i for i, source in enumerate(sources)}
         lines = np.concatenate([piece.lines[r.good] for piece, r in scored]) if scored else np.empty(0, np.int64)
@@ -291,14 +301,8 @@ class BatchJob:
             else np.empty(0, np.int64)
         )
         fields: dict[str, Any] = {}
-        if scored:
-            names = list(scored[0][1].arrays or {})
-            batch = {
-                name: np.concatenate([(r.arrays or {})[name] for _, r in scored]) if len(scored) > 1
-                else (scored[0][1].arrays or {})[name]
-                for name in names
-            }  # fmt: skip
-            fields = named_fields(self.model, batch_fields(self.model, self.model.predict(batch), good))
+        if scored and outputs is not None:
+            fields = named_fields(self.model, batch_fields(self.model, outputs, good))
             if self.id_column is not None:
                 ids = [value for _, r in scored for value in (r.ids or [])]
                 fields = {self.id_column: ids} | {k: v for k, v in fields.items() if k != self.id_column}
@@ -430,6 +434,25 @@ class BatchJob:
         if error is not None:
             entry |= {"outcome": "failed", "error": error.to_dict(), "error_line": FILE_LINE}
         return entry
+
+
+def _chunk_batch(decoded: list[Decoded]) -> Arrays | None:
+    """The good rows of a chunk's pieces as one batch, in piece order; None when no piece has any."""
+    scored = [result.arrays for result in decoded if result.arrays is not None]
+    if not scored:
+        return None
+    if len(scored) == 1:
+        return dict(scored[0])
+    return {name: np.concatenate([arrays[name] for arrays in scored]) for name in scored[0]}
+
+
+def _strict_stop(piece: Piece, result: Decoded) -> InvalidInput:
+    """What a strict job raises for a piece's first bad row, naming where it is."""
+    row, error = result.bad[0]
+    where = f"{piece.source}:{int(piece.lines[row])}"
+    return InvalidInput(
+        f"{where}: {error.message} (strict: stopping at the first bad row)", field=where, allowed=error.allowed
+    )
 
 
 def _expected(chunk: list[Piece]) -> tuple[list[str], np.ndarray]:

@@ -39,6 +39,7 @@ from models.manifest import Manifest
 from models.service import ServedModel
 from models.tabular.decode import decode_piece
 from models.tabular.encode import json_cells, json_lines, per_row_fields
+from models.tabular.refused import predict_rows, without_refused
 from models.tabular.rows import Lines, Progress, block_lines, is_header, split_lines, suffix
 from models.tabular.store import Store, StoredObject
 
@@ -73,8 +74,12 @@ def score_lines(model: ServedModel, body: bytes, media_type: str) -> bytes:
         return b""
     decoded = decode_piece(model, lines)
     answers: list[bytes] = [b""] * len(lines)
+    outputs = None
     if decoded.arrays is not None and len(decoded.good):
-        fields = per_row_fields(model, model.respond(model.predict(decoded.arrays)), len(decoded.good))
+        outputs, refused = predict_rows(model, decoded.arrays)  # a row the model refuses is that row's error
+        decoded = without_refused(decoded, refused)
+    if outputs is not None and decoded.arrays is not None:
+        fields = per_row_fields(model, model.respond(outputs), len(decoded.good))
         good = json_lines([(name, json_cells(column)) for name, column in fields.items()], len(decoded.good))
         if not decoded.bad:
             return good

@@ -663,7 +663,8 @@ class World:
                     },
                 )
                 plan.tasks[task.logical_id] = (task.arn, argv, env_base | self.service_endpoints | task_env | keys)
-                entry["task"] = {"arn": task.arn, "argv": argv, "environment": task.environment,
+                # The mapped environment: `local run-batch` runs the task here, where the image's paths are not.
+                entry["task"] = {"arn": task.arn, "argv": argv, "environment": task_env,
                                  "role": role.name if role else None}  # fmt: skip
             for endpoint in topology.endpoints.values():
                 port = realtime_port if first_realtime else free_port()

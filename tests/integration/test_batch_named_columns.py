@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from handlers.batch import BatchSettings, run_batch
+from models.errors import InvalidInput
 from tests.integration.conftest import Aws
 from tests.integration.resources import ensure_bucket
 from tests.pipeline_model import COLUMNS, SPECIES, PipelineModel, frame, pipeline_model
@@ -142,3 +143,46 @@ def test_a_row_missing_a_column_or_its_id_is_an_error_row_naming_it(
     assert [(error["line"], error["error"]["value"]) for error in errors] == [(2, "site"), (3, None)]
     assert "sepal_length" in errors[0]["error"]["allowed"]
     assert "row_id" in errors[1]["error"]["message"]
+
+
+@pytest.mark.parametrize("output_format", ["jsonl", "parquet"])
+def test_a_row_of_a_category_the_model_never_saw_is_one_error_row(
+    aws: Aws, unique: str, flowers: PipelineModel, output_format: str
+) -> None:
+    # GIVEN six records in one chunk, where line 3 holds a site the one-hot encoder never saw: onnxruntime fails
+    # the chunk's whole batch for it
+    ensure_bucket(aws.s3, unique)
+    records = input_table(flowers).to_pylist()[:6]
+    records[2]["site"] = "atlantis"
+    aws.s3.put_object(Bucket=unique, Key="in/cat/rows.jsonl", Body="\n".join(map(json.dumps, records)).encode())
+    # WHEN the job runs
+    manifest = run_batch(settings(unique, "cat/", id_column="row_id", output_format=output_format, chunk_rows=6))
+    # THEN that row alone is an error row naming the string column, and the chunk's other rows are scored as alone
+    assert manifest["rows"] == {"total": 6, "succeeded": 5, "failed": 1}
+    errors = [json.loads(line) for line in read(aws, unique, "out/cat/errors.jsonl").splitlines()]
+    assert [(error["line"], error["error"]["type"]) for error in errors] == [(3, "InvalidInput")]
+    assert (errors[0]["error"]["field"], errors[0]["error"]["value"]) == ("site", "atlantis")
+    keys = [f"out/cat/{part['key']}" for part in manifest["parts"]]
+    if output_format == "parquet":
+        scored = pa.concat_tables([pq.read_table(pa.BufferReader(read(aws, unique, key))) for key in keys]).to_pylist()
+    else:
+        scored = [json.loads(line) for key in keys for line in read(aws, unique, key).splitlines()]
+    assert [row["line"] for row in scored] == [1, 2, 4, 5, 6]
+    expected = expected_by_id(flowers)
+    for row in scored:
+        label, probabilities = expected[int(row["row_id"])]
+        assert row["prediction"] == label
+        np.testing.assert_allclose([row[f"proba_{name}"] for name in SPECIES], probabilities, atol=1e-5)
+
+
+def test_a_strict_job_stops_at_a_row_the_model_refuses_naming_where_it_is(
+    aws: Aws, unique: str, flowers: PipelineModel
+) -> None:
+    ensure_bucket(aws.s3, unique)
+    records = input_table(flowers).to_pylist()[:4]
+    records[1]["site"] = "atlantis"
+    aws.s3.put_object(Bucket=unique, Key="in/strict/rows.jsonl", Body="\n".join(map(json.dumps, records)).encode())
+    with pytest.raises(InvalidInput) as raised:
+        run_batch(settings(unique, "strict/", id_column="row_id", strict=True))
+    assert raised.value.field == "in/strict/rows.jsonl:2"
+    assert "column 'site' holds 'atlantis'" in raised.value.message
