@@ -216,7 +216,7 @@ settings.load_profile(os.environ.get("SERVESTACK_HYPOTHESIS_PROFILE", "default")
 # These modules run `local up` or a synth in the repository's own folder (its .servestack/ cache and state):
 # they share one unit, so they never run at the same time as each other. (Modules that copy the project with
 # tests/e2e/conftest.py's copy_project run in a folder of their own and need no such care.)
-REPOSITORY_FOLDER_MODULES = frozenset({"tests/e2e/test_local_up_enforced.py"})
+REPOSITORY_FOLDER_MODULES = frozenset({"tests/e2e/test_local_up_enforced.py", "tests/e2e/test_iam_surface.py"})
 # These modules read one `local up` (tests/e2e/conftest.py's `shared_up`): one unit, so that one worker starts it
 # once, runs them all against it one after another, and stops it when the last of them is done.
 SHARED_LOCAL_UP_MODULES = frozenset(

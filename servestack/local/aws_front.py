@@ -11,7 +11,12 @@ this server (their paths do not collide). Every request is authenticated (SigV4)
 - `POST /` with `X-Amz-Target: SageMaker.CreateTransformJob` or `...DescribeTransformJob`: the transform jobs an
   engine: transform schedule creates (servestack/local/transform_jobs.py), and `POST /_servestack/transform-jobs/
   {name}`, local up's own route where `local run-batch` reports a job's end (signed by the developer, refused
-  otherwise).
+  otherwise);
+- `POST /` with `X-Amz-Target: CodeDeploy_20141006.<Op>`: CodeDeploy for the serverless deployments' releases
+  (servestack/local/codedeploy.py);
+- `GET /schedules/{Name}`: Scheduler's GetSchedule of the templates' schedules (servestack/local/scheduler_api.py);
+- `/_servestack/iam/roles[/{name}]`: local up's own route to the running IAM store's roles
+  (servestack/local/iam_roles.py).
 """
 
 from __future__ import annotations
@@ -20,11 +25,14 @@ from typing import Any
 
 from servestack.local.cloudformation import ACCOUNT
 from servestack.local.cloudformation import DEFAULT_REGION as REGION
+from servestack.local.codedeploy import LocalCodeDeploy
 from servestack.local.http_server import LocalHttpServer, Reply, Request
+from servestack.local.iam_roles import RolePolicies
 from servestack.local.inference_components import ComponentState, InferenceComponents
 from servestack.local.lambda_invoke import INVOKE_PREFIX, INVOKE_SUFFIX, lambda_error
 from servestack.local.lambda_service import LambdaService
 from servestack.local.sagemaker_front import ENDPOINT_PREFIX, SageMakerRuntime
+from servestack.local.scheduler_api import SchedulerApi
 from servestack.local.transform_jobs import TransformJobs
 
 MAX_BODY_BYTES = 7 * 1024 * 1024  # above both services' request limits (6 MB), which they check themselves
@@ -41,12 +49,16 @@ class AwsFront:
         port: int = 0,
         components: InferenceComponents | None = None,
         transform_jobs: TransformJobs | None = None,
+        codedeploy: LocalCodeDeploy | None = None,
+        scheduler: SchedulerApi | None = None,
     ) -> None:
         self.sagemaker = sagemaker
         self.lambdas = lambdas
         self.access = access
         self.components = components or InferenceComponents({}, _no_scaling)
         self.transform_jobs = transform_jobs or TransformJobs((), REGION, ACCOUNT)
+        self.codedeploy = codedeploy
+        self.scheduler = scheduler
         self.server = LocalHttpServer(
             "aws-api",
             self.handle,
@@ -66,6 +78,13 @@ class AwsFront:
         if TransformJobs.is_control_plane(request):
             allowed = self.access.check(request, "sagemaker")
             return allowed if isinstance(allowed, Reply) else self.transform_jobs.handle(request)
+        if self.codedeploy is not None and LocalCodeDeploy.is_api(request):  # it authorizes on the group's ARN
+            return self.codedeploy.handle(request)
+        if self.scheduler is not None and SchedulerApi.is_api(request):
+            allowed = self.access.check(request, "scheduler")
+            return allowed if isinstance(allowed, Reply) else self.scheduler.handle(request)
+        if RolePolicies.is_route(request):  # local up's own: the running IAM store's roles
+            return RolePolicies(self.access).handle(request)
         if TransformJobs.is_report(request):
             return self._developer_only(request) or self.transform_jobs.report(request)
         if InferenceComponents.is_control_plane(request):

@@ -3,7 +3,8 @@ call the deployed stacks, through its state file.
 
 Every call goes through the same doors as in the cloud, signed with the developer's keys: SageMaker Runtime's
 `InvokeEndpoint` for realtime, the IAM-authenticated HTTP API (SigV4, `execute-api`) for serverless and
-async, Lambda's `Invoke` of the batch function with its schedule's input for batch.
+async; for batch, Lambda's `Invoke` of the batch function with its schedule's input, signed with the schedule
+role's keys as the schedule invokes it (servestack/local/scheduler.py).
 """
 
 from __future__ import annotations
@@ -17,35 +18,10 @@ from typing import Any
 
 from servestack.failures import CommandError, ExitCode
 from servestack.local import state
-from servestack.local.developer import developer, sagemaker_runtime
+from servestack.local.developer import developer, sagemaker_runtime, signed
 from servestack.local.manifests import print_manifest
 
 CONTENT_TYPES = {".json": "application/json", ".csv": "text/csv", ".npy": "application/x-npy"}
-
-
-def signed(
-    method: str,
-    url: str,
-    credentials: Any,
-    region: str,
-    *,
-    body: bytes = b"",
-    headers: dict[str, str] | None = None,
-    service: str = "execute-api",
-    timeout_sec: float = 60,
-) -> tuple[int, bytes]:
-    """An HTTP request signed with SigV4, as `aws`, the SDKs and `curl --aws-sigv4` sign it."""
-    import httpx
-
-    from servestack.signing import sigv4_headers
-
-    sent = sigv4_headers(
-        method, url, body, headers or {}, access_key_id=credentials.access_key_id,
-        secret_access_key=credentials.secret_access_key, session_token=credentials.session_token,
-        service=service, region=region,
-    )  # fmt: skip
-    response = httpx.request(method, url, content=body, headers=sent, timeout=timeout_sec)
-    return response.status_code, response.content
 
 
 def invoke(
@@ -138,8 +114,8 @@ def run_batch(
     output_prefix: str | None = None,
     download: Path | None = None,
 ) -> int:
-    """Run a batch deployment now: invoke its function with its schedule's input, as the schedule would; with
-    `download`, merge the run's output into that file (servestack/local/batch_data.py)."""
+    """Run a batch deployment now: invoke its function with its schedule's input, as the schedule would (as
+    its role); with `download`, merge the run's output into that file (servestack/local/batch_data.py)."""
     from servestack.local import batch_data
     from servestack.progress import Progress
 
@@ -183,10 +159,10 @@ def run_batch(
 def _invoke_batch(about: dict[str, Any], name: str, d: dict[str, Any], overrides: dict[str, Any]) -> tuple[int, str]:
     payload = dict(d["input"])
     payload |= {k: v for k, v in overrides.items() if v is not None}
-    session, config = sagemaker_runtime(about)
-    lambdas = session.client("lambda", endpoint_url=about["aws_api_url"], config=config)
-    print(f"invoking {d['target']} with its schedule's input", file=sys.stderr)
-    response = lambdas.invoke(FunctionName=d["target"], Payload=json.dumps(payload).encode())
+    print(f"invoking {d['target']} with its schedule's input, as its schedule's role", file=sys.stderr)
+    from servestack.local.scheduler import invoke_as_schedule_role
+
+    response = invoke_as_schedule_role(about, d, payload)
     answer = json.loads(response["Payload"].read() or b"null")
     if response.get("FunctionError"):
         print(f"{name}: the run failed: {answer.get('errorType')}: {answer.get('errorMessage')}", file=sys.stderr)

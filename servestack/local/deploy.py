@@ -166,10 +166,16 @@ def deploy(
     about = state.read(state_path)
     deployments: dict[str, Any] = about["deployments"]
     entry = deployments.get(name)
+    if entry is not None and entry.get("mode") == "serverless":  # CodeDeploy's release of its alias
+        from servestack.local.serverless_release import deploy_serverless
+
+        interval = (options or {}).get("interval_sec")
+        return deploy_serverless(about, name, entry, interval_sec=interval, output=output, timeout_sec=timeout_sec)
     if entry is None or entry.get("mode") != "realtime":
-        realtime = [n for n, d in deployments.items() if d.get("mode") == "realtime"]
+        realtime = [n for n, d in deployments.items() if d.get("mode") in ("realtime", "serverless")]
         raise CommandError(
-            f"{name}: not a realtime deployment of the running local up ({', '.join(realtime)})", ExitCode.NOT_FOUND
+            f"{name}: not a realtime or serverless deployment of the running local up ({', '.join(realtime)})",
+            ExitCode.NOT_FOUND,
         )
     url = entry["url"]
     control = entry.get("control_url", url)  # the router's admin routes (rehearsals) answer on its control port

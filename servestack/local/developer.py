@@ -1,5 +1,6 @@
-"""The developer's identity in a running local up: the keys its state file records, and a boto3 session with
-them, for the CLI commands that act as the developer (invoke, run-batch, put-input)."""
+"""Calling a running local up as one of its principals: the developer's keys (as its state file records them), a
+boto3 session with them, and SigV4-signed HTTP requests, for the CLI commands (invoke, run-batch, put-input) and
+local up's own reports to itself."""
 
 from __future__ import annotations
 
@@ -27,3 +28,28 @@ def sagemaker_runtime(about: dict[str, Any]) -> Any:
     )
     config = Config(retries={"mode": "standard", "max_attempts": 1}, read_timeout=960)
     return session, config
+
+
+def signed(
+    method: str,
+    url: str,
+    credentials: Any,
+    region: str,
+    *,
+    body: bytes = b"",
+    headers: dict[str, str] | None = None,
+    service: str = "execute-api",
+    timeout_sec: float = 60,
+) -> tuple[int, bytes]:
+    """An HTTP request signed with SigV4, as `aws`, the SDKs and `curl --aws-sigv4` sign it."""
+    import httpx
+
+    from servestack.signing import sigv4_headers
+
+    sent = sigv4_headers(
+        method, url, body, headers or {}, access_key_id=credentials.access_key_id,
+        secret_access_key=credentials.secret_access_key, session_token=credentials.session_token,
+        service=service, region=region,
+    )  # fmt: skip
+    response = httpx.request(method, url, content=body, headers=sent, timeout=timeout_sec)
+    return response.status_code, response.content

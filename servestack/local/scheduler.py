@@ -17,6 +17,7 @@ a Lambda target) and, once SageMaker accepted the job, runs it; the job's own fa
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -155,3 +156,42 @@ def send_dead_letter(sqs: Any, endpoint_url: str, queue_arn: str, body: str, att
         QueueUrl=queue_url_of(queue_arn, endpoint_url), MessageBody=body,
         MessageAttributes={k: {"DataType": "String", "StringValue": v} for k, v in attributes.items()},
     )  # fmt: skip
+
+
+def invoke_as_schedule_role(about: dict[str, Any], entry: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    """`local run-batch` of a Lambda target, started as the schedule starts it: Invoke of the target by the
+    schedule's role (the role its `Target.RoleArn` names), signed with that role's keys from local up's
+    identities, through local up's Lambda API, where IAM checks `lambda:InvokeFunction` on the target as it
+    does when the schedule fires. The invocation is synchronous (the schedule's is `Event`) so that the
+    developer sees the run's manifest; the permission checked is the same. Returns boto3's Invoke response;
+    `CommandError` (exit 1) when the role may not start the run."""
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import ClientError
+
+    from servestack.failures import CommandError, ExitCode
+
+    role_arn = str(entry.get("schedule_role") or "")
+    keys = (about.get("identities") or {}).get(role_arn.rsplit("/", 1)[-1])
+    if not role_arn or not isinstance(keys, dict):
+        raise CommandError(
+            f"the running local up records no keys for the schedule's role ({role_arn or 'none'}) of "
+            f"{entry.get('schedule_name', 'this deployment')}: restart `servestack local up`",
+            ExitCode.NOT_RUNNING,
+        )
+    session = boto3.session.Session(
+        aws_access_key_id=keys["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"],
+        aws_session_token=keys.get("AWS_SESSION_TOKEN"),
+        region_name=about.get("region", "us-east-1"),
+    )
+    config = Config(retries={"mode": "standard", "max_attempts": 1}, read_timeout=960)
+    lambdas = session.client("lambda", endpoint_url=about["aws_api_url"], config=config)
+    logger.info("invoking %s as the schedule's role %s", entry["target"], role_arn)
+    try:
+        response: dict[str, Any] = lambdas.invoke(FunctionName=entry["target"], Payload=json.dumps(payload).encode())
+    except ClientError as refused:
+        raise CommandError(
+            f"the schedule's role {role_arn} could not start the run: {refused}", ExitCode.FAILED
+        ) from None
+    return response

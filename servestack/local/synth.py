@@ -52,8 +52,9 @@ def app_root(project_root: Path) -> Path:
     return project_root if (project_root / "app.py").is_file() else REPO_ROOT
 
 
-def context(root: Path, spec: Path) -> dict[str, object]:
-    """The context the CDK CLI would pass: cdk.json's, then cdk.context.json's, plus local mode's own."""
+def context(root: Path, spec: Path, *, pipeline: bool = False) -> dict[str, object]:
+    """The context the CDK CLI would pass: cdk.json's, then cdk.context.json's, plus local mode's own; with
+    `pipeline`, the app's pipeline stack too (its context, `servestack:repo`..., is cdk.json's)."""
     merged: dict[str, object] = {}
     cdk_json = root / "cdk.json"
     if cdk_json.is_file():
@@ -63,7 +64,7 @@ def context(root: Path, spec: Path) -> dict[str, object]:
         merged |= json.loads(cached.read_text(encoding="utf-8"))
     merged["servestack:spec"] = str(spec.resolve())
     merged["servestack:project"] = str(spec.resolve().parent)
-    merged["servestack:pipeline"] = False  # the pipeline stack deploys nothing local mode runs
+    merged["servestack:pipeline"] = pipeline  # the pipeline stack deploys nothing local up runs
     merged["aws:cdk:bundling-stacks"] = []
     return merged
 
@@ -125,6 +126,7 @@ def synthesize(
     *,
     force: bool = False,
     artifacts: Path | None = None,
+    pipeline: bool = False,
     on_decision: Callable[[str], None] | None = None,
 ) -> SynthResult:
     """Templates for `spec` in `out_dir`: reused when the inputs' digest matches, synthesized otherwise.
@@ -144,7 +146,7 @@ def synthesize(
     env = {
         **os.environ,
         "CDK_OUTDIR": str(out_dir),
-        "CDK_CONTEXT_JSON": json.dumps(context(root, spec)),
+        "CDK_CONTEXT_JSON": json.dumps(context(root, spec, pipeline=pipeline)),
         "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": os.environ.get(
             "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20"
         ),

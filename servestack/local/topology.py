@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servestack.local.cloudformation import Resolver, Resource, StackTemplate, TemplateError
+from servestack.local.codedeploy import LambdaDeploymentDef, read_lambda_deployments
 from servestack.local.return_values import PARTITION
 
 # ------------------------------------------------------------------------------------------ the report
@@ -34,7 +35,8 @@ EMULATED: dict[str, str] = {
     "AWS::Lambda::Alias": "accepted as an Invoke qualifier (local mode runs the working tree)",
     "AWS::Lambda::EventSourceMapping": "SQS poller: batch size, window, partial failures, maximum concurrency",
     "AWS::Lambda::Permission": "resource policy: checked for the HTTP API and schedule that invoke the function",
-    "AWS::Scheduler::Schedule": "local scheduler: expression, time zone, input, retries, DLQ",
+    "AWS::Scheduler::Schedule": "local scheduler: expression, time zone, input, retries, DLQ; each run (and "
+    "`local run-batch`) started as its role; GetSchedule on local up's AWS API port",
     "AWS::ApiGatewayV2::Api": "local HTTP API front",
     "AWS::ApiGatewayV2::Route": "route with its authorizer (AWS_IAM: SigV4 + execute-api:Invoke)",
     "AWS::ApiGatewayV2::Integration": "Lambda proxy integration (payload 2.0, timeout)",
@@ -46,6 +48,11 @@ EMULATED: dict[str, str] = {
     "copies set by UpdateInferenceComponentRuntimeConfig (0 stops it)",
     "AWS::Logs::LogGroup": "on the emulator: each child's output written with its role, and to local up's output",
     "AWS::ECS::TaskDefinition": "the container's command run as a local process, its environment, its task role",
+    "AWS::CodeDeploy::Application": "`local deploy` of a serverless deployment: CodeDeploy's API on local up's port",
+    "AWS::CodeDeploy::DeploymentConfig": "the release's steps and interval (`local deploy` of a serverless deployment)",
+    "AWS::CodeDeploy::DeploymentGroup": "`local deploy` of a serverless deployment: the pre-traffic hook under its "
+    "role, the alias shift and alarm reads under the service role (weights recorded: every version runs the same "
+    "code locally)",
 }
 REPORTED: dict[str, str] = {
     "AWS::CloudWatch::Alarm": "not evaluated (the `local deploy` rehearsal evaluates the rollback alarms)",
@@ -54,9 +61,6 @@ REPORTED: dict[str, str] = {
     "inference component) locally",
     "AWS::ApplicationAutoScaling::ScalingPolicy": "not emulated: one instance per variant (one container per "
     "inference component) locally",
-    "AWS::CodeDeploy::Application": "not emulated (`local deploy` rehearses SageMaker blue/green)",
-    "AWS::CodeDeploy::DeploymentConfig": "not emulated (`local deploy` rehearses SageMaker blue/green)",
-    "AWS::CodeDeploy::DeploymentGroup": "not emulated (`local deploy` rehearses SageMaker blue/green)",
     "AWS::KMS::Key": "not emulated: data at rest is not encrypted locally",
     "AWS::KMS::Alias": "not emulated: data at rest is not encrypted locally",
     "AWS::CDK::Metadata": "CDK's own metadata",
@@ -338,6 +342,7 @@ class StackTopology:
     versioned: set[str] = field(default_factory=set)  # functions the template publishes a version of
     outputs: dict[str, str] = field(default_factory=dict)
     report: list[ResourceReport] = field(default_factory=list)
+    lambda_deployments: list[LambdaDeploymentDef] = field(default_factory=list)  # CodeDeploy's, for `local deploy`
 
     def function_by_arn(self, arn: str) -> FunctionDef | None:
         base = ":".join(arn.split(":")[:7])
@@ -616,6 +621,7 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
     topology.apis = _http_apis(template, resolver, resources, topology)
     for key, output in template.body.get("Outputs", {}).items():
         topology.outputs[key] = str(resolver.resolve(output["Value"]))
+    topology.lambda_deployments = read_lambda_deployments(template, resolver)
     return topology
 
 

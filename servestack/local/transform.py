@@ -145,8 +145,7 @@ def create_job(about: dict[str, Any], transform: dict[str, Any]) -> dict[str, An
 
 def report_end(about: dict[str, Any], job_name: str, status: str, reason: str) -> None:
     """Tell local up the job ended, so DescribeTransformJob reports it (local up's own route, not an AWS API)."""
-    from servestack.local.commands import signed
-    from servestack.local.developer import developer
+    from servestack.local.developer import developer, signed
     from servestack.local.transform_jobs import REPORT_PREFIX
 
     # local up's own route answers only the developer's signature (any caller could end a job otherwise)

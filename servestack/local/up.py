@@ -884,6 +884,7 @@ class World:
                 "schedule": f"{schedule.expression} {schedule.timezone}",
                 "schedule_name": schedule.name,
                 "target": schedule.target_arn,
+                "schedule_role": schedule.role_arn,
                 "input": payload,
             }
             if schedule.universal is not None:
@@ -988,7 +989,25 @@ class World:
         components = InferenceComponents(self.components, self._scale_component, self._serving_copies)
         models = [model for topology in plan.topologies for model in topology.models]
         jobs = TransformJobs(models, self.region, ACCOUNT)
-        front = AwsFront(runtime, lambdas, self.access, plan.aws_port, components, jobs).serve_in_background()
+        from servestack.local.codedeploy import LocalCodeDeploy
+
+        releases = [d for topology in plan.topologies for d in topology.lambda_deployments]
+        codedeploy = LocalCodeDeploy(
+            releases, self.access, emulator_url=self.emulator_url, front_url=plan.aws_api_url, region=self.region,
+            env_base=base_environment() | {"AWS_ENDPOINT_URL": self.emulator_url, "AWS_DEFAULT_REGION": self.region},
+            run_dir=self.work / "run", identities=plan.identities,
+        )  # fmt: skip
+        closers.append(codedeploy.close)
+        for topology in plan.topologies:  # what `local deploy` names in CreateDeployment
+            for release in topology.lambda_deployments:
+                plan.deployments[topology.deployment]["codedeploy"] = {
+                    "application": release.application, "group": release.group,
+                }  # fmt: skip
+        from servestack.local.scheduler_api import SchedulerApi
+
+        schedules = SchedulerApi(plan.schedules, self.region, ACCOUNT)
+        front = AwsFront(runtime, lambdas, self.access, plan.aws_port, components, jobs, codedeploy, schedules)
+        front = front.serve_in_background()
         closers.append(front.close)
         for api, port in plan.apis:
             http_front = HttpApiFront(api, lambdas, self._authorize_api, port=port).serve_in_background()

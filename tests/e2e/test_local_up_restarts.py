@@ -19,7 +19,7 @@ import httpx
 import pytest
 from botocore.exceptions import BotoCoreError, ClientError
 
-from servestack.local.commands import signed
+from servestack.local.developer import signed
 from servestack.local.iam.identities import Credentials
 from tests.conftest import ARTIFACTS
 from tests.e2e.conftest import async_worker_pids, copy_project, running, wait_for
@@ -117,12 +117,18 @@ def _processes() -> Iterator[tuple[int, int, bytes]]:
 
 
 def _variant_masters(project: Path) -> list[int]:
-    """The realtime containers (`handlers.realtime serve`) of this project's endpoint routers."""
+    """The realtime containers of this project's endpoint routers."""
     found = list(_processes())
     routers = {
         pid for pid, _, command in found if b"servestack.local.endpoint" in command and bytes(project) in command
     }
-    return [pid for pid, parent, command in found if parent in routers and b"handlers.realtime" in command]
+    return [pid for pid, parent, command in found if parent in routers and _is_container(command)]
+
+
+def _is_container(command: bytes) -> bool:
+    """The working tree's entry (`python -m handlers.realtime serve`) or the image's, run from its staged build
+    context (`…/bin/serve serve`: the Dockerfile's ENTRYPOINT and SageMaker's argument)."""
+    return b"handlers.realtime" in command or b"/serve\x00serve" in command
 
 
 def _descendants(pid: int) -> list[int]:

@@ -42,8 +42,7 @@ import yaml
 from servestack.client import AsyncJobsClient, SigV4
 from servestack.conversion import worst_row
 from servestack.local.batch_data import batch_location
-from servestack.local.commands import signed
-from servestack.local.developer import developer
+from servestack.local.developer import developer, signed
 from tests.e2e.conftest import LocalUp, start_local_up
 from tests.zoo import ZooModel
 

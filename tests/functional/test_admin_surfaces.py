@@ -29,6 +29,9 @@ def emulator() -> Iterator[EmbeddedEmulator]:
 def test_moto_reset_is_refused_and_wipes_nothing(emulator: EmbeddedEmulator, path: str) -> None:
     s3 = clients(emulator.url)["s3"]
     s3.create_bucket(Bucket="kept")
+    # (moto's backends are one per process: buckets of other tests in this worker may be there too)
+    before = [b["Name"] for b in s3.list_buckets()["Buckets"]]
+    assert "kept" in before
     # WHEN an unsigned caller posts moto's reset (spelled any way moto would still route it)
     answer = httpx.post(f"{emulator.url}{path}")
     # THEN it is a 403 with a JSON body saying how to allow it, and the bucket is still there
@@ -36,7 +39,7 @@ def test_moto_reset_is_refused_and_wipes_nothing(emulator: EmbeddedEmulator, pat
     error = answer.json()["error"]
     assert error["type"] == "AccessDenied"
     assert "--allow-reset" in error["message"]
-    assert [b["Name"] for b in s3.list_buckets()["Buckets"]] == ["kept"]
+    assert [b["Name"] for b in s3.list_buckets()["Buckets"]] == before
 
 
 def test_the_rest_of_moto_api_is_refused_too(emulator: EmbeddedEmulator) -> None:
@@ -118,7 +121,7 @@ def test_describe_inference_component_reports_the_copies_the_router_runs(compone
 
 def test_local_ups_transform_report_route_answers_only_the_developers_signature() -> None:
     from servestack.local.aws_front import AwsFront
-    from servestack.local.commands import signed
+    from servestack.local.developer import signed
     from servestack.local.iam.access import LocalAccess
     from servestack.local.lambda_service import LambdaService
     from servestack.local.sagemaker_front import SageMakerRuntime

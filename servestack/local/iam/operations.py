@@ -39,6 +39,7 @@ reader might doubt are commented where they are made. Covered, because servestac
 - Lambda (rest-json, operations recognised from botocore's service model): Invoke and
   InvokeWithResponseStream are `lambda:InvokeFunction` on the function ARN, with the qualifier when one is
   given (`name:alias` or `?Qualifier=`); other operations naming a function are `lambda:<Op>` on it.
+- EventBridge Scheduler (rest-json): `scheduler:<Op>` on the schedule (`schedule/{group}/{name}`) or group.
 - API Gateway (`execute-api`), an HTTP API with IAM authorization: `execute-api:Invoke` on
   `arn:aws:execute-api:{region}:{account}:{apiId}/{stage}/{METHOD}/{path}`.
 
@@ -914,6 +915,25 @@ def describe_lambda(request: HttpRequest, where: Where) -> Operation:
     return Operation("lambda", operation, (Check(action, arn),))
 
 
+def describe_scheduler(request: HttpRequest, where: Where) -> Operation:
+    """EventBridge Scheduler (rest-json): an operation naming a schedule is `scheduler:<Op>` on
+    `arn:aws:scheduler:{region}:{account}:schedule/{groupName, default "default"}/{Name}` (Service Authorization
+    Reference, resource type schedule); one naming a group, on `...:schedule-group/{Name}`; lists on `*`."""
+    matched = match_rest("scheduler", request)
+    if matched is None:
+        return unrecognised("scheduler", None, f"{request.method} {request.path} is no Scheduler API operation")
+    operation, params = matched
+    action = f"scheduler:{operation}"
+    name = params.get("Name")
+    if name is None:
+        return Operation("scheduler", operation, (Check(action, "*"),))
+    prefix = f"arn:aws:scheduler:{where.region}:{where.account}"
+    if "ScheduleGroup" in operation:
+        return Operation("scheduler", operation, (Check(action, f"{prefix}:schedule-group/{name}"),))
+    group = request.query.get("groupName") or "default"
+    return Operation("scheduler", operation, (Check(action, f"{prefix}:schedule/{group}/{name}"),))
+
+
 @dataclass(frozen=True)
 class ExecuteApi:
     """The HTTP API a request to servestack's API front is for."""
@@ -950,6 +970,7 @@ DESCRIBERS: dict[str, Callable[[HttpRequest, Where], Operation]] = {
     "events": describe_events,
     "sagemaker": describe_sagemaker,
     "lambda": describe_lambda,
+    "scheduler": describe_scheduler,
 }
 
 
