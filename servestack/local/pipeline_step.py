@@ -130,8 +130,7 @@ def pipeline_template(about: dict[str, Any], *, synth: bool) -> Path:
 def run_step(
     step: str, *, state_path: Path | None = None, template_path: Path | None = None, synth: bool = False
 ) -> int:
-    from servestack.local.commands import signed
-    from servestack.local.developer import developer
+    from servestack.local.developer import developer, signed
     from servestack.local.iam_roles import ROUTE
 
     about = state.read(state_path)

@@ -23,8 +23,7 @@ ENDED = ("Succeeded", "Failed", "Stopped")
 
 
 def _call(about: dict[str, Any], operation: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    from servestack.local.commands import signed
-    from servestack.local.developer import developer
+    from servestack.local.developer import developer, signed
 
     headers = {"X-Amz-Target": TARGET + operation, "Content-Type": "application/x-amz-json-1.1"}
     status, answer = signed("POST", about["aws_api_url"], developer(about), about.get("region", "us-east-1"),

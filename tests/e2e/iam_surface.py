@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servestack.local.commands import signed
+from servestack.local.developer import signed
 from servestack.local.iam.identities import DEVELOPER
 from servestack.local.iam_roles import ROUTE
 from tests.conftest import ARTIFACTS, REPO_ROOT
