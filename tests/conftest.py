@@ -214,15 +214,76 @@ settings.load_profile(os.environ.get("SERVESTACK_HYPOTHESIS_PROFILE", "default")
 # `make test` runs the suite on two xdist workers: most of its time is spent waiting on real servers and
 # `local up` children, not on the CPU. A module is one unit of work, so its module-scoped servers start once.
 # These modules run `local up` or a synth in the repository's own folder (its .servestack/ cache and state):
-# they share one unit, so they never run at the same time as each other.
-REPOSITORY_FOLDER_MODULES = frozenset(
+# they share one unit, so they never run at the same time as each other. (Modules that copy the project with
+# tests/e2e/conftest.py's copy_project run in a folder of their own and need no such care.)
+REPOSITORY_FOLDER_MODULES = frozenset({"tests/e2e/test_local_up_enforced.py", "tests/e2e/test_iam_surface.py"})
+# These modules read one `local up` (tests/e2e/conftest.py's `shared_up`): one unit, so that one worker starts it
+# once, runs them all against it one after another, and stops it when the last of them is done.
+SHARED_LOCAL_UP_MODULES = frozenset(
     {
-        "tests/e2e/test_local_up_enforced.py",
-        "tests/e2e/test_rehearsal.py",
-        "tests/e2e/test_iam_mutation.py",
-        "tests/e2e/test_iam_surface.py",
+        "tests/e2e/test_fargate_batch_up.py",
+        "tests/e2e/test_sagemaker_paths.py",
+        "tests/e2e/test_transform_batch.py",
+        "tests/e2e/test_transform_schedule_fires.py",
     }
 )
+# These modules read tests/infra/conftest.py's session-scoped `synth` (the CDK app synthesized, ~50 s here): one
+# unit, so that it is synthesized once per run rather than once per worker.
+INFRA_SYNTH_MODULES = frozenset(
+    f"tests/infra/test_{name}.py"
+    for name in (
+        "asynchronous", "batch", "checks", "components", "iam_policies_load", "local_topology", "pipeline",
+        "realtime", "serverless", "shared",
+    )
+)  # fmt: skip
+# What a unit costs, roughly, in seconds on this machine: each test by its folder, plus what each module's own
+# `local up`s cost (start and stop, ~90 s each; the shared one and the infra synth count once per unit). The units
+# are handed out longest first, so that the run does not end on one worker still inside an e2e module while the
+# other is idle. The estimates only order the units: a wrong one costs balance, never a result.
+TEST_COST_SEC = {"e2e": 5.0, "integration": 3.0, "functional": 2.0, "infra": 0.5}
+LOCAL_UP_SEC = 90.0
+# The e2e modules that start other than one `local up` (restarts, mutations and their restored runs, detach and
+# restart, the docs' projects; the progress module only synthesizes).
+LOCAL_UPS = {
+    "tests/e2e/test_local_up_restarts.py": 3,
+    "tests/e2e/test_iam_mutation.py": 2,
+    "tests/e2e/test_transform_schedule_role.py": 2,
+    "tests/e2e/test_shipped_artifacts.py": 2,
+    "tests/e2e/test_local_lifecycle.py": 2,
+    "tests/e2e/test_docs.py": 2,
+    "tests/e2e/test_local_up_progress.py": 0,
+}
+UNIT_COST_SEC = {"shared-local-up": LOCAL_UP_SEC, "infra-synth": 50.0}
+
+
+def scheduling_unit(nodeid: str) -> str:
+    module = nodeid.split("::", 1)[0]
+    if module in REPOSITORY_FOLDER_MODULES:
+        return "repository-folder"
+    if module in SHARED_LOCAL_UP_MODULES:
+        return "shared-local-up"
+    if module in INFRA_SYNTH_MODULES:
+        return "infra-synth"
+    return module
+
+
+def unit_costs(nodeids: list[str]) -> dict[str, float]:
+    """Each scheduling unit of `nodeids` -> its estimated cost in seconds."""
+    costs: dict[str, float] = {}
+    modules: set[str] = set()
+    for nodeid in nodeids:
+        unit, module = scheduling_unit(nodeid), nodeid.split("::", 1)[0]
+        parts = module.split("/")
+        folder = parts[1] if len(parts) > 2 else ""
+        cost = TEST_COST_SEC.get(folder, 0.5)
+        if module not in modules:
+            modules.add(module)
+            if folder == "e2e" and unit not in UNIT_COST_SEC:
+                cost += LOCAL_UP_SEC * LOCAL_UPS.get(module, 1)
+        if unit not in costs:
+            cost += UNIT_COST_SEC.get(unit, 0.0)
+        costs[unit] = costs.get(unit, 0.0) + cost
+    return costs
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -230,8 +291,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class ModuleScheduling(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return "repository-folder" if module in REPOSITORY_FOLDER_MODULES else module
+            return scheduling_unit(nodeid)
+
+        costs: dict[str, float] | None = None
+
+        def _assign_work_unit(self, node: Any) -> None:
+            # The costliest unit still waiting goes next. (The collection itself keeps its order: the workers
+            # map the indexes they are sent onto their own collection.)
+            if self.costs is None:
+                self.costs = unit_costs(self.collection)
+            costs = self.costs
+            self.workqueue.move_to_end(max(self.workqueue, key=lambda unit: costs[unit]), last=False)
+            super()._assign_work_unit(node)
 
     return ModuleScheduling(config, log)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
+import pytest
 from botocore.config import Config
 
 from servestack.local.processes import free_port
@@ -136,6 +137,102 @@ def running(workdir: Path, *args: str, spec: Path | None = None) -> Iterator[Loc
     finally:
         code = up.stop()
         assert code == 0, up.log_text()[-4000:]
+
+
+# One `local up` for the modules that only read what it runs (tests/conftest.py's SHARED_LOCAL_UP_MODULES, which
+# xdist runs in one worker, one after another): each of them calls deployments of its own, so none sees
+# another's jobs, objects or schedule runs. Modules that kill children, deploy versions or mutate templates
+# start a `local up` of their own. Which module reads which deployment:
+# - test_fargate_batch_up.py: weekly (a Fargate batch and its schedule's role)
+# - test_sagemaker_paths.py: digits-mme (a multi-model endpoint) and cancer-sm (async on SageMaker)
+# - test_transform_batch.py: on-lambda and on-transform (the same input, run by both batch engines)
+# - test_transform_schedule_fires.py: nightly (a transform on a one-minute schedule)
+SHARED_SPEC = """\
+models:
+  - name: digits
+    version: 1
+  - name: breast-cancer
+    version: 1
+deployments:
+  weekly:
+    mode: batch
+    model: digits
+    engine: fargate
+    schedule: rate(7 days)
+  digits-mme:
+    mode: realtime
+    model: digits
+    multi_model: true
+    instance_type: ml.c6i.xlarge
+  cancer-sm:
+    mode: async
+    model: breast-cancer
+    backend: sagemaker
+    instance_type: ml.c6i.xlarge
+  on-lambda:
+    mode: batch
+    model: breast-cancer
+  on-transform:
+    mode: batch
+    model: breast-cancer
+    engine: transform
+    instance_type: ml.m5.large
+    instance_count: 2
+    max_payload_mb: 1
+  nightly:
+    mode: batch
+    model: breast-cancer
+    engine: transform
+    schedule: rate(1 minute)
+    instance_type: ml.m5.large
+    instance_count: 1
+"""
+
+
+class SharedLocalUp:
+    """SHARED_SPEC's `local up`: started by the first module that asks for it, stopped (and its exit checked) as
+    soon as the run leaves the modules that share it, so that it does not run on beside the worker's next units."""
+
+    def __init__(self) -> None:
+        self.up: LocalUp | None = None
+
+    def get(self, tmp_path_factory: pytest.TempPathFactory) -> LocalUp:
+        if self.up is None:
+            where = tmp_path_factory.mktemp("shared-up")
+            spec = copy_project(where / "project", SHARED_SPEC)
+            self.up = start_local_up(where, "--fresh", "--data-dir", str(where / "data"), spec=spec)
+        return self.up
+
+    def stop(self) -> None:
+        up, self.up = self.up, None
+        if up is not None:
+            code = up.stop()
+            assert code == 0, up.log_text()[-4000:]
+
+
+SHARED_LOCAL_UP = SharedLocalUp()
+
+
+@pytest.fixture(scope="module")
+def shared_up(tmp_path_factory: pytest.TempPathFactory) -> LocalUp:
+    return SHARED_LOCAL_UP.get(tmp_path_factory)
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After the last test of a run of tests on the shared local up, stop it (a failed stop fails that teardown)."""
+    if SHARED_LOCAL_UP.up is not None and (nextitem is None or not uses_shared_up(nextitem)):
+        SHARED_LOCAL_UP.stop()
+
+
+def uses_shared_up(item: pytest.Item) -> bool:
+    return "shared_up" in getattr(item, "fixturenames", ())
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An interrupted run (Ctrl-C, -x) still stops the shared local up."""
+    if SHARED_LOCAL_UP.up is not None:
+        SHARED_LOCAL_UP.up.stop()
+        SHARED_LOCAL_UP.up = None
 
 
 # The CDK app and its constructs, the model packages, and what the images' Dockerfiles COPY from the app's

@@ -6,37 +6,26 @@ format`), so local up stopped before anything ran."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import copy_project, running
+from tests.e2e.conftest import LocalUp
 
 pytestmark = pytest.mark.slow
-SPEC = """\
-models:
-  - name: digits
-    version: 1
-deployments:
-  weekly:
-    mode: batch
-    model: digits
-    engine: fargate
-    schedule: rate(7 days)
-"""
+# weekly (a Fargate batch on `rate(7 days)`) of the shared local up (tests/e2e/conftest.py's SHARED_SPEC).
+STACK = "servestack-weekly"
 
 
-def test_local_up_runs_a_fargate_batch_deployment_with_its_schedule_role(tmp_path: Path) -> None:
-    # GIVEN a project whose one deployment is a Fargate batch
-    spec = copy_project(tmp_path / "project", SPEC)
-    # WHEN local up reads its templates and creates its roles
-    with running(tmp_path, "--fresh", "--data-dir", str(tmp_path / "data"), spec=spec) as up:
-        # THEN it is up, and the schedule's role may run the task definition, named by its ARN
-        role = next(name for name in up.state["identities"] if "SchedulerRole" in name)
-        iam = up.emulator("iam")
-        names = iam.list_role_policies(RoleName=role)["PolicyNames"]
-        documents = [iam.get_role_policy(RoleName=role, PolicyName=name)["PolicyDocument"] for name in names]
-        statements = [s for d in documents for s in (json.loads(d) if isinstance(d, str) else d)["Statement"]]
-        (run_task,) = [s for s in statements if s["Action"] == "ecs:RunTask"]
-        assert run_task["Resource"].startswith("arn:aws:ecs:us-east-1:123456789012:task-definition/")
-        assert run_task["Resource"].endswith(":1")
+def test_local_up_runs_a_fargate_batch_deployment_with_its_schedule_role(shared_up: LocalUp) -> None:
+    # GIVEN a project with a Fargate batch deployment (weekly)
+    # WHEN local up has read its templates and created its roles
+    up = shared_up
+    # THEN it is up, and the schedule's role may run the task definition, named by its ARN
+    role = next(n for n in up.state["identities"] if n.startswith(f"{STACK}-") and "SchedulerRole" in n)
+    iam = up.emulator("iam")
+    names = iam.list_role_policies(RoleName=role)["PolicyNames"]
+    documents = [iam.get_role_policy(RoleName=role, PolicyName=name)["PolicyDocument"] for name in names]
+    statements = [s for d in documents for s in (json.loads(d) if isinstance(d, str) else d)["Statement"]]
+    (run_task,) = [s for s in statements if s["Action"] == "ecs:RunTask"]
+    assert run_task["Resource"].startswith("arn:aws:ecs:us-east-1:123456789012:task-definition/")
+    assert run_task["Resource"].endswith(":1")

@@ -6,7 +6,6 @@ the job table) reaching `succeeded`, or `failed` with the container's reason."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,39 +13,18 @@ import pytest
 from servestack.local.developer import signed
 from servestack.local.iam.identities import Credentials
 from tests.conftest import ARTIFACTS
-from tests.e2e.conftest import LocalUp, copy_project, running, wait_for
+from tests.e2e.conftest import LocalUp, wait_for
 
 pytestmark = pytest.mark.slow
 DEVELOPER = Credentials("arn:aws:iam::123456789012:user/developer", "local", "local")
 DIGITS = (ARTIFACTS / "digits/1/sample-request.json").read_bytes()
 CANCER = (ARTIFACTS / "breast-cancer/1/sample-request.json").read_bytes()
-SPEC = """\
-models:
-  - name: digits
-    version: 1
-  - name: breast-cancer
-    version: 1
-deployments:
-  digits-mme:
-    mode: realtime
-    model: digits
-    multi_model: true
-    instance_type: ml.c6i.xlarge
-  cancer-sm:
-    mode: async
-    model: breast-cancer
-    backend: sagemaker
-    instance_type: ml.c6i.xlarge
-"""
+# digits-mme and cancer-sm of the shared local up (tests/e2e/conftest.py's SHARED_SPEC).
 
 
 @pytest.fixture(scope="module")
-def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalUp]:
-    where = tmp_path_factory.mktemp("sagemaker-paths")
-    with running(
-        where, "--fresh", "--data-dir", str(where / "data"), spec=copy_project(where / "project", SPEC)
-    ) as local:
-        yield local
+def up(shared_up: LocalUp) -> LocalUp:
+    return shared_up
 
 
 def reference(model: str) -> Any:

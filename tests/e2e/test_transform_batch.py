@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,25 +13,10 @@ import pytest
 from sklearn.datasets import load_breast_cancer
 
 from tests.conftest import REPO_ROOT
-from tests.e2e.conftest import SERVESTACK, LocalUp, copy_project, running
+from tests.e2e.conftest import SERVESTACK, LocalUp
 
 pytestmark = pytest.mark.slow
-SPEC = """\
-models:
-  - name: breast-cancer
-    version: 1
-deployments:
-  on-lambda:
-    mode: batch
-    model: breast-cancer
-  on-transform:
-    mode: batch
-    model: breast-cancer
-    engine: transform
-    instance_type: ml.m5.large
-    instance_count: 2
-    max_payload_mb: 1
-"""
+# on-lambda and on-transform of the shared local up (tests/e2e/conftest.py's SHARED_SPEC).
 ROWS = load_breast_cancer().data.astype(np.float32)
 
 
@@ -70,44 +54,43 @@ def read(up: LocalUp, bucket: str, key: str) -> bytes:
     return bytes(up.emulator("s3").get_object(Bucket=bucket, Key=key)["Body"].read())
 
 
-def test_a_transform_run_over_3_objects_on_2_workers_predicts_what_the_lambda_engine_does(tmp_path: Path) -> None:
+def test_a_transform_run_over_3_objects_on_2_workers_predicts_what_the_lambda_engine_does(shared_up: LocalUp) -> None:
     # GIVEN one model behind a Lambda batch deployment and an engine: transform one with 2 instances
-    spec = copy_project(tmp_path / "project", SPEC)
-    with running(tmp_path, "--fresh", "--data-dir", str(tmp_path / "data"), spec=spec) as up:
-        # AND the same 3 input objects under each one's input prefix
-        lambda_bucket, lambda_in, lambda_out = seed(up, "on-lambda")
-        bucket, prefix, output = seed(up, "on-transform")
-        # WHEN both run as the user runs them
-        by_lambda = run_batch(up, "on-lambda")
-        by_transform = run_batch(up, "on-transform")
-        assert by_lambda.returncode == 0, by_lambda.stderr[-3000:]
-        assert by_transform.returncode == 0, by_transform.stderr[-3000:]
-        # THEN the transform ran on 2 workers, and its manifest step counted every row
-        assert "3 objects over 2 local workers" in by_transform.stderr
-        summary = json.loads(by_transform.stdout.splitlines()[-1])
-        assert summary["rows"] == {"total": 61, "succeeded": 60, "failed": 1}
-        manifest = json.loads(read(up, bucket, f"{output}manifest.json"))
-        assert [p["input"] for p in manifest["parts"]] == [f"{prefix}{k}" for k in ("a.jsonl", "b.jsonl", "c.jsonl")]
-        # AND each row's answer equals the Lambda engine's, row for row (file, line)
-        lambda_manifest = json.loads(read(up, lambda_bucket, f"{lambda_out}manifest.json"))
-        expected: dict[tuple[str, int], dict[str, Any]] = {}
-        for part in lambda_manifest["parts"]:
-            for line in read(up, lambda_bucket, f"{lambda_out}{part['key']}").splitlines():
-                row = json.loads(line)
-                expected[(row.pop("file").removeprefix(lambda_in), row.pop("line"))] = row
-        got: dict[tuple[str, int], dict[str, Any]] = {}
-        for part in manifest["parts"]:
-            body = objects()[part["input"].removeprefix(prefix)]
-            numbers = [n for n, text in enumerate(body.decode().split("\n"), start=1) if text.strip()]
-            answers = read(up, bucket, f"{output}{part['key']}").decode().splitlines()
-            assert len(answers) == len(numbers)
-            for number, answer in zip(numbers, answers, strict=True):
-                if "error" not in json.loads(answer):
-                    got[(part["input"].removeprefix(prefix), number)] = json.loads(answer)
-        assert len(got) == 60
-        assert got == expected
-        # AND the bad row is in both error files at the same file and line
-        errors = [json.loads(line) for line in read(up, bucket, f"{output}errors.jsonl").splitlines()]
-        lambda_errors = [json.loads(line) for line in read(up, lambda_bucket, f"{lambda_out}errors.jsonl").splitlines()]
-        assert [(e["file"].removeprefix(prefix), e["line"]) for e in errors] == [("b.jsonl", 5)]
-        assert [(e["file"].removeprefix(lambda_in), e["line"]) for e in lambda_errors] == [("b.jsonl", 5)]
+    up = shared_up
+    # AND the same 3 input objects under each one's input prefix
+    lambda_bucket, lambda_in, lambda_out = seed(up, "on-lambda")
+    bucket, prefix, output = seed(up, "on-transform")
+    # WHEN both run as the user runs them
+    by_lambda = run_batch(up, "on-lambda")
+    by_transform = run_batch(up, "on-transform")
+    assert by_lambda.returncode == 0, by_lambda.stderr[-3000:]
+    assert by_transform.returncode == 0, by_transform.stderr[-3000:]
+    # THEN the transform ran on 2 workers, and its manifest step counted every row
+    assert "3 objects over 2 local workers" in by_transform.stderr
+    summary = json.loads(by_transform.stdout.splitlines()[-1])
+    assert summary["rows"] == {"total": 61, "succeeded": 60, "failed": 1}
+    manifest = json.loads(read(up, bucket, f"{output}manifest.json"))
+    assert [p["input"] for p in manifest["parts"]] == [f"{prefix}{k}" for k in ("a.jsonl", "b.jsonl", "c.jsonl")]
+    # AND each row's answer equals the Lambda engine's, row for row (file, line)
+    lambda_manifest = json.loads(read(up, lambda_bucket, f"{lambda_out}manifest.json"))
+    expected: dict[tuple[str, int], dict[str, Any]] = {}
+    for part in lambda_manifest["parts"]:
+        for line in read(up, lambda_bucket, f"{lambda_out}{part['key']}").splitlines():
+            row = json.loads(line)
+            expected[(row.pop("file").removeprefix(lambda_in), row.pop("line"))] = row
+    got: dict[tuple[str, int], dict[str, Any]] = {}
+    for part in manifest["parts"]:
+        body = objects()[part["input"].removeprefix(prefix)]
+        numbers = [n for n, text in enumerate(body.decode().split("\n"), start=1) if text.strip()]
+        answers = read(up, bucket, f"{output}{part['key']}").decode().splitlines()
+        assert len(answers) == len(numbers)
+        for number, answer in zip(numbers, answers, strict=True):
+            if "error" not in json.loads(answer):
+                got[(part["input"].removeprefix(prefix), number)] = json.loads(answer)
+    assert len(got) == 60
+    assert got == expected
+    # AND the bad row is in both error files at the same file and line
+    errors = [json.loads(line) for line in read(up, bucket, f"{output}errors.jsonl").splitlines()]
+    lambda_errors = [json.loads(line) for line in read(up, lambda_bucket, f"{lambda_out}errors.jsonl").splitlines()]
+    assert [(e["file"].removeprefix(prefix), e["line"]) for e in errors] == [("b.jsonl", 5)]
+    assert [(e["file"].removeprefix(lambda_in), e["line"]) for e in lambda_errors] == [("b.jsonl", 5)]

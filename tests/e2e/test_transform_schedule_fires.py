@@ -7,55 +7,41 @@ from __future__ import annotations
 import json
 import re
 import time
-from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import copy_project, running
+from tests.e2e.conftest import LocalUp
 
 pytestmark = pytest.mark.slow
-SPEC = """\
-models:
-  - name: breast-cancer
-    version: 1
-deployments:
-  nightly:
-    mode: batch
-    model: breast-cancer
-    engine: transform
-    schedule: rate(1 minute)
-    instance_type: ml.m5.large
-    instance_count: 1
-"""
+# nightly (`rate(1 minute)`) of the shared local up (tests/e2e/conftest.py's SHARED_SPEC).
 
 
-def test_a_transform_schedule_creates_its_job_as_its_role_and_the_job_runs(tmp_path: Path) -> None:
+def test_a_transform_schedule_creates_its_job_as_its_role_and_the_job_runs(shared_up: LocalUp) -> None:
     # GIVEN a transform deployment on a one-minute schedule, its input seeded with the model's sample
-    spec = copy_project(tmp_path / "project", SPEC)
-    with running(tmp_path, "--fresh", "--data-dir", str(tmp_path / "data"), spec=spec) as up:
-        d = up.deployment("nightly")
-        assert d.get("seeded"), "local up seeds the input prefix with the model's sample"
-        bucket, output = d["input"]["bucket"], d["input"]["output_prefix"]
-        # WHEN the schedule fires (within a minute) and the job it creates ends
-        s3 = up.emulator("s3")
-        deadline = time.monotonic() + 240
-        manifest = None
-        while manifest is None and time.monotonic() < deadline:
-            listed = s3.list_objects_v2(Bucket=bucket, Prefix=f"{output}manifest.json").get("Contents", [])
-            if listed:
-                manifest = json.loads(s3.get_object(Bucket=bucket, Key=f"{output}manifest.json")["Body"].read())
-            else:
-                time.sleep(1)
-        s3.close()
-        log = up.log_text()
-        # THEN the manifest step ran over the job's output
-        assert manifest is not None, log[-4000:]
-        assert manifest["rows"]["total"] > 0
-        # AND the job SageMaker would have created is on record, Completed, under the schedule's execution id
-        name = re.search(r"transform job (servestack-nightly-[a-z0-9]{16}) Completed", log)
-        assert name is not None, log[-4000:]
-        sagemaker = up.client("sagemaker")
-        described = sagemaker.describe_transform_job(TransformJobName=name.group(1))
-        sagemaker.close()
+    up = shared_up
+    d = up.deployment("nightly")
+    assert d.get("seeded"), "local up seeds the input prefix with the model's sample"
+    bucket, output = d["input"]["bucket"], d["input"]["output_prefix"]
+    # WHEN the schedule fires (within a minute) and the job it creates ends
+    s3 = up.emulator("s3")
+    deadline = time.monotonic() + 240
+    manifest = None
+    while manifest is None and time.monotonic() < deadline:
+        listed = s3.list_objects_v2(Bucket=bucket, Prefix=f"{output}manifest.json").get("Contents", [])
+        if listed:
+            manifest = json.loads(s3.get_object(Bucket=bucket, Key=f"{output}manifest.json")["Body"].read())
+        else:
+            time.sleep(1)
+    s3.close()
+    log = up.log_text()
+    # THEN the manifest step ran over the job's output
+    assert manifest is not None, log[-4000:]
+    assert manifest["rows"]["total"] > 0
+    # AND the job SageMaker would have created is on record, Completed, under the schedule's execution id
+    name = re.search(r"transform job (servestack-nightly-[a-z0-9]{16}) Completed", log)
+    assert name is not None, log[-4000:]
+    sagemaker = up.client("sagemaker")
+    described = sagemaker.describe_transform_job(TransformJobName=name.group(1))
+    sagemaker.close()
     assert described["TransformJobStatus"] == "Completed"
     assert described["TransformJobArn"].endswith(f":transform-job/{name.group(1)}")
