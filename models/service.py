@@ -133,7 +133,9 @@ class ServedModel:
             if fast is not None:
                 return fast
         payload = codecs.decode_body(body, content_type)
-        booleans = content_type == codecs.JSON and codecs.may_hold_booleans(body)
+        # The scan for true/false serves the tensor paths; a by-name form never takes them, so it is not scanned
+        # and says "may hold" (the conservative answer: any later tensor path then checks every element).
+        booleans = content_type == codecs.JSON and (_by_name(payload) or codecs.may_hold_booleans(body))
         return self.decode_payload(payload, content_type, may_hold_booleans=booleans, header=header)
 
     def decode_payload(
@@ -426,3 +428,8 @@ class ModelRepository:
     def models(self) -> list[ServedModel]:
         with self._lock:
             return [model for versions in self._models.values() for model in versions.values()]
+
+
+def _by_name(payload: Any) -> bool:
+    """A `dataframe_split` / `dataframe_records` request (models/request_forms.py reads it by column name)."""
+    return type(payload) is dict and ("dataframe_split" in payload or "dataframe_records" in payload)
