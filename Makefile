@@ -14,11 +14,13 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
 export PYTHONDONTWRITEBYTECODE ?=
 
-.PHONY: help setup local test lint typecheck pytest synth bench models clean test-localstack
+.PHONY: help setup local test lint typecheck docs pytest synth bench models clean test-localstack
 
 help:
 	@echo "make local   set up, then run the whole local topology (servestack local up)"
 	@echo "make test    set up, then run ruff, mypy and every test"
+	@echo "make docs    build the docs site (mkdocs.yml, docs/) into site/ with --strict: a broken link or anchor, or a page"
+	@echo "            outside the nav, fails it; .venv/bin/mkdocs serve shows it while you edit"
 	@echo "make synth   synthesize the CDK app into cdk.out (offline)"
 	@echo "make bench   print benchmark figures: realtime, Lambda cold start, batch, async (needs wrk)"
 	@echo "make models  rebuild the bundled model artifacts"
@@ -48,13 +50,18 @@ lint: setup
 typecheck: setup
 	$(VENV)/bin/mypy
 
+# --strict: a warning (a broken link or anchor, a page left out of the nav) fails the build. The Material theme
+# fetches nothing at build time (mkdocs.yml sets font: false), so this runs offline.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
+
 # Two workers: most of the suite waits on real servers and local up children (tests/conftest.py says how the
 # modules are spread). PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= 2
 pytest: setup
 	$(PY) -m pytest -n $(PYTEST_WORKERS)
 
-test: lint typecheck pytest
+test: lint typecheck docs pytest
 
 test-localstack: setup
 	localstack/run-host.sh
@@ -75,4 +82,4 @@ models: setup
 	$(PY) -m models.build
 
 clean:
-	rm -rf cdk.out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf cdk.out site .pytest_cache .mypy_cache .ruff_cache

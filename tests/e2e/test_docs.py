@@ -33,8 +33,10 @@ neither runnable nor marked, an unknown kind or option, a marker that is not rig
 cloud-only or not-run marker without a reason) fails `test_every_block_is_runnable_or_marked`, which
 needs no server.
 
-Fixtures. The blocks of one fixture run in document order; the scratch projects' blocks run first, then the
-repo's, whose local up starts meanwhile. A shell block is fed to `bash -e -o pipefail`, a Python block to
+Fixtures. The blocks of one fixture run in reading order: README.md, then the docs site's pages in the order
+of mkdocs.yml's nav (a project's walkthrough may go on over several pages, as a reader follows it), then
+localstack/README.md; within a page, top to bottom. The scratch projects' blocks run first, then the repo's,
+whose local up starts meanwhile. A shell block is fed to `bash -e -o pipefail`, a Python block to
 the repository's `python -` (or `python FILE` with file=), in the fixture's folder, with `.venv/bin` first
 on PATH and no `SERVESTACK_*` or `AWS_*` variables, as in a new shell. A failed block fails the later
 blocks of its fixture at once.
@@ -50,6 +52,12 @@ passes `--port` and `--aws-port` (appended to a `background` block's command), a
 defaults `127.0.0.1:8080` (the first realtime endpoint's container) and `127.0.0.1:8090` (boto3's
 endpoint_url for sagemaker-runtime and lambda) with them in the fixture's blocks. Blocks that read
 `.servestack/local.json` need no substitution.
+
+Faulty releases. A shell block that rehearses a release with injected faults (`servestack local deploy NAME
+... --inject-faults ...`) shows the alarm stopping a faulty green: after the block runs, its outcome JSON
+(`--output`, else `.servestack/deploy-NAME.json`) must say `rolled_back`, with no traffic shift to 100% on
+the way. Its timings must leave the alarm room to fire during the canary: an interval of at least
+`evaluation_periods` + 1 periods (checked without a server).
 
 `python -m tests.e2e.test_docs` prints the blocks that are not run (cloud-only, not-run) with their reasons,
 as a Markdown list.
@@ -74,7 +82,7 @@ import pytest
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DOCUMENTS = ("README.md", "docs/*.md", "localstack/README.md")
+DOCUMENTS = ("README.md", "docs/*.md", "localstack/README.md")  # docs/*.md in mkdocs.yml's nav order (nav_pages)
 VENV_BIN = Path(sys.executable).parent
 SHELLS = ("bash", "sh", "shell")
 PYTHONS = ("python", "py")
@@ -223,10 +231,32 @@ def parse_blocks(text: str, document: str) -> list[Block]:
     return blocks
 
 
+def nav_pages(root: Path = REPO_ROOT) -> list[str]:
+    """The pages of mkdocs.yml's nav, in its order, relative to docs/."""
+
+    def pages(entries: object) -> list[str]:
+        if isinstance(entries, str):
+            return [entries]
+        if isinstance(entries, list):
+            return [page for entry in entries for page in pages(entry)]
+        if isinstance(entries, dict):
+            return [page for value in entries.values() for page in pages(value)]
+        return []
+
+    config = yaml.safe_load((root / "mkdocs.yml").read_text(encoding="utf-8"))
+    return pages(config.get("nav", []))
+
+
 def document_paths(root: Path = REPO_ROOT) -> list[Path]:
+    """Every document, in reading order: a glob's files sorted, except docs/*.md, which follow the nav (pages
+    outside it, which `mkdocs build --strict` refuses, come after it)."""
     found: list[Path] = []
     for pattern in DOCUMENTS:
-        found += sorted(root.glob(pattern))
+        matched = sorted(root.glob(pattern))
+        if pattern == "docs/*.md":
+            order = {page: position for position, page in enumerate(nav_pages(root))}
+            matched.sort(key=lambda path: order.get(path.name, len(order)))
+        found += matched
     return found
 
 
@@ -297,6 +327,31 @@ def commands(script: str) -> list[str]:
     """The commands of a shell block: its lines without comments, continuation lines joined."""
     joined = re.sub(r"\\\n", " ", script)
     return [line for line in (shlex.join(shlex.split(raw, comments=True)) for raw in joined.splitlines()) if line]
+
+
+def faulty_rehearsal(command: str) -> dict[str, str] | None:
+    """The options of a `servestack local deploy NAME ...` command that injects faults (NAME under "name"),
+    else None. Options are read as `--key value` or `--key=value`."""
+    words = shlex.split(command)
+    if words[:3] != ["servestack", "local", "deploy"] or len(words) < 4:
+        return None
+    options = {"name": words[3]}
+    for index, word in enumerate(words[4:], start=4):
+        if word.startswith("--"):
+            key, equals, value = word.partition("=")
+            following = words[index + 1] if index + 1 < len(words) else ""
+            options[key] = value if equals else following
+    return options if "--inject-faults" in options else None
+
+
+def check_faulty_rehearsal(options: dict[str, str], folder: Path) -> None:
+    """The outcome of a rehearsal with injected faults: rolled back, and green never given all the traffic."""
+    outcome_path = folder / (options.get("--output") or f".servestack/deploy-{options['name']}.json")
+    outcome = json.loads(outcome_path.read_text(encoding="utf-8"))
+    shares = [event["green_percent"] for event in outcome["timeline"] if event["event"] == "traffic shifted"]
+    assert outcome["state"] == "rolled_back", f"a faulty green was not rolled back: {outcome['state']}, {shares}"
+    assert shares, "the rehearsal shifted no traffic"
+    assert max(shares) < 100, f"a faulty green took {max(shares)}% of the traffic: {shares}"
 
 
 def not_run(blocks: list[Block]) -> list[Block]:
@@ -504,6 +559,11 @@ class DocsRun:
             f"{block.where}: exit {done.returncode} in {fixture.folder}\n--- block as run:\n{text}"
             f"--- stdout:\n{done.stdout[-4000:]}\n--- stderr:\n{done.stderr[-4000:]}\n{fixture.log_tail()}"
         )
+        if block.language in SHELLS:
+            for command in commands(text):
+                rehearsal = faulty_rehearsal(command)
+                if rehearsal is not None:
+                    check_faulty_rehearsal(rehearsal, fixture.folder)
 
     def stop(self) -> list[str]:
         for fixture in self.fixtures.values():  # all at once: each local up takes seconds to wind down
@@ -585,6 +645,90 @@ def test_every_block_is_runnable_or_marked() -> None:
     # THEN each one is runnable, valid data, or marked (with a reason when it is not run)
     assert not problems, "\n".join(problems)
     assert len(executed(blocks)) >= 10  # the walkthrough and the repo's commands, at least
+
+
+def test_every_docs_page_is_in_the_nav_and_every_nav_entry_is_a_page() -> None:
+    # GIVEN the docs site's pages and mkdocs.yml's nav (`mkdocs build --strict`, in `make test`, refuses the same;
+    # this says it without a build)
+    pages = sorted(path.name for path in (REPO_ROOT / "docs").glob("*.md"))
+    nav = nav_pages()
+    # THEN each page is reachable from the nav, once, and the nav names no missing page
+    assert sorted(set(pages) - set(nav)) == [], "pages not in mkdocs.yml's nav"
+    assert sorted(set(nav) - set(pages)) == [], "nav entries with no page under docs/"
+    assert len(nav) == len(set(nav)), "a page is in the nav twice"
+
+
+LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+
+
+def test_the_readmes_links_reach_files_of_the_repository() -> None:
+    # GIVEN README.md's relative links (mkdocs checks the pages' links; the README is outside the site)
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    targets = [found["target"] for found in LINK.finditer(readme) if "://" not in found["target"]]
+    # THEN each names a file of the repository, and every docs page it links is in the nav
+    assert len(targets) >= 10  # the README's map of the docs
+    missing = [target for target in targets if not (REPO_ROOT / target.split("#")[0]).is_file()]
+    assert missing == []
+    nav = set(nav_pages())
+    assert [t for t in targets if t.startswith("docs/") and t.removeprefix("docs/").split("#")[0] not in nav] == []
+
+
+def test_the_readme_stays_a_ten_minute_read_that_starts_with_the_two_commands() -> None:
+    # GIVEN README.md (the rest of the docs is the site under docs/)
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    first = parse_blocks(readme, "README.md")[0]
+    # THEN it is short, and its first block is `make local` then `make test`
+    assert len(readme.splitlines()) <= 200, "README.md past 200 lines: move the detail to a docs page"
+    assert [line.split("#")[0].strip() for line in first.text.splitlines()[:2]] == ["make local", "make test"]
+
+
+def test_the_docs_rehearse_a_faulty_green_at_timings_where_the_alarm_stops_it_before_full_shift() -> None:
+    # GIVEN the docs' release rehearsals that inject faults
+    rehearsals = [
+        (block.where, options)
+        for block in all_blocks()
+        if block.language in SHELLS
+        for options in map(faulty_rehearsal, commands(block.text))
+        if options is not None
+    ]
+    # THEN there is one, run by this suite (which then checks its outcome: rolled back, never at 100%)
+    assert rehearsals, "no documented rehearsal shows an alarm stopping a faulty green"
+    for where, options in rehearsals:
+        # AND its canary lasts longer than the alarm needs: evaluation_periods complete periods, and one to spare
+        interval, period = float(options["--interval-sec"]), float(options["--period-sec"])
+        periods = int(options["--evaluation-periods"])
+        assert interval >= (periods + 1) * period, f"{where}: a {interval} s interval, {periods} x {period} s periods"
+
+
+def test_faulty_rehearsal_options_are_read_as_typed() -> None:
+    # GIVEN a documented rehearsal command as commands() returns it, with its `|| test` tail
+    (command,) = commands(
+        "servestack local deploy iris-realtime --version 2 --inject-faults error_rate=0.5 \\\n"
+        "  --interval-sec=10 --period-sec 2 || test $? -eq 1   # 1: rolled back\n"
+    )
+    # WHEN its options are read
+    options = faulty_rehearsal(command)
+    # THEN each is there, in either form, and a rehearsal without faults is none
+    assert options is not None
+    assert (options["name"], options["--inject-faults"], options["--interval-sec"], options["--period-sec"]) == (
+        "iris-realtime",
+        "error_rate=0.5",
+        "10",
+        "2",
+    )
+    assert faulty_rehearsal("servestack local deploy iris-realtime --version 2 --interval-sec 10") is None
+
+
+def test_a_projects_blocks_run_in_nav_order_across_pages(tmp_path: Path) -> None:
+    # GIVEN a project whose blocks span two pages, the later page first in the alphabet but second in the nav
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "mkdocs.yml").write_text("nav:\n  - Start: zeta.md\n  - Then:\n      - More: alpha.md\n")
+    (tmp_path / "docs" / "zeta.md").write_text("<!-- runnable: project=p -->\n```bash\ntouch serving.yaml\n```\n")
+    (tmp_path / "docs" / "alpha.md").write_text("<!-- runnable: project=p -->\n```bash\nls serving.yaml\n```\n")
+    # WHEN the blocks are collected
+    blocks = executed(all_blocks(tmp_path))
+    # THEN they run in the nav's order
+    assert [block.document for block in blocks] == ["docs/zeta.md", "docs/alpha.md"]
 
 
 @pytest.mark.parametrize(

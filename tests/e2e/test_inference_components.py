@@ -31,20 +31,21 @@ DIGITS = (ARTIFACTS / "digits/1/sample-request.json").read_bytes()
 CANCER = (ARTIFACTS / "breast-cancer/1/sample-request.json").read_bytes()
 
 
-def readme_blocks(marker: str) -> dict[str, str]:
-    """The fenced blocks of README.md after `marker`, up to the next section, by language (the first of each)."""
-    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+def documented_blocks(marker: str) -> dict[str, str]:
+    """The fenced blocks of docs/realtime.md after `marker`, up to the next section, by language (the first of
+    each)."""
+    text = (REPO_ROOT / "docs/realtime.md").read_text(encoding="utf-8")
     after = text[text.index(marker) :]
-    section = after[: after.index("\n## ")]
+    section = after.split("\n## ")[0]
     blocks: dict[str, str] = {}
     for found in re.finditer(r"```(\w+)\n(.*?)```", section, re.DOTALL):
         blocks.setdefault(found.group(1), found.group(2))
     return blocks
 
 
-# The README's example is what this module runs: its serving.yaml, and its boto3 code.
-README = readme_blocks("<!-- tested: tests/e2e/test_inference_components.py")
-SPEC = README["yaml"]
+# The docs' example (docs/realtime.md) is what this module runs: its serving.yaml, and its boto3 code.
+EXAMPLE = documented_blocks("<!-- tested: tests/e2e/test_inference_components.py")
+SPEC = EXAMPLE["yaml"]
 ENDPOINT = "servestack-two-models"
 DIGITS_COMPONENT = "servestack-two-models-digits"
 CANCER_COMPONENT = "servestack-two-models-cancer"
@@ -224,14 +225,14 @@ def test_a_rehearsal_updates_one_component_and_leaves_the_other_untouched(up: Lo
     assert "digits, cancer" in refused.stderr
 
 
-def test_the_readme_example_runs_as_written(up: LocalUp) -> None:
+def test_the_documented_example_runs_as_written(up: LocalUp) -> None:
     # GIVEN the project's state file where `local up` writes it for a user
     project = Path(up.state["project"])
     (project / ".servestack").mkdir(exist_ok=True)
     shutil.copy(up.state_path, project / ".servestack" / "local.json")
-    # WHEN the README's boto3 code runs in the project
+    # WHEN the documented boto3 code runs in the project
     done = subprocess.run(
-        [sys.executable, "-c", README["python"]], cwd=project, capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-c", EXAMPLE["python"]], cwd=project, capture_output=True, text=True, timeout=120, check=False
     )
     # THEN each component prints its model's predictions, and the nameless call SageMaker's refusal
     assert done.returncode == 0, done.stderr

@@ -2,9 +2,9 @@
 `local logs NAME`, `local deploy` of a pushed version 2, a restart (`local down`, `local up --detach`) that keeps
 version 2 live and says so, `local put-input` and `local run-batch --download`, then `local down`.
 
-The commands of README.md's block "In the background" are run as written there (the ports of `local up`
+The commands of docs/try-it.md's block "In the background" are run as written there (the ports of `local up`
 aside, free ones here). One local up at a time, with one realtime and one batch deployment, named as in the
-README; version 2 is pushed before the first start, so the restart reuses the templates (one synth in all)."""
+docs; version 2 is pushed before the first start, so the restart reuses the templates (one synth in all)."""
 
 from __future__ import annotations
 
@@ -33,15 +33,15 @@ SPEC = {
         "cancer-nightly": {"mode": "batch", "model": "breast-cancer", "schedule": "rate(1 day)"},
     },
 }
-README_MARKER = "<!-- tested: tests/e2e/test_local_lifecycle.py"
+DOC_MARKER = "<!-- tested: tests/e2e/test_local_lifecycle.py"
 FAST = ["--interval-sec", "1", "--bake-sec", "0", "--period-sec", "1", "--evaluation-periods", "1"]
 
 
-def readme_commands() -> dict[str, list[str]]:
-    """The README block's commands (`servestack local WORD ...`), by WORD."""
-    text = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    block = re.search(re.escape(README_MARKER) + r".*?-->\n```bash\n(.*?)```", text, re.DOTALL)
-    assert block is not None, "README.md lost its block of local up's lifecycle commands"
+def documented_commands() -> dict[str, list[str]]:
+    """The docs block's commands (`servestack local WORD ...`), by WORD."""
+    text = (REPO_ROOT / "docs/try-it.md").read_text(encoding="utf-8")
+    block = re.search(re.escape(DOC_MARKER) + r".*?-->\n```bash\n(.*?)```", text, re.DOTALL)
+    assert block is not None, "docs/try-it.md lost its block of local up's lifecycle commands"
     found = {}
     for line in block.group(1).splitlines():
         argv = shlex.split(line, comments=True)
@@ -94,7 +94,7 @@ def status_rows(user: User) -> dict[str, dict[str, object]]:
 
 
 def test_detach_status_logs_deploy_restart_batch_download_down(tmp_path: Path) -> None:
-    typed = readme_commands()
+    typed = documented_commands()
     project = copy_project(tmp_path / "project", yaml.safe_dump(SPEC)).parent
     user = User(project)
     # GIVEN version 2 of digits pushed into the project (before local up: one synth serves both starts)

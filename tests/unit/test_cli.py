@@ -1,5 +1,5 @@
 """The command line's conventions: help on every argument (with defaults), `--version`, exit codes documented
-in `--help` and the README, and one failure line per expected failure."""
+in `--help` and in docs/cli.md, and one failure line per expected failure."""
 
 from __future__ import annotations
 
@@ -62,14 +62,14 @@ def test_version_prints_the_package_version() -> None:
     assert done.stdout.strip() == f"servestack {version('servestack')}"
 
 
-def test_exit_codes_are_listed_in_help_and_in_the_readme() -> None:
+def test_exit_codes_are_listed_in_help_and_in_the_docs() -> None:
     # GIVEN the exit codes the CLI uses
     help_text = build_parser().format_help()
-    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
-    # THEN `servestack --help` and the README list each one
+    reference = (REPO_ROOT / "docs/cli.md").read_text(encoding="utf-8")
+    # THEN `servestack --help` and the command line reference list each one
     for code in ExitCode:
         assert re.search(rf"^\s+{int(code)}\s+\S", help_text, re.MULTILINE), f"exit code {int(code)} not in --help"
-        assert re.search(rf"^\| `{int(code)}` \|", readme, re.MULTILINE), f"exit code {int(code)} not in README.md"
+        assert re.search(rf"^\| `{int(code)}` \|", reference, re.MULTILINE), f"exit code {int(code)} not in docs/cli.md"
 
 
 def test_expected_failures_map_to_their_codes_and_bugs_to_none() -> None:

@@ -111,9 +111,9 @@ def test_functions_conditions_and_pseudo_parameters(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------ topology
 
 
-def test_the_readme_names_every_resource_type_local_mode_knows() -> None:
-    readme = (REPO_ROOT / "README.md").read_text()
-    missing = [t for t in [*EMULATED, *REPORTED] if f"`{t}`" not in readme]
+def test_the_docs_name_every_resource_type_local_mode_knows() -> None:
+    page = (REPO_ROOT / "docs/local-mode.md").read_text()
+    missing = [t for t in [*EMULATED, *REPORTED] if f"`{t}`" not in page]
     assert missing == []
 
 
