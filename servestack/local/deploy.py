@@ -189,8 +189,9 @@ def deploy(
     if not options or options.get("interval_sec") is None or options.get("bake_sec") is None:
         print(
             f"{name}: rehearsing at the deployment's own clocks (strategy interval_minutes and bake_minutes, alarm "
-            "periods): minutes. --interval-sec 4 --bake-sec 4 --period-sec 2 --evaluation-periods 2 rehearse in "
-            "seconds (alarms are evaluated on complete periods from the first shift)",
+            "periods): minutes. --interval-sec 10 --bake-sec 4 --period-sec 2 --evaluation-periods 2 rehearse in "
+            "seconds, with an interval longer than the alarm needs (two 2 s periods) so it stops a faulty green "
+            "before the next shift",
             flush=True,
         )
     request = {"version": version, "faults": faults, **{k: v for k, v in (options or {}).items() if v is not None}}
