@@ -56,8 +56,11 @@ def test_a_user_error_is_raised_at_once_not_retried(realtime_server: RealtimeSer
 def test_client_retries_429_from_a_tiny_queue_and_succeeds(
     tmp_path: Path, digits: tuple[np.ndarray, np.ndarray]
 ) -> None:
-    # GIVEN a real server whose worker admits one request at a time, and holds it up to 20 ms to gather a batch
-    server = RealtimeServer.start(tmp_path, env={"SERVESTACK_MAX_QUEUE_REQUESTS": "1", "SERVESTACK_MAX_DELAY_MS": "20"})
+    # GIVEN a real server whose worker admits one request at a time, and holds it up to 100 ms to gather a batch
+    # (a window wide enough that, on a loaded machine too, the burst's later requests arrive while one is held)
+    server = RealtimeServer.start(
+        tmp_path, env={"SERVESTACK_MAX_QUEUE_REQUESTS": "1", "SERVESTACK_MAX_DELAY_MS": "100"}
+    )
     features, targets = digits
     statuses: list[int] = []
 
