@@ -56,11 +56,8 @@ def test_a_user_error_is_raised_at_once_not_retried(realtime_server: RealtimeSer
 def test_client_retries_429_from_a_tiny_queue_and_succeeds(
     tmp_path: Path, digits: tuple[np.ndarray, np.ndarray]
 ) -> None:
-    # GIVEN a real server whose worker admits one request at a time, and holds it up to 100 ms to gather a batch
-    # (a window wide enough that, on a loaded machine too, the burst's later requests arrive while one is held)
-    server = RealtimeServer.start(
-        tmp_path, env={"SERVESTACK_MAX_QUEUE_REQUESTS": "1", "SERVESTACK_MAX_DELAY_MS": "100"}
-    )
+    # GIVEN a real server whose worker admits one request at a time, and holds it up to 20 ms to gather a batch
+    server = RealtimeServer.start(tmp_path, env={"SERVESTACK_MAX_QUEUE_REQUESTS": "1", "SERVESTACK_MAX_DELAY_MS": "20"})
     features, targets = digits
     statuses: list[int] = []
 
@@ -74,14 +71,19 @@ def test_client_retries_429_from_a_tiny_queue_and_succeeds(
             return await asyncio.gather(*(client.predict(features[i : i + 1].tolist()) for i in range(40)))
 
     try:
-        # WHEN 40 requests arrive at once
-        answers = asyncio.run(burst())
+        # WHEN 40 requests arrive at once (again, up to 5 bursts: a request that finds nothing queued runs at once,
+        # so on a busy machine a burst can be served one by one without ever filling the queue)
+        for bursts in range(1, 6):
+            answers = asyncio.run(burst())
+            # THEN every request of each burst succeeded once capacity freed
+            assert statuses.count(200) == 40 * bursts
+            assert [a["predictions"][0] for a in answers] == targets[:40].tolist()  # type: ignore[index]
+            if 429 in statuses:
+                break
     finally:
         server.stop()
-    # THEN the excess got 429 and every request succeeded once capacity freed
+    # AND the excess got 429 (and was retried)
     assert 429 in statuses
-    assert statuses.count(200) == 40
-    assert [a["predictions"][0] for a in answers] == targets[:40].tolist()  # type: ignore[index]
 
 
 def test_retry_after_is_honoured_over_a_shorter_backoff() -> None:

@@ -64,12 +64,20 @@ def check_refusals(responses: list[httpx.Response]) -> None:
 def test_a_burst_past_the_queue_is_answered_200_or_429_with_retry_after(tiny_worker: RealtimeServer) -> None:
     # GIVEN a worker that has served its target once (so a full worker refuses before reading the model)
     assert httpx.post(f"{tiny_worker.url}/invocations", content=SAMPLE, headers={"Content-Type": "application/json"})
-    # WHEN 96 requests, JSON and 256-row .npy, arrive at once
+    # WHEN 96 requests, JSON and 256-row .npy, arrive at once (again, up to 5 bursts: a request that finds nothing
+    # queued runs at once, so on a busy machine whose client opens its connections slowly a burst can be served
+    # one by one without ever filling the queue)
     bodies = [(SAMPLE, "application/json")] * 48 + [(npy_batch(256), "application/x-npy")] * 48
-    responses = asyncio.run(burst(tiny_worker.url, bodies))
-    # THEN each is a 200 or a 429 with Retry-After and the error body, and some were refused
-    check_refusals(responses)
-    assert 429 in [response.status_code for response in responses]
+    statuses: list[int] = []
+    for _ in range(5):
+        responses = asyncio.run(burst(tiny_worker.url, bodies))
+        # THEN each is a 200 or a 429 with Retry-After and the error body
+        check_refusals(responses)
+        statuses += [response.status_code for response in responses]
+        if 429 in statuses:
+            break
+    # AND some were refused
+    assert 429 in statuses
 
 
 def test_clients_retrying_at_once_all_get_served_without_a_5xx(tiny_worker: RealtimeServer) -> None:
