@@ -52,8 +52,15 @@ def sample_rows(document: Any) -> list[Any] | None:
 def seed_batch_input(s3: Any, bucket: str, prefix: str, sample: Path) -> str | None:
     """A small JSON Lines file of the model's sample rows under `prefix`, marked as seeded, when the prefix is
     empty; its key, or None when nothing was seeded (the prefix holds input, or the sample gives no rows)."""
-    if s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1).get("KeyCount", 0):
-        return None
+    key = f"{prefix}{SEED_KEY}"
+    listed = [
+        str(item["Key"]) for item in s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=2).get("Contents", [])
+    ]
+    if listed:
+        # Seeded by an earlier start and still alone there (the emulator's data is kept across restarts): it is
+        # still local up's, so `local run-batch` must still retire it once the user's input arrives.
+        alone = listed == [key] and s3.head_object(Bucket=bucket, Key=key).get("Metadata", {}).get(MARK) is not None
+        return key if alone else None
     try:
         rows = sample_rows(json.loads(sample.read_text()))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
@@ -61,7 +68,6 @@ def seed_batch_input(s3: Any, bucket: str, prefix: str, sample: Path) -> str | N
     if rows is None:
         print(f"{sample}: no rows a batch line can hold; {prefix} is not seeded", file=sys.stderr)
         return None
-    key = f"{prefix}{SEED_KEY}"
     body = "".join(json.dumps(row) + "\n" for row in rows).encode()
     s3.put_object(Bucket=bucket, Key=key, Body=body, Metadata={MARK: "sample-request"})
     return key

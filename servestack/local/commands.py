@@ -205,7 +205,8 @@ def _retire_seeded(about: dict[str, Any], deployment: dict[str, Any]) -> None:
     from servestack.local.batch_seed import retire_seeded_input
 
     source = deployment.get("input") or {}
-    if not deployment.get("seeded") or not source.get("bucket") or not source.get("input_prefix"):
+    # Not gated on the state file's `seeded`: the object's own mark says whether it is local up's sample.
+    if not source.get("bucket") or not source.get("input_prefix"):
         return
     session, config = sagemaker_runtime(about)
     s3 = session.client("s3", endpoint_url=about["endpoint_url"], config=config)

@@ -106,3 +106,23 @@ def test_a_pipelines_dataframe_split_sample_seeds_rows_the_batch_job_scores(
     # THEN every sample row is scored
     rows = len(json.loads(sample.read_text())["dataframe_split"]["data"])
     assert manifest["rows"] == {"total": rows, "succeeded": rows, "failed": 0}
+
+
+def test_a_restart_finds_its_earlier_seed_still_its_own_and_a_later_run_retires_it(
+    aws: Aws, unique: str, tmp_path: Path
+) -> None:
+    # GIVEN a prefix seeded by an earlier start of local up (its emulator data kept across the restart)
+    ensure_bucket(aws.s3, unique)
+    sample = tmp_path / "sample-request.json"
+    sample.write_text(json.dumps(SAMPLES["instances of rows"]))
+    key = seed_batch_input(aws.s3, unique, "in/", sample)
+    assert key is not None
+    # WHEN local up starts again / THEN it still counts the marked sample as its own seed (not as user input)
+    assert seed_batch_input(aws.s3, unique, "in/", sample) == key
+    # AND once the user's file arrives, the run retires it, so no sample row reaches the user's results
+    aws.s3.put_object(Bucket=unique, Key="in/mine.jsonl", Body=b"[1.0, 2.0]\n")
+    assert retire_seeded_input(aws.s3, unique, "in/") == [key]
+    # AND an unmarked object of the seed's name alone in the prefix is the user's: not taken for a seed
+    aws.s3.delete_object(Bucket=unique, Key="in/mine.jsonl")
+    aws.s3.put_object(Bucket=unique, Key=key, Body=b"[5.0, 6.0]\n")
+    assert seed_batch_input(aws.s3, unique, "in/", sample) is None
