@@ -330,3 +330,14 @@ class Resolver:
             return str(self.ref(name))
 
         return _SUB_VARIABLE.sub(replace, text).replace("${!", "${")
+
+
+def logical_id_of(value: Any) -> str | None:
+    """The logical id a raw property refers to (`{"Ref": X}` or `{"Fn::GetAtt": [X, attr]}`)."""
+    if isinstance(value, dict) and len(value) == 1:
+        ((key, argument),) = value.items()
+        if key == "Ref":
+            return str(argument)
+        if key == "Fn::GetAtt":
+            return str(argument[0] if isinstance(argument, list) else argument.split(".", 1)[0])
+    return None

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from servestack.local.cloudformation import Resolver, StackTemplate
+from servestack.local.cloudformation import Resolver, StackTemplate, logical_id_of
 from servestack.local.http_server import Reply, Request
 
 TARGET_PREFIX = "CodeDeploy_20141006."
@@ -109,20 +109,10 @@ class LambdaDeploymentDef:
     hook: HookDef | None
 
 
-def _logical(value: Any) -> str | None:
-    if isinstance(value, dict) and len(value) == 1:
-        ((key, argument),) = value.items()
-        if key == "Ref":
-            return str(argument)
-        if key == "Fn::GetAtt":
-            return str(argument[0] if isinstance(argument, list) else argument.split(".", 1)[0])
-    return None
-
-
 def _steps(template: StackTemplate, resolver: Resolver, raw: Any) -> tuple[tuple[int, ...], float]:
     """(weights after each shift, interval) of a deployment configuration: the template's own resource, or one
     of CodeDeploy's predefined Lambda configurations by name."""
-    config_id = _logical(raw)
+    config_id = logical_id_of(raw)
     if config_id is not None and config_id in template.resources:
         routing = resolver.resolve(template.resources[config_id].properties.get("TrafficRoutingConfig") or {})
         kind = routing.get("Type", "AllAtOnce")
@@ -152,11 +142,11 @@ def read_lambda_deployments(template: StackTemplate, resolver: Resolver) -> list
     for alias_id, alias in resources.items():
         raw_policy = template.body["Resources"][alias_id].get("UpdatePolicy") or {}
         update = raw_policy.get("CodeDeployLambdaAliasUpdate") if alias.type == "AWS::Lambda::Alias" else None
-        group_id = _logical((update or {}).get("DeploymentGroupName"))
+        group_id = logical_id_of((update or {}).get("DeploymentGroupName"))
         if update is None or group_id not in resources:
             continue
         group = resources[group_id].properties
-        role_id = _logical(group.get("ServiceRoleArn"))
+        role_id = logical_id_of(group.get("ServiceRoleArn"))
         managed = tuple(
             str(arn).rsplit("/", 1)[-1]
             for arn in resolver.resolve(resources[role_id].properties.get("ManagedPolicyArns", []))
@@ -164,9 +154,9 @@ def read_lambda_deployments(template: StackTemplate, resolver: Resolver) -> list
         application = str(resolver.resolve(group["ApplicationName"]))
         group_name = resolver.physical_name(group_id)
         function = str(resolver.resolve(alias.properties["FunctionName"]))
-        version_id = _logical(alias.properties.get("FunctionVersion"))
+        version_id = logical_id_of(alias.properties.get("FunctionVersion"))
         steps, interval = _steps(template, resolver, group.get("DeploymentConfigName"))
-        hook_id = _logical(update.get("BeforeAllowTrafficHook"))
+        hook_id = logical_id_of(update.get("BeforeAllowTrafficHook"))
         hook = None
         if hook_id in resources:
             p = resources[hook_id].properties
@@ -193,8 +183,8 @@ def read_lambda_deployments(template: StackTemplate, resolver: Resolver) -> list
                 group_arn=resolver.arn("codedeploy", f"deploymentgroup:{application}/{group_name}"),
                 service_role_arn=str(resolver.resolve(group["ServiceRoleArn"])),
                 managed_policies=managed,
-                function=resolver.physical_name(_logical(alias.properties["FunctionName"]) or function),
-                function_arn=resolver.get_att(_logical(alias.properties["FunctionName"]) or "", "Arn"),
+                function=resolver.physical_name(logical_id_of(alias.properties["FunctionName"]) or function),
+                function_arn=resolver.get_att(logical_id_of(alias.properties["FunctionName"]) or "", "Arn"),
                 alias=str(resolver.resolve(alias.properties["Name"])),
                 version=resolver.get_att(version_id, "Version") if version_id else "$LATEST",
                 alarms=tuple(

@@ -30,20 +30,10 @@ from typing import Any
 
 from servestack.failures import CommandError, ExitCode
 from servestack.local import state
-from servestack.local.cloudformation import LocalValues, Resolver, StackTemplate
+from servestack.local.cloudformation import LocalValues, Resolver, StackTemplate, logical_id_of
 
 PIPELINE_TEMPLATE = "servestack-pipeline.template.json"
 VARIABLE = re.compile(r"#\{([^.}]+)\.([^}]+)\}")
-
-
-def _logical(value: Any) -> str | None:
-    if isinstance(value, dict) and len(value) == 1:
-        ((key, argument),) = value.items()
-        if key == "Ref":
-            return str(argument)
-        if key == "Fn::GetAtt":
-            return str(argument[0] if isinstance(argument, list) else argument.split(".", 1)[0])
-    return None
 
 
 def read_step(template: StackTemplate, resolver: Resolver, step: str) -> dict[str, Any]:
@@ -60,7 +50,7 @@ def read_step(template: StackTemplate, resolver: Resolver, step: str) -> dict[st
     if action is None:
         steps = sorted(a["Name"] for a in actions if a["ActionTypeId"]["Provider"] == "CodeBuild")
         raise CommandError(f"step: {step!r} is not a CodeBuild step of the pipeline ({', '.join(steps)})")
-    project_id = _logical(action["Configuration"]["ProjectName"])
+    project_id = logical_id_of(action["Configuration"]["ProjectName"])
     project = resources[project_id]["Properties"]
     buildspec = json.loads(resolver.resolve(project["Source"]["BuildSpec"]))
     phases = buildspec.get("phases", {})
@@ -69,13 +59,14 @@ def read_step(template: StackTemplate, resolver: Resolver, step: str) -> dict[st
         for v in project.get("Environment", {}).get("EnvironmentVariables", [])
     }
     action_variables = json.loads(action["Configuration"].get("EnvironmentVariables") or "[]")
-    role_id = _logical(project["ServiceRole"])
+    role_id = logical_id_of(project["ServiceRole"])
     assert role_id is not None
     documents = [resolver.resolve(p["PolicyDocument"]) for p in resources[role_id]["Properties"].get("Policies", [])]
     documents += [
         resolver.resolve(r["Properties"]["PolicyDocument"])
         for r in resources.values()
-        if r["Type"] == "AWS::IAM::Policy" and any(_logical(x) == role_id for x in r["Properties"].get("Roles", []))
+        if r["Type"] == "AWS::IAM::Policy"
+        and any(logical_id_of(x) == role_id for x in r["Properties"].get("Roles", []))
     ]
     return {
         "install": list(phases.get("install", {}).get("commands", [])),

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from servestack.local.cloudformation import Resolver, Resource, StackTemplate, TemplateError
+from servestack.local.cloudformation import Resolver, Resource, StackTemplate, TemplateError, logical_id_of
 from servestack.local.codedeploy import LambdaDeploymentDef, read_lambda_deployments
 from servestack.local.return_values import PARTITION
 
@@ -357,17 +357,6 @@ def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [] if value is None else [value]
 
 
-def _logical_of(value: Any) -> str | None:
-    """The logical id a raw property refers to (`{"Ref": X}` or `{"Fn::GetAtt": [X, attr]}`)."""
-    if isinstance(value, dict) and len(value) == 1:
-        ((key, argument),) = value.items()
-        if key == "Ref":
-            return str(argument)
-        if key == "Fn::GetAtt":
-            return str(argument[0] if isinstance(argument, list) else argument.split(".", 1)[0])
-    return None
-
-
 def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
     """The stack's topology; raises `TemplateError` for a template local mode cannot run faithfully."""
     deployment = template.tag("servestack:deployment") or template.name
@@ -400,7 +389,7 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
         if res.type == "AWS::IAM::Policy":
             document = r(p["PolicyDocument"])
             for role_ref in _as_list(p.get("Roles")):
-                role_id = _logical_of(role_ref)
+                role_id = logical_id_of(role_ref)
                 if role_id in topology.roles:
                     role = topology.roles[role_id]
                     topology.roles[role_id] = RoleDef(
@@ -469,7 +458,7 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
     for res in resources:
         p = res.properties
         if res.type == "AWS::SNS::Subscription":
-            topic_id = _logical_of(p["TopicArn"])
+            topic_id = logical_id_of(p["TopicArn"])
             if topic_id in topology.topics:
                 topic = topology.topics[topic_id]
                 subscription = (str(r(p["Protocol"])), str(r(p["Endpoint"])), bool(r(p.get("RawMessageDelivery"))))
@@ -481,7 +470,7 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
             for arn in _policy_targets(res, p, topology, resolver):
                 topology.resource_policies.setdefault(arn, []).append(document)
         elif res.type == "Custom::S3BucketNotifications":
-            bucket_id = _logical_of(p["BucketName"])
+            bucket_id = logical_id_of(p["BucketName"])
             if bucket_id in topology.buckets:
                 bucket = topology.buckets[bucket_id]
                 merged = dict(r(p.get("NotificationConfiguration")) or {})  # already in the S3 API's shape
@@ -490,7 +479,7 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
                 )
         elif res.type == "AWS::Lambda::Function":
             variables = (r(p.get("Environment")) or {}).get("Variables", {})
-            role_id = _logical_of(p.get("Role"))
+            role_id = logical_id_of(p.get("Role"))
             if role_id is None or role_id not in topology.roles:
                 raise TemplateError(
                     f"{template.name}: function {res.logical_id} has a role local mode cannot find ({p.get('Role')})"
@@ -514,11 +503,11 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
     for res in resources:
         p = res.properties
         if res.type == "AWS::Lambda::Version":
-            function_id = _logical_of(p["FunctionName"])
+            function_id = logical_id_of(p["FunctionName"])
             if function_id is not None:
                 topology.versioned.add(function_id)
         elif res.type == "AWS::Lambda::Alias":
-            function_id = _logical_of(p["FunctionName"])
+            function_id = logical_id_of(p["FunctionName"])
             if function_id in topology.functions:
                 f = topology.functions[function_id]
                 topology.functions[function_id] = FunctionDef(
@@ -548,7 +537,7 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
                 document = {"Version": "2012-10-17", "Statement": [statement]}
                 topology.resource_policies.setdefault(function.arn, []).append(document)
         elif res.type == "AWS::Lambda::EventSourceMapping":
-            function_id = _logical_of(p["FunctionName"])
+            function_id = logical_id_of(p["FunctionName"])
             if function_id is None or function_id not in topology.functions:
                 function_name = str(r(p["FunctionName"]))
                 function_id = next(
@@ -584,11 +573,11 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
                 resolver.ref(res.logical_id),  # its ARN, as CloudFormation's Ref gives it
                 argv,
                 environment,
-                _logical_of(p.get("TaskRoleArn")),
+                logical_id_of(p.get("TaskRoleArn")),
             )
         elif res.type == "AWS::Scheduler::Schedule":
             raw_target = p["Target"]
-            task_id = _logical_of((raw_target.get("EcsParameters") or {}).get("TaskDefinitionArn"))
+            task_id = logical_id_of((raw_target.get("EcsParameters") or {}).get("TaskDefinitionArn"))
             target = r(raw_target)
             retry = target.get("RetryPolicy") or {}
             topology.schedules.append(
@@ -675,7 +664,7 @@ def _container(resolver: Resolver, model: Resource) -> tuple[ContainerDef, str]:
             "one container per model"
         )
     raw = resolver.resolve(p.get("PrimaryContainer") or containers[0])
-    role = _logical_of(p.get("ExecutionRoleArn"))
+    role = logical_id_of(p.get("ExecutionRoleArn"))
     if role is None:
         raise TemplateError(f"{resolver.template.name}: model {model.logical_id} has no execution role in the stack")
     data = raw.get("ModelDataUrl") or ((raw.get("ModelDataSource") or {}).get("S3DataSource") or {}).get("S3Uri")
@@ -710,7 +699,7 @@ def _transforms(
         pattern = resolver.resolve(rule.properties.get("EventPattern") or {})
         if TRANSFORM_JOB_ENDED in _as_list(pattern.get("detail-type")):
             targets = _as_list(rule.properties.get("Targets"))
-            on_end = _logical_of(targets[0].get("Arn")) if targets else None
+            on_end = logical_id_of(targets[0].get("Arn")) if targets else None
     found: list[TransformDef] = []
     for schedule in schedules:
         if schedule.universal != "sagemaker:createTransformJob":
@@ -730,7 +719,7 @@ def _transforms(
 def _endpoint(
     template: StackTemplate, resolver: Resolver, endpoint: Resource, resources: list[Resource]
 ) -> EndpointDef:
-    config_id = _logical_of(endpoint.properties["EndpointConfigName"])
+    config_id = logical_id_of(endpoint.properties["EndpointConfigName"])
     config = template.resources.get(config_id or "")
     if config is None:
         raise TemplateError(f"{template.name}: endpoint {endpoint.logical_id} has no endpoint config in the stack")
@@ -767,7 +756,7 @@ def _endpoint(
     p = config.properties
     variants = tuple(variant(v) for v in _as_list(p.get("ProductionVariants")))
     name = resolver.physical_name(endpoint.logical_id)
-    execution_role = _logical_of(p.get("ExecutionRoleArn"))
+    execution_role = logical_id_of(p.get("ExecutionRoleArn"))
     if execution_role not in template.resources:  # absent, or AWS::NoValue, or a role outside the stack
         execution_role = None
     if any(v.model_name is None for v in variants) and execution_role is None:
@@ -846,7 +835,7 @@ def _http_apis(
             raise TemplateError(f"{template.name}: API {api.logical_id} is {protocol}; local mode runs HTTP APIs")
         routes: list[RouteDef] = []
         for route in (r for r in resources if r.type == "AWS::ApiGatewayV2::Route"):
-            if _logical_of(route.properties["ApiId"]) != api.logical_id:
+            if logical_id_of(route.properties["ApiId"]) != api.logical_id:
                 continue
             target = str(resolver.resolve(route.properties.get("Target", "")))
             integration = integrations.get(target.removeprefix("integrations/"))
