@@ -50,8 +50,13 @@ def test_the_container_reports_queue_depth_in_flight_and_429s_in_emf(tmp_path: P
         return [r.status_code for r in responses]
 
     try:
-        # WHEN 60 requests arrive at once
-        statuses = asyncio.run(burst())
+        # WHEN 60 requests arrive at once (again, up to 5 bursts: a request that finds nothing queued runs at once,
+        # so on a busy machine a burst can be served one by one without ever filling the queue)
+        statuses: list[int] = []
+        for _ in range(5):
+            statuses += asyncio.run(burst())
+            if 429 in statuses:
+                break
         time.sleep(3 * INTERVAL_SEC)  # a line after the burst
     finally:
         server.stop()  # SIGTERM: the last partial interval is written too
@@ -60,7 +65,7 @@ def test_the_container_reports_queue_depth_in_flight_and_429s_in_emf(tmp_path: P
 
     # THEN some were refused, and the lines count every 429, no more, no less
     assert statuses.count(429) > 0
-    assert statuses.count(200) + statuses.count(429) == 60
+    assert statuses.count(200) + statuses.count(429) == len(statuses)  # 60 a burst, nothing else
     assert sum(line["Rejected"] for line in lines) == statuses.count(429)
     # AND the container wrote one line per interval, not one per request
     assert 1 <= len(lines) <= elapsed / INTERVAL_SEC + 2
