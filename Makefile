@@ -59,7 +59,7 @@ docs: setup
 # modules are spread). PYTEST_WORKERS=0 runs it in one process.
 PYTEST_WORKERS ?= 2
 pytest: setup
-	$(PY) -m pytest -n $(PYTEST_WORKERS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --durations=25
 
 test: lint typecheck docs pytest
 
