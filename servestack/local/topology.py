@@ -249,6 +249,11 @@ class TaskDef:
     argv: tuple[str, ...]
     environment: dict[str, str]
     task_role: str | None  # role logical id
+    execution_role: str | None = None  # role logical id (ECS pulls the image and writes logs with it)
+    container: str = ""  # the container definition's name
+    image: str = ""  # its image URI (an image asset of the assembly: servestack/local/ecs_task.py runs it)
+    entry_point: tuple[str, ...] = ()  # replaces the image's ENTRYPOINT when given
+    command: tuple[str, ...] = ()  # replaces the image's CMD when given
 
 
 @dataclass(frozen=True)
@@ -574,6 +579,11 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
                 argv,
                 environment,
                 logical_id_of(p.get("TaskRoleArn")),
+                logical_id_of(p.get("ExecutionRoleArn")),
+                str(container.get("Name", "")),
+                str(container.get("Image", "")),
+                tuple(str(a) for a in container.get("EntryPoint", [])),
+                tuple(str(a) for a in container.get("Command", [])),
             )
         elif res.type == "AWS::Scheduler::Schedule":
             raw_target = p["Target"]
