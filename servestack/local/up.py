@@ -892,21 +892,13 @@ class World:
 
     def _transform_entry(self, topology: Any, transform: Any) -> dict[str, Any]:
         """What `local run-batch` needs to run an engine: transform job: the request, the container's
-        environment with the model data extracted here, the roles' names and the function run at the end."""
-        from servestack.local.synth import file_asset
-
-        env = dict(transform.container.environment)
-        url = transform.container.model_data_url
-        if url:
-            archive = file_asset(self.work / "cdk.out", url.split("/", 3)[-1])
-            if archive is None:
-                raise UpError(f"{transform.schedule}: model data {url} is not in the cloud assembly")
-            package_dir = extract_model_data(archive, self.work / "model-data")
-            env = map_paths(env, {CONTAINER_MODEL_DIR: str(package_dir)})
+        environment and model data URL (each job fetches it with the execution role, servestack/local/transform.py),
+        the roles' names and the function run at the end."""
         on_end = topology.functions.get(transform.on_end or "")
         return {
             "job": transform.job,
-            "environment": env,
+            "environment": dict(transform.container.environment),
+            "model_data_url": transform.container.model_data_url,
             "execution_role": topology.roles[transform.execution_role].name,
             "scheduler_role": transform.scheduler_role,
             "on_end": on_end.name if on_end is not None else None,
