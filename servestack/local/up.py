@@ -541,7 +541,7 @@ class Plan:
     apis: list[tuple[Any, int]] = field(default_factory=list)  # (HttpApiDef, port)
     mappings: list[tuple[Any, Any, Any]] = field(default_factory=list)  # (mapping, function, credentials)
     schedules: list[Any] = field(default_factory=list)
-    tasks: dict[str, Any] = field(default_factory=dict)  # task definition id -> TaskLaunch
+    tasks: dict[str, Any] = field(default_factory=dict)  # "<stack>/<task definition id>" -> TaskLaunch
     deployments: dict[str, dict[str, Any]] = field(default_factory=dict)
     identities: dict[str, dict[str, str]] = field(default_factory=dict)
     curls: list[str] = field(default_factory=list)
@@ -649,8 +649,8 @@ class World:
             plan.schedules += topology.schedules
             for task in topology.tasks.values():
                 # The task definition's container from its image's staged build context (servestack/local/ecs_task.py).
-                plan.tasks[task.logical_id] = self._task_launch(topology, task)
-                entry["task"] = plan.tasks[task.logical_id].to_dict()
+                launch = plan.tasks[f"{topology.stack}/{task.logical_id}"] = self._task_launch(topology, task)
+                entry["task"] = launch.to_dict()
             for endpoint in topology.endpoints.values():
                 port = realtime_port if first_realtime else free_port()
                 first_realtime = False
@@ -1094,9 +1094,10 @@ class World:
         def run(schedule: Any) -> str | None:
             from servestack.local.ecs_task import run_task_refusal, task_endpoints, task_process
 
-            if schedule.task not in plan.tasks:
+            stack = next((t.stack for t in plan.topologies if schedule in t.schedules), "")
+            launch = plan.tasks.get(f"{stack}/{schedule.task}")  # logical ids repeat across stacks
+            if launch is None:
                 return f"task definition {schedule.task} is not in the templates"
-            launch = plan.tasks[schedule.task]
             refused = run_task_refusal(self.access.authorize, role_arn, launch)
             if refused is not None:
                 return refused

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,11 @@ deployments:
     model: digits
     engine: fargate
     schedule: rate(7 days)
+  minutely:
+    mode: batch
+    model: digits
+    engine: fargate
+    schedule: rate(1 minute)
 """
 ROWS = 12
 
@@ -95,7 +101,10 @@ def test_local_run_batch_starts_the_task_as_the_schedules_role(
     # PassRole of the task's roles to ECS)
     local, _, _ = up
     roles = store(local)["roles"]
-    (statement,) = [s for s in statements(roles) if "SchedulerRole" in s.role and action in s.actions]
+    (statement,) = [
+        s for s in statements(roles)
+        if s.role.startswith("servestack-weekly-") and "SchedulerRole" in s.role and action in s.actions
+    ]  # fmt: skip
     store(local, "PUT", statement.role, without(roles, statement))
     try:
         # WHEN `local run-batch` runs the Fargate deployment
@@ -107,3 +116,27 @@ def test_local_run_batch_starts_the_task_as_the_schedules_role(
     assert "AccessDenied" in refused.stderr
     assert action in refused.stderr
     assert f"assumed-role/{statement.role}/" in refused.stderr
+
+
+def test_the_schedules_ecs_target_runs_the_same_task_from_its_image(
+    up: tuple[LocalUp, dict[str, Any], dict[str, Any]],
+) -> None:
+    # GIVEN a Fargate deployment on a one-minute schedule, input rows, and no model package in the working tree
+    local, request, response = up
+    environment = local.deployment("minutely")["task"]["environment"]
+    bucket, output = environment["SERVESTACK_BATCH_BUCKET"], environment["SERVESTACK_BATCH_OUTPUT_PREFIX"]
+    rows = "".join(json.dumps(request["instances"][0]) + "\n" for _ in range(ROWS))
+    s3 = local.emulator("s3")
+    s3.put_object(Bucket=bucket, Key=f"{environment['SERVESTACK_BATCH_INPUT_PREFIX']}rows.jsonl", Body=rows.encode())
+    # WHEN the schedule fires (within a minute): RunTask as its role, then the task from its image
+    deadline = time.monotonic() + 240
+    manifest: dict[str, Any] = {}
+    while manifest.get("rows", {}).get("total") != ROWS:  # a run that fired before the rows were there has none
+        assert time.monotonic() < deadline, f"no scheduled run scored the rows:\n{local.log_text()[-4000:]}"
+        time.sleep(1)
+        if s3.list_objects_v2(Bucket=bucket, Prefix=f"{output}manifest.json").get("Contents"):
+            manifest = json.loads(s3.get_object(Bucket=bucket, Key=f"{output}manifest.json")["Body"].read())
+    # THEN the task scored every row with the model its image carries
+    assert manifest["rows"] == {"total": ROWS, "succeeded": ROWS, "failed": 0}
+    body = s3.get_object(Bucket=bucket, Key=f"{output}{manifest['parts'][0]['key']}")["Body"].read().decode()
+    assert json.loads(body.splitlines()[0])["prediction"] == response["predictions"][0]
