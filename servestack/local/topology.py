@@ -47,7 +47,10 @@ EMULATED: dict[str, str] = {
     "AWS::SageMaker::InferenceComponent": "its model's container run locally, invoked by InferenceComponentName; "
     "copies set by UpdateInferenceComponentRuntimeConfig (0 stops it)",
     "AWS::Logs::LogGroup": "on the emulator: each child's output written with its role, and to local up's output",
-    "AWS::ECS::TaskDefinition": "the container's command run as a local process, its environment, its task role",
+    "AWS::ECS::TaskDefinition": (
+        "its container run from the image's staged build context (COPY, ENV, WORKDIR; the definition's entry "
+        "point, command and environment), as its task role; RunTask and PassRole checked as the schedule's role"
+    ),
     "AWS::CodeDeploy::Application": "`local deploy` of a serverless deployment: CodeDeploy's API on local up's port",
     "AWS::CodeDeploy::DeploymentConfig": "the release's steps and interval (`local deploy` of a serverless deployment)",
     "AWS::CodeDeploy::DeploymentGroup": "`local deploy` of a serverless deployment: the pre-traffic hook under its "
