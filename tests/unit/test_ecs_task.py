@@ -15,12 +15,14 @@ import pytest
 
 from servestack.local.ecs_task import (
     ECS_TASKS_SERVICE,
+    EcsRunTask,
     TaskImageError,
     TaskLaunch,
     run_task_refusal,
     task_launch,
     task_process,
 )
+from servestack.local.http_server import Reply, Request
 from servestack.local.iam.operations import Check, Where, describe
 from servestack.local.iam.wire import HttpRequest
 from servestack.local.topology import TaskDef
@@ -186,3 +188,50 @@ def test_ecs_run_task_requests_authorize_run_task_on_the_task_definition() -> No
     assert describe(run_task("weekly:1"), "ecs", where).checks == (Check("ecs:RunTask", TASK_ARN),)
     other = HttpRequest("POST", "/", "", {"x-amz-target": "AmazonEC2ContainerServiceV20141113.StopTask"}, b"{}")
     assert not describe(other, "ecs", where).recognised
+
+
+class Access:
+    """local up's IAM as the front sees it: the caller's fields once SigV4 and the request's own check pass, then
+    `authorize` for the checks the front makes as the caller's role."""
+
+    def __init__(self, policy: Policy, refusal: Reply | None = None) -> None:
+        self.policy = policy
+        self.refusal = refusal
+
+    def check(self, request: Request, service: str) -> dict[str, str] | Reply:
+        assert service == "ecs"
+        return self.refusal or {"userArn": "arn:aws:sts::123456789012:assumed-role/weekly-SchedulerRole/local"}
+
+    def authorize(
+        self, caller: str, action: str, resource: str, context: Mapping[str, str] | None = None
+    ) -> str | None:
+        return self.policy(caller, action, resource, context)
+
+
+def run_task_call(body: dict[str, object], operation: str = "RunTask") -> Request:
+    headers = {"x-amz-target": f"AmazonEC2ContainerServiceV20141113.{operation}"}
+    return Request("POST", "/", {}, headers, json.dumps(body).encode())
+
+
+def test_local_ups_run_task_accepts_the_task_as_the_callers_role() -> None:
+    policy = Policy(EVERYTHING)
+    front = EcsRunTask({"weekly/Task": LAUNCH}, Access(policy), "us-east-1", "123456789012")
+    reply = front.handle(run_task_call({"taskDefinition": TASK_ARN, "overrides": {"containerOverrides": []}}))
+    assert reply.status == 200
+    (task,) = json.loads(reply.body)["tasks"]
+    assert task["taskDefinitionArn"] == TASK_ARN
+    assert task["taskArn"].startswith("arn:aws:ecs:us-east-1:123456789012:task/default/")
+    assert {caller for caller, *_ in policy.asked} == {"arn:aws:iam::123456789012:role/weekly-SchedulerRole"}
+
+
+def test_local_ups_run_task_refuses_what_the_role_may_not_pass_and_what_it_does_not_know() -> None:
+    front = EcsRunTask({"weekly/Task": LAUNCH}, Access(Policy(EVERYTHING - {("iam:PassRole", TASK_ROLE)})), "r", "a")
+    refused = front.handle(run_task_call({"taskDefinition": TASK_ARN}))
+    assert (refused.status, json.loads(refused.body)["__type"]) == (400, "AccessDeniedException")
+    assert "iam:PassRole" in json.loads(refused.body)["message"]
+    unknown = front.handle(run_task_call({"taskDefinition": TASK_ARN + "9"}))
+    assert (unknown.status, json.loads(unknown.body)["__type"]) == (400, "ClientException")
+    other = front.handle(run_task_call({}, operation="StopTask"))
+    assert (other.status, json.loads(other.body)["__type"]) == (400, "UnknownOperationException")
+    denied = Reply(403, {}, b"denied")
+    assert EcsRunTask({}, Access(Policy(EVERYTHING), denied), "r", "a").handle(run_task_call({})) is denied
