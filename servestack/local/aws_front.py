@@ -15,6 +15,8 @@ this server (their paths do not collide). Every request is authenticated (SigV4)
 - `POST /` with `X-Amz-Target: CodeDeploy_20141006.<Op>`: CodeDeploy for the serverless deployments' releases
   (servestack/local/codedeploy.py);
 - `GET /schedules/{Name}`: Scheduler's GetSchedule of the templates' schedules (servestack/local/scheduler_api.py);
+- `POST /` with `X-Amz-Target: AmazonEC2ContainerServiceV20141113.RunTask`: ECS RunTask of the templates' task
+  definitions, authorized as the caller's role (servestack/local/ecs_task.py);
 - `/_servestack/iam/roles[/{name}]`: local up's own route to the running IAM store's roles
   (servestack/local/iam_roles.py).
 """
@@ -26,6 +28,7 @@ from typing import Any
 from servestack.local.cloudformation import ACCOUNT
 from servestack.local.cloudformation import DEFAULT_REGION as REGION
 from servestack.local.codedeploy import LocalCodeDeploy
+from servestack.local.ecs_task import EcsRunTask
 from servestack.local.http_server import LocalHttpServer, Reply, Request
 from servestack.local.iam_roles import RolePolicies
 from servestack.local.inference_components import ComponentState, InferenceComponents
@@ -51,6 +54,7 @@ class AwsFront:
         transform_jobs: TransformJobs | None = None,
         codedeploy: LocalCodeDeploy | None = None,
         scheduler: SchedulerApi | None = None,
+        ecs: EcsRunTask | None = None,
     ) -> None:
         self.sagemaker = sagemaker
         self.lambdas = lambdas
@@ -59,6 +63,7 @@ class AwsFront:
         self.transform_jobs = transform_jobs or TransformJobs((), REGION, ACCOUNT)
         self.codedeploy = codedeploy
         self.scheduler = scheduler
+        self.ecs = ecs
         self.server = LocalHttpServer(
             "aws-api",
             self.handle,
@@ -83,6 +88,8 @@ class AwsFront:
         if self.scheduler is not None and SchedulerApi.is_api(request):
             allowed = self.access.check(request, "scheduler")
             return allowed if isinstance(allowed, Reply) else self.scheduler.handle(request)
+        if self.ecs is not None and EcsRunTask.is_api(request):  # it authorizes RunTask and PassRole itself
+            return self.ecs.handle(request)
         if RolePolicies.is_route(request):  # local up's own: the running IAM store's roles
             return RolePolicies(self.access).handle(request)
         if TransformJobs.is_report(request):
@@ -101,7 +108,7 @@ class AwsFront:
             "UnknownOperationException",
             f"{request.method} {path}: local up answers SageMaker Runtime InvokeEndpoint/InvokeEndpointAsync, "
             "SageMaker DescribeInferenceComponent/UpdateInferenceComponentRuntimeConfig/CreateTransformJob/"
-            "DescribeTransformJob and Lambda Invoke here",
+            "DescribeTransformJob, ECS RunTask and Lambda Invoke here",
         )
 
     def _developer_only(self, request: Request) -> Reply | None:

@@ -141,7 +141,7 @@ def run_batch(
     overrides = {"strict": strict or None, "chunk_rows": chunk_rows, "output_prefix": output_prefix}
     with Progress().step(f"run-batch {name}") as step, _counting_parts(about, bucket, output, step):
         if "task" in d:
-            code = _run_task(about, name, d["task"], {k: v for k, v in overrides.items() if v is not None})
+            code = _run_task(about, name, d, {k: v for k, v in overrides.items() if v is not None})
             manifest_url = f"s3://{bucket}/{output}manifest.json"
         else:
             code, manifest_url = _invoke_batch(about, name, d, overrides)
@@ -213,23 +213,9 @@ def _retire_seeded(about: dict[str, Any], deployment: dict[str, Any]) -> None:
     retire_seeded_input(s3, source["bucket"], source["input_prefix"])
 
 
-def _run_task(about: dict[str, Any], name: str, task: dict[str, Any], overrides: dict[str, Any]) -> int:
-    """A batch deployment on Fargate: its task's container command, run here as its task role."""
-    import os
-    import subprocess
+def _run_task(about: dict[str, Any], name: str, d: dict[str, Any], overrides: dict[str, Any]) -> int:
+    """A batch deployment on Fargate: RunTask as its schedule's role, then its task's container from the image's
+    staged build context, as its task role (servestack/local/ecs_task.py)."""
+    from servestack.local.ecs_task import run_as_schedule
 
-    keys = about["identities"].get(task["role"] or "", {})
-    environment = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("AWS_")},
-        **task["environment"],
-        **{
-            f"SERVESTACK_BATCH_{k.upper()}": str(v).lower() if isinstance(v, bool) else str(v)
-            for k, v in overrides.items()
-        },
-        "AWS_ENDPOINT_URL": about["endpoint_url"],
-        "AWS_DEFAULT_REGION": about.get("region", "us-east-1"),
-        **{k: v for k, v in keys.items() if k.startswith("AWS_")},
-    }
-    print(f"running {name}'s task ({' '.join(task['argv'])}) as {task['role']}", file=sys.stderr)
-    result = subprocess.run(task["argv"], cwd=about.get("project"), env=environment, check=False)
-    return 0 if result.returncode == 0 else 1
+    return run_as_schedule(about, name, d, overrides)

@@ -93,15 +93,7 @@ def fidelity_rows(topologies: list[Any], out_dir: Path) -> list[tuple[str, str, 
                     f"ENV, WORKDIR {image.workdir}, ENTRYPOINT {list(image.entrypoint)} + SageMaker's `serve`",
                 )
             )
-            rows += [(APPROXIMATED, where, line) for line in image.approximations()]
-            rows.append(
-                (
-                    APPROXIMATED,
-                    where,
-                    f"the image's interpreter and packages ({image.env.get('VIRTUAL_ENV', '/')})"
-                    f" are the developer's venv ({sys.prefix})",
-                )
-            )
+            rows += _image_approximations(image, where)
             rows.append((APPROXIMATED, where, "the instance type, its accelerators and its AMI are this machine's"))
         for endpoint in topology.endpoints.values():
             group = f"/aws/sagemaker/Endpoints/{endpoint.name}"
@@ -132,18 +124,13 @@ def fidelity_rows(topologies: list[Any], out_dir: Path) -> list[tuple[str, str, 
                 )
             )
         for task in topology.tasks.values():
-            rows.append(
-                (
-                    APPROXIMATED,
-                    f"task {task.logical_id}",
-                    "its command runs from the working tree, the image's model packages mapped from the project",
-                )
-            )
+            rows += _task_rows(topology, task, out_dir, images_seen)
             rows.append(
                 (
                     REPORTED,
                     f"task {task.logical_id} logs",
-                    "the awslogs driver's group is not written: its output goes to local up's output",
+                    "the awslogs driver's group is not written: its output goes to local up's (a scheduled run) or to "
+                    "`local run-batch`'s",
                 )
             )
         for release in topology.lambda_deployments:  # `local deploy` of a serverless deployment (codedeploy.py)
@@ -159,6 +146,73 @@ def fidelity_rows(topologies: list[Any], out_dir: Path) -> list[tuple[str, str, 
                          "the working tree's code"))  # fmt: skip
             rows.append((APPROXIMATED, subject, "a hook that ends without reporting a status fails the release at "
                          "once (CodeDeploy waits for the lifecycle event's timeout, one hour)"))  # fmt: skip
+    return rows
+
+
+def _image_approximations(image: Any, where: str) -> list[tuple[str, str, str]]:
+    return [(APPROXIMATED, where, line) for line in image.approximations()] + [
+        (
+            APPROXIMATED,
+            where,
+            f"the image's interpreter and packages ({image.env.get('VIRTUAL_ENV', '/')})"
+            f" are the developer's venv ({sys.prefix})",
+        )
+    ]
+
+
+def _task_rows(topology: Any, task: Any, out_dir: Path, images_seen: set[str]) -> list[tuple[str, str, str]]:
+    """An ECS task definition's container (servestack/local/ecs_task.py): how it starts, and from what."""
+    from servestack.local.container import image_asset, read_image
+    from servestack.local.dockerfile import DockerfileError
+
+    subject = f"task {task.logical_id}"
+    rows = [
+        (
+            EMULATED,
+            f"{subject} start",
+            "ecs:RunTask on the task definition and iam:PassRole of its roles (iam:PassedToService "
+            "ecs-tasks.amazonaws.com) as the schedule's role: by the scheduler's ECS target, and by `local "
+            "run-batch` through ECS RunTask on local up's AWS port",
+        ),
+        (
+            APPROXIMATED,
+            f"{subject} start",
+            "`local run-batch` runs the task in its own process once RunTask is accepted (its output and exit "
+            "code are the command's; DescribeTasks is not answered)",
+        ),
+        (
+            APPROXIMATED,
+            subject,
+            f"the task role {_role_name(topology, task.task_role)}'s keys are environment variables (ECS serves "
+            "them from the container credentials endpoint); Fargate's CPU, memory and architecture are this "
+            "machine's",
+        ),
+        (
+            REPORTED,
+            f"{subject} image pull",
+            f"ECR pull with the execution role {_role_name(topology, task.execution_role)}: no registry runs locally",
+        ),
+    ]
+    asset = image_asset(out_dir, task.image)
+    if asset is None:
+        return [*rows, (REPORTED, subject, f"{task.image} is not an image asset of this assembly: not run")]
+    where = f"image {asset.tag[:12]} ({asset.dockerfile})"
+    try:
+        image = read_image(asset)
+    except DockerfileError as error:
+        return [*rows, (REPORTED, where, f"cannot run locally: {error}")]
+    rows.append(
+        (
+            EMULATED,
+            subject,
+            f"run from {where}'s staged build context in cdk.out: COPY (minus .dockerignore), ENV, WORKDIR "
+            f"{image.workdir}, the task definition's EntryPoint {list(task.entry_point)} (the image's CMD dropped), "
+            "Command and Environment; the model is the one the image carries",
+        )
+    )
+    if asset.tag not in images_seen:
+        images_seen.add(asset.tag)
+        rows += _image_approximations(image, where)
     return rows
 
 

@@ -47,7 +47,10 @@ EMULATED: dict[str, str] = {
     "AWS::SageMaker::InferenceComponent": "its model's container run locally, invoked by InferenceComponentName; "
     "copies set by UpdateInferenceComponentRuntimeConfig (0 stops it)",
     "AWS::Logs::LogGroup": "on the emulator: each child's output written with its role, and to local up's output",
-    "AWS::ECS::TaskDefinition": "the container's command run as a local process, its environment, its task role",
+    "AWS::ECS::TaskDefinition": (
+        "its container run from the image's staged build context (COPY, ENV, WORKDIR; the definition's entry "
+        "point, command and environment), as its task role; RunTask and PassRole checked as the schedule's role"
+    ),
     "AWS::CodeDeploy::Application": "`local deploy` of a serverless deployment: CodeDeploy's API on local up's port",
     "AWS::CodeDeploy::DeploymentConfig": "the release's steps and interval (`local deploy` of a serverless deployment)",
     "AWS::CodeDeploy::DeploymentGroup": "`local deploy` of a serverless deployment: the pre-traffic hook under its "
@@ -249,6 +252,11 @@ class TaskDef:
     argv: tuple[str, ...]
     environment: dict[str, str]
     task_role: str | None  # role logical id
+    execution_role: str | None = None  # role logical id (ECS pulls the image and writes logs with it)
+    container: str = ""  # the container definition's name
+    image: str = ""  # its image URI (an image asset of the assembly: servestack/local/ecs_task.py runs it)
+    entry_point: tuple[str, ...] = ()  # replaces the image's ENTRYPOINT when given
+    command: tuple[str, ...] = ()  # replaces the image's CMD when given
 
 
 @dataclass(frozen=True)
@@ -574,6 +582,11 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
                 argv,
                 environment,
                 logical_id_of(p.get("TaskRoleArn")),
+                logical_id_of(p.get("ExecutionRoleArn")),
+                str(container.get("Name", "")),
+                str(container.get("Image", "")),
+                tuple(str(a) for a in container.get("EntryPoint", [])),
+                tuple(str(a) for a in container.get("Command", [])),
             )
         elif res.type == "AWS::Scheduler::Schedule":
             raw_target = p["Target"]

@@ -17,8 +17,11 @@ ARN) is checked and the request validated as SageMaker does; a refusal stops the
 model's role having been passed at CreateModel, is not verified.)
 The job's record is InProgress while it runs, then Completed or Failed with the reason (DescribeTransformJob).
 The S3 reads and writes are made with the keys of the model's execution role, so the template's grants are
-checked as in AWS. When the job ends, SageMaker's "SageMaker Transform Job State Change" event goes to the
-function the stack's rule targets (the manifest step), through the local Lambda API, as EventBridge would.
+checked as in AWS: the model's data first, fetched from its `ModelDataUrl` and unpacked under the job's own
+`/opt/ml/model` as a realtime variant's is (servestack/local/model_data.py); a role that cannot read it fails
+the job with SageMaker's download failure reason. When the job ends, SageMaker's "SageMaker Transform Job State
+Change" event goes to the function the stack's rule targets (the manifest step), through the local Lambda API,
+as EventBridge would.
 The local scheduler fires transform schedules the same way (servestack/local/up.py: create, then execute_job).
 """
 
@@ -29,16 +32,20 @@ import os
 import secrets
 import string
 import sys
+import tempfile
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from servestack.local.manifests import print_manifest
+from servestack.local.model_data import ModelDataError
 from servestack.local.processes import RealtimeProcess, free_port
 
 MIB = 1024 * 1024
+CONTAINER_MODEL_DIR = "/opt/ml/model"  # where SageMaker unpacks a model's data in its container
 EXECUTION_ID = "<aws.scheduler.execution-id>"
 # EventBridge Scheduler's execution id: 16 lower-case letters and digits (its User Guide's example of the
 # context attribute is "d32c5kddcf5bb8c3").
@@ -209,6 +216,7 @@ def execute_job(
         "SAGEMAKER_MAX_CONCURRENT_TRANSFORMS": str(concurrency),
     }
     processes: list[RealtimeProcess] = []
+    scratch = tempfile.TemporaryDirectory(prefix=f"{job_name}-")  # the job's instance storage
     status, reason = "Completed", ""
     try:
         keys = [
@@ -217,6 +225,12 @@ def execute_job(
             for obj in page.get("Contents", [])
             if not obj["Key"].endswith("/")
         ]
+        url = transform.get("model_data_url")
+        if url:  # SageMaker downloads the model with the execution role before the instances start
+            role = str(
+                (about["identities"].get(transform["execution_role"]) or {}).get("arn", transform["execution_role"])
+            )
+            environment = with_model_data(environment, s3, str(url), scratch.name, role)
         print(f"{name}: transform job {job_name}: {len(keys)} objects over {count} local workers", file=sys.stderr)
         for index in range(count):
             processes.append(
@@ -245,16 +259,33 @@ def execute_job(
             list(pool.map(transform_object, range(len(keys)), keys))
         if failures:
             status, reason = "Failed", "; ".join(sorted(failures))[:1024]
-    except TransformFailed as error:
+    except (TransformFailed, ModelDataError) as error:
         status, reason = "Failed", str(error)
     except Exception as error:  # the execution role may not list the input (AccessDenied): the job fails
         status, reason = "Failed", str(error)[:1024]
     finally:
         for process in processes:
             process.stop()
+        scratch.cleanup()
     print(f"{name}: transform job {job_name} {status}{': ' + reason if reason else ''}", file=sys.stderr)
     report_end(about, job_name, status, reason)
     return _job_ended(about, name, transform, job_name, status, reason, developer)
+
+
+def with_model_data(environment: dict[str, str], s3: Any, url: str, root: str, role: str) -> dict[str, str]:
+    """`environment` with /opt/ml/model (and paths below it) pointing at the model data fetched from `url` with
+    the client `s3` (signed as the execution role `role`) into `root`; ModelDataError when it cannot be."""
+    from servestack.local.model_data import fetch_model_data
+
+    model_dir = fetch_model_data(
+        s3, url, Path(root) / CONTAINER_MODEL_DIR.lstrip("/"), role=role, compressed=not url.endswith("/")
+    )
+    return {
+        key: str(model_dir) + value[len(CONTAINER_MODEL_DIR) :]
+        if value == CONTAINER_MODEL_DIR or value.startswith(CONTAINER_MODEL_DIR + "/")
+        else value
+        for key, value in environment.items()
+    }
 
 
 def state_change_event(job: dict[str, Any], job_name: str, status: str, reason: str, region: str) -> dict[str, Any]:

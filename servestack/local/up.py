@@ -48,9 +48,6 @@ DEFAULT_PORT = 8080
 DEFAULT_AWS_PORT = 8090
 LAMBDA_TASK_ROOT = "/var/task"
 CONTAINER_MODEL_DIR = "/opt/ml/model"
-# The servestack images' WORKDIR (containers/*.Dockerfile): a Fargate task's code and, under models/artifacts,
-# the model packages its image carries (stacks/images.py).
-CONTAINER_WORKDIR = "/opt/program"
 
 
 @dataclass
@@ -544,7 +541,7 @@ class Plan:
     apis: list[tuple[Any, int]] = field(default_factory=list)  # (HttpApiDef, port)
     mappings: list[tuple[Any, Any, Any]] = field(default_factory=list)  # (mapping, function, credentials)
     schedules: list[Any] = field(default_factory=list)
-    tasks: dict[str, tuple[str, list[str], dict[str, str]]] = field(default_factory=dict)  # id -> arn, argv, env
+    tasks: dict[str, Any] = field(default_factory=dict)  # "<stack>/<task definition id>" -> TaskLaunch
     deployments: dict[str, dict[str, Any]] = field(default_factory=dict)
     identities: dict[str, dict[str, str]] = field(default_factory=dict)
     curls: list[str] = field(default_factory=list)
@@ -651,21 +648,9 @@ class World:
                 plan.mappings.append((mapping, function, credentials[function.role]))
             plan.schedules += topology.schedules
             for task in topology.tasks.values():
-                role = topology.roles.get(task.task_role or "")
-                keys = credentials[role.logical_id].environment() if role is not None else {}
-                # `python` in the image is this interpreter here; the image's working directory is the code root.
-                argv = [sys.executable if a == "python" else a for a in task.argv]
-                task_env = map_paths(
-                    task.environment,
-                    {
-                        f"{CONTAINER_WORKDIR}/models/artifacts": str(self._bundle_view(topology.deployment)),
-                        CONTAINER_WORKDIR: str(self.code_root),
-                    },
-                )
-                plan.tasks[task.logical_id] = (task.arn, argv, env_base | self.service_endpoints | task_env | keys)
-                # The mapped environment: `local run-batch` runs the task here, where the image's paths are not.
-                entry["task"] = {"arn": task.arn, "argv": argv, "environment": task_env,
-                                 "role": role.name if role else None}  # fmt: skip
+                # The task definition's container from its image's staged build context (servestack/local/ecs_task.py).
+                launch = plan.tasks[f"{topology.stack}/{task.logical_id}"] = self._task_launch(topology, task)
+                entry["task"] = launch.to_dict()
             for endpoint in topology.endpoints.values():
                 port = realtime_port if first_realtime else free_port()
                 first_realtime = False
@@ -907,21 +892,13 @@ class World:
 
     def _transform_entry(self, topology: Any, transform: Any) -> dict[str, Any]:
         """What `local run-batch` needs to run an engine: transform job: the request, the container's
-        environment with the model data extracted here, the roles' names and the function run at the end."""
-        from servestack.local.synth import file_asset
-
-        env = dict(transform.container.environment)
-        url = transform.container.model_data_url
-        if url:
-            archive = file_asset(self.work / "cdk.out", url.split("/", 3)[-1])
-            if archive is None:
-                raise UpError(f"{transform.schedule}: model data {url} is not in the cloud assembly")
-            package_dir = extract_model_data(archive, self.work / "model-data")
-            env = map_paths(env, {CONTAINER_MODEL_DIR: str(package_dir)})
+        environment and model data URL (each job fetches it with the execution role, servestack/local/transform.py),
+        the roles' names and the function run at the end."""
         on_end = topology.functions.get(transform.on_end or "")
         return {
             "job": transform.job,
-            "environment": env,
+            "environment": dict(transform.container.environment),
+            "model_data_url": transform.container.model_data_url,
             "execution_role": topology.roles[transform.execution_role].name,
             "scheduler_role": transform.scheduler_role,
             "on_end": on_end.name if on_end is not None else None,
@@ -1006,7 +983,10 @@ class World:
         from servestack.local.scheduler_api import SchedulerApi
 
         schedules = SchedulerApi(plan.schedules, self.region, ACCOUNT)
-        front = AwsFront(runtime, lambdas, self.access, plan.aws_port, components, jobs, codedeploy, schedules)
+        from servestack.local.ecs_task import EcsRunTask
+
+        ecs = EcsRunTask(plan.tasks, self.access, self.region, ACCOUNT)
+        front = AwsFront(runtime, lambdas, self.access, plan.aws_port, components, jobs, codedeploy, schedules, ecs)
         front = front.serve_in_background()
         closers.append(front.close)
         for api, port in plan.apis:
@@ -1112,20 +1092,34 @@ class World:
         container command as a process with its environment and task role."""
 
         def run(schedule: Any) -> str | None:
-            if schedule.task not in plan.tasks:
+            from servestack.local.ecs_task import run_task_refusal, task_endpoints, task_process
+
+            stack = next((t.stack for t in plan.topologies if schedule in t.schedules), "")
+            launch = plan.tasks.get(f"{stack}/{schedule.task}")  # logical ids repeat across stacks
+            if launch is None:
                 return f"task definition {schedule.task} is not in the templates"
-            arn, argv, env = plan.tasks[schedule.task]
-            denied = self.access.authorize(role_arn, "ecs:RunTask", arn)
-            if denied is not None:
-                return f"AccessDeniedException: {denied}"
-            process = subprocess.Popen(
-                argv, cwd=self.code_root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-            )
+            refused = run_task_refusal(self.access.authorize, role_arn, launch)
+            if refused is not None:
+                return refused
+            argv, cwd, env = task_process(
+                launch, host_environment=base_environment(),
+                endpoints=task_endpoints(self.emulator_url, plan.aws_api_url, self.region),
+                keys=plan.identities.get(launch.role or "", {}),
+            )  # fmt: skip
+            process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             assert process.stdout is not None
             _pump(f"task {schedule.task}", process.stdout, sys.stdout)
             return None
 
         return run
+
+    def _task_launch(self, topology: Any, task: Any) -> Any:
+        from servestack.local.ecs_task import TaskImageError, task_launch
+
+        try:
+            return task_launch(topology, task, self.work / "cdk.out", self.work / "images")
+        except TaskImageError as error:
+            raise UpError(str(error)) from None
 
     def _dead_letter_sender(self, keys: dict[str, str] | None) -> Callable[[str, str, dict[str, Any]], None]:
         from servestack.local.emulator import client_as

@@ -10,7 +10,7 @@ written with `--no-iam` names the keys an enforced run hands out.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from servestack.local.http_server import Reply, Request
@@ -88,14 +88,17 @@ class LocalAccess:
             return {}
         return _authorizer_fields(verdict.arn, verdict.account, verdict.access_key_id, verdict.user_id)
 
-    def authorize(self, caller_arn: str, action: str, resource: str) -> str | None:
-        """A call local up makes as a role (a schedule invoking its target): None when allowed, else why not."""
+    def authorize(
+        self, caller_arn: str, action: str, resource: str, context: Mapping[str, str] | None = None
+    ) -> str | None:
+        """A call local up makes as a role (a schedule invoking its target): None when allowed, else why not.
+        `context`: the request's condition keys (`iam:PassedToService` of an iam:PassRole)."""
         if not self.enabled:
             return None
         identity = self._by_role.get(caller_arn)
         if identity is None:
             return f"{caller_arn} is not a role of the templates"
-        decision = self.enforcer.authorize(identity, action, resource)
+        decision = self.enforcer.authorize(identity, action, resource, context)
         if decision.allowed:
             return None
         return (

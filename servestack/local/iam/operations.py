@@ -40,6 +40,9 @@ reader might doubt are commented where they are made. Covered, because servestac
   InvokeWithResponseStream are `lambda:InvokeFunction` on the function ARN, with the qualifier when one is
   given (`name:alias` or `?Qualifier=`); other operations naming a function are `lambda:<Op>` on it.
 - EventBridge Scheduler (rest-json): `scheduler:<Op>` on the schedule (`schedule/{group}/{name}`) or group.
+- ECS (`X-Amz-Target: AmazonEC2ContainerServiceV20141113.RunTask`): `ecs:RunTask` on the task definition ARN
+  (`taskDefinition`, or `family:revision` made an ARN); the iam:PassRole of the task's roles that ECS also
+  checks needs the task definition, so local up's RunTask checks it (servestack/local/ecs_task.py).
 - API Gateway (`execute-api`), an HTTP API with IAM authorization: `execute-api:Invoke` on
   `arn:aws:execute-api:{region}:{account}:{apiId}/{stage}/{METHOD}/{path}`.
 
@@ -777,6 +780,18 @@ def describe_events(request: HttpRequest, where: Where) -> Operation:
     return unrecognised("events", operation, "resource not derived for this EventBridge operation")
 
 
+def describe_ecs(request: HttpRequest, where: Where) -> Operation:
+    operation = _target_operation(request, "AmazonEC2ContainerServiceV20141113")
+    if operation != "RunTask":
+        return unrecognised("ecs", operation, "only ECS RunTask is described")
+    definition = _json_body(request).get("taskDefinition")
+    if not isinstance(definition, str) or not definition:
+        return unrecognised("ecs", operation, "RunTask without a taskDefinition")
+    if not definition.startswith("arn:"):
+        definition = f"arn:aws:ecs:{where.region}:{where.account}:task-definition/{definition}"
+    return Operation("ecs", operation, (Check("ecs:RunTask", definition),))
+
+
 # ------------------------------------------------------------------------------ REST services from botocore's models
 
 
@@ -971,6 +986,7 @@ DESCRIBERS: dict[str, Callable[[HttpRequest, Where], Operation]] = {
     "sagemaker": describe_sagemaker,
     "lambda": describe_lambda,
     "scheduler": describe_scheduler,
+    "ecs": describe_ecs,
 }
 
 
