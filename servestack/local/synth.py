@@ -194,14 +194,3 @@ def stack_templates(out_dir: Path) -> dict[str, Path]:
             name = properties.get("stackName", artifact_id)
             found[name] = out_dir / properties["templateFile"]
     return found
-
-
-def file_asset(out_dir: Path, object_key: str) -> Path | None:
-    """The local file behind a file asset's S3 object key (`<hash>.gz` -> `asset.<hash>.tar.gz`)."""
-    for assets_file in out_dir.glob("*.assets.json"):
-        files = json.loads(assets_file.read_text(encoding="utf-8")).get("files", {})
-        for entry in files.values():
-            for destination in entry.get("destinations", {}).values():
-                if destination.get("objectKey") == object_key:
-                    return out_dir / str(entry["source"]["path"])
-    return None

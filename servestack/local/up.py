@@ -30,7 +30,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import threading
 import time
 import uuid
@@ -212,18 +211,6 @@ def map_paths(environment: dict[str, str], mapping: dict[str, str]) -> dict[str,
                 break
         out[key] = value
     return out
-
-
-def extract_model_data(archive: Path, into: Path) -> Path:
-    """What SageMaker does with `ModelDataUrl`: unpack the model.tar.gz (once per archive) for the container."""
-    target = into / archive.name.split(".")[1][:20]
-    marker = target / ".extracted"
-    if not marker.exists():
-        target.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(archive) as tar:
-            tar.extractall(target, filter="data")  # refuses absolute paths, `..` and links out of the target
-        marker.touch()
-    return target
 
 
 def first_version(model_dir: Path, model: str) -> str:

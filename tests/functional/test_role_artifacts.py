@@ -111,6 +111,30 @@ def emf_line() -> str:
     return json.dumps(metrics.line())
 
 
+def test_an_archive_reaching_outside_the_model_folder_is_refused(
+    emulator: tuple[LocalAccess, str], tmp_path: Path
+) -> None:
+    # GIVEN model data whose archive holds a member addressed `../../escaped.txt`
+    access, url = emulator
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        member = tmp_path / "m.txt"
+        member.write_text("model")
+        tar.add(member, arcname="../../escaped.txt")
+    evil_key = "evil9999.gz"
+    developer = client_as("s3", url, access.developer, REGION)
+    developer.put_object(Bucket=BUCKET, Key=evil_key, Body=gzip.compress(raw.getvalue()))
+    reader = role(access, "evil-reader", {"Effect": "Allow", "Action": "s3:GetObject",
+                                          "Resource": f"arn:aws:s3:::{BUCKET}/{evil_key}"})  # fmt: skip
+    # WHEN SageMaker's fetch unpacks it under the variant's /opt/ml/model
+    model_dir = tmp_path / "variant" / "opt/ml/model"
+    with pytest.raises(ModelDataError):
+        fetch_model_data(client_as("s3", url, reader, REGION), f"s3://{BUCKET}/{evil_key}", model_dir,
+                         role=reader.arn)  # fmt: skip
+    # THEN nothing was written outside the model folder
+    assert not list(tmp_path.rglob("escaped.txt"))
+
+
 def test_log_lines_and_emf_metrics_go_through_the_roles_logs_grant(
     emulator: tuple[LocalAccess, str],
 ) -> None:

@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import sys
-import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from servestack.local.lambda_service import HostedFunction, LambdaService
 from servestack.local.scheduler import ScheduleRunner
 from servestack.local.synth import inputs_digest
 from servestack.local.topology import FunctionDef, RouteDef, ScheduleDef
-from servestack.local.up import Child, Supervisor, extract_model_data, map_paths
+from servestack.local.up import Child, Supervisor, map_paths
 
 # ------------------------------------------------------------------------------------------ HTTP API
 
@@ -244,22 +243,6 @@ def test_cloud_paths_map_to_their_local_stand_ins() -> None:
         {"/var/task": "/src", "/opt/ml/model": "/data/m"},
     )
     assert mapped == {"A": "/src/models/artifacts", "B": "/data/m", "C": "/var/taskforce", "D": "x"}
-
-
-def test_model_data_is_unpacked_once_and_never_outside_its_folder(tmp_path: Path) -> None:
-    good = tmp_path / "asset.abc123.tar.gz"
-    with tarfile.open(good, "w:gz") as tar:
-        member = tmp_path / "m.txt"
-        member.write_text("model")
-        tar.add(member, arcname="digits/1/model.onnx")
-    target = extract_model_data(good, tmp_path / "out")
-    assert (target / "digits/1/model.onnx").read_text() == "model"
-    evil = tmp_path / "asset.evil99.tar.gz"
-    with tarfile.open(evil, "w:gz") as tar:
-        tar.add(member, arcname="../../escaped.txt")
-    with pytest.raises(tarfile.OutsideDestinationError):
-        extract_model_data(evil, tmp_path / "out")
-    assert not (tmp_path / "escaped.txt").exists()
 
 
 def _alive(pid: int) -> bool:
