@@ -123,6 +123,9 @@ def test_an_archive_reaching_outside_the_model_folder_is_refused(
         tar.add(member, arcname="../../escaped.txt")
     evil_key = "evil9999.gz"
     developer = client_as("s3", url, access.developer, REGION)
+    publish_model_data(
+        developer, assembly(tmp_path / "cdk.out"), [f"s3://{BUCKET}/{KEY}"]
+    )  # the bucket, as deploy makes it
     developer.put_object(Bucket=BUCKET, Key=evil_key, Body=gzip.compress(raw.getvalue()))
     reader = role(access, "evil-reader", {"Effect": "Allow", "Action": "s3:GetObject",
                                           "Resource": f"arn:aws:s3:::{BUCKET}/{evil_key}"})  # fmt: skip
