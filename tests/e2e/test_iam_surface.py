@@ -152,8 +152,11 @@ def test_local_run_batch_starts_the_run_as_the_schedules_role(up: LocalUp) -> No
     [
         ("PreTrafficHookRole", "codedeploy:PutLifecycleEventHookExecutionStatus", None),
         ("PreTrafficHookRole", "lambda:InvokeFunction", None),
-        # one statement of the managed policy allows both: the shift reads the alarms before it moves the alias
-        ("DeploymentServiceRo", "lambda:UpdateAlias", "cloudwatch:DescribeAlarms"),
+        # the service role's statements (stacks/serverless.py): one allows the alias calls, of which the release
+        # makes GetAlias first; one the group's alarm reads; CDK's the hook's invoke
+        ("DeploymentServiceRo", "lambda:UpdateAlias", "lambda:GetAlias"),
+        ("DeploymentServiceRo", "cloudwatch:DescribeAlarms", None),
+        ("DeploymentServiceRo", "lambda:InvokeFunction", None),
     ],
 )
 def test_a_serverless_release_runs_the_hook_and_the_shift_under_their_roles(
