@@ -16,13 +16,16 @@ this server (their paths do not collide). Every request is authenticated (SigV4)
   (servestack/local/codedeploy.py);
 - `GET /schedules/{Name}`: Scheduler's GetSchedule of the templates' schedules (servestack/local/scheduler_api.py);
 - `/_servestack/iam/roles[/{name}]`: local up's own route to the running IAM store's roles
-  (servestack/local/iam_roles.py).
+  (servestack/local/iam_roles.py);
+- `POST /_servestack/cloudformation/stacks/{stack}/update`: local up's own route that runs a stack's
+  bucket-notification handlers again, as a stack update does (servestack/local/bucket_notifications.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from servestack.local.bucket_notifications import BucketNotifications
 from servestack.local.cloudformation import ACCOUNT
 from servestack.local.cloudformation import DEFAULT_REGION as REGION
 from servestack.local.codedeploy import LocalCodeDeploy
@@ -51,6 +54,7 @@ class AwsFront:
         transform_jobs: TransformJobs | None = None,
         codedeploy: LocalCodeDeploy | None = None,
         scheduler: SchedulerApi | None = None,
+        notifications: BucketNotifications | None = None,
     ) -> None:
         self.sagemaker = sagemaker
         self.lambdas = lambdas
@@ -59,6 +63,7 @@ class AwsFront:
         self.transform_jobs = transform_jobs or TransformJobs((), REGION, ACCOUNT)
         self.codedeploy = codedeploy
         self.scheduler = scheduler
+        self.notifications = notifications
         self.server = LocalHttpServer(
             "aws-api",
             self.handle,
@@ -85,6 +90,8 @@ class AwsFront:
             return allowed if isinstance(allowed, Reply) else self.scheduler.handle(request)
         if RolePolicies.is_route(request):  # local up's own: the running IAM store's roles
             return RolePolicies(self.access).handle(request)
+        if self.notifications is not None and BucketNotifications.is_route(request):  # it authorizes the caller
+            return self.notifications.handle(request)
         if TransformJobs.is_report(request):
             return self._developer_only(request) or self.transform_jobs.report(request)
         if InferenceComponents.is_control_plane(request):

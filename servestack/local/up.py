@@ -1006,7 +1006,16 @@ class World:
         from servestack.local.scheduler_api import SchedulerApi
 
         schedules = SchedulerApi(plan.schedules, self.region, ACCOUNT)
-        front = AwsFront(runtime, lambdas, self.access, plan.aws_port, components, jobs, codedeploy, schedules)
+        from servestack.local.bucket_notifications import BucketNotifications, HandlerRefused
+
+        notifications = BucketNotifications(plan.topologies, self.access, emulator_url=self.emulator_url,
+                                            region=self.region, identities=plan.identities)  # fmt: skip
+        try:  # CDK's notification handler, as CloudFormation runs it when it creates the stacks
+            notifications.apply_all("Create")
+        except HandlerRefused as refused:
+            raise UpError(str(refused)) from None
+        front = AwsFront(runtime, lambdas, self.access, plan.aws_port, components, jobs, codedeploy, schedules,
+                         notifications)  # fmt: skip
         front = front.serve_in_background()
         closers.append(front.close)
         for api, port in plan.apis:

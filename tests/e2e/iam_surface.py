@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from servestack.local.bucket_notifications import ROUTE_PREFIX, ROUTE_SUFFIX
 from servestack.local.developer import signed
 from servestack.local.iam.identities import DEVELOPER
 from servestack.local.iam_roles import ROUTE
@@ -148,9 +149,23 @@ def release(up: LocalUp, name: str, scratch: Path) -> str | None:
                    str(up.state_path), "--output", str(outcome)))  # fmt: skip
 
 
+def stack_update(up: LocalUp, name: str) -> str | None:
+    """The deployment's stack updated: CloudFormation runs its bucket-notification handler again, which puts the
+    bucket's notification configuration as the handler's role (servestack/local/bucket_notifications.py)."""
+    stack = next(stack for stack, about in up.state["stacks"].items() if about["deployment"] == name)
+    status, answer = signed("POST", f"{up.api}{ROUTE_PREFIX}{stack}{ROUTE_SUFFIX}", DEVELOPER, "us-east-1",
+                            service="cloudformation")  # fmt: skip
+    return None if status == 200 else f"stack update of {stack}: {status} {answer[:400]!r}"
+
+
 def asynchronous(up: LocalUp, name: str, scratch: Path) -> str | None:
-    """A good job answers, inline and past the API's inline limit (256 KiB: the upload route, whose request the
-    worker reads from S3); a job the model refuses ends `failed` with its message in the dead-letter queue."""
+    """The stack's update re-applies the bucket's notification configuration; then a good job answers, inline
+    and past the API's inline limit (256 KiB: the upload route, whose upload reaches the job queue through that
+    notification and whose request the worker reads from S3); a job the model refuses ends `failed` with its
+    message in the dead-letter queue."""
+    failed = stack_update(up, name)
+    if failed is not None:
+        return failed
     good = ARTIFACTS / "breast-cancer/1/sample-request.json"
     rows = json.loads(good.read_text())["instances"]
     large = scratch / "large.json"
