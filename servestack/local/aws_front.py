@@ -14,7 +14,8 @@ this server (their paths do not collide). Every request is authenticated (SigV4)
   otherwise);
 - `POST /` with `X-Amz-Target: CodeDeploy_20141006.<Op>`: CodeDeploy for the serverless deployments' releases
   (servestack/local/codedeploy.py);
-- `GET /schedules/{Name}`: Scheduler's GetSchedule of the templates' schedules (servestack/local/scheduler_api.py);
+- `GET /schedules/{Name}`: Scheduler's GetSchedule of the templates' schedules, and `POST /_servestack/schedules/
+  {Name}/fire`, local up's own route that fires one now (servestack/local/scheduler_api.py);
 - `/_servestack/iam/roles[/{name}]`: local up's own route to the running IAM store's roles
   (servestack/local/iam_roles.py);
 - `POST /_servestack/cloudformation/stacks/{stack}/update`: local up's own route that runs a stack's
@@ -85,6 +86,8 @@ class AwsFront:
             return allowed if isinstance(allowed, Reply) else self.transform_jobs.handle(request)
         if self.codedeploy is not None and LocalCodeDeploy.is_api(request):  # it authorizes on the group's ARN
             return self.codedeploy.handle(request)
+        if self.scheduler is not None and SchedulerApi.is_fire_route(request):  # local up's own: fire now
+            return self._developer_only(request) or self.scheduler.fire(request)
         if self.scheduler is not None and SchedulerApi.is_api(request):
             allowed = self.access.check(request, "scheduler")
             return allowed if isinstance(allowed, Reply) else self.scheduler.handle(request)

@@ -1051,6 +1051,7 @@ class World:
                 run_task=self._task_runner(plan, schedule.role_arn), start_job=start_job,
             )  # fmt: skip
             runners.append(runner.start())
+            schedules.runners[schedule.name] = runner  # `POST /_servestack/schedules/{name}/fire`
 
         def stop_threads() -> None:
             stop.set()
