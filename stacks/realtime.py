@@ -263,6 +263,9 @@ class RealtimeEndpoint(Construct):
                 image.repository.grant_pull(self.role)
                 pulled.append(image)
         self.logs.grant_write(self.role)
+        # Not for our code (its metrics are EMF log lines): SageMaker's hosting agent publishes the instances'
+        # utilisation metrics (CPUUtilization, MemoryUtilization, GPU..., the dashboard's utilisation panel) to
+        # /aws/sagemaker/Endpoints with the execution role.
         self.role.add_to_policy(
             iam.PolicyStatement(
                 actions=["cloudwatch:PutMetricData"],

@@ -14,17 +14,21 @@ this server (their paths do not collide). Every request is authenticated (SigV4)
   otherwise);
 - `POST /` with `X-Amz-Target: CodeDeploy_20141006.<Op>`: CodeDeploy for the serverless deployments' releases
   (servestack/local/codedeploy.py);
-- `GET /schedules/{Name}`: Scheduler's GetSchedule of the templates' schedules (servestack/local/scheduler_api.py);
 - `POST /` with `X-Amz-Target: AmazonEC2ContainerServiceV20141113.RunTask`: ECS RunTask of the templates' task
   definitions, authorized as the caller's role (servestack/local/ecs_task.py);
+- `GET /schedules/{Name}`: Scheduler's GetSchedule of the templates' schedules, and `POST /_servestack/schedules/
+  {Name}/fire`, local up's own route that fires one now (servestack/local/scheduler_api.py);
 - `/_servestack/iam/roles[/{name}]`: local up's own route to the running IAM store's roles
-  (servestack/local/iam_roles.py).
+  (servestack/local/iam_roles.py);
+- `POST /_servestack/cloudformation/stacks/{stack}/update`: local up's own route that runs a stack's
+  bucket-notification handlers again, as a stack update does (servestack/local/bucket_notifications.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from servestack.local.bucket_notifications import BucketNotifications
 from servestack.local.cloudformation import ACCOUNT
 from servestack.local.cloudformation import DEFAULT_REGION as REGION
 from servestack.local.codedeploy import LocalCodeDeploy
@@ -55,6 +59,7 @@ class AwsFront:
         codedeploy: LocalCodeDeploy | None = None,
         scheduler: SchedulerApi | None = None,
         ecs: EcsRunTask | None = None,
+        notifications: BucketNotifications | None = None,
     ) -> None:
         self.sagemaker = sagemaker
         self.lambdas = lambdas
@@ -64,6 +69,7 @@ class AwsFront:
         self.codedeploy = codedeploy
         self.scheduler = scheduler
         self.ecs = ecs
+        self.notifications = notifications
         self.server = LocalHttpServer(
             "aws-api",
             self.handle,
@@ -85,6 +91,8 @@ class AwsFront:
             return allowed if isinstance(allowed, Reply) else self.transform_jobs.handle(request)
         if self.codedeploy is not None and LocalCodeDeploy.is_api(request):  # it authorizes on the group's ARN
             return self.codedeploy.handle(request)
+        if self.scheduler is not None and SchedulerApi.is_fire_route(request):  # local up's own: fire now
+            return self._developer_only(request) or self.scheduler.fire(request)
         if self.scheduler is not None and SchedulerApi.is_api(request):
             allowed = self.access.check(request, "scheduler")
             return allowed if isinstance(allowed, Reply) else self.scheduler.handle(request)
@@ -92,6 +100,8 @@ class AwsFront:
             return self.ecs.handle(request)
         if RolePolicies.is_route(request):  # local up's own: the running IAM store's roles
             return RolePolicies(self.access).handle(request)
+        if self.notifications is not None and BucketNotifications.is_route(request):  # it authorizes the caller
+            return self.notifications.handle(request)
         if TransformJobs.is_report(request):
             return self._developer_only(request) or self.transform_jobs.report(request)
         if InferenceComponents.is_control_plane(request):

@@ -13,12 +13,15 @@ authorized on the deployment group's ARN as the Service Authorization Reference 
 - `PutLifecycleEventHookExecutionStatus` (`codedeploy:PutLifecycleEventHookExecutionStatus`): the hook's
   verdict, with the hook role's keys.
 
-The release, as the CodeDeploy service role (its inline statements and the AWS managed policies it attaches,
-whose documents are below): `lambda:InvokeFunction` on the hook, which then runs in its own execution
-environment with its role's keys (it invokes the new version and reports through the call above); then the
-shift per the deployment configuration, each step reading the group's alarms (`cloudwatch:DescribeAlarms` on
-the emulator, signed with the role's keys) and moving the alias (`lambda:UpdateAlias`); an alarm in ALARM
-rolls the alias back. Every qualifier runs the same code locally, so the alias's weights are recorded and
+The release, as the CodeDeploy service role (the statements the template gives it; local mode holds no AWS
+managed policy, so a call only a managed policy would allow is refused): `lambda:GetAlias` on the function
+(the version the alias serves now, to roll back to) and `lambda:GetProvisionedConcurrencyConfig` on the alias
+(`<function arn>:<alias>`: CodeDeploy waits for the new version's provisioned concurrency before shifting);
+`lambda:InvokeFunction` on the hook, which then runs in its own execution environment with its role's keys
+(it invokes the new version and reports through the call above); then the shift per the deployment
+configuration, each step reading the group's alarms (`cloudwatch:DescribeAlarms` on the emulator, signed with
+the role's keys, on the alarms' ARNs) and moving the alias (`lambda:UpdateAlias` on the function); an alarm
+in ALARM rolls the alias back. Every qualifier runs the same code locally, so the alias's weights are recorded and
 reported, not routed.
 """
 
@@ -40,41 +43,6 @@ from servestack.local.http_server import Reply, Request
 
 TARGET_PREFIX = "CodeDeploy_20141006."
 HOOK_MARGIN_SEC = 30  # CodeDeploy waits for the hook's status a while past the function's own timeout
-# AWS managed policies the templates attach to a CodeDeploy role (the AWS Managed Policy Reference,
-# "AWSCodeDeployRoleForLambdaLimited", version v1): local mode holds no managed policy store.
-AWS_MANAGED: dict[str, dict[str, Any]] = {
-    "AWSCodeDeployRoleForLambdaLimited": {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Action": [
-                    "cloudwatch:DescribeAlarms",
-                    "lambda:UpdateAlias",
-                    "lambda:GetAlias",
-                    "lambda:GetProvisionedConcurrencyConfig",
-                ],
-                "Resource": "*",
-                "Effect": "Allow",
-            },
-            {
-                "Action": ["s3:GetObject", "s3:GetObjectVersion"],
-                "Resource": "arn:aws:s3:::*/CodeDeploy/*",
-                "Effect": "Allow",
-            },
-            {
-                "Action": ["s3:GetObject", "s3:GetObjectVersion"],
-                "Resource": "*",
-                "Condition": {"StringEquals": {"s3:ExistingObjectTag/UseWithCodeDeploy": "true"}},
-                "Effect": "Allow",
-            },
-            {
-                "Action": ["lambda:InvokeFunction"],
-                "Resource": "arn:aws:lambda:*:*:function:CodeDeployHook_*",
-                "Effect": "Allow",
-            },
-        ],
-    }
-}
 PREDEFINED = re.compile(r"^CodeDeployDefault\.Lambda(?:(Canary|Linear)(\d+)Percent(?:Every)?(\d+)Minutes?|AllAtOnce)$")
 
 
@@ -98,7 +66,6 @@ class LambdaDeploymentDef:
     group: str
     group_arn: str
     service_role_arn: str
-    managed_policies: tuple[str, ...]  # names of AWS managed policies on the service role
     function: str
     function_arn: str
     alias: str
@@ -146,11 +113,6 @@ def read_lambda_deployments(template: StackTemplate, resolver: Resolver) -> list
         if update is None or group_id not in resources:
             continue
         group = resources[group_id].properties
-        role_id = logical_id_of(group.get("ServiceRoleArn"))
-        managed = tuple(
-            str(arn).rsplit("/", 1)[-1]
-            for arn in resolver.resolve(resources[role_id].properties.get("ManagedPolicyArns", []))
-        ) if role_id in resources else ()  # fmt: skip
         application = str(resolver.resolve(group["ApplicationName"]))
         group_name = resolver.physical_name(group_id)
         function = str(resolver.resolve(alias.properties["FunctionName"]))
@@ -182,7 +144,6 @@ def read_lambda_deployments(template: StackTemplate, resolver: Resolver) -> list
                 group=group_name,
                 group_arn=resolver.arn("codedeploy", f"deploymentgroup:{application}/{group_name}"),
                 service_role_arn=str(resolver.resolve(group["ServiceRoleArn"])),
-                managed_policies=managed,
                 function=resolver.physical_name(logical_id_of(alias.properties["FunctionName"]) or function),
                 function_arn=resolver.get_att(logical_id_of(alias.properties["FunctionName"]) or "", "Arn"),
                 alias=str(resolver.resolve(alias.properties["Name"])),
@@ -258,10 +219,10 @@ class LocalCodeDeploy:
         self.shippers: list[Any] = []  # the hooks' LogShippers
         self._lock = threading.Lock()
         self.credentials: dict[str, Any] = {}
-        for d in deployments:  # the service role with its managed policies' documents, under the same keys
-            inline = self._policies(d.service_role_arn)
-            documents = (*inline, *(AWS_MANAGED[m] for m in d.managed_policies if m in AWS_MANAGED))
-            self.credentials[d.service_role_arn] = access.credentials_for(d.service_role_arn, documents)
+        for d in deployments:  # the service role's keys, its documents as the store holds them
+            self.credentials[d.service_role_arn] = access.credentials_for(
+                d.service_role_arn, self._policies(d.service_role_arn)
+            )
 
     def _policies(self, role_arn: str) -> tuple[dict[str, Any], ...]:
         store = getattr(self.access, "store", None)
@@ -371,6 +332,10 @@ class LocalCodeDeploy:
         release.status = "InProgress"
         release.say(f"{d.function}:{d.alias} -> version {d.version} ({'/'.join(map(str, d.steps))}%)")
         try:
+            if not self._as_role(release, "lambda:GetAlias", d.function_arn):
+                return
+            if not self._as_role(release, "lambda:GetProvisionedConcurrencyConfig", f"{d.function_arn}:{d.alias}"):
+                return
             if d.hook is not None and not self._before_allow_traffic(release, d.hook):
                 return
             shifted = 0

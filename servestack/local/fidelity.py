@@ -139,9 +139,8 @@ def fidelity_rows(topologies: list[Any], out_dir: Path) -> list[tuple[str, str, 
             if release.hook is not None:
                 rows.append((EMULATED, subject, f"pre-traffic hook {release.hook.name} run from the template's "
                              f"inline code with role {release.hook.role_arn.rsplit('/', 1)[-1]}"))  # fmt: skip
-            managed = ", ".join(release.managed_policies) or "no managed policy"
-            rows.append((EMULATED, subject, f"hook invoke, alarm reads and alias updates with role {service_role} "
-                         f"(its statements and {managed})"))  # fmt: skip
+            rows.append((EMULATED, subject, f"alias and provisioned-concurrency reads, hook invoke, alarm reads and "
+                         f"alias updates with role {service_role} (its template statements)"))  # fmt: skip
             rows.append((APPROXIMATED, subject, "the alias's weights are recorded, not routed: every version runs "
                          "the working tree's code"))  # fmt: skip
             rows.append((APPROXIMATED, subject, "a hook that ends without reporting a status fails the release at "

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from servestack.local.bucket_notifications import BucketNotificationsDef, read_bucket_notifications
 from servestack.local.cloudformation import Resolver, Resource, StackTemplate, TemplateError, logical_id_of
 from servestack.local.codedeploy import LambdaDeploymentDef, read_lambda_deployments
 from servestack.local.return_values import PARTITION
@@ -21,7 +22,8 @@ from servestack.local.return_values import PARTITION
 EMULATED: dict[str, str] = {
     "AWS::S3::Bucket": "bucket on the emulator (versioning, notifications)",
     "AWS::S3::BucketPolicy": "resource policy, evaluated on every call",
-    "Custom::S3BucketNotifications": "the bucket's notification configuration, applied on the emulator",
+    "Custom::S3BucketNotifications": "the bucket's notification configuration, applied on the emulator with "
+    "its handler role's keys, as its handler does on stack create and update",
     "AWS::SQS::Queue": "queue on the emulator (visibility timeout, retention, redrive to its DLQ)",
     "AWS::SQS::QueuePolicy": "resource policy, evaluated on every call and on notification set-up",
     "AWS::DynamoDB::Table": "table on the emulator (keys, billing mode, TTL attribute)",
@@ -351,6 +353,7 @@ class StackTopology:
     outputs: dict[str, str] = field(default_factory=dict)
     report: list[ResourceReport] = field(default_factory=list)
     lambda_deployments: list[LambdaDeploymentDef] = field(default_factory=list)  # CodeDeploy's, for `local deploy`
+    bucket_notifications: list[BucketNotificationsDef] = field(default_factory=list)  # applied as their handler
 
     def function_by_arn(self, arn: str) -> FunctionDef | None:
         base = ":".join(arn.split(":")[:7])
@@ -477,14 +480,6 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
             document = r(p["PolicyDocument"])
             for arn in _policy_targets(res, p, topology, resolver):
                 topology.resource_policies.setdefault(arn, []).append(document)
-        elif res.type == "Custom::S3BucketNotifications":
-            bucket_id = logical_id_of(p["BucketName"])
-            if bucket_id in topology.buckets:
-                bucket = topology.buckets[bucket_id]
-                merged = dict(r(p.get("NotificationConfiguration")) or {})  # already in the S3 API's shape
-                topology.buckets[bucket_id] = BucketDef(
-                    bucket.logical_id, bucket.name, bucket.arn, bucket.versioned, merged
-                )
         elif res.type == "AWS::Lambda::Function":
             variables = (r(p.get("Environment")) or {}).get("Variables", {})
             role_id = logical_id_of(p.get("Role"))
@@ -624,6 +619,7 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
     for key, output in template.body.get("Outputs", {}).items():
         topology.outputs[key] = str(resolver.resolve(output["Value"]))
     topology.lambda_deployments = read_lambda_deployments(template, resolver)
+    topology.bucket_notifications = read_bucket_notifications(template, resolver)
     return topology
 
 

@@ -970,10 +970,18 @@ class World:
         from servestack.local.scheduler_api import SchedulerApi
 
         schedules = SchedulerApi(plan.schedules, self.region, ACCOUNT)
+        from servestack.local.bucket_notifications import BucketNotifications, HandlerRefused
         from servestack.local.ecs_task import EcsRunTask
 
         ecs = EcsRunTask(plan.tasks, self.access, self.region, ACCOUNT)
-        front = AwsFront(runtime, lambdas, self.access, plan.aws_port, components, jobs, codedeploy, schedules, ecs)
+        notifications = BucketNotifications(plan.topologies, self.access, emulator_url=self.emulator_url,
+                                            region=self.region, identities=plan.identities)  # fmt: skip
+        try:  # CDK's notification handler, as CloudFormation runs it when it creates the stacks
+            notifications.apply_all("Create")
+        except HandlerRefused as refused:
+            raise UpError(str(refused)) from None
+        front = AwsFront(runtime, lambdas, self.access, plan.aws_port, components, jobs, codedeploy, schedules,
+                         ecs=ecs, notifications=notifications)  # fmt: skip
         front = front.serve_in_background()
         closers.append(front.close)
         for api, port in plan.apis:
@@ -1009,6 +1017,7 @@ class World:
                 run_task=self._task_runner(plan, schedule.role_arn), start_job=start_job,
             )  # fmt: skip
             runners.append(runner.start())
+            schedules.runners[schedule.name] = runner  # `POST /_servestack/schedules/{name}/fire`
 
         def stop_threads() -> None:
             stop.set()

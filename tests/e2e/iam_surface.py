@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from servestack.local.bucket_notifications import ROUTE_PREFIX, ROUTE_SUFFIX
 from servestack.local.developer import signed
 from servestack.local.iam.identities import DEVELOPER
 from servestack.local.iam_roles import ROUTE
+from servestack.local.scheduler_api import FIRE_PREFIX, FIRE_SUFFIX
 from tests.conftest import ARTIFACTS, REPO_ROOT
 from tests.e2e.conftest import SERVESTACK, LocalUp
 
@@ -148,9 +150,23 @@ def release(up: LocalUp, name: str, scratch: Path) -> str | None:
                    str(up.state_path), "--output", str(outcome)))  # fmt: skip
 
 
+def stack_update(up: LocalUp, name: str) -> str | None:
+    """The deployment's stack updated: CloudFormation runs its bucket-notification handler again, which puts the
+    bucket's notification configuration as the handler's role (servestack/local/bucket_notifications.py)."""
+    stack = next(stack for stack, about in up.state["stacks"].items() if about["deployment"] == name)
+    status, answer = signed("POST", f"{up.api}{ROUTE_PREFIX}{stack}{ROUTE_SUFFIX}", DEVELOPER, "us-east-1",
+                            service="cloudformation")  # fmt: skip
+    return None if status == 200 else f"stack update of {stack}: {status} {answer[:1200]!r}"
+
+
 def asynchronous(up: LocalUp, name: str, scratch: Path) -> str | None:
-    """A good job answers, inline and past the API's inline limit (256 KiB: the upload route, whose request the
-    worker reads from S3); a job the model refuses ends `failed` with its message in the dead-letter queue."""
+    """The stack's update re-applies the bucket's notification configuration; then a good job answers, inline
+    and past the API's inline limit (256 KiB: the upload route, whose upload reaches the job queue through that
+    notification and whose request the worker reads from S3); a job the model refuses ends `failed` with its
+    message in the dead-letter queue."""
+    failed = stack_update(up, name)
+    if failed is not None:
+        return failed
     good = ARTIFACTS / "breast-cancer/1/sample-request.json"
     rows = json.loads(good.read_text())["instances"]
     large = scratch / "large.json"
@@ -186,7 +202,47 @@ def batch(up: LocalUp, name: str) -> str | None:
         failed = _ok(cli("local", "run-batch", name, "--state", str(up.state_path)))
         if failed is not None:
             return failed
+    return scheduled_failure_is_dead_lettered(up, name)
+
+
+def scheduled_failure_is_dead_lettered(up: LocalUp, name: str) -> str | None:
+    """The schedule fired while its role may not invoke the target (the exercise takes its role's
+    lambda:InvokeFunction away for that run: a refused invocation is what Scheduler's dead-letter queue
+    catches): past its retry policy, the schedule sends the event to its dead-letter queue as its role."""
+    entry = up.deployment(name)
+    role = str(entry["schedule_role"]).rsplit("/", 1)[-1]
+    dead_letters = next(url for logical_id, url in entry["queues"].items() if "DeadLetter" in logical_id)
+    sqs = up.emulator("sqs")
+    before = _messages(sqs, dead_letters)
+    held = store(up)["roles"][role]["policies"]  # as the running store holds them now (a mutation may be in)
+    store(up, "PUT", role, _without_action(held, "lambda:InvokeFunction"))
+    try:
+        url = f"{up.api}{FIRE_PREFIX}{entry['schedule_name']}{FIRE_SUFFIX}"
+        status, answer = signed("POST", url, DEVELOPER, "us-east-1", service="sagemaker", timeout_sec=120)
+    finally:
+        store(up, "PUT", role, held)
+    if status != 200 or json.loads(answer) != {"invoked": False}:
+        return f"firing {entry['schedule_name']} without its invoke statement: {status} {answer[:300]!r}"
+    deadline = time.monotonic() + 10
+    while _messages(sqs, dead_letters) <= before:
+        if time.monotonic() > deadline:
+            return "the schedule's refused invocation never reached its dead-letter queue"
+        time.sleep(0.3)
     return None
+
+
+def _without_action(policies: dict[str, Any], action: str) -> dict[str, Any]:
+    """The documents without any Allow statement naming `action` (a document left empty goes too)."""
+    kept: dict[str, Any] = {}
+    for name, document in policies.items():
+        listed = document.get("Statement", [])
+        listed = listed if isinstance(listed, list) else [listed]
+        remaining = [
+            s for s in listed if action not in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])
+        ]
+        if remaining:
+            kept[name] = {**document, "Statement": remaining}
+    return kept
 
 
 def log_groups(up: LocalUp, deployment: str) -> list[str]:

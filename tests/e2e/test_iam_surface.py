@@ -29,6 +29,8 @@ from tests.e2e.iam_surface import (
     logged_since,
     release,
     sample,
+    scheduled_failure_is_dead_lettered,
+    stack_update,
     statements,
     store,
     unexercised,
@@ -152,8 +154,11 @@ def test_local_run_batch_starts_the_run_as_the_schedules_role(up: LocalUp) -> No
     [
         ("PreTrafficHookRole", "codedeploy:PutLifecycleEventHookExecutionStatus", None),
         ("PreTrafficHookRole", "lambda:InvokeFunction", None),
-        # one statement of the managed policy allows both: the shift reads the alarms before it moves the alias
-        ("DeploymentServiceRo", "lambda:UpdateAlias", "cloudwatch:DescribeAlarms"),
+        # the service role's statements (stacks/serverless.py): one allows the alias calls, of which the release
+        # makes GetAlias first; one the group's alarm reads; CDK's the hook's invoke
+        ("DeploymentServiceRo", "lambda:UpdateAlias", "lambda:GetAlias"),
+        ("DeploymentServiceRo", "cloudwatch:DescribeAlarms", None),
+        ("DeploymentServiceRo", "lambda:InvokeFunction", None),
     ],
 )
 def test_a_serverless_release_runs_the_hook_and_the_shift_under_their_roles(
@@ -177,3 +182,33 @@ def test_a_serverless_release_runs_the_hook_and_the_shift_under_their_roles(
     assert outcome["status"] == "Failed"
     assert "AccessDenied" in outcome["errorInformation"]["message"]
     assert (denied or action) in outcome["errorInformation"]["message"]
+
+
+def test_a_failed_scheduled_run_reaches_the_dead_letter_queue_as_the_schedules_role(up: LocalUp) -> None:
+    # GIVEN the batch schedule fired while its role may not invoke the target: the event is dead-lettered
+    assert scheduled_failure_is_dead_lettered(up, "cancer-nightly") is None
+    # WHEN the schedule's role also lacks sqs:SendMessage on its dead-letter queue
+    role, policies = remove(up, "BatchSchedulerRole", "sqs:SendMessage")
+    try:
+        failed = scheduled_failure_is_dead_lettered(up, "cancer-nightly")
+    finally:
+        store(up, "PUT", role, policies)
+    # THEN the send is refused (the schedule's log line), so no event reaches the queue
+    assert failed == "the schedule's refused invocation never reached its dead-letter queue"
+
+
+def test_a_stack_update_runs_the_bucket_notification_handler_under_its_role(up: LocalUp) -> None:
+    # GIVEN the async deployment's notification handler role without its s3:PutBucketNotification statement
+    role, policies = remove(up, "BucketNotificationsHandler", "s3:PutBucketNotification")
+    try:
+        # WHEN the stack is updated (CloudFormation runs the handler again)
+        refused = stack_update(up, "cancer-async")
+    finally:
+        store(up, "PUT", role, policies)
+    # THEN the update fails with S3's AccessDenied to the handler's role, and passes with the statement back
+    assert refused is not None
+    assert "409" in refused
+    assert "AccessDenied" in refused
+    assert "s3:PutBucketNotification" in refused
+    assert f"as role {role}" in refused
+    assert stack_update(up, "cancer-async") is None

@@ -55,8 +55,15 @@ def test_async_queue_mapping_notification_and_table(synth: Synth) -> None:
     assert redrive == {"deadLetterTargetArn": queues["servestack-cancer-async-dlq"].arn, "maxReceiveCount": "3"}
     (table,) = read.tables.values()
     assert table.ttl_attribute == "expires_at"
-    bucket = next(b for b in read.buckets.values() if b.notifications)
-    (rule,) = bucket.notifications["QueueConfigurations"]
+    # the notification is CDK's custom resource, applied by its handler under the handler's role (not the bucket's)
+    assert not any(b.notifications for b in read.buckets.values())
+    (notifications,) = read.bucket_notifications
+    bucket = read.buckets[notifications.bucket_logical_id]
+    assert notifications.bucket == bucket.name
+    handler_role = next(r for r in read.roles.values() if r.arn == notifications.role_arn)
+    assert "BucketNotificationsHandler" in handler_role.logical_id
+    assert not notifications.skip_destination_validation
+    (rule,) = notifications.configuration["QueueConfigurations"]
     assert rule["QueueArn"] == queues["servestack-cancer-async-jobs"].arn
     assert rule["Filter"]["Key"]["FilterRules"] == [
         {"Name": "prefix", "Value": "async/servestack-cancer-async/requests/uploads/"}

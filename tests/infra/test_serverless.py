@@ -155,19 +155,8 @@ def test_http_api_requires_iam_auth_and_is_throttled(synth: Synth) -> None:
 
 def test_function_role_can_only_write_its_own_logs(synth: Synth) -> None:
     roles = synth.resources("digits-api", "AWS::IAM::Role")
-    for role in roles.values():
-        assert "ManagedPolicyArns" not in role["Properties"] or role["Properties"]["ManagedPolicyArns"] == [
-            {
-                "Fn::Join": [
-                    "",
-                    [
-                        "arn:",
-                        {"Ref": "AWS::Partition"},
-                        ":iam::aws:policy/service-role/AWSCodeDeployRoleForLambdaLimited",
-                    ],
-                ]
-            }
-        ]
+    for role in roles.values():  # no AWS managed policy on any role, the CodeDeploy service role's included
+        assert "ManagedPolicyArns" not in role["Properties"]
     functions = synth.resources("digits-api", "AWS::Lambda::Function")
     main_role = next(
         f["Properties"]["Role"]["Fn::GetAtt"][0]
@@ -183,3 +172,44 @@ def test_function_role_can_only_write_its_own_logs(synth: Synth) -> None:
     (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
     assert set(statement["Action"]) == {"logs:CreateLogStream", "logs:PutLogEvents"}
     assert statement["Resource"]["Fn::GetAtt"][1] == "Arn"  # its own log group, by reference
+
+
+def test_codedeploy_service_role_holds_only_what_a_lambda_release_calls(synth: Synth) -> None:
+    # GIVEN the deployment group's service role, without the AWS managed policy CDK attaches
+    (group,) = synth.resources("digits-api", "AWS::CodeDeploy::DeploymentGroup").values()
+    role_id = group["Properties"]["ServiceRoleArn"]["Fn::GetAtt"][0]
+    role = synth.resources("digits-api", "AWS::IAM::Role")[role_id]
+    assert "ManagedPolicyArns" not in role["Properties"]
+    # WHEN its statements are read
+    statements = [
+        s
+        for p in synth.resources("digits-api", "AWS::IAM::Policy").values()
+        if {"Ref": role_id} in p["Properties"]["Roles"]
+        for s in p["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    by_actions = {tuple(sorted(_as_list(s["Action"]))): _as_list(s["Resource"]) for s in statements}
+    functions = synth.resources("digits-api", "AWS::Lambda::Function")
+    (main,) = [k for k, f in functions.items() if f["Properties"]["Handler"] == "handlers.serverless.handler"]
+    (hook,) = [k for k, f in functions.items() if f["Properties"]["Handler"] == "index.handler"]
+    alarms = synth.resources("digits-api", "AWS::CloudWatch::Alarm")
+    # THEN the alias calls on this function and its qualifiers, the group's own alarms, the hook: nothing else
+    assert set(by_actions) == {
+        ("lambda:GetAlias", "lambda:GetProvisionedConcurrencyConfig", "lambda:UpdateAlias"),
+        ("cloudwatch:DescribeAlarms",),
+        ("lambda:InvokeFunction",),
+    }
+    alias_calls = by_actions[("lambda:GetAlias", "lambda:GetProvisionedConcurrencyConfig", "lambda:UpdateAlias")]
+    assert alias_calls[0] == {"Fn::GetAtt": [main, "Arn"]}
+    assert alias_calls[1]["Fn::Join"][1] == [{"Fn::GetAtt": [main, "Arn"]}, ":*"]
+    group_alarms = {a["Name"]["Ref"] for a in group["Properties"]["AlarmConfiguration"]["Alarms"]}
+    described = {r["Fn::GetAtt"][0] for r in by_actions[("cloudwatch:DescribeAlarms",)]}
+    assert described == group_alarms
+    assert described <= set(alarms)
+    assert {json.dumps(r) for r in by_actions[("lambda:InvokeFunction",)]} == {
+        json.dumps({"Fn::GetAtt": [hook, "Arn"]}),
+        json.dumps({"Fn::Join": ["", [{"Fn::GetAtt": [hook, "Arn"]}, ":*"]]}),
+    }
+
+
+def _as_list(value: object) -> list[object]:
+    return value if isinstance(value, list) else [value]

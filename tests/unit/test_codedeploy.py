@@ -3,6 +3,7 @@ configuration) and its API's refusals; Scheduler's GetSchedule as the enforcer d
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 from servestack.local.cloudformation import LocalValues, Resolver, StackTemplate
-from servestack.local.codedeploy import AWS_MANAGED, LocalCodeDeploy, read_lambda_deployments
+from servestack.local.codedeploy import LocalCodeDeploy, Release, read_lambda_deployments
 from servestack.local.iam.access import LocalAccess
 from servestack.local.iam.operations import Check, Where, describe
 from tests.unit.test_iam_operations import sent
@@ -20,11 +21,7 @@ GROUP = {"Ref": "Group"}
 
 def template(tmp_path: Path, config: Any) -> StackTemplate:
     resources: dict[str, Any] = {
-        "Role": {"Type": "AWS::IAM::Role", "Properties": {
-            "AssumeRolePolicyDocument": {},
-            "ManagedPolicyArns": [{"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"},
-                                                     ":iam::aws:policy/service-role/AWSCodeDeployRoleForLambdaLimited"]]}],
-        }},
+        "Role": {"Type": "AWS::IAM::Role", "Properties": {"AssumeRolePolicyDocument": {}}},
         "HookRole": {"Type": "AWS::IAM::Role", "Properties": {"AssumeRolePolicyDocument": {}}},
         "Function": {"Type": "AWS::Lambda::Function", "Properties": {
             "FunctionName": "api", "Role": {"Fn::GetAtt": ["HookRole", "Arn"]}, "Handler": "h.h",
@@ -82,7 +79,6 @@ def test_the_group_names_its_alias_hook_role_and_alarms(tmp_path: Path) -> None:
     found = read(tmp_path, {"Ref": "Config"})
     assert (found.function, found.alias, found.version) == ("api", "live", "1")
     assert found.alarms == ("errors",)
-    assert found.managed_policies == ("AWSCodeDeployRoleForLambdaLimited",)
     assert (
         found.group_arn
         == f"arn:aws:codedeploy:us-east-1:123456789012:deploymentgroup:{found.application}/{found.group}"
@@ -93,22 +89,49 @@ def test_the_group_names_its_alias_hook_role_and_alarms(tmp_path: Path) -> None:
     assert found.hook.timeout_sec == 120
 
 
-def test_the_service_role_holds_its_managed_policy_under_its_own_keys(tmp_path: Path) -> None:
-    # GIVEN the CodeDeploy role known to the store with its template statements only (as local up starts it)
-    found = read(tmp_path, {"Ref": "Config"})
+FUNCTION = "arn:aws:lambda:us-east-1:123456789012:function:api"
+ALIAS_CALLS = ["lambda:GetAlias", "lambda:GetProvisionedConcurrencyConfig", "lambda:UpdateAlias"]
+
+
+def released(tmp_path: Path, actions: list[str]) -> Release:
+    """A release of the template's alias (no hook, no alarms: the alias calls alone) by a service role whose one
+    statement allows `actions` on the function and its qualifiers, as stacks/serverless.py grants them."""
+    found = dataclasses.replace(read(tmp_path, "CodeDeployDefault.LambdaAllAtOnce"), hook=None, alarms=())
     access = LocalAccess(log=lambda _: None)
-    before = access.credentials_for(found.service_role_arn, ())
-    assert access.authorize(found.service_role_arn, "lambda:UpdateAlias", "arn:aws:lambda:us-east-1:1:function:api")
-    # WHEN local CodeDeploy starts THEN the role has the managed policy's statements, under the same keys
+    statement = {"Effect": "Allow", "Action": actions, "Resource": [FUNCTION, f"{FUNCTION}:*"]}
+    keys = access.credentials_for(found.service_role_arn, ({"Version": "2012-10-17", "Statement": [statement]},))
     codedeploy = LocalCodeDeploy([found], access, emulator_url="x", front_url="y", region="us-east-1",
                                  env_base={}, run_dir=tmp_path, identities={})  # fmt: skip
-    assert codedeploy.credentials[found.service_role_arn].access_key_id == before.access_key_id
-    assert (
-        access.authorize(found.service_role_arn, "lambda:UpdateAlias", "arn:aws:lambda:us-east-1:1:function:api")
-        is None
-    )
-    assert access.authorize(found.service_role_arn, "sns:Publish", "*") is not None  # the Limited variant has none
-    assert "AWSCodeDeployRoleForLambdaLimited" in AWS_MANAGED
+    assert codedeploy.credentials[found.service_role_arn].access_key_id == keys.access_key_id  # the same keys
+    release = Release("d-TEST", found, "me", 0.0)
+    codedeploy._run(release)
+    return release
+
+
+def test_a_release_reads_and_moves_the_alias_under_the_service_roles_statements(tmp_path: Path) -> None:
+    # GIVEN a service role allowed the alias calls WHEN a release runs THEN it shifts the alias
+    release = released(tmp_path, ALIAS_CALLS)
+    assert release.status == "Succeeded", release.messages
+    assert any("traffic shifted: 100%" in m for m in release.messages)
+
+
+@pytest.mark.parametrize(
+    ("missing", "resource"),
+    [
+        ("lambda:GetAlias", FUNCTION),
+        ("lambda:GetProvisionedConcurrencyConfig", f"{FUNCTION}:live"),
+        ("lambda:UpdateAlias", FUNCTION),
+    ],
+)
+def test_each_alias_call_is_authorized_as_the_service_role(tmp_path: Path, missing: str, resource: str) -> None:
+    # GIVEN a service role without one of the alias calls (local mode holds no AWS managed policy to fall back on)
+    release = released(tmp_path, [a for a in ALIAS_CALLS if a != missing])
+    # THEN the release fails with the AccessDenied of that call, on its resource
+    assert release.status == "Failed"
+    assert release.error is not None
+    assert release.error["code"] == "IAM_ROLE_PERMISSIONS"
+    assert f"not authorized to perform: {missing} on resource: {resource} " in release.error["message"]
+    assert not any("traffic shifted" in m for m in release.messages)
 
 
 def test_get_schedule_is_authorized_on_the_schedule_in_its_group() -> None:

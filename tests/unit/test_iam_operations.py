@@ -326,6 +326,15 @@ CASES: list[tuple[str, str, dict[str, Any], list[tuple[str, str]]]] = [
         [("cloudwatch:PutMetricAlarm", f"arn:aws:cloudwatch:us-east-1:{ACCOUNT}:alarm:errors")],
     ),
     ("cloudwatch", "describe_alarms", {}, [("cloudwatch:DescribeAlarms", "*")]),
+    (  # named alarms: each one's ARN (CodeDeploy's service role reads its group's alarms so)
+        "cloudwatch",
+        "describe_alarms",
+        {"AlarmNames": ["errors", "p99"]},
+        [
+            ("cloudwatch:DescribeAlarms", f"arn:aws:cloudwatch:us-east-1:{ACCOUNT}:alarm:errors"),
+            ("cloudwatch:DescribeAlarms", f"arn:aws:cloudwatch:us-east-1:{ACCOUNT}:alarm:p99"),
+        ],
+    ),
     (
         "logs",
         "create_log_group",

@@ -285,3 +285,33 @@ def test_a_child_whose_master_is_killed_leaves_no_orphan_and_its_restart_is_coun
         assert restarts == [{"master": 1}]
     finally:
         master.stop(grace_sec=1)
+
+
+def test_the_fire_route_fires_a_running_schedule_now_and_refuses_what_it_cannot_fire() -> None:
+    from dataclasses import replace
+
+    from servestack.local.http_server import Request
+    from servestack.local.scheduler_api import SchedulerApi
+
+    # GIVEN a running schedule whose invocations fail (then dead-lettered), and a disabled one
+    dead: list[tuple[str, str, dict[str, Any]]] = []
+    failing = ScheduleRunner(schedule(1), FakeLambdas([500, 500]), lambda *_: None, lambda *a: dead.append(a),
+                             backoff_sec=0)  # type: ignore[arg-type]  # fmt: skip
+    off = replace(schedule(), name="off", enabled=False)
+    api = SchedulerApi([schedule(), off], "us-east-1", "123456789012")
+    api.runners = {"sched": failing, "off": ScheduleRunner(off, FakeLambdas([]), lambda *_: None)}  # type: ignore[arg-type]
+
+    def post(path: str, method: str = "POST") -> tuple[int, Any]:
+        reply = api.fire(Request(method, path, {}, {}, b""))
+        return reply.status, json.loads(reply.body)
+
+    # WHEN each is fired THEN the running one fired now, past its retry policy into its dead-letter queue
+    assert post("/_servestack/schedules/sched/fire") == (200, {"invoked": False})
+    assert [queue for queue, _, _ in dead] == ["arn:aws:sqs:us-east-1:1:dlq"]
+    # AND an unknown, a disabled schedule and another method are refused, naming what is allowed
+    status, body = post("/_servestack/schedules/nightly/fire")
+    assert (status, body["Message"]) == (404, "name: 'nightly' is not a running schedule (off, sched)")
+    status, body = post("/_servestack/schedules/off/fire")
+    assert (status, body["Message"]) == (409, "name: 'off' is DISABLED; an enabled schedule fires")
+    status, body = post("/_servestack/schedules/sched/fire", method="GET")
+    assert (status, body["Message"]) == (405, "method: 'GET' is not allowed; POST")

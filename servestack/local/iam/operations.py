@@ -23,7 +23,9 @@ reader might doubt are commented where they are made. Covered, because servestac
 - SNS (query protocol): `sns:<Op>` on `TopicArn` (PublishBatch is `sns:Publish`).
 - STS: GetCallerIdentity (never denied, even by an explicit Deny); AssumeRole (`sts:AssumeRole` on the role).
 - CloudWatch (`monitoring`; JSON, query and CBOR protocols): PutMetricData (`cloudwatch:PutMetricData` on
-  `*` with `cloudwatch:namespace`), metric reads on `*`, alarm operations on alarm ARNs.
+  `*` with `cloudwatch:namespace`), metric reads on `*`, alarm operations on alarm ARNs; DescribeAlarms on
+  the ARNs of the alarms it names (`AlarmNames`), else on `*` (the CloudWatch API Reference: a DescribeAlarms
+  permission scoped narrower than `*` returns no composite alarm, so it can be scoped to alarms).
 - CloudWatch Logs (`Logs_20140328.<Op>`): log-group operations on `...:log-group:{name}:*`, log-stream
   operations on `...:log-group:{name}:log-stream:{stream}` (the CloudWatch Logs User Guide, "Overview of
   managing access permissions").
@@ -663,7 +665,6 @@ CLOUDWATCH_NO_RESOURCE = frozenset(
         "GetMetricData",
         "GetMetricStatistics",
         "ListMetrics",
-        "DescribeAlarms",
         "DescribeAlarmsForMetric",
         "ListDashboards",
         "GetMetricWidgetImage",
@@ -678,6 +679,7 @@ CLOUDWATCH_ALARM_OPERATIONS = frozenset(
         "EnableAlarmActions",
         "DisableAlarmActions",
         "PutCompositeAlarm",
+        "DescribeAlarms",  # on the alarms it names; with none, on `*` (below)
     }
 )
 
@@ -706,6 +708,8 @@ def describe_cloudwatch(request: HttpRequest, where: Where) -> Operation:
                 Check(action, f"arn:aws:cloudwatch:{where.region}:{where.account}:alarm:{name}") for name in names
             )
             return Operation("cloudwatch", operation, checks)
+        if operation == "DescribeAlarms":  # no names: every alarm (or a prefix, a state): `*`
+            return Operation("cloudwatch", operation, (Check(action, "*"),))
     return unrecognised("cloudwatch", operation, "resource not derived for this CloudWatch operation")
 
 
