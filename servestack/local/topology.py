@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from servestack.local.bucket_notifications import BucketNotificationsDef, read_bucket_notifications
+from servestack.local.bucket_notification_resources import BucketNotificationsDef, read_bucket_notifications
 from servestack.local.cloudformation import Resolver, Resource, StackTemplate, TemplateError, logical_id_of
 from servestack.local.codedeploy import LambdaDeploymentDef, read_lambda_deployments
 from servestack.local.return_values import PARTITION
