@@ -40,6 +40,10 @@ reader might doubt are commented where they are made. Covered, because servestac
   InvokeWithResponseStream are `lambda:InvokeFunction` on the function ARN, with the qualifier when one is
   given (`name:alias` or `?Qualifier=`); other operations naming a function are `lambda:<Op>` on it.
 - EventBridge Scheduler (rest-json): `scheduler:<Op>` on the schedule (`schedule/{group}/{name}`) or group.
+- ECR (`X-Amz-Target: AmazonEC2ContainerRegistry_V20150921.<Op>`): GetAuthorizationToken on `*` (it has no
+  resource-level permissions); the image and layer operations (BatchGetImage, BatchCheckLayerAvailability,
+  GetDownloadUrlForLayer, PutImage...) as `ecr:<Op>` on `arn:aws:ecr:{region}:{registryId or account}:repository/
+  {repositoryName}`.
 - API Gateway (`execute-api`), an HTTP API with IAM authorization: `execute-api:Invoke` on
   `arn:aws:execute-api:{region}:{account}:{apiId}/{stage}/{METHOD}/{path}`.
 
@@ -741,6 +745,26 @@ def describe_logs(request: HttpRequest, where: Where) -> Operation:
     return Operation("logs", operation, (Check(action, f"{group_arn}:*"),))
 
 
+ECR_NO_RESOURCE = frozenset({"GetAuthorizationToken", "DescribeRegistry", "GetRegistryPolicy"})
+
+
+def describe_ecr(request: HttpRequest, where: Where) -> Operation:
+    operation = _target_operation(request, "AmazonEC2ContainerRegistry_V20150921")
+    if not operation:
+        return unrecognised("ecr", None, "no AmazonEC2ContainerRegistry_V20150921 X-Amz-Target")
+    action = f"ecr:{operation}"
+    if operation in ECR_NO_RESOURCE:
+        return Operation("ecr", operation, (Check(action, "*"),))
+    params = _json_body(request)
+    repository = params.get("repositoryName")
+    if not isinstance(repository, str):
+        return unrecognised("ecr", operation, "no repositoryName")
+    registry = params.get("registryId")
+    account = registry if isinstance(registry, str) and registry else where.account
+    arn = f"arn:aws:ecr:{where.region}:{account}:repository/{repository}"
+    return Operation("ecr", operation, (Check(action, arn),))
+
+
 EVENTS_NO_RESOURCE = frozenset({"ListRules", "ListEventBuses", "TestEventPattern", "ListRuleNamesByTarget"})
 
 
@@ -967,6 +991,7 @@ DESCRIBERS: dict[str, Callable[[HttpRequest, Where], Operation]] = {
     "sts": describe_sts,
     "monitoring": describe_cloudwatch,
     "logs": describe_logs,
+    "ecr": describe_ecr,
     "events": describe_events,
     "sagemaker": describe_sagemaker,
     "lambda": describe_lambda,
