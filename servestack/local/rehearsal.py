@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import time
 import uuid
 from dataclasses import dataclass, replace
@@ -35,6 +36,12 @@ from servestack.spec import RealtimeDeployment, ServingSpec
 
 logger = logging.getLogger("servestack.rehearsal")
 STRATEGIES = ("canary", "linear", "all_at_once")
+GREEN_ROOTS = "sagemaker"  # under the cache folder: each green fleet's /opt/ml/model, removed once it is retired
+
+
+def _remove(root: Path | None) -> None:
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,7 @@ class Rehearsal:
         self._task: asyncio.Task[None] | None = None
         self.blue: Backend | None = None
         self.green: Backend | None = None
+        self.green_root: Path | None = None  # the green fleet's instance root, when it downloaded its model
 
     @classmethod
     def from_request(
@@ -236,6 +244,7 @@ class Rehearsal:
                 await self._retire(self.green)
                 if self.blue is not None:
                     self.blue.weight = 100
+            await asyncio.to_thread(_remove, self.green_root)
 
     async def _rehearse(self) -> None:
         from servestack.registry import open_registry
@@ -255,8 +264,8 @@ class Rehearsal:
         blue_plan = next((p for p in self.router.plans if p.name == blue.name), None)
         source = blue_plan.source if blue_plan is not None else None
         if source is not None and source.holds(version):
-            root = self.cache_dir / "sagemaker" / self.deployment / f"green-{uuid.uuid4().hex[:12]}"
-            package = await asyncio.to_thread(prepare, source, root)
+            self.green_root = self.cache_dir / GREEN_ROOTS / self.deployment / f"green-{uuid.uuid4().hex[:12]}"
+            package = await asyncio.to_thread(prepare, source, self.green_root)
         else:
             if source is not None:
                 await asyncio.to_thread(prepare, source, None)  # the image pull
@@ -280,6 +289,7 @@ class Rehearsal:
                 self.event("alarm fired", **fired)
                 await self._retire(green)
                 self.event("rolled back", green_percent=0, blue=blue.model)
+                await asyncio.to_thread(_remove, self.green_root)
                 self.state = "rolled_back"
                 return
         # Success: the green fleet takes over the variant's (or component's) name; the blue fleet goes. The plan
@@ -292,6 +302,9 @@ class Rehearsal:
             for p in self.router.plans
         ]
         self.event("blue stopped", blue=blue.model)
+        retired = blue.plan.package_dir if blue.plan is not None else None
+        if retired is not None and retired.is_relative_to(self.cache_dir / GREEN_ROOTS):  # an earlier green's
+            await asyncio.to_thread(_remove, retired.parents[2])  # <root>/opt/ml/model
         change = await asyncio.to_thread(registry.promote, name, version)
         self.event("live", alias="live", previous=change.previous, current=change.current)
         self.state = "succeeded"
