@@ -141,9 +141,13 @@ def realtime(up: LocalUp, name: str, scratch: Path) -> str | None:
     live = next(v["model"] for v in metrics["variants"].values() if v["weight"] > 0).split("@")[1]
     outcome = scratch / f"deploy-{name}.json"
     # No traffic during the rehearsal: its alarms (p99 latency) would judge this machine's load, not a grant.
-    return _ok(cli("local", "deploy", name, "--version", live, "--interval-sec", "0.1", "--bake-sec", "0",
-                   "--period-sec", "1", "--evaluation-periods", "1", "--traffic-rps", "0",
-                   "--state", str(up.state_path), "--output", str(outcome)))  # fmt: skip
+    failed = _ok(cli("local", "deploy", name, "--version", live, "--interval-sec", "0.1", "--bake-sec", "0",
+                     "--period-sec", "1", "--evaluation-periods", "1", "--traffic-rps", "0",
+                     "--state", str(up.state_path), "--output", str(outcome)))  # fmt: skip
+    if failed is not None and outcome.is_file():  # the rehearsal's own account last: why green did not start
+        last = json.loads(outcome.read_text())["timeline"][-1]
+        failed += f"\n{last['event']}: {last.get('reason', '')}"
+    return failed
 
 
 def serverless(up: LocalUp, name: str, scratch: Path) -> str | None:
