@@ -140,6 +140,7 @@ def realtime(up: LocalUp, name: str, scratch: Path) -> str | None:
     metrics = json.loads(urllib.request.urlopen(f"{up.deployment(name)['control_url']}/_servestack/metrics").read())
     live = next(v["model"] for v in metrics["variants"].values() if v["weight"] > 0).split("@")[1]
     outcome = scratch / f"deploy-{name}.json"
+    outcome.unlink(missing_ok=True)  # an earlier exercise's
     # No traffic during the rehearsal: its alarms (p99 latency) would judge this machine's load, not a grant.
     failed = _ok(cli("local", "deploy", name, "--version", live, "--interval-sec", "0.1", "--bake-sec", "0",
                      "--period-sec", "1", "--evaluation-periods", "1", "--traffic-rps", "0",
