@@ -141,6 +141,8 @@ def _keep_release(about: dict[str, Any], name: str, answer: dict[str, Any]) -> N
     from servestack.local import releases
 
     model, _, previous = str(answer.get("from") or "").partition("@")
+    if previous == str(answer["version"]):
+        return  # a redeploy of the version that was live: a new fleet, nothing new to keep
     work = Path(about.get("project") or project_or_cwd()) / STATE_DIR
     version = str(answer["version"])
     releases.record(work, name, answer.get("component"), model, version, previous)

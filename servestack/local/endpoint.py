@@ -26,6 +26,7 @@ from typing import Any
 
 from servestack.local.rehearsal import Rehearsal
 from servestack.local.router import DEFAULT_MAX_IN_FLIGHT, Router, VariantPlan
+from servestack.local.variant_start import ContainerSource
 
 
 def plan_of(entry: dict[str, Any]) -> VariantPlan:
@@ -41,6 +42,7 @@ def plan_of(entry: dict[str, Any]) -> VariantPlan:
         entry.get("component"),
         tuple(command["argv"]) if command.get("argv") else None,
         Path(command["cwd"]) if command.get("cwd") else None,
+        ContainerSource.from_dict(entry["source"]) if entry.get("source") else None,
     )
 
 

@@ -34,6 +34,7 @@ def fidelity_rows(topologies: list[Any], out_dir: Path) -> list[tuple[str, str, 
     """(class, subject, how) rows, in the order they are printed."""
     from servestack.local.container import image_asset, read_image
     from servestack.local.dockerfile import DockerfileError
+    from servestack.local.ecr import EcrImage
 
     rows: list[tuple[str, str, str]] = []
     images_seen: set[str] = set()
@@ -57,15 +58,28 @@ def fidelity_rows(topologies: list[Any], out_dir: Path) -> list[tuple[str, str, 
                         f"does, then fetched with role {role} and unpacked into the variant's /opt/ml/model",
                     )
                 )
-            rows.append(
-                (
-                    REPORTED,
-                    f"{name} image pull",
-                    f"ECR pull of {container.image.rsplit('/', 1)[-1]} with role "
-                    f"{role} (ecr:GetAuthorizationToken, ecr:BatchGetImage...): no registry runs locally",
-                )
-            )
             asset = image_asset(out_dir, container.image)
+            image_name = container.image.rsplit("/", 1)[-1]
+            if asset is not None and EcrImage.parse(container.image) is not None and not name.startswith("transform "):
+                rows.append(
+                    (
+                        EMULATED,
+                        f"{name} image pull",
+                        f"{image_name} pushed to the emulator's ECR as `cdk deploy` pushes it, then pulled with role "
+                        f"{role} before each start of the container (ecr:GetAuthorizationToken, ecr:BatchGetImage: "
+                        "the authorization and the manifest; no layer is pushed or downloaded, the files are the "
+                        "staged build context)",
+                    )
+                )
+            else:
+                rows.append(
+                    (
+                        REPORTED,
+                        f"{name} image pull",
+                        f"ECR pull of {image_name} with role {role} (ecr:GetAuthorizationToken, "
+                        "ecr:BatchGetImage...): not pulled locally",
+                    )
+                )
             if asset is None:
                 rows.append(
                     (
@@ -112,6 +126,25 @@ def fidelity_rows(topologies: list[Any], out_dir: Path) -> list[tuple[str, str, 
                     "one stream for all of its variants' containers (SageMaker writes one per instance)",
                 )
             )
+            hosted = (*endpoint.variants, *endpoint.components)
+            multi_model = any(h.container is not None and h.container.mode == "MultiModel" for h in hosted)
+            if endpoint.async_config is None and not multi_model:  # the endpoints `local deploy` rehearses on
+                rows.append(
+                    (
+                        EMULATED,
+                        f"{endpoint.name} local deploy",
+                        "the green fleet starts as a variant does: the image pulled and, for the version the "
+                        "template's ModelDataUrl holds, the model data fetched with the execution role",
+                    )
+                )
+                rows.append(
+                    (
+                        APPROXIMATED,
+                        f"{endpoint.name} local deploy",
+                        "another version comes from the model registry, fetched as the router (in AWS, `cdk deploy` "
+                        "publishes it as a new model data asset that the execution role is granted)",
+                    )
+                )
         for function in topology.functions.values():
             if function.handler == "index.handler":
                 continue  # inline code: run by CodeDeploy only

@@ -20,8 +20,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,10 +31,17 @@ from typing import Any
 from models.errors import ServingError
 from servestack.alarms import AlarmDefinition, datapoints, sagemaker_variant_alarms
 from servestack.local.router import Backend, Faults, Router, VariantPlan
+from servestack.local.variant_start import prepare
 from servestack.spec import RealtimeDeployment, ServingSpec
 
 logger = logging.getLogger("servestack.rehearsal")
 STRATEGIES = ("canary", "linear", "all_at_once")
+GREEN_ROOTS = "sagemaker"  # under the cache folder: each green fleet's /opt/ml/model, removed once it is retired
+
+
+def _remove(root: Path | None) -> None:
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -96,6 +105,7 @@ class Rehearsal:
         self._task: asyncio.Task[None] | None = None
         self.blue: Backend | None = None
         self.green: Backend | None = None
+        self.green_root: Path | None = None  # the green fleet's instance root, when it downloaded its model
 
     @classmethod
     def from_request(
@@ -226,7 +236,7 @@ class Rehearsal:
         except asyncio.CancelledError:
             self.state = "failed"
             raise
-        except (ServingError, OSError, RuntimeError, TimeoutError, ValueError) as exc:
+        except (ServingError, OSError, RuntimeError, TimeoutError, ValueError) as exc:  # VariantStartError too
             message = exc.message if isinstance(exc, ServingError) else str(exc)
             self.event("failed", reason=message)
             self.state = "failed"
@@ -234,25 +244,37 @@ class Rehearsal:
                 await self._retire(self.green)
                 if self.blue is not None:
                     self.blue.weight = 100
+            await asyncio.to_thread(_remove, self.green_root)
 
     async def _rehearse(self) -> None:
         from servestack.registry import open_registry
 
         blue = next(v for v in self.router.variants if v.weight > 0 and v.component == self.component)
         self.blue = blue
-        name, blue_version = blue.model.split("@")
+        name = blue.model.split("@")[0]
         started = {"component": self.component} if self.component else {}
         self.event("started", blue=blue.model, green=f"{name}@{self.version}", strategy=self.strategy, **started)
         registry = open_registry(self.router.registry_uri)
         version = await asyncio.to_thread(registry.resolve, name, self.version)
-        if version == blue_version:
-            raise ValueError(f"version: {self.version!r} is what {self.deployment} serves already ({blue.model})")
-        self.version = version
-        package = await asyncio.to_thread(registry.fetch, name, version, self.cache_dir)
+        self.version = version  # the version blue serves too: a redeploy, a new fleet of the same model
+        # Green is the blue variant's container (image command, environment, role) with the new model, and it
+        # starts as a variant starts (servestack/local/variant_start.py): its image pulled with the execution
+        # role, and its model downloaded with the role from the template's ModelDataUrl when that holds the
+        # version; another version comes from the registry (servestack/local/fidelity.py says so).
+        blue_plan = next((p for p in self.router.plans if p.name == blue.name), None)
+        source = blue_plan.source if blue_plan is not None else None
+        if source is not None and source.holds(version):
+            self.green_root = self.cache_dir / GREEN_ROOTS / self.deployment / f"green-{uuid.uuid4().hex[:12]}"
+            package = await asyncio.to_thread(prepare, source, self.green_root)
+        else:
+            if source is not None:
+                await asyncio.to_thread(prepare, source, None)  # the image pull
+            package = await asyncio.to_thread(registry.fetch, name, version, self.cache_dir)
         self.event("green starting", package=str(package), faults=self.strategy_faults())
-        # Green runs the blue variant's container environment (batching, limits, role), with the new model.
-        environment = next((p.environment for p in self.router.plans if p.name == blue.name), {})
-        plan = VariantPlan("green", name, version, 0, package, environment, self.component)
+        if blue_plan is None:
+            plan = VariantPlan("green", name, version, 0, package, component=self.component)
+        else:
+            plan = replace(blue_plan, name="green", model=name, version=version, weight=0, package_dir=package)
         self.green = green = await self.router.start_backend(plan, weight=0, faults=self.faults)
         self.router.variants.append(green)
         self.event("green ready", url=green.url)
@@ -267,6 +289,7 @@ class Rehearsal:
                 self.event("alarm fired", **fired)
                 await self._retire(green)
                 self.event("rolled back", green_percent=0, blue=blue.model)
+                await asyncio.to_thread(_remove, self.green_root)
                 self.state = "rolled_back"
                 return
         # Success: the green fleet takes over the variant's (or component's) name; the blue fleet goes. The plan
@@ -275,11 +298,13 @@ class Rehearsal:
         await self.router.stop_backend(blue)
         green.name = blue.name
         self.router.plans = [
-            VariantPlan(p.name, name, version, p.weight, package, p.environment, p.component) if p.name == blue.name
-            else p
+            replace(p, model=name, version=version, package_dir=package) if p.name == blue.name else p
             for p in self.router.plans
-        ]  # fmt: skip
+        ]
         self.event("blue stopped", blue=blue.model)
+        retired = blue.plan.package_dir if blue.plan is not None else None
+        if retired is not None and retired.is_relative_to(self.cache_dir / GREEN_ROOTS):  # an earlier green's
+            await asyncio.to_thread(_remove, retired.parents[2])  # <root>/opt/ml/model
         change = await asyncio.to_thread(registry.promote, name, version)
         self.event("live", alias="live", previous=change.previous, current=change.current)
         self.state = "succeeded"

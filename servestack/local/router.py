@@ -46,6 +46,7 @@ from servestack.latency import percentiles_ms
 from servestack.local.processes import RealtimeProcess, free_port, kill_group
 from servestack.local.restarts import Backoff
 from servestack.local.upstream import Upstream
+from servestack.local.variant_start import ContainerSource
 
 logger = logging.getLogger("servestack.router")
 
@@ -222,6 +223,9 @@ class VariantPlan:
     component: str | None = None  # the inference component this plan is (its name is the plan's name then)
     argv: tuple[str, ...] | None = None  # the image's command, from its staged context (None: the working tree's)
     cwd: Path | None = None  # the image's WORKDIR, staged
+    # its image and model data, fetched with the execution role before a green fleet of it starts (None: not
+    # a template's container)
+    source: ContainerSource | None = None
 
 
 class Router:

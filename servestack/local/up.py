@@ -34,7 +34,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
@@ -400,6 +400,11 @@ def _run(options: UpOptions) -> int:
 
         # `cdk deploy` publishes the model data assets before CloudFormation creates the SageMaker models.
         publish_model_data(aws["s3"], work / "cdk.out", model_data_urls(topologies))
+        from servestack.local.ecr import image_uris, publish_images
+        from servestack.local.emulator import client_as
+
+        ecr = client_as("ecr", emulator_url, access.developer, region)  # and the images to their repositories
+        publish_images(ecr, work / "cdk.out", image_uris(topologies))
         environment_base = base_environment() | {"AWS_ENDPOINT_URL": emulator_url, "AWS_DEFAULT_REGION": region}
         world = World(
             options, spec, spec_file, project, code_root, work, region, emulator_url, access, aws, registry_uri
@@ -690,24 +695,25 @@ class World:
             """A variant's (or an inference component's) container as the router starts it."""
             container = v.container
             env = dict(container.environment)
-            package_dir = None
             if container.mode == "MultiModel":
                 # SageMaker downloads TargetModel archives from the ModelDataUrl prefix into /opt/ml/models.
                 root = self.work / "multi-model" / endpoint.name / v.name
                 root.mkdir(parents=True, exist_ok=True)
                 multi_model_roots[v.name] = root
                 env["SERVESTACK_MULTI_MODEL_ROOT"] = str(root)
-            elif container.model_data_url:
-                # SageMaker's download, with the model's execution role, into the variant's /opt/ml/model.
-                package_dir = self._fetch_model_data(endpoint.name, v, credentials[v.execution_role])
+            # SageMaker's image pull and model download, with the model's execution role (variant_start.py);
+            # the router starts each green fleet of a rehearsal with the same source.
+            source, package_dir = self._start_container(endpoint.name, v, credentials[v.execution_role])
+            if package_dir is not None:
                 env = map_paths(env, {CONTAINER_MODEL_DIR: str(package_dir)})
             model = env.get("SERVESTACK_DEFAULT_MODEL", "")
             version = first_version(package_dir, model) if package_dir else self.spec.model(model, None).version
             command, image_env = self._container_command(endpoint.name, container.image)
             env = image_env | env | credentials[v.execution_role].environment()  # the model's Environment wins
+            source = replace(source, model_version=version if package_dir else None)
             return {"name": v.name, "model": model, "version": version, "weight": getattr(v, "weight", 1.0),
                     "package_dir": str(package_dir) if package_dir else None, "environment": env,
-                    "component": component, "command": command}  # fmt: skip
+                    "component": component, "command": command, "source": source.to_dict()}  # fmt: skip
 
         if endpoint.components:
             # One container per inference component, from the model it names (its variant runs no model).
@@ -785,18 +791,23 @@ class World:
         plan.log_shippers.append(shipper)
         return shipper
 
-    def _fetch_model_data(self, endpoint: str, variant: Any, credentials: Any) -> Path:
-        from servestack.local.emulator import client_as
-        from servestack.local.model_data import ModelDataError, fetch_model_data
+    def _start_container(self, endpoint: str, variant: Any, credentials: Any) -> tuple[Any, Path | None]:
+        """The variant's container source, its image pulled and its model data (single-model) unpacked under the
+        data dir's sagemaker/<endpoint>/<variant>/opt/ml/model; the model directory, or None."""
+        from servestack.local.ecr import published_images
+        from servestack.local.variant_start import ContainerSource, VariantStartError, prepare
 
-        url = variant.container.model_data_url
+        container = variant.container
+        single = container.mode != "MultiModel" and bool(container.model_data_url)
+        source = ContainerSource(
+            self.emulator_url, self.region, credentials.to_dict(),
+            image=container.image if published_images(self.work / "cdk.out", [container.image]) else None,
+            model_data_url=container.model_data_url if single else None,
+        )  # fmt: skip
         root = (self.options.data_dir or self.work / "emulator") / "sagemaker" / endpoint / variant.name
-        s3 = client_as("s3", self.emulator_url, credentials, self.region)
         try:
-            return fetch_model_data(
-                s3, url, root / CONTAINER_MODEL_DIR.lstrip("/"), role=credentials.arn, compressed=not url.endswith("/")
-            )
-        except ModelDataError as error:
+            return source, prepare(source, root)
+        except VariantStartError as error:
             raise UpError(f"variant {variant.name} of endpoint {endpoint} failed: {error}") from None
 
     def _container_command(self, endpoint: str, image_uri: str) -> tuple[dict[str, Any] | None, dict[str, str]]:

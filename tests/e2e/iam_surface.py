@@ -9,6 +9,7 @@ import json
 import random
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,9 +131,26 @@ def _ok(result: subprocess.CompletedProcess[str]) -> str | None:
     return None if result.returncode == 0 else (result.stdout + result.stderr)[-600:]
 
 
-def realtime(up: LocalUp, name: str) -> str | None:
+def realtime(up: LocalUp, name: str, scratch: Path) -> str | None:
+    """An invocation, and a redeploy: a blue/green rehearsal of the live version, whose green fleet starts as
+    AWS starts a variant (its image pulled and its model data downloaded with the execution role, its
+    container's start lines written to the endpoint's log group with that role); a start refused fails it."""
     sample_file = ARTIFACTS / "digits/1/sample-request.json"
-    return _ok(cli("invoke", name, "--data", str(sample_file), "--state", str(up.state_path)))
+    failed = _ok(cli("invoke", name, "--data", str(sample_file), "--state", str(up.state_path)))
+    if failed is not None:
+        return failed
+    metrics = json.loads(urllib.request.urlopen(f"{up.deployment(name)['control_url']}/_servestack/metrics").read())
+    live = next(v["model"] for v in metrics["variants"].values() if v["weight"] > 0).split("@")[1]
+    outcome = scratch / f"deploy-{name}.json"
+    outcome.unlink(missing_ok=True)  # an earlier exercise's
+    # No traffic during the rehearsal: its alarms (p99 latency) would judge this machine's load, not a grant.
+    failed = _ok(cli("local", "deploy", name, "--version", live, "--interval-sec", "0.1", "--bake-sec", "0",
+                     "--period-sec", "1", "--evaluation-periods", "1", "--traffic-rps", "0",
+                     "--state", str(up.state_path), "--output", str(outcome)))  # fmt: skip
+    if failed is not None and outcome.is_file():  # the rehearsal's own account last: why green did not start
+        last = json.loads(outcome.read_text())["timeline"][-1]
+        failed += f"\n{last['event']}: {last.get('reason', '')}"
+    return failed
 
 
 def serverless(up: LocalUp, name: str, scratch: Path) -> str | None:
@@ -246,13 +264,15 @@ def _without_action(policies: dict[str, Any], action: str) -> dict[str, Any]:
 
 
 def log_groups(up: LocalUp, deployment: str) -> list[str]:
-    """The deployment's functions' log groups on the emulator (named after its stack). An endpoint's group
-    (`/aws/sagemaker/Endpoints/...`) is left out: its container does not write a line on every request, so a
-    run may pass without one (iam_unexercised.txt)."""
+    """The deployment's functions' log groups on the emulator (named after its stack), and its endpoint's
+    (`/aws/sagemaker/Endpoints/...`): the realtime exercise starts a container, which writes lines at start."""
     stack = next(name for name, about in up.state["stacks"].items() if about["deployment"] == deployment)
     pages = up.emulator("logs").get_paginator("describe_log_groups").paginate()
     names = [g["logGroupName"] for page in pages for g in page["logGroups"]]
-    return [name for name in names if stack in name and not name.startswith("/aws/sagemaker/")]
+    about = up.deployment(deployment)
+    groups = about.get("log_groups", {}).values() if about["mode"] == "realtime" else ()
+    endpoints = [g for g in groups if g.startswith("/aws/sagemaker/")]
+    return sorted({name for name in names if stack in name and not name.startswith("/aws/sagemaker/")} | set(endpoints))
 
 
 def logged_since(up: LocalUp, groups: list[str], start_ms: int, wait_sec: float = 5) -> set[str]:
@@ -268,7 +288,7 @@ def logged_since(up: LocalUp, groups: list[str], start_ms: int, wait_sec: float 
 
 Exercise = Callable[[LocalUp, str, Path], "str | None"]
 EXERCISES: dict[str, Exercise] = {
-    "realtime": lambda up, name, _: realtime(up, name),
+    "realtime": realtime,
     "serverless": serverless,
     "async": asynchronous,
     "batch": lambda up, name, _: batch(up, name),

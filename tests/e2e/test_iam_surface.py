@@ -27,6 +27,7 @@ from tests.e2e.iam_surface import (
     cli,
     log_groups,
     logged_since,
+    realtime,
     release,
     sample,
     scheduled_failure_is_dead_lettered,
@@ -212,3 +213,36 @@ def test_a_stack_update_runs_the_bucket_notification_handler_under_its_role(up: 
     assert "s3:PutBucketNotification" in refused
     assert f"as role {role}" in refused
     assert stack_update(up, "cancer-async") is None
+
+
+@pytest.mark.parametrize("action", ["s3:GetObject", "ecr:GetAuthorizationToken", "logs:PutLogEvents"])
+def test_a_realtime_redeploy_starts_its_green_fleet_as_a_variant_starts(
+    up: LocalUp, tmp_path: Path, action: str
+) -> None:
+    # GIVEN the realtime deployment, redeployed with the templates' statements (its green fleet's start lines
+    # reach the endpoint's log group)
+    group = up.deployment("digits-realtime")["log_groups"]["servestack-digits-realtime"]
+    start_ms = int(time.time() * 1000)
+    assert realtime(up, "digits-realtime", tmp_path) is None
+    assert logged_since(up, [group], start_ms, wait_sec=10) == {group}
+    # WHEN the execution role's statement allowing `action` is removed and it is redeployed again
+    role, policies = remove(up, "RealtimeExecutionRole", action)
+    try:
+        start_ms = int(time.time() * 1000)
+        failed = realtime(up, "digits-realtime", tmp_path)
+        logged = logged_since(up, [group], start_ms, wait_sec=3)
+    finally:
+        store(up, "PUT", role, policies)
+    outcome = json.loads((tmp_path / "deploy-digits-realtime.json").read_text())
+    if action.startswith("logs:"):
+        # THEN a green fleet without its log writes starts, and none of its lines reaches the group
+        assert failed is None, failed
+        assert logged == set()
+        return
+    # THEN the green fleet does not start: the rehearsal fails with the AccessDenied of the action, as the role
+    assert failed is not None
+    assert outcome["state"] == "failed"
+    reason = outcome["timeline"][-1]["reason"]
+    assert "AccessDenied" in reason, reason
+    assert action in reason, reason
+    assert role in reason, reason

@@ -1,8 +1,9 @@
 """`local up` runs what `cdk deploy` ships: the realtime model is fetched from the template's `ModelDataUrl` in
 the emulator's S3 with the SageMaker execution role's keys and unpacked under a local `/opt/ml/model`; the
 container runs from the image's build context staged in cdk.out (its Dockerfile's COPY, ENV, WORKDIR and
-ENTRYPOINT); a Lambda child's log lines reach its log group under its role. Removing the execution role's S3
-read from the template fails the variant with AccessDenied; removing the function role's logs grant is
+ENTRYPOINT), its image pulled first from the emulator's ECR with the execution role; a Lambda child's log lines
+reach its log group under its role. Removing the execution role's S3 read or its image pull from the template
+fails the variant with AccessDenied; removing the function role's logs grant is
 reported once and is not fatal."""
 
 from __future__ import annotations
@@ -160,14 +161,18 @@ def test_explain_says_what_is_emulated_approximated_and_only_reported(up: LocalU
     assert result.returncode == 0, result.stderr[-2000:]
     account = result.stdout.split("how each run compares with the deploy:", 1)[1]
     emulated, rest = account.split("  approximated:", 1)
-    approximated, reported = rest.split("  reported, not emulated:", 1)
+    approximated, _, reported = rest.partition("  reported, not emulated:")  # nothing, for these two modes
     assert "servestack-rt/primary model data: s3://cdk-hnb659fds-assets-123456789012-us-east-1/" in emulated
     assert "(containers/cpu.Dockerfile): run from its staged build context in cdk.out" in emulated
     assert "servestack-fn logs: to servestack-fn-ServerlessFunctionLogs" in emulated
     assert "FROM python:3.12-slim: the base image's system packages are this machine's" in approximated
     assert "USER 1000: the process runs as the developer's user" in approximated
     assert "are the developer's venv" in approximated
-    assert "servestack-rt/primary image pull: ECR pull of cdk-hnb659fds-container-assets-" in reported
+    assert "servestack-rt/primary image pull: cdk-hnb659fds-container-assets-" in emulated
+    assert "then pulled with role servestack-rt-RealtimeExecutionRole" in emulated
+    assert "the authorization and the manifest; no layer is pushed or downloaded" in emulated
+    assert "servestack-rt local deploy: the green fleet starts as a variant does" in emulated
+    assert "image pull" not in reported
 
 
 # ------------------------------------------------------------------------------------------ mutations
@@ -213,27 +218,28 @@ def start(project: Path, where: Path) -> tuple[subprocess.Popen[bytes], Path, Pa
     return process, state, log_path
 
 
-def test_without_the_execution_roles_s3_read_the_variant_fails_with_access_denied(
-    stopped: LocalUp, project: Path
+@pytest.mark.parametrize("action", ["s3:GetObject", "ecr:BatchGetImage"])
+def test_without_the_execution_roles_model_read_or_image_pull_the_variant_fails_with_access_denied(
+    stopped: LocalUp, project: Path, action: str
 ) -> None:
     path = project.parent / ".servestack/cdk.out/servestack-rt.template.json"
-    original = without_action(path, "RealtimeExecutionRole", "s3:GetObject")
+    original = without_action(path, "RealtimeExecutionRole", action)
     try:
-        process, state, log_path = start(project, project.parent / "no-s3-read")
+        process, state, log_path = start(project, project.parent / f"without-{action.replace(':', '-')}")
         deadline = time.monotonic() + 240
         while process.poll() is None and not state.exists() and time.monotonic() < deadline:
             time.sleep(0.2)
         if process.poll() is None:
             process.terminate()
             process.wait(timeout=60)
-            pytest.fail(f"local up started without the model's S3 read:\n{log_path.read_text()[-3000:]}")
+            pytest.fail(f"local up started without the execution role's {action}:\n{log_path.read_text()[-3000:]}")
     finally:
         path.write_text(original)
     said = log_path.read_text()
     assert process.returncode == 2, said[-3000:]
     assert "variant primary of endpoint servestack-rt failed" in said, said[-3000:]
     assert "AccessDenied" in said, said[-3000:]
-    assert "s3:GetObject" in said, said[-3000:]
+    assert action in said, said[-3000:]
 
 
 def test_without_the_function_roles_logs_grant_the_denial_is_reported_once(stopped: LocalUp, project: Path) -> None:

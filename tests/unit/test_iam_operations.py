@@ -354,6 +354,20 @@ CASES: list[tuple[str, str, dict[str, Any], list[tuple[str, str]]]] = [
         [("logs:PutLogEvents", f"arn:aws:logs:us-east-1:{ACCOUNT}:log-group:/aws/lambda/fn:log-stream:s")],
     ),
     ("logs", "describe_log_groups", {}, [("logs:DescribeLogGroups", "*")]),
+    # ---- ECR: the image pull SageMaker makes with the execution role
+    ("ecr", "get_authorization_token", {}, [("ecr:GetAuthorizationToken", "*")]),
+    (
+        "ecr",
+        "batch_get_image",
+        {"repositoryName": "assets", "imageIds": [{"imageTag": "t"}]},
+        [("ecr:BatchGetImage", f"arn:aws:ecr:us-east-1:{ACCOUNT}:repository/assets")],
+    ),
+    (
+        "ecr",
+        "get_download_url_for_layer",
+        {"registryId": "210987654321", "repositoryName": "assets", "layerDigest": "sha256:0"},
+        [("ecr:GetDownloadUrlForLayer", "arn:aws:ecr:us-east-1:210987654321:repository/assets")],
+    ),
     # ---- EventBridge
     (
         "events",

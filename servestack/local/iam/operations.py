@@ -45,6 +45,10 @@ reader might doubt are commented where they are made. Covered, because servestac
 - ECS (`X-Amz-Target: AmazonEC2ContainerServiceV20141113.RunTask`): `ecs:RunTask` on the task definition ARN
   (`taskDefinition`, or `family:revision` made an ARN); the iam:PassRole of the task's roles that ECS also
   checks needs the task definition, so local up's RunTask checks it (servestack/local/ecs_task.py).
+- ECR (`X-Amz-Target: AmazonEC2ContainerRegistry_V20150921.<Op>`): GetAuthorizationToken on `*` (it has no
+  resource-level permissions); the image and layer operations (BatchGetImage, BatchCheckLayerAvailability,
+  GetDownloadUrlForLayer, PutImage...) as `ecr:<Op>` on `arn:aws:ecr:{region}:{registryId or account}:repository/
+  {repositoryName}`.
 - API Gateway (`execute-api`), an HTTP API with IAM authorization: `execute-api:Invoke` on
   `arn:aws:execute-api:{region}:{account}:{apiId}/{stage}/{METHOD}/{path}`.
 
@@ -748,6 +752,26 @@ def describe_logs(request: HttpRequest, where: Where) -> Operation:
     return Operation("logs", operation, (Check(action, f"{group_arn}:*"),))
 
 
+ECR_NO_RESOURCE = frozenset({"GetAuthorizationToken", "DescribeRegistry", "GetRegistryPolicy"})
+
+
+def describe_ecr(request: HttpRequest, where: Where) -> Operation:
+    operation = _target_operation(request, "AmazonEC2ContainerRegistry_V20150921")
+    if not operation:
+        return unrecognised("ecr", None, "no AmazonEC2ContainerRegistry_V20150921 X-Amz-Target")
+    action = f"ecr:{operation}"
+    if operation in ECR_NO_RESOURCE:
+        return Operation("ecr", operation, (Check(action, "*"),))
+    params = _json_body(request)
+    repository = params.get("repositoryName")
+    if not isinstance(repository, str):
+        return unrecognised("ecr", operation, "no repositoryName")
+    registry = params.get("registryId")
+    account = registry if isinstance(registry, str) and registry else where.account
+    arn = f"arn:aws:ecr:{where.region}:{account}:repository/{repository}"
+    return Operation("ecr", operation, (Check(action, arn),))
+
+
 EVENTS_NO_RESOURCE = frozenset({"ListRules", "ListEventBuses", "TestEventPattern", "ListRuleNamesByTarget"})
 
 
@@ -986,6 +1010,7 @@ DESCRIBERS: dict[str, Callable[[HttpRequest, Where], Operation]] = {
     "sts": describe_sts,
     "monitoring": describe_cloudwatch,
     "logs": describe_logs,
+    "ecr": describe_ecr,
     "events": describe_events,
     "sagemaker": describe_sagemaker,
     "lambda": describe_lambda,
