@@ -3,20 +3,22 @@
 `boto3.client("sagemaker-runtime", endpoint_url=URL)` and `boto3.client("lambda", endpoint_url=URL)` talk to
 this server (their paths do not collide). Every request is authenticated (SigV4) and authorized
 (`sagemaker:InvokeEndpoint`, `lambda:InvokeFunction`...) as in the cloud, then:
-- `/endpoints/{EndpointName}/...`: servestack/local/sagemaker_front.py;
-- `/2015-03-31/functions/{FunctionName}/invocations`: the Lambda service (servestack/local/lambda_service.py),
+- `/endpoints/{EndpointName}/...`: servestack/local/sagemaker/runtime_front.py;
+- `/2015-03-31/functions/{FunctionName}/invocations`: the Lambda service (servestack/local/lambda_/service.py),
   by the template's function names, ARNs and qualifiers;
 - `POST /` with `X-Amz-Target: SageMaker.DescribeInferenceComponent` or `...UpdateInferenceComponentRuntimeConfig`
-  (boto3's `sagemaker` client): the templates' inference components (servestack/local/inference_components.py);
+  (boto3's `sagemaker` client): the templates' inference components
+  (servestack/local/sagemaker/inference_components.py);
 - `POST /` with `X-Amz-Target: SageMaker.CreateTransformJob` or `...DescribeTransformJob`: the transform jobs an
-  engine: transform schedule creates (servestack/local/transform_jobs.py), and `POST /_servestack/transform-jobs/
+  engine: transform schedule creates (servestack/local/sagemaker/transform_jobs.py), and `POST
+  /_servestack/transform-jobs/
   {name}`, local up's own route where `local run-batch` reports a job's end (signed by the developer, refused
   otherwise);
 - `POST /` with `X-Amz-Target: CodeDeploy_20141006.<Op>`: CodeDeploy for the serverless deployments' releases
-  (servestack/local/codedeploy.py);
-- `GET /schedules/{Name}`: Scheduler's GetSchedule of the templates' schedules (servestack/local/scheduler_api.py);
+  (servestack/local/codedeploy/deployments.py);
+- `GET /schedules/{Name}`: Scheduler's GetSchedule of the templates' schedules (servestack/local/scheduler/api.py);
 - `/_servestack/iam/roles[/{name}]`: local up's own route to the running IAM store's roles
-  (servestack/local/iam_roles.py).
+  (servestack/local/iam/roles_route.py).
 """
 
 from __future__ import annotations
@@ -26,14 +28,17 @@ from typing import Any
 from servestack.local.cloudformation import ACCOUNT
 from servestack.local.cloudformation import DEFAULT_REGION as REGION
 from servestack.local.codedeploy import LocalCodeDeploy
-from servestack.local.http_server import LocalHttpServer, Reply, Request
-from servestack.local.iam_roles import RolePolicies
-from servestack.local.inference_components import ComponentState, InferenceComponents
-from servestack.local.lambda_invoke import INVOKE_PREFIX, INVOKE_SUFFIX, lambda_error
-from servestack.local.lambda_service import LambdaService
-from servestack.local.sagemaker_front import ENDPOINT_PREFIX, SageMakerRuntime
-from servestack.local.scheduler_api import SchedulerApi
-from servestack.local.transform_jobs import TransformJobs
+from servestack.local.hosting import LocalHttpServer, Reply, Request
+from servestack.local.iam import RolePolicies
+from servestack.local.lambda_ import INVOKE_PREFIX, INVOKE_SUFFIX, LambdaService, lambda_error
+from servestack.local.sagemaker import (
+    ENDPOINT_PREFIX,
+    ComponentState,
+    InferenceComponents,
+    SageMakerRuntime,
+    TransformJobs,
+)
+from servestack.local.scheduler import SchedulerApi
 
 MAX_BODY_BYTES = 7 * 1024 * 1024  # above both services' request limits (6 MB), which they check themselves
 

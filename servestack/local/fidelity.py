@@ -32,8 +32,7 @@ def _containers(topology: Any) -> list[tuple[str, Any, str | None]]:
 
 def fidelity_rows(topologies: list[Any], out_dir: Path) -> list[tuple[str, str, str]]:
     """(class, subject, how) rows, in the order they are printed."""
-    from servestack.local.container import image_asset, read_image
-    from servestack.local.dockerfile import DockerfileError
+    from servestack.local.sagemaker import DockerfileError, image_asset, read_image
 
     rows: list[tuple[str, str, str]] = []
     images_seen: set[str] = set()

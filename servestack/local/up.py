@@ -1,11 +1,11 @@
 """`servestack local up`: the synthesized templates of serving.yaml's deployments, run on this machine.
 
 serving.yaml -> CDK app -> templates (.servestack/cdk.out, reused while the inputs are unchanged) -> here:
-1. the templates are read (servestack/local/topology.py): every name, environment, IAM policy, queue, route,
+1. the templates are read (servestack/local/stack/topology.py): every name, environment, IAM policy, queue, route,
    schedule and SageMaker variant is the template's, resolved to local values;
 2. an AWS emulator: moto's server in this process behind the IAM engine (servestack/local/iam/access.py), or
    the endpoint of `--endpoint-url` (LocalStack...), which does not enforce IAM;
-3. the resources are created as CloudFormation would (servestack/local/provision.py);
+3. the resources are created as CloudFormation would (servestack/local/stack/provision.py);
 4. each Lambda function runs in its own child process (its execution environment, with its role's keys);
    each SageMaker endpoint runs as a child: a router in front of one `serve` container per variant;
 5. this process is the AWS services around them: the HTTP API fronts (IAM-authenticated), the SQS event
@@ -16,7 +16,7 @@ serving.yaml -> CDK app -> templates (.servestack/cdk.out, reused while the inpu
    each endpoint's router restarts its variants' containers the same way and counts them in its metrics, on
    the control port the state file records as the deployment's `control_url`).
 Children's output is one log stream, each line tagged, and a file per child under `.servestack/logs/`
-(servestack/local/logs.py). Slow steps report progress on stderr (servestack/progress.py). The state file
+(servestack/local/logs/log_files.py). Slow steps report progress on stderr (servestack/progress.py). The state file
 (`.servestack/local.json`) says where everything is, the stack outputs, and the keys of each role, for other
 commands and for replaying a call as a function. Ctrl-C or SIGTERM stops everything.
 """
@@ -40,9 +40,9 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
-from servestack.local import state
-from servestack.local.batch_seed import retire_seeded_input, seed_batch_input
-from servestack.local.processes import REPO_ROOT, free_port, http_status, port_is_free, stop_process
+from servestack.local.batch import retire_seeded_input, seed_batch_input
+from servestack.local.emulator import state
+from servestack.local.hosting import REPO_ROOT, free_port, http_status, port_is_free, stop_process
 
 DEFAULT_PORT = 8080
 DEFAULT_AWS_PORT = 8090
@@ -91,7 +91,7 @@ def _pump(
             out.flush()
             if sink is not None:
                 sink.write(text)
-            for ship in sinks:  # its CloudWatch Logs group, as its role (servestack/local/log_shipping.py)
+            for ship in sinks:  # its CloudWatch Logs group, as its role (servestack/local/logs/shipping.py)
                 ship(text)
         stream.close()
         if sink is not None:
@@ -120,7 +120,7 @@ class Child:
     sinks: list[Callable[[str], None]] = field(default_factory=list)  # where each output line also goes
 
     def start(self) -> None:
-        from servestack.local.processes import GroupLeader, die_with_parent
+        from servestack.local.hosting import GroupLeader, die_with_parent
 
         # Its own process group: whatever it forked (a server's workers) is stopped, or killed, with it.
         self.process = GroupLeader(
@@ -167,7 +167,7 @@ class Supervisor:
         self.restarts: dict[str, int] = dict.fromkeys((child.name for child in children), 0)
 
     def tick(self) -> None:
-        from servestack.local.processes import kill_group
+        from servestack.local.hosting import kill_group
 
         now = time.monotonic()
         for child in self.children:
@@ -290,9 +290,17 @@ def run(options: UpOptions) -> int:
 
 
 def _run(options: UpOptions) -> int:
-    from servestack.local.cloudformation import LocalValues, Resolver, StackTemplate, TemplateError
-    from servestack.local.synth import SynthError, app_root, stack_templates, synthesize
-    from servestack.local.topology import read_stack
+    from servestack.local.cloudformation import (
+        LocalValues,
+        Resolver,
+        StackTemplate,
+        SynthError,
+        TemplateError,
+        app_root,
+        stack_templates,
+        synthesize,
+    )
+    from servestack.local.stack import read_stack
     from servestack.spec import SpecError, load_spec
 
     timings: list[tuple[str, float]] = []
@@ -362,7 +370,7 @@ def _run(options: UpOptions) -> int:
         print(fidelity(topologies, work / "cdk.out"))
         return 0
 
-    from servestack.local.iam.access import LocalAccess
+    from servestack.local.iam import LocalAccess
 
     why_off = "--no-iam" if not options.iam else f"{external} is an external emulator"
     access = LocalAccess(enforced=options.iam and external is None, disabled_because=why_off)
@@ -386,7 +394,7 @@ def _run(options: UpOptions) -> int:
         aws = clients_for(emulator_url, access.developer, region)
         for topology in topologies:
             access.add_resource_policies(topology.resource_policies)
-        from servestack.local.provision import ProvisionError, provision
+        from servestack.local.stack import ProvisionError, provision
 
         try:
             with progress.step("provisioning", f"{len(topologies)} stack(s) in {emulator_url}"):
@@ -398,7 +406,7 @@ def _run(options: UpOptions) -> int:
             raise UpError(str(error)) from None
         mark("resources created")
         if emulator is not None:
-            from servestack.local.persistence import EmulatorState
+            from servestack.local.emulator import EmulatorState
 
             saved = EmulatorState(options.data_dir or work / "emulator", account=_account(), region=region)
             if options.fresh:
@@ -412,7 +420,7 @@ def _run(options: UpOptions) -> int:
 
         artifacts = project / "models" / "artifacts"  # synth checked that serving.yaml's packages are there
         registry_uri = seed_local(aws["s3"], spec, artifacts)
-        from servestack.local.model_data import model_data_urls, publish_model_data
+        from servestack.local.sagemaker import model_data_urls, publish_model_data
 
         # `cdk deploy` publishes the model data assets before CloudFormation creates the SageMaker models.
         publish_model_data(aws["s3"], work / "cdk.out", model_data_urls(topologies))
@@ -422,12 +430,13 @@ def _run(options: UpOptions) -> int:
         )
         world.notices = notices
         if options.fresh:
-            from servestack.local import releases
+            from servestack.local.sagemaker import releases
 
             releases.forget(work)
         plan = world.plan(topologies, realtime_port, aws_port, api_ports, environment_base)
         children = plan.children
-        from servestack.local import lifecycle, logs
+        from servestack.local import logs
+        from servestack.local.commands import lifecycle
 
         for child in children:
             child.log_path = logs.start_fresh(logs.child_log(work, child.name))
@@ -585,7 +594,7 @@ class World:
         api_ports: dict[tuple[str, str], int],
         env_base: dict[str, str],
     ) -> Plan:
-        from servestack.local.lambda_service import HostedFunction
+        from servestack.local.lambda_ import HostedFunction
 
         plan = Plan(aws_port=aws_port, topologies=topologies)
         # botocore's service-specific endpoints: a function calling SageMaker Runtime or Lambda reaches local up's
@@ -632,7 +641,15 @@ class World:
                     )
                     | credentials[function.role].environment()
                 )
-                argv = [sys.executable, "-m", "servestack.local.runner", "--config", str(config), "--port", str(port)]
+                argv = [
+                    sys.executable,
+                    "-m",
+                    "servestack.local.lambda_.runner",
+                    "--config",
+                    str(config),
+                    "--port",
+                    str(port),
+                ]
                 url = f"http://127.0.0.1:{port}"
                 child = Child(f"{topology.deployment}/{function.logical_id}", argv, env, f"{url}/")
                 child.sinks.append(self._log_shipper(plan, child.name, function.log_group, credentials[function.role]))
@@ -710,7 +727,7 @@ class World:
         self, topology: Any, endpoint: Any, port: int, run_dir: Path, env_base: dict[str, str],
         credentials: dict[str, Any],
     ) -> tuple[Child, Any]:  # fmt: skip
-        from servestack.local.sagemaker_front import RealtimeTarget
+        from servestack.local.sagemaker import RealtimeTarget
 
         multi_model_roots: dict[str, Path] = {}
 
@@ -758,7 +775,7 @@ class World:
         path = run_dir / f"endpoint-{endpoint.name}.json"
         path.write_text(json.dumps(config, indent=2))
         control_url = self.control_urls[endpoint.name] = f"http://127.0.0.1:{free_port()}"
-        argv = [sys.executable, "-m", "servestack.local.endpoint", "--config", str(path), "--port", str(port),
+        argv = [sys.executable, "-m", "servestack.local.sagemaker.endpoint", "--config", str(path), "--port", str(port),
                 "--control-port", control_url.rsplit(":", 1)[1], "--spec", str(self.spec_file)]  # fmt: skip
         # The router is SageMaker's side (it pulls new versions for rehearsals): the developer's keys.
         env = env_base | self.access.developer.environment()
@@ -766,7 +783,7 @@ class World:
         names = tuple(v.name for v in endpoint.variants)
         child = Child(f"{topology.deployment}/endpoint", argv, env, f"{url}/ping", ready_status=200)
         if endpoint.components:
-            from servestack.local.inference_components import ComponentState
+            from servestack.local.sagemaker import ComponentState
 
             states = {
                 c.name: ComponentState(
@@ -781,7 +798,7 @@ class World:
         if not multi:
             return child, RealtimeTarget(url, names)
         from servestack.local.emulator import client_as
-        from servestack.local.multi_model import MultiModelFront
+        from servestack.local.sagemaker import MultiModelFront
 
         v = multi[0]
         assert v.container.model_data_url is not None
@@ -801,7 +818,7 @@ class World:
         self, plan: Plan, name: str, group: str, credentials: Any, stream: str | None = None
     ) -> Callable[[str], None]:
         from servestack.local.emulator import client_as
-        from servestack.local.log_shipping import LogShipper, ensure_log_group, lambda_stream_name
+        from servestack.local.logs import LogShipper, ensure_log_group, lambda_stream_name
 
         ensure_log_group(self.aws["logs"], group)  # the template's log group, created by the deploy
         shipper = LogShipper(
@@ -815,7 +832,7 @@ class World:
 
     def _fetch_model_data(self, endpoint: str, variant: Any, credentials: Any) -> Path:
         from servestack.local.emulator import client_as
-        from servestack.local.model_data import ModelDataError, fetch_model_data
+        from servestack.local.sagemaker import ModelDataError, fetch_model_data
 
         url = variant.container.model_data_url
         root = (self.options.data_dir or self.work / "emulator") / "sagemaker" / endpoint / variant.name
@@ -830,8 +847,7 @@ class World:
     def _container_command(self, endpoint: str, image_uri: str) -> tuple[dict[str, Any] | None, dict[str, str]]:
         """`docker run IMAGE serve` (SageMaker's hosting command) as a process from the image's staged build
         context in cdk.out, and the image's ENV; (None, {}) for an image that is not an asset of the assembly."""
-        from servestack.local.container import staged_container
-        from servestack.local.dockerfile import DockerfileError
+        from servestack.local.sagemaker import DockerfileError, staged_container
 
         try:
             staged = staged_container(self.work / "cdk.out", image_uri, self.work / "images", ("serve",))
@@ -843,8 +859,9 @@ class World:
         return command, dict(staged.command.environment)
 
     def _released(self, deployment: str, variant: dict[str, Any]) -> dict[str, Any]:
-        """The version `local deploy` left live, when it is not the template's (servestack/local/releases.py)."""
-        from servestack.local import releases
+        """The version `local deploy` left live, when it is not the template's
+        (servestack/local/sagemaker/releases.py)."""
+        from servestack.local.sagemaker import releases
         from servestack.registry import open_registry
 
         def fetch(model: str, version: str) -> Path:
@@ -908,7 +925,7 @@ class World:
     def _transform_entry(self, topology: Any, transform: Any) -> dict[str, Any]:
         """What `local run-batch` needs to run an engine: transform job: the request, the container's
         environment with the model data extracted here, the roles' names and the function run at the end."""
-        from servestack.local.synth import file_asset
+        from servestack.local.cloudformation import file_asset
 
         env = dict(transform.container.environment)
         url = transform.container.model_data_url
@@ -956,19 +973,17 @@ class World:
     def start_services(self, plan: Plan) -> list[Callable[[], None]]:
         import httpx
 
+        from servestack.local.apigateway import HttpApiFront
         from servestack.local.aws_front import AwsFront
         from servestack.local.emulator import client_as
-        from servestack.local.http_api import HttpApiFront
-        from servestack.local.lambda_service import LambdaService
-        from servestack.local.poller import SqsPoller
-        from servestack.local.sagemaker_front import SageMakerRuntime
+        from servestack.local.lambda_ import LambdaService, SqsPoller
+        from servestack.local.sagemaker import SageMakerRuntime
         from servestack.local.scheduler import ScheduleRunner
 
         closers: list[Callable[[], None]] = []
         lambdas = LambdaService(plan.functions, httpx.Client(timeout=httpx.Timeout(960.0, connect=5.0)))
         closers.append(lambdas.close)
-        from servestack.local.sagemaker_async import AsyncInferenceConfig, AsyncInvocations
-        from servestack.local.sagemaker_front import AsyncTarget
+        from servestack.local.sagemaker import AsyncInferenceConfig, AsyncInvocations, AsyncTarget
 
         asynchronous: dict[str, AsyncTarget] = {}
         for name, (url, config, keys) in plan.async_endpoints.items():
@@ -983,8 +998,7 @@ class World:
             asynchronous[name] = AsyncTarget(_submitter(invocations))
         runtime = SageMakerRuntime(plan.endpoints, asynchronous, self.aws["s3"])
         from servestack.local.cloudformation import ACCOUNT
-        from servestack.local.inference_components import InferenceComponents
-        from servestack.local.transform_jobs import TransformJobs
+        from servestack.local.sagemaker import InferenceComponents, TransformJobs
 
         components = InferenceComponents(self.components, self._scale_component, self._serving_copies)
         models = [model for topology in plan.topologies for model in topology.models]
@@ -1003,7 +1017,7 @@ class World:
                 plan.deployments[topology.deployment]["codedeploy"] = {
                     "application": release.application, "group": release.group,
                 }  # fmt: skip
-        from servestack.local.scheduler_api import SchedulerApi
+        from servestack.local.scheduler import SchedulerApi
 
         schedules = SchedulerApi(plan.schedules, self.region, ACCOUNT)
         front = AwsFront(runtime, lambdas, self.access, plan.aws_port, components, jobs, codedeploy, schedules)
@@ -1032,7 +1046,7 @@ class World:
             start_job = None
             if schedule.universal is not None:
                 start_job = self._transform_starter(plan, schedule)
-                if start_job is None:  # an SDK action local mode does not make (servestack/local/topology.py)
+                if start_job is None:  # an SDK action local mode does not make (servestack/local/stack/topology.py)
                     print(f"schedule {schedule.name}: its {schedule.universal} target is not run locally", flush=True)
                     continue
             role = schedule.role_arn.rsplit("/", 1)[-1]
@@ -1063,7 +1077,7 @@ class World:
             raise RuntimeError(f"the endpoint's router answered {response.status_code}: {response.text[:300]}")
 
     def _serving_copies(self, component: Any) -> tuple[int, int] | None:
-        from servestack.local.inference_components import copies_on_router
+        from servestack.local.sagemaker import copies_on_router
 
         return copies_on_router(self.component_routers[component.name], component.name)
 
@@ -1088,8 +1102,8 @@ class World:
         }  # fmt: skip
 
         def start(_: Any) -> str | None:
-            from servestack.local.developer import sagemaker_runtime
-            from servestack.local.transform import JobRefused, create_job, execute_job
+            from servestack.local.emulator import sagemaker_runtime
+            from servestack.local.sagemaker import JobRefused, create_job, execute_job
 
             try:
                 job = create_job(about, entry["transform"])
@@ -1129,7 +1143,7 @@ class World:
 
     def _dead_letter_sender(self, keys: dict[str, str] | None) -> Callable[[str, str, dict[str, Any]], None]:
         from servestack.local.emulator import client_as
-        from servestack.local.iam.identities import Credentials
+        from servestack.local.iam import Credentials
         from servestack.local.scheduler import send_dead_letter
 
         def send(queue_arn: str, body: str, attributes: dict[str, Any]) -> None:

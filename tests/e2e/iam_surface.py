@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servestack.local.developer import signed
+from servestack.local.emulator.callers import signed
 from servestack.local.iam.identities import DEVELOPER
-from servestack.local.iam_roles import ROUTE
+from servestack.local.iam.roles_route import ROUTE
 from tests.conftest import ARTIFACTS, REPO_ROOT
 from tests.e2e.conftest import SERVESTACK, LocalUp
 

@@ -45,8 +45,8 @@ from servestack.local.iam.access import LocalAccess
 from servestack.local.iam.operations import Check
 from servestack.local.iam.policy import Caller, Decision
 from servestack.local.iam.server import EnforcedMotoServer
-from servestack.local.lambda_service import LambdaService
-from servestack.local.sagemaker_front import SageMakerRuntime
+from servestack.local.lambda_.service import LambdaService
+from servestack.local.sagemaker.runtime_front import SageMakerRuntime
 
 ACCOUNT = "123456789012"
 REGION = "us-east-1"

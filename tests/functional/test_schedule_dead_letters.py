@@ -23,7 +23,7 @@ import pytest
 
 from servestack.local.iam import IamEnforcer, Identity, IdentityStore, ResourcePolicies
 from servestack.local.iam.server import EnforcedMotoServer
-from servestack.local.scheduler import ScheduleRunner, queue_url_of
+from servestack.local.scheduler.schedules import ScheduleRunner, queue_url_of
 from servestack.local.up import World
 from tests.unit.test_local_services import FakeLambdas, schedule
 

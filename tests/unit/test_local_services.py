@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from servestack.local.http_api import CompiledRoute, lambda_response
-from servestack.local.lambda_service import HostedFunction, LambdaService
-from servestack.local.scheduler import ScheduleRunner
-from servestack.local.synth import inputs_digest
-from servestack.local.topology import FunctionDef, RouteDef, ScheduleDef
+from servestack.local.apigateway.http_api import CompiledRoute, lambda_response
+from servestack.local.cloudformation.synth import inputs_digest
+from servestack.local.lambda_.service import HostedFunction, LambdaService
+from servestack.local.scheduler.schedules import ScheduleRunner
+from servestack.local.stack.topology import FunctionDef, RouteDef, ScheduleDef
 from servestack.local.up import Child, Supervisor, extract_model_data, map_paths
 
 # ------------------------------------------------------------------------------------------ HTTP API
@@ -109,7 +109,7 @@ class FakeLambdas:
         self.calls: list[tuple[str, bytes, dict[str, str]]] = []
 
     def invoke(self, raw: str, payload: bytes, *, headers: dict[str, str] | None = None, **_: Any) -> Any:
-        from servestack.local.lambda_service import Invocation
+        from servestack.local.lambda_.service import Invocation
 
         self.calls.append((raw, payload, headers or {}))
         return Invocation(self.statuses.pop(0), {}, b"boom")

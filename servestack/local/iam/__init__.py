@@ -99,13 +99,19 @@ from servestack.local.iam.enforcer import DISABLED_WARNING, Denial, IamEnforcer,
 from servestack.local.iam.identities import ADMIN_POLICY, DEVELOPER, Credentials, Identity, IdentityStore
 from servestack.local.iam.operations import Check, ExecuteApi, Operation
 from servestack.local.iam.policy import Caller, Decision, Policy, compile_policy
+from servestack.local.iam.replies import access_denied
 from servestack.local.iam.resource_policies import ResourcePolicies, evaluate_service_principal, lambda_permission
+from servestack.local.iam.roles_route import ROUTE, RolePolicies
 from servestack.local.iam.server import EnforcedMotoServer
+from servestack.local.iam.sigv4 import AuthFailure, authenticate, check_scope, parse_signature
+from servestack.local.iam.wire import HttpRequest
 
 __all__ = [
     "ADMIN_POLICY",
     "DEVELOPER",
     "DISABLED_WARNING",
+    "ROUTE",
+    "AuthFailure",
     "Caller",
     "Check",
     "Credentials",
@@ -113,6 +119,7 @@ __all__ = [
     "Denial",
     "EnforcedMotoServer",
     "ExecuteApi",
+    "HttpRequest",
     "IamEnforcer",
     "Identity",
     "IdentityStore",
@@ -121,8 +128,13 @@ __all__ = [
     "Policy",
     "PolicyError",
     "ResourcePolicies",
+    "RolePolicies",
+    "access_denied",
+    "authenticate",
+    "check_scope",
     "compile_policy",
     "disabled_warning",
     "evaluate_service_principal",
     "lambda_permission",
+    "parse_signature",
 ]

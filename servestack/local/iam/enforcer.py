@@ -46,8 +46,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from xml.sax.saxutils import escape
 
-from servestack.local.http_server import Reply, request_id
-from servestack.local.http_server import Request as LocalRequest
+from servestack.local.hosting import Reply, request_id
+from servestack.local.hosting import Request as LocalRequest
 from servestack.local.iam.canonical import (
     DEFAULT_HOST_NAMES,
     Endpoint,
@@ -410,7 +410,7 @@ class IamEnforcer:
     def check_request(
         self, request: LocalRequest, service_hint: str, *, api: ExecuteApi | None = None, source_ip: str = "127.0.0.1"
     ) -> Identity | Reply | None:
-        """`check` for a front built on servestack.local.http_server (its `Request` keeps the raw query)."""
+        """`check` for a front built on servestack.local.hosting.http_server (its `Request` keeps the raw query)."""
         return self.check(
             request.method,
             request.path,

@@ -833,11 +833,12 @@ SAGEMAKER_RUNTIME_ACTIONS = {
 }
 
 
-# The control-plane calls local up answers for inference components (servestack/local/inference_components.py):
+# The control-plane calls local up answers for inference components
+# (servestack/local/sagemaker/inference_components.py):
 # `sagemaker:<Operation>` on the component's ARN (Service Authorization Reference: resource type
 # inference-component).
 SAGEMAKER_COMPONENT_OPERATIONS = frozenset({"DescribeInferenceComponent", "UpdateInferenceComponentRuntimeConfig"})
-# The transform-job calls local up answers (servestack/local/transform_jobs.py), on the job's ARN.
+# The transform-job calls local up answers (servestack/local/sagemaker/transform_jobs.py), on the job's ARN.
 SAGEMAKER_TRANSFORM_JOB_OPERATIONS = frozenset({"CreateTransformJob", "DescribeTransformJob"})
 
 

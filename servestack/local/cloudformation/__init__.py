@@ -1,0 +1,35 @@
+"""The synthesized CloudFormation templates as `local up` reads them: `cdk synth`, resources, intrinsics and
+the values `Ref`/`Fn::GetAtt` return.
+
+Other packages of local mode import from here only (tests/unit/test_import_boundaries.py).
+"""
+
+from servestack.local.cloudformation.return_values import PARTITION
+from servestack.local.cloudformation.synth import SynthError, app_root, file_asset, stack_templates, synthesize
+from servestack.local.cloudformation.templates import (
+    ACCOUNT,
+    DEFAULT_REGION,
+    LocalValues,
+    Resolver,
+    Resource,
+    StackTemplate,
+    TemplateError,
+    logical_id_of,
+)
+
+__all__ = [
+    "ACCOUNT",
+    "DEFAULT_REGION",
+    "PARTITION",
+    "LocalValues",
+    "Resolver",
+    "Resource",
+    "StackTemplate",
+    "SynthError",
+    "TemplateError",
+    "app_root",
+    "file_asset",
+    "logical_id_of",
+    "stack_templates",
+    "synthesize",
+]
