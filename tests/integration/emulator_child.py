@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from servestack.local.emulator.moto_server import EmbeddedEmulator
-from servestack.local.emulator.persistence import CHUNK_BYTES, EmulatorState
+from servestack.local.emulator.moto_stores import CHUNK_BYTES
+from servestack.local.emulator.persistence import EmulatorState
 
 
 class StalledBuffer:

@@ -4,7 +4,7 @@
 in moto's in-memory backends and dies with the process. `EmulatorState` reads those backends directly (the
 embedded server shares them), which is faster than the HTTP API and sees what the API cannot, such as a
 message's receive count. It was written against moto 5.2.x; the private attributes it uses are checked at
-first use (`_check_moto`), so a moto upgrade that renames them fails loudly with the version in the message.
+first use (`check_moto`), so a moto upgrade that renames them fails loudly with the version in the message.
 
 What a snapshot holds:
 - every bucket (name, versioned or not) and the latest version of each key: its bytes, ETag, content type
@@ -31,7 +31,6 @@ Nothing is pickled. Writes are not fsynced: a snapshot survives the death of the
 
 from __future__ import annotations
 
-import base64
 import datetime
 import hashlib
 import json
@@ -46,6 +45,25 @@ from pathlib import Path
 from typing import Any
 
 from models.errors import ConfigurationError
+from servestack.local.emulator.moto_stores import (
+    CHUNK_BYTES,
+    TEMPORARY_MARK,
+    Capture,
+    KeyGone,
+    canonical_json,
+    capture_bucket,
+    capture_object,
+    capture_queue,
+    capture_table,
+    check_moto,
+    dynamo_from_json,
+    key_problem,
+    message_from_json,
+    printable_key,
+    read_chunk,
+    safe_digest,
+    write_atomically,
+)
 
 __all__ = ["EmulatorState", "RestoreSummary", "SnapshotSummary"]
 
@@ -56,8 +74,6 @@ FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 PARTS = "parts"
 BLOBS = "blobs"
-TEMPORARY_MARK = ".tmp-"
-CHUNK_BYTES = 8 * 1024 * 1024
 # A snapshot whose resources changed while it was being read is read again, this many times at most, so
 # that the saved queues, tables and buckets belong to one moment (a job row never outruns its message).
 CAPTURE_ATTEMPTS = 4
@@ -109,71 +125,6 @@ class RestoreSummary:
         return lines
 
 
-# ------------------------------------------------------------------------------------------- captures
-# A capture is what the backends held at one moment, read in memory without I/O. Two equal captures in a
-# row mean nothing changed in between; autosave compares a fresh capture with the last saved one.
-
-
-@dataclass(frozen=True)
-class _ObjectCapture:
-    key: str
-    size: int
-    last_modified: datetime.datetime
-    identity: int  # id() of moto's FakeKey: every PUT creates a new one
-    etag: str | None
-    metadata: tuple[tuple[str, str], ...]
-    storage_class: str | None
-    checksum_algorithm: str | None
-    checksum_value: str | None
-    fake_key: Any = field(compare=False, repr=False)
-
-    def blob_cache_key(self, bucket: str) -> tuple[str, str, int, datetime.datetime, int]:
-        return (bucket, self.key, self.size, self.last_modified, self.identity)
-
-    def manifest_entry(self, blob: str) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "blob": blob,
-            "size": self.size,
-            "etag": self.etag,
-            "last_modified": self.last_modified.isoformat(),
-            "metadata": dict(self.metadata),
-            "storage_class": self.storage_class,
-            "checksum_algorithm": self.checksum_algorithm,
-            "checksum_value": self.checksum_value,
-        }
-
-
-@dataclass(frozen=True)
-class _BucketCapture:
-    name: str
-    versioned: bool
-    objects: tuple[_ObjectCapture, ...]
-
-
-@dataclass
-class _QueueCapture:
-    name: str
-    messages: list[dict[str, Any]]  # JSON-ready already
-
-
-@dataclass
-class _TableCapture:
-    name: str
-    items: list[dict[str, Any]]  # DynamoDB JSON, binary values in base64
-
-
-@dataclass
-class _Capture:
-    buckets: list[_BucketCapture]
-    queues: list[_QueueCapture]
-    tables: list[_TableCapture]
-
-
-class _KeyGone(Exception):
-    """An S3 object was replaced or deleted while its bytes were being copied."""
-
-
 # ------------------------------------------------------------------------------------------ the state
 
 
@@ -194,7 +145,7 @@ class EmulatorState:
         self.account = account
         self.region = region
         self._lock = threading.Lock()  # one snapshot, restore or clear at a time
-        self._last_saved: _Capture | None = None
+        self._last_saved: Capture | None = None
         self._blob_cache: dict[tuple[str, str, int, datetime.datetime, int], str] = {}  # object identity -> blob digest
         self._part_cache: dict[str, tuple[Any, str]] = {}  # "queue NAME" -> (capture, part digest)
         self._saved_objects: dict[tuple[str, str], dict[str, Any]] = {}  # (bucket, key) -> last manifest entry
@@ -240,7 +191,7 @@ class EmulatorState:
             manifest = self._read_manifest()
             if manifest is None:
                 return summary
-            _check_moto()
+            check_moto()
             summary.saved_at = str(manifest.get("saved_at"))
             for entry in manifest.get("buckets", []):
                 self._restore_bucket(entry, summary)
@@ -318,23 +269,23 @@ class EmulatorState:
         from moto.sqs.models import sqs_backends
         from moto.utilities.utils import get_partition
 
-        _check_moto()
+        check_moto()
         return (
             s3_backends[self.account][get_partition(self.region)],
             sqs_backends[self.account][self.region],
             dynamodb_backends[self.account][self.region],
         )
 
-    def _capture(self) -> _Capture:
+    def _capture(self) -> Capture:
         s3, sqs, dynamodb = self._backends()
         # No reading order is safe for every flow on its own (a submit writes its job row, then its message;
         # a worker writes its result, then the row, then deletes the message): _stable_capture makes it moot.
-        queues = [_capture_queue(name, queue) for name, queue in sorted(dict(sqs.queues).items())]
-        tables = [_capture_table(name, table) for name, table in sorted(dict(dynamodb.tables).items())]
-        buckets = [_capture_bucket(name, bucket) for name, bucket in sorted(dict(s3.buckets).items())]
-        return _Capture(buckets, queues, tables)
+        queues = [capture_queue(name, queue) for name, queue in sorted(dict(sqs.queues).items())]
+        tables = [capture_table(name, table) for name, table in sorted(dict(dynamodb.tables).items())]
+        buckets = [capture_bucket(name, bucket) for name, bucket in sorted(dict(s3.buckets).items())]
+        return Capture(buckets, queues, tables)
 
-    def _stable_capture(self, first: _Capture | None = None) -> _Capture:
+    def _stable_capture(self, first: Capture | None = None) -> Capture:
         """Read until two reads in a row agree, so that every resource is saved as of one moment.
 
         Each resource is read at some time t1 and again at t2 > t1; when both reads agree for all of them,
@@ -352,7 +303,7 @@ class EmulatorState:
 
     # ------------------------------------------------------------------------------------- writing
 
-    def _snapshot(self, capture: _Capture) -> SnapshotSummary:
+    def _snapshot(self, capture: Capture) -> SnapshotSummary:
         started = time.perf_counter()
         summary = SnapshotSummary()
         for folder in (self.directory, self.directory / PARTS, self.directory / BLOBS):
@@ -384,7 +335,7 @@ class EmulatorState:
                 if digest is None:
                     try:
                         digest, written = self._store_blob(obj.fake_key)
-                    except _KeyGone:
+                    except KeyGone:
                         # Replaced or deleted while this snapshot ran: keep the version the last snapshot
                         # saved, if any, rather than nothing; the next snapshot saves what is there now.
                         complete = False
@@ -416,7 +367,7 @@ class EmulatorState:
             digest = self._store_part(f"table {table.name}", table, part, part_cache, summary)
             manifest["tables"].append({"name": table.name, "part": digest, "items": len(table.items)})
             summary.items += len(table.items)
-        _write_atomically(self.manifest_path, _canonical_json(manifest, indent=1))
+        write_atomically(self.manifest_path, canonical_json(manifest, indent=1))
 
         self._blob_cache, self._part_cache, self._saved_objects = blob_cache, part_cache, saved_objects
         self._last_saved = capture if complete else None
@@ -438,11 +389,11 @@ class EmulatorState:
         if previous is not None and previous[0] == capture and (self.directory / PARTS / previous[1]).is_file():
             cache[name] = previous
             return previous[1]
-        data = _canonical_json(part)
+        data = canonical_json(part)
         digest = hashlib.sha256(data).hexdigest()
         path = self.directory / PARTS / digest
         if not path.is_file():
-            _write_atomically(path, data)
+            write_atomically(path, data)
             summary.parts_written += 1
         cache[name] = (capture, digest)
         return digest
@@ -459,7 +410,7 @@ class EmulatorState:
         try:
             with temporary.open("wb") as out:
                 while True:
-                    chunk = _read_chunk(fake_key, offset)
+                    chunk = read_chunk(fake_key, offset)
                     if not chunk:
                         break
                     hasher.update(chunk)
@@ -519,7 +470,7 @@ class EmulatorState:
         name = str(entry.get("name"))
         digest = str(entry.get("part"))
         try:
-            data = (self.directory / PARTS / _safe_digest(digest)).read_bytes()
+            data = (self.directory / PARTS / safe_digest(digest)).read_bytes()
             if hashlib.sha256(data).hexdigest() != digest:
                 raise ValueError("content does not match its digest")
             part: dict[str, Any] = json.loads(data)
@@ -557,7 +508,7 @@ class EmulatorState:
         summary.buckets[name] = restored
 
     def _restore_object(self, s3: Any, bucket: str, obj: dict[str, Any]) -> None:
-        blob = self.directory / BLOBS / _safe_digest(obj["blob"])
+        blob = self.directory / BLOBS / safe_digest(obj["blob"])
         if blob.stat().st_size != obj["size"]:
             raise ValueError(f"blob {obj['blob'][:12]} holds {blob.stat().st_size} bytes, expected {obj['size']}")
         with blob.open("rb") as source:
@@ -581,7 +532,7 @@ class EmulatorState:
         key.checksum_algorithm = obj.get("checksum_algorithm")
         key.last_modified = datetime.datetime.fromisoformat(obj["last_modified"])
         # Seed the digest cache: the next snapshot does not read the object's bytes again.
-        self._blob_cache[_capture_object(obj["key"], key).blob_cache_key(bucket)] = obj["blob"]
+        self._blob_cache[capture_object(obj["key"], key).blob_cache_key(bucket)] = obj["blob"]
 
     def _restore_queue(self, entry: dict[str, Any], summary: RestoreSummary) -> None:
         _, sqs, _ = self._backends()
@@ -595,7 +546,7 @@ class EmulatorState:
             return
         with queue._messages_lock:
             present = {message.id for message in queue._messages}
-            restored = [_message_from_json(saved) for saved in part["messages"] if saved["id"] not in present]
+            restored = [message_from_json(saved) for saved in part["messages"] if saved["id"] not in present]
             queue._messages.extend(restored)
             queue._messages_lock.notify_all()  # long polls waiting on this queue see the messages now
         summary.queues[name] = len(restored)
@@ -614,10 +565,10 @@ class EmulatorState:
             return
         restored = 0
         for saved in part["items"]:
-            attributes = {attr: _dynamo_from_json(value) for attr, value in saved.items()}
-            problem = _key_problem(table, attributes)
+            attributes = {attr: dynamo_from_json(value) for attr, value in saved.items()}
+            problem = key_problem(table, attributes)
             if problem:
-                summary.unreadable.append(f"table {name}: item {_printable_key(table, saved)}: {problem}")
+                summary.unreadable.append(f"table {name}: item {printable_key(table, saved)}: {problem}")
                 continue
             hash_value = DynamoType(attributes[table.hash_key_attr])
             if table.range_key_attr is None:
@@ -627,252 +578,3 @@ class EmulatorState:
                 table.items[hash_value][range_value] = Item(hash_value, range_value, attributes)
             restored += 1
         summary.tables[name] = restored
-
-
-# ------------------------------------------------------------------------------------ moto structures
-
-_moto_checked = False
-
-
-def _check_moto() -> None:
-    """Fail with a clear message when the installed moto lacks the attributes this module reads and writes.
-
-    They are private parts of moto (checked against 5.2.x); an upgrade that renames one would otherwise fail
-    half-way through a snapshot with an AttributeError, or not at all.
-    """
-    global _moto_checked
-    if _moto_checked:
-        return
-    import moto
-    from moto.dynamodb.models.table import Table
-    from moto.s3.models import FakeBucket, FakeKey
-    from moto.sqs.models import Message, Queue
-
-    key = FakeKey("probe", b"", account_id="123456789012", region_name="us-east-1")
-    queue_class: Any = Queue  # concrete at run time; typed abstract (CloudFormationModel)
-    table_class: Any = Table
-    samples = {
-        "S3 object": (key, ("_value_buffer", "lock", "disposed", "contentsize", "_etag", "_metadata", "last_modified")),
-        "S3 bucket": (FakeBucket, ("is_versioned",)),  # a real one would claim its name in every account
-        "SQS queue": (
-            queue_class("probe", region="us-east-1", account_id="123456789012"),
-            ("_messages", "_messages_lock"),
-        ),
-        "SQS message": (Message("probe", ""), ("approximate_receive_count", "visible_at", "delayed_until")),
-        "DynamoDB table": (
-            table_class(
-                "probe",
-                "123456789012",
-                "us-east-1",
-                [{"AttributeName": "k", "KeyType": "HASH"}],
-                [{"AttributeName": "k", "AttributeType": "S"}],
-            ),
-            ("items", "hash_key_attr", "hash_key_type", "range_key_attr", "range_key_type"),
-        ),
-    }
-    missing = [
-        f"{what}.{name}" for what, (sample, names) in samples.items() for name in names if not hasattr(sample, name)
-    ]
-    key.dispose()
-    if missing:
-        raise ConfigurationError(
-            f"emulator state: moto {moto.__version__} lacks {', '.join(missing)}; servestack's persistence was "
-            "written for moto 5.2.x",
-            field="moto",
-            value=moto.__version__,
-            allowed="moto 5.2.x",
-        )
-    _moto_checked = True
-
-
-def _read_chunk(fake_key: Any, offset: int) -> bytes:
-    with fake_key.lock:
-        if fake_key.disposed:
-            raise _KeyGone
-        try:
-            buffer = fake_key._value_buffer
-            buffer.seek(offset)
-            chunk: bytes = buffer.read(CHUNK_BYTES)
-        except ValueError:  # closed by dispose() between the check and the read
-            raise _KeyGone from None
-    return chunk
-
-
-def _capture_object(name: str, fake_key: Any) -> _ObjectCapture:
-    metadata = fake_key._metadata
-    return _ObjectCapture(
-        key=name,
-        size=int(fake_key.contentsize),
-        last_modified=fake_key.last_modified,
-        identity=id(fake_key),
-        etag=fake_key._etag,
-        # moto's LowercaseDict keeps a plain dict in `store`; reading it directly is ~5x cheaper per check.
-        metadata=tuple(getattr(metadata, "store", metadata).items()),
-        storage_class=fake_key.storage_class,
-        checksum_algorithm=fake_key.checksum_algorithm,
-        checksum_value=fake_key.checksum_value,
-        fake_key=fake_key,
-    )
-
-
-def _capture_bucket(name: str, bucket: Any) -> _BucketCapture:
-    from moto.s3.models import FakeKey
-
-    objects = []
-    for key_name, versions in sorted(dict.items(bucket.keys)):  # the raw lists, without moto's per-key copies
-        latest = versions[-1] if versions else None
-        if isinstance(latest, FakeKey):  # a delete marker means the key is deleted
-            objects.append(_capture_object(key_name, latest))
-    return _BucketCapture(name, bucket.versioning_status == "Enabled", tuple(objects))
-
-
-def _capture_queue(name: str, queue: Any) -> _QueueCapture:
-    with queue._messages_lock:
-        messages = list(queue._messages)
-    return _QueueCapture(name, [_message_to_json(message) for message in messages])
-
-
-def _capture_table(name: str, table: Any) -> _TableCapture:
-    items: list[dict[str, Any]] = []
-    for stored in list(table.items.values()):
-        # Tables with a range key hold {range: Item} per hash key (possibly empty: moto's defaultdict).
-        for item in list(stored.values()) if isinstance(stored, dict) else [stored]:
-            items.append({attr: _dynamo_to_json(value) for attr, value in list(item.attrs.items())})
-    return _TableCapture(name, items)
-
-
-def _message_to_json(message: Any) -> dict[str, Any]:
-    return {
-        "id": message.id,
-        "body": message.body,
-        "message_attributes": _bytes_to_json(message.message_attributes),
-        "system_attributes": _bytes_to_json(message.system_attributes),
-        "sender_id": message.sender_id,
-        "sent_timestamp": message.sent_timestamp,
-        "first_receive_timestamp": message.approximate_first_receive_timestamp,
-        "receive_count": message.approximate_receive_count,
-        "deduplication_id": message.deduplication_id,
-        "group_id": message.group_id,
-        "sequence_number": message.sequence_number,
-        "delayed_until": message.delayed_until,
-    }
-
-
-def _message_from_json(saved: dict[str, Any]) -> Any:
-    from moto.sqs.models import Message
-
-    message = Message(saved["id"], saved["body"], _bytes_from_json(saved["system_attributes"]) or None)
-    message.message_attributes = _bytes_from_json(saved["message_attributes"])
-    message.sender_id = saved["sender_id"]
-    message.sent_timestamp = saved["sent_timestamp"]
-    message.approximate_first_receive_timestamp = saved["first_receive_timestamp"]
-    message.approximate_receive_count = saved["receive_count"]
-    message.deduplication_id = saved["deduplication_id"]
-    message.group_id = saved["group_id"]
-    message.sequence_number = saved["sequence_number"]
-    message.delayed_until = saved["delayed_until"]
-    message.visible_at = 0.0  # in flight when saved: visible again, as after its visibility timeout
-    return message
-
-
-_BYTES_TAG = "$base64"
-
-
-def _bytes_to_json(value: Any) -> Any:
-    """Message attributes hold bytes (BinaryValue); JSON holds them as {"$base64": "..."}."""
-    if isinstance(value, bytes):
-        return {_BYTES_TAG: base64.b64encode(value).decode()}
-    if isinstance(value, dict):
-        return {str(k): _bytes_to_json(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_bytes_to_json(v) for v in value]
-    return value
-
-
-def _bytes_from_json(value: Any) -> Any:
-    if isinstance(value, dict):
-        if set(value) == {_BYTES_TAG}:
-            return base64.b64decode(value[_BYTES_TAG])
-        return {k: _bytes_from_json(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_bytes_from_json(v) for v in value]
-    return value
-
-
-def _dynamo_to_json(value: Any) -> dict[str, Any]:
-    """moto's DynamoType as DynamoDB JSON; binary values (bytes in moto) as base64, as on the wire."""
-    kind, inner = value.type, value.value
-    if kind in _PLAIN_TYPES:  # the common case first: this runs for every attribute at every autosave check
-        return {kind: inner}
-    if kind == "M":
-        return {kind: {k: _dynamo_to_json(v) for k, v in inner.items()}}
-    if kind == "L":
-        return {kind: [_dynamo_to_json(v) for v in inner]}
-    if kind == "B":
-        return {kind: _base64(inner)}
-    if kind == "BS":
-        return {kind: [_base64(v) for v in inner]}
-    return {kind: list(inner)}  # SS, NS: a copy, so that a later change in moto is not shared
-
-
-_PLAIN_TYPES = frozenset({"S", "N", "BOOL", "NULL"})
-
-
-def _dynamo_from_json(value: dict[str, Any]) -> dict[str, Any]:
-    ((kind, inner),) = value.items()
-    if kind == "M":
-        return {kind: {k: _dynamo_from_json(v) for k, v in inner.items()}}
-    if kind == "L":
-        return {kind: [_dynamo_from_json(v) for v in inner]}
-    if kind == "B":
-        return {kind: base64.b64decode(inner)}
-    if kind == "BS":
-        return {kind: [base64.b64decode(v) for v in inner]}
-    return {kind: inner}
-
-
-def _base64(value: bytes | str) -> str:
-    return base64.b64encode(value).decode() if isinstance(value, bytes) else value  # str: base64 already
-
-
-def _key_problem(table: Any, attributes: dict[str, Any]) -> str | None:
-    """Why an item cannot go into `table` (whose key schema may have changed since the snapshot)."""
-    for attr, expected in ((table.hash_key_attr, table.hash_key_type), (table.range_key_attr, table.range_key_type)):
-        if attr is None:
-            continue
-        if attr not in attributes:
-            return f"has no key attribute {attr!r}"
-        actual = next(iter(attributes[attr]))
-        if actual != expected:
-            return f"key attribute {attr!r} is of type {actual}, the table's key is {expected}"
-    return None
-
-
-def _printable_key(table: Any, saved: dict[str, Any]) -> str:
-    return json.dumps({a: saved.get(a) for a in (table.hash_key_attr, table.range_key_attr) if a})[:120]
-
-
-# ------------------------------------------------------------------------------------------ files
-
-
-def _canonical_json(value: Any, indent: int | None = None) -> bytes:
-    separators = (",", ":") if indent is None else (",", ": ")
-    return json.dumps(value, sort_keys=True, separators=separators, indent=indent, ensure_ascii=False).encode()
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    """Readers see the old file or the new one, never a part: write aside, then rename over."""
-    temporary = path.with_name(f"{path.name}{TEMPORARY_MARK}{uuid.uuid4().hex}")
-    try:
-        temporary.write_bytes(data)
-        temporary.replace(path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-
-
-def _safe_digest(digest: str) -> str:
-    """A manifest names parts and blobs by hex digest; anything else (a path) is refused."""
-    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-        raise ValueError(f"{digest[:80]!r} is not a SHA-256 digest")
-    return digest

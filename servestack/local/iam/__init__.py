@@ -95,7 +95,7 @@ Hence our own engine in front of moto, with moto's check left off.
 
 from servestack.local.iam.access import LocalAccess
 from servestack.local.iam.conditions import PolicyError
-from servestack.local.iam.enforcer import DISABLED_WARNING, Denial, IamEnforcer, disabled_warning
+from servestack.local.iam.enforcer import DISABLED_WARNING, IamEnforcer, disabled_warning
 from servestack.local.iam.identities import ADMIN_POLICY, DEVELOPER, Credentials, Identity, IdentityStore
 from servestack.local.iam.operations import Check, ExecuteApi, Operation
 from servestack.local.iam.policy import Caller, Decision, Policy, compile_policy
@@ -104,6 +104,7 @@ from servestack.local.iam.resource_policies import ResourcePolicies, evaluate_se
 from servestack.local.iam.roles_route import ROUTE, RolePolicies
 from servestack.local.iam.server import EnforcedMotoServer
 from servestack.local.iam.sigv4 import AuthFailure, authenticate, check_scope, parse_signature
+from servestack.local.iam.verdicts import Denial
 from servestack.local.iam.wire import HttpRequest
 
 __all__ = [

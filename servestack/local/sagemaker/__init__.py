@@ -6,13 +6,13 @@ Other packages of local mode import from here only (tests/unit/test_import_bound
 
 from servestack.local.sagemaker import releases
 from servestack.local.sagemaker.async_inference import AsyncInferenceConfig, AsyncInvocations
+from servestack.local.sagemaker.backends import Faults
 from servestack.local.sagemaker.container import image_asset, read_image, staged_container
 from servestack.local.sagemaker.definitions import ComponentDef, ContainerDef, EndpointDef, TransformDef, VariantDef
 from servestack.local.sagemaker.dockerfile import DockerfileError
 from servestack.local.sagemaker.inference_components import ComponentState, InferenceComponents, copies_on_router
 from servestack.local.sagemaker.model_data import ModelDataError, fetch_model_data, model_data_urls, publish_model_data
 from servestack.local.sagemaker.multi_model import MultiModelFront
-from servestack.local.sagemaker.router import Faults
 from servestack.local.sagemaker.runtime_front import ENDPOINT_PREFIX, AsyncTarget, RealtimeTarget, SageMakerRuntime
 from servestack.local.sagemaker.transform import JobRefused, create_job, execute_job, run_transform
 from servestack.local.sagemaker.transform_jobs import TransformJobs

@@ -25,8 +25,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from servestack.local.sagemaker.backends import VariantPlan
 from servestack.local.sagemaker.rehearsal import Rehearsal
-from servestack.local.sagemaker.router import DEFAULT_MAX_IN_FLIGHT, Router, VariantPlan
+from servestack.local.sagemaker.router import DEFAULT_MAX_IN_FLIGHT, Router
 
 
 def plan_of(entry: dict[str, Any]) -> VariantPlan:

@@ -28,7 +28,8 @@ from typing import Any
 
 from models.errors import ServingError
 from servestack.alarms import AlarmDefinition, datapoints, sagemaker_variant_alarms
-from servestack.local.sagemaker.router import Backend, Faults, Router, VariantPlan
+from servestack.local.sagemaker.backends import Backend, Faults, VariantPlan
+from servestack.local.sagemaker.router import Router
 from servestack.spec import RealtimeDeployment, ServingSpec
 
 logger = logging.getLogger("servestack.rehearsal")

@@ -29,198 +29,44 @@ import asyncio
 import logging
 import random
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable, MutableMapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import orjson
 
 from handlers.body import ClientDisconnected, ReadDeadlines, read_asgi_body
-from models.errors import InvalidInput, ServingError
+from models.errors import ServingError
 from models.settings import SIX_MEBIBYTES
-from servestack.alarms import Observation
-from servestack.latency import percentiles_ms
-from servestack.local.hosting import Backoff, RealtimeProcess, free_port, kill_group
-from servestack.local.sagemaker.upstream import Upstream
+from servestack.local.hosting import RealtimeProcess, free_port, kill_group
+from servestack.local.sagemaker.backends import Backend, Faults, ShadowReport, VariantPlan
+from servestack.local.sagemaker.router_http import (
+    ADMIN,
+    FORWARDED,
+    INFERENCE_COMPONENT,
+    JSON_HEADERS,
+    ROUTER_REFUSAL,
+    TARGET_VARIANT,
+    VARIANT_HEADER,
+    Receive,
+    Scope,
+    Send,
+    admin_refusal,
+    local_port,
+    raw_target,
+    refusal_headers,
+    respond,
+    restarting_body,
+    returned_headers,
+)
 
 logger = logging.getLogger("servestack.router")
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
-VARIANT_HEADER = b"x-amzn-invoked-production-variant"
-TARGET_VARIANT = b"x-amzn-sagemaker-target-variant"
-INFERENCE_COMPONENT = b"x-amzn-sagemaker-inference-component"
-FORWARDED = {b"content-type", b"accept", b"x-amzn-sagemaker-target-model", b"x-amzn-sagemaker-custom-attributes"}
-RETURNED = {b"content-type", b"retry-after", b"x-amzn-sagemaker-custom-attributes", b"x-amzn-errortype"}
-ADMIN = "/_servestack/"
-ROUTER_REFUSAL = b"x-amzn-errortype"  # on the router's own 429/502/503 only: `forward` strips a container's
 MAX_SHADOW_IN_FLIGHT = 64
 # Requests the router holds at once (forwarded or waiting on a variant), past which it answers 429: a variant's
 # own admission queue is far shorter, so this bounds only a flood that would otherwise queue in the router.
 DEFAULT_MAX_IN_FLIGHT = 256
 WATCH_INTERVAL_SEC = 0.25
-
-
-# A variant's container restarts after 0.25, 0.5, 1 ... 10 s while it keeps dying within 2 s of serving (a
-# container that cannot start at all costs little), and after 0.25 s again once it served 2 s or longer.
-def variant_backoff() -> Backoff:
-    return Backoff(first_sec=0.25, most_sec=10.0, stable_sec=2.0)
-
-
-@dataclass(frozen=True)
-class Faults:
-    """What a rehearsal's green side does wrong on purpose: fail `error_rate` of requests, add `latency_ms`."""
-
-    error_rate: float = 0.0
-    latency_ms: float = 0.0
-
-    @classmethod
-    def parse(cls, text: str | None) -> Faults:
-        """`error_rate=0.2,latency_ms=50`; each error names the key, the value and what is allowed."""
-        values: dict[str, float] = {}
-        for part in (text or "").split(","):
-            if not part.strip():
-                continue
-            key, _, raw = part.partition("=")
-            key = key.strip()
-            if key not in ("error_rate", "latency_ms"):
-                raise ValueError(f"--inject-faults: {key!r} is not one of error_rate, latency_ms")
-            try:
-                values[key] = float(raw)
-            except ValueError:
-                raise ValueError(f"--inject-faults: {key}={raw!r} is not a number") from None
-        faults = cls(**values)
-        if not 0 <= faults.error_rate <= 1:
-            raise ValueError(f"--inject-faults: error_rate={faults.error_rate} is not in 0..1")
-        if not 0 <= faults.latency_ms <= 60_000:
-            raise ValueError(f"--inject-faults: latency_ms={faults.latency_ms} is not in 0..60000")
-        return faults
-
-    def __bool__(self) -> bool:
-        return bool(self.error_rate or self.latency_ms)
-
-
-@dataclass
-class Backend:
-    """One production variant (or the shadow): a realtime child and what the router saw of it."""
-
-    name: str
-    model: str
-    process: RealtimeProcess
-    weight: float = 1.0
-    faults: Faults = field(default_factory=Faults)
-    observations: deque[Observation] = field(default_factory=lambda: deque(maxlen=200_000))
-    component: str | None = None  # the inference component it serves, on an endpoint hosting components
-    plan: VariantPlan | None = None  # what to start again when its container dies (None: not restarted)
-    restarts: int = 0
-    restarting: bool = False  # its container died; a new one is on its way
-    retired: bool = False  # stopped on purpose: never restarted
-    started_at: float = field(default_factory=time.monotonic)
-    backoff: Backoff = field(default_factory=variant_backoff)
-
-    def __post_init__(self) -> None:
-        self.upstream = Upstream(self.process.host, self.process.port)
-
-    def is_retired(self) -> bool:
-        """Read anew after each await: the router may retire it meanwhile."""
-        return self.retired
-
-    def replace_process(self, process: RealtimeProcess) -> None:
-        """Serve from a new container (a restart): connections pooled to the old one are dropped."""
-        self.upstream.close()
-        self.process, self.upstream, self.started_at = process, Upstream(process.host, process.port), time.monotonic()
-
-    @property
-    def url(self) -> str:
-        return self.process.url
-
-    def record(self, status: int, latency_us: float) -> None:
-        self.observations.append(Observation(time.monotonic(), status, latency_us))
-
-    def summary(self) -> dict[str, Any]:
-        latencies = np.array([o.latency_us for o in self.observations], dtype=np.float64) / 1000
-        statuses = [o.status for o in self.observations]
-        return {
-            "model": self.model,
-            "url": self.url,
-            "weight": self.weight,
-            "faults": {"error_rate": self.faults.error_rate, "latency_ms": self.faults.latency_ms},
-            "pid": self.process.process.pid,
-            "restarts": self.restarts,
-            "restarting": self.restarting,
-            "requests": len(statuses),
-            "errors_4xx": sum(1 for s in statuses if 400 <= s < 500),
-            "errors_5xx": sum(1 for s in statuses if s >= 500),
-            "latency_ms": percentiles_ms(latencies),
-        }
-
-
-@dataclass
-class ShadowReport:
-    """Primary vs shadow on the copied requests."""
-
-    copied: int = 0
-    dropped: int = 0  # copies skipped because too many were in flight (never delays the primary)
-    shadow_errors: int = 0
-    compared_rows: int = 0
-    agreeing_rows: int = 0
-    probability_diffs: list[float] = field(default_factory=list)
-    incomparable: int = 0
-    primary_ms: list[float] = field(default_factory=list)
-    shadow_ms: list[float] = field(default_factory=list)
-
-    def compare(self, primary: bytes, shadow: bytes) -> None:
-        try:
-            a, b = orjson.loads(primary), orjson.loads(shadow)
-            labels_a, labels_b = a["predictions"], b["predictions"]
-        except (orjson.JSONDecodeError, KeyError, TypeError):
-            self.incomparable += 1
-            return
-        if len(labels_a) != len(labels_b):
-            self.incomparable += 1
-            return
-        self.compared_rows += len(labels_a)
-        self.agreeing_rows += sum(1 for x, y in zip(labels_a, labels_b, strict=True) if x == y)
-        if "probabilities" in a and "probabilities" in b:
-            pa, pb = np.asarray(a["probabilities"], dtype=np.float64), np.asarray(b["probabilities"], dtype=np.float64)
-            if pa.shape == pb.shape:
-                self.probability_diffs.append(float(np.abs(pa - pb).mean()))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "copied": self.copied,
-            "dropped": self.dropped,
-            "shadow_errors": self.shadow_errors,
-            "compared_rows": self.compared_rows,
-            "label_agreement": self.agreeing_rows / self.compared_rows if self.compared_rows else None,
-            "mean_abs_probability_diff": float(np.mean(self.probability_diffs)) if self.probability_diffs else None,
-            "incomparable": self.incomparable,
-            "latency_ms": {
-                "primary": percentiles_ms(np.array(self.primary_ms)),
-                "shadow": percentiles_ms(np.array(self.shadow_ms)),
-            },
-        }
-
-
-@dataclass(frozen=True)
-class VariantPlan:
-    """A variant to start: its name, model, weight and the package (or registry) it serves from."""
-
-    name: str
-    model: str
-    version: str
-    weight: float
-    package_dir: Path | None  # None: multi-model, served from the registry
-    environment: dict[str, str] = field(default_factory=dict)  # the container's, from the SageMaker model
-    component: str | None = None  # the inference component this plan is (its name is the plan's name then)
-    argv: tuple[str, ...] | None = None  # the image's command, from its staged context (None: the working tree's)
-    cwd: Path | None = None  # the image's WORKDIR, staged
 
 
 class Router:
@@ -401,21 +247,23 @@ class Router:
         path, method = scope["path"], scope["method"]
         request_headers: list[tuple[bytes, bytes]] = scope["headers"]
         try:
-            target = _raw_target(scope)
+            target = raw_target(scope)
             body = await read_asgi_body(receive, request_headers, self.max_body_bytes, self.read_deadlines)
         except ServingError as refused:
-            return await _respond(send, refused.status_code, _JSON, orjson.dumps({"error": refused.to_dict()}))
+            return await respond(send, refused.status_code, JSON_HEADERS, orjson.dumps({"error": refused.to_dict()}))
         except ClientDisconnected:
             return None
-        on_control_port = self.control_port is not None and _local_port(scope) == self.control_port
+        on_control_port = self.control_port is not None and local_port(scope) == self.control_port
         if path.startswith(ADMIN) or on_control_port:
             if not (path.startswith(ADMIN) and on_control_port):
-                return await _respond(send, 403, _JSON, _admin_refusal(method, path))
+                return await respond(send, 403, JSON_HEADERS, admin_refusal(method, path))
             status, answer = await self.admin(method, path[len(ADMIN) :], body)
-            return await _respond(send, status, [(b"content-type", b"application/json")], orjson.dumps(answer))
+            return await respond(send, status, [(b"content-type", b"application/json")], orjson.dumps(answer))
         if self.in_flight >= self.max_in_flight:
             self.shed += 1
-            return await _respond(send, 429, [*_JSON, *_refusal("ThrottlingException")], self._shed_refusal())
+            return await respond(
+                send, 429, [*JSON_HEADERS, *refusal_headers("ThrottlingException")], self._shed_refusal()
+            )
         self.in_flight += 1
         try:
             return await self._route(scope, method, path, target, request_headers, body, send)
@@ -435,16 +283,18 @@ class Router:
         if method == "GET" and path == "/ping":
             live = [v for v in self.variants if v.weight > 0] or self.variants
             if not live:  # every component scaled to zero: the endpoint itself is still in service
-                return await _respond(send, 200, [(b"content-type", b"application/json")], b"{}")
+                return await respond(send, 200, [(b"content-type", b"application/json")], b"{}")
             if live[0].restarting:
-                return await _respond(send, 503, [*_JSON, *_refusal("ServiceUnavailable")], _restarting(live[0]))
+                return await respond(
+                    send, 503, [*JSON_HEADERS, *refusal_headers("ServiceUnavailable")], restarting_body(live[0])
+                )
             status, headers, payload = await self.forward(live[0], "GET", b"/ping", [], b"")
-            return await _respond(send, status, _returned(headers), payload)
+            return await respond(send, status, returned_headers(headers), payload)
         headers = [(name, value) for name, value in request_headers if name in FORWARDED]
         if self.copies:
             backend, refusal = self._component_backend(request_headers)
             if refusal is not None:
-                return await _respond(send, 400, [(b"content-type", b"application/json")], orjson.dumps(refusal))
+                return await respond(send, 400, [(b"content-type", b"application/json")], orjson.dumps(refusal))
         else:
             wanted = next((value for name, value in request_headers if name == TARGET_VARIANT), None)
             backend = self.pick() if wanted is None else self.variant(wanted.decode("latin-1"))
@@ -452,16 +302,18 @@ class Router:
                 names = ", ".join(v.name for v in self.variants)
                 error = {"type": "ValidationError", "message": f"TargetVariant: {wanted!r} is not one of {names}"}
                 refusal_body = orjson.dumps({"error": error})
-                return await _respond(send, 400, [(b"content-type", b"application/json")], refusal_body)
+                return await respond(send, 400, [(b"content-type", b"application/json")], refusal_body)
         assert backend is not None
         if backend.restarting:
-            return await _respond(send, 503, [*_JSON, *_refusal("ServiceUnavailable")], _restarting(backend))
+            return await respond(
+                send, 503, [*JSON_HEADERS, *refusal_headers("ServiceUnavailable")], restarting_body(backend)
+            )
         started = time.perf_counter()
         status, response_headers, payload = await self.forward(backend, method, target, headers, body)
         elapsed = time.perf_counter() - started
         backend.record(status, elapsed * 1e6)
         extra = [(VARIANT_HEADER, backend.name.encode())]
-        await _respond(send, status, [*_returned(response_headers), *extra], payload)
+        await respond(send, status, [*returned_headers(response_headers), *extra], payload)
         if self.shadow is not None and method == "POST" and self._random.random() * 100 < self.shadow_percent:
             self._copy_to_shadow(method, target, headers, body, status, payload, elapsed)
         return None
@@ -526,7 +378,7 @@ class Router:
             status, answered, payload = await backend.upstream.request(method, path, headers, body)
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
             error = {"type": "VariantUnavailable", "message": f"variant {backend.name}: {type(exc).__name__}"}
-            return 502, [*_JSON, *_refusal("ServiceUnavailable")], orjson.dumps({"error": error})
+            return 502, [*JSON_HEADERS, *refusal_headers("ServiceUnavailable")], orjson.dumps({"error": error})
         # the refusal marker is the router's alone: a container's answer never carries it through
         return status, [(name, value) for name, value in answered if name != ROUTER_REFUSAL], payload
 
@@ -639,62 +491,3 @@ class Router:
                 await self.stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
-
-
-_JSON = [(b"content-type", b"application/json")]
-
-
-def _raw_target(scope: Scope) -> bytes:
-    """The request target as the caller sent it (percent-encoding kept), refused when it holds a byte that
-    could end the upstream request line (a space, CR, LF or another control character); the decoded `path`
-    is never put on the wire (`%0D%0A` would become a line break in it)."""
-    raw: bytes = scope.get("raw_path") or scope["path"].encode("utf-8")
-    query: bytes = scope.get("query_string", b"")
-    target = raw + b"?" + query if query else raw
-    if not target.startswith(b"/") or any(byte <= 0x20 or byte == 0x7F for byte in target):
-        raise InvalidInput(
-            "request target: holds a space or a control character",
-            field="path",
-            value=target[:80].decode("latin-1"),
-            allowed="a path and query of visible ASCII characters, percent-encoded",
-        )
-    return target
-
-
-def _refusal(error_type: str) -> list[tuple[bytes, bytes]]:
-    """The headers of the router's own retryable refusal (429 shed, 502 variant unreachable, 503 variant
-    restarting): a pause to take, and SageMaker's error code for it (`x-amzn-ErrorType`), by which local up's
-    SageMaker front tells it from a container's own error (which it reports as a ModelError)."""
-    return [(b"retry-after", b"1"), (ROUTER_REFUSAL, error_type.encode())]
-
-
-def _local_port(scope: Scope) -> int | None:
-    """The port the request came in on (ASGI's `server`: the listening socket's address)."""
-    server = scope.get("server")
-    return int(server[1]) if server and len(server) > 1 and server[1] is not None else None
-
-
-def _admin_refusal(method: str, path: str) -> bytes:
-    message = (
-        "the router's admin routes answer only on its control port, which local up records in its state file for "
-        "the CLI; this port serves inference requests"
-    )
-    error = {"type": "AccessDenied", "message": message, "field": "path", "value": f"{method} {path[:200]}",
-             "allowed": "inference routes here; /_servestack/ routes on the control port"}  # fmt: skip
-    return orjson.dumps({"error": error})
-
-
-def _restarting(backend: Backend) -> bytes:
-    """The refusal while a variant's container starts again: retryable (503 with Retry-After)."""
-    message = f"variant {backend.name}: its container exited and is starting again; retry"
-    return orjson.dumps({"error": {"type": "VariantRestarting", "message": message}})
-
-
-def _returned(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    return [(name, value) for name, value in headers if name in RETURNED]
-
-
-async def _respond(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-    headers = [*headers, (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
