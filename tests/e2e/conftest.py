@@ -125,7 +125,7 @@ def start_local_up(
 
 
 PORT_RACE_ATTEMPTS = 3
-# local up's two ways of saying so (servestack/local/up.py before binding, servestack/failures.py after).
+# local up's two ways of saying so (servestack/local/up/command.py before binding, servestack/failures.py after).
 PORT_TAKEN = ("is in use; pick another with --", "Address already in use: another process took the port")
 
 

@@ -120,12 +120,12 @@ def test_describe_inference_component_reports_the_copies_the_router_runs(compone
 
 
 def test_local_ups_transform_report_route_answers_only_the_developers_signature() -> None:
-    from servestack.local.aws_front import AwsFront
     from servestack.local.emulator.callers import signed
     from servestack.local.iam.access import LocalAccess
     from servestack.local.lambda_.service import LambdaService
     from servestack.local.sagemaker.runtime_front import SageMakerRuntime
     from servestack.local.sagemaker.transform_jobs import REPORT_PREFIX, TransformJobs
+    from servestack.local.up.aws_front import AwsFront
 
     access = LocalAccess(log=lambda line: None)
     front = AwsFront(

@@ -18,7 +18,6 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from servestack.local.aws_front import AwsFront
 from servestack.local.iam.access import LocalAccess
 from servestack.local.lambda_.service import LambdaService
 from servestack.local.sagemaker.inference_components import ComponentState, InferenceComponents
@@ -31,6 +30,7 @@ from servestack.local.sagemaker.runtime_front import (
     SageMakerRuntime,
 )
 from servestack.local.sagemaker.transform_jobs import REPORT_PREFIX, TransformJobs
+from servestack.local.up.aws_front import AwsFront
 from tests.conftest import ARTIFACTS, RealtimeServer
 
 pytestmark = pytest.mark.slow

@@ -24,7 +24,7 @@ import pytest
 from servestack.local.iam import IamEnforcer, Identity, IdentityStore, ResourcePolicies
 from servestack.local.iam.server import EnforcedMotoServer
 from servestack.local.scheduler.schedules import ScheduleRunner, queue_url_of
-from servestack.local.up import World
+from servestack.local.up.world import World
 from tests.unit.test_local_services import FakeLambdas, schedule
 
 ACCOUNT = "123456789012"

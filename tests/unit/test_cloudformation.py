@@ -17,7 +17,8 @@ from servestack.local.cloudformation.templates import (
     TemplateError,
     generated_name,
 )
-from servestack.local.stack.topology import EMULATED, REPORTED, read_stack
+from servestack.local.stack.report import EMULATED, REPORTED
+from servestack.local.stack.topology import read_stack
 from tests.conftest import REPO_ROOT
 
 LOCAL = LocalValues(region="eu-west-1", account="123456789012", emulator_url="http://emu:5000",

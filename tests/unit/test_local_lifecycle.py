@@ -23,7 +23,8 @@ from servestack.local.commands import lifecycle
 from servestack.local.emulator import state
 from servestack.local.hosting.processes import free_port
 from servestack.local.sagemaker import releases
-from servestack.local.up import Child, _port
+from servestack.local.up.children import Child
+from servestack.local.up.command import _port
 from servestack.progress import Progress
 
 # ------------------------------------------------------------------------------------------ logs

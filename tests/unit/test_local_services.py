@@ -15,12 +15,15 @@ from typing import Any
 
 import pytest
 
+from servestack.local.apigateway.definitions import RouteDef
 from servestack.local.apigateway.http_api import CompiledRoute, lambda_response
 from servestack.local.cloudformation.synth import inputs_digest
+from servestack.local.lambda_.definitions import FunctionDef
 from servestack.local.lambda_.service import HostedFunction, LambdaService
+from servestack.local.scheduler.definitions import ScheduleDef
 from servestack.local.scheduler.schedules import ScheduleRunner
-from servestack.local.stack.topology import FunctionDef, RouteDef, ScheduleDef
-from servestack.local.up import Child, Supervisor, extract_model_data, map_paths
+from servestack.local.up.children import Child, Supervisor
+from servestack.local.up.environment import extract_model_data, map_paths
 
 # ------------------------------------------------------------------------------------------ HTTP API
 

@@ -14,7 +14,9 @@ from servestack.local.cloudformation.templates import (
     Resource,
     StackTemplate,
     TemplateError,
+    as_list,
     logical_id_of,
+    str_map,
 )
 
 __all__ = [
@@ -28,8 +30,10 @@ __all__ = [
     "SynthError",
     "TemplateError",
     "app_root",
+    "as_list",
     "file_asset",
     "logical_id_of",
     "stack_templates",
+    "str_map",
     "synthesize",
 ]

@@ -342,3 +342,13 @@ def logical_id_of(value: Any) -> str | None:
         if key == "Fn::GetAtt":
             return str(argument[0] if isinstance(argument, list) else argument.split(".", 1)[0])
     return None
+
+
+def str_map(value: Any) -> dict[str, str]:
+    """A template's map of strings (an environment, tags): JSON for a nested value, as CloudFormation passes it."""
+    return {str(k): json.dumps(v) if isinstance(v, dict | list) else str(v) for k, v in (value or {}).items()}
+
+
+def as_list(value: Any) -> list[Any]:
+    """A property that may be one value, a list, or absent, as a list."""
+    return value if isinstance(value, list) else [] if value is None else [value]

@@ -1,6 +1,6 @@
 """How `local up` brings a dead child back: after a delay that doubles while the child keeps dying soon after
 it started (1, 2, 4 ... up to a ceiling), and starts again from the first delay once a child ran long enough to
-count as healthy. `local up` supervises its own children with it (servestack/local/up.py) and each endpoint's
+count as healthy. `local up` supervises its own children with it (servestack/local/up/children.py) and each endpoint's
 router its variants' containers (servestack/local/sagemaker/router.py)."""
 
 from __future__ import annotations

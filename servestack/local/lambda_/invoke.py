@@ -3,7 +3,7 @@
 Each `local up` child that hosts Lambda handlers (serverless and async HTTP fronts, the SQS poller, the batch
 scheduler) serves this API on its `--invoke-port` for the `LocalFunction`s it already runs, so an invocation
 shares the process, the loaded model and the one-event-at-a-time instance of the event source. The AWS front
-(servestack/local/aws_front.py) routes boto3's `lambda.invoke` here. What follows the Lambda API reference:
+(servestack/local/up/aws_front.py) routes boto3's `lambda.invoke` here. What follows the Lambda API reference:
 - `X-Amz-Invocation-Type`: `RequestResponse` (200 + the handler's result as JSON), `Event` (202 at once; the
   handler runs in the background, without Lambda's two retries), `DryRun` (204 after validation).
 - A handler that raises (or times out): 200 with `X-Amz-Function-Error: Unhandled` and

@@ -9,7 +9,7 @@ import, which loads and warms the model), and answers the Lambda Invoke API on p
 
 The environment is the function's own (the template's variables, resolved) plus what the Lambda runtime
 sets (`AWS_LAMBDA_FUNCTION_NAME`, `AWS_REGION`, `LAMBDA_TASK_ROOT`...) and the credentials of the
-function's execution role; `local up` builds it (servestack/local/up.py).
+function's execution role; `local up` builds it (servestack/local/up/world.py).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from servestack.local.sagemaker.dockerfile import DockerfileError
 from servestack.local.sagemaker.inference_components import ComponentState, InferenceComponents, copies_on_router
 from servestack.local.sagemaker.model_data import ModelDataError, fetch_model_data, model_data_urls, publish_model_data
 from servestack.local.sagemaker.multi_model import MultiModelFront
+from servestack.local.sagemaker.reading import read_endpoint, read_transforms
 from servestack.local.sagemaker.runtime_front import ENDPOINT_PREFIX, AsyncTarget, RealtimeTarget, SageMakerRuntime
 from servestack.local.sagemaker.transform import JobRefused, create_job, execute_job, run_transform
 from servestack.local.sagemaker.transform_jobs import TransformJobs
@@ -44,7 +45,9 @@ __all__ = [
     "image_asset",
     "model_data_urls",
     "publish_model_data",
+    "read_endpoint",
     "read_image",
+    "read_transforms",
     "releases",
     "run_transform",
     "staged_container",

@@ -20,7 +20,7 @@ The job's record is InProgress while it runs, then Completed or Failed with the 
 The S3 reads and writes are made with the keys of the model's execution role, so the template's grants are
 checked as in AWS. When the job ends, SageMaker's "SageMaker Transform Job State Change" event goes to the
 function the stack's rule targets (the manifest step), through the local Lambda API, as EventBridge would.
-The local scheduler fires transform schedules the same way (servestack/local/up.py: create, then execute_job).
+The local scheduler fires transform schedules the same way (servestack/local/up/world.py: create, then execute_job).
 """
 
 from __future__ import annotations

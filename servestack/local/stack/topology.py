@@ -13,125 +13,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servestack.local.apigateway import HttpApiDef, RouteDef
-from servestack.local.cloudformation import PARTITION, Resolver, Resource, StackTemplate, TemplateError, logical_id_of
+from servestack.local.cloudformation import (
+    PARTITION,
+    Resolver,
+    Resource,
+    StackTemplate,
+    TemplateError,
+    as_list,
+    logical_id_of,
+    str_map,
+)
 from servestack.local.codedeploy import LambdaDeploymentDef, read_lambda_deployments
 from servestack.local.lambda_ import EventSourceMappingDef, FunctionDef
-from servestack.local.sagemaker import ComponentDef, ContainerDef, EndpointDef, TransformDef, VariantDef
+from servestack.local.sagemaker import (
+    EndpointDef,
+    TransformDef,
+    read_endpoint,
+    read_transforms,
+)
 from servestack.local.scheduler import ScheduleDef, TaskDef
-
-# ------------------------------------------------------------------------------------------ the report
-
-EMULATED: dict[str, str] = {
-    "AWS::S3::Bucket": "bucket on the emulator (versioning, notifications)",
-    "AWS::S3::BucketPolicy": "resource policy, evaluated on every call",
-    "Custom::S3BucketNotifications": "the bucket's notification configuration, applied on the emulator",
-    "AWS::SQS::Queue": "queue on the emulator (visibility timeout, retention, redrive to its DLQ)",
-    "AWS::SQS::QueuePolicy": "resource policy, evaluated on every call and on notification set-up",
-    "AWS::DynamoDB::Table": "table on the emulator (keys, billing mode, TTL attribute)",
-    "AWS::SNS::Topic": "topic on the emulator",
-    "AWS::SNS::Subscription": "subscription on the emulator (SQS, raw delivery)",
-    "AWS::SNS::TopicPolicy": "resource policy, evaluated on every call",
-    "AWS::IAM::Role": "credentials for the function or container that assumes it",
-    "AWS::IAM::Policy": "identity policy, evaluated on every call the role makes",
-    "AWS::Lambda::Function": "handler run in a local process: the template's handler, environment, timeout, memory",
-    "AWS::Lambda::Version": "accepted as an Invoke qualifier (local mode runs the working tree)",
-    "AWS::Lambda::Alias": "accepted as an Invoke qualifier (local mode runs the working tree)",
-    "AWS::Lambda::EventSourceMapping": "SQS poller: batch size, window, partial failures, maximum concurrency",
-    "AWS::Lambda::Permission": "resource policy: checked for the HTTP API and schedule that invoke the function",
-    "AWS::Scheduler::Schedule": "local scheduler: expression, time zone, input, retries, DLQ; each run (and "
-    "`local run-batch`) started as its role; GetSchedule on local up's AWS API port",
-    "AWS::ApiGatewayV2::Api": "local HTTP API front",
-    "AWS::ApiGatewayV2::Route": "route with its authorizer (AWS_IAM: SigV4 + execute-api:Invoke)",
-    "AWS::ApiGatewayV2::Integration": "Lambda proxy integration (payload 2.0, timeout)",
-    "AWS::ApiGatewayV2::Stage": "the $default stage",
-    "AWS::SageMaker::Model": "its image run from the staged build context, its model data fetched with its role",
-    "AWS::SageMaker::EndpointConfig": "variants, weights, shadow, serverless and async configuration, model mode",
-    "AWS::SageMaker::Endpoint": "local endpoint behind the SageMaker Runtime front",
-    "AWS::SageMaker::InferenceComponent": "its model's container run locally, invoked by InferenceComponentName; "
-    "copies set by UpdateInferenceComponentRuntimeConfig (0 stops it)",
-    "AWS::Logs::LogGroup": "on the emulator: each child's output written with its role, and to local up's output",
-    "AWS::ECS::TaskDefinition": "the container's command run as a local process, its environment, its task role",
-    "AWS::CodeDeploy::Application": "`local deploy` of a serverless deployment: CodeDeploy's API on local up's port",
-    "AWS::CodeDeploy::DeploymentConfig": "the release's steps and interval (`local deploy` of a serverless deployment)",
-    "AWS::CodeDeploy::DeploymentGroup": "`local deploy` of a serverless deployment: the pre-traffic hook under its "
-    "role, the alias shift and alarm reads under the service role (weights recorded: every version runs the same "
-    "code locally)",
-}
-REPORTED: dict[str, str] = {
-    "AWS::CloudWatch::Alarm": "not evaluated (the `local deploy` rehearsal evaluates the rollback alarms)",
-    "AWS::CloudWatch::Dashboard": "not emulated",
-    "AWS::ApplicationAutoScaling::ScalableTarget": "not emulated: one instance per variant (one container per "
-    "inference component) locally",
-    "AWS::ApplicationAutoScaling::ScalingPolicy": "not emulated: one instance per variant (one container per "
-    "inference component) locally",
-    "AWS::KMS::Key": "not emulated: data at rest is not encrypted locally",
-    "AWS::KMS::Alias": "not emulated: data at rest is not encrypted locally",
-    "AWS::CDK::Metadata": "CDK's own metadata",
-    "AWS::Events::Rule": (
-        "not emulated as a rule: the emulated transform job (`servestack local run-batch`, or its schedule) sends "
-        "the SageMaker transform job state change event to the rule's target function when it ends"
-    ),
-}
-REPORTED_PREFIXES = {
-    "AWS::EC2::": "not emulated: local processes share this machine's network",
-    "AWS::ECS::": "not emulated (Fargate tasks)",
-    "AWS::ECR::": "not emulated: images are not built locally",
-}
-
-
-@dataclass(frozen=True)
-class ResourceReport:
-    stack: str
-    logical_id: str
-    type: str
-    physical_name: str
-    emulated: bool
-    how: str
-
-
-UNIVERSAL_TARGET = ":scheduler:::aws-sdk:"
-CREATE_TRANSFORM_JOB = "sagemaker:createTransformJob"
-NOT_RUN_UNIVERSAL = (
-    "reported: its target is the AWS SDK action {action} (Scheduler's universal target); the local scheduler "
-    "does not fire it"
-)
-RUN_CREATE_TRANSFORM_JOB = (
-    "fired by the local scheduler on its expression (also now: `servestack local run-batch`): CreateTransformJob "
-    "on local up's SageMaker API as the schedule's role (its sagemaker:CreateTransformJob grant checked on the "
-    "job's ARN, the request validated as SageMaker does; refused: retried, then its dead-letter queue), then the "
-    "job emulated"
-)
-
-
-def universal_action(target_arn: str) -> str | None:
-    """`service:action` of a Scheduler universal target ARN (`arn:aws:scheduler:::aws-sdk:service:action`)."""
-    _, found, action = target_arn.partition(UNIVERSAL_TARGET)
-    return action if found else None
-
-
-def report_of(template: StackTemplate, resolver: Resolver) -> list[ResourceReport]:
-    rows: list[ResourceReport] = []
-    for resource in template.resources.values():
-        how = EMULATED.get(resource.type)
-        emulated = how is not None
-        if resource.type == "AWS::Scheduler::Schedule":
-            action = universal_action(str(resolver.resolve((resource.properties.get("Target") or {}).get("Arn", ""))))
-            if action == CREATE_TRANSFORM_JOB:
-                how, emulated = RUN_CREATE_TRANSFORM_JOB, True
-            elif action is not None:
-                how, emulated = NOT_RUN_UNIVERSAL.format(action=action), False
-        if how is None:
-            how = REPORTED.get(resource.type) or next(
-                (text for prefix, text in REPORTED_PREFIXES.items() if resource.type.startswith(prefix)),
-                "not emulated: unknown to local mode",
-            )
-        try:
-            physical = resolver.physical_name(resource.logical_id)
-        except TemplateError:
-            physical = "-"
-        rows.append(ResourceReport(template.name, resource.logical_id, resource.type, physical, emulated, how))
-    return rows
-
+from servestack.local.stack.report import ResourceReport, report_of, universal_action
 
 # ------------------------------------------------------------------------------------------ definitions
 
@@ -213,14 +114,6 @@ class StackTopology:
         return next((f for f in self.functions.values() if f.arn == base), None)
 
 
-def _str_map(value: Any) -> dict[str, str]:
-    return {str(k): json.dumps(v) if isinstance(v, dict | list) else str(v) for k, v in (value or {}).items()}
-
-
-def _as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [] if value is None else [value]
-
-
 def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
     """The stack's topology; raises `TemplateError` for a template local mode cannot run faithfully."""
     deployment = template.tag("servestack:deployment") or template.name
@@ -236,10 +129,10 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
             trust = r(p.get("AssumeRolePolicyDocument", {}))
             services = tuple(
                 str(s)
-                for statement in _as_list(trust.get("Statement"))
-                for s in _as_list((statement.get("Principal") or {}).get("Service"))
+                for statement in as_list(trust.get("Statement"))
+                for s in as_list((statement.get("Principal") or {}).get("Service"))
             )
-            inline = tuple(r(policy["PolicyDocument"]) for policy in _as_list(p.get("Policies")))
+            inline = tuple(r(policy["PolicyDocument"]) for policy in as_list(p.get("Policies")))
             topology.roles[res.logical_id] = RoleDef(
                 res.logical_id,
                 name(res.logical_id),
@@ -252,7 +145,7 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
         p = res.properties
         if res.type == "AWS::IAM::Policy":
             document = r(p["PolicyDocument"])
-            for role_ref in _as_list(p.get("Roles")):
+            for role_ref in as_list(p.get("Roles")):
                 role_id = logical_id_of(role_ref)
                 if role_id in topology.roles:
                     role = topology.roles[role_id]
@@ -354,7 +247,7 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
                 name(res.logical_id),
                 resolver.get_att(res.logical_id, "Arn"),
                 str(r(p["Handler"])),
-                _str_map(variables),
+                str_map(variables),
                 int(r(p.get("Timeout", 3))),
                 int(r(p.get("MemorySize", 128))),
                 int(r(reserved)) if reserved is not None else None,
@@ -417,13 +310,13 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
                     str(r(p["EventSourceArn"])),
                     int(r(p.get("BatchSize", 10))),
                     int(r(p.get("MaximumBatchingWindowInSeconds", 0))),
-                    "ReportBatchItemFailures" in _as_list(r(p.get("FunctionResponseTypes"))),
+                    "ReportBatchItemFailures" in as_list(r(p.get("FunctionResponseTypes"))),
                     int(scaling["MaximumConcurrency"]) if "MaximumConcurrency" in scaling else None,
                     bool(r(p.get("Enabled", True))),
                 )
             )
         elif res.type == "AWS::ECS::TaskDefinition":
-            containers = _as_list(p.get("ContainerDefinitions"))
+            containers = as_list(p.get("ContainerDefinitions"))
             if len(containers) != 1:
                 raise TemplateError(
                     f"{template.name}: task definition {res.logical_id} has {len(containers)} containers; local "
@@ -462,14 +355,14 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
                 )
             )
         elif res.type == "AWS::SageMaker::Endpoint":
-            topology.endpoints[res.logical_id] = _endpoint(template, resolver, res, resources)
+            topology.endpoints[res.logical_id] = read_endpoint(template, resolver, res, resources)
     hosted = {c.logical_id for e in topology.endpoints.values() for c in e.components}
     for res in resources:
         if res.type == "AWS::SageMaker::InferenceComponent" and res.logical_id not in hosted:
             raise TemplateError(
                 f"{template.name}: inference component {res.logical_id} names an endpoint that is not in the stack"
             )
-    topology.transforms = _transforms(template, resolver, resources, topology.schedules)
+    topology.transforms = read_transforms(template, resolver, resources, topology.schedules)
     topology.models = [resolver.physical_name(m.logical_id) for m in resources if m.type == "AWS::SageMaker::Model"]
     topology.apis = _http_apis(template, resolver, resources, topology)
     for key, output in template.body.get("Outputs", {}).items():
@@ -498,7 +391,7 @@ def _notification_form(configuration: Mapping[str, Any]) -> dict[str, Any]:
         for item in configuration.get(template_key, []):
             entry: dict[str, Any] = {
                 api_target: item[target_key],
-                "Events": _as_list(item.get("Events") or item.get("Event")),
+                "Events": as_list(item.get("Events") or item.get("Event")),
             }
             rules = ((item.get("Filter") or {}).get("S3Key") or {}).get("Rules")
             if rules:
@@ -517,175 +410,6 @@ def _policy_targets(res: Resource, p: Mapping[str, Any], topology: StackTopology
         urls = [str(u) for u in resolver.resolve(p["Queues"])]
         return [q.arn for q in topology.queues.values() if q.url in urls]
     return [str(t) for t in resolver.resolve(p["Topics"])]
-
-
-def _container(resolver: Resolver, model: Resource) -> tuple[ContainerDef, str]:
-    p = model.properties
-    containers = _as_list(p.get("Containers"))
-    if "PrimaryContainer" not in p and len(containers) != 1:
-        raise TemplateError(
-            f"{resolver.template.name}: model {model.logical_id} has {len(containers)} containers; local mode runs "
-            "one container per model"
-        )
-    raw = resolver.resolve(p.get("PrimaryContainer") or containers[0])
-    role = logical_id_of(p.get("ExecutionRoleArn"))
-    if role is None:
-        raise TemplateError(f"{resolver.template.name}: model {model.logical_id} has no execution role in the stack")
-    data = raw.get("ModelDataUrl") or ((raw.get("ModelDataSource") or {}).get("S3DataSource") or {}).get("S3Uri")
-    container = ContainerDef(
-        str(raw.get("Image", "")), _str_map(raw.get("Environment")), str(data) if data else None,
-        str(raw.get("Mode", "SingleModel")),
-    )  # fmt: skip
-    return container, role
-
-
-# What SageMaker refuses when an endpoint hosts inference components (docs/sagemaker-strictness.md).
-NOT_A_COMPONENT_ENDPOINT = (
-    "Inference Components are not supported in this Endpoint. Please make sure this endpoint can deploy inference "
-    "components."
-)
-ZERO_COPIES_AT_CREATION = "Inference components copy count an integer larger than 0"
-
-
-TRANSFORM_JOB_ENDED = "SageMaker Transform Job State Change"
-
-
-def _transforms(
-    template: StackTemplate, resolver: Resolver, resources: list[Resource], schedules: list[ScheduleDef]
-) -> list[TransformDef]:
-    """Each schedule whose universal target is CreateTransformJob, with the model it names and the function
-    SageMaker's job state change event runs."""
-    models = {resolver.physical_name(m.logical_id): m for m in resources if m.type == "AWS::SageMaker::Model"}
-    on_end: str | None = None
-    for rule in resources:
-        if rule.type != "AWS::Events::Rule":
-            continue
-        pattern = resolver.resolve(rule.properties.get("EventPattern") or {})
-        if TRANSFORM_JOB_ENDED in _as_list(pattern.get("detail-type")):
-            targets = _as_list(rule.properties.get("Targets"))
-            on_end = logical_id_of(targets[0].get("Arn")) if targets else None
-    found: list[TransformDef] = []
-    for schedule in schedules:
-        if schedule.universal != "sagemaker:createTransformJob":
-            continue
-        job = json.loads(schedule.input or "{}")
-        model = models.get(str(job.get("ModelName")))
-        if model is None:
-            raise TemplateError(
-                f"{template.name}: schedule {schedule.logical_id} creates transform jobs of model "
-                f"{job.get('ModelName')!r}, which is not in the stack"
-            )
-        container, role = _container(resolver, model)
-        found.append(TransformDef(schedule.name, schedule.role_arn, job, container, role, on_end))
-    return found
-
-
-def _endpoint(
-    template: StackTemplate, resolver: Resolver, endpoint: Resource, resources: list[Resource]
-) -> EndpointDef:
-    config_id = logical_id_of(endpoint.properties["EndpointConfigName"])
-    config = template.resources.get(config_id or "")
-    if config is None:
-        raise TemplateError(f"{template.name}: endpoint {endpoint.logical_id} has no endpoint config in the stack")
-    models = {resolver.physical_name(m.logical_id): m for m in resources if m.type == "AWS::SageMaker::Model"}
-
-    def model_of(model_name: str, who: str) -> Resource:
-        model = models.get(model_name)
-        if model is None:
-            raise TemplateError(f"{template.name}: {who} names unknown model {model_name}")
-        return model
-
-    def variant(raw: Mapping[str, Any]) -> VariantDef:
-        resolved = resolver.resolve(dict(raw))
-        container, role, model_name = None, None, None
-        if "ModelName" in raw:
-            model_name = str(resolver.resolve(raw["ModelName"]))
-            container, role = _container(resolver, model_of(model_name, f"variant {raw.get('VariantName')}"))
-        elif "ServerlessConfig" in resolved:
-            raise TemplateError(
-                f"{template.name}: variant {resolved.get('VariantName')} of {endpoint.logical_id} is serverless and "
-                "names no model: SageMaker places inference components on instance-based variants only"
-            )
-        return VariantDef(
-            str(resolved["VariantName"]),
-            model_name,
-            container,
-            role,
-            float(resolved.get("InitialVariantWeight", 1.0)),
-            resolved.get("InstanceType"),
-            int(resolved.get("InitialInstanceCount", 1)),
-            resolved.get("ServerlessConfig"),
-        )
-
-    p = config.properties
-    variants = tuple(variant(v) for v in _as_list(p.get("ProductionVariants")))
-    name = resolver.physical_name(endpoint.logical_id)
-    execution_role = logical_id_of(p.get("ExecutionRoleArn"))
-    if execution_role not in template.resources:  # absent, or AWS::NoValue, or a role outside the stack
-        execution_role = None
-    if any(v.model_name is None for v in variants) and execution_role is None:
-        # CreateEndpointConfig refuses a config for inference components without one (stdapi-ai/stdapi.ai #43).
-        raise TemplateError(
-            f"{template.name}: endpoint config {config.logical_id} has a variant without ModelName (for inference "
-            "components) but no ExecutionRoleArn in the stack; SageMaker requires one for such a config"
-        )
-
-    def component(res: Resource) -> ComponentDef:
-        props = res.properties
-        resolved = resolver.resolve(dict(props))
-        who = f"inference component {res.logical_id}"
-        wanted = str(resolved.get("VariantName") or variants[0].name)
-        host = next((v for v in variants if v.name == wanted), None)
-        if host is None:
-            raise TemplateError(
-                f"{template.name}: {who} names variant {wanted}, not one of {name}'s "
-                f"({', '.join(v.name for v in variants)})"
-            )
-        if host.model_name is not None:
-            raise TemplateError(f"{template.name}: {who} on variant {wanted} of {name}: {NOT_A_COMPONENT_ENDPOINT}")
-        copies = int((resolved.get("RuntimeConfig") or {}).get("CopyCount", 1))
-        if copies < 1:
-            raise TemplateError(f"{template.name}: {who}: {ZERO_COPIES_AT_CREATION} (CopyCount {copies})")
-        specification = props.get("Specification") or {}
-        if "ModelName" not in specification:
-            raise TemplateError(f"{template.name}: {who} names no SageMaker model; local mode runs a model's container")
-        model_name = str(resolver.resolve(specification["ModelName"]))
-        container, role = _container(resolver, model_of(model_name, who))
-        component_name = resolver.physical_name(res.logical_id)
-        return ComponentDef(
-            res.logical_id,
-            component_name,
-            resolver.ref(res.logical_id),
-            wanted,
-            model_name,
-            container,
-            role,
-            copies,
-            dict(resolved.get("Specification", {}).get("ComputeResourceRequirements") or {}),
-            resolved.get("DeploymentConfig"),
-        )
-
-    endpoint_arn = resolver.ref(endpoint.logical_id)
-    components = tuple(
-        component(r)
-        for r in resources
-        if r.type == "AWS::SageMaker::InferenceComponent"
-        and str(resolver.resolve(r.properties.get("EndpointName") or r.properties.get("EndpointArn")))
-        in (name, endpoint_arn)
-    )
-    return EndpointDef(
-        endpoint.logical_id,
-        name,
-        endpoint_arn,
-        variants,
-        tuple(variant(v) for v in _as_list(p.get("ShadowProductionVariants"))),
-        resolver.resolve(p["AsyncInferenceConfig"]) if "AsyncInferenceConfig" in p else None,
-        resolver.resolve(endpoint.properties["DeploymentConfig"])
-        if "DeploymentConfig" in endpoint.properties
-        else None,
-        components,
-        execution_role,
-    )
 
 
 def _http_apis(
