@@ -14,6 +14,8 @@ from typing import Any
 
 from models.errors import ConfigurationError
 
+PARTS = "parts"
+BLOBS = "blobs"
 TEMPORARY_MARK = ".tmp-"
 CHUNK_BYTES = 8 * 1024 * 1024
 

@@ -5,6 +5,6 @@ Other packages of local mode import from here only (tests/unit/test_import_bound
 """
 
 from servestack.local.stack.provision import ProvisionError, provision
-from servestack.local.stack.topology import read_stack
+from servestack.local.stack.topology import StackTopology, read_stack
 
-__all__ = ["ProvisionError", "provision", "read_stack"]
+__all__ = ["ProvisionError", "StackTopology", "provision", "read_stack"]

@@ -16,6 +16,7 @@ from typing import Any
 
 from servestack.local.emulator import state
 from servestack.local.hosting import REPO_ROOT, free_port, port_is_free
+from servestack.local.stack import StackTopology
 from servestack.local.up.children import Child, Supervisor
 from servestack.local.up.environment import (
     base_environment,
@@ -27,6 +28,7 @@ from servestack.local.up.options import (
     UpError,
     UpOptions,
 )
+from servestack.local.up.services import start_services
 from servestack.local.up.world import World
 
 # ------------------------------------------------------------------------------------------ local up
@@ -194,7 +196,7 @@ def _run(options: UpOptions) -> int:
         lifecycle.start_children(children, progress, notices)
         lifecycle.child_processes(children, plan.deployments)
         mark("functions and endpoints ready")
-        closers = [shipper.close for shipper in plan.log_shippers] + world.start_services(plan)
+        closers = [shipper.close for shipper in plan.log_shippers] + start_services(world, plan)
         if saved is not None:
             saved.start_autosave()
         mark("fronts, event sources and schedules running")
@@ -274,7 +276,7 @@ def _port(
     return moved
 
 
-def explain(topologies: list[Any]) -> str:
+def explain(topologies: list[StackTopology]) -> str:
     """`local up --explain`: each resource, its physical name, and whether local mode emulates it."""
     lines = []
     for topology in topologies:

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import sys
-import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,9 +15,11 @@ from typing import Any
 
 from servestack.local.batch import retire_seeded_input, seed_batch_input
 from servestack.local.hosting import free_port
-from servestack.local.up.children import Child, _pump
+from servestack.local.iam import LocalAccess
+from servestack.local.sagemaker import EndpointDef, TransformDef
+from servestack.local.stack import StackTopology
+from servestack.local.up.children import Child
 from servestack.local.up.environment import (
-    base_environment,
     curl_sigv4,
     extract_model_data,
     first_version,
@@ -35,6 +35,7 @@ from servestack.local.up.options import (
     UpError,
     UpOptions,
 )
+from servestack.spec import ServingSpec
 
 # ------------------------------------------------------------------------------------------ the world
 
@@ -53,7 +54,7 @@ class Plan:
     identities: dict[str, dict[str, str]] = field(default_factory=dict)
     curls: list[str] = field(default_factory=list)
     aws_port: int = 0
-    topologies: list[Any] = field(default_factory=list)
+    topologies: list[StackTopology] = field(default_factory=list)
     log_shippers: list[Any] = field(default_factory=list)  # LogShipper, one per child
 
     @property
@@ -64,14 +65,14 @@ class Plan:
 @dataclass
 class World:
     options: UpOptions
-    spec: Any
+    spec: ServingSpec
     spec_file: Path
     project: Path  # serving.yaml's folder: its model packages
     code_root: Path  # the CDK app's folder: the handlers' code (Lambda's /var/task)
     work: Path
     region: str
     emulator_url: str
-    access: Any
+    access: LocalAccess
     aws: dict[str, Any]
     registry_uri: str
     service_endpoints: dict[str, str] = field(default_factory=dict)  # AWS_ENDPOINT_URL_<SERVICE> for functions
@@ -83,7 +84,7 @@ class World:
     # ------------------------------------------------------------------------------------ what to run
     def plan(
         self,
-        topologies: list[Any],
+        topologies: list[StackTopology],
         realtime_port: int,
         aws_port: int,
         api_ports: dict[tuple[str, str], int],
@@ -163,8 +164,8 @@ class World:
                 plan.mappings.append((mapping, function, credentials[function.role]))
             plan.schedules += topology.schedules
             for task in topology.tasks.values():
-                role = topology.roles.get(task.task_role or "")
-                keys = credentials[role.logical_id].environment() if role is not None else {}
+                task_role = topology.roles.get(task.task_role or "")
+                keys = credentials[task_role.logical_id].environment() if task_role is not None else {}
                 # `python` in the image is this interpreter here; the image's working directory is the code root.
                 argv = [sys.executable if a == "python" else a for a in task.argv]
                 task_env = map_paths(
@@ -177,26 +178,31 @@ class World:
                 plan.tasks[task.logical_id] = (task.arn, argv, env_base | self.service_endpoints | task_env | keys)
                 # The mapped environment: `local run-batch` runs the task here, where the image's paths are not.
                 entry["task"] = {"arn": task.arn, "argv": argv, "environment": task_env,
-                                 "role": role.name if role else None}  # fmt: skip
+                                 "role": task_role.name if task_role else None}  # fmt: skip
             for endpoint in topology.endpoints.values():
                 port = realtime_port if first_realtime else free_port()
                 first_realtime = False
                 child, target = self._endpoint(topology, endpoint, port, run_dir, env_base, credentials)
                 # SageMaker writes each container's output to the endpoint's group with the execution role.
                 group = f"/aws/sagemaker/Endpoints/{endpoint.name}"
-                hosted = endpoint.components or endpoint.variants
-                role = endpoint.execution_role or next((h.execution_role for h in hosted if h.execution_role), None)
-                if role is not None:
-                    stream = f"{hosted[0].name}/local-{uuid.uuid4().hex[:17]}"
-                    child.sinks.append(self._log_shipper(plan, child.name, group, credentials[role], stream))
+                hosts = endpoint.components or endpoint.variants
+                log_role = endpoint.execution_role or next((h.execution_role for h in hosts if h.execution_role), None)
+                if log_role is not None:
+                    stream = f"{hosts[0].name}/local-{uuid.uuid4().hex[:17]}"
+                    child.sinks.append(self._log_shipper(plan, child.name, group, credentials[log_role], stream))
                     entry.setdefault("log_groups", {})[endpoint.name] = group
                 plan.children.append(child)
                 entry["control_url"] = self.control_urls[endpoint.name]  # the router's admin routes, the CLI's
                 if endpoint.async_config is not None:
                     # An asynchronous endpoint: InvokeEndpointAsync only; SageMaker writes the outcome to S3 and
                     # publishes it to SNS with the model's execution role.
-                    role = credentials[endpoint.variants[0].execution_role]
-                    plan.async_endpoints[endpoint.name] = (target.url, endpoint.async_config, role)
+                    execution_role = endpoint.variants[0].execution_role
+                    assert execution_role is not None  # an asynchronous endpoint's variant hosts a model
+                    plan.async_endpoints[endpoint.name] = (
+                        target.url,
+                        endpoint.async_config,
+                        credentials[execution_role],
+                    )
                     entry |= {"endpoint_name": endpoint.name, "container_url": target.url}
                 else:
                     plan.endpoints[endpoint.name] = target
@@ -219,7 +225,7 @@ class World:
         return plan
 
     def _endpoint(
-        self, topology: Any, endpoint: Any, port: int, run_dir: Path, env_base: dict[str, str],
+        self, topology: StackTopology, endpoint: EndpointDef, port: int, run_dir: Path, env_base: dict[str, str],
         credentials: dict[str, Any],
     ) -> tuple[Child, Any]:  # fmt: skip
         from servestack.local.sagemaker import RealtimeTarget
@@ -296,7 +302,9 @@ class World:
         from servestack.local.sagemaker import MultiModelFront
 
         v = multi[0]
+        assert v.container is not None
         assert v.container.model_data_url is not None
+        assert v.execution_role is not None
         self._seed_models(v.container.model_data_url)
         front = MultiModelFront(
             endpoint_name=endpoint.name,
@@ -389,7 +397,7 @@ class World:
 
         seed_local(self.aws["s3"], self.spec, self.project / "models" / "artifacts", uri=prefix)
 
-    def _batch_entry(self, topology: Any, entry: dict[str, Any], sample: Path | None) -> None:
+    def _batch_entry(self, topology: StackTopology, entry: dict[str, Any], sample: Path | None) -> None:
         for schedule in topology.schedules:
             payload = json.loads(schedule.input or "{}")
             entry |= {
@@ -417,7 +425,7 @@ class World:
                 entry["seeded"] = seed_batch_input(self.aws["s3"], bucket, prefix, sample)
                 entry |= {"input_prefix": prefix, "output_prefix": output.rstrip("/") + "/"}
 
-    def _transform_entry(self, topology: Any, transform: Any) -> dict[str, Any]:
+    def _transform_entry(self, topology: StackTopology, transform: TransformDef) -> dict[str, Any]:
         """What `local run-batch` needs to run an engine: transform job: the request, the container's
         environment with the model data extracted here, the roles' names and the function run at the end."""
         from servestack.local.cloudformation import file_asset
@@ -439,7 +447,7 @@ class World:
             "on_end": on_end.name if on_end is not None else None,
         }
 
-    def _curls(self, topology: Any, entry: dict[str, Any], sample: Path | None) -> list[str]:
+    def _curls(self, topology: StackTopology, entry: dict[str, Any], sample: Path | None) -> list[str]:
         lines: list[str] = []
         url = entry.get("url")
         if topology.mode == "realtime" and url:
@@ -465,192 +473,6 @@ class World:
         return lines
 
     # ------------------------------------------------------------------------------------ services
-    def start_services(self, plan: Plan) -> list[Callable[[], None]]:
-        import httpx
-
-        from servestack.local.apigateway import HttpApiFront
-        from servestack.local.emulator import client_as
-        from servestack.local.lambda_ import LambdaService, SqsPoller
-        from servestack.local.sagemaker import SageMakerRuntime
-        from servestack.local.scheduler import ScheduleRunner
-        from servestack.local.up.aws_front import AwsFront
-
-        closers: list[Callable[[], None]] = []
-        lambdas = LambdaService(plan.functions, httpx.Client(timeout=httpx.Timeout(960.0, connect=5.0)))
-        closers.append(lambdas.close)
-        from servestack.local.sagemaker import AsyncInferenceConfig, AsyncInvocations, AsyncTarget
-
-        asynchronous: dict[str, AsyncTarget] = {}
-        for name, (url, config, keys) in plan.async_endpoints.items():
-            invocations = AsyncInvocations(
-                endpoint_name=name,
-                container_url=url,
-                config=AsyncInferenceConfig.from_endpoint_config({"AsyncInferenceConfig": config}),
-                s3=client_as("s3", self.emulator_url, keys, self.region),
-                sns=client_as("sns", self.emulator_url, keys, self.region),
-            )
-            closers.append(invocations.close)
-            asynchronous[name] = AsyncTarget(_submitter(invocations))
-        runtime = SageMakerRuntime(plan.endpoints, asynchronous, self.aws["s3"])
-        from servestack.local.cloudformation import ACCOUNT
-        from servestack.local.sagemaker import InferenceComponents, TransformJobs
-
-        components = InferenceComponents(self.components, self._scale_component, self._serving_copies)
-        models = [model for topology in plan.topologies for model in topology.models]
-        jobs = TransformJobs(models, self.region, ACCOUNT)
-        from servestack.local.codedeploy import LocalCodeDeploy
-
-        releases = [d for topology in plan.topologies for d in topology.lambda_deployments]
-        codedeploy = LocalCodeDeploy(
-            releases, self.access, emulator_url=self.emulator_url, front_url=plan.aws_api_url, region=self.region,
-            env_base=base_environment() | {"AWS_ENDPOINT_URL": self.emulator_url, "AWS_DEFAULT_REGION": self.region},
-            run_dir=self.work / "run", identities=plan.identities,
-        )  # fmt: skip
-        closers.append(codedeploy.close)
-        for topology in plan.topologies:  # what `local deploy` names in CreateDeployment
-            for release in topology.lambda_deployments:
-                plan.deployments[topology.deployment]["codedeploy"] = {
-                    "application": release.application, "group": release.group,
-                }  # fmt: skip
-        from servestack.local.scheduler import SchedulerApi
-
-        schedules = SchedulerApi(plan.schedules, self.region, ACCOUNT)
-        front = AwsFront(runtime, lambdas, self.access, plan.aws_port, components, jobs, codedeploy, schedules)
-        front = front.serve_in_background()
-        closers.append(front.close)
-        for api, port in plan.apis:
-            http_front = HttpApiFront(api, lambdas, self._authorize_api, port=port).serve_in_background()
-            closers.append(http_front.close)
-        stop = threading.Event()
-        threads: list[threading.Thread] = []
-        for mapping, function, credentials in plan.mappings:
-            if not mapping.enabled:
-                continue
-            sqs = client_as("sqs", self.emulator_url, credentials, self.region)
-            queue_url = next(q.url for t in plan.topologies for q in t.queues.values() if q.arn == mapping.queue_arn)
-            poller = SqsPoller(
-                sqs, queue_url, RemoteFunction(lambdas, function.name),
-                batch_size=mapping.batch_size, batch_window_sec=mapping.window_sec,
-                report_batch_item_failures=mapping.report_batch_item_failures,
-            )  # fmt: skip
-            thread = threading.Thread(target=poller.run, args=(stop,), name=f"esm-{function.name}", daemon=True)
-            thread.start()
-            threads.append(thread)
-        runners = []
-        for schedule in plan.schedules:
-            start_job = None
-            if schedule.universal is not None:
-                start_job = self._transform_starter(plan, schedule)
-                if start_job is None:  # an SDK action local mode does not make (servestack/local/stack/topology.py)
-                    print(f"schedule {schedule.name}: its {schedule.universal} target is not run locally", flush=True)
-                    continue
-            role = schedule.role_arn.rsplit("/", 1)[-1]
-            keys = plan.identities.get(role)
-            runner = ScheduleRunner(
-                schedule, lambdas, self.access.authorize, self._dead_letter_sender(keys),
-                run_task=self._task_runner(plan, schedule.role_arn), start_job=start_job,
-            )  # fmt: skip
-            runners.append(runner.start())
-
-        def stop_threads() -> None:
-            stop.set()
-            for runner in runners:
-                runner.stop()
-            for thread in threads:
-                thread.join(timeout=5)
-
-        closers.append(stop_threads)
-        return closers
-
-    def _scale_component(self, component: Any, copies: int) -> None:
-        """Tell the component's router to run its copies (0 stops its container); returns once they serve."""
-        import httpx
-
-        url = f"{self.component_routers[component.name]}/_servestack/components/{component.name}"
-        response = httpx.post(url, json={"copies": copies}, timeout=180)
-        if response.status_code != 200:
-            raise RuntimeError(f"the endpoint's router answered {response.status_code}: {response.text[:300]}")
-
-    def _serving_copies(self, component: Any) -> tuple[int, int] | None:
-        from servestack.local.sagemaker import copies_on_router
-
-        return copies_on_router(self.component_routers[component.name], component.name)
-
-    def _authorize_api(self, request: Any, resource: str) -> Any:
-        return self.access.check(request, "execute-api", resource)
-
-    def _transform_starter(self, plan: Plan, schedule: Any) -> Callable[[Any], str | None] | None:
-        """Scheduler's universal target `sagemaker:createTransformJob`: CreateTransformJob on local up's SageMaker
-        API as the schedule's role (as `local run-batch` makes it), then the job, emulated, in the background."""
-        if schedule.universal != "sagemaker:createTransformJob":
-            return None
-        found = [
-            (name, entry) for name, entry in plan.deployments.items()
-            if entry.get("transform") is not None and entry.get("schedule_name") == schedule.name
-        ]  # fmt: skip
-        if not found:
-            return None
-        name, entry = found[0]
-        about = {
-            "endpoint_url": self.emulator_url, "aws_api_url": plan.aws_api_url, "region": self.region,
-            "identities": plan.identities, "developer": self.access.developer.to_dict(), "project": str(self.project),
-        }  # fmt: skip
-
-        def start(_: Any) -> str | None:
-            from servestack.local.emulator import sagemaker_runtime
-            from servestack.local.sagemaker import JobRefused, create_job, execute_job
-
-            try:
-                job = create_job(about, entry["transform"])
-            except JobRefused as refused:
-                return str(refused)
-
-            def run() -> None:  # the job's failure is its record (DescribeTransformJob), not the schedule's
-                try:
-                    execute_job(about, name, entry["transform"], job, sagemaker_runtime(about))
-                except Exception as error:  # the manifest step's invocation: reported, as EventBridge's would be
-                    print(f"transform job {job['TransformJobName']}: {error}", file=sys.stderr, flush=True)
-
-            threading.Thread(target=run, name=f"transform-{job['TransformJobName']}", daemon=True).start()
-            return None
-
-        return start
-
-    def _task_runner(self, plan: Plan, role_arn: str) -> Callable[[Any], str | None]:
-        """Scheduler's ECS target: as the schedule's role (ecs:RunTask on the task definition), start the task's
-        container command as a process with its environment and task role."""
-
-        def run(schedule: Any) -> str | None:
-            if schedule.task not in plan.tasks:
-                return f"task definition {schedule.task} is not in the templates"
-            arn, argv, env = plan.tasks[schedule.task]
-            denied = self.access.authorize(role_arn, "ecs:RunTask", arn)
-            if denied is not None:
-                return f"AccessDeniedException: {denied}"
-            process = subprocess.Popen(
-                argv, cwd=self.code_root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-            )
-            assert process.stdout is not None
-            _pump(f"task {schedule.task}", process.stdout, sys.stdout)
-            return None
-
-        return run
-
-    def _dead_letter_sender(self, keys: dict[str, str] | None) -> Callable[[str, str, dict[str, Any]], None]:
-        from servestack.local.emulator import client_as
-        from servestack.local.iam import Credentials
-        from servestack.local.scheduler import send_dead_letter
-
-        def send(queue_arn: str, body: str, attributes: dict[str, Any]) -> None:
-            if keys is None:
-                return
-            credentials = Credentials.from_dict(keys)
-            sqs = client_as("sqs", self.emulator_url, credentials, self.region)
-            send_dead_letter(sqs, self.emulator_url, queue_arn, body, attributes)
-
-        return send
-
-    # ------------------------------------------------------------------------------------ banner
     def banner(self, plan: Plan, state_file: Path, timings: list[tuple[str, float]]) -> str:
         lines = [f"\naws emulator: {self.emulator_url}  (state: {state_file})"]
         keys = self.access.developer
@@ -679,29 +501,3 @@ class World:
         lines.append("\nstartup: " + ", ".join(f"{what} {sec:.1f}s" for what, sec in timings))
         lines.append("\nCtrl-C stops everything.")
         return "\n".join(lines)
-
-
-def _submitter(invocations: Any) -> Callable[[str, str, str | None, str | None, str], tuple[str, str | None]]:
-    def submit(
-        bucket: str, key: str, content_type: str | None, accept: str | None, inference_id: str
-    ) -> tuple[str, str | None]:
-        accepted = invocations.invoke(
-            input_location=f"s3://{bucket}/{key}", content_type=content_type, accept=accept, inference_id=inference_id
-        )
-        return str(accepted.output_location), accepted.failure_location
-
-    return submit
-
-
-class RemoteFunction:
-    """A function of the Lambda service, invoked synchronously; raises when the invocation failed."""
-
-    def __init__(self, lambdas: Any, name: str) -> None:
-        self.lambdas = lambdas
-        self.name = name
-
-    def invoke(self, event: Any) -> Any:
-        invocation = self.lambdas.invoke(self.name, json.dumps(event).encode())
-        if invocation.status != 200 or invocation.function_error:
-            raise RuntimeError(f"{self.name}: invocation failed ({invocation.status}): {invocation.body[:500]!r}")
-        return json.loads(invocation.body) if invocation.body else None
