@@ -21,9 +21,11 @@ administrator.
 
 Modules: `policy` (loading and evaluation), `conditions` (condition operators), `wildcards`, `canonical`
 (the one form of a request that is authorized and forwarded), `operations` (which action on which resource
-a request needs), `sigv4` (who signed it), `identities` (the one credentials type and key derivation),
-`resource_policies`, `replies` (refusals in each service's protocol), `enforcer` (the plug points), `server`
-(moto behind it), `access` (what local up asks of all this, enforced or not).
+a request needs: `calls` and, per family, `s3_operations`, `rpc_operations`, `rest_operations`), `sigv4` (who
+signed it), `identities` (the one credentials type and key derivation), `resource_policies`, `replies`
+(refusals in each service's protocol), `enforcer` (the plug points, with `verdicts` and `wsgi`), `server`
+(moto behind it), `access` (what local up asks of all this, enforced or not), `roles_route` (local up's
+`/_servestack/iam/roles`).
 
 What is enforced
 - Identity-based policies of the caller (inline and managed, as documents the template resolved), and
@@ -71,8 +73,8 @@ What is not enforced, and why
 - Per-chunk signatures of `aws-chunked` uploads (the seed signature is checked).
 - Resource policies changed at run time through the emulator's API (`PutBucketPolicy`,
   `SetQueueAttributes(Policy)`) are not picked up: `ResourcePolicies` is loaded from the templates.
-- Calls the engine does not recognise (servestack/local/iam/operations.py lists what it knows) are checked
-  as `<service>:<Operation>` on `*`: a policy scoped to ARNs denies them and the refusal says why.
+- Calls the engine does not recognise (servestack/local/iam/operations.py and its families list what it knows)
+  are checked as `<service>:<Operation>` on `*`: a policy scoped to ARNs denies them and the refusal says why.
 
 Why not moto's own enforcement (moto 5.2.5, `INITIAL_NO_AUTH_ACTION_COUNT`, `moto/iam/access_control.py`)
 Tried in-process with `mock_aws` and an IAM user holding a servestack-like policy

@@ -145,7 +145,7 @@ def fidelity_rows(topologies: list[Any], out_dir: Path) -> list[tuple[str, str, 
                     "the awslogs driver's group is not written: its output goes to local up's output",
                 )
             )
-        for release in topology.lambda_deployments:  # `local deploy` of a serverless deployment (codedeploy.py)
+        for release in topology.lambda_deployments:  # `local deploy` of a serverless deployment (codedeploy/)
             subject = f"release of {release.function}:{release.alias}"
             service_role = release.service_role_arn.rsplit("/", 1)[-1]
             if release.hook is not None:
