@@ -8,9 +8,10 @@ import shlex
 import sys
 import tarfile
 from pathlib import Path
-from typing import Any
 
 from servestack.local.hosting import REPO_ROOT
+from servestack.local.iam import Credentials
+from servestack.local.lambda_ import FunctionDef
 from servestack.local.up.options import (
     UpError,
 )
@@ -60,7 +61,7 @@ def first_version(model_dir: Path, model: str) -> str:
     return versions[0]
 
 
-def lambda_environment(function: Any, region: str, code_root: Path) -> dict[str, str]:
+def lambda_environment(function: FunctionDef, region: str, code_root: Path) -> dict[str, str]:
     """What the Lambda runtime adds to a function's own variables (Lambda's reserved environment variables)."""
     return {
         "AWS_LAMBDA_FUNCTION_NAME": function.name,
@@ -82,7 +83,7 @@ def base_environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in dropped} | {"PYTHONUNBUFFERED": "1"}
 
 
-def curl_sigv4(url: str, region: str, developer: Any, sample: Path | None) -> str:
+def curl_sigv4(url: str, region: str, developer: Credentials, sample: Path | None) -> str:
     data = f" -H 'Content-Type: application/json' --data @{shown(sample)}" if sample else ""
     method = " -X POST" if sample else ""
     user = f"{developer.access_key_id}:{developer.secret_access_key}"

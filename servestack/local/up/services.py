@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from servestack.local.scheduler import ScheduleDef
 from servestack.local.up.children import _pump
 from servestack.local.up.environment import (
     base_environment,
@@ -142,7 +143,7 @@ def authorize_api(world: World, request: Any, resource: str) -> Any:
     return world.access.check(request, "execute-api", resource)
 
 
-def transform_starter(world: World, plan: Plan, schedule: Any) -> Callable[[Any], str | None] | None:
+def transform_starter(world: World, plan: Plan, schedule: ScheduleDef) -> Callable[[Any], str | None] | None:
     """Scheduler's universal target `sagemaker:createTransformJob`: CreateTransformJob on local up's SageMaker
     API as the schedule's role (as `local run-batch` makes it), then the job, emulated, in the background."""
     if schedule.universal != "sagemaker:createTransformJob":

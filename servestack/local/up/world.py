@@ -13,10 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servestack.local.apigateway import HttpApiDef
 from servestack.local.batch import retire_seeded_input, seed_batch_input
 from servestack.local.hosting import free_port
-from servestack.local.iam import LocalAccess
-from servestack.local.sagemaker import EndpointDef, TransformDef
+from servestack.local.iam import Credentials, LocalAccess
+from servestack.local.lambda_ import EventSourceMappingDef, FunctionDef, HostedFunction
+from servestack.local.logs import LogShipper
+from servestack.local.sagemaker import EndpointDef, TransformDef, VariantDef
+from servestack.local.scheduler import ScheduleDef
 from servestack.local.stack import StackTopology
 from servestack.local.up.children import Child
 from servestack.local.up.environment import (
@@ -43,19 +47,19 @@ from servestack.spec import ServingSpec
 @dataclass
 class Plan:
     children: list[Child] = field(default_factory=list)
-    functions: list[Any] = field(default_factory=list)  # HostedFunction
+    functions: list[HostedFunction] = field(default_factory=list)
     endpoints: dict[str, Any] = field(default_factory=dict)  # endpoint name -> RealtimeTarget
     async_endpoints: dict[str, tuple[str, dict[str, Any], Any]] = field(default_factory=dict)  # (url, config, keys)
-    apis: list[tuple[Any, int]] = field(default_factory=list)  # (HttpApiDef, port)
-    mappings: list[tuple[Any, Any, Any]] = field(default_factory=list)  # (mapping, function, credentials)
-    schedules: list[Any] = field(default_factory=list)
+    apis: list[tuple[HttpApiDef, int]] = field(default_factory=list)  # (API, port)
+    mappings: list[tuple[EventSourceMappingDef, FunctionDef, Credentials]] = field(default_factory=list)
+    schedules: list[ScheduleDef] = field(default_factory=list)
     tasks: dict[str, tuple[str, list[str], dict[str, str]]] = field(default_factory=dict)  # id -> arn, argv, env
     deployments: dict[str, dict[str, Any]] = field(default_factory=dict)
     identities: dict[str, dict[str, str]] = field(default_factory=dict)
     curls: list[str] = field(default_factory=list)
     aws_port: int = 0
     topologies: list[StackTopology] = field(default_factory=list)
-    log_shippers: list[Any] = field(default_factory=list)  # LogShipper, one per child
+    log_shippers: list[LogShipper] = field(default_factory=list)  # one per child
 
     @property
     def aws_api_url(self) -> str:
@@ -318,7 +322,7 @@ class World:
         return child, RealtimeTarget(url, names, multi_model=True, multi_model_front=front)
 
     def _log_shipper(
-        self, plan: Plan, name: str, group: str, credentials: Any, stream: str | None = None
+        self, plan: Plan, name: str, group: str, credentials: Credentials, stream: str | None = None
     ) -> Callable[[str], None]:
         from servestack.local.emulator import client_as
         from servestack.local.logs import LogShipper, ensure_log_group, lambda_stream_name
@@ -333,11 +337,14 @@ class World:
         plan.log_shippers.append(shipper)
         return shipper
 
-    def _fetch_model_data(self, endpoint: str, variant: Any, credentials: Any) -> Path:
+    def _fetch_model_data(self, endpoint: str, variant: VariantDef, credentials: Credentials) -> Path:
         from servestack.local.emulator import client_as
         from servestack.local.sagemaker import ModelDataError, fetch_model_data
 
+        # Called for a variant whose container names its model data (`plan` checks).
+        assert variant.container is not None
         url = variant.container.model_data_url
+        assert url is not None
         root = (self.options.data_dir or self.work / "emulator") / "sagemaker" / endpoint / variant.name
         s3 = client_as("s3", self.emulator_url, credentials, self.region)
         try:
