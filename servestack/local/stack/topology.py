@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from servestack.local.apigateway import HttpApiDef, RouteDef
+from servestack.local.apigateway import HttpApiDef, read_http_apis
 from servestack.local.cloudformation import (
     PARTITION,
     Resolver,
@@ -364,7 +364,7 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
             )
     topology.transforms = read_transforms(template, resolver, resources, topology.schedules)
     topology.models = [resolver.physical_name(m.logical_id) for m in resources if m.type == "AWS::SageMaker::Model"]
-    topology.apis = _http_apis(template, resolver, resources, topology)
+    topology.apis = read_http_apis(template, resolver, resources, topology.function_by_arn)
     for key, output in template.body.get("Outputs", {}).items():
         topology.outputs[key] = str(resolver.resolve(output["Value"]))
     topology.lambda_deployments = read_lambda_deployments(template, resolver)
@@ -410,52 +410,3 @@ def _policy_targets(res: Resource, p: Mapping[str, Any], topology: StackTopology
         urls = [str(u) for u in resolver.resolve(p["Queues"])]
         return [q.arn for q in topology.queues.values() if q.url in urls]
     return [str(t) for t in resolver.resolve(p["Topics"])]
-
-
-def _http_apis(
-    template: StackTemplate, resolver: Resolver, resources: list[Resource], topology: StackTopology
-) -> dict[str, HttpApiDef]:
-    apis: dict[str, HttpApiDef] = {}
-    integrations = {r.logical_id: r for r in resources if r.type == "AWS::ApiGatewayV2::Integration"}
-    for api in (r for r in resources if r.type == "AWS::ApiGatewayV2::Api"):
-        protocol = api.properties.get("ProtocolType", "HTTP")
-        if protocol != "HTTP":
-            raise TemplateError(f"{template.name}: API {api.logical_id} is {protocol}; local mode runs HTTP APIs")
-        routes: list[RouteDef] = []
-        for route in (r for r in resources if r.type == "AWS::ApiGatewayV2::Route"):
-            if logical_id_of(route.properties["ApiId"]) != api.logical_id:
-                continue
-            target = str(resolver.resolve(route.properties.get("Target", "")))
-            integration = integrations.get(target.removeprefix("integrations/"))
-            if integration is None:
-                integration = next(
-                    (
-                        i
-                        for i in integrations.values()
-                        if resolver.ref(i.logical_id) == target.removeprefix("integrations/")
-                    ),
-                    None,
-                )
-            if integration is None:
-                raise TemplateError(f"{template.name}: route {route.logical_id} has no integration in the stack")
-            uri = str(resolver.resolve(integration.properties["IntegrationUri"]))
-            function = topology.function_by_arn(uri)
-            if function is None:
-                raise TemplateError(
-                    f"{template.name}: integration {integration.logical_id} targets {uri}, not a function of the stack"
-                )
-            parts = uri.split(":")
-            qualifier = parts[7] if len(parts) > 7 else None
-            routes.append(
-                RouteDef(
-                    str(resolver.resolve(route.properties["RouteKey"])),
-                    str(resolver.resolve(route.properties.get("AuthorizationType", "NONE"))),
-                    function.name,
-                    qualifier,
-                    int(resolver.resolve(integration.properties.get("TimeoutInMillis", 30_000))),
-                    str(resolver.resolve(integration.properties.get("PayloadFormatVersion", "2.0"))),
-                )
-            )
-        api_id = resolver.physical_name(api.logical_id)
-        apis[api.logical_id] = HttpApiDef(api.logical_id, api_id, resolver.arn("execute-api", api_id), tuple(routes))
-    return apis
