@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from servestack.local.developer import signed
+from servestack.local.emulator.callers import signed
 from servestack.local.iam.identities import DEVELOPER
 from tests.e2e.conftest import async_worker_pids, copy_project, start_local_up
 

@@ -43,8 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from servestack.local.emulator import aws_environment, clients
-from servestack.local.processes import REPO_ROOT, free_port, http_status
+from servestack.local.emulator.moto_server import aws_environment, clients
+from servestack.local.hosting.processes import REPO_ROOT, free_port, http_status
 from tests.integration.resources import ensure_bucket
 
 BUCKET = "servestack-bench"  # the bucket rule for deployment "bench"

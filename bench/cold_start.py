@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from servestack.local.processes import REPO_ROOT
+from servestack.local.hosting.processes import REPO_ROOT
 from stacks.bundling import LocalPythonBundler, find_python, tree_size_bytes
 
 TIMED_IMPORT = (

@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from servestack.local.emulator import EmbeddedEmulator, clients
-from servestack.local.persistence import EmulatorState
-from servestack.local.processes import REPO_ROOT
+from servestack.local.emulator.moto_server import EmbeddedEmulator, clients
+from servestack.local.emulator.persistence import EmulatorState
+from servestack.local.hosting.processes import REPO_ROOT
 
 BUCKET, QUEUE, TABLE = "bench-state", "bench-state-jobs", "bench-state-table"
 REPEAT = 7  # steady-state figures: the fastest and the median of this many runs (this machine is shared)

@@ -20,7 +20,7 @@ import httpx
 
 from bench.realtime import ARTIFACT, LoadResult, Payload, PinnedServer, median, wrk
 from models.registry import DirectoryStore, ModelRegistry
-from servestack.local.processes import free_port
+from servestack.local.hosting.processes import free_port
 
 HOT_SET_SCRIPT = """
 wrk.method = "POST"

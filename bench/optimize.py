@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from servestack.local.processes import REPO_ROOT
+from servestack.local.hosting.processes import REPO_ROOT
 from servestack.registry import open_registry, seed
 
 METHODS = ("graph", "dynamic-int8", "static-int8")

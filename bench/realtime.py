@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from servestack.local.processes import REPO_ROOT, free_port, http_status
+from servestack.local.hosting.processes import REPO_ROOT, free_port, http_status
 
 ARTIFACT = REPO_ROOT / "models" / "artifacts" / "digits" / "1"
 SERVER_CORE, LOAD_CORE = "0", "1"

@@ -1,6 +1,6 @@
 """Reading an ASGI request body with a size limit and a deadline: the one reader of every ASGI front
-(handlers/app.py, the local endpoint router in servestack/local/router.py, and local mode's fronts in
-servestack/local/http_server.py).
+(handlers/app.py, the local endpoint router in servestack/local/sagemaker/router.py, and local mode's fronts in
+servestack/local/hosting/http_server.py).
 
 - Size: a declared `Content-Length` over the limit is refused before any byte is read; a chunked body is
   refused as soon as it passes the limit. Either way the 413 is sent only after the rest of the body has

@@ -127,7 +127,7 @@ def up_arguments(up: argparse.ArgumentParser) -> None:
 
 def run_up(args: argparse.Namespace) -> int:
     from servestack import artifacts, project
-    from servestack.local import state
+    from servestack.local.emulator import state
     from servestack.local.up import UpOptions, run
     from servestack.spec import load_spec
 
@@ -207,7 +207,7 @@ def deploy_arguments(rehearse: argparse.ArgumentParser) -> None:
 
 
 def run_deploy(args: argparse.Namespace) -> int:
-    from servestack.local.deploy import deploy
+    from servestack.local.commands.deploy import deploy
 
     options = {
         "strategy": args.strategy,
@@ -254,7 +254,7 @@ def batch_arguments(batch: argparse.ArgumentParser) -> None:
 
 
 def run_batch(args: argparse.Namespace) -> int:
-    from servestack.local.commands import run_batch as run_job
+    from servestack.local.commands.invoke import run_batch as run_job
 
     return run_job(
         args.name,
@@ -284,8 +284,8 @@ def invoke_arguments(invoke: argparse.ArgumentParser) -> None:
 
 def run_invoke(args: argparse.Namespace) -> int:
     from servestack import project
-    from servestack.local import state
-    from servestack.local.commands import invoke
+    from servestack.local.commands.invoke import invoke
+    from servestack.local.emulator import state
 
     if args.state is None and not os.environ.get(state.STATE_ENV) and project.find_project() is None:
         # Said before "local up is not running": outside a project, no local up could be found at all.

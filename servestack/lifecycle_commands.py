@@ -1,8 +1,9 @@
 """`servestack local up --detach|status|logs|down|put-input`: local mode's lifecycle from the command line.
 
 Each subcommand is a pair, its arguments and its run, which `servestack/cli.py` lists in its `COMMANDS`; the
-work is done in `servestack/local/lifecycle.py` (detach, status, down), `servestack/local/logs.py` and
-`servestack/local/batch_data.py`.
+work is done in `servestack/local/commands/lifecycle.py` (detach, status, down), `servestack/local/logs/log_files.py`
+and
+`servestack/local/batch/data.py`.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from servestack.failures import CommandError
 
 
 def detach_up(args: argparse.Namespace, spec_file: Path, state_file: Path, work: Path) -> int:
-    """`local up` again, without --detach, in the background (servestack/local/lifecycle.py)."""
-    from servestack.local import lifecycle
+    """`local up` again, without --detach, in the background (servestack/local/commands/lifecycle.py)."""
+    from servestack.local.commands import lifecycle
 
     if args.explain:
         raise CommandError("--detach: --explain prints and exits; run it without --detach")
@@ -48,7 +49,7 @@ def state_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def _state_path(args: argparse.Namespace) -> Path:
-    from servestack.local import state
+    from servestack.local.emulator import state
 
     return Path(args.state) if args.state else state.default_path()
 
@@ -59,7 +60,7 @@ def status_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from servestack.local import lifecycle
+    from servestack.local.commands import lifecycle
 
     return lifecycle.status(_state_path(args), sys.stdout, as_json=args.json)
 
@@ -72,7 +73,7 @@ def down_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_down(args: argparse.Namespace) -> int:
-    from servestack.local import lifecycle
+    from servestack.local.commands import lifecycle
 
     return lifecycle.down(_state_path(args), timeout_sec=args.timeout_sec)
 
@@ -125,6 +126,6 @@ def put_input_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_put_input(args: argparse.Namespace) -> int:
-    from servestack.local.batch_data import put_input
+    from servestack.local.batch.data import put_input
 
     return put_input(args.name, args.files, state_path=args.state)

@@ -196,7 +196,7 @@ def deployment_sample(target: str, deployment: str | None) -> tuple[Path, str]:
 
 def running_state(root: Path) -> dict[str, Any]:
     """The state of the project's running local up, or {} when none runs."""
-    from servestack.local import state
+    from servestack.local.emulator import state
 
     try:
         return state.read(state.default_path(root))

@@ -86,7 +86,7 @@ class SdkTarget:
                 return 200, None
 
         else:
-            from servestack.local.lambda_runtime import http_api_event
+            from servestack.local.lambda_.runtime import http_api_event
 
             event = http_api_event(
                 "POST", "/invocations", {"content-type": self.content_type}, self.body, "loadtest", "127.0.0.1"

@@ -116,7 +116,7 @@ def registry_from(uri: str | None, state_path: Path | None) -> ModelRegistry:
 
 def optional_registry(uri: str | None, state_path: Path | None) -> tuple[ModelRegistry, str] | None:
     """The registry and where it came from, or None when none is given and no local up is running."""
-    from servestack.local import state
+    from servestack.local.emulator import state
 
     if uri or os.environ.get("SERVESTACK_REGISTRY_URI"):
         from servestack.registry import open_registry
@@ -132,7 +132,7 @@ def optional_registry(uri: str | None, state_path: Path | None) -> tuple[ModelRe
         return None
     if "registry" not in about:
         raise NotRunning(f"the running local up ({state_path or state.default_path()}) records no registry")
-    from servestack.local.emulator import clients
+    from servestack.local.emulator.moto_server import clients
     from servestack.registry import open_registry
 
     registry = open_registry(about["registry"], client=clients(about["endpoint_url"])["s3"])

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
-from servestack.local.processes import RealtimeProcess, free_port, http_status
+from servestack.local.hosting.processes import RealtimeProcess, free_port, http_status
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO_ROOT / "models" / "artifacts"

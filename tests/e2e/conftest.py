@@ -19,7 +19,7 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from servestack.local.processes import free_port
+from servestack.local.hosting.processes import free_port
 from tests.conftest import REPO_ROOT
 
 SERVESTACK = str(Path(sys.executable).parent / "servestack")
@@ -125,7 +125,7 @@ def start_local_up(
 
 
 PORT_RACE_ATTEMPTS = 3
-# local up's two ways of saying so (servestack/local/up.py before binding, servestack/failures.py after).
+# local up's two ways of saying so (servestack/local/up/command.py before binding, servestack/failures.py after).
 PORT_TAKEN = ("is in use; pick another with --", "Address already in use: another process took the port")
 
 
@@ -267,7 +267,7 @@ def wait_for(check: Any, timeout_sec: float = 60, what: str = "the condition") -
 
 
 def async_worker_pids(project: Path | None = None) -> list[int]:
-    """The processes of async workers' execution environments (`servestack.local.runner` children of local up,
+    """The processes of async workers' execution environments (`servestack.local.lambda_.runner` children of local up,
     whose config names an `AsyncWorker` function); with `project`, only that project's (its config lies under
     the project's .servestack/run: other local ups on the machine, other test runs, have workers of their own)."""
     found = []
@@ -281,6 +281,6 @@ def async_worker_pids(project: Path | None = None) -> list[int]:
         mine = [part for part in command if b"AsyncWorker" in part]
         if project is not None:
             mine = [part for part in mine if part.startswith(bytes(project))]
-        if b"servestack.local.runner" in command and mine:
+        if b"servestack.local.lambda_.runner" in command and mine:
             found.append(int(proc.name))
     return found

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servestack.local.bucket_notifications import ROUTE_PREFIX, ROUTE_SUFFIX
-from servestack.local.developer import signed
+from servestack.local.emulator.callers import signed
 from servestack.local.iam.identities import DEVELOPER
-from servestack.local.iam_roles import ROUTE
-from servestack.local.scheduler_api import FIRE_PREFIX, FIRE_SUFFIX
+from servestack.local.iam.roles_route import ROUTE
+from servestack.local.scheduler.api import FIRE_PREFIX, FIRE_SUFFIX
+from servestack.local.stack.bucket_notifications import ROUTE_PREFIX, ROUTE_SUFFIX
 from tests.conftest import ARTIFACTS, REPO_ROOT
 from tests.e2e.conftest import SERVESTACK, LocalUp
 
@@ -170,7 +170,7 @@ def release(up: LocalUp, name: str, scratch: Path) -> str | None:
 
 def stack_update(up: LocalUp, name: str) -> str | None:
     """The deployment's stack updated: CloudFormation runs its bucket-notification handler again, which puts the
-    bucket's notification configuration as the handler's role (servestack/local/bucket_notifications.py)."""
+    bucket's notification configuration as the handler's role (servestack/local/stack/bucket_notifications.py)."""
     stack = next(stack for stack, about in up.state["stacks"].items() if about["deployment"] == name)
     status, answer = signed("POST", f"{up.api}{ROUTE_PREFIX}{stack}{ROUTE_SUFFIX}", DEVELOPER, "us-east-1",
                             service="cloudformation")  # fmt: skip

@@ -480,7 +480,7 @@ class DocsRun:
     """The fixtures of one test session, made when a block first needs one."""
 
     def __init__(self, workdir: Path) -> None:
-        from servestack.local.processes import free_port
+        from servestack.local.hosting.processes import free_port
 
         self.workdir = workdir
         self.free_port: Callable[[], int] = free_port

@@ -3,7 +3,7 @@ templates, removing it makes an exercise of its deployment fail locally, or the 
 tests/e2e/iam_unexercised.txt with the reason no local run can exercise it.
 
 One `local up` serves every mutation: the statement is removed from the running IAM store
-(servestack/local/iam_roles.py), which holds the templates' resolved statements and decides each call as the
+(servestack/local/iam/roles_route.py), which holds the templates' resolved statements and decides each call as the
 templates without that statement would; the exercise runs; the statement is put back and the same exercise
 must pass again. Sampled by default (a few statements chosen by the UTC date, tests/e2e/iam_surface.py);
 `SERVESTACK_IAM_MUTATION=full` mutates every statement and prints the table (statements, caught, listed)."""

@@ -22,7 +22,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from servestack.local.sagemaker_front import COMPONENT_NAME_REQUIRED, NO_CAPACITY
+from servestack.local.sagemaker.runtime_front import COMPONENT_NAME_REQUIRED, NO_CAPACITY
 from tests.conftest import ARTIFACTS, REPO_ROOT
 from tests.e2e.conftest import DEVELOPER, SERVESTACK, LocalUp, copy_project, running, wait_for
 

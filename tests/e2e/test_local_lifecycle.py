@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from servestack.local.processes import free_port
+from servestack.local.hosting.processes import free_port
 from tests.conftest import ARTIFACTS, REPO_ROOT
 from tests.e2e.conftest import copy_project
 

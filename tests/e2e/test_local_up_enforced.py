@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from botocore.exceptions import ClientError
 
-from servestack.local.developer import signed
+from servestack.local.emulator.callers import signed
 from servestack.local.iam.identities import Credentials
 from tests.conftest import ARTIFACTS, EVENTS, REPO_ROOT
 from tests.e2e.conftest import SERVESTACK, LocalUp, start_local_up, wait_for

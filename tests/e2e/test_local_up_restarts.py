@@ -19,7 +19,7 @@ import httpx
 import pytest
 from botocore.exceptions import BotoCoreError, ClientError
 
-from servestack.local.developer import signed
+from servestack.local.emulator.callers import signed
 from servestack.local.iam.identities import Credentials
 from tests.conftest import ARTIFACTS
 from tests.e2e.conftest import async_worker_pids, copy_project, running, wait_for
@@ -120,7 +120,9 @@ def _variant_masters(project: Path) -> list[int]:
     """The realtime containers of this project's endpoint routers."""
     found = list(_processes())
     routers = {
-        pid for pid, _, command in found if b"servestack.local.endpoint" in command and bytes(project) in command
+        pid
+        for pid, _, command in found
+        if b"servestack.local.sagemaker.endpoint" in command and bytes(project) in command
     }
     return [pid for pid, parent, command in found if parent in routers and _is_container(command)]
 

@@ -42,7 +42,7 @@ PIPELINE_CONTEXT = {
 
 
 def step(state: Path, template: Path | None = None) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "servestack.local.pipeline_step", "SmokeTestStaging", "--state", str(state)]
+    argv = [sys.executable, "-m", "servestack.local.codebuild.pipeline_step", "SmokeTestStaging", "--state", str(state)]
     chosen = ["--template", str(template)] if template else ["--synth"]
     return subprocess.run([*argv, *chosen], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
                           check=False)  # fmt: skip

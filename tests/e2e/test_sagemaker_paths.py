@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from servestack.local.developer import signed
+from servestack.local.emulator.callers import signed
 from servestack.local.iam.identities import Credentials
 from tests.conftest import ARTIFACTS
 from tests.e2e.conftest import LocalUp, wait_for

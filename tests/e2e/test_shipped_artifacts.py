@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from servestack.local.processes import free_port
+from servestack.local.hosting.processes import free_port
 from tests.conftest import ARTIFACTS, EVENTS
 from tests.e2e.conftest import SERVESTACK, LocalUp, copy_project, start_local_up, wait_for
 

@@ -41,8 +41,8 @@ import yaml
 
 from servestack.client import AsyncJobsClient, SigV4
 from servestack.conversion import worst_row
-from servestack.local.batch_data import batch_location
-from servestack.local.developer import developer, signed
+from servestack.local.batch.data import batch_location
+from servestack.local.emulator.callers import developer, signed
 from tests.e2e.conftest import LocalUp, start_local_up
 from tests.zoo import ZooModel
 

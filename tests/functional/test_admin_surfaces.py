@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from servestack.local.emulator import EmbeddedEmulator, clients
-from servestack.local.http_server import Request
-from servestack.local.inference_components import ComponentState, InferenceComponents, copies_on_router
+from servestack.local.emulator.moto_server import EmbeddedEmulator, clients
+from servestack.local.hosting.http_server import Request
+from servestack.local.sagemaker.inference_components import ComponentState, InferenceComponents, copies_on_router
 from tests.conftest import ARTIFACTS
 from tests.functional.test_router import RouterProcess
 
@@ -120,12 +120,12 @@ def test_describe_inference_component_reports_the_copies_the_router_runs(compone
 
 
 def test_local_ups_transform_report_route_answers_only_the_developers_signature() -> None:
-    from servestack.local.aws_front import AwsFront
-    from servestack.local.developer import signed
+    from servestack.local.emulator.callers import signed
     from servestack.local.iam.access import LocalAccess
-    from servestack.local.lambda_service import LambdaService
-    from servestack.local.sagemaker_front import SageMakerRuntime
-    from servestack.local.transform_jobs import REPORT_PREFIX, TransformJobs
+    from servestack.local.lambda_.service import LambdaService
+    from servestack.local.sagemaker.runtime_front import SageMakerRuntime
+    from servestack.local.sagemaker.transform_jobs import REPORT_PREFIX, TransformJobs
+    from servestack.local.up.aws_front import AwsFront
 
     access = LocalAccess(log=lambda line: None)
     front = AwsFront(

@@ -1,4 +1,4 @@
-"""CDK's bucket-notification handler as local up runs it (servestack/local/bucket_notifications.py): the bucket's
+"""CDK's bucket-notification handler as local up runs it (servestack/local/stack/bucket_notifications.py): the bucket's
 configuration put on the emulator's S3 (moto over HTTP, IAM enforced) with the handler role's keys, refused as
 AWS refuses it when the role lacks `s3:PutBucketNotification`."""
 
@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from servestack.local.bucket_notifications import BucketNotifications, BucketNotificationsDef, HandlerRefused
 from servestack.local.cloudformation import ACCOUNT
 from servestack.local.emulator import EmbeddedEmulator, client_as
 from servestack.local.iam.access import LocalAccess
-from servestack.local.topology import StackTopology
+from servestack.local.stack.bucket_notifications import BucketNotifications, BucketNotificationsDef, HandlerRefused
+from servestack.local.stack.topology import StackTopology
 
 REGION = "us-east-1"
 ROLE = f"arn:aws:iam::{ACCOUNT}:role/stack-BucketNotificationsHandlerRole-ABC"

@@ -17,7 +17,7 @@ import pytest
 
 from servestack.cli import COMMANDS
 from servestack.failures import ExitCode
-from servestack.local.processes import free_port
+from servestack.local.hosting.processes import free_port
 from tests.conftest import ARTIFACTS, REPO_ROOT
 
 SERVESTACK = str(Path(sys.executable).parent / "servestack")

@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from servestack.local.http_server import LocalHttpServer, Reply
+from servestack.local.hosting.http_server import LocalHttpServer, Reply
 from tests.conftest import ARTIFACTS, RealtimeServer
 from tests.functional.test_router import RouterProcess
 

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from servestack.local.ecr import EcrImage, ImagePullError, publish_images, pull_image
+from servestack.local.ecr.images import EcrImage, ImagePullError, publish_images, pull_image
 from servestack.local.emulator import EmbeddedEmulator, client_as
 from servestack.local.iam.access import LocalAccess
 from servestack.local.iam.identities import Credentials
-from servestack.local.variant_start import ContainerSource, VariantStartError, prepare
+from servestack.local.sagemaker.variant_start import ContainerSource, VariantStartError, prepare
 
 REGION = "us-east-1"
 TAG = "a" * 64

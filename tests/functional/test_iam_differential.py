@@ -39,14 +39,14 @@ from botocore.credentials import Credentials
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servestack.local.aws_front import AwsFront
 from servestack.local.iam import IamEnforcer, IdentityStore
 from servestack.local.iam.access import LocalAccess
 from servestack.local.iam.operations import Check
 from servestack.local.iam.policy import Caller, Decision
 from servestack.local.iam.server import EnforcedMotoServer
-from servestack.local.lambda_service import LambdaService
-from servestack.local.sagemaker_front import SageMakerRuntime
+from servestack.local.lambda_.service import LambdaService
+from servestack.local.sagemaker.runtime_front import SageMakerRuntime
+from servestack.local.up.aws_front import AwsFront
 
 ACCOUNT = "123456789012"
 REGION = "us-east-1"

@@ -20,7 +20,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from servestack.local.http_server import LocalHttpServer, Reply, Request
+from servestack.local.hosting.http_server import LocalHttpServer, Reply, Request
 from servestack.local.iam import (
     DISABLED_WARNING,
     ExecuteApi,

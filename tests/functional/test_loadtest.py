@@ -24,7 +24,7 @@ from servestack import loadtest
 from servestack.failures import ExitCode
 from servestack.loadtest import Sample, Target, run, summarize
 from servestack.loadtest_command import draw, plot, region_of
-from servestack.local.processes import free_port, http_status, stop_process
+from servestack.local.hosting.processes import free_port, http_status, stop_process
 from tests.conftest import ARTIFACTS, REPO_ROOT, RealtimeServer
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from servestack.local.http_server import LocalHttpServer, Reply, Request
-from servestack.local.lambda_runtime import HttpFront, LocalFunction
+from servestack.local.hosting.http_server import LocalHttpServer, Reply, Request
+from servestack.local.lambda_.runtime import HttpFront, LocalFunction
 
 LIMIT = 1024 * 1024
 Front = tuple[str, Callable[[], None]]

@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from models.registry import ModelRegistry, archive_key, package_archive
-from servestack.local.http_server import Request
-from servestack.local.multi_model import ArchiveRefused, MultiModelFront, extract_archive, not_multi_model
+from servestack.local.hosting.http_server import Request
+from servestack.local.sagemaker.multi_model import ArchiveRefused, MultiModelFront, extract_archive, not_multi_model
 from tests.conftest import ARTIFACTS, RealtimeServer
 
 pytestmark = pytest.mark.slow
@@ -155,7 +155,7 @@ def test_paths_outside_the_models_directory_and_altered_files_are_refused(
 
 @pytest.fixture(scope="module")
 def registry_bucket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[object, str]]:
-    from servestack.local.emulator import EmbeddedEmulator, clients
+    from servestack.local.emulator.moto_server import EmbeddedEmulator, clients
     from servestack.registry import open_registry
 
     emulator = EmbeddedEmulator()
@@ -229,7 +229,7 @@ def test_the_local_front_unloads_the_least_recently_used_model_on_507(
         # THEN it answers, and the container holds d1 and d3: d2 was unloaded for it
         assert reply.status == 200, reply.body
         loaded = {m["modelUrl"].split("/")[-2] for m in httpx.get(f"{container.url}/models").json()["models"]}
-        from servestack.local.multi_model import model_name_of
+        from servestack.local.sagemaker.multi_model import model_name_of
 
         assert loaded == {model_name_of("d1.tar.gz"), model_name_of("d3.tar.gz")}
     finally:

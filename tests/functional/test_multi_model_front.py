@@ -19,8 +19,8 @@ import pytest
 
 from models.packaging import create_package
 from models.registry import package_archive
-from servestack.local.http_server import Request
-from servestack.local.multi_model import RATIO_FLOOR_BYTES, MultiModelFront, model_name_of
+from servestack.local.hosting.http_server import Request
+from servestack.local.sagemaker.multi_model import RATIO_FLOOR_BYTES, MultiModelFront, model_name_of
 from tests.conftest import ARTIFACTS, RealtimeServer
 
 pytestmark = pytest.mark.slow

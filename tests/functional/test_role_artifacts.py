@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 from handlers.metrics import OverloadMetrics
-from servestack.local.emulator import EmbeddedEmulator, client_as
+from servestack.local.emulator.moto_server import EmbeddedEmulator, client_as
 from servestack.local.iam.access import LocalAccess
 from servestack.local.iam.identities import Credentials
-from servestack.local.log_shipping import LogShipper, emf_metric_data, ensure_log_group
-from servestack.local.model_data import ModelDataError, fetch_model_data, file_assets, publish_model_data
+from servestack.local.logs.shipping import LogShipper, emf_metric_data, ensure_log_group
+from servestack.local.sagemaker.model_data import ModelDataError, fetch_model_data, file_assets, publish_model_data
 from tests.conftest import ARTIFACTS
 
 REGION = "us-east-1"

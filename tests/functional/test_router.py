@@ -21,7 +21,7 @@ import httpx
 import numpy as np
 import pytest
 
-from servestack.local.processes import free_port, http_status, stop_process
+from servestack.local.hosting.processes import free_port, http_status, stop_process
 from tests.conftest import ARTIFACTS, REPO_ROOT
 
 pytestmark = pytest.mark.slow
@@ -48,8 +48,8 @@ class RouterProcess:
         log = tmp / "router.log"
         with log.open("wb") as out:
             process = subprocess.Popen(
-                [sys.executable, "-m", "servestack.local.endpoint", "--config", str(config), "--port", str(port),
-                 "--control-port", str(control_port)],
+                [sys.executable, "-m", "servestack.local.sagemaker.endpoint", "--config", str(config),
+                 "--port", str(port), "--control-port", str(control_port)],
                 cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
             )  # fmt: skip
         router = cls(process, f"http://127.0.0.1:{port}", log, f"http://127.0.0.1:{control_port}")

@@ -18,11 +18,10 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from servestack.local.aws_front import AwsFront
 from servestack.local.iam.access import LocalAccess
-from servestack.local.inference_components import ComponentState, InferenceComponents
-from servestack.local.lambda_service import LambdaService
-from servestack.local.sagemaker_front import (
+from servestack.local.lambda_.service import LambdaService
+from servestack.local.sagemaker.inference_components import ComponentState, InferenceComponents
+from servestack.local.sagemaker.runtime_front import (
     COMPONENT_NAME_REQUIRED,
     MAX_BODY_BYTES,
     NO_CAPACITY,
@@ -30,7 +29,8 @@ from servestack.local.sagemaker_front import (
     RealtimeTarget,
     SageMakerRuntime,
 )
-from servestack.local.transform_jobs import REPORT_PREFIX, TransformJobs
+from servestack.local.sagemaker.transform_jobs import REPORT_PREFIX, TransformJobs
+from servestack.local.up.aws_front import AwsFront
 from tests.conftest import ARTIFACTS, RealtimeServer
 
 pytestmark = pytest.mark.slow

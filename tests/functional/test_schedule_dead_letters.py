@@ -23,8 +23,8 @@ import pytest
 
 from servestack.local.iam import IamEnforcer, Identity, IdentityStore, ResourcePolicies
 from servestack.local.iam.server import EnforcedMotoServer
-from servestack.local.scheduler import ScheduleRunner, queue_url_of
-from servestack.local.up import World
+from servestack.local.scheduler.schedules import ScheduleRunner, queue_url_of
+from servestack.local.up.services import dead_letter_sender
 from tests.unit.test_local_services import FakeLambdas, schedule
 
 ACCOUNT = "123456789012"
@@ -59,7 +59,7 @@ def schedule_role(store: IdentityStore, *statements: dict[str, Any]) -> Identity
 def runner_as(role: Identity, url: str, dead_letter_arn: str) -> ScheduleRunner:
     """A schedule whose one invocation fails, with local up's dead-letter sender acting as `role`."""
     keys = {"arn": role.arn, **role.environment()}
-    send = World._dead_letter_sender(SimpleNamespace(emulator_url=url, region=REGION), keys)  # type: ignore[arg-type]
+    send = dead_letter_sender(SimpleNamespace(emulator_url=url, region=REGION), keys)  # type: ignore[arg-type]
     target = replace(schedule(0), dead_letter_arn=dead_letter_arn)
     return ScheduleRunner(target, FakeLambdas([500] * 100), lambda *_: None, send, backoff_sec=0)  # type: ignore[arg-type]
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from moto.server import ThreadedMotoServer
 
-from servestack.local.processes import free_port
+from servestack.local.hosting.processes import free_port
 from tests.infra.conftest import REPO
 
 pytestmark = pytest.mark.slow  # a synth of servestack's own sources, and a real batch run

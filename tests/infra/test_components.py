@@ -8,8 +8,8 @@ from typing import Any
 
 from aws_cdk.assertions import Match
 
-from servestack.local.cloudformation import LocalValues, Resolver, StackTemplate
-from servestack.local.topology import read_stack
+from servestack.local.cloudformation.templates import LocalValues, Resolver, StackTemplate
+from servestack.local.stack.topology import read_stack
 from tests.infra.conftest import Synth
 from tests.infra.test_realtime import image_dockerfile
 

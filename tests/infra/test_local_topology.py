@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 
-from servestack.local.cloudformation import LocalValues, Resolver, StackTemplate
-from servestack.local.emulator import EmbeddedEmulator, clients
-from servestack.local.provision import ensure_roles
-from servestack.local.return_values import RETURN_VALUES
-from servestack.local.topology import StackTopology, read_stack
+from servestack.local.cloudformation.return_values import RETURN_VALUES
+from servestack.local.cloudformation.templates import LocalValues, Resolver, StackTemplate
+from servestack.local.emulator.moto_server import EmbeddedEmulator, clients
+from servestack.local.stack.provision import ensure_roles
+from servestack.local.stack.topology import StackTopology, read_stack
 from tests.infra.conftest import Synth
 
 LOCAL = LocalValues(emulator_url="http://emu:5000")

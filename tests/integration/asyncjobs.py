@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from servestack.local.lambda_runtime import LambdaContext, LocalFunction, http_api_event
-from servestack.local.poller import SqsPoller
+from servestack.local.lambda_.poller import SqsPoller
+from servestack.local.lambda_.runtime import LambdaContext, LocalFunction, http_api_event
 from servestack.spec import AsyncDeployment, ServingSpec, parse_spec
 from tests.integration.conftest import Aws
 from tests.integration.resources import Names, ensure_async, environment, names

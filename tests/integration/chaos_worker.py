@@ -1,5 +1,5 @@
 """The async worker as a process the chaos test can SIGKILL: the local SQS event source mapping
-(`servestack.local.poller.SqsPoller`) feeding `handlers.asynchronous.worker_handler` through a
+(`servestack.local.lambda_.poller.SqsPoller`) feeding `handlers.asynchronous.worker_handler` through a
 `LocalFunction`, as `local up`'s poller runs it.
 
 Started from a multiprocessing fork server that has imported this module (and so onnxruntime, numpy, boto3
@@ -14,9 +14,9 @@ import threading
 from typing import Any
 
 import handlers.asynchronous
-from servestack.local.emulator import clients
-from servestack.local.lambda_runtime import LocalFunction
-from servestack.local.poller import SqsPoller
+from servestack.local.emulator.moto_server import clients
+from servestack.local.lambda_.poller import SqsPoller
+from servestack.local.lambda_.runtime import LocalFunction
 
 
 def run(environment: dict[str, str], queue_url: str, batch_size: int, handled: Any) -> None:

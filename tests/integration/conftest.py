@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from servestack.local.emulator import EmbeddedEmulator, aws_environment, clients
+from servestack.local.emulator.moto_server import EmbeddedEmulator, aws_environment, clients
 
 
 @dataclass

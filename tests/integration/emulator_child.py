@@ -18,8 +18,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from servestack.local.emulator import EmbeddedEmulator
-from servestack.local.persistence import CHUNK_BYTES, EmulatorState
+from servestack.local.emulator.moto_server import EmbeddedEmulator
+from servestack.local.emulator.moto_stores import CHUNK_BYTES
+from servestack.local.emulator.persistence import EmulatorState
 
 
 class StalledBuffer:

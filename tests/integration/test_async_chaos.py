@@ -37,8 +37,8 @@ import numpy as np
 import pytest
 
 import handlers.asynchronous
-from servestack.local.emulator import clients
-from servestack.local.processes import free_port, http_status, stop_process
+from servestack.local.emulator.moto_server import clients
+from servestack.local.hosting.processes import free_port, http_status, stop_process
 from tests.conftest import ARTIFACTS
 from tests.integration import chaos_worker
 from tests.integration.asyncjobs import AsyncDeploymentUnderTest, deploy_async

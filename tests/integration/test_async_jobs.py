@@ -16,7 +16,7 @@ import handlers.asynchronous
 from handlers.aws.jobs import job_id_for
 from models.service import ModelRepository
 from models.settings import ServingSettings
-from servestack.local.lambda_runtime import LambdaContext
+from servestack.local.lambda_.runtime import LambdaContext
 from tests.conftest import ARTIFACTS
 from tests.integration.asyncjobs import AsyncDeploymentUnderTest, deploy_async
 from tests.integration.conftest import Aws
@@ -63,7 +63,7 @@ def test_a_redelivered_message_never_writes_a_second_result(deployment: AsyncDep
     _, submitted = deployment.submit(SAMPLE)
     message = deployment.receive_job_message(submitted["job_id"])
     poller = deployment.poller()
-    from servestack.local.poller import lambda_record
+    from servestack.local.lambda_.poller import lambda_record
 
     event = {"Records": [lambda_record(message, poller.queue_arn)]}
     first = handlers.asynchronous.worker_handler(event, LambdaContext("worker", 120, 2048))

@@ -20,7 +20,7 @@ from models import codecs
 from models.service import ModelRepository, ServedModel
 from models.settings import ServingSettings
 from models.tabular.transform import score_lines
-from servestack.local.lambda_runtime import LambdaContext
+from servestack.local.lambda_.runtime import LambdaContext
 from tests.integration.conftest import Aws
 from tests.integration.resources import ensure_bucket
 from tests.integration.test_transform_manifest import event

@@ -15,7 +15,7 @@ from models.errors import InvalidInput
 from models.service import ModelRepository
 from models.settings import ServingSettings
 from models.tabular import Progress
-from servestack.local.lambda_runtime import LambdaContext
+from servestack.local.lambda_.runtime import LambdaContext
 from tests.conftest import EVENTS
 from tests.integration.conftest import Aws
 from tests.integration.resources import ensure_bucket

@@ -1,4 +1,4 @@
-"""local up's sample input for a batch deployment (servestack/local/batch_seed.py) on a real S3 endpoint: rows
+"""local up's sample input for a batch deployment (servestack/local/batch/seed.py) on a real S3 endpoint: rows
 from a sample request of any form, seeded only into an empty prefix, marked, and removed once the prefix holds
 the user's own input, so that no sample row ends up in the user's results."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from servestack.local.batch_seed import SEED_KEY, retire_seeded_input, sample_rows, seed_batch_input
+from servestack.local.batch.seed import SEED_KEY, retire_seeded_input, sample_rows, seed_batch_input
 from tests.conftest import ARTIFACTS
 from tests.integration.conftest import Aws
 from tests.integration.resources import ensure_bucket

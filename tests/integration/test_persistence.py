@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 from models.errors import ConfigurationError
-from servestack.local.emulator import clients
-from servestack.local.persistence import EmulatorState
-from servestack.local.processes import REPO_ROOT
+from servestack.local.emulator.moto_server import clients
+from servestack.local.emulator.persistence import EmulatorState
+from servestack.local.hosting.processes import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 

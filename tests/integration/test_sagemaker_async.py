@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 import handlers.asynchronous
-from servestack.local.http_server import LocalHttpServer, Reply, Request
-from servestack.local.lambda_runtime import LocalFunction
-from servestack.local.poller import SqsPoller
-from servestack.local.sagemaker_async import AsyncInferenceConfig, AsyncInvocations
+from servestack.local.hosting.http_server import LocalHttpServer, Reply, Request
+from servestack.local.lambda_.poller import SqsPoller
+from servestack.local.lambda_.runtime import LocalFunction
+from servestack.local.sagemaker.async_inference import AsyncInferenceConfig, AsyncInvocations
 from tests.conftest import ARTIFACTS, RealtimeServer
 from tests.integration.asyncjobs import AsyncDeploymentUnderTest, deploy_async
 from tests.integration.conftest import Aws

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from handlers.aws.jobs import parse_message
-from servestack.local.lambda_runtime import LocalFunction
-from servestack.local.poller import SqsPoller
+from servestack.local.lambda_.poller import SqsPoller
+from servestack.local.lambda_.runtime import LocalFunction
 from tests.integration.conftest import Aws
 from tests.integration.resources import ensure_bucket
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from servestack.alarms import Observation, datapoints, sagemaker_variant_alarms
-from servestack.local.rehearsal import steps_of
-from servestack.local.router import Faults
+from servestack.local.sagemaker.backends import Faults
+from servestack.local.sagemaker.rehearsal import steps_of
 from servestack.spec import AlarmSettings
 
 

@@ -13,7 +13,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, ParamValidationError
 
 from handlers.aws.clients import aws_client, conditional_writes
-from servestack.local.emulator import aws_environment, clients
+from servestack.local.emulator.moto_server import aws_environment, clients
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from servestack.local.cloudformation import (
+from servestack.local.cloudformation.templates import (
     NAME_LIMITS,
     LocalValues,
     Resolver,
@@ -17,7 +17,8 @@ from servestack.local.cloudformation import (
     TemplateError,
     generated_name,
 )
-from servestack.local.topology import EMULATED, REPORTED, read_stack
+from servestack.local.stack.report import EMULATED, REPORTED
+from servestack.local.stack.topology import read_stack
 from tests.conftest import REPO_ROOT
 
 LOCAL = LocalValues(region="eu-west-1", account="123456789012", emulator_url="http://emu:5000",

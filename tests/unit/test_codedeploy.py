@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from servestack.local.cloudformation import LocalValues, Resolver, StackTemplate
-from servestack.local.codedeploy import LocalCodeDeploy, Release, read_lambda_deployments
+from servestack.local.cloudformation.templates import LocalValues, Resolver, StackTemplate
+from servestack.local.codedeploy.definitions import read_lambda_deployments
+from servestack.local.codedeploy.deployments import LocalCodeDeploy, Release
 from servestack.local.iam.access import LocalAccess
 from servestack.local.iam.operations import Check, Where, describe
 from tests.unit.test_iam_operations import sent

@@ -1,4 +1,4 @@
-"""The Dockerfile reader local mode runs images with (servestack/local/dockerfile.py): the repository's own
+"""The Dockerfile reader local mode runs images with (servestack/local/sagemaker/dockerfile.py): the repository's own
 Dockerfiles as they are, the syntax they use, `.dockerignore` as Docker reads it, loud refusals of what it
 does not read, and one container run from a staged context."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from servestack.local.dockerfile import DockerfileError, IgnoreRules, container_command, parse, stage_root
+from servestack.local.sagemaker.dockerfile import DockerfileError, IgnoreRules, container_command, parse, stage_root
 from tests.conftest import REPO_ROOT
 
 

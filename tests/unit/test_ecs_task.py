@@ -1,4 +1,4 @@
-"""An ECS task as local mode starts it (servestack/local/ecs_task.py): the task definition's container laid out
+"""An ECS task as local mode starts it (servestack/local/ecs/tasks.py): the task definition's container laid out
 from its image's staged build context as Docker and ECS would start it, and RunTask's authorization as the
 caller (ecs:RunTask on the task definition, iam:PassRole of each of its roles to ECS)."""
 
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from servestack.local.ecs_task import (
+from servestack.local.ecs.tasks import (
     ECS_TASKS_SERVICE,
     EcsRunTask,
     TaskImageError,
@@ -22,10 +22,10 @@ from servestack.local.ecs_task import (
     task_launch,
     task_process,
 )
-from servestack.local.http_server import Reply, Request
+from servestack.local.hosting.http_server import Reply, Request
 from servestack.local.iam.operations import Check, Where, describe
 from servestack.local.iam.wire import HttpRequest
-from servestack.local.topology import TaskDef
+from servestack.local.stack.topology import TaskDef
 
 TAG = "a" * 64
 IMAGE_URI = f"123456789012.dkr.ecr.us-east-1.amazonaws.com/cdk-hnb659fds-container-assets-123456789012-us-east-1:{TAG}"

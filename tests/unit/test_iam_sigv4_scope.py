@@ -19,7 +19,7 @@ from botocore.auth import S3SigV4Auth, SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from servestack.local.http_server import Reply
+from servestack.local.hosting.http_server import Reply
 from servestack.local.iam import IamEnforcer, IdentityStore
 from servestack.local.iam.wire import HttpRequest
 

@@ -213,3 +213,80 @@ def test_a_handler_leaves_numpy_one_blas_thread_unless_the_environment_asks_for_
     # THEN by default numpy's BLAS starts no pool of its own; a user's setting still wins (OpenBLAS starts up
     # to the cores there are)
     assert asked > default
+
+
+LOCAL = REPO_ROOT / "servestack" / "local"
+
+
+def local_interfaces() -> dict[str, set[str]]:
+    """Each package of local mode (`servestack/local/<service>/`) and its interface: the names its `__init__.py`
+    lists in `__all__`."""
+    interfaces: dict[str, set[str]] = {}
+    for init in sorted(LOCAL.glob("*/__init__.py")):
+        exported: set[str] = set()
+        for node in ast.parse(init.read_text()).body:
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+            ):
+                assert isinstance(node.value, ast.List | ast.Tuple), f"{init}: __all__ is not a literal list"
+                exported = {element.value for element in node.value.elts if isinstance(element, ast.Constant)}
+        interfaces[init.parent.name] = exported
+    return interfaces
+
+
+def interface_violations(source: str, own: str | None, interfaces: dict[str, set[str]]) -> list[str]:
+    """The imports in `source` (a module of package `own`, or None for a module of local/ itself) that reach into
+    another local package's internals (`servestack.local.<other>.<module>`) or take a name its interface does not
+    export; lazy imports and `if TYPE_CHECKING:` ones included."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        names: list[tuple[str, list[str]]] = []
+        if isinstance(node, ast.Import):
+            names = [(alias.name, []) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [(node.module, [alias.name for alias in node.names])]
+        for module, imported in names:
+            parts = module.split(".")
+            if parts[:2] != ["servestack", "local"] or len(parts) < 3 or parts[2] not in interfaces:
+                continue
+            package = parts[2]
+            if package == own:
+                continue
+            if len(parts) > 3:
+                found.append(f"{module} (an internal module of servestack.local.{package})")
+                continue
+            found += [f"{module}.{name} (not in its __all__)" for name in imported if name not in interfaces[package]]
+    return found
+
+
+def test_local_packages_import_one_another_only_through_their_interfaces() -> None:
+    # GIVEN every module of servestack/local/ (each service package's, and local/'s own) and each package's
+    # interface (its __init__'s __all__)
+    interfaces = local_interfaces()
+    assert {"cloudformation", "iam", "lambda_", "sagemaker", "scheduler"} <= set(interfaces)
+    offenders: dict[str, list[str]] = {}
+    for path in sorted(LOCAL.rglob("*.py")):
+        parts = path.relative_to(LOCAL).parts
+        own = parts[0] if len(parts) > 1 else None
+        found = interface_violations(path.read_text(), own, interfaces)
+        if found:
+            offenders[str(path.relative_to(REPO_ROOT))] = found
+    # THEN none imports another package's module, or a name that package does not export (tests may)
+    assert offenders == {}
+
+
+def test_the_interface_check_finds_an_import_of_internals() -> None:
+    # GIVEN a module of package `a` that imports b's interface, b's internal module (one lazily), and a name b
+    # does not export WHEN checked THEN the internal imports and the unexported name are reported
+    source = (
+        "from servestack.local.b import Exported\n"
+        "from servestack.local.a.inner import Mine\n"
+        "def later():\n    from servestack.local.b.inner import Hidden\n"
+        "import servestack.local.b.inner\n"
+        "from servestack.local.b import Unlisted\n"
+    )
+    assert sorted(interface_violations(source, "a", {"a": set(), "b": {"Exported"}})) == [
+        "servestack.local.b.Unlisted (not in its __all__)",
+        "servestack.local.b.inner (an internal module of servestack.local.b)",
+        "servestack.local.b.inner (an internal module of servestack.local.b)",
+    ]

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from servestack.local.http_server import Request
-from servestack.local.lambda_invoke import TAIL_BYTES, capture_output, invoke
-from servestack.local.lambda_runtime import LocalFunction
-from servestack.local.lambda_service import parse_function_name
+from servestack.local.hosting.http_server import Request
+from servestack.local.lambda_.invoke import TAIL_BYTES, capture_output, invoke
+from servestack.local.lambda_.runtime import LocalFunction
+from servestack.local.lambda_.service import parse_function_name
 
 
 def request(payload: bytes = b"{}", **headers: str) -> Request:

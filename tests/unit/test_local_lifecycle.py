@@ -16,10 +16,15 @@ from typing import Any
 import pytest
 
 from servestack.failures import CommandError, ExitCode
-from servestack.local import batch_data, lifecycle, logs, releases, state
-from servestack.local.processes import free_port
-from servestack.local.synth import REUSED, _reason, changed_inputs, digest_of, input_files
-from servestack.local.up import Child, _port
+from servestack.local import logs
+from servestack.local.batch import data as batch_data
+from servestack.local.cloudformation.synth import REUSED, _reason, changed_inputs, digest_of, input_files
+from servestack.local.commands import lifecycle
+from servestack.local.emulator import state
+from servestack.local.hosting.processes import free_port
+from servestack.local.sagemaker import releases
+from servestack.local.up.children import Child
+from servestack.local.up.command import _port
 from servestack.progress import Progress
 
 # ------------------------------------------------------------------------------------------ logs

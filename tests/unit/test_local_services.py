@@ -14,12 +14,15 @@ from typing import Any
 
 import pytest
 
-from servestack.local.http_api import CompiledRoute, lambda_response
-from servestack.local.lambda_service import HostedFunction, LambdaService
-from servestack.local.scheduler import ScheduleRunner
-from servestack.local.synth import inputs_digest
-from servestack.local.topology import FunctionDef, RouteDef, ScheduleDef
-from servestack.local.up import Child, Supervisor, map_paths
+from servestack.local.apigateway.definitions import RouteDef
+from servestack.local.apigateway.http_api import CompiledRoute, lambda_response
+from servestack.local.cloudformation.synth import inputs_digest
+from servestack.local.lambda_.definitions import FunctionDef
+from servestack.local.lambda_.service import HostedFunction, LambdaService
+from servestack.local.scheduler.definitions import ScheduleDef
+from servestack.local.scheduler.schedules import ScheduleRunner
+from servestack.local.up.children import Child, Supervisor
+from servestack.local.up.environment import map_paths
 
 # ------------------------------------------------------------------------------------------ HTTP API
 
@@ -108,7 +111,7 @@ class FakeLambdas:
         self.calls: list[tuple[str, bytes, dict[str, str]]] = []
 
     def invoke(self, raw: str, payload: bytes, *, headers: dict[str, str] | None = None, **_: Any) -> Any:
-        from servestack.local.lambda_service import Invocation
+        from servestack.local.lambda_.service import Invocation
 
         self.calls.append((raw, payload, headers or {}))
         return Invocation(self.statuses.pop(0), {}, b"boom")
@@ -290,8 +293,8 @@ def test_a_child_whose_master_is_killed_leaves_no_orphan_and_its_restart_is_coun
 def test_the_fire_route_fires_a_running_schedule_now_and_refuses_what_it_cannot_fire() -> None:
     from dataclasses import replace
 
-    from servestack.local.http_server import Request
-    from servestack.local.scheduler_api import SchedulerApi
+    from servestack.local.hosting.http_server import Request
+    from servestack.local.scheduler.api import SchedulerApi
 
     # GIVEN a running schedule whose invocations fail (then dead-lettered), and a disabled one
     dead: list[tuple[str, str, dict[str, Any]]] = []

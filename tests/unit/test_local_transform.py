@@ -1,11 +1,12 @@
-"""How local run-batch cuts an object for Batch Transform (servestack/local/transform.py): mini-batches of whole
+"""How local run-batch cuts an object for Batch Transform (servestack/local/sagemaker/transform.py): mini-batches of
+whole
 lines up to MaxPayloadInMB, in order; a line longer than the limit fails the job, as it does on SageMaker."""
 
 from __future__ import annotations
 
 import pytest
 
-from servestack.local.transform import TransformFailed, assembled, mini_batches
+from servestack.local.sagemaker.transform import TransformFailed, assembled, mini_batches
 
 
 def test_mini_batches_are_whole_lines_in_order_within_the_limit() -> None:

@@ -24,7 +24,7 @@ def registry(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ModelRe
         return
     from moto.server import ThreadedMotoServer
 
-    from servestack.local.emulator import clients
+    from servestack.local.emulator.moto_server import clients
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()

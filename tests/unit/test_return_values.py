@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from servestack.local.cloudformation import LocalValues, Resolver, StackTemplate, TemplateError
-from servestack.local.return_values import RETURN_VALUES
+from servestack.local.cloudformation.return_values import RETURN_VALUES
+from servestack.local.cloudformation.templates import LocalValues, Resolver, StackTemplate, TemplateError
 
 LOCAL = LocalValues(region="eu-west-1", account="123456789012", emulator_url="http://emu:5000",
                     api_urls={"Subject": "http://127.0.0.1:9000"})  # fmt: skip

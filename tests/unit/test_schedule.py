@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from servestack.local.schedule import ScheduleError, parse_schedule
+from servestack.local.scheduler.expressions import ScheduleError, parse_schedule
 
 T0 = datetime(2026, 11, 30, 12, 34, 56, tzinfo=UTC)  # a Monday
 

@@ -21,9 +21,11 @@ administrator.
 
 Modules: `policy` (loading and evaluation), `conditions` (condition operators), `wildcards`, `canonical`
 (the one form of a request that is authorized and forwarded), `operations` (which action on which resource
-a request needs), `sigv4` (who signed it), `identities` (the one credentials type and key derivation),
-`resource_policies`, `replies` (refusals in each service's protocol), `enforcer` (the plug points), `server`
-(moto behind it), `access` (what local up asks of all this, enforced or not).
+a request needs: `calls` and, per family, `s3_operations`, `rpc_operations`, `rest_operations`), `sigv4` (who
+signed it), `identities` (the one credentials type and key derivation), `resource_policies`, `replies`
+(refusals in each service's protocol), `enforcer` (the plug points, with `verdicts` and `wsgi`), `server`
+(moto behind it), `access` (what local up asks of all this, enforced or not), `roles_route` (local up's
+`/_servestack/iam/roles`).
 
 What is enforced
 - Identity-based policies of the caller (inline and managed, as documents the template resolved), and
@@ -71,8 +73,8 @@ What is not enforced, and why
 - Per-chunk signatures of `aws-chunked` uploads (the seed signature is checked).
 - Resource policies changed at run time through the emulator's API (`PutBucketPolicy`,
   `SetQueueAttributes(Policy)`) are not picked up: `ResourcePolicies` is loaded from the templates.
-- Calls the engine does not recognise (servestack/local/iam/operations.py lists what it knows) are checked
-  as `<service>:<Operation>` on `*`: a policy scoped to ARNs denies them and the refusal says why.
+- Calls the engine does not recognise (servestack/local/iam/operations.py and its families list what it knows)
+  are checked as `<service>:<Operation>` on `*`: a policy scoped to ARNs denies them and the refusal says why.
 
 Why not moto's own enforcement (moto 5.2.5, `INITIAL_NO_AUTH_ACTION_COUNT`, `moto/iam/access_control.py`)
 Tried in-process with `mock_aws` and an IAM user holding a servestack-like policy
@@ -95,17 +97,24 @@ Hence our own engine in front of moto, with moto's check left off.
 
 from servestack.local.iam.access import LocalAccess
 from servestack.local.iam.conditions import PolicyError
-from servestack.local.iam.enforcer import DISABLED_WARNING, Denial, IamEnforcer, disabled_warning
+from servestack.local.iam.enforcer import DISABLED_WARNING, IamEnforcer, disabled_warning
 from servestack.local.iam.identities import ADMIN_POLICY, DEVELOPER, Credentials, Identity, IdentityStore
 from servestack.local.iam.operations import Check, ExecuteApi, Operation
 from servestack.local.iam.policy import Caller, Decision, Policy, compile_policy
+from servestack.local.iam.replies import access_denied
 from servestack.local.iam.resource_policies import ResourcePolicies, evaluate_service_principal, lambda_permission
+from servestack.local.iam.roles_route import ROUTE, RolePolicies
 from servestack.local.iam.server import EnforcedMotoServer
+from servestack.local.iam.sigv4 import AuthFailure, authenticate, check_scope, parse_signature
+from servestack.local.iam.verdicts import Denial
+from servestack.local.iam.wire import HttpRequest
 
 __all__ = [
     "ADMIN_POLICY",
     "DEVELOPER",
     "DISABLED_WARNING",
+    "ROUTE",
+    "AuthFailure",
     "Caller",
     "Check",
     "Credentials",
@@ -113,6 +122,7 @@ __all__ = [
     "Denial",
     "EnforcedMotoServer",
     "ExecuteApi",
+    "HttpRequest",
     "IamEnforcer",
     "Identity",
     "IdentityStore",
@@ -121,8 +131,13 @@ __all__ = [
     "Policy",
     "PolicyError",
     "ResourcePolicies",
+    "RolePolicies",
+    "access_denied",
+    "authenticate",
+    "check_scope",
     "compile_policy",
     "disabled_warning",
     "evaluate_service_principal",
     "lambda_permission",
+    "parse_signature",
 ]

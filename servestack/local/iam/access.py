@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from servestack.local.http_server import Reply, Request
+from servestack.local.hosting import Reply, Request
 from servestack.local.iam.enforcer import IamEnforcer
 from servestack.local.iam.identities import DEVELOPER_KEY, DEVELOPER_SECRET, Credentials, Identity, IdentityStore
 from servestack.local.iam.operations import ExecuteApi

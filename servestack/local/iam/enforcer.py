@@ -33,21 +33,16 @@ preflight `OPTIONS` requests (never signed; S3 answers them from the bucket's CO
 
 from __future__ import annotations
 
-import base64
 import collections
-import hashlib
-import io
 import logging
 import threading
-import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from xml.sax.saxutils import escape
 
-from servestack.local.http_server import Reply, request_id
-from servestack.local.http_server import Request as LocalRequest
+from servestack.local.hosting import Reply, request_id
+from servestack.local.hosting import Request as LocalRequest
 from servestack.local.iam.canonical import (
     DEFAULT_HOST_NAMES,
     Endpoint,
@@ -57,12 +52,22 @@ from servestack.local.iam.canonical import (
 )
 from servestack.local.iam.conditions import normalise_context
 from servestack.local.iam.identities import Identity, IdentityStore
-from servestack.local.iam.operations import Check, ExecuteApi, Operation, Where, describe, s3_arn
+from servestack.local.iam.operations import Check, ExecuteApi, Where, describe, s3_arn
 from servestack.local.iam.policy import Caller, Decision, evaluate
 from servestack.local.iam.replies import access_denied, authentication_failed, malformed
 from servestack.local.iam.resource_policies import ResourcePolicies
 from servestack.local.iam.sigv4 import AuthFailure, Failure, Signature, authenticate, check_scope, parse_signature
+from servestack.local.iam.verdicts import Denial, Verdict
 from servestack.local.iam.wire import HttpRequest
+from servestack.local.iam.wsgi import (
+    StartResponse,
+    WsgiApp,
+    _forward_as,
+    _send,
+    guess_service,
+    partial_delete,
+    request_from_environ,
+)
 
 logger = logging.getLogger("servestack.local.iam")
 
@@ -76,55 +81,10 @@ def disabled_warning(why: str) -> str:
 
 
 DISABLED_WARNING = disabled_warning("--no-iam")
-TARGET_SERVICES = {
-    "AmazonSQS": "sqs",
-    "DynamoDB_20120810": "dynamodb",
-    "DynamoDBStreams_20120810": "dynamodb",
-    "Logs_20140328": "logs",
-    "AWSEvents": "events",
-    "GraniteServiceVersion20100801": "monitoring",
-    "SageMaker": "sagemaker",
-}
 STS_NAMESPACE = "https://sts.amazonaws.com/doc/2011-06-15/"
-DELETE_NAMESPACE = "http://s3.amazonaws.com/doc/2006-03-01/"
 ASSUMED_SESSION_SEC = 3600
 MAX_DENIALS = 10_000
 CONTEXT_CACHE_LIMIT = 1024  # request contexts remembered for the current second, per caller and address
-
-StartResponse = Callable[..., Any]
-WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
-
-
-@dataclass(frozen=True)
-class Denial:
-    """One refused call, for local up's summary."""
-
-    at: datetime
-    caller: str
-    action: str
-    resource: str
-    reason: str
-    operation: str = ""
-
-    def line(self) -> str:
-        return f"iam: DENY {self.caller} {self.action} {self.resource} ({self.reason})"
-
-
-@dataclass
-class Verdict:
-    """What to do with one request."""
-
-    identity: Identity | None
-    operation: Operation | None = None
-    reply: Reply | None = None  # answer this instead of passing the request on
-    denied_keys: tuple[tuple[str, str | None], ...] = ()  # S3 DeleteObjects keys the caller may not delete
-    # S3 Get/HeadObject: the caller's s3:ListBucket decision, asked only when the key turns out missing
-    list_bucket: Callable[[], Decision] | None = None
-    caller_arn: str = "anonymous"
-    service: str = ""
-    extra: dict[str, str] = field(default_factory=dict)
-    # the one form of the request that was authorized, and that moto is given (canonical.py)
-    canonical: HttpRequest | None = None
 
 
 class IamEnforcer:
@@ -410,7 +370,7 @@ class IamEnforcer:
     def check_request(
         self, request: LocalRequest, service_hint: str, *, api: ExecuteApi | None = None, source_ip: str = "127.0.0.1"
     ) -> Identity | Reply | None:
-        """`check` for a front built on servestack.local.http_server (its `Request` keeps the raw query)."""
+        """`check` for a front built on servestack.local.hosting.http_server (its `Request` keeps the raw query)."""
         return self.check(
             request.method,
             request.path,
@@ -449,7 +409,7 @@ class IamEnforcer:
                 if local is not None:
                     return _send(start_response, local)
             if verdict.denied_keys:
-                return self._partial_delete(environ, start_response, app, request, verdict)
+                return partial_delete(environ, start_response, app, request, verdict)
             if verdict.list_bucket is not None:
                 return self._missing_object(environ, start_response, app, request, verdict)
             return app(environ, start_response)
@@ -503,50 +463,6 @@ class IamEnforcer:
             return Reply(200, {"Content-Type": "text/xml", "x-amzn-RequestId": rid}, body.encode())
         return None
 
-    def _partial_delete(
-        self,
-        environ: dict[str, Any],
-        start_response: StartResponse,
-        app: WsgiApp,
-        request: HttpRequest,
-        verdict: Verdict,
-    ) -> Iterable[bytes]:
-        """S3 DeleteObjects with some keys denied: moto deletes the rest; the denied ones are reported."""
-        assert verdict.operation is not None
-        denied = set(verdict.denied_keys)
-        allowed = [item for item in verdict.operation.delete_keys if item not in denied]
-        errors = "".join(
-            f"<Error><Key>{escape(key)}</Key>"
-            + (f"<VersionId>{escape(version)}</VersionId>" if version else "")
-            + "<Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
-            for key, version in verdict.denied_keys
-        )
-        if not allowed:
-            result = f'<?xml version="1.0" encoding="UTF-8"?>\n<DeleteResult xmlns="{DELETE_NAMESPACE}">{errors}'
-            result += "</DeleteResult>"
-            return _send(start_response, Reply(200, {"Content-Type": "application/xml"}, result.encode()))
-        quiet = b"<Quiet>true</Quiet>" in request.body.replace(b" ", b"")
-        objects = "".join(
-            f"<Object><Key>{escape(key)}</Key>"
-            + (f"<VersionId>{escape(version)}</VersionId>" if version else "")
-            + "</Object>"
-            for key, version in allowed
-        )
-        new_body = (
-            f'<Delete xmlns="{DELETE_NAMESPACE}">{"<Quiet>true</Quiet>" if quiet else ""}{objects}</Delete>'.encode()
-        )
-        environ["wsgi.input"] = io.BytesIO(new_body)
-        environ["CONTENT_LENGTH"] = str(len(new_body))
-        environ["HTTP_CONTENT_MD5"] = base64.b64encode(hashlib.md5(new_body).digest()).decode()  # noqa: S324 - S3's Content-MD5
-        for key in [key for key in environ if key.startswith("HTTP_X_AMZ_CHECKSUM_")]:
-            del environ[key]
-        status, headers, reply = _call(app, environ)
-        if status.startswith("200") and b"</DeleteResult>" in reply:
-            reply = reply.replace(b"</DeleteResult>", errors.encode() + b"</DeleteResult>")
-        headers = [(name, value) for name, value in headers if name.lower() != "content-length"]
-        start_response(status, [*headers, ("Content-Length", str(len(reply)))])
-        return [reply]
-
     def _missing_object(
         self,
         environ: dict[str, Any],
@@ -583,105 +499,3 @@ class IamEnforcer:
                 return _send(start_response, denied)
         start_response(held["status"], held["headers"])
         return [body]
-
-
-# ------------------------------------------------------------------------------------------ helpers
-
-
-def guess_service(request: HttpRequest) -> str:
-    """The service an unsigned request to moto's port is for: the X-Amz-Target's, else S3 (whose
-    path-style requests carry no other mark)."""
-    target = request.header("x-amz-target")
-    if target:
-        return TARGET_SERVICES.get(target.partition(".")[0], "unknown")
-    if "Action" in request.form:
-        return "unknown"
-    return "s3"
-
-
-def request_from_environ(environ: dict[str, Any]) -> HttpRequest:
-    """The request as sent, from a WSGI environ; its body is read once and put back for the app."""
-    stream = environ.get("wsgi.input")
-    length = environ.get("CONTENT_LENGTH") or ""
-    body = b""
-    if stream is not None:
-        if length.isdigit():
-            body = stream.read(int(length)) if int(length) else b""
-        elif environ.get("wsgi.input_terminated") or "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
-            body = stream.read()
-    environ["wsgi.input"] = io.BytesIO(body)
-    environ["CONTENT_LENGTH"] = str(len(body))
-    environ["wsgi.input_terminated"] = False
-    environ.pop("HTTP_TRANSFER_ENCODING", None)
-    raw_uri = environ.get("RAW_URI") or environ.get("REQUEST_URI")
-    if raw_uri:
-        if "://" in raw_uri.split("?", 1)[0]:
-            raw_uri = urllib.parse.urlsplit(raw_uri)._replace(scheme="", netloc="").geturl()
-        raw_path = raw_uri.split("?", 1)[0]
-    else:
-        raw_path = urllib.parse.quote(environ.get("PATH_INFO", "/").encode("latin-1"), safe="/~!$&'()*+,;=:@")
-    headers: dict[str, str] = {}
-    for key, value in environ.items():
-        if key.startswith("HTTP_"):
-            headers[key[5:].lower().replace("_", "-")] = value
-    if environ.get("CONTENT_TYPE"):
-        headers["content-type"] = environ["CONTENT_TYPE"]
-    if length:
-        headers["content-length"] = str(len(body))
-    return HttpRequest(
-        environ.get("REQUEST_METHOD", "GET"),
-        raw_path or "/",
-        environ.get("QUERY_STRING", ""),
-        headers,
-        body,
-        environ.get("REMOTE_ADDR", "127.0.0.1"),
-    )
-
-
-def _forward_as(environ: dict[str, Any], request: HttpRequest) -> None:
-    """Make `environ` the canonical request: what moto reads is what the enforcer authorized."""
-    environ["HTTP_HOST"] = request.headers["host"]
-    environ["QUERY_STRING"] = request.raw_query
-    environ["PATH_INFO"] = urllib.parse.unquote_to_bytes(request.raw_path).decode("latin-1")
-    raw_uri = request.raw_path + (f"?{request.raw_query}" if request.raw_query else "")
-    environ["RAW_URI"] = environ["REQUEST_URI"] = raw_uri
-    environ["wsgi.input"] = io.BytesIO(request.body)
-    environ["CONTENT_LENGTH"] = str(len(request.body))
-    if request.header("content-type") is not None:
-        environ["CONTENT_TYPE"] = request.headers["content-type"]
-    for name in ("HTTP_CONTENT_ENCODING", "HTTP_CONTENT_MD5"):
-        if name[5:].lower().replace("_", "-") not in request.headers:
-            environ.pop(name, None)
-
-
-def _send(start_response: StartResponse, reply: Reply) -> list[bytes]:
-    headers = [(name, value) for name, value in reply.headers.items() if name.lower() != "content-length"]
-    start_response(f"{reply.status} {_reason(reply.status)}", [*headers, ("Content-Length", str(len(reply.body)))])
-    return [reply.body]
-
-
-def _reason(status: int) -> str:
-    from http import HTTPStatus
-
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "Error"
-
-
-def _call(app: WsgiApp, environ: dict[str, Any]) -> tuple[str, list[tuple[str, str]], bytes]:
-    """Run `app` and collect its whole response (only for the small S3 replies that may be rewritten)."""
-    captured: dict[str, Any] = {}
-
-    def capture(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable[[bytes], None]:
-        captured["status"], captured["headers"] = status, headers
-        return lambda data: None
-
-    result = app(environ, capture)
-    try:
-        body = b"".join(result)
-    finally:
-        close = getattr(result, "close", None)
-        if close is not None:
-            close()
-    return captured.get("status", "500 Internal Server Error"), list(captured.get("headers", [])), body

@@ -49,7 +49,7 @@ import struct
 from dataclasses import dataclass
 from xml.sax.saxutils import escape
 
-from servestack.local.http_server import Reply, request_id
+from servestack.local.hosting import Reply, request_id
 from servestack.local.iam.canonical import Malformed
 from servestack.local.iam.policy import Decision
 from servestack.local.iam.sigv4 import MAX_SKEW, AuthFailure, Failure

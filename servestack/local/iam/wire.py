@@ -1,4 +1,5 @@
-"""The request as it came over the wire (replies are servestack.local.http_server.Reply: status, headers, body)."""
+"""The request as it came over the wire (replies are servestack.local.hosting.http_server.Reply: status, headers,
+body)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,10 @@
+"""API Gateway HTTP APIs, as `local up` plays them: routes, authorizers and Lambda proxy integrations.
+
+Other packages of local mode import from here only (tests/unit/test_import_boundaries.py).
+"""
+
+from servestack.local.apigateway.definitions import HttpApiDef, RouteDef
+from servestack.local.apigateway.http_api import HttpApiFront
+from servestack.local.apigateway.reading import read_http_apis
+
+__all__ = ["HttpApiDef", "HttpApiFront", "RouteDef", "read_http_apis"]

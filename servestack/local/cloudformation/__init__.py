@@ -1,0 +1,42 @@
+"""The synthesized CloudFormation templates as `local up` reads them: `cdk synth`, resources, intrinsics and
+the values `Ref`/`Fn::GetAtt` return.
+
+Other packages of local mode import from here only (tests/unit/test_import_boundaries.py).
+"""
+
+from servestack.local.cloudformation.assets import ImageAsset, image_asset, image_assets
+from servestack.local.cloudformation.return_values import PARTITION
+from servestack.local.cloudformation.synth import SynthError, app_root, stack_templates, synthesize
+from servestack.local.cloudformation.templates import (
+    ACCOUNT,
+    DEFAULT_REGION,
+    LocalValues,
+    Resolver,
+    Resource,
+    StackTemplate,
+    TemplateError,
+    as_list,
+    logical_id_of,
+    str_map,
+)
+
+__all__ = [
+    "ACCOUNT",
+    "DEFAULT_REGION",
+    "PARTITION",
+    "ImageAsset",
+    "LocalValues",
+    "Resolver",
+    "Resource",
+    "StackTemplate",
+    "SynthError",
+    "TemplateError",
+    "app_root",
+    "as_list",
+    "image_asset",
+    "image_assets",
+    "logical_id_of",
+    "stack_templates",
+    "str_map",
+    "synthesize",
+]

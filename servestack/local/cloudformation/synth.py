@@ -1,0 +1,196 @@
+"""`cdk synth` for local mode, skipped when nothing it reads has changed.
+
+`local up` starts from the synthesized templates, as `cdk deploy` does. Synthesis runs the project's CDK app
+exactly as the CDK CLI runs it (`python app.py` with `CDK_OUTDIR` and `CDK_CONTEXT_JSON` holding cdk.json's
+and cdk.context.json's context), into `.servestack/cdk.out`, with Lambda bundling skipped
+(`aws:cdk:bundling-stacks: []`): local mode runs the handlers from the working tree, as SAM CLI runs a
+function's code directory, so it needs the templates, not the zipped bundle. Everything else (names, IAM,
+environments, SageMaker variants) is what `cdk deploy` would create.
+
+The output is reused while the inputs are unchanged: a SHA-256 over serving.yaml, the CDK app and its
+constructs, cdk.json / cdk.context.json, the model artifacts the templates package, and the versions of
+Python and aws-cdk-lib. The digest of each file is kept next to it (`servestack-inputs.json`), so that a new
+synth says which inputs changed; `on_decision` hears the decision (reused, or why not) before the app runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from servestack.local.hosting import REPO_ROOT
+
+INPUTS_FILE = "servestack-inputs.sha256"
+INPUT_FILES = "servestack-inputs.json"  # each input's own digest: what changed since the last synth
+# What the CDK app reads, relative to the project (or servestack's own) root.
+SOURCE_GLOBS = ("app.py", "cdk.json", "cdk.context.json", "stacks/**/*.py", "servestack/spec.py",
+                "servestack/alarms.py", "containers/*", "models/artifacts/**/*")  # fmt: skip
+
+
+class SynthError(RuntimeError):
+    """The CDK app failed; the message carries the app's own error (a serving.yaml problem, usually)."""
+
+
+@dataclass(frozen=True)
+class SynthResult:
+    out_dir: Path
+    reused: bool
+    seconds: float
+    reason: str = ""  # why it was synthesized, or that the inputs are unchanged
+
+
+def app_root(project_root: Path) -> Path:
+    """Where the CDK app lives: the project's own `app.py`, else servestack's."""
+    return project_root if (project_root / "app.py").is_file() else REPO_ROOT
+
+
+def context(root: Path, spec: Path, *, pipeline: bool = False) -> dict[str, object]:
+    """The context the CDK CLI would pass: cdk.json's, then cdk.context.json's, plus local mode's own; with
+    `pipeline`, the app's pipeline stack too (its context, `servestack:repo`..., is cdk.json's)."""
+    merged: dict[str, object] = {}
+    cdk_json = root / "cdk.json"
+    if cdk_json.is_file():
+        merged |= json.loads(cdk_json.read_text(encoding="utf-8")).get("context", {})
+    cached = root / "cdk.context.json"
+    if cached.is_file():
+        merged |= json.loads(cached.read_text(encoding="utf-8"))
+    merged["servestack:spec"] = str(spec.resolve())
+    merged["servestack:project"] = str(spec.resolve().parent)
+    merged["servestack:pipeline"] = pipeline  # the pipeline stack deploys nothing local up runs
+    merged["aws:cdk:bundling-stacks"] = []
+    return merged
+
+
+def input_files(root: Path, spec: Path, artifacts: Path | None = None) -> dict[str, str]:
+    """Each input file (its path) -> the SHA-256 of its bytes, plus the interpreter's and aws-cdk-lib's versions."""
+    files = {p for pattern in SOURCE_GLOBS for p in root.glob(pattern) if p.is_file()}
+    if artifacts is not None and artifacts.is_dir():
+        files |= {p for p in artifacts.rglob("*") if p.is_file()}
+    found: dict[str, str] = {}
+    for path in sorted(files | {spec.resolve()}):
+        if "__pycache__" in path.parts:
+            continue
+        found[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    try:
+        cdk_version = metadata.version("aws-cdk-lib")
+    except metadata.PackageNotFoundError:
+        cdk_version = "absent"
+    found["(versions)"] = f"python {sys.version_info[:3]} aws-cdk-lib {cdk_version}"
+    return found
+
+
+def digest_of(files: dict[str, str]) -> str:
+    digest = hashlib.sha256()
+    for path, value in files.items():
+        if path == "(versions)":
+            continue
+        digest.update(path.encode() + b"\0")
+        digest.update(bytes.fromhex(value))
+    digest.update(files["(versions)"].encode())
+    return digest.hexdigest()
+
+
+def inputs_digest(root: Path, spec: Path, artifacts: Path | None = None) -> str:
+    return digest_of(input_files(root, spec, artifacts))
+
+
+def changed_inputs(before: dict[str, str], now: dict[str, str], root: Path, limit: int = 3) -> str:
+    """`serving.yaml, stacks/realtime.py changed` (at most `limit` names, then how many more)."""
+    names: list[str] = []
+    for path in sorted(set(before) | set(now)):
+        if before.get(path) != now.get(path):
+            shown = Path(path)
+            parts = shown.relative_to(root).parts if shown.is_relative_to(root) else (shown.name,)
+            if parts[:2] == ("models", "artifacts") and len(parts) >= 4:  # a model package: its folder, once
+                parts = (*parts[:3], parts[3].removesuffix(".tar.gz"))
+            if "/".join(parts) not in names:
+                names.append("/".join(parts))
+    if not names:
+        return "inputs changed"
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return f"{', '.join(names[:limit])}{more} changed"
+
+
+def synthesize(
+    project_root: Path,
+    spec: Path,
+    out_dir: Path,
+    *,
+    force: bool = False,
+    artifacts: Path | None = None,
+    pipeline: bool = False,
+    on_decision: Callable[[str], None] | None = None,
+) -> SynthResult:
+    """Templates for `spec` in `out_dir`: reused when the inputs' digest matches, synthesized otherwise.
+    `on_decision` is told which, and why, before the CDK app runs."""
+    root = app_root(project_root)
+    started = time.monotonic()
+    files = input_files(root, spec, artifacts)
+    wanted = digest_of(files)
+    marker = out_dir / INPUTS_FILE
+    reason = _reason(out_dir, marker, files, wanted, root, force)
+    if on_decision is not None:
+        on_decision(reason)
+    if reason == REUSED:
+        return SynthResult(out_dir, True, time.monotonic() - started, reason)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    marker.unlink(missing_ok=True)
+    env = {
+        **os.environ,
+        "CDK_OUTDIR": str(out_dir),
+        "CDK_CONTEXT_JSON": json.dumps(context(root, spec, pipeline=pipeline)),
+        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": os.environ.get(
+            "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20"
+        ),
+        "CDK_DISABLE_CLI_TELEMETRY": "true",
+    }
+    env.pop("AWS_ENDPOINT_URL", None)
+    result = subprocess.run(
+        [sys.executable, "app.py"], cwd=root, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    if result.returncode != 0:
+        detail = (result.stderr.strip() or result.stdout.strip()).splitlines()
+        # The app prints `servestack: <problem>` for serving.yaml errors; otherwise the last lines say why.
+        lines = [line for line in detail if line.startswith("servestack:")] or detail[-12:]
+        raise SynthError("cdk synth failed:\n" + "\n".join(lines))
+    marker.write_text(wanted + "\n")
+    (out_dir / INPUT_FILES).write_text(json.dumps(files, indent=1) + "\n")
+    return SynthResult(out_dir, False, time.monotonic() - started, reason)
+
+
+REUSED = "reusing the templates: inputs unchanged"
+
+
+def _reason(out_dir: Path, marker: Path, files: dict[str, str], wanted: str, root: Path, force: bool) -> str:
+    """REUSED, or why the app runs: --resynth, no earlier synth, or which inputs changed."""
+    if force:
+        return "synthesizing: --resynth"
+    if not marker.is_file() or not (out_dir / "manifest.json").exists():
+        return f"synthesizing: no earlier synth in {out_dir.name}"
+    if marker.read_text().strip() == wanted:
+        return REUSED
+    try:
+        before: dict[str, str] = json.loads((out_dir / INPUT_FILES).read_text())
+    except (OSError, ValueError):
+        return "synthesizing: inputs changed"
+    return f"synthesizing: {changed_inputs(before, files, root)}"
+
+
+def stack_templates(out_dir: Path) -> dict[str, Path]:
+    """Stack name -> template path, from the cloud assembly's manifest."""
+    manifest = json.loads((out_dir / "manifest.json").read_text(encoding="utf-8"))
+    found: dict[str, Path] = {}
+    for artifact_id, artifact in manifest.get("artifacts", {}).items():
+        if artifact.get("type") == "aws:cloudformation:stack":
+            properties = artifact.get("properties", {})
+            name = properties.get("stackName", artifact_id)
+            found[name] = out_dir / properties["templateFile"]
+    return found

@@ -1,0 +1,28 @@
+"""ECS, as a Fargate batch deployment uses it: RunTask of the templates' task definitions (authorized as the
+caller's role, with the PassRole of the task's roles), and the task's container run from its image's staged
+build context.
+
+Other packages of local mode import from here only (tests/unit/test_import_boundaries.py).
+"""
+
+from servestack.local.ecs.tasks import (
+    EcsRunTask,
+    TaskImageError,
+    TaskLaunch,
+    run_as_schedule,
+    run_task_refusal,
+    task_endpoints,
+    task_launch,
+    task_process,
+)
+
+__all__ = [
+    "EcsRunTask",
+    "TaskImageError",
+    "TaskLaunch",
+    "run_as_schedule",
+    "run_task_refusal",
+    "task_endpoints",
+    "task_launch",
+    "task_process",
+]

@@ -1,0 +1,21 @@
+"""The AWS endpoint `local up` talks to: the embedded moto server, its state across restarts, the state file
+other commands read, and calls made as one of its principals.
+
+Other packages of local mode import from here only (tests/unit/test_import_boundaries.py).
+"""
+
+from servestack.local.emulator import state
+from servestack.local.emulator.callers import developer, sagemaker_runtime, signed
+from servestack.local.emulator.moto_server import EmbeddedEmulator, client_as, clients_for
+from servestack.local.emulator.persistence import EmulatorState
+
+__all__ = [
+    "EmbeddedEmulator",
+    "EmulatorState",
+    "client_as",
+    "clients_for",
+    "developer",
+    "sagemaker_runtime",
+    "signed",
+    "state",
+]

@@ -1,0 +1,116 @@
+"""The AWS endpoint `local up` talks to: an embedded moto server over real HTTP, or an external one.
+
+`--endpoint-url URL` (or `AWS_ENDPOINT_URL`) selects an external emulator such as LocalStack; otherwise
+moto's server starts in this process on the requested or a free port, served by werkzeug exactly as moto's
+`ThreadedMotoServer` serves it, with one difference: its WSGI app can be wrapped (local up wraps it in the
+IAM engine, so every call is checked against the caller's policies before moto sees it).
+
+moto's own admin API (`/moto-api/`: `POST /moto-api/reset` wipes every resource, others read or seed any
+backend) has no counterpart in AWS and no IAM check: the emulator refuses all of it with 403 unless
+`local up --allow-reset` (`allow_admin=True`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from servestack.local.iam import DEVELOPER, Credentials
+
+SERVICES = ("s3", "sqs", "dynamodb", "sns", "events", "iam", "sts", "logs")
+DEFAULT_REGION = "us-east-1"
+ADMIN_PREFIX = "moto-api"
+
+
+def region() -> str:
+    return os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
+
+
+def aws_environment(endpoint_url: str, credentials: Credentials = DEVELOPER) -> dict[str, str]:
+    """What a process needs to use the emulator as `credentials` (default: the developer identity)."""
+    return {"AWS_ENDPOINT_URL": endpoint_url, "AWS_DEFAULT_REGION": region(), **credentials.environment()}
+
+
+def clients(endpoint_url: str, credentials: Credentials = DEVELOPER) -> dict[str, Any]:
+    """boto3 clients on the emulator, as `credentials` (default: the developer identity)."""
+    return clients_for(endpoint_url, credentials, region())
+
+
+def client_as(service: str, endpoint_url: str, credentials: Credentials, region: str) -> Any:
+    """A boto3 client for `service` on the emulator, signing as `credentials`."""
+    import boto3
+    from botocore.config import Config
+
+    session = boto3.session.Session(
+        aws_access_key_id=credentials.access_key_id,
+        aws_secret_access_key=credentials.secret_access_key,
+        aws_session_token=credentials.session_token,
+        region_name=region,
+    )
+    config = Config(s3={"addressing_style": "path"}, retries={"mode": "standard"})
+    return session.client(service, endpoint_url=endpoint_url, config=config)
+
+
+def clients_for(endpoint_url: str, credentials: Credentials, region: str) -> dict[str, Any]:
+    return {service: client_as(service, endpoint_url, credentials, region) for service in SERVICES}
+
+
+class EmbeddedEmulator:
+    """moto's server in a thread of this process, speaking the AWS wire protocols over HTTP."""
+
+    def __init__(
+        self,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        *,
+        middleware: Callable[[Any], Any] | None = None,
+        allow_admin: bool = False,
+    ) -> None:
+        from moto.moto_server.werkzeug_app import (
+            DomainDispatcherApplication,
+            MotoRequestHandler,
+            create_backend_app,
+        )
+        from werkzeug.serving import make_server
+
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
+        app: Any = DomainDispatcherApplication(create_backend_app)
+        if middleware is not None:
+            app = middleware(app)
+        if not allow_admin:
+            app = AdminRefused(app)
+        self._server = make_server(host, port, app, threaded=True, request_handler=MotoRequestHandler)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="moto", daemon=True)
+        self._thread.start()
+        bound_port = int(self._server.server_address[1])
+        self.url = f"http://{host}:{bound_port}"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._thread.join(timeout=10)
+
+
+class AdminRefused:
+    """WSGI: moto's `/moto-api/...` routes answer 403 (with a JSON body saying how to allow them); the rest
+    passes. The path is the decoded one moto routes on, with repeated leading slashes and case folded."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = str(environ.get("PATH_INFO", ""))
+        if path.lstrip("/").lower().split("/", 1)[0] == ADMIN_PREFIX:
+            body = json.dumps({"error": {
+                "type": "AccessDenied",
+                "message": "moto's admin API is refused: it has no counterpart in AWS and would let any caller wipe "
+                           "or seed every resource; start `servestack local up --allow-reset` to use it",
+                "field": "path", "value": path[:200], "allowed": "AWS API calls",
+            }}).encode()  # fmt: skip
+            start_response("403 Forbidden", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+            return [body]
+        result: Iterable[bytes] = self.app(environ, start_response)
+        return result

@@ -1,0 +1,46 @@
+"""How `local up` hosts its fronts and children: the one HTTP stack, child processes, and restart backoff.
+
+Other packages of local mode import from here only (tests/unit/test_import_boundaries.py).
+"""
+
+from servestack.local.hosting.http_server import (
+    BODY_TIMEOUT_SEC,
+    HOP_BY_HOP,
+    MAX_BODY_BYTES,
+    LocalHttpServer,
+    Reply,
+    Request,
+    request_id,
+)
+from servestack.local.hosting.processes import (
+    REPO_ROOT,
+    GroupLeader,
+    RealtimeProcess,
+    die_with_parent,
+    free_port,
+    http_status,
+    kill_group,
+    port_is_free,
+    stop_process,
+)
+from servestack.local.hosting.restarts import Backoff
+
+__all__ = [
+    "BODY_TIMEOUT_SEC",
+    "HOP_BY_HOP",
+    "MAX_BODY_BYTES",
+    "REPO_ROOT",
+    "Backoff",
+    "GroupLeader",
+    "LocalHttpServer",
+    "RealtimeProcess",
+    "Reply",
+    "Request",
+    "die_with_parent",
+    "free_port",
+    "http_status",
+    "kill_group",
+    "port_is_free",
+    "request_id",
+    "stop_process",
+]

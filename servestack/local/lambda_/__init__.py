@@ -1,0 +1,24 @@
+"""Lambda, as `local up` plays it: the execution environments, the Invoke API, the functions of the templates
+and their SQS event source mappings.
+
+Other packages of local mode import from here only (tests/unit/test_import_boundaries.py).
+"""
+
+from servestack.local.lambda_.definitions import EventSourceMappingDef, FunctionDef
+from servestack.local.lambda_.invoke import INVOKE_PREFIX, INVOKE_SUFFIX, lambda_error
+from servestack.local.lambda_.poller import SqsPoller
+from servestack.local.lambda_.runtime import REGION, http_api_event
+from servestack.local.lambda_.service import HostedFunction, LambdaService
+
+__all__ = [
+    "INVOKE_PREFIX",
+    "INVOKE_SUFFIX",
+    "REGION",
+    "EventSourceMappingDef",
+    "FunctionDef",
+    "HostedFunction",
+    "LambdaService",
+    "SqsPoller",
+    "http_api_event",
+    "lambda_error",
+]

@@ -1,0 +1,60 @@
+"""SageMaker, as `local up` plays it: the runtime front, endpoints and their router, asynchronous and
+multi-model endpoints, inference components, Batch Transform, and the model containers they run.
+
+Other packages of local mode import from here only (tests/unit/test_import_boundaries.py).
+"""
+
+from servestack.local.sagemaker import releases
+from servestack.local.sagemaker.async_inference import AsyncInferenceConfig, AsyncInvocations
+from servestack.local.sagemaker.backends import Faults
+from servestack.local.sagemaker.container import read_image, staged_container
+from servestack.local.sagemaker.definitions import ComponentDef, ContainerDef, EndpointDef, TransformDef, VariantDef
+from servestack.local.sagemaker.dockerfile import DockerfileError, container_command, stage_root
+from servestack.local.sagemaker.inference_components import ComponentState, InferenceComponents, copies_on_router
+from servestack.local.sagemaker.model_data import ModelDataError, fetch_model_data, model_data_urls, publish_model_data
+from servestack.local.sagemaker.multi_model import MultiModelFront
+from servestack.local.sagemaker.reading import read_endpoint, read_transforms
+from servestack.local.sagemaker.runtime_front import ENDPOINT_PREFIX, AsyncTarget, RealtimeTarget, SageMakerRuntime
+from servestack.local.sagemaker.transform import JobRefused, create_job, execute_job, role_session, run_transform
+from servestack.local.sagemaker.transform_jobs import TransformJobs
+from servestack.local.sagemaker.variant_start import ContainerSource, VariantStartError, prepare
+
+__all__ = [
+    "ENDPOINT_PREFIX",
+    "AsyncInferenceConfig",
+    "AsyncInvocations",
+    "AsyncTarget",
+    "ComponentDef",
+    "ComponentState",
+    "ContainerDef",
+    "ContainerSource",
+    "DockerfileError",
+    "EndpointDef",
+    "Faults",
+    "InferenceComponents",
+    "JobRefused",
+    "ModelDataError",
+    "MultiModelFront",
+    "RealtimeTarget",
+    "SageMakerRuntime",
+    "TransformDef",
+    "TransformJobs",
+    "VariantDef",
+    "VariantStartError",
+    "container_command",
+    "copies_on_router",
+    "create_job",
+    "execute_job",
+    "fetch_model_data",
+    "model_data_urls",
+    "prepare",
+    "publish_model_data",
+    "read_endpoint",
+    "read_image",
+    "read_transforms",
+    "releases",
+    "role_session",
+    "run_transform",
+    "stage_root",
+    "staged_container",
+]

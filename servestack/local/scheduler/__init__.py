@@ -1,0 +1,11 @@
+"""EventBridge Scheduler, as `local up` plays it: schedule expressions, the schedules of the templates and their
+targets (Lambda functions, ECS tasks, Batch Transform jobs), and its read API.
+
+Other packages of local mode import from here only (tests/unit/test_import_boundaries.py).
+"""
+
+from servestack.local.scheduler.api import SchedulerApi
+from servestack.local.scheduler.definitions import ScheduleDef, TaskDef
+from servestack.local.scheduler.schedules import ScheduleRunner, invoke_as_schedule_role, send_dead_letter
+
+__all__ = ["ScheduleDef", "ScheduleRunner", "SchedulerApi", "TaskDef", "invoke_as_schedule_role", "send_dead_letter"]

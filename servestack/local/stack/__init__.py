@@ -1,0 +1,18 @@
+"""One stack of the templates as `local up` runs it: its resources read by type into each service's
+definitions, the report `--explain` prints, and what is provisioned on the emulator.
+
+Other packages of local mode import from here only (tests/unit/test_import_boundaries.py).
+"""
+
+from servestack.local.stack.bucket_notifications import BucketNotifications, HandlerRefused
+from servestack.local.stack.provision import ProvisionError, provision
+from servestack.local.stack.topology import StackTopology, read_stack
+
+__all__ = [
+    "BucketNotifications",
+    "HandlerRefused",
+    "ProvisionError",
+    "StackTopology",
+    "provision",
+    "read_stack",
+]

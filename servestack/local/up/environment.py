@@ -1,0 +1,90 @@
+"""What `local up` hands its children: a project's paths, a Lambda function's environment, the model data of a
+container, and the commands it prints for the developer to run."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from servestack.local.hosting import REPO_ROOT
+from servestack.local.iam import Credentials
+from servestack.local.lambda_ import FunctionDef
+from servestack.local.up.options import (
+    UpError,
+)
+
+# ------------------------------------------------------------------------------------------ helpers
+
+
+def project_of(spec_path: Path | None) -> Path:
+    """serving.yaml: the given one, else the nearest in this folder or above, else servestack's own."""
+    if spec_path is not None:
+        return spec_path.resolve()
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / "serving.yaml").is_file():
+            return folder / "serving.yaml"
+    return REPO_ROOT / "serving.yaml"
+
+
+def map_paths(environment: dict[str, str], mapping: dict[str, str]) -> dict[str, str]:
+    """Container and Lambda paths (`/var/task/...`, `/opt/ml/model`) to their local stand-ins."""
+    out: dict[str, str] = {}
+    for key, value in environment.items():
+        for remote, local in mapping.items():
+            if value == remote or value.startswith(remote + "/"):
+                value = local + value[len(remote) :]
+                break
+        out[key] = value
+    return out
+
+
+def first_version(model_dir: Path, model: str) -> str:
+    versions = sorted(p.parent.name for p in (model_dir / model).glob("*/manifest.json"))
+    if not versions:
+        raise UpError(f"{model_dir}: the model data holds no {model}/<version>/manifest.json")
+    return versions[0]
+
+
+def lambda_environment(function: FunctionDef, region: str, code_root: Path) -> dict[str, str]:
+    """What the Lambda runtime adds to a function's own variables (Lambda's reserved environment variables)."""
+    return {
+        "AWS_LAMBDA_FUNCTION_NAME": function.name,
+        "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(function.memory_mib),
+        "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{function.name}",
+        "AWS_EXECUTION_ENV": f"AWS_Lambda_{function.runtime}",
+        "AWS_REGION": region,
+        "AWS_DEFAULT_REGION": region,
+        "LAMBDA_TASK_ROOT": str(code_root),
+        "_HANDLER": function.handler,
+    }
+
+
+def base_environment() -> dict[str, str]:
+    """This process's environment without the caller's own AWS identity (children get their role's)."""
+    dropped = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+               "AWS_DEFAULT_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_ENDPOINT_URL")  # fmt: skip
+    return {k: v for k, v in os.environ.items() if k not in dropped} | {"PYTHONUNBUFFERED": "1"}
+
+
+def curl_sigv4(url: str, region: str, developer: Credentials, sample: Path | None) -> str:
+    data = f" -H 'Content-Type: application/json' --data @{shown(sample)}" if sample else ""
+    method = " -X POST" if sample else ""
+    user = f"{developer.access_key_id}:{developer.secret_access_key}"
+    return f"curl -s --aws-sigv4 'aws:amz:{region}:execute-api' --user '{user}'{method} {url}{data}"
+
+
+def shown(path: Path) -> str:
+    relative = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+    return shlex.quote(str(relative))
+
+
+def self_command() -> str:
+    """How this CLI was started, so the printed command works without an activated venv."""
+    argv0 = Path(sys.argv[0])
+    if argv0.name == "servestack" and argv0.exists():
+        return shown(argv0.resolve()) if not argv0.is_absolute() else shlex.quote(str(argv0))
+    return f"{shlex.quote(sys.executable)} -m servestack.cli"

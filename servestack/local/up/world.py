@@ -1,0 +1,503 @@
+"""The world `local up` runs from the templates: the plan of its children (Lambda execution environments,
+endpoint routers, containers, pollers), the services it plays in its own process around them, and the banner
+that says where everything is."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from servestack.local.apigateway import HttpApiDef
+from servestack.local.batch import retire_seeded_input, seed_batch_input
+from servestack.local.ecs import TaskLaunch
+from servestack.local.hosting import free_port
+from servestack.local.iam import Credentials, LocalAccess
+from servestack.local.lambda_ import EventSourceMappingDef, FunctionDef, HostedFunction
+from servestack.local.logs import LogShipper
+from servestack.local.sagemaker import ContainerSource, EndpointDef, TransformDef, VariantDef
+from servestack.local.scheduler import ScheduleDef, TaskDef
+from servestack.local.stack import StackTopology
+from servestack.local.up.children import Child
+from servestack.local.up.environment import (
+    curl_sigv4,
+    first_version,
+    lambda_environment,
+    map_paths,
+    self_command,
+    shown,
+)
+from servestack.local.up.options import (
+    CONTAINER_MODEL_DIR,
+    LAMBDA_TASK_ROOT,
+    UpError,
+    UpOptions,
+)
+from servestack.spec import ServingSpec
+
+# ------------------------------------------------------------------------------------------ the world
+
+
+@dataclass
+class Plan:
+    children: list[Child] = field(default_factory=list)
+    functions: list[HostedFunction] = field(default_factory=list)
+    endpoints: dict[str, Any] = field(default_factory=dict)  # endpoint name -> RealtimeTarget
+    async_endpoints: dict[str, tuple[str, dict[str, Any], Any]] = field(default_factory=dict)  # (url, config, keys)
+    apis: list[tuple[HttpApiDef, int]] = field(default_factory=list)  # (API, port)
+    mappings: list[tuple[EventSourceMappingDef, FunctionDef, Credentials]] = field(default_factory=list)
+    schedules: list[ScheduleDef] = field(default_factory=list)
+    tasks: dict[str, TaskLaunch] = field(default_factory=dict)  # "<stack>/<task definition id>" -> its launch
+    deployments: dict[str, dict[str, Any]] = field(default_factory=dict)
+    identities: dict[str, dict[str, str]] = field(default_factory=dict)
+    curls: list[str] = field(default_factory=list)
+    aws_port: int = 0
+    topologies: list[StackTopology] = field(default_factory=list)
+    log_shippers: list[LogShipper] = field(default_factory=list)  # one per child
+
+    @property
+    def aws_api_url(self) -> str:
+        return f"http://127.0.0.1:{self.aws_port}"
+
+
+@dataclass
+class World:
+    options: UpOptions
+    spec: ServingSpec
+    spec_file: Path
+    project: Path  # serving.yaml's folder: its model packages
+    code_root: Path  # the CDK app's folder: the handlers' code (Lambda's /var/task)
+    work: Path
+    region: str
+    emulator_url: str
+    access: LocalAccess
+    aws: dict[str, Any]
+    registry_uri: str
+    service_endpoints: dict[str, str] = field(default_factory=dict)  # AWS_ENDPOINT_URL_<SERVICE> for functions
+    components: dict[str, Any] = field(default_factory=dict)  # inference component name -> ComponentState
+    component_routers: dict[str, str] = field(default_factory=dict)  # inference component -> router control URL
+    control_urls: dict[str, str] = field(default_factory=dict)  # endpoint name -> its router's control port URL
+    notices: list[str] = field(default_factory=list)  # lines for the developer (releases applied at start)
+
+    # ------------------------------------------------------------------------------------ what to run
+    def plan(
+        self,
+        topologies: list[StackTopology],
+        realtime_port: int,
+        aws_port: int,
+        api_ports: dict[tuple[str, str], int],
+        env_base: dict[str, str],
+    ) -> Plan:
+        from servestack.local.lambda_ import HostedFunction
+
+        plan = Plan(aws_port=aws_port, topologies=topologies)
+        # botocore's service-specific endpoints: a function calling SageMaker Runtime or Lambda reaches local up's
+        # front for them; everything else goes to the emulator (AWS_ENDPOINT_URL).
+        front = plan.aws_api_url
+        self.service_endpoints = {"AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": front, "AWS_ENDPOINT_URL_LAMBDA": front}
+        run_dir = self.work / "run"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        first_realtime = True
+        for topology in topologies:
+            d = self.spec.deployments.get(topology.deployment)
+            model = self.spec.model(d.model, d.version) if d is not None else None
+            sample = self.project / model.artifact_path / "sample-request.json" if model else None
+            entry: dict[str, Any] = {"mode": topology.mode, "stack": topology.stack, "outputs": topology.outputs}
+            if sample is not None:
+                entry["sample"] = str(sample)
+            credentials = {
+                r.logical_id: self.access.credentials_for(r.arn, r.policies) for r in topology.roles.values()
+            }
+            for role in topology.roles.values():
+                plan.identities[role.name] = credentials[role.logical_id].to_dict()
+            versioned = topology.versioned
+            hosted = {}
+            for function in topology.functions.values():
+                if function.handler == "index.handler":
+                    continue  # inline code (the CodeDeploy pre-traffic hook): run only by CodeDeploy
+                port = free_port()
+                config = run_dir / f"{function.name}.json"
+                config.write_text(json.dumps({
+                    "name": function.name, "handler": function.handler,
+                    "timeout_sec": function.timeout_sec, "memory_mib": function.memory_mib,
+                }))  # fmt: skip
+                env = (
+                    env_base
+                    | self.service_endpoints
+                    | lambda_environment(function, self.region, self.code_root)
+                    | map_paths(
+                        function.environment,
+                        # The bundle holds the deployment's own packages only; the rest of /var/task is the code.
+                        {
+                            f"{LAMBDA_TASK_ROOT}/models/artifacts": str(self._bundle_view(topology.deployment)),
+                            LAMBDA_TASK_ROOT: str(self.code_root),
+                        },
+                    )
+                    | credentials[function.role].environment()
+                )
+                argv = [
+                    sys.executable,
+                    "-m",
+                    "servestack.local.lambda_.runner",
+                    "--config",
+                    str(config),
+                    "--port",
+                    str(port),
+                ]
+                url = f"http://127.0.0.1:{port}"
+                child = Child(f"{topology.deployment}/{function.logical_id}", argv, env, f"{url}/")
+                child.sinks.append(self._log_shipper(plan, child.name, function.log_group, credentials[function.role]))
+                entry.setdefault("log_groups", {})[function.name] = function.log_group
+                plan.children.append(child)
+                hosted[function.logical_id] = HostedFunction(function, url, function.logical_id in versioned)
+            plan.functions += hosted.values()
+            entry["lambda_functions"] = {f.definition.logical_id: f.name for f in hosted.values()}
+            for api in topology.apis.values():
+                port = api_ports[(topology.stack, api.logical_id)]
+                plan.apis.append((api, port))
+                entry["url"] = f"http://127.0.0.1:{port}"
+                entry["api_id"] = api.api_id
+            for mapping in topology.mappings:
+                function = topology.functions[mapping.function]
+                plan.mappings.append((mapping, function, credentials[function.role]))
+            plan.schedules += topology.schedules
+            for task in topology.tasks.values():
+                # The task definition's container from its image's staged build context (servestack/local/ecs/).
+                launch = plan.tasks[f"{topology.stack}/{task.logical_id}"] = self._task_launch(topology, task)
+                entry["task"] = launch.to_dict()
+            for endpoint in topology.endpoints.values():
+                port = realtime_port if first_realtime else free_port()
+                first_realtime = False
+                child, target = self._endpoint(topology, endpoint, port, run_dir, env_base, credentials)
+                # SageMaker writes each container's output to the endpoint's group with the execution role.
+                group = f"/aws/sagemaker/Endpoints/{endpoint.name}"
+                hosts = endpoint.components or endpoint.variants
+                log_role = endpoint.execution_role or next((h.execution_role for h in hosts if h.execution_role), None)
+                if log_role is not None:
+                    stream = f"{hosts[0].name}/local-{uuid.uuid4().hex[:17]}"
+                    child.sinks.append(self._log_shipper(plan, child.name, group, credentials[log_role], stream))
+                    entry.setdefault("log_groups", {})[endpoint.name] = group
+                plan.children.append(child)
+                entry["control_url"] = self.control_urls[endpoint.name]  # the router's admin routes, the CLI's
+                if endpoint.async_config is not None:
+                    # An asynchronous endpoint: InvokeEndpointAsync only; SageMaker writes the outcome to S3 and
+                    # publishes it to SNS with the model's execution role.
+                    execution_role = endpoint.variants[0].execution_role
+                    assert execution_role is not None  # an asynchronous endpoint's variant hosts a model
+                    plan.async_endpoints[endpoint.name] = (
+                        target.url,
+                        endpoint.async_config,
+                        credentials[execution_role],
+                    )
+                    entry |= {"endpoint_name": endpoint.name, "container_url": target.url}
+                else:
+                    plan.endpoints[endpoint.name] = target
+                    entry |= {"url": target.url, "endpoint_name": endpoint.name}
+                if endpoint.components:
+                    entry["components"] = {
+                        c.name: self._component_entry(c.container.environment.get("SERVESTACK_DEFAULT_MODEL", ""))
+                        for c in endpoint.components
+                    }
+            buckets = [b for b in topology.buckets.values() if "accesslogs" not in b.logical_id.lower()]
+            if buckets:
+                entry["bucket"] = buckets[0].name
+            for queue in topology.queues.values():
+                entry.setdefault("queues", {})[queue.logical_id] = queue.url
+            for table in topology.tables.values():
+                entry.setdefault("tables", {})[table.logical_id] = table.name
+            self._batch_entry(topology, entry, sample)
+            plan.deployments[topology.deployment] = entry
+            plan.curls += self._curls(topology, entry, sample)
+        return plan
+
+    def _endpoint(
+        self, topology: StackTopology, endpoint: EndpointDef, port: int, run_dir: Path, env_base: dict[str, str],
+        credentials: dict[str, Any],
+    ) -> tuple[Child, Any]:  # fmt: skip
+        from servestack.local.sagemaker import RealtimeTarget
+
+        multi_model_roots: dict[str, Path] = {}
+
+        def variant(v: Any, component: str | None = None) -> dict[str, Any]:
+            """A variant's (or an inference component's) container as the router starts it."""
+            container = v.container
+            env = dict(container.environment)
+            if container.mode == "MultiModel":
+                # SageMaker downloads TargetModel archives from the ModelDataUrl prefix into /opt/ml/models.
+                root = self.work / "multi-model" / endpoint.name / v.name
+                root.mkdir(parents=True, exist_ok=True)
+                multi_model_roots[v.name] = root
+                env["SERVESTACK_MULTI_MODEL_ROOT"] = str(root)
+            # SageMaker's image pull and model download, with the model's execution role (sagemaker/variant_start.py);
+            # the router starts each green fleet of a rehearsal with the same source.
+            source, package_dir = self._start_container(endpoint.name, v, credentials[v.execution_role])
+            if package_dir is not None:
+                env = map_paths(env, {CONTAINER_MODEL_DIR: str(package_dir)})
+            model = env.get("SERVESTACK_DEFAULT_MODEL", "")
+            version = first_version(package_dir, model) if package_dir else self.spec.model(model, None).version
+            command, image_env = self._container_command(endpoint.name, container.image)
+            env = image_env | env | credentials[v.execution_role].environment()  # the model's Environment wins
+            source = replace(source, model_version=version if package_dir else None)
+            return {"name": v.name, "model": model, "version": version, "weight": getattr(v, "weight", 1.0),
+                    "package_dir": str(package_dir) if package_dir else None, "environment": env,
+                    "component": component, "command": command, "source": source.to_dict()}  # fmt: skip
+
+        if endpoint.components:
+            # One container per inference component, from the model it names (its variant runs no model).
+            variants = [variant(c, component=c.name) for c in endpoint.components]
+        else:
+            variants = [variant(v) for v in endpoint.variants]
+        variants = [self._released(topology.deployment, v) for v in variants]
+        shadow = variant(endpoint.shadow_variants[0]) if endpoint.shadow_variants else None
+        production_weight = sum(v["weight"] for v in variants) or 1.0
+        config = {
+            "deployment": topology.deployment,
+            "endpoint": endpoint.name,
+            "variants": variants,
+            "shadow": shadow,
+            "shadow_percent": (shadow["weight"] / production_weight * 100) if shadow else 0.0,
+            "registry_uri": self.registry_uri,
+            "workers": self.options.workers,
+            "cache_dir": str(self.work / "packages"),
+        }
+        path = run_dir / f"endpoint-{endpoint.name}.json"
+        path.write_text(json.dumps(config, indent=2))
+        control_url = self.control_urls[endpoint.name] = f"http://127.0.0.1:{free_port()}"
+        argv = [sys.executable, "-m", "servestack.local.sagemaker.endpoint", "--config", str(path), "--port", str(port),
+                "--control-port", control_url.rsplit(":", 1)[1], "--spec", str(self.spec_file)]  # fmt: skip
+        # The router is SageMaker's side (it pulls new versions for rehearsals): the developer's keys.
+        env = env_base | self.access.developer.environment()
+        url = f"http://127.0.0.1:{port}"
+        names = tuple(v.name for v in endpoint.variants)
+        child = Child(f"{topology.deployment}/endpoint", argv, env, f"{url}/ping", ready_status=200)
+        if endpoint.components:
+            from servestack.local.sagemaker import ComponentState
+
+            states = {
+                c.name: ComponentState(
+                    c.name, c.arn, endpoint.name, endpoint.arn, c.variant, c.model_name, c.compute, c.copies, c.copies
+                )
+                for c in endpoint.components
+            }
+            self.components.update(states)
+            self.component_routers.update(dict.fromkeys(states, control_url))
+            return child, RealtimeTarget(url, names, components=states)
+        multi = [v for v in endpoint.variants if v.container is not None and v.container.mode == "MultiModel"]
+        if not multi:
+            return child, RealtimeTarget(url, names)
+        from servestack.local.emulator import client_as
+        from servestack.local.sagemaker import MultiModelFront
+
+        v = multi[0]
+        assert v.container is not None
+        assert v.container.model_data_url is not None
+        assert v.execution_role is not None
+        self._seed_models(v.container.model_data_url)
+        front = MultiModelFront(
+            endpoint_name=endpoint.name,
+            container_url=url,
+            model_data_url=v.container.model_data_url,
+            cache_dir=multi_model_roots[v.name],
+            # SageMaker fetches the archives with the model's execution role.
+            s3=client_as("s3", self.emulator_url, credentials[v.execution_role], self.region),
+            variant=v.name,
+        )
+        return child, RealtimeTarget(url, names, multi_model=True, multi_model_front=front)
+
+    def _log_shipper(
+        self, plan: Plan, name: str, group: str, credentials: Credentials, stream: str | None = None
+    ) -> Callable[[str], None]:
+        from servestack.local.emulator import client_as
+        from servestack.local.logs import LogShipper, ensure_log_group, lambda_stream_name
+
+        ensure_log_group(self.aws["logs"], group)  # the template's log group, created by the deploy
+        shipper = LogShipper(
+            name=name, group=group, stream=stream or lambda_stream_name(), role=credentials.arn,
+            logs=client_as("logs", self.emulator_url, credentials, self.region),
+            metrics=client_as("cloudwatch", self.emulator_url, self.access.developer, self.region),
+            report=lambda line: print(line, file=sys.stderr, flush=True),
+        )  # fmt: skip
+        plan.log_shippers.append(shipper)
+        return shipper
+
+    def _start_container(
+        self, endpoint: str, variant: VariantDef, credentials: Credentials
+    ) -> tuple[ContainerSource, Path | None]:
+        """The variant's container source, its image pulled and its model data (single-model) unpacked under the
+        data dir's sagemaker/<endpoint>/<variant>/opt/ml/model; the model directory, or None."""
+        from servestack.local.ecr import published_images
+        from servestack.local.sagemaker import VariantStartError, prepare
+
+        container = variant.container
+        assert container is not None  # `plan` starts only variants that run a container
+        single = container.mode != "MultiModel" and bool(container.model_data_url)
+        source = ContainerSource(
+            self.emulator_url, self.region, credentials.to_dict(),
+            image=container.image if published_images(self.work / "cdk.out", [container.image]) else None,
+            model_data_url=container.model_data_url if single else None,
+        )  # fmt: skip
+        root = (self.options.data_dir or self.work / "emulator") / "sagemaker" / endpoint / variant.name
+        try:
+            return source, prepare(source, root)
+        except VariantStartError as error:
+            raise UpError(f"variant {variant.name} of endpoint {endpoint} failed: {error}") from None
+
+    def _task_launch(self, topology: StackTopology, task: TaskDef) -> TaskLaunch:
+        from servestack.local.ecs import TaskImageError, task_launch
+
+        try:
+            return task_launch(topology, task, self.work / "cdk.out", self.work / "images")
+        except TaskImageError as error:
+            raise UpError(str(error)) from None
+
+    def _container_command(self, endpoint: str, image_uri: str) -> tuple[dict[str, Any] | None, dict[str, str]]:
+        """`docker run IMAGE serve` (SageMaker's hosting command) as a process from the image's staged build
+        context in cdk.out, and the image's ENV; (None, {}) for an image that is not an asset of the assembly."""
+        from servestack.local.sagemaker import DockerfileError, staged_container
+
+        try:
+            staged = staged_container(self.work / "cdk.out", image_uri, self.work / "images", ("serve",))
+        except DockerfileError as error:
+            raise UpError(f"endpoint {endpoint}: its image cannot run locally: {error}") from None
+        if staged is None:
+            return None, {}
+        command = {"argv": list(staged.command.argv), "cwd": str(staged.command.cwd)}
+        return command, dict(staged.command.environment)
+
+    def _released(self, deployment: str, variant: dict[str, Any]) -> dict[str, Any]:
+        """The version `local deploy` left live, when it is not the template's
+        (servestack/local/sagemaker/releases.py)."""
+        from servestack.local.sagemaker import releases
+        from servestack.registry import open_registry
+
+        def fetch(model: str, version: str) -> Path:
+            return open_registry(self.registry_uri, client=self.aws["s3"]).fetch(model, version, self.work / "packages")
+
+        return releases.apply(self.work, deployment, variant, fetch, self.notices)
+
+    def _component_entry(self, model: str) -> dict[str, Any]:
+        """What other commands need of a component: its model and that model's sample request."""
+        declared = next((m for m in self.spec.models if m.name == model), None)
+        sample = self.project / declared.artifact_path / "sample-request.json" if declared else None
+        return {"model": model, "sample": str(sample) if sample is not None and sample.is_file() else None}
+
+    def _bundle_view(self, deployment: str) -> Path:
+        """What the deployment's Lambda bundle carries under models/artifacts: its own pinned packages only
+        (stacks/bundling.py), as links into the project."""
+        view = self.work / "bundles" / deployment / "models" / "artifacts"
+        if view.exists():
+            shutil.rmtree(view)
+        for model in self.spec.models_of(deployment):
+            link = view / model.name / model.version
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to((self.project / model.artifact_path).resolve(), target_is_directory=True)
+        return view
+
+    def _seed_models(self, prefix: str) -> None:
+        """The serving.yaml models under a multi-model endpoint's prefix (`<name>/<version>.tar.gz`), as
+        `servestack models push --registry <prefix>` would put them there, so that TargetModel works at once."""
+        from servestack.registry import seed_local
+
+        seed_local(self.aws["s3"], self.spec, self.project / "models" / "artifacts", uri=prefix)
+
+    def _batch_entry(self, topology: StackTopology, entry: dict[str, Any], sample: Path | None) -> None:
+        for schedule in topology.schedules:
+            payload = json.loads(schedule.input or "{}")
+            entry |= {
+                "schedule": f"{schedule.expression} {schedule.timezone}",
+                "schedule_name": schedule.name,
+                "target": schedule.target_arn,
+                "schedule_role": schedule.role_arn,
+                "input": payload,
+            }
+            if schedule.universal is not None:
+                entry["universal"] = schedule.universal
+            bucket, prefix = payload.get("bucket"), payload.get("input_prefix")
+            if bucket and prefix and sample is not None and sample.is_file():
+                retire_seeded_input(self.aws["s3"], bucket, prefix)
+                entry["seeded"] = seed_batch_input(self.aws["s3"], bucket, prefix, sample)
+                entry |= {"input_prefix": prefix, "output_prefix": payload.get("output_prefix")}
+        for transform in topology.transforms:
+            entry["transform"] = self._transform_entry(topology, transform)
+            source = transform.job["TransformInput"]["DataSource"]["S3DataSource"]["S3Uri"]
+            bucket, _, prefix = str(source).removeprefix("s3://").partition("/")
+            output = str(transform.job["TransformOutput"]["S3OutputPath"]).removeprefix("s3://").partition("/")[2]
+            entry |= {"input": {"bucket": bucket, "input_prefix": prefix, "output_prefix": output.rstrip("/") + "/"}}
+            if sample is not None and sample.is_file():
+                retire_seeded_input(self.aws["s3"], bucket, prefix)
+                entry["seeded"] = seed_batch_input(self.aws["s3"], bucket, prefix, sample)
+                entry |= {"input_prefix": prefix, "output_prefix": output.rstrip("/") + "/"}
+
+    def _transform_entry(self, topology: StackTopology, transform: TransformDef) -> dict[str, Any]:
+        """What `local run-batch` needs to run an engine: transform job: the request, the container's
+        environment and model data URL (each job fetches it with the execution role, sagemaker/transform.py),
+        the roles' names and the function run at the end."""
+        on_end = topology.functions.get(transform.on_end or "")
+        return {
+            "job": transform.job,
+            "environment": dict(transform.container.environment),
+            "model_data_url": transform.container.model_data_url,
+            "execution_role": topology.roles[transform.execution_role].name,
+            "scheduler_role": transform.scheduler_role,
+            "on_end": on_end.name if on_end is not None else None,
+        }
+
+    def _curls(self, topology: StackTopology, entry: dict[str, Any], sample: Path | None) -> list[str]:
+        lines: list[str] = []
+        url = entry.get("url")
+        if topology.mode == "realtime" and url:
+            lines += [f"curl -s {url}/ping"]
+            components: dict[str, Any] = entry.get("components") or {}
+            for name, component in components.items():
+                if component.get("sample"):
+                    lines.append(
+                        f"curl -s -X POST {url}/invocations -H 'Content-Type: application/json' "
+                        f"-H 'X-Amzn-SageMaker-Inference-Component: {name}' --data @{shown(Path(component['sample']))}"
+                    )
+            if sample is not None and not components:
+                lines.append(
+                    f"curl -s -X POST {url}/invocations -H 'Content-Type: application/json' --data @{shown(sample)}"
+                )
+        elif topology.mode == "serverless" and url:
+            lines.append(curl_sigv4(f"{url}/invocations", self.region, self.access.developer, sample))
+        elif topology.mode == "async" and url:
+            lines.append(curl_sigv4(f"{url}/jobs", self.region, self.access.developer, sample))
+            lines.append(curl_sigv4(f"{url}/jobs/JOB_ID", self.region, self.access.developer, None))
+        elif topology.mode == "batch":
+            lines.append(f"{self_command()} local run-batch {topology.deployment}")
+        return lines
+
+    # ------------------------------------------------------------------------------------ services
+    def banner(self, plan: Plan, state_file: Path, timings: list[tuple[str, float]]) -> str:
+        lines = [f"\naws emulator: {self.emulator_url}  (state: {state_file})"]
+        keys = self.access.developer
+        enforced = "enforced from the templates" if self.access.enabled else "NOT enforced"
+        lines.append(f"IAM: {enforced}; developer keys {keys.access_key_id} / {keys.secret_access_key}")
+        lines.append(f"{'deployment':<20} {'mode':<11} {'stack':<28} url / names")
+        for name, entry in plan.deployments.items():
+            where = (
+                entry.get("url") or f"s3://{entry.get('input', {}).get('bucket', '?')}/{entry.get('input_prefix', '')}"
+            )
+            lines.append(f"{name:<20} {entry['mode']:<11} {entry['stack']:<28} {where}")
+            for logical_id, function in entry.get("lambda_functions", {}).items():
+                lines.append(f"{'':<20} {'':<11} {'  function ' + logical_id:<28} {function}")
+            if "endpoint_name" in entry:
+                lines.append(f"{'':<20} {'':<11} {'  sagemaker endpoint':<28} {entry['endpoint_name']}")
+            for component in entry.get("components", {}):
+                lines.append(f"{'':<20} {'':<11} {'  inference component':<28} {component}")
+            for key, value in sorted(entry.get("outputs", {}).items()):
+                if key not in ("SmokeKind", "SmokeTarget"):
+                    lines.append(f"{'':<20} {'':<11} {'  output ' + key:<28} {value}")
+        lines.append(f"{'(aws apis)':<20} {'boto3':<11} {'':<28} {plan.aws_api_url}")
+        lines.append("")
+        lines += plan.curls
+        lines.append(f"\n# boto3: endpoint_url={plan.aws_api_url!r} for sagemaker-runtime and lambda, "
+                     f"{self.emulator_url!r} for the rest; the developer keys above (docs/boto3-local.md)")  # fmt: skip
+        lines.append("\nstartup: " + ", ".join(f"{what} {sec:.1f}s" for what, sec in timings))
+        lines.append("\nCtrl-C stops everything.")
+        return "\n".join(lines)
