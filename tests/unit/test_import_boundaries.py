@@ -290,3 +290,17 @@ def test_the_interface_check_finds_an_import_of_internals() -> None:
         "servestack.local.b.inner (an internal module of servestack.local.b)",
         "servestack.local.b.inner (an internal module of servestack.local.b)",
     ]
+
+
+def test_the_layout_page_and_the_size_limit_hold_for_every_local_package() -> None:
+    # GIVEN the packages of servestack/local/ and the layout page that shows them to a newcomer
+    local = REPO_ROOT / "servestack/local"
+    packages = sorted(p.name for p in local.iterdir() if (p / "__init__.py").is_file())
+    layout = (REPO_ROOT / "docs/layout.md").read_text(encoding="utf-8")
+    # THEN the page has a row for each package, and no row for one that is gone
+    assert [p for p in packages if f"| `{p}/` |" not in layout] == []
+    rows = {line.split("`")[1].rstrip("/") for line in layout.splitlines() if line.startswith("| `")}
+    assert rows - set(packages) == set()
+    # AND no module of local mode is much over 500 lines (one module, one idea)
+    sizes = {str(p.relative_to(REPO_ROOT)): len(p.read_text().splitlines()) for p in local.rglob("*.py")}
+    assert {path: lines for path, lines in sizes.items() if lines > 520} == {}

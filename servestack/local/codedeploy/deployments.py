@@ -39,6 +39,7 @@ from typing import Any
 
 from servestack.local.codedeploy.definitions import HookDef, LambdaDeploymentDef
 from servestack.local.hosting import Reply, Request
+from servestack.local.lambda_ import runner_command
 
 TARGET_PREFIX = "CodeDeploy_20141006."
 HOOK_MARGIN_SEC = 30  # CodeDeploy waits for the hook's status a while past the function's own timeout
@@ -331,15 +332,7 @@ class LocalCodeDeploy:
                 }
             )
             port = free_port()
-            argv = [
-                sys.executable,
-                "-m",
-                "servestack.local.lambda_.runner",
-                "--config",
-                str(config),
-                "--port",
-                str(port),
-            ]
+            argv = runner_command(config, port)
             process = subprocess.Popen(argv, env=env, cwd=code, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             self._ship_output(hook, process, keys)
             url = f"http://127.0.0.1:{port}"

@@ -7,6 +7,7 @@ Other packages of local mode import from here only (tests/unit/test_import_bound
 from servestack.local.lambda_.definitions import EventSourceMappingDef, FunctionDef
 from servestack.local.lambda_.invoke import INVOKE_PREFIX, INVOKE_SUFFIX, lambda_error
 from servestack.local.lambda_.poller import SqsPoller
+from servestack.local.lambda_.runner import runner_command
 from servestack.local.lambda_.runtime import REGION, http_api_event
 from servestack.local.lambda_.service import HostedFunction, LambdaService
 
@@ -21,4 +22,5 @@ __all__ = [
     "SqsPoller",
     "http_api_event",
     "lambda_error",
+    "runner_command",
 ]

@@ -29,6 +29,11 @@ from servestack.local.lambda_.runtime import LocalFunction
 logger = logging.getLogger("servestack.local")
 
 
+def runner_command(config: Path, port: int) -> list[str]:
+    """The command that starts one execution environment for the function `config` describes, on `port`."""
+    return [sys.executable, "-m", "servestack.local.lambda_.runner", "--config", str(config), "--port", str(port)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="servestack.local.lambda_.runner", description=__doc__)
     parser.add_argument("--config", type=Path, required=True, help="the function: name, handler, timeout, memory")

@@ -18,7 +18,7 @@ from servestack.local.batch import retire_seeded_input, seed_batch_input
 from servestack.local.ecs import TaskLaunch
 from servestack.local.hosting import free_port
 from servestack.local.iam import Credentials, LocalAccess
-from servestack.local.lambda_ import EventSourceMappingDef, FunctionDef, HostedFunction
+from servestack.local.lambda_ import EventSourceMappingDef, FunctionDef, HostedFunction, runner_command
 from servestack.local.logs import LogShipper
 from servestack.local.sagemaker import ContainerSource, EndpointDef, TransformDef, VariantDef
 from servestack.local.scheduler import ScheduleDef, TaskDef
@@ -140,15 +140,7 @@ class World:
                     )
                     | credentials[function.role].environment()
                 )
-                argv = [
-                    sys.executable,
-                    "-m",
-                    "servestack.local.lambda_.runner",
-                    "--config",
-                    str(config),
-                    "--port",
-                    str(port),
-                ]
+                argv = runner_command(config, port)
                 url = f"http://127.0.0.1:{port}"
                 child = Child(f"{topology.deployment}/{function.logical_id}", argv, env, f"{url}/")
                 child.sinks.append(self._log_shipper(plan, child.name, function.log_group, credentials[function.role]))
