@@ -16,6 +16,9 @@ from typing import Any
 
 import pytest
 
+from servestack.local.emulator.callers import signed
+from servestack.local.iam.identities import DEVELOPER
+from servestack.local.scheduler.api import FIRE_PREFIX, FIRE_SUFFIX
 from tests.e2e.conftest import LocalUp, copy_project, start_local_up
 from tests.e2e.iam_surface import cli, statements, store, without
 
@@ -128,7 +131,11 @@ def test_the_schedules_ecs_target_runs_the_same_task_from_its_image(
     rows = "".join(json.dumps(request["instances"][0]) + "\n" for _ in range(ROWS))
     s3 = local.emulator("s3")
     s3.put_object(Bucket=bucket, Key=f"{environment['SERVESTACK_BATCH_INPUT_PREFIX']}rows.jsonl", Body=rows.encode())
-    # WHEN the schedule fires (within a minute): RunTask as its role, then the task from its image
+    # WHEN the schedule fires (now, through the scheduler's own runner: RunTask as its role, its retries and
+    # dead-letter queue; that a schedule fires by itself on its expression is tests/e2e/test_transform_schedule_fires)
+    fire = f"{local.api}{FIRE_PREFIX}{local.deployment('minutely')['schedule_name']}{FIRE_SUFFIX}"
+    status, answer = signed("POST", fire, DEVELOPER, "us-east-1", service="scheduler", timeout_sec=120)
+    assert (status, json.loads(answer)) == (200, {"invoked": True}), answer[:500]
     deadline = time.monotonic() + 240
     manifest: dict[str, Any] = {}
     while manifest.get("rows", {}).get("total") != ROWS:  # a run that fired before the rows were there has none
