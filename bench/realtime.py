@@ -629,6 +629,19 @@ def print_split_row(row: dict[str, Any]) -> None:
     )
 
 
+def split_only(scratch: Path, script: Path, args: argparse.Namespace) -> None:
+    """`--only split`: issue 23's row alone (and in `--json`, its figures alone)."""
+    print(
+        f"{SPLIT_ROWS}-row dataframe_split to a pipeline with a string column (one server, {args.runs} runs, "
+        "raw onnxruntime on the same arrays before each):"
+    )
+    split = split_row(scratch, script, args.runs, args.duration_sec, args.http_server)
+    print(f"issue 23 row (servestack on {interface(args.http_server)}, one server core; target in brackets):")
+    print_split_row(split)
+    if args.json:
+        args.json.write_text(json.dumps({"dataframe_split_32": split}, indent=2))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3)
@@ -644,6 +657,12 @@ def main(argv: list[str] | None = None) -> None:
         default=DEFAULT_SERVER,
         help="the server for ours and the ceiling (serve's SERVESTACK_HTTP_SERVER); naive FastAPI stays on uvicorn",
     )
+    parser.add_argument(
+        "--only",
+        choices=("all", "split"),
+        default="all",
+        help="'split': only issue 23's row (32-row dataframe_split to the pipeline), for work on that path",
+    )
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None or shutil.which("taskset") is None:
         sys.exit("bench needs wrk and taskset: apt-get install wrk util-linux")
@@ -654,6 +673,9 @@ def main(argv: list[str] | None = None) -> None:
         scratch = Path(scratch_dir)
         script = scratch / "post.lua"
         script.write_text(WRK_SCRIPT)
+        if args.only == "split":
+            split_only(scratch, script, args)
+            return
         p = payloads(scratch)
         print(
             f"runs={args.runs} duration={args.duration_sec}s; servers on core {SERVER_CORE}, load on core {LOAD_CORE}"

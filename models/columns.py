@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from models.column_plan import SQUARED_MAX, ConversionPlan, conversion_plan, planned_arrays
 from models.errors import InvalidInput, short_repr
 from models.manifest import ColumnSpec, Manifest, TensorSpec, numpy_dtype_of
 
@@ -100,6 +101,10 @@ def _not_a_record(field: str, number: int, row: Any) -> InvalidInput:
     )
 
 
+_SPLIT_KEYS = frozenset({"columns", "data", "index"})
+_TEXT = frozenset({str})
+
+
 def columns_from_split(split: Any, *, field: str) -> Columns:
     """`{"columns": [...], "data": [[...], ...], "index": [...] (optional)}` (pandas' `orient="split"`) -> columns."""
     if type(split) is not dict or "columns" not in split or "data" not in split:
@@ -109,13 +114,13 @@ def columns_from_split(split: Any, *, field: str) -> Columns:
             value=sorted(split)[:5] if type(split) is dict else type(split).__name__,
             allowed='{"columns": ["<name>", ...], "data": [[...], ...], "index": [...] (optional)}',
         )
-    unknown = sorted(set(split) - {"columns", "data", "index"})
+    unknown = [] if split.keys() <= _SPLIT_KEYS else sorted(set(split) - _SPLIT_KEYS)
     if unknown:
         raise InvalidInput(
             f"{field}: unknown key {unknown[0]!r}", field=field, value=unknown[0], allowed="columns, data, index"
         )
     names = split["columns"]
-    if type(names) is not list or not all(type(name) is str for name in names):
+    if type(names) is not list or not set(map(type, names)) <= _TEXT:
         raise InvalidInput(
             f"{field}.columns: expected a list of column names",
             field=f"{field}.columns",
@@ -157,7 +162,8 @@ def columns_from_rows(names: Sequence[str], rows: Any, *, field: str) -> Columns
             value=row,
             allowed=f"{width} values",
         )
-    return dict(zip(names, zip(*rows, strict=True), strict=True))  # each column a tuple: one C-level transpose
+    # Each column a tuple: one C-level transpose (every row's width is checked just above, so no `strict`).
+    return dict(zip(names, zip(*rows, strict=False), strict=False))
 
 
 def columns_from_csv(rows: list[list[str]], manifest: Manifest, *, header: bool | None, field: str = "csv") -> Columns:
@@ -207,6 +213,37 @@ def arrays_from_columns(
     order. Each column is cast to its dtype (strings stay an object array of str); NaN (or `null`/None, or an
     empty or `NaN` cell with `text`) only where the column allows it. `text`: the values are CSV cells.
     Raises `InvalidInput` naming the column (and listing the expected ones when one is missing or unknown)."""
+    if not text:
+        fast = planned_arrays(_plan_of(manifest), columns, max_rows)
+        if fast is not None:
+            return fast
+    return arrays_column_by_column(manifest, columns, field=field, max_rows=max_rows, text=text)
+
+
+# The last manifest planned and its plan: hashing a manifest for the plan's cache costs more than the rest of
+# the lookup, and a worker usually serves one model.
+_last_plan: tuple[Manifest, ConversionPlan] | None = None
+
+
+def _plan_of(manifest: Manifest) -> ConversionPlan:
+    global _last_plan
+    last = _last_plan  # read once: another thread may replace it meanwhile
+    if last is None or last[0] is not manifest:
+        last = _last_plan = (manifest, conversion_plan(manifest, columns_of(manifest)))
+    return last[1]
+
+
+def arrays_column_by_column(
+    manifest: Manifest,
+    columns: Mapping[str, np.ndarray | Sequence[Any]],
+    *,
+    field: str,
+    max_rows: int | None = None,
+    text: bool = False,
+) -> dict[str, np.ndarray]:
+    """`arrays_from_columns` without its shortcut for plainly valid JSON columns: each column checked and cast
+    alone, and the first problem named. Every refusal comes from here; the shortcut returns the same arrays
+    for what it takes (tests/unit/test_column_conversion.py holds the two equal)."""
     specs = columns_of(manifest)
     expected = [column.name for column in specs]
     if not specs:
@@ -322,10 +359,6 @@ def _column(column: ColumnSpec, raw: Any, field: str, manifest: Manifest) -> np.
 
 
 _KINDS = {"f": "fiu", "i": "iu", "u": "u", "b": "b"}
-# The bound on a column's sum of squares for a target dtype: its largest value squared (float64's square is
-# past float64: there the largest value itself, which still proves every value finite).
-_SQUARED_MAX = {"e": float(np.finfo(np.float16).max) ** 2, "f": float(np.finfo(np.float32).max) ** 2}
-_SQUARED_MAX["d"] = float(np.finfo(np.float64).max)
 
 
 def _checked_numbers(column: ColumnSpec, array: np.ndarray, field: str, manifest: Manifest) -> np.ndarray:
@@ -334,7 +367,7 @@ def _checked_numbers(column: ColumnSpec, array: np.ndarray, field: str, manifest
     target = numpy_dtype_of(column.dtype)
     # The common column, at the cost of one call: a sum of squares within the dtype's largest value squared
     # proves every value finite (NaN and infinity make it fail) and within range. Past it: look closer.
-    fits = target.kind == "f" and array.dtype.char in "fd" and float(np.vdot(array, array)) <= _SQUARED_MAX[target.char]
+    fits = target.kind == "f" and array.dtype.char in "fd" and float(np.vdot(array, array)) <= SQUARED_MAX[target.char]
     if fits:
         return array.astype(target, copy=False)
     if target.kind in "iu" and array.dtype.kind in "iu":
