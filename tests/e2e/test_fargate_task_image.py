@@ -134,7 +134,7 @@ def test_the_schedules_ecs_target_runs_the_same_task_from_its_image(
     # WHEN the schedule fires (now, through the scheduler's own runner: RunTask as its role, its retries and
     # dead-letter queue; that a schedule fires by itself on its expression is tests/e2e/test_transform_schedule_fires)
     fire = f"{local.api}{FIRE_PREFIX}{local.deployment('minutely')['schedule_name']}{FIRE_SUFFIX}"
-    status, answer = signed("POST", fire, DEVELOPER, "us-east-1", service="scheduler", timeout_sec=120)
+    status, answer = signed("POST", fire, DEVELOPER, "us-east-1", service="sagemaker", timeout_sec=120)
     assert (status, json.loads(answer)) == (200, {"invoked": True}), answer[:500]
     deadline = time.monotonic() + 240
     manifest: dict[str, Any] = {}
