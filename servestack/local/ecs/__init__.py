@@ -5,6 +5,7 @@ build context.
 Other packages of local mode import from here only (tests/unit/test_import_boundaries.py).
 """
 
+from servestack.local.ecs.planning import EcsPlanner
 from servestack.local.ecs.tasks import (
     EcsRunTask,
     TaskImageError,
@@ -17,6 +18,7 @@ from servestack.local.ecs.tasks import (
 )
 
 __all__ = [
+    "EcsPlanner",
     "EcsRunTask",
     "TaskImageError",
     "TaskLaunch",

@@ -6,6 +6,7 @@ Other packages of local mode import from here only (tests/unit/test_import_bound
 
 from servestack.local.lambda_.definitions import EventSourceMappingDef, FunctionDef
 from servestack.local.lambda_.invoke import INVOKE_PREFIX, INVOKE_SUFFIX, lambda_error
+from servestack.local.lambda_.planning import LambdaPlanner
 from servestack.local.lambda_.poller import SqsPoller
 from servestack.local.lambda_.runner import runner_command
 from servestack.local.lambda_.runtime import REGION, http_api_event
@@ -18,6 +19,7 @@ __all__ = [
     "EventSourceMappingDef",
     "FunctionDef",
     "HostedFunction",
+    "LambdaPlanner",
     "LambdaService",
     "SqsPoller",
     "http_api_event",

@@ -16,6 +16,7 @@ from typing import Any
 
 from servestack.local.emulator import state
 from servestack.local.hosting import REPO_ROOT, free_port, port_is_free
+from servestack.local.planning import PlanError
 from servestack.local.stack import StackTopology
 from servestack.local.up.children import Child, Supervisor
 from servestack.local.up.environment import (
@@ -37,7 +38,7 @@ from servestack.local.up.world import World
 def run(options: UpOptions) -> int:
     try:
         return _run(options)
-    except UpError as error:
+    except (UpError, PlanError) as error:
         print(f"servestack local up: {error}", file=sys.stderr)
         return 2
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from servestack.local.hosting import REPO_ROOT
 from servestack.local.iam import Credentials
-from servestack.local.lambda_ import FunctionDef
+from servestack.local.planning import map_paths as map_paths  # its home is planning/; tests import it here
 from servestack.local.up.options import (
     UpError,
 )
@@ -29,38 +29,11 @@ def project_of(spec_path: Path | None) -> Path:
     return REPO_ROOT / "serving.yaml"
 
 
-def map_paths(environment: dict[str, str], mapping: dict[str, str]) -> dict[str, str]:
-    """Container and Lambda paths (`/var/task/...`, `/opt/ml/model`) to their local stand-ins."""
-    out: dict[str, str] = {}
-    for key, value in environment.items():
-        for remote, local in mapping.items():
-            if value == remote or value.startswith(remote + "/"):
-                value = local + value[len(remote) :]
-                break
-        out[key] = value
-    return out
-
-
 def first_version(model_dir: Path, model: str) -> str:
     versions = sorted(p.parent.name for p in (model_dir / model).glob("*/manifest.json"))
     if not versions:
         raise UpError(f"{model_dir}: the model data holds no {model}/<version>/manifest.json")
     return versions[0]
-
-
-def lambda_environment(function: FunctionDef, region: str, code_root: Path) -> dict[str, str]:
-    """What the Lambda runtime adds to a function's own variables (Lambda's reserved environment variables)."""
-    return {
-        "AWS_LAMBDA_FUNCTION_NAME": function.name,
-        "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
-        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(function.memory_mib),
-        "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{function.name}",
-        "AWS_EXECUTION_ENV": f"AWS_Lambda_{function.runtime}",
-        "AWS_REGION": region,
-        "AWS_DEFAULT_REGION": region,
-        "LAMBDA_TASK_ROOT": str(code_root),
-        "_HANDLER": function.handler,
-    }
 
 
 def base_environment() -> dict[str, str]:

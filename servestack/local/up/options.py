@@ -1,4 +1,4 @@
-"""`servestack local up`'s options, its error, and the fixed places of a Lambda task and a SageMaker container."""
+"""`servestack local up`'s options, its error, and the fixed place of a SageMaker container's model data."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from pathlib import Path
 
 DEFAULT_PORT = 8080
 DEFAULT_AWS_PORT = 8090
-LAMBDA_TASK_ROOT = "/var/task"
 CONTAINER_MODEL_DIR = "/opt/ml/model"
 
 

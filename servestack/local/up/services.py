@@ -13,8 +13,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from servestack.local.planning import pump
 from servestack.local.scheduler import ScheduleDef
-from servestack.local.up.children import _pump
 from servestack.local.up.environment import (
     base_environment,
 )
@@ -215,7 +215,7 @@ def task_runner(world: World, plan: Plan, role_arn: str) -> Callable[[Any], str 
         )  # fmt: skip
         process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         assert process.stdout is not None
-        _pump(f"task {schedule.task}", process.stdout, sys.stdout)
+        pump(f"task {schedule.task}", process.stdout, sys.stdout)
         return None
 
     return run

@@ -13,28 +13,26 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from servestack.local.apigateway import HttpApiDef
+from servestack.local.apigateway import ApiGatewayPlanner, HttpApiDef
 from servestack.local.batch import retire_seeded_input, seed_batch_input
-from servestack.local.ecs import TaskLaunch
+from servestack.local.ecs import EcsPlanner, TaskLaunch
 from servestack.local.hosting import free_port
 from servestack.local.iam import Credentials, LocalAccess
-from servestack.local.lambda_ import EventSourceMappingDef, FunctionDef, HostedFunction, runner_command
+from servestack.local.lambda_ import EventSourceMappingDef, FunctionDef, HostedFunction, LambdaPlanner
 from servestack.local.logs import LogShipper
+from servestack.local.planning import Child, LocalService, PlanContext, PlanError
 from servestack.local.sagemaker import ContainerSource, EndpointDef, TransformDef, VariantDef
-from servestack.local.scheduler import ScheduleDef, TaskDef
+from servestack.local.scheduler import ScheduleDef, SchedulerPlanner
 from servestack.local.stack import StackTopology
-from servestack.local.up.children import Child
 from servestack.local.up.environment import (
     curl_sigv4,
     first_version,
-    lambda_environment,
     map_paths,
     self_command,
     shown,
 )
 from servestack.local.up.options import (
     CONTAINER_MODEL_DIR,
-    LAMBDA_TASK_ROOT,
     UpError,
     UpOptions,
 )
@@ -93,8 +91,6 @@ class World:
         api_ports: dict[tuple[str, str], int],
         env_base: dict[str, str],
     ) -> Plan:
-        from servestack.local.lambda_ import HostedFunction
-
         plan = Plan(aws_port=aws_port, topologies=topologies)
         # botocore's service-specific endpoints: a function calling SageMaker Runtime or Lambda reaches local up's
         # front for them; everything else goes to the emulator (AWS_ENDPOINT_URL).
@@ -103,6 +99,9 @@ class World:
         run_dir = self.work / "run"
         run_dir.mkdir(parents=True, exist_ok=True)
         first_realtime = True
+        lambdas, apis, schedules, tasks = LambdaPlanner(), ApiGatewayPlanner(), SchedulerPlanner(), EcsPlanner()
+        # A fixed order: the state file's entry keeps its keys in the order they were always written.
+        services: tuple[LocalService[StackTopology], ...] = (lambdas, apis, schedules, tasks)
         for topology in topologies:
             d = self.spec.deployments.get(topology.deployment)
             model = self.spec.model(d.model, d.version) if d is not None else None
@@ -115,53 +114,16 @@ class World:
             }
             for role in topology.roles.values():
                 plan.identities[role.name] = credentials[role.logical_id].to_dict()
-            versioned = topology.versioned
-            hosted = {}
-            for function in topology.functions.values():
-                if function.handler == "index.handler":
-                    continue  # inline code (the CodeDeploy pre-traffic hook): run only by CodeDeploy
-                port = free_port()
-                config = run_dir / f"{function.name}.json"
-                config.write_text(json.dumps({
-                    "name": function.name, "handler": function.handler,
-                    "timeout_sec": function.timeout_sec, "memory_mib": function.memory_mib,
-                }))  # fmt: skip
-                env = (
-                    env_base
-                    | self.service_endpoints
-                    | lambda_environment(function, self.region, self.code_root)
-                    | map_paths(
-                        function.environment,
-                        # The bundle holds the deployment's own packages only; the rest of /var/task is the code.
-                        {
-                            f"{LAMBDA_TASK_ROOT}/models/artifacts": str(self._bundle_view(topology.deployment)),
-                            LAMBDA_TASK_ROOT: str(self.code_root),
-                        },
-                    )
-                    | credentials[function.role].environment()
-                )
-                argv = runner_command(config, port)
-                url = f"http://127.0.0.1:{port}"
-                child = Child(f"{topology.deployment}/{function.logical_id}", argv, env, f"{url}/")
-                child.sinks.append(self._log_shipper(plan, child.name, function.log_group, credentials[function.role]))
-                entry.setdefault("log_groups", {})[function.name] = function.log_group
-                plan.children.append(child)
-                hosted[function.logical_id] = HostedFunction(function, url, function.logical_id in versioned)
-            plan.functions += hosted.values()
-            entry["lambda_functions"] = {f.definition.logical_id: f.name for f in hosted.values()}
-            for api in topology.apis.values():
-                port = api_ports[(topology.stack, api.logical_id)]
-                plan.apis.append((api, port))
-                entry["url"] = f"http://127.0.0.1:{port}"
-                entry["api_id"] = api.api_id
-            for mapping in topology.mappings:
-                function = topology.functions[mapping.function]
-                plan.mappings.append((mapping, function, credentials[function.role]))
-            plan.schedules += topology.schedules
-            for task in topology.tasks.values():
-                # The task definition's container from its image's staged build context (servestack/local/ecs/).
-                launch = plan.tasks[f"{topology.stack}/{task.logical_id}"] = self._task_launch(topology, task)
-                entry["task"] = launch.to_dict()
+            context = self._context(plan, topology, run_dir, env_base, credentials, api_ports)
+            for service in services:
+                try:
+                    part = service.plan(topology, context)
+                except PlanError as error:
+                    raise UpError(str(error)) from None
+                plan.children += part.children
+                if part.log_groups:
+                    entry.setdefault("log_groups", {}).update(part.log_groups)
+                entry |= part.entry
             for endpoint in topology.endpoints.values():
                 port = realtime_port if first_realtime else free_port()
                 first_realtime = False
@@ -205,7 +167,26 @@ class World:
             self._batch_entry(topology, entry, sample)
             plan.deployments[topology.deployment] = entry
             plan.curls += self._curls(topology, entry, sample)
+        plan.functions, plan.mappings = lambdas.functions, lambdas.mappings
+        plan.apis, plan.schedules, plan.tasks = apis.apis, schedules.schedules, tasks.tasks
         return plan
+
+    def _context(
+        self, plan: Plan, topology: StackTopology, run_dir: Path, env_base: dict[str, str],
+        credentials: dict[str, Credentials], api_ports: dict[tuple[str, str], int],
+    ) -> PlanContext:  # fmt: skip
+        """What the service packages' planners are given of this world for one stack."""
+
+        def log_shipper(name: str, group: str, keys: Credentials, stream: str | None) -> Callable[[str], None]:
+            return self._log_shipper(plan, name, group, keys, stream)
+
+        return PlanContext(
+            region=self.region, emulator_url=self.emulator_url, work=self.work,
+            run_dir=run_dir, code_root=self.code_root, env_base=env_base, service_endpoints=self.service_endpoints,
+            credentials=credentials,
+            api_ports={lid: port for (stack, lid), port in api_ports.items() if stack == topology.stack},
+            free_port=free_port, log_shipper=log_shipper, bundle_view=self._bundle_view,
+        )  # fmt: skip
 
     def _endpoint(
         self, topology: StackTopology, endpoint: EndpointDef, port: int, run_dir: Path, env_base: dict[str, str],
@@ -338,14 +319,6 @@ class World:
             return source, prepare(source, root)
         except VariantStartError as error:
             raise UpError(f"variant {variant.name} of endpoint {endpoint} failed: {error}") from None
-
-    def _task_launch(self, topology: StackTopology, task: TaskDef) -> TaskLaunch:
-        from servestack.local.ecs import TaskImageError, task_launch
-
-        try:
-            return task_launch(topology, task, self.work / "cdk.out", self.work / "images")
-        except TaskImageError as error:
-            raise UpError(str(error)) from None
 
     def _container_command(self, endpoint: str, image_uri: str) -> tuple[dict[str, Any] | None, dict[str, str]]:
         """`docker run IMAGE serve` (SageMaker's hosting command) as a process from the image's staged build

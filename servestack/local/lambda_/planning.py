@@ -1,0 +1,95 @@
+"""Lambda's part of `local up`'s plan: one execution environment (a child) per function of a stack, and the SQS
+event source mappings the Lambda service polls for."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Protocol
+
+from servestack.local.iam import Credentials
+from servestack.local.lambda_.definitions import EventSourceMappingDef, FunctionDef
+from servestack.local.lambda_.runner import runner_command
+from servestack.local.lambda_.service import HostedFunction
+from servestack.local.planning import Child, PlanContext, ServicePlan, map_paths
+
+LAMBDA_TASK_ROOT = "/var/task"
+INLINE_HANDLER = "index.handler"  # inline code (the CodeDeploy pre-traffic hook): run only by CodeDeploy
+
+
+class LambdaStack(Protocol):
+    """What Lambda reads of a stack's topology."""
+
+    @property
+    def deployment(self) -> str: ...
+    @property
+    def functions(self) -> dict[str, FunctionDef]: ...
+    @property
+    def versioned(self) -> set[str]: ...
+    @property
+    def mappings(self) -> list[EventSourceMappingDef]: ...
+
+
+def lambda_environment(function: FunctionDef, region: str, code_root: Path) -> dict[str, str]:
+    """What the Lambda runtime adds to a function's own variables (Lambda's reserved environment variables)."""
+    return {
+        "AWS_LAMBDA_FUNCTION_NAME": function.name,
+        "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(function.memory_mib),
+        "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{function.name}",
+        "AWS_EXECUTION_ENV": f"AWS_Lambda_{function.runtime}",
+        "AWS_REGION": region,
+        "AWS_DEFAULT_REGION": region,
+        "LAMBDA_TASK_ROOT": str(code_root),
+        "_HANDLER": function.handler,
+    }
+
+
+class LambdaPlanner:
+    """The functions of every stack planned so far (the Invoke API's), and their mappings (the pollers')."""
+
+    name = "lambda"
+
+    def __init__(self) -> None:
+        self.functions: list[HostedFunction] = []
+        self.mappings: list[tuple[EventSourceMappingDef, FunctionDef, Credentials]] = []
+
+    def plan(self, topology: LambdaStack, context: PlanContext) -> ServicePlan:
+        part = ServicePlan()
+        hosted: dict[str, HostedFunction] = {}
+        for function in topology.functions.values():
+            if function.handler == INLINE_HANDLER:
+                continue
+            port = context.free_port()
+            config = context.run_dir / f"{function.name}.json"
+            config.write_text(json.dumps({
+                "name": function.name, "handler": function.handler,
+                "timeout_sec": function.timeout_sec, "memory_mib": function.memory_mib,
+            }))  # fmt: skip
+            credentials = context.credentials[function.role]
+            env = (
+                context.env_base
+                | context.service_endpoints
+                | lambda_environment(function, context.region, context.code_root)
+                | map_paths(
+                    function.environment,
+                    # The bundle holds the deployment's own packages only; the rest of /var/task is the code.
+                    {
+                        f"{LAMBDA_TASK_ROOT}/models/artifacts": str(context.bundle_view(topology.deployment)),
+                        LAMBDA_TASK_ROOT: str(context.code_root),
+                    },
+                )
+                | credentials.environment()
+            )
+            url = f"http://127.0.0.1:{port}"
+            child = Child(f"{topology.deployment}/{function.logical_id}", runner_command(config, port), env, f"{url}/")
+            child.sinks.append(context.log_shipper(child.name, function.log_group, credentials, None))
+            part.log_groups[function.name] = function.log_group
+            part.children.append(child)
+            hosted[function.logical_id] = HostedFunction(function, url, function.logical_id in topology.versioned)
+        self.functions += hosted.values()
+        part.entry["lambda_functions"] = {f.definition.logical_id: f.name for f in hosted.values()}
+        for mapping in topology.mappings:
+            function = topology.functions[mapping.function]
+            self.mappings.append((mapping, function, context.credentials[function.role]))
+        return part

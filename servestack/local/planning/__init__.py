@@ -1,0 +1,12 @@
+"""The interface between `local up` and the service packages: a service's planner (`LocalService`), what it is
+given of the world (`PlanContext`), what it returns (`ServicePlan`), and the child process it plans (`Child`).
+
+Other packages of local mode import from here only (tests/unit/test_import_boundaries.py).
+"""
+
+from servestack.local.planning.children import Child, pump
+from servestack.local.planning.errors import PlanError
+from servestack.local.planning.paths import map_paths
+from servestack.local.planning.service import LocalService, PlanContext, ServicePlan
+
+__all__ = ["Child", "LocalService", "PlanContext", "PlanError", "ServicePlan", "map_paths", "pump"]
