@@ -1,5 +1,5 @@
-"""What `local up` hands its children: a project's paths, a Lambda function's environment, the model data of a
-container, and the commands it prints for the developer to run."""
+"""What `local up` hands its children: a project's paths, the environment without the caller's identity, and the
+commands it prints for the developer to run."""
 
 from __future__ import annotations
 
@@ -11,9 +11,6 @@ from pathlib import Path
 from servestack.local.hosting import REPO_ROOT
 from servestack.local.iam import Credentials
 from servestack.local.planning import map_paths as map_paths  # its home is planning/; tests import it here
-from servestack.local.up.options import (
-    UpError,
-)
 
 # ------------------------------------------------------------------------------------------ helpers
 
@@ -27,13 +24,6 @@ def project_of(spec_path: Path | None) -> Path:
         if (folder / "serving.yaml").is_file():
             return folder / "serving.yaml"
     return REPO_ROOT / "serving.yaml"
-
-
-def first_version(model_dir: Path, model: str) -> str:
-    versions = sorted(p.parent.name for p in (model_dir / model).glob("*/manifest.json"))
-    if not versions:
-        raise UpError(f"{model_dir}: the model data holds no {model}/<version>/manifest.json")
-    return versions[0]
 
 
 def base_environment() -> dict[str, str]:

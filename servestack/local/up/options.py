@@ -1,4 +1,4 @@
-"""`servestack local up`'s options, its error, and the fixed place of a SageMaker container's model data."""
+"""`servestack local up`'s options, its default ports and its error."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from pathlib import Path
 
 DEFAULT_PORT = 8080
 DEFAULT_AWS_PORT = 8090
-CONTAINER_MODEL_DIR = "/opt/ml/model"
 
 
 @dataclass

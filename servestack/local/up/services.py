@@ -38,13 +38,13 @@ def start_services(world: World, plan: Plan) -> list[Callable[[], None]]:
     from servestack.local.sagemaker import AsyncInferenceConfig, AsyncInvocations, AsyncTarget
 
     asynchronous: dict[str, AsyncTarget] = {}
-    for name, (url, config, keys) in plan.async_endpoints.items():
+    for name, hosted in plan.async_endpoints.items():
         invocations = AsyncInvocations(
             endpoint_name=name,
-            container_url=url,
-            config=AsyncInferenceConfig.from_endpoint_config({"AsyncInferenceConfig": config}),
-            s3=client_as("s3", world.emulator_url, keys, world.region),
-            sns=client_as("sns", world.emulator_url, keys, world.region),
+            container_url=hosted.url,
+            config=AsyncInferenceConfig.from_endpoint_config({"AsyncInferenceConfig": hosted.config}),
+            s3=client_as("s3", world.emulator_url, hosted.credentials, world.region),
+            sns=client_as("sns", world.emulator_url, hosted.credentials, world.region),
         )
         closers.append(invocations.close)
         asynchronous[name] = AsyncTarget(_submitter(invocations))

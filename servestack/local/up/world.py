@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,18 +20,22 @@ from servestack.local.iam import Credentials, LocalAccess
 from servestack.local.lambda_ import EventSourceMappingDef, FunctionDef, HostedFunction, LambdaPlanner
 from servestack.local.logs import LogShipper
 from servestack.local.planning import Child, LocalService, PlanContext, PlanError
-from servestack.local.sagemaker import ContainerSource, EndpointDef, TransformDef, VariantDef
+from servestack.local.sagemaker import (
+    AsyncEndpoint,
+    ComponentState,
+    HostingSettings,
+    RealtimeTarget,
+    SageMakerPlanner,
+    TransformDef,
+)
 from servestack.local.scheduler import ScheduleDef, SchedulerPlanner
 from servestack.local.stack import StackTopology
 from servestack.local.up.environment import (
     curl_sigv4,
-    first_version,
-    map_paths,
     self_command,
     shown,
 )
 from servestack.local.up.options import (
-    CONTAINER_MODEL_DIR,
     UpError,
     UpOptions,
 )
@@ -45,8 +48,8 @@ from servestack.spec import ServingSpec
 class Plan:
     children: list[Child] = field(default_factory=list)
     functions: list[HostedFunction] = field(default_factory=list)
-    endpoints: dict[str, Any] = field(default_factory=dict)  # endpoint name -> RealtimeTarget
-    async_endpoints: dict[str, tuple[str, dict[str, Any], Any]] = field(default_factory=dict)  # (url, config, keys)
+    endpoints: dict[str, RealtimeTarget] = field(default_factory=dict)
+    async_endpoints: dict[str, AsyncEndpoint] = field(default_factory=dict)
     apis: list[tuple[HttpApiDef, int]] = field(default_factory=list)  # (API, port)
     mappings: list[tuple[EventSourceMappingDef, FunctionDef, Credentials]] = field(default_factory=list)
     schedules: list[ScheduleDef] = field(default_factory=list)
@@ -77,9 +80,8 @@ class World:
     aws: dict[str, Any]
     registry_uri: str
     service_endpoints: dict[str, str] = field(default_factory=dict)  # AWS_ENDPOINT_URL_<SERVICE> for functions
-    components: dict[str, Any] = field(default_factory=dict)  # inference component name -> ComponentState
+    components: dict[str, ComponentState] = field(default_factory=dict)  # inference component name -> its state
     component_routers: dict[str, str] = field(default_factory=dict)  # inference component -> router control URL
-    control_urls: dict[str, str] = field(default_factory=dict)  # endpoint name -> its router's control port URL
     notices: list[str] = field(default_factory=list)  # lines for the developer (releases applied at start)
 
     # ------------------------------------------------------------------------------------ what to run
@@ -98,10 +100,10 @@ class World:
         self.service_endpoints = {"AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": front, "AWS_ENDPOINT_URL_LAMBDA": front}
         run_dir = self.work / "run"
         run_dir.mkdir(parents=True, exist_ok=True)
-        first_realtime = True
         lambdas, apis, schedules, tasks = LambdaPlanner(), ApiGatewayPlanner(), SchedulerPlanner(), EcsPlanner()
+        sagemaker = SageMakerPlanner(self._hosting_settings(realtime_port))
         # A fixed order: the state file's entry keeps its keys in the order they were always written.
-        services: tuple[LocalService[StackTopology], ...] = (lambdas, apis, schedules, tasks)
+        services: tuple[LocalService[StackTopology], ...] = (lambdas, apis, schedules, tasks, sagemaker)
         for topology in topologies:
             d = self.spec.deployments.get(topology.deployment)
             model = self.spec.model(d.model, d.version) if d is not None else None
@@ -124,39 +126,6 @@ class World:
                 if part.log_groups:
                     entry.setdefault("log_groups", {}).update(part.log_groups)
                 entry |= part.entry
-            for endpoint in topology.endpoints.values():
-                port = realtime_port if first_realtime else free_port()
-                first_realtime = False
-                child, target = self._endpoint(topology, endpoint, port, run_dir, env_base, credentials)
-                # SageMaker writes each container's output to the endpoint's group with the execution role.
-                group = f"/aws/sagemaker/Endpoints/{endpoint.name}"
-                hosts = endpoint.components or endpoint.variants
-                log_role = endpoint.execution_role or next((h.execution_role for h in hosts if h.execution_role), None)
-                if log_role is not None:
-                    stream = f"{hosts[0].name}/local-{uuid.uuid4().hex[:17]}"
-                    child.sinks.append(self._log_shipper(plan, child.name, group, credentials[log_role], stream))
-                    entry.setdefault("log_groups", {})[endpoint.name] = group
-                plan.children.append(child)
-                entry["control_url"] = self.control_urls[endpoint.name]  # the router's admin routes, the CLI's
-                if endpoint.async_config is not None:
-                    # An asynchronous endpoint: InvokeEndpointAsync only; SageMaker writes the outcome to S3 and
-                    # publishes it to SNS with the model's execution role.
-                    execution_role = endpoint.variants[0].execution_role
-                    assert execution_role is not None  # an asynchronous endpoint's variant hosts a model
-                    plan.async_endpoints[endpoint.name] = (
-                        target.url,
-                        endpoint.async_config,
-                        credentials[execution_role],
-                    )
-                    entry |= {"endpoint_name": endpoint.name, "container_url": target.url}
-                else:
-                    plan.endpoints[endpoint.name] = target
-                    entry |= {"url": target.url, "endpoint_name": endpoint.name}
-                if endpoint.components:
-                    entry["components"] = {
-                        c.name: self._component_entry(c.container.environment.get("SERVESTACK_DEFAULT_MODEL", ""))
-                        for c in endpoint.components
-                    }
             buckets = [b for b in topology.buckets.values() if "accesslogs" not in b.logical_id.lower()]
             if buckets:
                 entry["bucket"] = buckets[0].name
@@ -169,6 +138,8 @@ class World:
             plan.curls += self._curls(topology, entry, sample)
         plan.functions, plan.mappings = lambdas.functions, lambdas.mappings
         plan.apis, plan.schedules, plan.tasks = apis.apis, schedules.schedules, tasks.tasks
+        plan.endpoints, plan.async_endpoints = sagemaker.endpoints, sagemaker.async_endpoints
+        self.components, self.component_routers = sagemaker.components, sagemaker.component_routers
         return plan
 
     def _context(
@@ -188,99 +159,25 @@ class World:
             free_port=free_port, log_shipper=log_shipper, bundle_view=self._bundle_view,
         )  # fmt: skip
 
-    def _endpoint(
-        self, topology: StackTopology, endpoint: EndpointDef, port: int, run_dir: Path, env_base: dict[str, str],
-        credentials: dict[str, Any],
-    ) -> tuple[Child, Any]:  # fmt: skip
-        from servestack.local.sagemaker import RealtimeTarget
+    def _hosting_settings(self, realtime_port: int) -> HostingSettings:
+        """What SageMaker's planner is given of local up's options, serving.yaml and its registry."""
 
-        multi_model_roots: dict[str, Path] = {}
+        def model_sample(model: str) -> Path | None:
+            declared = next((m for m in self.spec.models if m.name == model), None)
+            return self.project / declared.artifact_path / "sample-request.json" if declared else None
 
-        def variant(v: Any, component: str | None = None) -> dict[str, Any]:
-            """A variant's (or an inference component's) container as the router starts it."""
-            container = v.container
-            env = dict(container.environment)
-            if container.mode == "MultiModel":
-                # SageMaker downloads TargetModel archives from the ModelDataUrl prefix into /opt/ml/models.
-                root = self.work / "multi-model" / endpoint.name / v.name
-                root.mkdir(parents=True, exist_ok=True)
-                multi_model_roots[v.name] = root
-                env["SERVESTACK_MULTI_MODEL_ROOT"] = str(root)
-            # SageMaker's image pull and model download, with the model's execution role (sagemaker/variant_start.py);
-            # the router starts each green fleet of a rehearsal with the same source.
-            source, package_dir = self._start_container(endpoint.name, v, credentials[v.execution_role])
-            if package_dir is not None:
-                env = map_paths(env, {CONTAINER_MODEL_DIR: str(package_dir)})
-            model = env.get("SERVESTACK_DEFAULT_MODEL", "")
-            version = first_version(package_dir, model) if package_dir else self.spec.model(model, None).version
-            command, image_env = self._container_command(endpoint.name, container.image)
-            env = image_env | env | credentials[v.execution_role].environment()  # the model's Environment wins
-            source = replace(source, model_version=version if package_dir else None)
-            return {"name": v.name, "model": model, "version": version, "weight": getattr(v, "weight", 1.0),
-                    "package_dir": str(package_dir) if package_dir else None, "environment": env,
-                    "component": component, "command": command, "source": source.to_dict()}  # fmt: skip
+        def fetch_package(model: str, version: str) -> Path:
+            from servestack.registry import open_registry
 
-        if endpoint.components:
-            # One container per inference component, from the model it names (its variant runs no model).
-            variants = [variant(c, component=c.name) for c in endpoint.components]
-        else:
-            variants = [variant(v) for v in endpoint.variants]
-        variants = [self._released(topology.deployment, v) for v in variants]
-        shadow = variant(endpoint.shadow_variants[0]) if endpoint.shadow_variants else None
-        production_weight = sum(v["weight"] for v in variants) or 1.0
-        config = {
-            "deployment": topology.deployment,
-            "endpoint": endpoint.name,
-            "variants": variants,
-            "shadow": shadow,
-            "shadow_percent": (shadow["weight"] / production_weight * 100) if shadow else 0.0,
-            "registry_uri": self.registry_uri,
-            "workers": self.options.workers,
-            "cache_dir": str(self.work / "packages"),
-        }
-        path = run_dir / f"endpoint-{endpoint.name}.json"
-        path.write_text(json.dumps(config, indent=2))
-        control_url = self.control_urls[endpoint.name] = f"http://127.0.0.1:{free_port()}"
-        argv = [sys.executable, "-m", "servestack.local.sagemaker.endpoint", "--config", str(path), "--port", str(port),
-                "--control-port", control_url.rsplit(":", 1)[1], "--spec", str(self.spec_file)]  # fmt: skip
-        # The router is SageMaker's side (it pulls new versions for rehearsals): the developer's keys.
-        env = env_base | self.access.developer.environment()
-        url = f"http://127.0.0.1:{port}"
-        names = tuple(v.name for v in endpoint.variants)
-        child = Child(f"{topology.deployment}/endpoint", argv, env, f"{url}/ping", ready_status=200)
-        if endpoint.components:
-            from servestack.local.sagemaker import ComponentState
+            return open_registry(self.registry_uri, client=self.aws["s3"]).fetch(model, version, self.work / "packages")
 
-            states = {
-                c.name: ComponentState(
-                    c.name, c.arn, endpoint.name, endpoint.arn, c.variant, c.model_name, c.compute, c.copies, c.copies
-                )
-                for c in endpoint.components
-            }
-            self.components.update(states)
-            self.component_routers.update(dict.fromkeys(states, control_url))
-            return child, RealtimeTarget(url, names, components=states)
-        multi = [v for v in endpoint.variants if v.container is not None and v.container.mode == "MultiModel"]
-        if not multi:
-            return child, RealtimeTarget(url, names)
-        from servestack.local.emulator import client_as
-        from servestack.local.sagemaker import MultiModelFront
-
-        v = multi[0]
-        assert v.container is not None
-        assert v.container.model_data_url is not None
-        assert v.execution_role is not None
-        self._seed_models(v.container.model_data_url)
-        front = MultiModelFront(
-            endpoint_name=endpoint.name,
-            container_url=url,
-            model_data_url=v.container.model_data_url,
-            cache_dir=multi_model_roots[v.name],
-            # SageMaker fetches the archives with the model's execution role.
-            s3=client_as("s3", self.emulator_url, credentials[v.execution_role], self.region),
-            variant=v.name,
-        )
-        return child, RealtimeTarget(url, names, multi_model=True, multi_model_front=front)
+        return HostingSettings(
+            realtime_port=realtime_port, spec_file=self.spec_file, registry_uri=self.registry_uri,
+            workers=self.options.workers, state_dir=self.options.data_dir or self.work / "emulator",
+            developer=self.access.developer, model_version=lambda model: self.spec.model(model, None).version,
+            model_sample=model_sample, fetch_package=fetch_package, seed_models=self._seed_models,
+            notices=self.notices,
+        )  # fmt: skip
 
     def _log_shipper(
         self, plan: Plan, name: str, group: str, credentials: Credentials, stream: str | None = None
@@ -297,59 +194,6 @@ class World:
         )  # fmt: skip
         plan.log_shippers.append(shipper)
         return shipper
-
-    def _start_container(
-        self, endpoint: str, variant: VariantDef, credentials: Credentials
-    ) -> tuple[ContainerSource, Path | None]:
-        """The variant's container source, its image pulled and its model data (single-model) unpacked under the
-        data dir's sagemaker/<endpoint>/<variant>/opt/ml/model; the model directory, or None."""
-        from servestack.local.ecr import published_images
-        from servestack.local.sagemaker import VariantStartError, prepare
-
-        container = variant.container
-        assert container is not None  # `plan` starts only variants that run a container
-        single = container.mode != "MultiModel" and bool(container.model_data_url)
-        source = ContainerSource(
-            self.emulator_url, self.region, credentials.to_dict(),
-            image=container.image if published_images(self.work / "cdk.out", [container.image]) else None,
-            model_data_url=container.model_data_url if single else None,
-        )  # fmt: skip
-        root = (self.options.data_dir or self.work / "emulator") / "sagemaker" / endpoint / variant.name
-        try:
-            return source, prepare(source, root)
-        except VariantStartError as error:
-            raise UpError(f"variant {variant.name} of endpoint {endpoint} failed: {error}") from None
-
-    def _container_command(self, endpoint: str, image_uri: str) -> tuple[dict[str, Any] | None, dict[str, str]]:
-        """`docker run IMAGE serve` (SageMaker's hosting command) as a process from the image's staged build
-        context in cdk.out, and the image's ENV; (None, {}) for an image that is not an asset of the assembly."""
-        from servestack.local.sagemaker import DockerfileError, staged_container
-
-        try:
-            staged = staged_container(self.work / "cdk.out", image_uri, self.work / "images", ("serve",))
-        except DockerfileError as error:
-            raise UpError(f"endpoint {endpoint}: its image cannot run locally: {error}") from None
-        if staged is None:
-            return None, {}
-        command = {"argv": list(staged.command.argv), "cwd": str(staged.command.cwd)}
-        return command, dict(staged.command.environment)
-
-    def _released(self, deployment: str, variant: dict[str, Any]) -> dict[str, Any]:
-        """The version `local deploy` left live, when it is not the template's
-        (servestack/local/sagemaker/releases.py)."""
-        from servestack.local.sagemaker import releases
-        from servestack.registry import open_registry
-
-        def fetch(model: str, version: str) -> Path:
-            return open_registry(self.registry_uri, client=self.aws["s3"]).fetch(model, version, self.work / "packages")
-
-        return releases.apply(self.work, deployment, variant, fetch, self.notices)
-
-    def _component_entry(self, model: str) -> dict[str, Any]:
-        """What other commands need of a component: its model and that model's sample request."""
-        declared = next((m for m in self.spec.models if m.name == model), None)
-        sample = self.project / declared.artifact_path / "sample-request.json" if declared else None
-        return {"model": model, "sample": str(sample) if sample is not None and sample.is_file() else None}
 
     def _bundle_view(self, deployment: str) -> Path:
         """What the deployment's Lambda bundle carries under models/artifacts: its own pinned packages only
