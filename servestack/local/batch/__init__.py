@@ -7,6 +7,7 @@ Other packages of local mode import from here only (tests/unit/test_import_bound
 from servestack.local.batch import data
 from servestack.local.batch.data import s3_client
 from servestack.local.batch.manifests import print_manifest
+from servestack.local.batch.planning import BatchPlanner
 from servestack.local.batch.seed import retire_seeded_input, seed_batch_input
 
-__all__ = ["data", "print_manifest", "retire_seeded_input", "s3_client", "seed_batch_input"]
+__all__ = ["BatchPlanner", "data", "print_manifest", "retire_seeded_input", "s3_client", "seed_batch_input"]

@@ -32,6 +32,7 @@ class PlanContext:
     # (child name, log group, the role's keys, stream or None for Lambda's) -> the line sink shipping to the group
     log_shipper: Callable[[str, str, Credentials, str | None], Callable[[str], None]]
     bundle_view: Callable[[str], Path]  # deployment -> its Lambda bundle's models/artifacts
+    sample: Path | None  # the sample request of the deployment's model (serving.yaml), None without one
 
 
 @dataclass

@@ -4,7 +4,6 @@ that says where everything is."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 from collections.abc import Callable
@@ -13,20 +12,19 @@ from pathlib import Path
 from typing import Any
 
 from servestack.local.apigateway import ApiGatewayPlanner, HttpApiDef
-from servestack.local.batch import retire_seeded_input, seed_batch_input
+from servestack.local.batch import BatchPlanner
 from servestack.local.ecs import EcsPlanner, TaskLaunch
 from servestack.local.hosting import free_port
 from servestack.local.iam import Credentials, LocalAccess
 from servestack.local.lambda_ import EventSourceMappingDef, FunctionDef, HostedFunction, LambdaPlanner
 from servestack.local.logs import LogShipper
-from servestack.local.planning import Child, LocalService, PlanContext, PlanError
+from servestack.local.planning import Child, LocalService, PlanContext, PlanError, ServicePlan
 from servestack.local.sagemaker import (
     AsyncEndpoint,
     ComponentState,
     HostingSettings,
     RealtimeTarget,
     SageMakerPlanner,
-    TransformDef,
 )
 from servestack.local.scheduler import ScheduleDef, SchedulerPlanner
 from servestack.local.stack import StackTopology
@@ -66,6 +64,23 @@ class Plan:
         return f"http://127.0.0.1:{self.aws_port}"
 
 
+class StackResources:
+    """The stack's own resources other commands find by the state file: its data bucket, queues and tables."""
+
+    name = "stack"
+
+    def plan(self, topology: StackTopology, context: PlanContext) -> ServicePlan:
+        part = ServicePlan()
+        buckets = [b for b in topology.buckets.values() if "accesslogs" not in b.logical_id.lower()]
+        if buckets:
+            part.entry["bucket"] = buckets[0].name
+        if topology.queues:
+            part.entry["queues"] = {queue.logical_id: queue.url for queue in topology.queues.values()}
+        if topology.tables:
+            part.entry["tables"] = {table.logical_id: table.name for table in topology.tables.values()}
+        return part
+
+
 @dataclass
 class World:
     options: UpOptions
@@ -103,7 +118,9 @@ class World:
         lambdas, apis, schedules, tasks = LambdaPlanner(), ApiGatewayPlanner(), SchedulerPlanner(), EcsPlanner()
         sagemaker = SageMakerPlanner(self._hosting_settings(realtime_port))
         # A fixed order: the state file's entry keeps its keys in the order they were always written.
-        services: tuple[LocalService[StackTopology], ...] = (lambdas, apis, schedules, tasks, sagemaker)
+        services: tuple[LocalService[StackTopology], ...] = (
+            lambdas, apis, schedules, tasks, sagemaker, StackResources(), BatchPlanner(self.aws["s3"])
+        )  # fmt: skip
         for topology in topologies:
             d = self.spec.deployments.get(topology.deployment)
             model = self.spec.model(d.model, d.version) if d is not None else None
@@ -116,7 +133,7 @@ class World:
             }
             for role in topology.roles.values():
                 plan.identities[role.name] = credentials[role.logical_id].to_dict()
-            context = self._context(plan, topology, run_dir, env_base, credentials, api_ports)
+            context = self._context(plan, topology, run_dir, env_base, credentials, api_ports, sample)
             for service in services:
                 try:
                     part = service.plan(topology, context)
@@ -126,14 +143,6 @@ class World:
                 if part.log_groups:
                     entry.setdefault("log_groups", {}).update(part.log_groups)
                 entry |= part.entry
-            buckets = [b for b in topology.buckets.values() if "accesslogs" not in b.logical_id.lower()]
-            if buckets:
-                entry["bucket"] = buckets[0].name
-            for queue in topology.queues.values():
-                entry.setdefault("queues", {})[queue.logical_id] = queue.url
-            for table in topology.tables.values():
-                entry.setdefault("tables", {})[table.logical_id] = table.name
-            self._batch_entry(topology, entry, sample)
             plan.deployments[topology.deployment] = entry
             plan.curls += self._curls(topology, entry, sample)
         plan.functions, plan.mappings = lambdas.functions, lambdas.mappings
@@ -144,7 +153,7 @@ class World:
 
     def _context(
         self, plan: Plan, topology: StackTopology, run_dir: Path, env_base: dict[str, str],
-        credentials: dict[str, Credentials], api_ports: dict[tuple[str, str], int],
+        credentials: dict[str, Credentials], api_ports: dict[tuple[str, str], int], sample: Path | None,
     ) -> PlanContext:  # fmt: skip
         """What the service packages' planners are given of this world for one stack."""
 
@@ -156,7 +165,7 @@ class World:
             run_dir=run_dir, code_root=self.code_root, env_base=env_base, service_endpoints=self.service_endpoints,
             credentials=credentials,
             api_ports={lid: port for (stack, lid), port in api_ports.items() if stack == topology.stack},
-            free_port=free_port, log_shipper=log_shipper, bundle_view=self._bundle_view,
+            free_port=free_port, log_shipper=log_shipper, bundle_view=self._bundle_view, sample=sample,
         )  # fmt: skip
 
     def _hosting_settings(self, realtime_port: int) -> HostingSettings:
@@ -213,48 +222,6 @@ class World:
         from servestack.registry import seed_local
 
         seed_local(self.aws["s3"], self.spec, self.project / "models" / "artifacts", uri=prefix)
-
-    def _batch_entry(self, topology: StackTopology, entry: dict[str, Any], sample: Path | None) -> None:
-        for schedule in topology.schedules:
-            payload = json.loads(schedule.input or "{}")
-            entry |= {
-                "schedule": f"{schedule.expression} {schedule.timezone}",
-                "schedule_name": schedule.name,
-                "target": schedule.target_arn,
-                "schedule_role": schedule.role_arn,
-                "input": payload,
-            }
-            if schedule.universal is not None:
-                entry["universal"] = schedule.universal
-            bucket, prefix = payload.get("bucket"), payload.get("input_prefix")
-            if bucket and prefix and sample is not None and sample.is_file():
-                retire_seeded_input(self.aws["s3"], bucket, prefix)
-                entry["seeded"] = seed_batch_input(self.aws["s3"], bucket, prefix, sample)
-                entry |= {"input_prefix": prefix, "output_prefix": payload.get("output_prefix")}
-        for transform in topology.transforms:
-            entry["transform"] = self._transform_entry(topology, transform)
-            source = transform.job["TransformInput"]["DataSource"]["S3DataSource"]["S3Uri"]
-            bucket, _, prefix = str(source).removeprefix("s3://").partition("/")
-            output = str(transform.job["TransformOutput"]["S3OutputPath"]).removeprefix("s3://").partition("/")[2]
-            entry |= {"input": {"bucket": bucket, "input_prefix": prefix, "output_prefix": output.rstrip("/") + "/"}}
-            if sample is not None and sample.is_file():
-                retire_seeded_input(self.aws["s3"], bucket, prefix)
-                entry["seeded"] = seed_batch_input(self.aws["s3"], bucket, prefix, sample)
-                entry |= {"input_prefix": prefix, "output_prefix": output.rstrip("/") + "/"}
-
-    def _transform_entry(self, topology: StackTopology, transform: TransformDef) -> dict[str, Any]:
-        """What `local run-batch` needs to run an engine: transform job: the request, the container's
-        environment and model data URL (each job fetches it with the execution role, sagemaker/transform.py),
-        the roles' names and the function run at the end."""
-        on_end = topology.functions.get(transform.on_end or "")
-        return {
-            "job": transform.job,
-            "environment": dict(transform.container.environment),
-            "model_data_url": transform.container.model_data_url,
-            "execution_role": topology.roles[transform.execution_role].name,
-            "scheduler_role": transform.scheduler_role,
-            "on_end": on_end.name if on_end is not None else None,
-        }
 
     def _curls(self, topology: StackTopology, entry: dict[str, Any], sample: Path | None) -> list[str]:
         lines: list[str] = []
