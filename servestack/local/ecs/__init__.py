@@ -6,6 +6,7 @@ Other packages of local mode import from here only (tests/unit/test_import_bound
 """
 
 from servestack.local.ecs.planning import EcsPlanner
+from servestack.local.ecs.reading import read_task_definitions
 from servestack.local.ecs.tasks import (
     EcsRunTask,
     TaskImageError,
@@ -22,6 +23,7 @@ __all__ = [
     "EcsRunTask",
     "TaskImageError",
     "TaskLaunch",
+    "read_task_definitions",
     "run_as_schedule",
     "run_task_refusal",
     "task_endpoints",

@@ -8,6 +8,7 @@ from servestack.local.lambda_.definitions import EventSourceMappingDef, Function
 from servestack.local.lambda_.invoke import INVOKE_PREFIX, INVOKE_SUFFIX, lambda_error
 from servestack.local.lambda_.planning import LambdaPlanner
 from servestack.local.lambda_.poller import SqsPoller
+from servestack.local.lambda_.reading import read_functions, read_lambda
 from servestack.local.lambda_.runner import runner_command
 from servestack.local.lambda_.runtime import REGION, http_api_event
 from servestack.local.lambda_.service import HostedFunction, LambdaService
@@ -24,5 +25,7 @@ __all__ = [
     "SqsPoller",
     "http_api_event",
     "lambda_error",
+    "read_functions",
+    "read_lambda",
     "runner_command",
 ]

@@ -7,6 +7,7 @@ Other packages of local mode import from here only (tests/unit/test_import_bound
 from servestack.local.scheduler.api import SchedulerApi
 from servestack.local.scheduler.definitions import ScheduleDef, TaskDef
 from servestack.local.scheduler.planning import SchedulerPlanner
+from servestack.local.scheduler.reading import read_schedules, universal_action
 from servestack.local.scheduler.schedules import ScheduleRunner, invoke_as_schedule_role, send_dead_letter
 
 __all__ = [
@@ -16,5 +17,7 @@ __all__ = [
     "SchedulerPlanner",
     "TaskDef",
     "invoke_as_schedule_role",
+    "read_schedules",
     "send_dead_letter",
+    "universal_action",
 ]

@@ -10,6 +10,7 @@ from servestack.local.cloudformation import (
     StackTemplate,
     TemplateError,
 )
+from servestack.local.scheduler import universal_action
 
 # ------------------------------------------------------------------------------------------ the report
 
@@ -85,7 +86,6 @@ class ResourceReport:
     how: str
 
 
-UNIVERSAL_TARGET = ":scheduler:::aws-sdk:"
 CREATE_TRANSFORM_JOB = "sagemaker:createTransformJob"
 NOT_RUN_UNIVERSAL = (
     "reported: its target is the AWS SDK action {action} (Scheduler's universal target); the local scheduler "
@@ -97,12 +97,6 @@ RUN_CREATE_TRANSFORM_JOB = (
     "job's ARN, the request validated as SageMaker does; refused: retried, then its dead-letter queue), then the "
     "job emulated"
 )
-
-
-def universal_action(target_arn: str) -> str | None:
-    """`service:action` of a Scheduler universal target ARN (`arn:aws:scheduler:::aws-sdk:service:action`)."""
-    _, found, action = target_arn.partition(UNIVERSAL_TARGET)
-    return action if found else None
 
 
 def report_of(template: StackTemplate, resolver: Resolver) -> list[ResourceReport]:

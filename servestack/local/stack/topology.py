@@ -21,19 +21,19 @@ from servestack.local.cloudformation import (
     TemplateError,
     as_list,
     logical_id_of,
-    str_map,
 )
 from servestack.local.codedeploy import LambdaDeploymentDef, read_lambda_deployments
-from servestack.local.lambda_ import EventSourceMappingDef, FunctionDef
+from servestack.local.ecs import read_task_definitions
+from servestack.local.lambda_ import EventSourceMappingDef, FunctionDef, read_functions, read_lambda
 from servestack.local.sagemaker import (
     EndpointDef,
     TransformDef,
     read_endpoint,
     read_transforms,
 )
-from servestack.local.scheduler import ScheduleDef, TaskDef
+from servestack.local.scheduler import ScheduleDef, TaskDef, read_schedules
 from servestack.local.stack.notification_resources import BucketNotificationsDef, read_bucket_notifications
-from servestack.local.stack.report import ResourceReport, report_of, universal_action
+from servestack.local.stack.report import ResourceReport, report_of
 
 # ------------------------------------------------------------------------------------------ definitions
 
@@ -228,132 +228,15 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
             document = r(p["PolicyDocument"])
             for arn in _policy_targets(res, p, topology, resolver):
                 topology.resource_policies.setdefault(arn, []).append(document)
-        elif res.type == "AWS::Lambda::Function":
-            variables = (r(p.get("Environment")) or {}).get("Variables", {})
-            role_id = logical_id_of(p.get("Role"))
-            if role_id is None or role_id not in topology.roles:
-                raise TemplateError(
-                    f"{template.name}: function {res.logical_id} has a role local mode cannot find ({p.get('Role')})"
-                )
-            reserved = p.get("ReservedConcurrentExecutions")
-            topology.functions[res.logical_id] = FunctionDef(
-                res.logical_id,
-                name(res.logical_id),
-                resolver.get_att(res.logical_id, "Arn"),
-                str(r(p["Handler"])),
-                str_map(variables),
-                int(r(p.get("Timeout", 3))),
-                int(r(p.get("MemorySize", 128))),
-                int(r(reserved)) if reserved is not None else None,
-                role_id,
-                runtime=str(r(p.get("Runtime", ""))),
-                log_group=str(
-                    r((p.get("LoggingConfig") or {}).get("LogGroup") or f"/aws/lambda/{name(res.logical_id)}")
-                ),
-            )
+    topology.functions = read_functions(template, resolver, resources, topology.roles)
+    found = read_lambda(template, resolver, resources, topology.functions)
+    topology.functions, topology.versioned, topology.mappings = found.functions, found.versioned, found.mappings
+    for arn, document in found.permissions:
+        topology.resource_policies.setdefault(arn, []).append(document)
+    topology.tasks = read_task_definitions(template, resolver, resources)
+    topology.schedules = read_schedules(resolver, resources)
     for res in resources:
-        p = res.properties
-        if res.type == "AWS::Lambda::Version":
-            function_id = logical_id_of(p["FunctionName"])
-            if function_id is not None:
-                topology.versioned.add(function_id)
-        elif res.type == "AWS::Lambda::Alias":
-            function_id = logical_id_of(p["FunctionName"])
-            if function_id in topology.functions:
-                f = topology.functions[function_id]
-                topology.functions[function_id] = FunctionDef(
-                    f.logical_id, f.name, f.arn, f.handler, f.environment, f.timeout_sec, f.memory_mib,
-                    f.reserved_concurrency, f.role, (*f.aliases, str(r(p["Name"]))), f.runtime, f.log_group,
-                )  # fmt: skip
-        elif res.type == "AWS::Lambda::Permission":
-            target = str(r(p["FunctionName"]))
-            function = next(
-                (f for f in topology.functions.values() if target in (f.name, f.arn) or target.startswith(f.arn + ":")),
-                None,
-            )
-            if function is not None:
-                statement: dict[str, Any] = {
-                    "Effect": "Allow",
-                    "Action": str(r(p["Action"])),
-                    "Resource": target,
-                    "Principal": _permission_principal(str(r(p["Principal"]))),
-                }
-                conditions: dict[str, Any] = {}
-                if "SourceArn" in p:
-                    conditions["ArnLike"] = {"AWS:SourceArn": r(p["SourceArn"])}
-                if "SourceAccount" in p:
-                    conditions["StringEquals"] = {"AWS:SourceAccount": r(p["SourceAccount"])}
-                if conditions:
-                    statement["Condition"] = conditions
-                document = {"Version": "2012-10-17", "Statement": [statement]}
-                topology.resource_policies.setdefault(function.arn, []).append(document)
-        elif res.type == "AWS::Lambda::EventSourceMapping":
-            function_id = logical_id_of(p["FunctionName"])
-            if function_id is None or function_id not in topology.functions:
-                function_name = str(r(p["FunctionName"]))
-                function_id = next(
-                    (f.logical_id for f in topology.functions.values() if function_name in (f.name, f.arn)), None
-                )
-            if function_id is None:
-                raise TemplateError(f"{template.name}: event source mapping {res.logical_id} names no function")
-            scaling = r(p.get("ScalingConfig")) or {}
-            topology.mappings.append(
-                EventSourceMappingDef(
-                    res.logical_id,
-                    function_id,
-                    str(r(p["EventSourceArn"])),
-                    int(r(p.get("BatchSize", 10))),
-                    int(r(p.get("MaximumBatchingWindowInSeconds", 0))),
-                    "ReportBatchItemFailures" in as_list(r(p.get("FunctionResponseTypes"))),
-                    int(scaling["MaximumConcurrency"]) if "MaximumConcurrency" in scaling else None,
-                    bool(r(p.get("Enabled", True))),
-                )
-            )
-        elif res.type == "AWS::ECS::TaskDefinition":
-            containers = as_list(p.get("ContainerDefinitions"))
-            if len(containers) != 1:
-                raise TemplateError(
-                    f"{template.name}: task definition {res.logical_id} has {len(containers)} containers; local "
-                    "mode runs one"
-                )
-            container = r(containers[0])
-            argv = tuple(str(a) for a in [*container.get("EntryPoint", []), *container.get("Command", [])])
-            environment = {str(e["Name"]): str(e["Value"]) for e in container.get("Environment", [])}
-            topology.tasks[res.logical_id] = TaskDef(
-                res.logical_id,
-                resolver.ref(res.logical_id),  # its ARN, as CloudFormation's Ref gives it
-                argv,
-                environment,
-                logical_id_of(p.get("TaskRoleArn")),
-                logical_id_of(p.get("ExecutionRoleArn")),
-                str(container.get("Name", "")),
-                str(container.get("Image", "")),
-                tuple(str(a) for a in container.get("EntryPoint", [])),
-                tuple(str(a) for a in container.get("Command", [])),
-            )
-        elif res.type == "AWS::Scheduler::Schedule":
-            raw_target = p["Target"]
-            task_id = logical_id_of((raw_target.get("EcsParameters") or {}).get("TaskDefinitionArn"))
-            target = r(raw_target)
-            retry = target.get("RetryPolicy") or {}
-            topology.schedules.append(
-                ScheduleDef(
-                    res.logical_id,
-                    name(res.logical_id),
-                    str(r(p["ScheduleExpression"])),
-                    str(r(p.get("ScheduleExpressionTimezone", "UTC"))),
-                    str(r(p.get("State", "ENABLED"))) == "ENABLED",
-                    str(target["Arn"]),
-                    str(target["RoleArn"]),
-                    target.get("Input"),
-                    int(retry.get("MaximumRetryAttempts", 185)),
-                    int(retry.get("MaximumEventAgeInSeconds", 86_400)),
-                    (target.get("DeadLetterConfig") or {}).get("Arn"),
-                    task_id,
-                    universal_action(str(target["Arn"])),
-                )
-            )
-        elif res.type == "AWS::SageMaker::Endpoint":
+        if res.type == "AWS::SageMaker::Endpoint":
             topology.endpoints[res.logical_id] = read_endpoint(template, resolver, res, resources)
     hosted = {c.logical_id for e in topology.endpoints.values() for c in e.components}
     for res in resources:
@@ -369,14 +252,6 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
     topology.lambda_deployments = read_lambda_deployments(template, resolver)
     topology.bucket_notifications = read_bucket_notifications(template, resolver)
     return topology
-
-
-def _permission_principal(principal: str) -> dict[str, str]:
-    if principal.endswith(".amazonaws.com"):
-        return {"Service": principal}
-    if principal.isdigit():
-        return {"AWS": f"arn:{PARTITION}:iam::{principal}:root"}
-    return {"AWS": principal}
 
 
 def _notification_form(configuration: Mapping[str, Any]) -> dict[str, Any]:
