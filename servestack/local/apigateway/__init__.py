@@ -6,6 +6,6 @@ Other packages of local mode import from here only (tests/unit/test_import_bound
 from servestack.local.apigateway.definitions import HttpApiDef, RouteDef
 from servestack.local.apigateway.http_api import HttpApiFront
 from servestack.local.apigateway.planning import ApiGatewayPlanner
-from servestack.local.apigateway.reading import read_http_apis
+from servestack.local.apigateway.reading import API_GATEWAY_TYPES, read_http_apis
 
-__all__ = ["ApiGatewayPlanner", "HttpApiDef", "HttpApiFront", "RouteDef", "read_http_apis"]
+__all__ = ["API_GATEWAY_TYPES", "ApiGatewayPlanner", "HttpApiDef", "HttpApiFront", "RouteDef", "read_http_apis"]

@@ -67,3 +67,12 @@ def read_http_apis(
         api_id = resolver.physical_name(api.logical_id)
         apis[api.logical_id] = HttpApiDef(api.logical_id, api_id, resolver.arn("execute-api", api_id), tuple(routes))
     return apis
+
+
+# How local mode plays each of API Gateway's resource types (`local up --explain`).
+API_GATEWAY_TYPES: dict[str, str] = {
+    "AWS::ApiGatewayV2::Api": "local HTTP API front",
+    "AWS::ApiGatewayV2::Route": "route with its authorizer (AWS_IAM: SigV4 + execute-api:Invoke)",
+    "AWS::ApiGatewayV2::Integration": "Lambda proxy integration (payload 2.0, timeout)",
+    "AWS::ApiGatewayV2::Stage": "the $default stage",
+}

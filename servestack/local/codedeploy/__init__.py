@@ -3,8 +3,8 @@
 Other packages of local mode import from here only (tests/unit/test_import_boundaries.py).
 """
 
-from servestack.local.codedeploy.definitions import LambdaDeploymentDef, read_lambda_deployments
+from servestack.local.codedeploy.definitions import CODEDEPLOY_TYPES, LambdaDeploymentDef, read_lambda_deployments
 from servestack.local.codedeploy.deployments import LocalCodeDeploy
 from servestack.local.codedeploy.serverless_release import deploy_serverless
 
-__all__ = ["LambdaDeploymentDef", "LocalCodeDeploy", "deploy_serverless", "read_lambda_deployments"]
+__all__ = ["CODEDEPLOY_TYPES", "LambdaDeploymentDef", "LocalCodeDeploy", "deploy_serverless", "read_lambda_deployments"]

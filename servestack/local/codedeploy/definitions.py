@@ -123,3 +123,13 @@ def read_lambda_deployments(template: StackTemplate, resolver: Resolver) -> list
             )
         )
     return found
+
+
+# How local mode plays each of CodeDeploy's resource types (`local up --explain`).
+CODEDEPLOY_TYPES: dict[str, str] = {
+    "AWS::CodeDeploy::Application": "`local deploy` of a serverless deployment: CodeDeploy's API on local up's port",
+    "AWS::CodeDeploy::DeploymentConfig": "the release's steps and interval (`local deploy` of a serverless deployment)",
+    "AWS::CodeDeploy::DeploymentGroup": "`local deploy` of a serverless deployment: the pre-traffic hook under its "
+    "role, the alias shift and alarm reads under the service role (weights recorded: every version runs the same "
+    "code locally)",
+}

@@ -6,7 +6,7 @@ Other packages of local mode import from here only (tests/unit/test_import_bound
 """
 
 from servestack.local.ecs.planning import EcsPlanner
-from servestack.local.ecs.reading import read_task_definitions
+from servestack.local.ecs.reading import ECS_TYPES, read_task_definitions
 from servestack.local.ecs.tasks import (
     EcsRunTask,
     TaskImageError,
@@ -19,6 +19,7 @@ from servestack.local.ecs.tasks import (
 )
 
 __all__ = [
+    "ECS_TYPES",
     "EcsPlanner",
     "EcsRunTask",
     "TaskImageError",

@@ -39,3 +39,12 @@ def read_task_definitions(
             tuple(str(a) for a in container.get("Command", [])),
         )
     return tasks
+
+
+# How local mode plays each of ECS's resource types (`local up --explain`).
+ECS_TYPES: dict[str, str] = {
+    "AWS::ECS::TaskDefinition": (
+        "its container run from the image's staged build context (COPY, ENV, WORKDIR; the definition's entry "
+        "point, command and environment), as its task role; RunTask and PassRole checked as the schedule's role"
+    ),
+}

@@ -8,7 +8,7 @@ from servestack.local.lambda_.definitions import EventSourceMappingDef, Function
 from servestack.local.lambda_.invoke import INVOKE_PREFIX, INVOKE_SUFFIX, lambda_error
 from servestack.local.lambda_.planning import LambdaPlanner
 from servestack.local.lambda_.poller import SqsPoller
-from servestack.local.lambda_.reading import read_functions, read_lambda
+from servestack.local.lambda_.reading import LAMBDA_TYPES, read_functions, read_lambda
 from servestack.local.lambda_.runner import runner_command
 from servestack.local.lambda_.runtime import REGION, http_api_event
 from servestack.local.lambda_.service import HostedFunction, LambdaService
@@ -16,6 +16,7 @@ from servestack.local.lambda_.service import HostedFunction, LambdaService
 __all__ = [
     "INVOKE_PREFIX",
     "INVOKE_SUFFIX",
+    "LAMBDA_TYPES",
     "REGION",
     "EventSourceMappingDef",
     "FunctionDef",

@@ -136,3 +136,13 @@ def _permission_principal(principal: str) -> dict[str, str]:
     if principal.isdigit():
         return {"AWS": f"arn:{PARTITION}:iam::{principal}:root"}
     return {"AWS": principal}
+
+
+# How local mode plays each of Lambda's resource types (`local up --explain`).
+LAMBDA_TYPES: dict[str, str] = {
+    "AWS::Lambda::Function": "handler run in a local process: the template's handler, environment, timeout, memory",
+    "AWS::Lambda::Version": "accepted as an Invoke qualifier (local mode runs the working tree)",
+    "AWS::Lambda::Alias": "accepted as an Invoke qualifier (local mode runs the working tree)",
+    "AWS::Lambda::EventSourceMapping": "SQS poller: batch size, window, partial failures, maximum concurrency",
+    "AWS::Lambda::Permission": "resource policy: checked for the HTTP API and schedule that invoke the function",
+}

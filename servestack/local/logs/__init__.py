@@ -5,9 +5,10 @@ Other packages of local mode import from here only (tests/unit/test_import_bound
 """
 
 from servestack.local.logs.log_files import LineLog, check_deployment, child_log, parse_since, show, start_fresh
-from servestack.local.logs.shipping import LogShipper, ensure_log_group, lambda_stream_name
+from servestack.local.logs.shipping import LOGS_TYPES, LogShipper, ensure_log_group, lambda_stream_name
 
 __all__ = [
+    "LOGS_TYPES",
     "LineLog",
     "LogShipper",
     "check_deployment",

@@ -171,3 +171,9 @@ class LogShipper:
                 if self.refused is None:
                     self.refused = f"{_code(error)}: {_message(error)}"
                     self.report(f"{self.name}: metrics from its EMF lines not recorded: {self.refused}")
+
+
+# How local mode plays each of CloudWatch Logs' resource types (`local up --explain`).
+LOGS_TYPES: dict[str, str] = {
+    "AWS::Logs::LogGroup": "on the emulator: each child's output written with its role, and to local up's output",
+}

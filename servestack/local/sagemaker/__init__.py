@@ -14,7 +14,7 @@ from servestack.local.sagemaker.inference_components import ComponentState, Infe
 from servestack.local.sagemaker.model_data import ModelDataError, fetch_model_data, model_data_urls, publish_model_data
 from servestack.local.sagemaker.multi_model import MultiModelFront
 from servestack.local.sagemaker.planning import AsyncEndpoint, HostingSettings, SageMakerPlanner
-from servestack.local.sagemaker.reading import read_endpoint, read_transforms
+from servestack.local.sagemaker.reading import SAGEMAKER_TYPES, read_endpoint, read_transforms
 from servestack.local.sagemaker.runtime_front import ENDPOINT_PREFIX, AsyncTarget, RealtimeTarget, SageMakerRuntime
 from servestack.local.sagemaker.transform import JobRefused, create_job, execute_job, role_session, run_transform
 from servestack.local.sagemaker.transform_jobs import TransformJobs
@@ -22,6 +22,7 @@ from servestack.local.sagemaker.variant_start import ContainerSource, VariantSta
 
 __all__ = [
     "ENDPOINT_PREFIX",
+    "SAGEMAKER_TYPES",
     "AsyncEndpoint",
     "AsyncInferenceConfig",
     "AsyncInvocations",

@@ -188,3 +188,13 @@ def read_endpoint(
         components,
         execution_role,
     )
+
+
+# How local mode plays each of SageMaker's resource types (`local up --explain`).
+SAGEMAKER_TYPES: dict[str, str] = {
+    "AWS::SageMaker::Model": "its image run from the staged build context, its model data fetched with its role",
+    "AWS::SageMaker::EndpointConfig": "variants, weights, shadow, serverless and async configuration, model mode",
+    "AWS::SageMaker::Endpoint": "local endpoint behind the SageMaker Runtime front",
+    "AWS::SageMaker::InferenceComponent": "its model's container run locally, invoked by InferenceComponentName; "
+    "copies set by UpdateInferenceComponentRuntimeConfig (0 stops it)",
+}

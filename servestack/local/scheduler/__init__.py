@@ -7,10 +7,11 @@ Other packages of local mode import from here only (tests/unit/test_import_bound
 from servestack.local.scheduler.api import SchedulerApi
 from servestack.local.scheduler.definitions import ScheduleDef, TaskDef
 from servestack.local.scheduler.planning import SchedulerPlanner
-from servestack.local.scheduler.reading import read_schedules, universal_action
+from servestack.local.scheduler.reading import SCHEDULER_TYPES, read_schedules, universal_action
 from servestack.local.scheduler.schedules import ScheduleRunner, invoke_as_schedule_role, send_dead_letter
 
 __all__ = [
+    "SCHEDULER_TYPES",
     "ScheduleDef",
     "ScheduleRunner",
     "SchedulerApi",

@@ -45,3 +45,10 @@ def read_schedules(resolver: Resolver, resources: Sequence[Resource]) -> list[Sc
             )
         )
     return schedules
+
+
+# How local mode plays each of EventBridge Scheduler's resource types (`local up --explain`).
+SCHEDULER_TYPES: dict[str, str] = {
+    "AWS::Scheduler::Schedule": "local scheduler: expression, time zone, input, retries, DLQ; each run (and "
+    "`local run-batch`) started as its role; GetSchedule on local up's AWS API port",
+}

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from servestack.local.apigateway import API_GATEWAY_TYPES
 from servestack.local.cloudformation import (
     Resolver,
     StackTemplate,
     TemplateError,
 )
-from servestack.local.scheduler import universal_action
+from servestack.local.codedeploy import CODEDEPLOY_TYPES
+from servestack.local.ecs import ECS_TYPES
+from servestack.local.lambda_ import LAMBDA_TYPES
+from servestack.local.logs import LOGS_TYPES
+from servestack.local.sagemaker import SAGEMAKER_TYPES
+from servestack.local.scheduler import SCHEDULER_TYPES, universal_action
 
 # ------------------------------------------------------------------------------------------ the report
 
@@ -27,32 +33,13 @@ EMULATED: dict[str, str] = {
     "AWS::SNS::TopicPolicy": "resource policy, evaluated on every call",
     "AWS::IAM::Role": "credentials for the function or container that assumes it",
     "AWS::IAM::Policy": "identity policy, evaluated on every call the role makes",
-    "AWS::Lambda::Function": "handler run in a local process: the template's handler, environment, timeout, memory",
-    "AWS::Lambda::Version": "accepted as an Invoke qualifier (local mode runs the working tree)",
-    "AWS::Lambda::Alias": "accepted as an Invoke qualifier (local mode runs the working tree)",
-    "AWS::Lambda::EventSourceMapping": "SQS poller: batch size, window, partial failures, maximum concurrency",
-    "AWS::Lambda::Permission": "resource policy: checked for the HTTP API and schedule that invoke the function",
-    "AWS::Scheduler::Schedule": "local scheduler: expression, time zone, input, retries, DLQ; each run (and "
-    "`local run-batch`) started as its role; GetSchedule on local up's AWS API port",
-    "AWS::ApiGatewayV2::Api": "local HTTP API front",
-    "AWS::ApiGatewayV2::Route": "route with its authorizer (AWS_IAM: SigV4 + execute-api:Invoke)",
-    "AWS::ApiGatewayV2::Integration": "Lambda proxy integration (payload 2.0, timeout)",
-    "AWS::ApiGatewayV2::Stage": "the $default stage",
-    "AWS::SageMaker::Model": "its image run from the staged build context, its model data fetched with its role",
-    "AWS::SageMaker::EndpointConfig": "variants, weights, shadow, serverless and async configuration, model mode",
-    "AWS::SageMaker::Endpoint": "local endpoint behind the SageMaker Runtime front",
-    "AWS::SageMaker::InferenceComponent": "its model's container run locally, invoked by InferenceComponentName; "
-    "copies set by UpdateInferenceComponentRuntimeConfig (0 stops it)",
-    "AWS::Logs::LogGroup": "on the emulator: each child's output written with its role, and to local up's output",
-    "AWS::ECS::TaskDefinition": (
-        "its container run from the image's staged build context (COPY, ENV, WORKDIR; the definition's entry "
-        "point, command and environment), as its task role; RunTask and PassRole checked as the schedule's role"
-    ),
-    "AWS::CodeDeploy::Application": "`local deploy` of a serverless deployment: CodeDeploy's API on local up's port",
-    "AWS::CodeDeploy::DeploymentConfig": "the release's steps and interval (`local deploy` of a serverless deployment)",
-    "AWS::CodeDeploy::DeploymentGroup": "`local deploy` of a serverless deployment: the pre-traffic hook under its "
-    "role, the alias shift and alarm reads under the service role (weights recorded: every version runs the same "
-    "code locally)",
+    **LAMBDA_TYPES,
+    **SCHEDULER_TYPES,
+    **API_GATEWAY_TYPES,
+    **SAGEMAKER_TYPES,
+    **ECS_TYPES,
+    **CODEDEPLOY_TYPES,
+    **LOGS_TYPES,
 }
 REPORTED: dict[str, str] = {
     "AWS::CloudWatch::Alarm": "not evaluated (the `local deploy` rehearsal evaluates the rollback alarms)",
