@@ -1,6 +1,7 @@
-"""The world `local up` runs from the templates: the plan of its children (Lambda execution environments,
-endpoint routers, containers, pollers), the services it plays in its own process around them, and the banner
-that says where everything is."""
+"""The world `local up` runs from the templates: its plan, a loop over the service packages' planners (Lambda's
+execution environments, API Gateway's fronts, the schedules, ECS's tasks, SageMaker's endpoint routers, a batch
+deployment's data) that gives the children and the state file's entries, and the banner that says where
+everything is."""
 
 from __future__ import annotations
 
