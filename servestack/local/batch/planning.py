@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from servestack.local.batch.seed import retire_seeded_input, seed_batch_input
 from servestack.local.lambda_ import FunctionDef
-from servestack.local.planning import PlanContext, ServicePlan
+from servestack.local.planning import PlanContext, ServicePlan, self_command
 from servestack.local.scheduler import ScheduleDef
 
 
@@ -44,6 +44,10 @@ class ScheduledTransform(Protocol):
 class BatchStack(Protocol):
     """What a batch deployment's entry reads of a stack's topology."""
 
+    @property
+    def deployment(self) -> str: ...
+    @property
+    def mode(self) -> str: ...
     @property
     def schedules(self) -> list[ScheduleDef]: ...
     @property
@@ -90,6 +94,8 @@ class BatchPlanner:
             if sample is not None and sample.is_file():
                 self._seed(entry, bucket, prefix, sample)
                 entry |= {"input_prefix": prefix, "output_prefix": output.rstrip("/") + "/"}
+        if topology.mode == "batch":
+            part.commands.append(f"{self_command()} local run-batch {topology.deployment}")
         return part
 
     def _seed(self, entry: dict[str, Any], bucket: str, prefix: str, sample: Path) -> None:

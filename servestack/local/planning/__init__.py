@@ -8,5 +8,17 @@ from servestack.local.planning.children import Child, pump
 from servestack.local.planning.errors import PlanError
 from servestack.local.planning.paths import map_paths
 from servestack.local.planning.service import LocalService, PlanContext, ServicePlan
+from servestack.local.planning.shown import curl_sigv4, self_command, shown
 
-__all__ = ["Child", "LocalService", "PlanContext", "PlanError", "ServicePlan", "map_paths", "pump"]
+__all__ = [
+    "Child",
+    "LocalService",
+    "PlanContext",
+    "PlanError",
+    "ServicePlan",
+    "curl_sigv4",
+    "map_paths",
+    "pump",
+    "self_command",
+    "shown",
+]

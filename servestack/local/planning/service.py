@@ -37,12 +37,13 @@ class PlanContext:
 
 @dataclass
 class ServicePlan:
-    """One service's part of one stack: its children, and its fields of the deployment's state-file entry
-    (`log_groups` merged with the other services', every other key set as given)."""
+    """One service's part of one stack: its children, its fields of the deployment's state-file entry
+    (`log_groups` merged with the other services', every other key set as given), and its lines of the banner."""
 
     children: list[Child] = field(default_factory=list)
     entry: dict[str, Any] = field(default_factory=dict)
     log_groups: dict[str, str] = field(default_factory=dict)
+    commands: list[str] = field(default_factory=list)  # what the banner shows for trying it (a curl, a command)
 
 
 class LocalService(Protocol[Topology_contra]):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from servestack.local.iam import Credentials
-from servestack.local.planning import Child, PlanContext, PlanError, ServicePlan, map_paths
+from servestack.local.planning import Child, PlanContext, PlanError, ServicePlan, map_paths, shown
 from servestack.local.sagemaker.container import staged_container
 from servestack.local.sagemaker.definitions import ComponentDef, EndpointDef, VariantDef
 from servestack.local.sagemaker.dockerfile import DockerfileError
@@ -34,6 +34,8 @@ class EndpointStack(Protocol):
 
     @property
     def deployment(self) -> str: ...
+    @property
+    def mode(self) -> str: ...
     @property
     def endpoints(self) -> dict[str, EndpointDef]: ...
 
@@ -63,6 +65,21 @@ class AsyncEndpoint:
     url: str
     config: dict[str, Any]
     credentials: Credentials
+
+
+def _realtime_commands(url: str, components: dict[str, Any], sample: Path | None) -> list[str]:
+    """The banner's curls for a realtime endpoint: its ping, and an invocation with the model's sample request
+    (one per inference component that has one)."""
+    lines = [f"curl -s {url}/ping"]
+    for name, component in components.items():
+        if component.get("sample"):
+            lines.append(
+                f"curl -s -X POST {url}/invocations -H 'Content-Type: application/json' "
+                f"-H 'X-Amzn-SageMaker-Inference-Component: {name}' --data @{shown(Path(component['sample']))}"
+            )
+    if sample is not None and not components:
+        lines.append(f"curl -s -X POST {url}/invocations -H 'Content-Type: application/json' --data @{shown(sample)}")
+    return lines
 
 
 def first_version(model_dir: Path, model: str) -> str:
@@ -119,6 +136,8 @@ class SageMakerPlanner:
                     c.name: self._component_entry(c.container.environment.get("SERVESTACK_DEFAULT_MODEL", ""))
                     for c in endpoint.components
                 }
+        if topology.mode == "realtime" and part.entry.get("url"):
+            part.commands = _realtime_commands(part.entry["url"], part.entry.get("components") or {}, context.sample)
         return part
 
     def _endpoint(

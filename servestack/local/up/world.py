@@ -29,11 +29,6 @@ from servestack.local.sagemaker import (
 )
 from servestack.local.scheduler import ScheduleDef, SchedulerPlanner
 from servestack.local.stack import StackTopology
-from servestack.local.up.environment import (
-    curl_sigv4,
-    self_command,
-    shown,
-)
 from servestack.local.up.options import (
     UpError,
     UpOptions,
@@ -116,7 +111,8 @@ class World:
         self.service_endpoints = {"AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": front, "AWS_ENDPOINT_URL_LAMBDA": front}
         run_dir = self.work / "run"
         run_dir.mkdir(parents=True, exist_ok=True)
-        lambdas, apis, schedules, tasks = LambdaPlanner(), ApiGatewayPlanner(), SchedulerPlanner(), EcsPlanner()
+        lambdas, apis = LambdaPlanner(), ApiGatewayPlanner(self.access.developer)
+        schedules, tasks = SchedulerPlanner(), EcsPlanner()
         sagemaker = SageMakerPlanner(self._hosting_settings(realtime_port))
         # A fixed order: the state file's entry keeps its keys in the order they were always written.
         services: tuple[LocalService[StackTopology], ...] = (
@@ -144,8 +140,8 @@ class World:
                 if part.log_groups:
                     entry.setdefault("log_groups", {}).update(part.log_groups)
                 entry |= part.entry
+                plan.curls += part.commands
             plan.deployments[topology.deployment] = entry
-            plan.curls += self._curls(topology, entry, sample)
         plan.functions, plan.mappings = lambdas.functions, lambdas.mappings
         plan.apis, plan.schedules, plan.tasks = apis.apis, schedules.schedules, tasks.tasks
         plan.endpoints, plan.async_endpoints = sagemaker.endpoints, sagemaker.async_endpoints
@@ -223,31 +219,6 @@ class World:
         from servestack.registry import seed_local
 
         seed_local(self.aws["s3"], self.spec, self.project / "models" / "artifacts", uri=prefix)
-
-    def _curls(self, topology: StackTopology, entry: dict[str, Any], sample: Path | None) -> list[str]:
-        lines: list[str] = []
-        url = entry.get("url")
-        if topology.mode == "realtime" and url:
-            lines += [f"curl -s {url}/ping"]
-            components: dict[str, Any] = entry.get("components") or {}
-            for name, component in components.items():
-                if component.get("sample"):
-                    lines.append(
-                        f"curl -s -X POST {url}/invocations -H 'Content-Type: application/json' "
-                        f"-H 'X-Amzn-SageMaker-Inference-Component: {name}' --data @{shown(Path(component['sample']))}"
-                    )
-            if sample is not None and not components:
-                lines.append(
-                    f"curl -s -X POST {url}/invocations -H 'Content-Type: application/json' --data @{shown(sample)}"
-                )
-        elif topology.mode == "serverless" and url:
-            lines.append(curl_sigv4(f"{url}/invocations", self.region, self.access.developer, sample))
-        elif topology.mode == "async" and url:
-            lines.append(curl_sigv4(f"{url}/jobs", self.region, self.access.developer, sample))
-            lines.append(curl_sigv4(f"{url}/jobs/JOB_ID", self.region, self.access.developer, None))
-        elif topology.mode == "batch":
-            lines.append(f"{self_command()} local run-batch {topology.deployment}")
-        return lines
 
     # ------------------------------------------------------------------------------------ services
     def banner(self, plan: Plan, state_file: Path, timings: list[tuple[str, float]]) -> str:
