@@ -28,14 +28,12 @@ this server (their paths do not collide). Every request is authenticated (SigV4)
 
 from __future__ import annotations
 
-from typing import Any
-
 from servestack.local.cloudformation import ACCOUNT
 from servestack.local.cloudformation import DEFAULT_REGION as REGION
 from servestack.local.codedeploy import LocalCodeDeploy
 from servestack.local.ecs import EcsRunTask
 from servestack.local.hosting import LocalHttpServer, Reply, Request
-from servestack.local.iam import RolePolicies
+from servestack.local.iam import LocalAccess, RolePolicies
 from servestack.local.lambda_ import INVOKE_PREFIX, INVOKE_SUFFIX, LambdaService, lambda_error
 from servestack.local.sagemaker import (
     ENDPOINT_PREFIX,
@@ -57,7 +55,7 @@ class AwsFront:
         self,
         sagemaker: SageMakerRuntime,
         lambdas: LambdaService,
-        access: Any,
+        access: LocalAccess,
         port: int = 0,
         components: InferenceComponents | None = None,
         transform_jobs: TransformJobs | None = None,

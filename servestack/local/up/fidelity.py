@@ -8,21 +8,26 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from servestack.local.sagemaker import ComponentDef, ContainerDef, VariantDef
+from servestack.local.scheduler import TaskDef
+from servestack.local.stack import StackTopology
+
 EMULATED = "emulated"
 APPROXIMATED = "approximated"
 REPORTED = "reported, not emulated"
 
 
-def _role_name(topology: Any, logical_id: str | None) -> str:
+def _role_name(topology: StackTopology, logical_id: str | None) -> str:
     role = topology.roles.get(logical_id or "")
     return str(role.name) if role is not None else "?"
 
 
-def _containers(topology: Any) -> list[tuple[str, Any, str | None]]:
+def _containers(topology: StackTopology) -> list[tuple[str, ContainerDef, str | None]]:
     """(variant or component name, container, execution role logical id) of every SageMaker container."""
-    found = []
+    found: list[tuple[str, ContainerDef, str | None]] = []
     for endpoint in topology.endpoints.values():
-        for hosted in (*endpoint.variants, *endpoint.shadow_variants, *endpoint.components):
+        hosts: list[VariantDef | ComponentDef] = [*endpoint.variants, *endpoint.shadow_variants, *endpoint.components]
+        for hosted in hosts:
             if hosted.container is not None:
                 found.append((f"{endpoint.name}/{hosted.name}", hosted.container, hosted.execution_role))
     for transform in topology.transforms:
@@ -30,7 +35,7 @@ def _containers(topology: Any) -> list[tuple[str, Any, str | None]]:
     return found
 
 
-def fidelity_rows(topologies: list[Any], out_dir: Path) -> list[tuple[str, str, str]]:
+def fidelity_rows(topologies: list[StackTopology], out_dir: Path) -> list[tuple[str, str, str]]:
     """(class, subject, how) rows, in the order they are printed."""
     from servestack.local.cloudformation import image_asset
     from servestack.local.ecr import EcrImage
@@ -126,7 +131,7 @@ def fidelity_rows(topologies: list[Any], out_dir: Path) -> list[tuple[str, str, 
                     "one stream for all of its variants' containers (SageMaker writes one per instance)",
                 )
             )
-            hosted = (*endpoint.variants, *endpoint.components)
+            hosted: list[VariantDef | ComponentDef] = [*endpoint.variants, *endpoint.components]
             multi_model = any(h.container is not None and h.container.mode == "MultiModel" for h in hosted)
             if endpoint.async_config is None and not multi_model:  # the endpoints `local deploy` rehearses on
                 rows.append(
@@ -192,7 +197,9 @@ def _image_approximations(image: Any, where: str) -> list[tuple[str, str, str]]:
     ]
 
 
-def _task_rows(topology: Any, task: Any, out_dir: Path, images_seen: set[str]) -> list[tuple[str, str, str]]:
+def _task_rows(
+    topology: StackTopology, task: TaskDef, out_dir: Path, images_seen: set[str]
+) -> list[tuple[str, str, str]]:
     """An ECS task definition's container (servestack/local/ecs/tasks.py): how it starts, and from what."""
     from servestack.local.cloudformation import image_asset
     from servestack.local.sagemaker import DockerfileError, read_image
@@ -248,7 +255,7 @@ def _task_rows(topology: Any, task: Any, out_dir: Path, images_seen: set[str]) -
     return rows
 
 
-def fidelity(topologies: list[Any], out_dir: Path) -> str:
+def fidelity(topologies: list[StackTopology], out_dir: Path) -> str:
     rows = fidelity_rows(topologies, out_dir)
     lines = ["\nhow each run compares with the deploy:"]
     for kind in (EMULATED, APPROXIMATED, REPORTED):
