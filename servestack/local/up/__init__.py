@@ -1,13 +1,16 @@
 """`servestack local up`: the synthesized templates of serving.yaml's deployments, run on this machine.
 
 serving.yaml -> CDK app -> templates (.servestack/cdk.out, reused while the inputs are unchanged) -> here:
-1. the templates are read (servestack/local/stack/topology.py): every name, environment, IAM policy, queue, route,
-   schedule and SageMaker variant is the template's, resolved to local values;
+1. the templates are read (servestack/local/stack/topology.py; each service package reads its own resource
+   types): every name, environment, IAM policy, queue, route, schedule and SageMaker variant is the template's,
+   resolved to local values;
 2. an AWS emulator: moto's server in this process behind the IAM engine (servestack/local/iam/access.py), or
    the endpoint of `--endpoint-url` (LocalStack...), which does not enforce IAM;
 3. the resources are created as CloudFormation would (servestack/local/stack/provision.py);
-4. each Lambda function runs in its own child process (its execution environment, with its role's keys);
-   each SageMaker endpoint runs as a child: a router in front of one `serve` container per variant;
+4. each service package plans its children and its part of the state file (servestack/local/planning/, one
+   planner per package, looped over in up/world.py): each Lambda function runs in its own child process (its
+   execution environment, with its role's keys); each SageMaker endpoint runs as a child: a router in front of
+   one `serve` container per variant;
 5. this process is the AWS services around them: the HTTP API fronts (IAM-authenticated), the SQS event
    source mappings, the schedules, and one port where boto3's `sagemaker-runtime` and `lambda` clients work
    unchanged (`--aws-port`, default 8090);
