@@ -177,13 +177,14 @@ def interface(http_server: str) -> str:
     return "granian RSGI" if http_server == "granian" else f"{http_server} ASGI"
 
 
-def ours(port: int, http_server: str = DEFAULT_SERVER) -> PinnedServer:
+def ours(port: int, http_server: str = DEFAULT_SERVER, extra_env: dict[str, str] | None = None) -> PinnedServer:
     env = {
         "SAGEMAKER_BIND_TO_PORT": str(port),
         "SERVESTACK_HOST": "127.0.0.1",
         "SERVESTACK_WORKERS": "1",
         "SERVESTACK_LOG_LEVEL": "warning",
         "SERVESTACK_HTTP_SERVER": http_server,
+        **(extra_env or {}),
     }
     return PinnedServer([sys.executable, "-m", "handlers.realtime", "serve"], env, port)
 
@@ -570,16 +571,7 @@ print(n * {SPLIT_ROWS} / (time.perf_counter() - t))
 
 def pipeline_server(port: int, http_server: str, model_dir: Path) -> PinnedServer:
     """`ours`, serving the pipeline as its default model."""
-    env = {
-        "SAGEMAKER_BIND_TO_PORT": str(port),
-        "SERVESTACK_HOST": "127.0.0.1",
-        "SERVESTACK_WORKERS": "1",
-        "SERVESTACK_LOG_LEVEL": "warning",
-        "SERVESTACK_HTTP_SERVER": http_server,
-        "SERVESTACK_MODEL_DIR": str(model_dir),
-        "SERVESTACK_DEFAULT_MODEL": "flowers",
-    }
-    return PinnedServer([sys.executable, "-m", "handlers.realtime", "serve"], env, port)
+    return ours(port, http_server, {"SERVESTACK_MODEL_DIR": str(model_dir), "SERVESTACK_DEFAULT_MODEL": "flowers"})
 
 
 def split_row(scratch: Path, script: Path, runs: int, seconds: float, http_server: str) -> dict[str, Any]:
