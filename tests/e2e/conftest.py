@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +26,22 @@ from tests.conftest import REPO_ROOT
 
 SERVESTACK = str(Path(sys.executable).parent / "servestack")
 DEVELOPER = {"region_name": "us-east-1", "aws_access_key_id": "local", "aws_secret_access_key": "local"}
+
+
+_SESSION_LOCK = threading.Lock()
+
+
+@functools.cache
+def _shared_session() -> Any:
+    return boto3.session.Session()
+
+
+def session_client(service: str, keys: dict[str, str], **options: Any) -> Any:
+    """A boto3 client signing with `keys` (region and credentials, as boto3's Session takes them), made on one
+    shared session: a session per client would load the service's model and endpoint rules from disk again,
+    a good part of a second of CPU each time. Sessions are not thread-safe; the clients they make are."""
+    with _SESSION_LOCK:
+        return _shared_session().client(service, **keys, **options)
 
 
 @dataclass
@@ -48,13 +66,12 @@ class LocalUp:
     def client(self, service: str, **keys: Any) -> Any:
         """A boto3 client on local up's AWS API port (sagemaker-runtime, lambda), as the developer by default."""
         config = Config(retries={"mode": "standard", "max_attempts": 1}, read_timeout=120)
-        return boto3.session.Session(**(keys or DEVELOPER)).client(service, endpoint_url=self.api, config=config)
+        return session_client(service, keys or DEVELOPER, endpoint_url=self.api, config=config)
 
     def emulator(self, service: str, **keys: Any) -> Any:
         """A boto3 client on the emulator (s3, sqs, dynamodb...), as the developer by default."""
         config = Config(s3={"addressing_style": "path"}, retries={"mode": "standard", "max_attempts": 1})
-        session = boto3.session.Session(**(keys or DEVELOPER))
-        return session.client(service, endpoint_url=self.state["endpoint_url"], config=config)
+        return session_client(service, keys or DEVELOPER, endpoint_url=self.state["endpoint_url"], config=config)
 
     def role_keys(self, role_fragment: str) -> dict[str, str]:
         """The keys local up gave the role whose name contains `role_fragment` (as a function of it runs)."""
@@ -130,8 +147,10 @@ PORT_TAKEN = ("is in use; pick another with --", "Address already in use: anothe
 
 
 @contextmanager
-def running(workdir: Path, *args: str, spec: Path | None = None) -> Iterator[LocalUp]:
-    up = start_local_up(workdir, *args, spec=spec)
+def running(
+    workdir: Path, *args: str, spec: Path | None = None, env: dict[str, str] | None = None
+) -> Iterator[LocalUp]:
+    up = start_local_up(workdir, *args, spec=spec, env=env)
     try:
         yield up
     finally:

@@ -101,6 +101,10 @@ deployments:
 """
 VARIANT_KILLS = 20
 RETRYABLE = {429, 502, 503, 504}
+# A variant that served this long restarts after the backoff's first delay again (SERVESTACK_VARIANT_STABLE_SEC,
+# 2 s by default): each kill below comes once the restarted variant has served a little longer than that.
+STABLE_SEC = 0.5
+PACE_SEC = 0.005  # each caller's pause between calls: load all the time, without one core spent on sending it
 
 
 def _processes() -> Iterator[tuple[int, int, bytes]]:
@@ -150,7 +154,7 @@ def test_variant_kills_under_realtime_load_are_restarted_and_every_call_is_answe
     outcomes: Counter[str] = Counter()
     unexpected: list[str] = []
     stop, counting = threading.Event(), threading.Lock()
-    with running(tmp_path, "--fresh", spec=spec) as up:
+    with running(tmp_path, "--fresh", spec=spec, env={"SERVESTACK_VARIANT_STABLE_SEC": str(STABLE_SEC)}) as up:
         endpoint = up.deployment("digits-rt")["endpoint_name"]
 
         def caller() -> None:
@@ -170,6 +174,7 @@ def test_variant_kills_under_realtime_load_are_restarted_and_every_call_is_answe
                     unexpected.append(f"{outcome}: {error}")
                 with counting:
                     outcomes[outcome] += 1
+                stop.wait(PACE_SEC)
 
         callers = [threading.Thread(target=caller, daemon=True) for _ in range(3)]
         for thread in callers:
@@ -194,7 +199,7 @@ def test_variant_kills_under_realtime_load_are_restarted_and_every_call_is_answe
                          "the old workers to be gone")  # fmt: skip
                 ready = outcomes["200"]
                 wait_for(lambda: outcomes["200"] > ready, 60, "an answered call after the restart")  # noqa: B023
-                time.sleep(2.2)  # it serves a while, so the next restart comes after the first backoff
+                time.sleep(STABLE_SEC + 0.1)  # it serves a while, so the next restart comes after the first backoff
         finally:
             stop.set()
             for thread in callers:

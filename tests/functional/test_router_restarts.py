@@ -81,8 +81,15 @@ def wait_for(what: str, check: Callable[[], T], timeout_sec: float) -> T:
     raise AssertionError(f"no {what} after {timeout_sec}s")
 
 
+# A variant that served this long restarts after the backoff's first delay again (SERVESTACK_VARIANT_STABLE_SEC,
+# 2 s by default): each kill below comes once the restarted variant has served a little longer than that.
+STABLE_SEC = 0.5
+PACE_SEC = 0.005  # each caller's pause between requests: load all the time, without one core spent on sending it
+
+
 @pytest.fixture
-def router(tmp_path: Path) -> Iterator[RouterProcess]:
+def router(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RouterProcess]:
+    monkeypatch.setenv("SERVESTACK_VARIANT_STABLE_SEC", str(STABLE_SEC))
     primary = {"name": "primary", "model": "digits", "version": "1", "weight": 1,
                "package_dir": str(ARTIFACTS / "digits" / "1")}  # fmt: skip
     started = RouterProcess.start(tmp_path, "digits-rt", [primary])
@@ -121,6 +128,7 @@ class Load:
                 connection = http.client.HTTPConnection(self.host, self.port, timeout=30)
             with self._lock:
                 self.outcomes[outcome] += 1
+            self._stop.wait(PACE_SEC)
         connection.close()
 
     def __enter__(self) -> Load:
@@ -153,7 +161,7 @@ def test_twenty_variant_kills_under_load_each_restarted_and_every_request_answer
             wait_for("restarted variant", lambda: [p for p in serving_masters(router) if p != dead], 60)  # noqa: B023
             wait_for("orphans gone", lambda: not any(alive(pid) for pid in orphans), 10)  # noqa: B023
             wait_for("ready variant", lambda: load.outcomes["200"] > 0 and _ping_ok(router), 60)
-            time.sleep(2.2)  # it serves a while (past the backoff's 2 s), so each restart comes after 0.25 s
+            time.sleep(STABLE_SEC + 0.1)  # it serves past the backoff's stable time: each restart after 0.25 s
     requests = sum(load.outcomes.values())
     print(f"\nvariant kills: {dict(kills)}; requests: {requests}; outcomes: {dict(load.outcomes)}")
     # AND every request was answered 200 or refused with a retryable status

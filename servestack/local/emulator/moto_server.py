@@ -42,17 +42,30 @@ def clients(endpoint_url: str, credentials: Credentials = DEVELOPER) -> dict[str
 
 def client_as(service: str, endpoint_url: str, credentials: Credentials, region: str) -> Any:
     """A boto3 client for `service` on the emulator, signing as `credentials`."""
-    import boto3
     from botocore.config import Config
 
-    session = boto3.session.Session(
-        aws_access_key_id=credentials.access_key_id,
-        aws_secret_access_key=credentials.secret_access_key,
-        aws_session_token=credentials.session_token,
-        region_name=region,
-    )
     config = Config(s3={"addressing_style": "path"}, retries={"mode": "standard"})
-    return session.client(service, endpoint_url=endpoint_url, config=config)
+    # One session for every client, the keys given per client: a session of its own per client would load the
+    # service's model and the endpoint rules from disk again, which profiling `local up` found to be over half
+    # of its own start-up time (it makes a client per service per role).
+    with _SESSION_LOCK:  # a boto3 session is not thread-safe; the clients it makes are
+        return _shared_session().client(
+            service, endpoint_url=endpoint_url, region_name=region, config=config,
+            aws_access_key_id=credentials.access_key_id, aws_secret_access_key=credentials.secret_access_key,
+            aws_session_token=credentials.session_token,
+        )  # fmt: skip
+
+
+_SESSION_LOCK = threading.Lock()
+_SESSIONS: list[Any] = []
+
+
+def _shared_session() -> Any:
+    import boto3
+
+    if not _SESSIONS:
+        _SESSIONS.append(boto3.session.Session())
+    return _SESSIONS[0]
 
 
 def clients_for(endpoint_url: str, credentials: Credentials, region: str) -> dict[str, Any]:

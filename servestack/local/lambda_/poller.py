@@ -84,7 +84,7 @@ class SqsPoller:
         batch_size: int = 10,
         report_batch_item_failures: bool = True,
         batch_window_sec: float = 0,
-        wait_sec: int = 2,
+        wait_sec: int = 1,  # a long poll local up waits out when it stops: short, so that stopping is quick
     ) -> None:
         self.sqs = sqs
         self.queue_url = queue_url

@@ -3,6 +3,7 @@ plan it is spawned from, the shadow comparison report, and the faults a rehearsa
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -18,11 +19,24 @@ from servestack.local.hosting import Backoff, RealtimeProcess
 from servestack.local.sagemaker.upstream import Upstream
 from servestack.local.sagemaker.variant_start import ContainerSource
 
-
 # A variant's container restarts after 0.25, 0.5, 1 ... 10 s while it keeps dying within 2 s of serving (a
 # container that cannot start at all costs little), and after 0.25 s again once it served 2 s or longer.
+# SERVESTACK_VARIANT_STABLE_SEC sets those 2 s: the chaos tests, which kill a variant as soon as its successor
+# serves, set it shorter so that each kill meets the first delay without waiting out the default.
+STABLE_SEC_VARIABLE = "SERVESTACK_VARIANT_STABLE_SEC"
+
+
 def variant_backoff() -> Backoff:
-    return Backoff(first_sec=0.25, most_sec=10.0, stable_sec=2.0)
+    return Backoff(first_sec=0.25, most_sec=10.0, stable_sec=stable_sec(os.environ.get(STABLE_SEC_VARIABLE)))
+
+
+def stable_sec(text: str | None, default: float = 2.0) -> float:
+    """The variable's seconds (a number in 0..3600), else `default`: a router must start whatever it holds."""
+    try:
+        value = float(text) if text else default
+    except ValueError:
+        return default
+    return value if 0 <= value <= 3600 else default
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from servestack.local.emulator import state
 from servestack.local.hosting import REPO_ROOT, free_port, port_is_free
 from servestack.local.planning import PlanError
 from servestack.local.stack import StackTopology
-from servestack.local.up.children import Child, Supervisor
+from servestack.local.up.children import Child, Supervisor, stop_children
 from servestack.local.up.environment import (
     base_environment,
     project_of,
@@ -237,9 +237,7 @@ def _run(options: UpOptions) -> int:
     finally:
         for close in reversed(closers):
             close()
-        for child in reversed(children):
-            if child.process is not None:
-                child.stop()
+        stop_children(children)
         if saved is not None:
             saved.stop()  # one last save, once nothing writes any more
         if emulator is not None:
