@@ -12,7 +12,11 @@ CDK := node_modules/.bin/cdk
 export UV_PYTHON ?= python3
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_CLI_TELEMETRY := true
-export PYTHONDONTWRITEBYTECODE ?=
+# Python caches compiled bytecode (__pycache__, git-ignored) even where the shell sets PYTHONDONTWRITEBYTECODE, as
+# this machine's does: without the cache, each of the suite's hundreds of Python processes (local up and its
+# children, the CLI, the CDK app) compiles botocore, moto, numpy's Python and the rest from source again, which
+# was half of pytest's collection time and over a third of a local up's start-up CPU.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: help setup local test lint typecheck docs pytest synth bench models clean test-localstack
 
