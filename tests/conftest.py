@@ -211,7 +211,7 @@ settings.load_profile(os.environ.get("SERVESTACK_HYPOTHESIS_PROFILE", "default")
 
 # ------------------------------------------------------------------------------------------ pytest-xdist
 
-# `make test` runs the suite on two xdist workers: most of its time is spent waiting on real servers and
+# `make test` runs the suite on three xdist workers (two cores): much of its time is spent waiting on real servers and
 # `local up` children, not on the CPU. A module is one unit of work, so its module-scoped servers start once.
 # These modules run `local up` or a synth in the repository's own folder (its .servestack/ cache and state):
 # they share one unit, so they never run at the same time as each other. (Modules that copy the project with
