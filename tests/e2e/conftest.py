@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,31 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 from botocore.config import Config
 
+from servestack.local.emulator import session_client
 from servestack.local.hosting.processes import free_port
 from tests.conftest import REPO_ROOT
 
 SERVESTACK = str(Path(sys.executable).parent / "servestack")
 DEVELOPER = {"region_name": "us-east-1", "aws_access_key_id": "local", "aws_secret_access_key": "local"}
-
-
-_SESSION_LOCK = threading.Lock()
-
-
-@functools.cache
-def _shared_session() -> Any:
-    return boto3.session.Session()
-
-
-def session_client(service: str, keys: dict[str, str], **options: Any) -> Any:
-    """A boto3 client signing with `keys` (region and credentials, as boto3's Session takes them), made on one
-    shared session: a session per client would load the service's model and endpoint rules from disk again,
-    a good part of a second of CPU each time. Sessions are not thread-safe; the clients they make are."""
-    with _SESSION_LOCK:
-        return _shared_session().client(service, **keys, **options)
 
 
 @dataclass
@@ -66,12 +48,12 @@ class LocalUp:
     def client(self, service: str, **keys: Any) -> Any:
         """A boto3 client on local up's AWS API port (sagemaker-runtime, lambda), as the developer by default."""
         config = Config(retries={"mode": "standard", "max_attempts": 1}, read_timeout=120)
-        return session_client(service, keys or DEVELOPER, endpoint_url=self.api, config=config)
+        return session_client(service, **(keys or DEVELOPER), endpoint_url=self.api, config=config)
 
     def emulator(self, service: str, **keys: Any) -> Any:
         """A boto3 client on the emulator (s3, sqs, dynamodb...), as the developer by default."""
         config = Config(s3={"addressing_style": "path"}, retries={"mode": "standard", "max_attempts": 1})
-        return session_client(service, keys or DEVELOPER, endpoint_url=self.state["endpoint_url"], config=config)
+        return session_client(service, **(keys or DEVELOPER), endpoint_url=self.state["endpoint_url"], config=config)
 
     def role_keys(self, role_fragment: str) -> dict[str, str]:
         """The keys local up gave the role whose name contains `role_fragment` (as a function of it runs)."""

@@ -234,7 +234,7 @@ def run_as_schedule(about: dict[str, Any], name: str, entry: dict[str, Any], ove
     from botocore.exceptions import ClientError
 
     from servestack.failures import CommandError, ExitCode
-    from servestack.local.sagemaker import role_session
+    from servestack.local.sagemaker import role_client
 
     launch = TaskLaunch.from_dict(entry["task"])
     role_arn = str(entry.get("schedule_role") or "")
@@ -242,7 +242,7 @@ def run_as_schedule(about: dict[str, Any], name: str, entry: dict[str, Any], ove
         raise CommandError(f"{name}: the state file names no schedule role for it; restart `servestack local up`")
     environment = batch_overrides(overrides)
     config = Config(retries={"mode": "standard", "max_attempts": 1})
-    ecs = role_session(about, role_arn).client("ecs", endpoint_url=about["aws_api_url"], config=config)
+    ecs = role_client(about, role_arn, "ecs", endpoint_url=about["aws_api_url"], config=config)
     try:
         started = ecs.run_task(**run_task_request(launch, environment))
     except ClientError as refused:

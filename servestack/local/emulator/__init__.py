@@ -6,7 +6,7 @@ Other packages of local mode import from here only (tests/unit/test_import_bound
 
 from servestack.local.emulator import state
 from servestack.local.emulator.callers import developer, sagemaker_runtime, signed
-from servestack.local.emulator.moto_server import EmbeddedEmulator, client_as, clients_for
+from servestack.local.emulator.moto_server import EmbeddedEmulator, client_as, clients_for, session_client
 from servestack.local.emulator.persistence import EmulatorState
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "clients_for",
     "developer",
     "sagemaker_runtime",
+    "session_client",
     "signed",
     "state",
 ]

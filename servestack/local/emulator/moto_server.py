@@ -12,6 +12,7 @@ backend) has no counterpart in AWS and no IAM check: the emulator refuses all of
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -44,28 +45,31 @@ def client_as(service: str, endpoint_url: str, credentials: Credentials, region:
     """A boto3 client for `service` on the emulator, signing as `credentials`."""
     from botocore.config import Config
 
-    config = Config(s3={"addressing_style": "path"}, retries={"mode": "standard"})
-    # One session for every client, the keys given per client: a session of its own per client would load the
-    # service's model and the endpoint rules from disk again, which profiling `local up` found to be over half
-    # of its own start-up time (it makes a client per service per role).
+    return session_client(
+        service, endpoint_url=endpoint_url, region_name=region,
+        config=Config(s3={"addressing_style": "path"}, retries={"mode": "standard"}),
+        aws_access_key_id=credentials.access_key_id, aws_secret_access_key=credentials.secret_access_key,
+        aws_session_token=credentials.session_token,
+    )  # fmt: skip
+
+
+def session_client(service: str, **options: Any) -> Any:
+    """A boto3 client made on this process's one shared session, with `options` as `Session.client` takes them
+    (keys, region, endpoint, config). A session of its own per client would load the service's model and the
+    endpoint rules from disk again: profiling `local up`, which makes a client per service per role, found that
+    to be over half of its own start-up time."""
     with _SESSION_LOCK:  # a boto3 session is not thread-safe; the clients it makes are
-        return _shared_session().client(
-            service, endpoint_url=endpoint_url, region_name=region, config=config,
-            aws_access_key_id=credentials.access_key_id, aws_secret_access_key=credentials.secret_access_key,
-            aws_session_token=credentials.session_token,
-        )  # fmt: skip
+        return _shared_session().client(service, **options)
 
 
 _SESSION_LOCK = threading.Lock()
-_SESSIONS: list[Any] = []
 
 
+@functools.cache
 def _shared_session() -> Any:
     import boto3
 
-    if not _SESSIONS:
-        _SESSIONS.append(boto3.session.Session())
-    return _SESSIONS[0]
+    return boto3.session.Session()
 
 
 def clients_for(endpoint_url: str, credentials: Credentials, region: str) -> dict[str, Any]:

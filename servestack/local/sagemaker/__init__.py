@@ -16,7 +16,7 @@ from servestack.local.sagemaker.multi_model import MultiModelFront
 from servestack.local.sagemaker.planning import AsyncEndpoint, HostingSettings, SageMakerPlanner
 from servestack.local.sagemaker.reading import SAGEMAKER_TYPES, read_endpoint, read_transforms
 from servestack.local.sagemaker.runtime_front import ENDPOINT_PREFIX, AsyncTarget, RealtimeTarget, SageMakerRuntime
-from servestack.local.sagemaker.transform import JobRefused, create_job, execute_job, role_session, run_transform
+from servestack.local.sagemaker.transform import JobRefused, create_job, execute_job, role_client, run_transform
 from servestack.local.sagemaker.transform_jobs import TransformJobs
 from servestack.local.sagemaker.variant_start import ContainerSource, VariantStartError, prepare
 
@@ -58,7 +58,7 @@ __all__ = [
     "read_image",
     "read_transforms",
     "releases",
-    "role_session",
+    "role_client",
     "run_transform",
     "stage_root",
     "staged_container",

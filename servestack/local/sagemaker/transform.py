@@ -105,20 +105,22 @@ def execution_id() -> str:
     return "".join(secrets.choice(EXECUTION_ID_ALPHABET) for _ in range(16))
 
 
-def role_session(about: dict[str, Any], role: str) -> Any:
-    """A boto3 session with the keys local up gave `role` (a role name or ARN; the state file's identities)."""
-    import boto3
-
+def role_client(about: dict[str, Any], role: str, service: str, **options: Any) -> Any:
+    """A boto3 client for `service` signing with the keys local up gave `role` (a role name or ARN; the state
+    file's identities), with `options` as `Session.client` takes them (endpoint_url, config)."""
     from servestack.failures import CommandError
+    from servestack.local.emulator import session_client
 
     keys = about["identities"].get(role.rsplit("/", 1)[-1])
     if keys is None:
         raise CommandError(f"{role}: no keys for this role in the state file; restart `servestack local up`")
-    return boto3.session.Session(
+    return session_client(
+        service,
         aws_access_key_id=keys["AWS_ACCESS_KEY_ID"],
         aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"],
         aws_session_token=keys.get("AWS_SESSION_TOKEN"),
         region_name=about.get("region", "us-east-1"),
+        **options,
     )
 
 
@@ -138,9 +140,8 @@ def create_job(about: dict[str, Any], transform: dict[str, Any]) -> dict[str, An
 
     request = json.loads(json.dumps(transform["job"]).replace(EXECUTION_ID, execution_id()))
     config = Config(retries={"mode": "standard", "max_attempts": 1})
-    sagemaker = role_session(about, transform["scheduler_role"]).client(
-        "sagemaker", endpoint_url=about["aws_api_url"], config=config
-    )
+    sagemaker = role_client(about, transform["scheduler_role"], "sagemaker", endpoint_url=about["aws_api_url"],
+                            config=config)  # fmt: skip
     try:
         sagemaker.create_transform_job(**request)
     except ClientError as error:
@@ -199,8 +200,7 @@ def execute_job(
 
     job_name = str(job["TransformJobName"])
     config = Config(s3={"addressing_style": "path"}, retries={"mode": "standard", "max_attempts": 3})
-    session = role_session(about, transform["execution_role"])
-    s3 = session.client("s3", endpoint_url=about["endpoint_url"], config=config)
+    s3 = role_client(about, transform["execution_role"], "s3", endpoint_url=about["endpoint_url"], config=config)
     source = S3Location.parse(job["TransformInput"]["DataSource"]["S3DataSource"]["S3Uri"])
     output = S3Location.parse(job["TransformOutput"]["S3OutputPath"])
     content_type = str(job["TransformInput"].get("ContentType", "application/jsonlines"))
