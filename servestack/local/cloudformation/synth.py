@@ -5,7 +5,8 @@ exactly as the CDK CLI runs it (`python app.py` with `CDK_OUTDIR` and `CDK_CONTE
 and cdk.context.json's context), into `.servestack/cdk.out`, with Lambda bundling skipped
 (`aws:cdk:bundling-stacks: []`): local mode runs the handlers from the working tree, as SAM CLI runs a
 function's code directory, so it needs the templates, not the zipped bundle. Everything else (names, IAM,
-environments, SageMaker variants) is what `cdk deploy` would create.
+environments, SageMaker variants) is what `cdk deploy` would create. aws-cdk-lib's built-in CloudFormation
+validation is skipped (`CDK_VALIDATION=false`) where it could only warn: see `validation_can_fail`.
 
 The output is reused while the inputs are unchanged: a SHA-256 over serving.yaml, the CDK app and its
 constructs, cdk.json / cdk.context.json, the model artifacts the templates package, and the versions of
@@ -152,6 +153,8 @@ def synthesize(
         ),
         "CDK_DISABLE_CLI_TELEMETRY": "true",
     }
+    if not validation_can_fail(root) and "CDK_VALIDATION" not in os.environ:
+        env["CDK_VALIDATION"] = "false"
     env.pop("AWS_ENDPOINT_URL", None)
     result = subprocess.run(
         [sys.executable, "app.py"], cwd=root, env=env, capture_output=True, text=True, timeout=600, check=False
@@ -167,6 +170,27 @@ def synthesize(
 
 
 REUSED = "reusing the templates: inputs unchanged"
+
+# aws-cdk-lib's own CloudFormation validation at synth (a WebAssembly rule engine, more than half of a synth's
+# CPU) can fail the synth only when this context key is true; otherwise its findings are turned into warnings.
+VALIDATE_AGAINST_DEFAULT_RULES = "@aws-cdk/core:validateAgainstDefaultRules"
+
+
+def validation_can_fail(root: Path) -> bool:
+    """Whether aws-cdk-lib's built-in validation can fail `cdk synth` for the app in `root`: only with
+    `VALIDATE_AGAINST_DEFAULT_RULES` true in cdk.json's or cdk.context.json's context. When it cannot, local mode
+    synthesizes with `CDK_VALIDATION=false`: the templates are the same, and the synth costs half the CPU."""
+    value: object = False
+    for name in ("cdk.json", "cdk.context.json"):
+        path = root / name
+        try:
+            loaded = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        except ValueError:
+            return True  # the app reads it too, and says what is wrong; nothing is skipped meanwhile
+        found = loaded.get("context", {}) if name == "cdk.json" else loaded
+        if isinstance(found, dict) and VALIDATE_AGAINST_DEFAULT_RULES in found:
+            value = found[VALIDATE_AGAINST_DEFAULT_RULES]
+    return value is not False and value != "false"
 
 
 def _reason(out_dir: Path, marker: Path, files: dict[str, str], wanted: str, root: Path, force: bool) -> str:

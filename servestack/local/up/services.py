@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servestack.local.planning import pump
 from servestack.local.scheduler import ScheduleDef
@@ -20,6 +20,11 @@ from servestack.local.up.environment import (
 )
 from servestack.local.up.options import UpError
 from servestack.local.up.world import Plan, World
+
+if TYPE_CHECKING:
+    from servestack.local.hosting import Reply, Request
+    from servestack.local.lambda_ import LambdaService
+    from servestack.local.sagemaker import AsyncInvocations, ComponentState
 
 
 def start_services(world: World, plan: Plan) -> list[Callable[[], None]]:
@@ -136,7 +141,7 @@ def start_services(world: World, plan: Plan) -> list[Callable[[], None]]:
     return closers
 
 
-def scale_component(world: World, component: Any, copies: int) -> None:
+def scale_component(world: World, component: ComponentState, copies: int) -> None:
     """Tell the component's router to run its copies (0 stops its container); returns once they serve."""
     import httpx
 
@@ -146,17 +151,17 @@ def scale_component(world: World, component: Any, copies: int) -> None:
         raise RuntimeError(f"the endpoint's router answered {response.status_code}: {response.text[:300]}")
 
 
-def serving_copies(world: World, component: Any) -> tuple[int, int] | None:
+def serving_copies(world: World, component: ComponentState) -> tuple[int, int] | None:
     from servestack.local.sagemaker import copies_on_router
 
     return copies_on_router(world.component_routers[component.name], component.name)
 
 
-def authorize_api(world: World, request: Any, resource: str) -> Any:
+def authorize_api(world: World, request: Request, resource: str) -> dict[str, Any] | Reply:
     return world.access.check(request, "execute-api", resource)
 
 
-def transform_starter(world: World, plan: Plan, schedule: ScheduleDef) -> Callable[[Any], str | None] | None:
+def transform_starter(world: World, plan: Plan, schedule: ScheduleDef) -> Callable[[ScheduleDef], str | None] | None:
     """Scheduler's universal target `sagemaker:createTransformJob`: CreateTransformJob on local up's SageMaker
     API as the schedule's role (as `local run-batch` makes it), then the job, emulated, in the background."""
     if schedule.universal != "sagemaker:createTransformJob":
@@ -173,7 +178,7 @@ def transform_starter(world: World, plan: Plan, schedule: ScheduleDef) -> Callab
         "identities": plan.identities, "developer": world.access.developer.to_dict(), "project": str(world.project),
     }  # fmt: skip
 
-    def start(_: Any) -> str | None:
+    def start(_: ScheduleDef) -> str | None:
         from servestack.local.emulator import sagemaker_runtime
         from servestack.local.sagemaker import JobRefused, create_job, execute_job
 
@@ -194,11 +199,11 @@ def transform_starter(world: World, plan: Plan, schedule: ScheduleDef) -> Callab
     return start
 
 
-def task_runner(world: World, plan: Plan, role_arn: str) -> Callable[[Any], str | None]:
+def task_runner(world: World, plan: Plan, role_arn: str) -> Callable[[ScheduleDef], str | None]:
     """Scheduler's ECS target: as the schedule's role (ecs:RunTask on the task definition), start the task's
     container command as a process with its environment and task role."""
 
-    def run(schedule: Any) -> str | None:
+    def run(schedule: ScheduleDef) -> str | None:
         from servestack.local.ecs import run_task_refusal, task_endpoints, task_process
 
         stack = next((t.stack for t in plan.topologies if schedule in t.schedules), "")
@@ -239,7 +244,11 @@ def dead_letter_sender(world: World, keys: dict[str, str] | None) -> Callable[[s
 # ------------------------------------------------------------------------------------ banner
 
 
-def _submitter(invocations: Any) -> Callable[[str, str, str | None, str | None, str], tuple[str, str | None]]:
+# (bucket, key, content type, accept, inference id) -> (output location, failure location)
+Submit = Callable[[str, str, str | None, str | None, str], tuple[str, str | None]]
+
+
+def _submitter(invocations: AsyncInvocations) -> Submit:
     def submit(
         bucket: str, key: str, content_type: str | None, accept: str | None, inference_id: str
     ) -> tuple[str, str | None]:
@@ -254,7 +263,7 @@ def _submitter(invocations: Any) -> Callable[[str, str, str | None, str | None, 
 class RemoteFunction:
     """A function of the Lambda service, invoked synchronously; raises when the invocation failed."""
 
-    def __init__(self, lambdas: Any, name: str) -> None:
+    def __init__(self, lambdas: LambdaService, name: str) -> None:
         self.lambdas = lambdas
         self.name = name
 
