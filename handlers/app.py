@@ -23,7 +23,7 @@ import orjson
 from handlers.body import DRAIN_BYTES, ASGIBody, BodySource, ClientDisconnected, ReadDeadlines, RequestHeaders
 from handlers.transform import PREFIX as TRANSFORM_PREFIX
 from handlers.transform import TransformRoutes, TransformSettings
-from models import codecs
+from models import media_types
 from models.batching import BatchingConfig, MicroBatcher, running_loop
 from models.cache import ModelCache
 from models.errors import InternalError, Overloaded, ServingError, redact
@@ -252,7 +252,7 @@ class ServingApp:
                 else:  # `known` was not full just above, with no await since
                     model, batcher = route
                 accept = headers.get("accept")
-                media_type = _ACCEPTED.get(accept) or _memo(_ACCEPTED, accept, codecs.answer_type_of)
+                media_type = _ACCEPTED.get(accept) or _memo(_ACCEPTED, accept, media_types.answer_type_of)
             except ServingError:
                 if EXPECT not in headers:
                     await source.drain(DRAIN_BYTES, self.read_deadlines)
@@ -262,10 +262,11 @@ class ServingApp:
                 limit, headers.get("content-length"), self.read_deadlines, expect_continue=EXPECT in headers
             )
             if CONTENT_ENCODING in headers:
-                body = codecs.decode_content(body, headers.get(CONTENT_ENCODING), limit)
+                body = media_types.decode_content(body, headers.get(CONTENT_ENCODING), limit)
             content_type = headers.get("content-type")
             arrays = model.decode(
-                body, _CONTENT_TYPES.get(content_type) or _memo(_CONTENT_TYPES, content_type, codecs.request_type_of)
+                body,
+                _CONTENT_TYPES.get(content_type) or _memo(_CONTENT_TYPES, content_type, media_types.request_type_of),
             )
             batcher.acquire()
             try:
@@ -411,7 +412,7 @@ def _custom_attributes(headers: RequestHeaders) -> list[tuple[bytes, bytes]]:
 # ever-new values cost a parse each, never memory).
 _CONTENT_TYPES: dict[str | None, str] = {}
 _ACCEPTED: dict[str | None, str] = {}
-_MEDIA_TYPE_BYTES = {media_type: media_type.encode() for media_type in codecs.ANSWER_TYPES}
+_MEDIA_TYPE_BYTES = {media_type: media_type.encode() for media_type in media_types.ANSWER_TYPES}
 _MEMO_LIMIT = 256
 
 

@@ -16,20 +16,10 @@ from typing import Any
 import numpy as np
 import orjson
 
-from models.codecs import (
-    CSV,
-    CSV_HEADER,
-    JSON,
-    JSON_BY_LABEL,
-    NPY,
-    NPY_DTYPE_SET,
-    Encoded,
-    encode_npy,
-    json_default,
-    npy_header,
-)
+from models.codecs import NPY_DTYPE_SET, encode_npy, json_default, npy_header
 from models.errors import NotAcceptable
 from models.manifest import Manifest
+from models.media_types import CSV, CSV_HEADER, JSON, JSON_BY_LABEL, NPY, Encoded
 
 # The `.npy` headers an answer plan remembers, by its outputs' shapes, are bounded like the codecs' memos.
 _NPY_HEADER_MEMO_LIMIT = 1024

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from models import answers, codecs, request_forms
+from models import answers, codecs, fast_paths, input_checks, media_types, request_forms
 from models.columns import columns_of
 from models.errors import (
     InferenceError,
@@ -86,7 +86,7 @@ class ServedModel:
         sample = self.package_dir / SAMPLE_REQUEST
         if sample.is_file():
             try:
-                arrays = self.decode(sample.read_bytes(), codecs.JSON)
+                arrays = self.decode(sample.read_bytes(), media_types.JSON)
             except ServingError:
                 arrays = None  # an old sample this version no longer takes: the zero batch still warms it up
             if arrays is not None:
@@ -104,8 +104,10 @@ class ServedModel:
             self.runtime.warmed_up = True
 
     def __post_init__(self) -> None:
-        self.max_values = codecs.max_values(self.manifest, self.max_batch_rows)
-        self.rows_plan = codecs.rows_plan(self.manifest, self.max_batch_rows) if self.hooks.preprocess is None else None
+        self.max_values = fast_paths.max_values(self.manifest, self.max_batch_rows)
+        self.rows_plan = (
+            fast_paths.rows_plan(self.manifest, self.max_batch_rows) if self.hooks.preprocess is None else None
+        )
         self.answer_plan = answers.answer_plan(self.manifest) if self.hooks.postprocess is None else None
         self.key = self.manifest.key
         self.columns = columns_of(self.manifest)
@@ -115,19 +117,19 @@ class ServedModel:
 
     def decode(self, body: bytes, content_type: str) -> Arrays:
         """Request body -> validated input arrays (through `preprocess` when the package has one).
-        `content_type`: a media type, or `codecs.CSV_HEADER` for CSV whose first row names the columns."""
+        `content_type`: a media type, or `media_types.CSV_HEADER` for CSV whose first row names the columns."""
         header: bool | None = None
-        if content_type == codecs.CSV_HEADER:
-            content_type, header = codecs.CSV, True
-        if content_type != codecs.NPY:
-            codecs.check_value_count(
-                body, self.max_values if self.hooks.preprocess is None else codecs.MAX_VALUES_FREE_SHAPE
+        if content_type == media_types.CSV_HEADER:
+            content_type, header = media_types.CSV, True
+        if content_type != media_types.NPY:
+            fast_paths.check_value_count(
+                body, self.max_values if self.hooks.preprocess is None else fast_paths.MAX_VALUES_FREE_SHAPE
             )
         plan = self.rows_plan
         if plan is not None:  # the common request of a one-input float model, read straight from its bytes
             fast = (
-                codecs.fast_json_body(body, plan) if content_type == codecs.JSON
-                else codecs.fast_npy_body(body, plan) if content_type == codecs.NPY
+                fast_paths.fast_json_body(body, plan) if content_type == media_types.JSON
+                else fast_paths.fast_npy_body(body, plan) if content_type == media_types.NPY
                 else None
             )  # fmt: skip
             if fast is not None:
@@ -135,7 +137,7 @@ class ServedModel:
         payload = codecs.decode_body(body, content_type)
         # The scan for true/false serves the tensor paths; a by-name form never takes them, so it is not scanned
         # and says "may hold" (the conservative answer: any later tensor path then checks every element).
-        booleans = content_type == codecs.JSON and (_by_name(payload) or codecs.may_hold_booleans(body))
+        booleans = content_type == media_types.JSON and (_by_name(payload) or fast_paths.may_hold_booleans(body))
         return self.decode_payload(payload, content_type, may_hold_booleans=booleans, header=header)
 
     def decode_payload(
@@ -144,15 +146,15 @@ class ServedModel:
         """A decoded payload (what `codecs.decode_body` returns) -> validated input arrays. `header`: for CSV,
         whether the first row names the columns (None: it does when it equals the column names)."""
         if self.hooks.preprocess is None:
-            if content_type == codecs.JSON:
-                fast = codecs.fast_instances(
+            if content_type == media_types.JSON:
+                fast = fast_paths.fast_instances(
                     payload, self.manifest, max_batch_rows=self.max_batch_rows, may_hold_booleans=may_hold_booleans
                 )
                 if fast is None:  # the by-name forms (models/request_forms.py), after the tensor fast path
                     fast = request_forms.json_arrays(payload, self.manifest, max_rows=self.max_batch_rows)
-            elif content_type == codecs.NPY:
-                fast = codecs.fast_npy(payload, self.manifest, max_batch_rows=self.max_batch_rows)
-            elif content_type == codecs.CSV and (self.columns or header):
+            elif content_type == media_types.NPY:
+                fast = fast_paths.fast_npy(payload, self.manifest, max_batch_rows=self.max_batch_rows)
+            elif content_type == media_types.CSV and (self.columns or header):
                 if header and not self.columns:  # a header on a model of unnamed columns says nothing: dropped
                     payload = payload[1:]
                     fast = None
@@ -175,7 +177,7 @@ class ServedModel:
             raw = {name: (f"inputs.{name}", value) for name, value in produced.items()}
         else:
             raw = codecs.payload_to_arrays(payload, content_type, self.manifest)
-        return codecs.validate_inputs(
+        return input_checks.validate_inputs(
             raw, self.manifest, max_batch_rows=self.max_batch_rows, may_hold_booleans=may_hold_booleans
         )
 
@@ -244,7 +246,7 @@ class ServedModel:
         self._accepted_row_read = True
         sample = self.package_dir / SAMPLE_REQUEST
         try:
-            arrays = self.decode(sample.read_bytes(), codecs.JSON) if sample.is_file() else None
+            arrays = self.decode(sample.read_bytes(), media_types.JSON) if sample.is_file() else None
             if arrays is not None:
                 row = {name: value[:1] for name, value in arrays.items()}
                 self.runtime.predict(row)
@@ -253,38 +255,38 @@ class ServedModel:
             pass  # no row to try values in: the error names the string columns only
         return self._accepted_row_arrays
 
-    def respond(self, outputs: Arrays, media_type: str = codecs.JSON) -> dict[str, Any]:
+    def respond(self, outputs: Arrays, media_type: str = media_types.JSON) -> dict[str, Any]:
         """Model outputs -> response fields, identical in every mode. `media_type`: the type they will be
         written in; only JSON writes class labels, so only JSON pays for naming them."""
         if self.hooks.postprocess is None:
-            by_label = media_type == codecs.JSON_BY_LABEL
+            by_label = media_type == media_types.JSON_BY_LABEL
             return answers.default_response(
-                self.manifest, outputs, with_labels=by_label or media_type == codecs.JSON, by_label=by_label
+                self.manifest, outputs, with_labels=by_label or media_type == media_types.JSON, by_label=by_label
             )
         fields = self.hooks.run_postprocess(outputs)
         return {"model": self.manifest.name, "version": self.manifest.version, **fields}
 
-    def answer(self, outputs: Arrays, media_type: str) -> codecs.Encoded:
+    def answer(self, outputs: Arrays, media_type: str) -> media_types.Encoded:
         """Model outputs -> the response body in `media_type`: `respond` then `answers.encode_response`, written
         straight from the outputs when no postprocess hook shapes them (`answers.AnswerPlan`, `npy_answer`)."""
         plan = self.answer_plan
         if plan is not None:
-            if media_type == codecs.JSON:
+            if media_type == media_types.JSON:
                 body = answers.json_answer(plan, outputs)
-            elif media_type == codecs.NPY:
+            elif media_type == media_types.NPY:
                 body = answers.planned_npy_answer(plan, outputs)
             else:
                 body = None
             if body is not None:
-                return codecs.Encoded(body, media_type)
-        if media_type == codecs.NPY and self.hooks.postprocess is None:
-            return codecs.Encoded(answers.npy_answer(self.manifest, outputs), codecs.NPY)
+                return media_types.Encoded(body, media_type)
+        if media_type == media_types.NPY and self.hooks.postprocess is None:
+            return media_types.Encoded(answers.npy_answer(self.manifest, outputs), media_types.NPY)
         return answers.encode_response(self.respond(outputs, media_type), media_type, self.manifest.labels)
 
-    def infer(self, body: bytes, content_type: str | None, accept: str | None) -> codecs.Encoded:
+    def infer(self, body: bytes, content_type: str | None, accept: str | None) -> media_types.Encoded:
         """The whole pipeline for one request. Raises only `ServingError`s."""
-        media_type = codecs.answer_type_of(accept)  # refuse an impossible Accept before doing any work
-        arrays = self.decode(body, codecs.request_type_of(content_type))
+        media_type = media_types.answer_type_of(accept)  # refuse an impossible Accept before doing any work
+        arrays = self.decode(body, media_types.request_type_of(content_type))
         return self.answer(self.predict(arrays), media_type)
 
     def describe(self) -> dict[str, Any]:

@@ -137,7 +137,7 @@ def decode_rows(
     model: ServedModel, source: str, rows: list[bytes], numbers: list[int], labels: list[Any] | None
 ) -> Rows:
     """Rows through the request decoder, in chunks; a bad row is reported with its line number."""
-    from models import codecs
+    from models import media_types
     from models.errors import ServingError
 
     manifest = model.manifest
@@ -145,11 +145,11 @@ def decode_rows(
     for start in range(0, len(rows), CHUNK_ROWS):
         part, part_numbers = rows[start : start + CHUNK_ROWS], numbers[start : start + CHUNK_ROWS]
         try:
-            chunks.append(model.decode(rows_body(manifest, part, source, part_numbers), codecs.JSON))
+            chunks.append(model.decode(rows_body(manifest, part, source, part_numbers), media_types.JSON))
         except ServingError:
             for row, line in zip(part, part_numbers, strict=True):
                 try:
-                    model.decode(rows_body(manifest, [row], source, [line]), codecs.JSON)
+                    model.decode(rows_body(manifest, [row], source, [line]), media_types.JSON)
                 except ServingError as error:
                     raise invalid(
                         f"{source} line {line}: {error.message}",
@@ -171,11 +171,11 @@ def sample_request(registry: ModelRegistry, name: str, version: str) -> bytes | 
 
 def decode_sample(model: ServedModel, body: bytes) -> Rows:
     """The sample request's rows, decoded as a request in any form the model accepts."""
-    from models import codecs
+    from models import media_types
     from models.errors import ServingError
 
     try:
-        arrays = model.decode(body, codecs.JSON)
+        arrays = model.decode(body, media_types.JSON)
     except ServingError as error:
         raise invalid(
             f"{model.manifest.key}: its {SAMPLE_FILE} is refused by the model: {error.message}",

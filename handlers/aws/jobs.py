@@ -48,7 +48,7 @@ from botocore.exceptions import ClientError
 
 from handlers.aws.clients import aws_client
 from handlers.aws.idempotency import SUBMITTING, KeyClaims, same_request
-from models import codecs
+from models import codecs, media_types
 from models.errors import (
     InvalidInput,
     JobFailed,
@@ -238,7 +238,7 @@ class JobService:
                 allowed=f"<= {limit} bytes inline",
             )
         media_type = self._check_types(content_type, accept)
-        body = codecs.decode_content(body, content_encoding, self.settings.max_decoded_bytes)
+        body = media_types.decode_content(body, content_encoding, self.settings.max_decoded_bytes)
         digest = hashlib.sha256(body).hexdigest()
         job_id = job_id_for(idempotency_key)
         key = f"{self.settings.request_prefix}{job_id}"
@@ -260,11 +260,11 @@ class JobService:
         return self._record(job, digest)
 
     def _check_types(self, content_type: str | None, accept: str | None) -> str:
-        base_type = codecs.media_type_of(content_type)
-        if base_type not in codecs.READABLE_TYPES:
+        base_type = media_types.media_type_of(content_type)
+        if base_type not in media_types.READABLE_TYPES:
             codecs.decode_body(b"", base_type)  # raises UnsupportedMediaType naming the allowed types
-        codecs.negotiate(accept)
-        return codecs.request_type_of(content_type)  # `text/csv; header=present` stays so for the worker
+        media_types.negotiate(accept)
+        return media_types.request_type_of(content_type)  # `text/csv; header=present` stays so for the worker
 
     def _existing(
         self, job_id: str, digest: str | None, media_type: str | None = None, answer_type: str | None = None
@@ -284,7 +284,7 @@ class JobService:
         """Record a job whose payload the caller PUTs to S3; it starts on the S3 event or on confirm."""
         media_type = self._check_types(content_type, accept)
         job_id = job_id_for(idempotency_key)
-        answer_type = codecs.negotiate(accept)
+        answer_type = media_types.negotiate(accept)
         existing = self._existing(job_id, None, media_type, answer_type) if idempotency_key is not None else None
         if existing is not None:
             job = existing
@@ -322,7 +322,7 @@ class JobService:
             "model": self.model.manifest.key,
             "input_key": key,
             "content_type": media_type,
-            "accept": codecs.answer_type_of(accept),
+            "accept": media_types.answer_type_of(accept),
             "created_at": now,
             "updated_at": now,
             "attempts": 0,
@@ -392,7 +392,7 @@ class JobService:
             key = job["result_key"]
             view["result"] = {
                 "location": f"s3://{self.settings.bucket}/{key}",
-                "content_type": job.get("result_type", codecs.JSON),
+                "content_type": job.get("result_type", media_types.JSON),
                 "url": self.s3.generate_presigned_url(
                     "get_object",
                     Params={"Bucket": self.settings.bucket, "Key": key},
@@ -629,7 +629,7 @@ class JobService:
     def _write_result(self, job_id: str, job: dict[str, Any], outputs: Arrays) -> tuple[dict[str, Any], bool]:
         """Write the result object (once: `If-None-Match: *`); returns the `succeeded` record to put, and whether
         this call created the object."""
-        encoded = self.model.answer(outputs, job.get("accept") or codecs.JSON)
+        encoded = self.model.answer(outputs, job.get("accept") or media_types.JSON)
         key = f"{self.settings.result_prefix}{job_id}"
         created = True
         try:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from models import codecs
+from models import codecs, fast_paths, media_types
 from models.columns import columns_of
 from models.errors import InvalidInput, ServingError
 from models.manifest import TensorSpec
@@ -103,7 +103,7 @@ def float_rows_input(model: ServedModel) -> TensorSpec | None:
 def fast_lines(model: ServedModel, lines: Lines) -> Arrays | None:
     """The block's rows as one array, or None when the line-by-line path must decide."""
     spec = float_rows_input(model)
-    if spec is None or lines.media_type not in (codecs.JSON, codecs.CSV) or not len(lines):
+    if spec is None or lines.media_type not in (media_types.JSON, media_types.CSV) or not len(lines):
         return None
     width = int(spec.row_shape[0] or 0)
     body = lines.joined()
@@ -111,7 +111,7 @@ def fast_lines(model: ServedModel, lines: Lines) -> Arrays | None:
         if body.count(b" ") != body.count(b", "):
             return None
         body = body.replace(b", ", b",")
-    is_json = lines.media_type == codecs.JSON
+    is_json = lines.media_type == media_types.JSON
     if body.translate(None, _JSON_BYTES if is_json else _CSV_BYTES):
         return None  # a byte the plain-number alphabet does not have: quotes, letters, NUL...
     arr = np.frombuffer(body, dtype=np.uint8)
@@ -280,7 +280,7 @@ class _Parsed:
 def _parse_line(index: int, raw: bytes, media_type: str) -> _Parsed:
     """One line as exactly one row, or `InvalidInput` saying why not."""
     decoded = codecs.decode_body(raw, media_type)
-    if media_type == codecs.CSV:
+    if media_type == media_types.CSV:
         if len(decoded) != 1:
             raise InvalidInput(
                 f"line holds {len(decoded)} CSV rows; each line is one row",
@@ -289,13 +289,13 @@ def _parse_line(index: int, raw: bytes, media_type: str) -> _Parsed:
                 allowed="one row of comma-separated numbers per line",
             )
         return _Parsed(index, decoded[0], False)
-    return _Parsed(index, decoded, codecs.may_hold_booleans(raw))
+    return _Parsed(index, decoded, fast_paths.may_hold_booleans(raw))
 
 
 def _decode_rows(model: ServedModel, parsed: list[_Parsed], media_type: str) -> Arrays:
     """The rows as one batch; raises unless it decodes to exactly one array row per input row."""
     payload: Any = [p.payload for p in parsed]
-    if media_type != codecs.CSV:
+    if media_type != media_types.CSV:
         payload = {"instances": payload}
     arrays = model.decode_payload(payload, media_type, may_hold_booleans=any(p.booleans for p in parsed))
     counts = {int(array.shape[0]) for array in arrays.values()}

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from models import codecs
+from models import codecs, media_types
 from models.columns import columns_of
 from models.errors import InternalError, ServingError
 from models.runtime import Arrays
@@ -61,7 +61,7 @@ def batch_fields(model: ServedModel, outputs: Arrays, rows: int) -> dict[str, An
         or (type(manifest.labels[0]) is int and manifest.labels != tuple(range(len(manifest.labels))))
     ):  # integer labels are the predicted values themselves: an index names them only when they are 0..K-1
         return per_row_fields(model, model.respond(outputs), rows)  # a name is str(value): per row, as respond does
-    unnamed = model.respond(outputs, codecs.NPY)  # every field but the labels, which only JSON names
+    unnamed = model.respond(outputs, media_types.NPY)  # every field but the labels, which only JSON names
     fields: dict[str, Any] = {}
     for name, value in unnamed.items():
         if name == "outputs":

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from models import codecs
+from models import codecs, media_types
 from models.columns import arrays_from_columns, column_names
 from models.errors import InvalidInput, ServingError
 from models.runtime import Arrays
@@ -66,7 +66,7 @@ def _table(
 ) -> Table | None:
     if isinstance(piece, Records):
         return _parquet_table(piece, names, id_column, bad, ids)
-    if piece.media_type == codecs.JSON:
+    if piece.media_type == media_types.JSON:
         return _json_table(piece, names, id_column, bad, ids)
     if piece.header is not None:
         return _csv_table(piece, names, id_column, bad, ids)
@@ -107,7 +107,7 @@ def _json_table(
     rows: dict[int, list[Any]] = {}
     for index in range(len(lines)):
         try:
-            value = codecs.decode_body(lines.raw(index), codecs.JSON)
+            value = codecs.decode_body(lines.raw(index), media_types.JSON)
             rows[index], ident = _json_row(value, names, id_column)
         except ServingError as error:
             bad.append((index, error))
@@ -159,7 +159,7 @@ def _csv_table(
     rows: dict[int, list[Any]] = {}
     for index in range(len(lines)):
         try:
-            parsed = codecs.decode_body(lines.raw(index), codecs.CSV)
+            parsed = codecs.decode_body(lines.raw(index), media_types.CSV)
         except ServingError as error:
             bad.append((index, error))
             continue

@@ -19,16 +19,16 @@ from typing import Any, overload
 
 import numpy as np
 
-from models import codecs
+from models import codecs, input_checks, media_types
 from models.errors import InvalidInput, ServingError
 from models.tabular.store import Store, StoredObject
 
 PARQUET = "application/vnd.apache.parquet"
 FORMATS = {
-    ".jsonl": codecs.JSON,
-    ".ndjson": codecs.JSON,
-    ".json": codecs.JSON,
-    ".csv": codecs.CSV,
+    ".jsonl": media_types.JSON,
+    ".ndjson": media_types.JSON,
+    ".json": media_types.JSON,
+    ".csv": media_types.CSV,
     ".parquet": PARQUET,
 }
 BOM = b"\xef\xbb\xbf"
@@ -181,10 +181,10 @@ def is_header(raw: bytes) -> bool:
     """A first CSV line none of whose cells is a number names the columns. A line with some numbers is data
     (a bad one is reported as an error row, never skipped as a header)."""
     try:
-        cells = codecs.decode_body(raw, codecs.CSV)
+        cells = codecs.decode_body(raw, media_types.CSV)
     except InvalidInput:
         return False
-    return len(cells) == 1 and not any(codecs.is_csv_number(cell) for cell in cells[0])
+    return len(cells) == 1 and not any(input_checks.is_csv_number(cell) for cell in cells[0])
 
 
 def split_lines(
@@ -218,9 +218,9 @@ def split_lines(
             ends[0] = max(int(starts[0]), int(ends[0]) - (len(rest) - len(rest.rstrip())))
             keep[0] = ends[0] > starts[0]
         first_row = data[int(starts[0]) : int(ends[0])]
-        if keep[0] and skip_header and media_type == codecs.CSV and is_header(first_row):
+        if keep[0] and skip_header and media_type == media_types.CSV and is_header(first_row):
             keep[0] = False
-            names = tuple(cell.strip(" \t") for cell in codecs.decode_body(first_row, codecs.CSV)[0])
+            names = tuple(cell.strip(" \t") for cell in codecs.decode_body(first_row, media_types.CSV)[0])
             return Lines(source, media_type, data, starts[keep], ends[keep], numbers[keep], names)
     return Lines(source, media_type, data, starts[keep], ends[keep], numbers[keep])
 

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from models import codecs
+from models import media_types
 from models.errors import InternalError, InvalidInput, UnsupportedMediaType
 from models.manifest import Manifest
 from models.service import ServedModel
@@ -47,15 +47,15 @@ JSON_LINES = "application/jsonlines"
 # The transform job's content type, per input format; and which suffixes are input.
 INPUT_FORMATS: dict[str, tuple[str, tuple[str, ...]]] = {
     "jsonl": (JSON_LINES, (".jsonl", ".ndjson", ".json")),
-    "csv": (codecs.CSV, (".csv",)),
+    "csv": (media_types.CSV, (".csv",)),
 }
-_LINE_TYPES = {JSON_LINES: codecs.JSON, "application/json": codecs.JSON, codecs.CSV: codecs.CSV}
+_LINE_TYPES = {JSON_LINES: media_types.JSON, "application/json": media_types.JSON, media_types.CSV: media_types.CSV}
 _ERROR_PREFIX = b'{"error":'
 
 
 def media_type_of(content_type: str | None) -> str:
     """The line format a transform mini-batch is in, from its Content-Type."""
-    media_type = codecs.media_type_of(content_type)
+    media_type = media_types.media_type_of(content_type)
     found = _LINE_TYPES.get(media_type)
     if found is None:
         raise UnsupportedMediaType(
@@ -101,7 +101,7 @@ def _answered(store: Store, obj: StoredObject, media_type: str, progress: Progre
     first = True
     for lines in block_lines(store.blocks(obj.key), obj.key, media_type, progress, skip_header=False):
         numbers = lines.lines.copy()
-        if first and media_type == codecs.CSV and numbers[0] == 1 and is_header(lines.raw(0)):
+        if first and media_type == media_types.CSV and numbers[0] == 1 and is_header(lines.raw(0)):
             numbers[0] = -1
         first = False
         yield numbers
@@ -151,7 +151,7 @@ def assemble(
             allowed=", ".join(INPUT_FORMATS),
         )
     suffixes = INPUT_FORMATS[input_format][1]
-    media_type = codecs.CSV if input_format == "csv" else codecs.JSON
+    media_type = media_types.CSV if input_format == "csv" else media_types.JSON
     inputs = sorted((o for o in store.list(input_prefix) if suffix(o.key) in suffixes), key=lambda o: o.key)
     if not inputs:
         raise InvalidInput(
@@ -168,7 +168,7 @@ def assemble(
         numbers = _answered(store, obj, media_type, progress)
         pending = np.empty(0, dtype=np.int64)
         rows = bad = 0
-        for answers in block_lines(hashed, key, codecs.JSON, progress, skip_header=False):
+        for answers in block_lines(hashed, key, media_types.JSON, progress, skip_header=False):
             while len(pending) < len(answers):
                 more = next(numbers, None)
                 if more is None:

@@ -21,7 +21,7 @@ import numpy as np
 import orjson
 import pytest
 
-from models import codecs
+from models import codecs, media_types
 from tests.conftest import ARTIFACTS, RealtimeServer
 
 pytestmark = pytest.mark.slow
@@ -234,7 +234,9 @@ def test_npy_bodies_of_every_float_dtype_and_byte_order_are_answered(either_serv
     for descr in FLOAT_DESCRIPTORS:
         # WHEN each is sent THEN it predicts what the JSON sample predicts
         answer = httpx.post(
-            f"{either_server.url}/invocations", content=npy(rows.astype(descr)), headers={"Content-Type": codecs.NPY}
+            f"{either_server.url}/invocations",
+            content=npy(rows.astype(descr)),
+            headers={"Content-Type": media_types.NPY},
         )
         assert answer.status_code == 200, (descr, answer.text)
         assert answer.json() == expected, descr
@@ -242,7 +244,7 @@ def test_npy_bodies_of_every_float_dtype_and_byte_order_are_answered(either_serv
         infinite = rows.astype(descr)
         infinite[1, 3] = np.inf
         refused = httpx.post(
-            f"{either_server.url}/invocations", content=npy(infinite), headers={"Content-Type": codecs.NPY}
+            f"{either_server.url}/invocations", content=npy(infinite), headers={"Content-Type": media_types.NPY}
         )
         assert refused.status_code == 400, (descr, refused.text)
         assert refused.json()["error"]["field"] == "body[1][3]"

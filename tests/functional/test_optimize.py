@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from models import codecs
+from models import media_types
 from models.registry import ModelRegistry
 from models.service import ServedModel
 from models.settings import ServingSettings
@@ -92,7 +92,7 @@ def test_dynamic_int8_digits_holds_the_gate_and_is_pushed(
     # AND the pushed version serves: its sample response is its own answer to the sample request
     model = served(registry, "digits", "2", tmp_path / "cache")
     sample = (ARTIFACTS / "digits" / "1" / "sample-request.json").read_bytes()
-    answer = model.respond(model.predict(model.decode(sample, codecs.JSON)))
+    answer = model.respond(model.predict(model.decode(sample, media_types.JSON)))
     stored = registry.store.read(f"{registry.prefix}digits/2/sample-response.json")
     assert stored is not None
     assert json.loads(stored)["predictions"] == answer["predictions"].tolist()

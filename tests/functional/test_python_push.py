@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from models import codecs
+from models import media_types
 from models.errors import InvalidInput
 from models.registry import DirectoryStore, ModelRegistry
 from models.service import ServedModel
@@ -72,7 +72,7 @@ def test_a_zoo_model_pushed_from_python_serves_its_estimators_answers(
     # AND the whole request pipeline answers the package's sample request as the estimator does
     request = (package / "sample-request.json").read_bytes()
     rows = models.sample_request_rows(columns)
-    response = json.loads(served.infer(request, codecs.JSON, codecs.JSON).body)
+    response = json.loads(served.infer(request, media_types.JSON, media_types.JSON).body)
     primary = "label" if model.classifier else "variable"
     assert worst_row(primary, model.expected(rows)[primary], np.asarray(response["predictions"])) is None
     assert json.loads((package / "sample-response.json").read_text())["predictions"] == response["predictions"]

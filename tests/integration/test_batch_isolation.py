@@ -16,7 +16,7 @@ import pytest
 from sklearn.datasets import load_breast_cancer
 
 from handlers.batch import BatchSettings, run_batch, transform_done
-from models import codecs
+from models import media_types
 from models.service import ModelRepository, ServedModel
 from models.settings import ServingSettings
 from models.tabular.transform import score_lines
@@ -162,7 +162,7 @@ def test_a_line_of_only_a_byte_order_mark_at_the_start_of_a_mini_batch_still_get
     lines = [json.dumps(row.tolist()).encode() for row in ROWS[:8]]
     body = b"\n".join([*lines[:4], b"\xef\xbb\xbf", *lines[4:]]) + b"\n"
     cut = len(b"\n".join(lines[:4])) + 1
-    answers = score_lines(model, body[:cut], codecs.JSON) + score_lines(model, body[cut:], codecs.JSON)
+    answers = score_lines(model, body[:cut], media_types.JSON) + score_lines(model, body[cut:], media_types.JSON)
     aws.s3.put_object(Bucket=unique, Key="in/a.jsonl", Body=body)
     aws.s3.put_object(Bucket=unique, Key="out/a.jsonl.out", Body=answers)
     for key, value in {"DEPLOYMENT": "t", "BUCKET": unique, "INPUT_PREFIX": "in/", "OUTPUT_PREFIX": "out/",

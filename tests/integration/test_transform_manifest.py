@@ -12,7 +12,7 @@ import pytest
 from sklearn.datasets import load_breast_cancer
 
 from handlers.batch import transform_done
-from models import codecs
+from models import media_types
 from models.errors import InternalError
 from models.service import ModelRepository
 from models.settings import ServingSettings
@@ -49,7 +49,7 @@ def seed_job_output(aws: Aws, bucket: str) -> dict[str, bytes]:
         aws.s3.put_object(Bucket=bucket, Key=f"in/{name}", Body=body)
         # Two mini-batches per object, as MaxPayloadInMB would cut it; AssembleWith Line joins the answers.
         cut = body.index(b"\n", len(body) // 2) + 1
-        answers = score_lines(model, body[:cut], codecs.JSON) + score_lines(model, body[cut:], codecs.JSON)
+        answers = score_lines(model, body[:cut], media_types.JSON) + score_lines(model, body[cut:], media_types.JSON)
         aws.s3.put_object(Bucket=bucket, Key=f"out/{name}.out", Body=answers)
     aws.s3.put_object(Bucket=bucket, Key="in/README.txt", Body=b"not input")
     aws.s3.put_object(Bucket=bucket, Key="out/README.txt.out", Body=b'{"error": {}}\n')

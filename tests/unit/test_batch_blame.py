@@ -15,7 +15,7 @@ import numpy as np
 import orjson
 import pytest
 
-from models import codecs
+from models import media_types
 from models.batching import BatchingConfig, MicroBatcher
 from models.errors import InferenceError, InvalidInput, ModelLoadError
 from models.packaging import create_package
@@ -166,7 +166,7 @@ def test_a_transform_mini_batch_answers_a_refused_line_with_its_own_error(
     records[3][STRING] = "atlantis"
     body = b"\n".join(orjson.dumps(record) for record in records) + b"\n"
     # WHEN the container scores it
-    answers = [orjson.loads(line) for line in score_lines(model, body, codecs.JSON).splitlines()]
+    answers = [orjson.loads(line) for line in score_lines(model, body, media_types.JSON).splitlines()]
     # THEN that line's answer is its error, and every other line has the prediction it has alone
     assert len(answers) == 5
     assert answers[3]["error"]["type"] == "InvalidInput"

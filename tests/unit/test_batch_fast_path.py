@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from models import codecs
+from models import media_types
 from models.service import ModelRepository, ServedModel
 from models.settings import ServingSettings
 from models.tabular.decode import fast_lines, slow_lines
@@ -51,7 +51,7 @@ def test_the_fast_path_decodes_what_the_line_by_line_path_decodes(
     for row, column, value in oddities:
         rows[row % len(rows)][column] = value
     body = "\n".join(line(values) for values in rows).encode()
-    lines = split_lines("x.jsonl", codecs.JSON, body, 1, file_start=True)
+    lines = split_lines("x.jsonl", media_types.JSON, body, 1, file_start=True)
     # WHEN both paths decode it
     fast = fast_lines(model, lines)
     slow = slow_lines(model, lines)
@@ -68,6 +68,6 @@ def test_a_block_of_plain_floats_takes_the_fast_path(model: ServedModel) -> None
     # GIVEN lines of plain floats (the common case) / WHEN decoded / THEN the fast path takes them
     rows = np.random.default_rng(3).uniform(-5, 5, (50, WIDTH)).astype(np.float32)
     body = "\n".join(line([f"{v:.5g}" for v in row]) for row in rows.tolist()).encode()
-    fast = fast_lines(model, split_lines("x.jsonl", codecs.JSON, body, 1, file_start=True))
+    fast = fast_lines(model, split_lines("x.jsonl", media_types.JSON, body, 1, file_start=True))
     assert fast is not None
     assert fast["input"].shape == (50, WIDTH)

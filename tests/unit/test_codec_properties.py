@@ -22,7 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays as numpy_arrays
 
-from models import answers, codecs
+from models import answers, codecs, fast_paths, input_checks, media_types
 from models.errors import ServingError
 from models.manifest import Manifest, read_manifest
 from models.service import ModelRepository, ServedModel
@@ -129,7 +129,7 @@ def json_bodies(draw: st.DrawFn) -> bytes:
 
 @given(body=json_bodies())
 def test_any_json_body_decodes_or_is_a_4xx(model: ServedModel, body: bytes) -> None:
-    check(model, body, codecs.JSON)
+    check(model, body, media_types.JSON)
 
 
 # ------------------------------------------------------------------------------------------ CSV
@@ -157,7 +157,7 @@ def csv_bodies(draw: st.DrawFn) -> bytes:
 
 @given(body=csv_bodies())
 def test_any_csv_body_decodes_or_is_a_4xx(model: ServedModel, body: bytes) -> None:
-    check(model, body, codecs.CSV)
+    check(model, body, media_types.CSV)
 
 
 def test_a_valid_csv_body_with_a_bom_quotes_and_crlf_decodes() -> None:
@@ -165,7 +165,7 @@ def test_a_valid_csv_body_with_a_bom_quotes_and_crlf_decodes() -> None:
     repository.load_all()
     rows = np.arange(2 * ROW, dtype=np.float32).reshape(2, ROW) % 16
     text = "\ufeff" + "\r\n".join(",".join(f'"{v:g}"' for v in row) for row in rows) + "\r\n"
-    decoded = repository.get("digits").decode(text.encode(), codecs.CSV)["input"]
+    decoded = repository.get("digits").decode(text.encode(), media_types.CSV)["input"]
     np.testing.assert_array_equal(decoded, rows)
 
 
@@ -229,7 +229,7 @@ def npy_bodies(draw: st.DrawFn) -> bytes:
 
 @given(body=npy_bodies())
 def test_any_npy_body_decodes_or_is_a_4xx(model: ServedModel, body: bytes) -> None:
-    check(model, body, codecs.NPY)
+    check(model, body, media_types.NPY)
 
 
 # ------------------------------------------------------------------------------------------ headers
@@ -237,13 +237,13 @@ def test_any_npy_body_decodes_or_is_a_4xx(model: ServedModel, body: bytes) -> No
 
 @given(accept=st.text(max_size=60))
 def test_accept_negotiation_never_raises_outside_the_hierarchy(accept: str) -> None:
-    chosen, error = attempt(lambda: codecs.negotiate(accept))
-    assert chosen in codecs.WRITABLE_TYPES if error is None else error.status_code == 406
+    chosen, error = attempt(lambda: media_types.negotiate(accept))
+    assert chosen in media_types.WRITABLE_TYPES if error is None else error.status_code == 406
 
 
 @given(encoding=st.text(max_size=30), body=st.binary(max_size=256))
 def test_content_encoding_never_raises_outside_the_hierarchy(encoding: str, body: bytes) -> None:
-    decoded, error = attempt(lambda: codecs.decode_content(body, encoding, 1024))
+    decoded, error = attempt(lambda: media_types.decode_content(body, encoding, 1024))
     assert len(decoded or b"") <= 1024 if error is None else error.status_code in (400, 413, 415)
 
 
@@ -255,10 +255,10 @@ def test_content_encoding_never_raises_outside_the_hierarchy(encoding: str, body
 
 def general_decode(model: ServedModel, body: bytes, content_type: str) -> codecs.Arrays:
     """`ServedModel.decode` without the body-level fast paths."""
-    if content_type != codecs.NPY:
-        codecs.check_value_count(body, model.max_values)
+    if content_type != media_types.NPY:
+        fast_paths.check_value_count(body, model.max_values)
     payload = codecs.decode_body(body, content_type)
-    booleans = content_type == codecs.JSON and codecs.may_hold_booleans(body)
+    booleans = content_type == media_types.JSON and fast_paths.may_hold_booleans(body)
     return model.decode_payload(payload, content_type, may_hold_booleans=booleans)
 
 
@@ -304,7 +304,7 @@ def plain_json_bodies(draw: st.DrawFn) -> bytes:
 @given(body=st.one_of(plain_json_bodies(), json_bodies()))
 def test_the_json_body_fast_path_takes_only_what_the_general_path_takes(model: ServedModel, body: bytes) -> None:
     assert model.rows_plan is not None
-    assert_same_as_general(model, body, codecs.JSON, codecs.fast_json_body(body, model.rows_plan))
+    assert_same_as_general(model, body, media_types.JSON, fast_paths.fast_json_body(body, model.rows_plan))
 
 
 @st.composite
@@ -319,7 +319,7 @@ def plain_npy_bodies(draw: st.DrawFn) -> bytes:
 @given(body=st.one_of(plain_npy_bodies(), npy_bodies()))
 def test_the_npy_body_fast_path_takes_only_what_the_general_path_takes(model: ServedModel, body: bytes) -> None:
     assert model.rows_plan is not None
-    assert_same_as_general(model, body, codecs.NPY, codecs.fast_npy_body(body, model.rows_plan))
+    assert_same_as_general(model, body, media_types.NPY, fast_paths.fast_npy_body(body, model.rows_plan))
 
 
 # ------------------------------------------------------------------------------------------ the answer fast paths
@@ -377,7 +377,7 @@ def test_the_answer_fast_paths_write_exactly_what_the_general_path_writes(case: 
     assert plan is not None
     fast_json = answers.json_answer(plan, outputs)
     if fast_json is not None:
-        assert fast_json == answers.encode_response(answers.default_response(manifest, outputs), codecs.JSON).body
+        assert fast_json == answers.encode_response(answers.default_response(manifest, outputs), media_types.JSON).body
     fast_npy = answers.planned_npy_answer(plan, outputs)
     if fast_npy is not None:
         assert fast_npy == answers.npy_answer(manifest, outputs)
@@ -444,20 +444,20 @@ def test_every_accepted_npy_dtype_is_generated_in_both_byte_orders() -> None:
 @given(array=npy_arrays_of_every_dtype())
 def test_an_npy_body_of_any_accepted_dtype_decodes_or_is_a_4xx(model: ServedModel, array: np.ndarray) -> None:
     body = npy_bytes(array)
-    check(model, body, codecs.NPY)
+    check(model, body, media_types.NPY)
     assert model.rows_plan is not None
-    assert_same_as_general(model, body, codecs.NPY, codecs.fast_npy_body(body, model.rows_plan))
+    assert_same_as_general(model, body, media_types.NPY, fast_paths.fast_npy_body(body, model.rows_plan))
 
 
 @pytest.mark.parametrize("target", sorted(FLOAT_INPUT_MANIFESTS))
 @given(array=npy_arrays_of_every_dtype())
 def test_the_npy_array_fast_path_takes_only_what_validation_takes_for_any_dtype(target: str, array: np.ndarray) -> None:
     manifest = FLOAT_INPUT_MANIFESTS[target]
-    parsed = codecs.decode_body(npy_bytes(array), codecs.NPY)
-    fast, _ = attempt(lambda: codecs.fast_npy(parsed, manifest, max_batch_rows=100))
+    parsed = codecs.decode_body(npy_bytes(array), media_types.NPY)
+    fast, _ = attempt(lambda: fast_paths.fast_npy(parsed, manifest, max_batch_rows=100))
     general, error = attempt(
-        lambda: codecs.validate_inputs(
-            codecs.payload_to_arrays(parsed, codecs.NPY, manifest), manifest, max_batch_rows=100
+        lambda: input_checks.validate_inputs(
+            codecs.payload_to_arrays(parsed, media_types.NPY, manifest), manifest, max_batch_rows=100
         )
     )
     if error is not None:
@@ -517,13 +517,13 @@ def forms(names: list[str], rows: list[list[Any]], order: list[int]) -> dict[str
                     }
                 }
             ),
-            codecs.JSON,
+            media_types.JSON,
         ),
-        "dataframe_records": (orjson.dumps({"dataframe_records": records}), codecs.JSON),
-        "instances of objects": (orjson.dumps({"instances": records}), codecs.JSON),
-        "inputs by column": (orjson.dumps({"inputs": by_column}), codecs.JSON),
-        "csv with a header": ((header + csv_rows).encode(), codecs.CSV),
-        "csv, header=present": ((header + csv_rows).encode(), codecs.CSV_HEADER),
+        "dataframe_records": (orjson.dumps({"dataframe_records": records}), media_types.JSON),
+        "instances of objects": (orjson.dumps({"instances": records}), media_types.JSON),
+        "inputs by column": (orjson.dumps({"inputs": by_column}), media_types.JSON),
+        "csv with a header": ((header + csv_rows).encode(), media_types.CSV),
+        "csv, header=present": ((header + csv_rows).encode(), media_types.CSV_HEADER),
     }
 
 
@@ -532,8 +532,8 @@ def _cell(value: Any) -> str:
 
 
 def assert_forms_agree(model: ServedModel, tensor_body: bytes, named: dict[str, tuple[bytes, str]]) -> None:
-    expected = model.decode(tensor_body, codecs.JSON)
-    expected_answer = model.answer(model.predict(expected), codecs.JSON).body
+    expected = model.decode(tensor_body, media_types.JSON)
+    expected_answer = model.answer(model.predict(expected), media_types.JSON).body
     for form, (body, content_type) in named.items():
         arrays = model.decode(body, content_type)
         assert arrays.keys() == expected.keys(), form
@@ -541,7 +541,7 @@ def assert_forms_agree(model: ServedModel, tensor_body: bytes, named: dict[str, 
             assert array.dtype == expected[name].dtype, (form, name)
             assert array.shape == expected[name].shape, (form, name)
             assert array.tolist() == expected[name].tolist(), (form, name)
-        assert model.answer(model.predict(arrays), codecs.JSON).body == expected_answer, form
+        assert model.answer(model.predict(arrays), media_types.JSON).body == expected_answer, form
 
 
 @given(
@@ -568,5 +568,5 @@ def test_every_by_name_form_equals_the_inputs_of_a_pipeline(
     names = list(COLUMNS)
     tensors = {"inputs": {name: [[row[i]] for row in rows] for i, name in enumerate(names)}}
     named = forms(names, rows, list(order))
-    named["instances of rows"] = (orjson.dumps({"instances": rows}), codecs.JSON)  # several inputs: by position
+    named["instances of rows"] = (orjson.dumps({"instances": rows}), media_types.JSON)  # several inputs: by position
     assert_forms_agree(flowers, orjson.dumps(tensors), named)

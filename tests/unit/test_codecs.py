@@ -9,7 +9,7 @@ import numpy as np
 import orjson
 import pytest
 
-from models import answers, codecs
+from models import answers, codecs, fast_paths, input_checks, media_types
 from models.errors import InvalidInput, NotAcceptable, UnsupportedMediaType
 from models.manifest import Manifest, TensorSpec, read_manifest
 from models.service import ServedModel
@@ -19,9 +19,9 @@ from tests.conftest import ARTIFACTS
 DIGITS = read_manifest(ARTIFACTS / "digits" / "1")
 
 
-def decode(body: bytes, content_type: str = codecs.JSON, max_batch_rows: int = 10_000) -> np.ndarray:
+def decode(body: bytes, content_type: str = media_types.JSON, max_batch_rows: int = 10_000) -> np.ndarray:
     raw = codecs.payload_to_arrays(codecs.decode_body(body, content_type), content_type, DIGITS)
-    return codecs.validate_inputs(raw, DIGITS, max_batch_rows=max_batch_rows)["input"]
+    return input_checks.validate_inputs(raw, DIGITS, max_batch_rows=max_batch_rows)["input"]
 
 
 def npy(array: np.ndarray) -> bytes:
@@ -36,8 +36,8 @@ ROWS = np.arange(2 * 64, dtype=np.float32).reshape(2, 64) % 17
 def test_json_csv_and_npy_decode_to_the_same_array() -> None:
     from_json = decode(orjson.dumps({"instances": ROWS.tolist()}))
     from_named = decode(orjson.dumps({"inputs": {"input": ROWS.tolist()}}))
-    from_csv = decode("\n".join(",".join(str(v) for v in row) for row in ROWS).encode(), codecs.CSV)
-    from_npy = decode(npy(ROWS), codecs.NPY)
+    from_csv = decode("\n".join(",".join(str(v) for v in row) for row in ROWS).encode(), media_types.CSV)
+    from_npy = decode(npy(ROWS), media_types.NPY)
     for array in (from_json, from_named, from_csv, from_npy):
         assert array.dtype == np.float32
         np.testing.assert_array_equal(array, ROWS)
@@ -53,7 +53,10 @@ def test_values_whose_squares_overflow_are_still_accepted_when_they_fit(value: f
     # overflows in float32): the one-call range check cannot vouch for them and must hand them on
     rows = np.full((2, 64), value, dtype=dtype)
     model = ServedModel.load(ARTIFACTS / "digits" / "1", ServingSettings(warmup=False))
-    for body, content_type in ((npy(rows), codecs.NPY), (orjson.dumps({"instances": rows.tolist()}), codecs.JSON)):
+    for body, content_type in (
+        (npy(rows), media_types.NPY),
+        (orjson.dumps({"instances": rows.tolist()}), media_types.JSON),
+    ):
         # WHEN they are decoded by the fast path's caller and by the general path
         fast = model.decode(body, content_type)["input"]
         general = decode(body, content_type)
@@ -66,16 +69,16 @@ def test_values_whose_squares_overflow_are_still_accepted_when_they_fit(value: f
 def test_a_value_past_float32_max_is_refused_by_name() -> None:
     rows = np.ones((2, 64))
     rows[1, 3] = 3.5e38
-    assert invalid(npy(rows), codecs.NPY).field == "body[1][3]"
+    assert invalid(npy(rows), media_types.NPY).field == "body[1][3]"
     assert invalid(orjson.dumps({"instances": rows.tolist()})).field == "instances[1][3]"
 
 
 def test_integers_and_float64_npy_are_cast_to_the_model_dtype() -> None:
     assert decode(orjson.dumps({"instances": [[1] * 64]})).dtype == np.float32
-    assert decode(npy(ROWS.astype(np.float64)), codecs.NPY).dtype == np.float32
+    assert decode(npy(ROWS.astype(np.float64)), media_types.NPY).dtype == np.float32
 
 
-def invalid(body: bytes, content_type: str = codecs.JSON) -> InvalidInput:
+def invalid(body: bytes, content_type: str = media_types.JSON) -> InvalidInput:
     with pytest.raises(InvalidInput) as caught:
         decode(body, content_type)
     return caught.value
@@ -130,33 +133,33 @@ def test_bad_json_names_field_and_value(body: bytes, field: str, value: object) 
 
 
 def test_bad_csv_cell_names_line_and_column() -> None:
-    error = invalid(b"0," * 63 + b"0\n" + b"0," * 20 + b"x," + b"0," * 42 + b"0\n", codecs.CSV)
+    error = invalid(b"0," * 63 + b"0\n" + b"0," * 20 + b"x," + b"0," * 42 + b"0\n", media_types.CSV)
     assert error.field == "csv line 2 column 21"
     assert error.value == "x"
 
 
 def test_csv_with_wrong_width_names_the_line() -> None:
-    assert invalid(b"1,2,3\n", codecs.CSV).field == "csv line 1"
+    assert invalid(b"1,2,3\n", media_types.CSV).field == "csv line 1"
 
 
 def test_empty_csv_is_an_empty_batch() -> None:
-    assert "empty batch" in invalid(b"\n", codecs.CSV).message
+    assert "empty batch" in invalid(b"\n", media_types.CSV).message
 
 
 def test_npy_never_unpickles() -> None:
     buffer = io.BytesIO()
     np.save(buffer, np.array([{"a": 1}], dtype=object), allow_pickle=True)
-    assert invalid(buffer.getvalue(), codecs.NPY).field == "body"
+    assert invalid(buffer.getvalue(), media_types.NPY).field == "body"
 
 
 def test_npy_nan_is_refused() -> None:
     rows = ROWS.copy()
     rows[1, 7] = np.nan
-    assert invalid(npy(rows), codecs.NPY).field == "body[1][7]"
+    assert invalid(npy(rows), media_types.NPY).field == "body[1][7]"
 
 
 def test_garbage_npy_is_invalid_input() -> None:
-    assert invalid(b"\x93NUMPY garbage", codecs.NPY).status_code == 400
+    assert invalid(b"\x93NUMPY garbage", media_types.NPY).status_code == 400
 
 
 def test_batch_over_the_row_limit_is_refused() -> None:
@@ -174,35 +177,35 @@ def test_unsupported_content_type_lists_the_supported_ones() -> None:
 @pytest.mark.parametrize(
     ("accept", "expected"),
     [
-        (None, codecs.JSON),
-        ("*/*", codecs.JSON),
-        ("text/csv", codecs.CSV),
-        ("application/x-npy", codecs.NPY),
-        ("image/png, text/csv;q=0.5", codecs.CSV),
-        ("application/json; charset=utf-8", codecs.JSON),
+        (None, media_types.JSON),
+        ("*/*", media_types.JSON),
+        ("text/csv", media_types.CSV),
+        ("application/x-npy", media_types.NPY),
+        ("image/png, text/csv;q=0.5", media_types.CSV),
+        ("application/json; charset=utf-8", media_types.JSON),
     ],
 )
 def test_accept_negotiation(accept: str | None, expected: str) -> None:
-    assert codecs.negotiate(accept) == expected
+    assert media_types.negotiate(accept) == expected
 
 
 def test_unwritable_accept_is_406() -> None:
     with pytest.raises(NotAcceptable) as caught:
-        codecs.negotiate("image/png")
+        media_types.negotiate("image/png")
     assert caught.value.status_code == 406
 
 
 def test_media_type_ignores_parameters() -> None:
-    assert codecs.media_type_of("Application/JSON; charset=utf-8") == codecs.JSON
-    assert codecs.media_type_of(None) == codecs.JSON
+    assert media_types.media_type_of("Application/JSON; charset=utf-8") == media_types.JSON
+    assert media_types.media_type_of(None) == media_types.JSON
 
 
 def test_responses_in_every_format_carry_the_same_predictions() -> None:
     outputs = {"label": np.array([3, 1]), "probabilities": np.eye(10, dtype=np.float32)[[3, 1]]}
     fields = answers.default_response(DIGITS, outputs)
-    as_json = orjson.loads(answers.encode_response(fields, codecs.JSON).body)
-    as_csv = answers.encode_response(fields, codecs.CSV).body.decode().splitlines()
-    as_npy = np.load(io.BytesIO(answers.encode_response(fields, codecs.NPY).body))
+    as_json = orjson.loads(answers.encode_response(fields, media_types.JSON).body)
+    as_csv = answers.encode_response(fields, media_types.CSV).body.decode().splitlines()
+    as_npy = np.load(io.BytesIO(answers.encode_response(fields, media_types.NPY).body))
     assert as_json["predictions"] == [3, 1]
     assert as_json["labels"] == ["3", "1"]
     assert [line.split(",")[0] for line in as_csv] == ["3", "1"]
@@ -221,17 +224,17 @@ def test_responses_in_every_format_carry_the_same_predictions() -> None:
     ids=["c-order", "big-endian", "fortran-order", "int64"],
 )
 def test_every_npy_layout_reads_the_same_values(array: np.ndarray) -> None:
-    np.testing.assert_array_equal(decode(npy(array), codecs.NPY), ROWS)
+    np.testing.assert_array_equal(decode(npy(array), media_types.NPY), ROWS)
 
 
 def test_npy_version_2_header_is_read() -> None:
     buffer = io.BytesIO()
     np.lib.format.write_array(buffer, ROWS, version=(2, 0))
-    np.testing.assert_array_equal(decode(buffer.getvalue(), codecs.NPY), ROWS)
+    np.testing.assert_array_equal(decode(buffer.getvalue(), media_types.NPY), ROWS)
 
 
 def test_truncated_npy_is_invalid_input() -> None:
-    assert invalid(npy(ROWS)[:-7], codecs.NPY).field == "body"
+    assert invalid(npy(ROWS)[:-7], media_types.NPY).field == "body"
 
 
 FAST_PATH_BODIES = [
@@ -255,11 +258,11 @@ FAST_PATH_BODIES = [
 @pytest.mark.parametrize("document", FAST_PATH_BODIES)
 def test_the_fast_path_accepts_exactly_what_the_general_path_accepts(document: dict[str, object]) -> None:
     body = orjson.dumps(document)
-    booleans = codecs.may_hold_booleans(body)
-    fast = codecs.fast_instances(document, DIGITS, max_batch_rows=10_000, may_hold_booleans=booleans)
+    booleans = fast_paths.may_hold_booleans(body)
+    fast = fast_paths.fast_instances(document, DIGITS, max_batch_rows=10_000, may_hold_booleans=booleans)
     try:
-        general = codecs.validate_inputs(
-            codecs.payload_to_arrays(document, codecs.JSON, DIGITS),
+        general = input_checks.validate_inputs(
+            codecs.payload_to_arrays(document, media_types.JSON, DIGITS),
             DIGITS,
             max_batch_rows=10_000,
             may_hold_booleans=booleans,
@@ -294,12 +297,12 @@ NPY_FAST_PATH_ARRAYS = [
 @pytest.mark.parametrize("array", NPY_FAST_PATH_ARRAYS, ids=lambda array: f"{array.dtype.str}{list(array.shape)}")
 def test_the_npy_fast_path_accepts_exactly_what_the_general_path_accepts(array: np.ndarray) -> None:
     # GIVEN an .npy body, valid or not
-    parsed = codecs.decode_body(npy(array), codecs.NPY)
+    parsed = codecs.decode_body(npy(array), media_types.NPY)
     # WHEN the fast path and the general validation both read it
-    fast = codecs.fast_npy(parsed, DIGITS, max_batch_rows=10_000)
+    fast = fast_paths.fast_npy(parsed, DIGITS, max_batch_rows=10_000)
     try:
-        general = codecs.validate_inputs(
-            codecs.payload_to_arrays(parsed, codecs.NPY, DIGITS), DIGITS, max_batch_rows=10_000
+        general = input_checks.validate_inputs(
+            codecs.payload_to_arrays(parsed, media_types.NPY, DIGITS), DIGITS, max_batch_rows=10_000
         )
     except InvalidInput:
         # THEN a body the general path refuses is never taken by the fast one
@@ -312,14 +315,14 @@ def test_the_npy_fast_path_accepts_exactly_what_the_general_path_accepts(array: 
 
 
 def test_the_npy_fast_path_keeps_the_row_limit() -> None:
-    parsed = codecs.decode_body(npy(ROWS), codecs.NPY)
-    assert codecs.fast_npy(parsed, DIGITS, max_batch_rows=1) is None
+    parsed = codecs.decode_body(npy(ROWS), media_types.NPY)
+    assert fast_paths.fast_npy(parsed, DIGITS, max_batch_rows=1) is None
 
 
 def test_an_npy_body_of_the_model_dtype_is_read_in_place() -> None:
     # GIVEN a float32 body, the model's dtype; WHEN it is decoded
     body = npy(ROWS)
-    array = codecs.fast_npy(codecs.decode_body(body, codecs.NPY), DIGITS, max_batch_rows=10_000)
+    array = fast_paths.fast_npy(codecs.decode_body(body, media_types.NPY), DIGITS, max_batch_rows=10_000)
     # THEN the input is a view of the body's bytes, not a copy
     assert array is not None
     assert np.shares_memory(array["input"], np.frombuffer(body, dtype=np.uint8))
@@ -357,7 +360,7 @@ def test_a_multi_output_npy_answer_carries_every_numeric_output_predictions_firs
     outputs = {"label": np.array([3, 1]), "probabilities": np.eye(10, dtype=np.float32)[[3, 1]]}
     fields = answers.default_response(DIGITS, outputs) | {"outputs": {"embedding": np.ones((2, 4), np.float16)}}
     # WHEN it is written as .npy
-    stream = io.BytesIO(answers.encode_response(fields, codecs.NPY).body)
+    stream = io.BytesIO(answers.encode_response(fields, media_types.NPY).body)
     # THEN successive np.load calls read the predictions, then the probabilities, then the extra output
     np.testing.assert_array_equal(np.load(stream), [3, 1])
     probabilities = np.load(stream)
@@ -370,7 +373,7 @@ def test_a_multi_output_npy_answer_carries_every_numeric_output_predictions_firs
 def test_string_predictions_are_not_acceptable_as_npy() -> None:
     fields = {"model": "m", "version": "1", "predictions": np.array(["cat", "dog"], dtype=object)}
     with pytest.raises(NotAcceptable) as caught:
-        answers.encode_response(fields, codecs.NPY)
+        answers.encode_response(fields, media_types.NPY)
     assert caught.value.field == "Accept"
 
 
@@ -383,30 +386,30 @@ def test_labels_are_named_only_for_json() -> None:
 def test_a_header_read_before_still_has_its_body_size_checked() -> None:
     # GIVEN a header already read (and remembered) from a valid body
     body = npy(ROWS)
-    np.testing.assert_array_equal(decode(body, codecs.NPY), ROWS)
+    np.testing.assert_array_equal(decode(body, media_types.NPY), ROWS)
     # WHEN the same header comes with too few or too many bytes
     # THEN each body is refused as not matching its header
-    assert invalid(body[:-4], codecs.NPY).field == "body"
-    assert invalid(body + b"\0" * 4, codecs.NPY).field == "body"
+    assert invalid(body[:-4], media_types.NPY).field == "body"
+    assert invalid(body + b"\0" * 4, media_types.NPY).field == "body"
     # AND the valid body still reads
-    np.testing.assert_array_equal(decode(body, codecs.NPY), ROWS)
+    np.testing.assert_array_equal(decode(body, media_types.NPY), ROWS)
 
 
 # ------------------------------------------------------------------------------------------ body fast paths
 
 
 @pytest.fixture(scope="module")
-def digits_plan() -> codecs.RowsPlan:
-    plan = codecs.rows_plan(DIGITS, 256)
+def digits_plan() -> fast_paths.RowsPlan:
+    plan = fast_paths.rows_plan(DIGITS, 256)
     assert plan is not None
     return plan
 
 
-def test_a_plain_json_body_is_read_straight_into_the_model_dtype(digits_plan: codecs.RowsPlan) -> None:
+def test_a_plain_json_body_is_read_straight_into_the_model_dtype(digits_plan: fast_paths.RowsPlan) -> None:
     # GIVEN the common body, with ints, floats and whitespace
     body = b' {"instances": [' + b",".join([orjson.dumps(ROWS[0].tolist())] * 2) + b"]}\n"
     # WHEN the body fast path reads it
-    fast = codecs.fast_json_body(body, digits_plan)
+    fast = fast_paths.fast_json_body(body, digits_plan)
     # THEN it takes it, in float32, with the values the general path reads
     assert fast is not None
     assert fast["input"].dtype == np.float32
@@ -427,19 +430,21 @@ def test_a_plain_json_body_is_read_straight_into_the_model_dtype(digits_plan: co
     ],
 )
 def test_the_json_body_fast_path_leaves_every_other_body_to_the_general_path(
-    digits_plan: codecs.RowsPlan, body: bytes
+    digits_plan: fast_paths.RowsPlan, body: bytes
 ) -> None:
-    assert codecs.fast_json_body(body, digits_plan) is None
+    assert fast_paths.fast_json_body(body, digits_plan) is None
 
 
-def test_an_npy_body_of_the_model_dtype_is_taken_in_place_by_the_body_fast_path(digits_plan: codecs.RowsPlan) -> None:
+def test_an_npy_body_of_the_model_dtype_is_taken_in_place_by_the_body_fast_path(
+    digits_plan: fast_paths.RowsPlan,
+) -> None:
     body = npy(ROWS)
-    fast = codecs.fast_npy_body(body, digits_plan)
+    fast = fast_paths.fast_npy_body(body, digits_plan)
     assert fast is not None
     np.testing.assert_array_equal(fast["input"], ROWS)
     assert np.shares_memory(fast["input"], np.frombuffer(body, dtype=np.uint8))
     # the same header again (now remembered) with a body one value short is left to the general path
-    assert codecs.fast_npy_body(body[:-4], digits_plan) is None
+    assert fast_paths.fast_npy_body(body[:-4], digits_plan) is None
 
 
 @pytest.mark.parametrize(
@@ -449,9 +454,9 @@ def test_an_npy_body_of_the_model_dtype_is_taken_in_place_by_the_body_fast_path(
     ids=["float64", "big-endian", "fortran", "63 columns", "nan", "inf", "no rows"],
 )  # fmt: skip
 def test_the_npy_body_fast_path_leaves_every_other_body_to_the_general_path(
-    digits_plan: codecs.RowsPlan, array: np.ndarray
+    digits_plan: fast_paths.RowsPlan, array: np.ndarray
 ) -> None:
-    assert codecs.fast_npy_body(npy(array), digits_plan) is None
+    assert fast_paths.fast_npy_body(npy(array), digits_plan) is None
 
 
 MULTI_OUTPUT = DIGITS.__class__(
@@ -483,7 +488,7 @@ MULTI_OUTPUT = DIGITS.__class__(
 def test_the_npy_answer_is_the_general_answer_written_as_npy(
     manifest: Manifest, outputs: dict[str, np.ndarray]
 ) -> None:
-    general = answers.encode_response(answers.default_response(manifest, outputs, with_labels=False), codecs.NPY)
+    general = answers.encode_response(answers.default_response(manifest, outputs, with_labels=False), media_types.NPY)
     assert answers.npy_answer(manifest, outputs) == general.body
 
 
@@ -498,11 +503,11 @@ def test_the_npy_body_fast_path_of_a_one_dimensional_input_leaves_a_scalar_to_th
         **{field: getattr(DIGITS, field) for field in DIGITS.__struct_fields__}
         | {"inputs": (TensorSpec("input", "float32", (None,)),)}
     )
-    plan = codecs.rows_plan(vector, 256)
+    plan = fast_paths.rows_plan(vector, 256)
     assert plan is not None
     # WHEN the body fast path reads it THEN it leaves it to the general path (which names the problem)
-    assert codecs.fast_npy_body(npy(np.array(1.0, np.float32)), plan) is None
+    assert fast_paths.fast_npy_body(npy(np.array(1.0, np.float32)), plan) is None
     # and a vector of rows is taken
-    taken = codecs.fast_npy_body(npy(np.arange(3, dtype=np.float32)), plan)
+    taken = fast_paths.fast_npy_body(npy(np.arange(3, dtype=np.float32)), plan)
     assert taken is not None
     np.testing.assert_array_equal(taken["input"], [0.0, 1.0, 2.0])

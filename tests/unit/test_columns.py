@@ -14,7 +14,7 @@ import numpy as np
 import orjson
 import pytest
 
-from models import answers, codecs
+from models import answers, codecs, input_checks, media_types
 from models.columns import arrays_from_columns, columns_from_records, columns_from_split, columns_of
 from models.errors import InvalidInput, ModelLoadError
 from models.manifest import ColumnSpec, Manifest, read_manifest
@@ -212,16 +212,16 @@ def bodies() -> dict[str, tuple[bytes, str]]:
     csv_rows = "\n".join(",".join(str(v) for v in row) for row in ROWS)
     swapped = "c,a,b\n" + "\n".join(f"{row[2]},{row[0]},{row[1]}" for row in ROWS)
     return {
-        "instances": (orjson.dumps({"instances": ROWS}), codecs.JSON),
-        "dataframe_split": (orjson.dumps({"dataframe_split": {"columns": names, "data": ROWS}}), codecs.JSON),
-        "dataframe_records": (orjson.dumps({"dataframe_records": reversed_records}), codecs.JSON),
-        "instances of objects": (orjson.dumps({"instances": records}), codecs.JSON),
-        "inputs by column": (orjson.dumps({"inputs": columns}), codecs.JSON),
-        "inputs by tensor": (orjson.dumps({"inputs": {"x": ROWS}}), codecs.JSON),
-        "csv": (csv_rows.encode(), codecs.CSV),
-        "csv with its header": (("a,b,c\n" + csv_rows).encode(), codecs.CSV),
-        "csv, header=present": (swapped.encode(), codecs.CSV_HEADER),
-        ".npy": (codecs.encode_npy([np.array(ROWS, np.float32)]), codecs.NPY),
+        "instances": (orjson.dumps({"instances": ROWS}), media_types.JSON),
+        "dataframe_split": (orjson.dumps({"dataframe_split": {"columns": names, "data": ROWS}}), media_types.JSON),
+        "dataframe_records": (orjson.dumps({"dataframe_records": reversed_records}), media_types.JSON),
+        "instances of objects": (orjson.dumps({"instances": records}), media_types.JSON),
+        "inputs by column": (orjson.dumps({"inputs": columns}), media_types.JSON),
+        "inputs by tensor": (orjson.dumps({"inputs": {"x": ROWS}}), media_types.JSON),
+        "csv": (csv_rows.encode(), media_types.CSV),
+        "csv with its header": (("a,b,c\n" + csv_rows).encode(), media_types.CSV),
+        "csv, header=present": (swapped.encode(), media_types.CSV_HEADER),
+        ".npy": (codecs.encode_npy([np.array(ROWS, np.float32)]), media_types.NPY),
     }
 
 
@@ -230,22 +230,22 @@ def test_every_form_gives_the_same_arrays_and_the_same_answer(summing: ServedMod
     body, content_type = bodies()[form]
     arrays = summing.decode(body, content_type)
     np.testing.assert_array_equal(arrays["x"], np.array(ROWS, np.float32))
-    answer = orjson.loads(summing.answer(summing.predict(arrays), codecs.JSON).body)
+    answer = orjson.loads(summing.answer(summing.predict(arrays), media_types.JSON).body)
     assert answer["predictions"] == [0.5, 10.25]  # flat: one target, one value per row
 
 
 def test_nan_reaches_a_model_that_allows_it_in_every_spelling(summing_nan: ServedModel) -> None:
     spelled = {
-        "null": (b'{"dataframe_records": [{"a": 1, "b": null, "c": 2}]}', codecs.JSON),
-        "NaN": (b'{"dataframe_split": {"columns": ["a","b","c"], "data": [[1, NaN, 2]]}}', codecs.JSON),
-        "rows": (b'{"instances": [[1, null, 2]]}', codecs.JSON),
-        "empty cell": (b"1,,2\n", codecs.CSV),
-        "NaN cell": (b"a,b,c\n1,NaN,2\n", codecs.CSV),
+        "null": (b'{"dataframe_records": [{"a": 1, "b": null, "c": 2}]}', media_types.JSON),
+        "NaN": (b'{"dataframe_split": {"columns": ["a","b","c"], "data": [[1, NaN, 2]]}}', media_types.JSON),
+        "rows": (b'{"instances": [[1, null, 2]]}', media_types.JSON),
+        "empty cell": (b"1,,2\n", media_types.CSV),
+        "NaN cell": (b"a,b,c\n1,NaN,2\n", media_types.CSV),
     }
     for name, (body, content_type) in spelled.items():
         row = summing_nan.decode(body, content_type)["x"][0]
         np.testing.assert_array_equal(row, np.array([1, np.nan, 2], np.float32), err_msg=name)
-    error = refusal(lambda: summing_nan.decode(b"a,b,c\n,1,2\n", codecs.CSV))
+    error = refusal(lambda: summing_nan.decode(b"a,b,c\n,1,2\n", media_types.CSV))
     assert error["field"] == "csv.a[0]"
 
 
@@ -257,14 +257,14 @@ def test_a_model_without_named_columns_says_how_to_name_them() -> None:
     repository.load_all()
     digits = repository.get("digits")
     body = orjson.dumps({"dataframe_split": {"columns": ["a"], "data": [[1]]}})
-    error = refusal(lambda: digits.decode(body, codecs.JSON))
+    error = refusal(lambda: digits.decode(body, media_types.JSON))
     assert "has no named columns" in error["message"]
     assert "--columns" in error["allowed"]
 
 
 def test_two_forms_in_one_body_are_refused(summing: ServedModel) -> None:
     body = orjson.dumps({"dataframe_records": [{"a": 1, "b": 2, "c": 3}], "instances": [[1, 2, 3]]})
-    assert "exactly one of" in refusal(lambda: summing.decode(body, codecs.JSON))["message"]
+    assert "exactly one of" in refusal(lambda: summing.decode(body, media_types.JSON))["message"]
 
 
 # ------------------------------------------------------------------------------------------ answers
@@ -275,27 +275,27 @@ def test_csv_answers_write_float32_at_its_shortest_and_a_header_when_asked() -> 
         "predictions": np.array(["yes", "no, never"], dtype=object),
         "probabilities": np.array([[0.25, 197.45694], [1.0, 1e-8]], np.float32),
     }
-    assert answers.encode_response(fields, codecs.CSV).body == b'yes,0.25,197.45694\n"no, never",1,1e-08\n'
-    with_header = answers.encode_response(fields, codecs.CSV_HEADER, ("no", "yes"))
+    assert answers.encode_response(fields, media_types.CSV).body == b'yes,0.25,197.45694\n"no, never",1,1e-08\n'
+    with_header = answers.encode_response(fields, media_types.CSV_HEADER, ("no", "yes"))
     assert with_header.body.splitlines()[0] == b"prediction,proba_no,proba_yes"
-    assert with_header.media_type == codecs.CSV_HEADER
-    regression = answers.encode_response({"predictions": np.array([[197.45694], [2.5]], np.float32)}, codecs.CSV)
+    assert with_header.media_type == media_types.CSV_HEADER
+    regression = answers.encode_response({"predictions": np.array([[197.45694], [2.5]], np.float32)}, media_types.CSV)
     assert regression.body == b"197.45694\n2.5\n"
 
 
 @pytest.mark.parametrize(
     ("accept", "chosen"),
     [
-        (None, codecs.JSON),
-        ("text/csv; header=present", codecs.CSV_HEADER),
-        ("text/csv;header=absent", codecs.CSV),
-        ("application/json; probabilities=by-label", codecs.JSON_BY_LABEL),
-        ("text/csv;q=0.1, application/json;probabilities=by-label", codecs.JSON_BY_LABEL),
-        ("application/x-npy, text/csv; header=present;q=0.5", codecs.NPY),
+        (None, media_types.JSON),
+        ("text/csv; header=present", media_types.CSV_HEADER),
+        ("text/csv;header=absent", media_types.CSV),
+        ("application/json; probabilities=by-label", media_types.JSON_BY_LABEL),
+        ("text/csv;q=0.1, application/json;probabilities=by-label", media_types.JSON_BY_LABEL),
+        ("application/x-npy, text/csv; header=present;q=0.5", media_types.NPY),
     ],
 )
 def test_answer_types_keep_the_parameters_that_change_the_answer(accept: str | None, chosen: str) -> None:
-    assert codecs.answer_type_of(accept) == chosen
+    assert media_types.answer_type_of(accept) == chosen
 
 
 def test_probabilities_keyed_by_label_and_integer_labels_named_by_their_value() -> None:
@@ -306,13 +306,13 @@ def test_probabilities_keyed_by_label_and_integer_labels_named_by_their_value() 
     outputs = {"label": np.array([5, 7]), "probabilities": np.array([[0.5, 0.25, 0.25], [0, 0, 1]], np.float32)}
     fields = answers.default_response(manifest, outputs, by_label=True)
     assert fields["labels"] == [5, 7]
-    written = orjson.loads(answers.encode_response(fields, codecs.JSON_BY_LABEL).body)
+    written = orjson.loads(answers.encode_response(fields, media_types.JSON_BY_LABEL).body)
     assert written["probabilities"] == [{"3": 0.5, "5": 0.25, "7": 0.25}, {"3": 0.0, "5": 0.0, "7": 1.0}]
     plan = answers.answer_plan(manifest)
     assert plan is not None
     assert (
         answers.json_answer(plan, outputs)
-        == answers.encode_response(answers.default_response(manifest, outputs), codecs.JSON).body
+        == answers.encode_response(answers.default_response(manifest, outputs), media_types.JSON).body
     )
 
 
@@ -322,18 +322,18 @@ def test_a_string_input_takes_numpy_arrays_of_str_or_of_str_objects() -> None:
     manifest = manifest_with(inputs=(spec("city", "string", (None, 1)),))
     for given in (np.array([["Lyon"], ["Köln am Rhein"]]), np.array([["Lyon"], ["Köln am Rhein"]], dtype=object)):
         # WHEN it is validated THEN it becomes the object array onnxruntime takes, of the same strings
-        arrays = codecs.validate_inputs({"city": ("inputs.city", given)}, manifest, max_batch_rows=10)
+        arrays = input_checks.validate_inputs({"city": ("inputs.city", given)}, manifest, max_batch_rows=10)
         assert arrays["city"].dtype == object
         assert arrays["city"].tolist() == [["Lyon"], ["Köln am Rhein"]]
     # AND an object array holding anything but str is refused, naming the element
     mixed = np.array([["Lyon"], [3]], dtype=object)
-    error = refusal(lambda: codecs.validate_inputs({"city": ("inputs.city", mixed)}, manifest, max_batch_rows=10))
+    error = refusal(lambda: input_checks.validate_inputs({"city": ("inputs.city", mixed)}, manifest, max_batch_rows=10))
     assert error["field"] == "inputs.city[1][0]"
     assert "3 (int) is not allowed; input 'city' takes strings" in error["message"]
     wrong_shape = np.array(["Lyon", "Köln"])
     assert (
         "single row"
-        in refusal(lambda: codecs.validate_inputs({"city": ("inputs.city", wrong_shape)}, manifest, max_batch_rows=10))[
-            "message"
-        ]
+        in refusal(
+            lambda: input_checks.validate_inputs({"city": ("inputs.city", wrong_shape)}, manifest, max_batch_rows=10)
+        )["message"]
     )
