@@ -1,6 +1,7 @@
-"""Local mode's synth skips aws-cdk-lib's built-in CloudFormation validation only where it could not fail the
-synth (servestack/local/cloudformation/synth.py: `validation_can_fail`), so it is never more lenient than
-`cdk synth`: a real CDK app with a misspelt property, synthesized both ways."""
+"""Local mode's synth gives the app the context `cdk synth` gives it, and skips aws-cdk-lib's built-in
+CloudFormation validation only where it could not fail the synth (servestack/local/cloudformation/synth.py:
+`validation_can_fail`), so it is never more lenient than `cdk synth`: a real CDK app with a misspelt property,
+synthesized both ways."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import pytest
 from servestack.local.cloudformation.synth import (
     VALIDATE_AGAINST_DEFAULT_RULES,
     SynthError,
+    context,
+    input_files,
+    project_context,
     synthesize,
     validation_can_fail,
 )
@@ -64,27 +68,40 @@ def test_where_validation_can_only_warn_local_mode_skips_it_and_the_templates_ar
 
 
 @pytest.mark.parametrize(
-    ("cdk_json", "cdk_context_json", "can_fail"),
+    ("context", "can_fail"),
     [
-        (None, None, False),
-        ({}, None, False),
-        ({VALIDATE_AGAINST_DEFAULT_RULES: True}, None, True),
-        ({VALIDATE_AGAINST_DEFAULT_RULES: "true"}, None, True),
-        ({VALIDATE_AGAINST_DEFAULT_RULES: "false"}, None, False),
-        ({VALIDATE_AGAINST_DEFAULT_RULES: True}, {VALIDATE_AGAINST_DEFAULT_RULES: False}, False),
-        ({}, {VALIDATE_AGAINST_DEFAULT_RULES: True}, True),
+        ({}, False),
+        ({VALIDATE_AGAINST_DEFAULT_RULES: True}, True),
+        ({VALIDATE_AGAINST_DEFAULT_RULES: "true"}, True),
+        ({VALIDATE_AGAINST_DEFAULT_RULES: False}, False),
+        ({VALIDATE_AGAINST_DEFAULT_RULES: "false"}, False),
     ],
 )
-def test_validation_can_fail_reads_the_context_as_the_cdk_cli_merges_it(
-    tmp_path: Path, cdk_json: dict[str, object] | None, cdk_context_json: dict[str, object] | None, can_fail: bool
-) -> None:
-    if cdk_json is not None:
-        (tmp_path / "cdk.json").write_text(json.dumps({"app": "python app.py", "context": cdk_json}))
-    if cdk_context_json is not None:
-        (tmp_path / "cdk.context.json").write_text(json.dumps(cdk_context_json))
-    assert validation_can_fail(tmp_path) is can_fail
+def test_validation_can_fail_reads_the_key_as_aws_cdk_lib_does(context: dict[str, object], can_fail: bool) -> None:
+    assert validation_can_fail(context) is can_fail
 
 
-def test_an_unreadable_cdk_json_skips_nothing(tmp_path: Path) -> None:
+def test_the_context_has_the_cdk_clis_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cdk.json's `context` over cdk.context.json over ~/.cdk.json's `context`, as `cdk synth` gives them
+    (checked against the CDK CLI 2: an app printing `k` printed cdk.json's value with all three set)."""
+    home, project = tmp_path / "home", tmp_path / "project"
+    home.mkdir()
+    project.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    (home / ".cdk.json").write_text(json.dumps({"context": {"k": "user", "only-user": 1}}))
+    (project / "cdk.context.json").write_text(json.dumps({"k": "cached", "only-cached": 2}))
+    (project / "cdk.json").write_text(json.dumps({"app": "python app.py", "context": {"k": "project"}}))
+    spec = project / "serving.yaml"
+    spec.write_text("models: {}\n")
+    given = context(project, spec)
+    assert (given["k"], given["only-user"], given["only-cached"]) == ("project", 1, 2)
+    assert given["servestack:spec"] == str(spec.resolve())
+    assert project_context(project) == {"k": "project", "only-user": 1, "only-cached": 2}
+    # AND the user's settings are an input of the synth: a change there synthesizes again
+    assert str(home / ".cdk.json") in input_files(project, spec)
+
+
+def test_a_context_file_that_is_not_json_is_a_synth_error_naming_it(tmp_path: Path) -> None:
     (tmp_path / "cdk.json").write_text("{not json")
-    assert validation_can_fail(tmp_path) is True
+    with pytest.raises(SynthError, match=r"cdk\.json: not readable JSON"):
+        project_context(tmp_path)

@@ -6,7 +6,7 @@ Other packages of local mode import from here only (tests/unit/test_import_bound
 
 from servestack.local.cloudformation.assets import ImageAsset, image_asset, image_assets
 from servestack.local.cloudformation.return_values import PARTITION
-from servestack.local.cloudformation.synth import SynthError, app_root, stack_templates, synthesize
+from servestack.local.cloudformation.synth import SynthError, app_root, project_context, stack_templates, synthesize
 from servestack.local.cloudformation.templates import (
     ACCOUNT,
     DEFAULT_REGION,
@@ -36,6 +36,7 @@ __all__ = [
     "image_asset",
     "image_assets",
     "logical_id_of",
+    "project_context",
     "stack_templates",
     "str_map",
     "synthesize",

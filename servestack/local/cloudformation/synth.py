@@ -1,17 +1,19 @@
 """`cdk synth` for local mode, skipped when nothing it reads has changed.
 
 `local up` starts from the synthesized templates, as `cdk deploy` does. Synthesis runs the project's CDK app
-exactly as the CDK CLI runs it (`python app.py` with `CDK_OUTDIR` and `CDK_CONTEXT_JSON` holding cdk.json's
-and cdk.context.json's context), into `.servestack/cdk.out`, with Lambda bundling skipped
-(`aws:cdk:bundling-stacks: []`): local mode runs the handlers from the working tree, as SAM CLI runs a
-function's code directory, so it needs the templates, not the zipped bundle. Everything else (names, IAM,
-environments, SageMaker variants) is what `cdk deploy` would create. aws-cdk-lib's built-in CloudFormation
-validation is skipped (`CDK_VALIDATION=false`) where it could only warn: see `validation_can_fail`.
+exactly as the CDK CLI runs it (`python app.py` with `CDK_OUTDIR` and `CDK_CONTEXT_JSON` holding the context
+of cdk.json, cdk.context.json and ~/.cdk.json, in the CLI's order of precedence), into `.servestack/cdk.out`,
+with Lambda bundling skipped (`aws:cdk:bundling-stacks: []`): local mode runs the handlers from the working
+tree, as SAM CLI runs a function's code directory, so it needs the templates, not the zipped bundle.
+Everything else (names, IAM, environments, SageMaker variants) is what `cdk deploy` would create.
+aws-cdk-lib's built-in CloudFormation validation is skipped (`CDK_VALIDATION=false`) where it could only
+warn: see `validation_can_fail`.
 
 The output is reused while the inputs are unchanged: a SHA-256 over serving.yaml, the CDK app and its
-constructs, cdk.json / cdk.context.json, the model artifacts the templates package, and the versions of
-Python and aws-cdk-lib. The digest of each file is kept next to it (`servestack-inputs.json`), so that a new
-synth says which inputs changed; `on_decision` hears the decision (reused, or why not) before the app runs.
+constructs, cdk.json / cdk.context.json / ~/.cdk.json, the model artifacts the templates package, and the
+versions of Python and aws-cdk-lib. The digest of each file is kept next to it (`servestack-inputs.json`), so
+that a new synth says which inputs changed; `on_decision` hears the decision (reused, or why not) before the
+app runs.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -53,16 +55,33 @@ def app_root(project_root: Path) -> Path:
     return project_root if (project_root / "app.py").is_file() else REPO_ROOT
 
 
-def context(root: Path, spec: Path, *, pipeline: bool = False) -> dict[str, object]:
-    """The context the CDK CLI would pass: cdk.json's, then cdk.context.json's, plus local mode's own; with
-    `pipeline`, the app's pipeline stack too (its context, `servestack:repo`..., is cdk.json's)."""
+def project_context(root: Path) -> dict[str, object]:
+    """The context the CDK CLI gives the app in `root` from its files, with the CLI's precedence: cdk.json's
+    `context` over cdk.context.json over the `context` of the user's ~/.cdk.json. A file that is not JSON is a
+    `SynthError` naming it, as the CLI stops on it."""
     merged: dict[str, object] = {}
-    cdk_json = root / "cdk.json"
-    if cdk_json.is_file():
-        merged |= json.loads(cdk_json.read_text(encoding="utf-8")).get("context", {})
-    cached = root / "cdk.context.json"
-    if cached.is_file():
-        merged |= json.loads(cached.read_text(encoding="utf-8"))
+    for path, key in ((user_settings(), "context"), (root / "cdk.context.json", None), (root / "cdk.json", "context")):
+        if not path.is_file():
+            continue
+        try:
+            loaded = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise SynthError(f"{path}: not readable JSON ({error})") from None
+        found = loaded.get(key, {}) if key is not None and isinstance(loaded, dict) else loaded
+        if isinstance(found, dict):
+            merged |= found
+    return merged
+
+
+def user_settings() -> Path:
+    """The CDK CLI's user settings file, whose `context` every app on the machine gets."""
+    return Path.home() / ".cdk.json"
+
+
+def context(root: Path, spec: Path, *, pipeline: bool = False) -> dict[str, object]:
+    """The context the CDK CLI would pass (`project_context`), plus local mode's own; with `pipeline`, the app's
+    pipeline stack too (its context, `servestack:repo`..., is cdk.json's)."""
+    merged = project_context(root)
     merged["servestack:spec"] = str(spec.resolve())
     merged["servestack:project"] = str(spec.resolve().parent)
     merged["servestack:pipeline"] = pipeline  # the pipeline stack deploys nothing local up runs
@@ -75,6 +94,8 @@ def input_files(root: Path, spec: Path, artifacts: Path | None = None) -> dict[s
     files = {p for pattern in SOURCE_GLOBS for p in root.glob(pattern) if p.is_file()}
     if artifacts is not None and artifacts.is_dir():
         files |= {p for p in artifacts.rglob("*") if p.is_file()}
+    if user_settings().is_file():  # its context reaches the app too
+        files.add(user_settings())
     found: dict[str, str] = {}
     for path in sorted(files | {spec.resolve()}):
         if "__pycache__" in path.parts:
@@ -144,16 +165,17 @@ def synthesize(
         return SynthResult(out_dir, True, time.monotonic() - started, reason)
     out_dir.mkdir(parents=True, exist_ok=True)
     marker.unlink(missing_ok=True)
+    app_context = context(root, spec, pipeline=pipeline)
     env = {
         **os.environ,
         "CDK_OUTDIR": str(out_dir),
-        "CDK_CONTEXT_JSON": json.dumps(context(root, spec, pipeline=pipeline)),
+        "CDK_CONTEXT_JSON": json.dumps(app_context),
         "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": os.environ.get(
             "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20"
         ),
         "CDK_DISABLE_CLI_TELEMETRY": "true",
     }
-    if not validation_can_fail(root) and "CDK_VALIDATION" not in os.environ:
+    if not validation_can_fail(app_context) and "CDK_VALIDATION" not in os.environ:
         env["CDK_VALIDATION"] = "false"
     env.pop("AWS_ENDPOINT_URL", None)
     result = subprocess.run(
@@ -176,20 +198,13 @@ REUSED = "reusing the templates: inputs unchanged"
 VALIDATE_AGAINST_DEFAULT_RULES = "@aws-cdk/core:validateAgainstDefaultRules"
 
 
-def validation_can_fail(root: Path) -> bool:
-    """Whether aws-cdk-lib's built-in validation can fail `cdk synth` for the app in `root`: only with
-    `VALIDATE_AGAINST_DEFAULT_RULES` true in cdk.json's or cdk.context.json's context. When it cannot, local mode
-    synthesizes with `CDK_VALIDATION=false`: the templates are the same, and the synth costs half the CPU."""
-    value: object = False
-    for name in ("cdk.json", "cdk.context.json"):
-        path = root / name
-        try:
-            loaded = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-        except ValueError:
-            return True  # the app reads it too, and says what is wrong; nothing is skipped meanwhile
-        found = loaded.get("context", {}) if name == "cdk.json" else loaded
-        if isinstance(found, dict) and VALIDATE_AGAINST_DEFAULT_RULES in found:
-            value = found[VALIDATE_AGAINST_DEFAULT_RULES]
+def validation_can_fail(context: Mapping[str, object]) -> bool:
+    """Whether aws-cdk-lib's built-in validation can fail `cdk synth` with this context: only with
+    `VALIDATE_AGAINST_DEFAULT_RULES` set, and not to false (aws-cdk-lib reads the key so). When it cannot, local
+    mode synthesizes with `CDK_VALIDATION=false`: the templates are the same, and the synth costs half the CPU."""
+    if VALIDATE_AGAINST_DEFAULT_RULES not in context:
+        return False
+    value = context[VALIDATE_AGAINST_DEFAULT_RULES]
     return value is not False and value != "false"
 
 

@@ -3,7 +3,6 @@ start its children and services, write the state file, and supervise until Ctrl-
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -15,7 +14,7 @@ from types import FrameType
 from typing import Any
 
 from servestack.local.emulator import state
-from servestack.local.hosting import REPO_ROOT, free_port, port_is_free
+from servestack.local.hosting import free_port, port_is_free
 from servestack.local.planning import PlanError
 from servestack.local.stack import StackTopology
 from servestack.local.up.children import Child, Supervisor, stop_children
@@ -257,11 +256,10 @@ def _account() -> str:
 
 
 def _context_prefix(project: Path) -> str:
-    cdk_json = project / "cdk.json"
-    if not cdk_json.is_file():
-        cdk_json = REPO_ROOT / "cdk.json"
-    context = json.loads(cdk_json.read_text(encoding="utf-8")).get("context", {})
-    return str(context.get("servestack:prefix") or "servestack-")
+    """The stack name prefix the app was given: `servestack:prefix` of the context the synth passed it."""
+    from servestack.local.cloudformation import app_root, project_context
+
+    return str(project_context(app_root(project)).get("servestack:prefix") or "servestack-")
 
 
 def _port(
