@@ -10,19 +10,20 @@ from typing import Any
 
 import numpy as np
 import pytest
-from sklearn.datasets import load_breast_cancer
 
 from tests.conftest import REPO_ROOT
 from tests.e2e.conftest import SERVESTACK, LocalUp
 
 pytestmark = pytest.mark.slow
 # on-lambda and on-transform of the shared local up (tests/e2e/conftest.py's SHARED_SPEC).
-ROWS = load_breast_cancer().data.astype(np.float32)
 
 
 def objects() -> dict[str, bytes]:
     """3 JSON Lines objects of different sizes; the second holds a bad row (29 values) and a blank line."""
-    lines = [json.dumps(row.tolist()) for row in ROWS[:60]]
+    from sklearn.datasets import load_breast_cancer  # here, not at collection: every worker collects this module
+
+    rows = load_breast_cancer().data.astype(np.float32)
+    lines = [json.dumps(row.tolist()) for row in rows[:60]]
     second = lines[20:45]
     second[4:4] = [json.dumps([1.0] * 29), ""]
     return {

@@ -16,8 +16,6 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import matplotlib.pyplot
-import matplotlib.text
 import pytest
 
 from servestack import loadtest
@@ -400,6 +398,9 @@ def test_a_local_target_without_credentials_names_local_ups_keys(tmp_path: Path)
 
 
 def test_the_plots_percentile_labels_do_not_overlap() -> None:
+    import matplotlib.pyplot  # here, not at collection: every worker collects this module
+    import matplotlib.text
+
     # GIVEN latencies whose p50 and p99 are a hair apart (the case where labels at the lines overlapped)
     samples = [Sample(i / 1000, 0.0100 + (i % 100) * 1e-7, 200) for i in range(2000)]
     figure = draw(samples, "http://127.0.0.1:8080/invocations - closed loop, 64 connections")

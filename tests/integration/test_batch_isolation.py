@@ -5,6 +5,7 @@ order mark at the start of a mini-batch does not stop the manifest step."""
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 from typing import Any
@@ -13,7 +14,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from sklearn.datasets import load_breast_cancer
 
 from handlers.batch import BatchSettings, run_batch, transform_done
 from models import media_types
@@ -27,7 +27,15 @@ from tests.integration.test_transform_manifest import event
 
 pytestmark = pytest.mark.localstack
 
-ROWS = load_breast_cancer().data.astype(np.float32)[:24]
+
+@functools.cache
+def data_rows() -> np.ndarray:
+    """24 rows of the breast-cancer data, loaded at first use: every worker collects this module."""
+    from sklearn.datasets import load_breast_cancer
+
+    return load_breast_cancer().data.astype(np.float32)[:24]
+
+
 COLUMNS = [f"f{i}" for i in range(30)]
 
 
@@ -75,17 +83,17 @@ def test_each_unreadable_file_is_one_error_record_and_the_other_files_are_scored
     # GIVEN good JSON Lines and Parquet files among a truncated Parquet file, one whose middle is corrupt, one
     # with a column named twice, and a CSV file named .parquet
     ensure_bucket(aws.s3, unique)
-    good_parquet = parquet(columns_table(ROWS[8:16]))
-    corrupt = bytearray(parquet(columns_table(ROWS[:8]), compression="none"))
+    good_parquet = parquet(columns_table(data_rows()[8:16]))
+    corrupt = bytearray(parquet(columns_table(data_rows()[:8]), compression="none"))
     corrupt[4 : len(corrupt) // 2] = b"\xff" * (len(corrupt) // 2 - 4)
     bad = {
         "in/b-truncated.parquet": good_parquet[: len(good_parquet) // 2],
         "in/c-corrupt.parquet": bytes(corrupt),
-        "in/d-twice.parquet": parquet(columns_table(ROWS[:4], ["f0", *COLUMNS[:29]])),
-        "in/e-csv.parquet": b"\n".join(b",".join(str(v).encode() for v in row) for row in ROWS[:4]) + b"\n",
+        "in/d-twice.parquet": parquet(columns_table(data_rows()[:4], ["f0", *COLUMNS[:29]])),
+        "in/e-csv.parquet": b"\n".join(b",".join(str(v).encode() for v in row) for row in data_rows()[:4]) + b"\n",
     }
     good = {
-        "in/a.jsonl": ("\n".join(json.dumps(row.tolist()) for row in ROWS[:8]) + "\n").encode(),
+        "in/a.jsonl": ("\n".join(json.dumps(row.tolist()) for row in data_rows()[:8]) + "\n").encode(),
         "in/f.parquet": good_parquet,
     }
     for key, body in (bad | good).items():
@@ -120,7 +128,7 @@ def test_a_parquet_file_with_too_many_columns_is_refused_from_its_footer(aws: Aw
     ensure_bucket(aws.s3, unique)
     wide = pa.Table.from_arrays([pa.array([1.0], pa.float32())] * 12_000, names=[f"c{i}" for i in range(12_000)])
     aws.s3.put_object(Bucket=unique, Key="in/wide.parquet", Body=parquet(wide))
-    aws.s3.put_object(Bucket=unique, Key="in/z.parquet", Body=parquet(columns_table(ROWS[:3])))
+    aws.s3.put_object(Bucket=unique, Key="in/z.parquet", Body=parquet(columns_table(data_rows()[:3])))
     # WHEN the job runs / THEN the wide file is one error naming the column count, and the other is scored
     manifest = run_batch(settings(unique))
     (error,) = errors(aws, unique)
@@ -141,7 +149,15 @@ def test_a_line_over_max_record_bytes_is_an_error_row_and_its_neighbours_are_sco
 
     huge = (b"[" + b"1.5," * 750_000 + b"1]") if suffix == ".jsonl" else b"1.5," * 750_000 + b"1"
     large = huge[: 100_000 - 1] + huge[-1:]
-    lines = [line(ROWS[0]), line(ROWS[1]), huge, line(ROWS[2]), line(ROWS[3]), large, line(ROWS[4])]
+    lines = [
+        line(data_rows()[0]),
+        line(data_rows()[1]),
+        huge,
+        line(data_rows()[2]),
+        line(data_rows()[3]),
+        large,
+        line(data_rows()[4]),
+    ]
     aws.s3.put_object(Bucket=unique, Key=f"in/a{suffix}", Body=b"\n".join(lines) + b"\n")
     # WHEN the job runs with max_record_bytes 64 KiB
     manifest = run_batch(settings(unique, max_record_bytes=65_536))
@@ -159,7 +175,7 @@ def test_a_line_of_only_a_byte_order_mark_at_the_start_of_a_mini_batch_still_get
 ) -> None:
     # GIVEN a transform job's input whose line 5 holds only a BOM, where MaxPayloadInMB cut a mini-batch
     ensure_bucket(aws.s3, unique)
-    lines = [json.dumps(row.tolist()).encode() for row in ROWS[:8]]
+    lines = [json.dumps(row.tolist()).encode() for row in data_rows()[:8]]
     body = b"\n".join([*lines[:4], b"\xef\xbb\xbf", *lines[4:]]) + b"\n"
     cut = len(b"\n".join(lines[:4])) + 1
     answers = score_lines(model, body[:cut], media_types.JSON) + score_lines(model, body[cut:], media_types.JSON)
