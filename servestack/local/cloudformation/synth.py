@@ -94,8 +94,9 @@ def input_files(root: Path, spec: Path, artifacts: Path | None = None) -> dict[s
     files = {p for pattern in SOURCE_GLOBS for p in root.glob(pattern) if p.is_file()}
     if artifacts is not None and artifacts.is_dir():
         files |= {p for p in artifacts.rglob("*") if p.is_file()}
-    if user_settings().is_file():  # its context reaches the app too
-        files.add(user_settings())
+    settings = user_settings()
+    if settings.is_file():  # its context reaches the app too
+        files.add(settings)
     found: dict[str, str] = {}
     for path in sorted(files | {spec.resolve()}):
         if "__pycache__" in path.parts:
@@ -198,13 +199,13 @@ REUSED = "reusing the templates: inputs unchanged"
 VALIDATE_AGAINST_DEFAULT_RULES = "@aws-cdk/core:validateAgainstDefaultRules"
 
 
-def validation_can_fail(context: Mapping[str, object]) -> bool:
+def validation_can_fail(app_context: Mapping[str, object]) -> bool:
     """Whether aws-cdk-lib's built-in validation can fail `cdk synth` with this context: only with
     `VALIDATE_AGAINST_DEFAULT_RULES` set, and not to false (aws-cdk-lib reads the key so). When it cannot, local
     mode synthesizes with `CDK_VALIDATION=false`: the templates are the same, and the synth costs half the CPU."""
-    if VALIDATE_AGAINST_DEFAULT_RULES not in context:
+    if VALIDATE_AGAINST_DEFAULT_RULES not in app_context:
         return False
-    value = context[VALIDATE_AGAINST_DEFAULT_RULES]
+    value = app_context[VALIDATE_AGAINST_DEFAULT_RULES]
     return value is not False and value != "false"
 
 
