@@ -12,9 +12,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from servestack.spec import AlarmSettings
+if TYPE_CHECKING:  # a type only: the router, which records observations, need not build serving.yaml's schema
+    from servestack.spec import AlarmSettings
 
 Statistic = Literal["Sum", "p99", "rate"]
 

@@ -8,7 +8,7 @@ import json
 from servestack.local.cloudformation.return_values import RETURN_VALUES
 from servestack.local.cloudformation.templates import LocalValues, Resolver, StackTemplate
 from servestack.local.emulator.moto_server import EmbeddedEmulator, clients
-from servestack.local.stack.provision import ensure_roles
+from servestack.local.stack.provisioning import ensure_roles
 from servestack.local.stack.topology import StackTopology, read_stack
 from tests.infra.conftest import Synth
 

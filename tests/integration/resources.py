@@ -1,6 +1,6 @@
 """Test fixtures: the AWS resources a handler needs, created directly on an emulator for tests (and benches)
 that exercise one handler against moto without the CDK app. `local up` itself never uses this: it creates
-what the synthesized templates declare (servestack/local/stack/provision.py).
+what the synthesized templates declare (servestack/local/stack/provisioning.py).
 
 Name rule used here: for deployment `<d>`, `resource = servestack-<d>`;
 bucket `servestack-<d>`; async queue `servestack-<d>-jobs`, its DLQ `servestack-<d>-dlq`, job table

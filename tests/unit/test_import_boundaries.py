@@ -304,3 +304,41 @@ def test_the_layout_page_and_the_size_limit_hold_for_every_local_package() -> No
     # AND no module of local mode is much over 500 lines (one module, one idea)
     sizes = {str(p.relative_to(REPO_ROOT)): len(p.read_text().splitlines()) for p in local.rglob("*.py")}
     assert {path: lines for path, lines in sizes.items() if lines > 520} == {}
+
+
+def test_each_local_package_loads_exactly_its_interface_on_first_use() -> None:
+    # GIVEN each package of local mode, whose interface is what its __init__ imports under `if TYPE_CHECKING:`
+    # (loaded on first use) and lists in __all__
+    from servestack.local import interface_sources
+
+    for init in sorted(LOCAL.glob("*/__init__.py")):
+        package = f"servestack.local.{init.parent.name}"
+        declared = local_interfaces()[init.parent.name]
+        # THEN the two lists agree
+        assert set(interface_sources(init)) == declared, package
+        # AND in a fresh process, importing the package loads none of its modules, and every name it declares
+        # then resolves to what its module defines
+        script = (
+            "import importlib, sys\n"
+            f"package = importlib.import_module({package!r})\n"
+            f"loaded = sorted(m for m in sys.modules if m.startswith({package + '.'!r}))\n"
+            "assert loaded == [], loaded\n"
+            "for name in package.__all__:\n"
+            "    assert getattr(package, name) is not None, name\n"
+            "print(len(package.__all__))\n"
+        )
+        done = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True)
+        assert done.returncode == 0, f"{package}: {done.stderr[-2000:]}"
+        assert int(done.stdout) == len(declared)
+
+
+def test_a_child_process_imports_only_the_packages_it_uses() -> None:
+    # GIVEN a Lambda execution environment's entry point, which needs the Lambda runtime and the HTTP hosting
+    # WHEN imported in a fresh process
+    script = "import sys, servestack.local.lambda_.runner; print(' '.join(sorted(sys.modules)))"
+    loaded = set(subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True,
+                                check=True).stdout.split())  # fmt: skip
+    # THEN it loads neither the CDK synth nor the IAM engine nor the emulator (local up's, not the function's)
+    assert "servestack.local.lambda_.invoke" in loaded
+    assert {m for m in loaded if m.startswith(("servestack.local.cloudformation.synth", "servestack.local.iam.",
+                                               "servestack.local.emulator.", "moto"))} == set()  # fmt: skip

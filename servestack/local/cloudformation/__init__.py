@@ -4,21 +4,28 @@ the values `Ref`/`Fn::GetAtt` return.
 Other packages of local mode import from here only (tests/unit/test_import_boundaries.py).
 """
 
-from servestack.local.cloudformation.assets import ImageAsset, image_asset, image_assets
-from servestack.local.cloudformation.return_values import PARTITION
-from servestack.local.cloudformation.synth import SynthError, app_root, project_context, stack_templates, synthesize
-from servestack.local.cloudformation.templates import (
-    ACCOUNT,
-    DEFAULT_REGION,
-    LocalValues,
-    Resolver,
-    Resource,
-    StackTemplate,
-    TemplateError,
-    as_list,
-    logical_id_of,
-    str_map,
-)
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from servestack.local.cloudformation.assets import ImageAsset, image_asset, image_assets
+    from servestack.local.cloudformation.return_values import PARTITION
+    from servestack.local.cloudformation.synth import SynthError, app_root, project_context, stack_templates, synthesize
+    from servestack.local.cloudformation.templates import (
+        ACCOUNT,
+        DEFAULT_REGION,
+        LocalValues,
+        Resolver,
+        Resource,
+        StackTemplate,
+        TemplateError,
+        as_list,
+        logical_id_of,
+        str_map,
+    )
+else:
+    from servestack.local import lazy_interface
+
+    __getattr__, __dir__ = lazy_interface(__name__, __file__)
 
 __all__ = [
     "ACCOUNT",

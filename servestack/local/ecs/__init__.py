@@ -5,18 +5,25 @@ build context.
 Other packages of local mode import from here only (tests/unit/test_import_boundaries.py).
 """
 
-from servestack.local.ecs.planning import EcsPlanner
-from servestack.local.ecs.reading import ECS_TYPES, read_task_definitions
-from servestack.local.ecs.tasks import (
-    EcsRunTask,
-    TaskImageError,
-    TaskLaunch,
-    run_as_schedule,
-    run_task_refusal,
-    task_endpoints,
-    task_launch,
-    task_process,
-)
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from servestack.local.ecs.planning import EcsPlanner
+    from servestack.local.ecs.reading import ECS_TYPES, read_task_definitions
+    from servestack.local.ecs.tasks import (
+        EcsRunTask,
+        TaskImageError,
+        TaskLaunch,
+        run_as_schedule,
+        run_task_refusal,
+        task_endpoints,
+        task_launch,
+        task_process,
+    )
+else:
+    from servestack.local import lazy_interface
+
+    __getattr__, __dir__ = lazy_interface(__name__, __file__)
 
 __all__ = [
     "ECS_TYPES",

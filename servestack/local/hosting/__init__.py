@@ -3,27 +3,34 @@
 Other packages of local mode import from here only (tests/unit/test_import_boundaries.py).
 """
 
-from servestack.local.hosting.http_server import (
-    BODY_TIMEOUT_SEC,
-    HOP_BY_HOP,
-    MAX_BODY_BYTES,
-    LocalHttpServer,
-    Reply,
-    Request,
-    request_id,
-)
-from servestack.local.hosting.processes import (
-    REPO_ROOT,
-    GroupLeader,
-    RealtimeProcess,
-    die_with_parent,
-    free_port,
-    http_status,
-    kill_group,
-    port_is_free,
-    stop_process,
-)
-from servestack.local.hosting.restarts import Backoff
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from servestack.local.hosting.http_server import (
+        BODY_TIMEOUT_SEC,
+        HOP_BY_HOP,
+        MAX_BODY_BYTES,
+        LocalHttpServer,
+        Reply,
+        Request,
+        request_id,
+    )
+    from servestack.local.hosting.processes import (
+        REPO_ROOT,
+        GroupLeader,
+        RealtimeProcess,
+        die_with_parent,
+        free_port,
+        http_status,
+        kill_group,
+        port_is_free,
+        stop_process,
+    )
+    from servestack.local.hosting.restarts import Backoff
+else:
+    from servestack.local import lazy_interface
+
+    __getattr__, __dir__ = lazy_interface(__name__, __file__)
 
 __all__ = [
     "BODY_TIMEOUT_SEC",

@@ -95,19 +95,26 @@ Tried in-process with `mock_aws` and an IAM user holding a servestack-like polic
 Hence our own engine in front of moto, with moto's check left off.
 """
 
-from servestack.local.iam.access import LocalAccess
-from servestack.local.iam.conditions import PolicyError
-from servestack.local.iam.enforcer import DISABLED_WARNING, IamEnforcer, disabled_warning
-from servestack.local.iam.identities import ADMIN_POLICY, DEVELOPER, Credentials, Identity, IdentityStore
-from servestack.local.iam.operations import Check, ExecuteApi, Operation
-from servestack.local.iam.policy import Caller, Decision, Policy, compile_policy
-from servestack.local.iam.replies import access_denied
-from servestack.local.iam.resource_policies import ResourcePolicies, evaluate_service_principal, lambda_permission
-from servestack.local.iam.roles_route import ROUTE, RolePolicies
-from servestack.local.iam.server import EnforcedMotoServer
-from servestack.local.iam.sigv4 import AuthFailure, authenticate, check_scope, parse_signature
-from servestack.local.iam.verdicts import Denial
-from servestack.local.iam.wire import HttpRequest
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from servestack.local.iam.access import LocalAccess
+    from servestack.local.iam.conditions import PolicyError
+    from servestack.local.iam.enforcer import DISABLED_WARNING, IamEnforcer, disabled_warning
+    from servestack.local.iam.identities import ADMIN_POLICY, DEVELOPER, Credentials, Identity, IdentityStore
+    from servestack.local.iam.operations import Check, ExecuteApi, Operation
+    from servestack.local.iam.policy import Caller, Decision, Policy, compile_policy
+    from servestack.local.iam.replies import access_denied
+    from servestack.local.iam.resource_policies import ResourcePolicies, evaluate_service_principal, lambda_permission
+    from servestack.local.iam.roles_route import ROUTE, RolePolicies
+    from servestack.local.iam.server import EnforcedMotoServer
+    from servestack.local.iam.sigv4 import AuthFailure, authenticate, check_scope, parse_signature
+    from servestack.local.iam.verdicts import Denial
+    from servestack.local.iam.wire import HttpRequest
+else:
+    from servestack.local import lazy_interface
+
+    __getattr__, __dir__ = lazy_interface(__name__, __file__)
 
 __all__ = [
     "ADMIN_POLICY",

@@ -4,11 +4,18 @@ given of the world (`PlanContext`), what it returns (`ServicePlan`), and the chi
 Other packages of local mode import from here only (tests/unit/test_import_boundaries.py).
 """
 
-from servestack.local.planning.children import Child, pump
-from servestack.local.planning.errors import PlanError
-from servestack.local.planning.paths import map_paths
-from servestack.local.planning.service import LocalService, PlanContext, ServicePlan
-from servestack.local.planning.shown import curl_sigv4, self_command, shown
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from servestack.local.planning.banner import curl_sigv4, self_command, shown
+    from servestack.local.planning.children import Child, pump
+    from servestack.local.planning.errors import PlanError
+    from servestack.local.planning.paths import map_paths
+    from servestack.local.planning.service import LocalService, PlanContext, ServicePlan
+else:
+    from servestack.local import lazy_interface
+
+    __getattr__, __dir__ = lazy_interface(__name__, __file__)
 
 __all__ = [
     "Child",

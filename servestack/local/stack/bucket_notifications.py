@@ -61,7 +61,7 @@ class BucketNotifications:
         applied, or `HandlerRefused` naming the first refusal."""
         from servestack.local.emulator import client_as
         from servestack.local.iam import Credentials
-        from servestack.local.stack.provision import ProvisionError, apply_notifications
+        from servestack.local.stack.provisioning import ProvisionError, apply_notifications
         from servestack.local.stack.topology import BucketDef
 
         applied = []

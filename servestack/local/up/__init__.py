@@ -6,7 +6,7 @@ serving.yaml -> CDK app -> templates (.servestack/cdk.out, reused while the inpu
    resolved to local values;
 2. an AWS emulator: moto's server in this process behind the IAM engine (servestack/local/iam/access.py), or
    the endpoint of `--endpoint-url` (LocalStack...), which does not enforce IAM;
-3. the resources are created as CloudFormation would (servestack/local/stack/provision.py);
+3. the resources are created as CloudFormation would (servestack/local/stack/provisioning.py);
 4. each service package plans its children and its part of the state file (servestack/local/planning/, one
    planner per package, looped over in up/world.py): each Lambda function runs in its own child process (its
    execution environment, with its role's keys); each SageMaker endpoint runs as a child: a router in front of
@@ -24,7 +24,14 @@ Children's output is one log stream, each line tagged, and a file per child unde
 commands and for replaying a call as a function. Ctrl-C or SIGTERM stops everything.
 """
 
-from servestack.local.up.command import run
-from servestack.local.up.options import UpOptions
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from servestack.local.up.command import run
+    from servestack.local.up.options import UpOptions
+else:
+    from servestack.local import lazy_interface
+
+    __getattr__, __dir__ = lazy_interface(__name__, __file__)
 
 __all__ = ["UpOptions", "run"]
