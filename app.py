@@ -39,14 +39,19 @@ def build_app(
     context: Mapping[str, Any] | None = None,
     outdir: str | None = None,
     nag: bool = True,
+    builtin_validation: bool = True,
 ) -> App:
     """Build (not synthesize) the app for `root`'s serving.yaml. Context keys (cdk.json / `-c`):
     servestack:spec (path, default serving.yaml), servestack:deployments (comma list, default all),
     servestack:project (the folder of serving.yaml and the model packages, default `root`),
     servestack:prefix (stack and resource name prefix, default `servestack-`), servestack:pipeline (true to
     add the pipeline stack; it then reads servestack:repo, servestack:branch, servestack:connection-arn,
-    servestack:account, servestack:region)."""
-    app = App(context=dict(context or {}), outdir=outdir)
+    servestack:account, servestack:region).
+
+    `builtin_validation=False` skips aws-cdk-lib's own CloudFormation validation, as `cdk synth --no-validation`
+    does: unless the context sets `@aws-cdk/core:validateAgainstDefaultRules`, its findings are only warnings,
+    and it is over half of a synth's CPU. cdk-nag and the checks of `stacks/` run either way."""
+    app = App(context=dict(context or {}), outdir=outdir, builtin_cloud_formation_validation=builtin_validation)
     ctx = app.node.try_get_context
     # The project (serving.yaml and its model packages) is this app's folder, unless servestack:project names
     # another: a project of its own that uses servestack's constructs and sources from here.

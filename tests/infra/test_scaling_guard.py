@@ -26,7 +26,7 @@ def synth(project: Path, outdir: Path, instance_type: str, **context: str) -> di
     (project / "serving.yaml").write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
     settings = json.loads((REPO / "cdk.json").read_text(encoding="utf-8"))["context"]
     settings |= {"aws:cdk:bundling-stacks": [], **context}
-    cdk_app.build_app(root=project, context=settings, outdir=str(outdir), nag=False).synth()
+    cdk_app.build_app(root=project, context=settings, outdir=str(outdir), nag=False, builtin_validation=False).synth()
     return {
         name: json.loads((outdir / f"servestack-{name}.template.json").read_text(encoding="utf-8"))
         for name in ("scored", "queued")
