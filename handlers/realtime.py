@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import msgspec
 
-from handlers.app import ServingApp, build_repository, create_app
 from models.settings import EnvironmentSettings, ServingSettings
 
 if TYPE_CHECKING:
+    from handlers.app import ServingApp
     from handlers.rsgi import RSGIApp
 
 
@@ -67,12 +67,13 @@ def gpu_count() -> int:
 
 def default_workers(providers: str) -> int:
     """One worker per GPU when CUDA will be used (each holds its own session), else one per core."""
-    import onnxruntime
-
     cuda_wanted = providers == "auto" or "CUDAExecutionProvider" in providers
-    gpus = gpu_count() if "CUDAExecutionProvider" in onnxruntime.get_available_providers() else 0
-    if cuda_wanted and gpus:
-        return gpus
+    gpus = gpu_count() if cuda_wanted else 0
+    if gpus:
+        import onnxruntime  # only where there are GPUs to use: the serving master loads no model, workers do
+
+        if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+            return gpus
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
@@ -95,7 +96,11 @@ def tune_collector() -> None:
 
 
 def create_server_app() -> ServingApp:
-    """The HTTP server's factory: each worker process builds its own app and loads its own sessions."""
+    """The HTTP server's factory: each worker process builds its own app and loads its own sessions. (Imported
+    here: the master process, which only starts and watches the workers, never loads the app, numpy or
+    onnxruntime.)"""
+    from handlers.app import build_repository, create_app
+
     tune_collector()
     repository = build_repository(ServingSettings.from_environment())
     return create_app(repository, load_in_background=True, freeze_after_load=True)

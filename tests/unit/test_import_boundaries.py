@@ -193,6 +193,24 @@ def test_the_batch_jobs_start_up_imports_no_boto3_and_no_pyarrow() -> None:
     assert result.stdout.strip() == "[]"
 
 
+def test_the_serving_master_loads_no_model_runtime() -> None:
+    # GIVEN a fresh interpreter that sees no GPU WHEN it does what the container's `serve` does before it starts
+    # the workers: import the module, read its settings, count its workers
+    code = (
+        "import sys, handlers.realtime as r; r.ContainerSettings.from_environment(); print(r.default_workers('auto'));"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in {'numpy', 'onnxruntime', 'fastapi'}"
+        " or m == 'handlers.app'))"
+    )
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    workers, loaded = result.stdout.splitlines()
+    # THEN it counts one worker per core, and the master, which only starts and watches the workers, loaded none
+    # of what each worker loads (the app, numpy, onnxruntime)
+    assert int(workers) == len(os.sched_getaffinity(0))
+    assert loaded == "[]"
+
+
 def threads_after_importing(module: str, **environment: str) -> int:
     """The threads of a fresh interpreter once `module` is imported (numpy's BLAS starts its pool on import)."""
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"} | environment
