@@ -60,8 +60,9 @@ docs: setup
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
 
 # Three workers on this 2-core machine: a good part of the suite waits on real servers, local up children and
-# schedules, and a third worker fills those waits (6.1 min against 7.6 with two; tests/conftest.py says how the
-# modules are spread). PYTEST_WORKERS=0 runs it in one process.
+# schedules, and a third worker fills those waits (6.1 min against 7.6 with two when it was measured; the whole
+# `make test` now takes 5-6 min here; tests/conftest.py says how the modules are spread). PYTEST_WORKERS=0 runs it
+# in one process.
 PYTEST_WORKERS ?= 3
 pytest: setup
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --durations=25
