@@ -85,7 +85,7 @@ bench: setup
 	$(PY) -m bench.async_jobs --jobs 1000 --poison 20
 
 models: setup
-	$(PY) -m models.build
+	$(PY) -m servestack.sample_models
 
 clean:
 	rm -rf cdk.out site .pytest_cache .mypy_cache .ruff_cache

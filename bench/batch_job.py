@@ -5,11 +5,11 @@
 
 The input is the same rows either way: JSON Lines files of 30 numbers a line, or those rows as Parquet files of
 30 float32 columns (the layout of a feature table). For JSON Lines the bench also prints the floor: the job's
-own decoding of the same bytes (models/tabular `decode_piece`, in chunks of `--chunk-rows`), in this process on
-one core, with nothing else: how far JSON text can go whatever the rest of the job costs.
+own decoding of the same bytes (servestack/inference/tabular `decode_piece`, in chunks of `--chunk-rows`), in this
+process on one core, with nothing else: how far JSON text can go whatever the rest of the job costs.
 
 A `moto_server` subprocess (or AWS_ENDPOINT_URL) holds the data. Each job is a real batch process, the entry
-the Fargate task runs (`python -m handlers.batch`, settings from `SERVESTACK_BATCH_*`); its peak RSS is the
+the Fargate task runs (`python -m servestack.adapters.batch`, settings from `SERVESTACK_BATCH_*`); its peak RSS is the
 child's `ru_maxrss` (getrusage RUSAGE_CHILDREN,
 read after each job, so it is the largest job so far). Run A goes through uninterrupted; run B is
 SIGKILLed once about half its parts exist, then rerun; every object under B's output must equal A's
@@ -147,7 +147,7 @@ def run_job(
                 "CHUNK_ROWS": str(chunk_rows), "DEPLOYMENT": "bench", "MODEL": "breast-cancer",
                 "OUTPUT_FORMAT": output_format}  # fmt: skip
     process = subprocess.Popen(
-        [sys.executable, "-m", "handlers.batch"],
+        [sys.executable, "-m", "servestack.adapters.batch"],
         cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         env={**os.environ, **aws_environment(url), "SERVESTACK_DEFAULT_MODEL": "breast-cancer",
              **(environment or {}), **{f"SERVESTACK_BATCH_{k}": v for k, v in settings.items()}},
@@ -213,8 +213,8 @@ def on_the_jobs_core() -> Iterator[None]:
 def raw_onnxruntime_rows_per_sec(files: list[Path], chunk: int) -> tuple[float, float]:
     """The model alone on the same rows, in the same chunk size (parsing excluded), on the job's core: the
     ceiling. (rows/s, CPU seconds per million rows)."""
-    from models.service import ModelRepository
-    from models.settings import ServingSettings
+    from servestack.inference.service import ModelRepository
+    from servestack.inference.settings import ServingSettings
 
     repository = ModelRepository(ServingSettings(max_batch_rows=chunk))
     repository.load_all()
@@ -236,10 +236,10 @@ def raw_onnxruntime_rows_per_sec(files: list[Path], chunk: int) -> tuple[float, 
 def json_floor_rows_per_sec(files: list[Path], chunk: int) -> float:
     """The job's own decoding of JSON Lines (lines found in blocks, cut into chunks, `decode_piece` on each),
     on the bytes of the first input file, in this process pinned to the job's core: the text-to-array floor."""
-    from models.service import ModelRepository
-    from models.settings import ServingSettings
-    from models.tabular.decode import decode_piece
-    from models.tabular.rows import Progress, block_lines, chunks
+    from servestack.inference.service import ModelRepository
+    from servestack.inference.settings import ServingSettings
+    from servestack.inference.tabular.decode import decode_piece
+    from servestack.inference.tabular.rows import Progress, block_lines, chunks
 
     repository = ModelRepository(ServingSettings(max_batch_rows=chunk))
     repository.load_all()

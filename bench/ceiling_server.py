@@ -1,6 +1,6 @@
 """The ceiling of the HTTP stack: a raw app that reads the request body and answers a constant, in the two
 interfaces `serve` runs the serving app on: ASGI (`app`: uvicorn, or granian --interface asgi) and granian's
-RSGI (`rsgi_app`: what `serve` runs on granian, handlers/rsgi.py).
+RSGI (`rsgi_app`: what `serve` runs on granian, servestack/adapters/rsgi.py).
 
 Run: uvicorn bench.ceiling_server:app, or granian --interface rsgi bench.ceiling_server:rsgi_app (the
 benchmark starts them on their own core).

@@ -1,9 +1,9 @@
-"""Lambda cold start from the real bundle: import + model load of `handlers.serverless`, .pyc present,
+"""Lambda cold start from the real bundle: import + model load of `servestack.adapters.serverless`, .pyc present,
 against a naive FastAPI + Mangum handler (bench/naive_lambda.py) placed in the same bundle.
 
     .venv/bin/python -m bench.cold_start [--runs 9]
 
-Builds the Lambda asset exactly as `cdk synth` does (stacks/bundling.py: manylinux wheels for CPython 3.12),
+Builds the Lambda asset exactly as `cdk synth` does (servestack/cdk/bundling.py: manylinux wheels for CPython 3.12),
 then starts a clean `python3.12 -I -S` per run with only the bundle on sys.path, pinned to one core, the two
 handlers alternating. Prints medians and the ratio; it never passes or fails on time.
 """
@@ -18,8 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from servestack.cdk.bundling import LocalPythonBundler, find_python, tree_size_bytes
 from servestack.local.hosting.processes import REPO_ROOT
-from stacks.bundling import LocalPythonBundler, find_python, tree_size_bytes
 
 TIMED_IMPORT = (
     "import sys, time; sys.path.insert(0, sys.argv[1]); t = time.perf_counter(); "
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> None:
         for name in ("__init__.py", "naive_server.py", "naive_lambda.py"):
             shutil.copy(REPO_ROOT / "bench" / name, bundle / "bench" / name)
         subprocess.run([python, "-m", "compileall", "-q", str(bundle / "bench")], check=True)
-        timings: dict[str, list[float]] = {"handlers.serverless": [], "bench.naive_lambda": []}
+        timings: dict[str, list[float]] = {"servestack.adapters.serverless": [], "bench.naive_lambda": []}
         for _ in range(args.runs):
             for module in timings:
                 out = subprocess.run(
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     ours, naive = (statistics.median(timings[m]) for m in timings)
     print(f"Lambda bundle: {size / 1e6:.1f} MB unzipped")
     print(f"init from the bundle (python3.12 -I -S, .pyc present), median of {args.runs}:")
-    print(f"  servestack handlers.serverless        {ours * 1000:6.0f} ms")
+    print(f"  servestack servestack.adapters.serverless        {ours * 1000:6.0f} ms")
     print(f"  naive FastAPI + Mangum (same bundle)  {naive * 1000:6.0f} ms")
     print(f"  ratio {ours / naive:.2f}")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 
 from bench.realtime import ARTIFACT, LoadResult, Payload, PinnedServer, median, wrk
-from models.registry import DirectoryStore, ModelRegistry
+from servestack.inference.registry import DirectoryStore, ModelRegistry
 from servestack.local.hosting.processes import free_port
 
 HOT_SET_SCRIPT = """
@@ -38,7 +38,7 @@ end
 
 def server(port: int, env: dict[str, str]) -> PinnedServer:
     base = {"SAGEMAKER_BIND_TO_PORT": str(port), "SERVESTACK_HOST": "127.0.0.1", "SERVESTACK_WORKERS": "1"}
-    return PinnedServer([".venv/bin/python", "-m", "handlers.realtime", "serve"], {**base, **env}, port)
+    return PinnedServer([".venv/bin/python", "-m", "servestack.adapters.realtime", "serve"], {**base, **env}, port)
 
 
 def run_case(env: dict[str, str], script: Path, payload: Payload, runs: int, seconds: float) -> LoadResult:

@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.optimize [--speed-sec 1.0]
 
 Seeds a directory registry in a temp folder with `digits@1` and `breast-cancer@1` (the packages
-`models/build.py` writes), writes rows files from the scikit-learn datasets the models were trained on (all
+`servestack/sample_models.py` writes), writes rows files from the scikit-learn datasets the models were trained on (all
 rows, labelled, for accuracy; every 7th row for calibration; for digits also 2,100 blends of two images,
 unlabelled, which cross decision boundaries, for agreement), then runs the real CLI once per model and method,
 pinned to one core (taskset), and prints what each `--report` says. The bundled models were fitted on every
@@ -48,7 +48,7 @@ def optimize(
     report.unlink(missing_ok=True)
     pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
     command = [
-        *pin, sys.executable, "-m", "servestack.cli", "models", "optimize", target, "--method", method,
+        *pin, sys.executable, "-m", "servestack.cli.main", "models", "optimize", target, "--method", method,
         "--eval", str(rows), "--calibration", str(calibration), "--registry", str(registry),
         "--speed-sec", str(speed_sec), "--report", str(report),
     ]  # fmt: skip

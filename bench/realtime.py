@@ -165,7 +165,7 @@ def uvicorn_argv(app: str, port: int) -> list[str]:
 
 
 def granian_argv(app: str, port: int, interface: str = "rsgi") -> list[str]:
-    """granian as `serve` runs it (handlers/realtime.py): RSGI, HTTP/1.1, no websockets, uvloop."""
+    """granian as `serve` runs it (servestack/adapters/realtime.py): RSGI, HTTP/1.1, no websockets, uvloop."""
     return [
         sys.executable, "-m", "granian", "--interface", interface, "--http", "1", "--no-ws", "--loop", "uvloop",
         "--port", str(port), "--log-level", "warning", app,
@@ -173,7 +173,7 @@ def granian_argv(app: str, port: int, interface: str = "rsgi") -> list[str]:
 
 
 def interface(http_server: str) -> str:
-    """How `serve` runs the app on `http_server` (handlers/realtime.py)."""
+    """How `serve` runs the app on `http_server` (servestack/adapters/realtime.py)."""
     return "granian RSGI" if http_server == "granian" else f"{http_server} ASGI"
 
 
@@ -186,7 +186,7 @@ def ours(port: int, http_server: str = DEFAULT_SERVER, extra_env: dict[str, str]
         "SERVESTACK_HTTP_SERVER": http_server,
         **(extra_env or {}),
     }
-    return PinnedServer([sys.executable, "-m", "handlers.realtime", "serve"], env, port)
+    return PinnedServer([sys.executable, "-m", "servestack.adapters.realtime", "serve"], env, port)
 
 
 def naive(port: int) -> PinnedServer:
@@ -258,7 +258,7 @@ def overload(
     port = free_port()
     server = ours(port, http_server)
     code = (
-        "import json, sys; from servestack.loadtest import Target, run; "
+        "import json, sys; from servestack.loadtest.driver import Target, run; "
         f"t = Target.from_url('http://127.0.0.1:{port}/invocations', open({str(payload.body_file)!r}, 'rb').read(), "
         f"{payload.content_type!r}); "
         "warm, _ = run(t, duration_sec=3, concurrency=8); "
@@ -494,7 +494,7 @@ def print_issue13_table(
 def lambda_init_sec(module: str, runs: int) -> list[float]:
     """Import of a Lambda handler module (model load included) in a fresh interpreter, .pyc present."""
     code = f"import time; t = time.perf_counter(); import {module}; print('INIT', time.perf_counter() - t)"
-    subprocess.run([sys.executable, "-m", "compileall", "-q", "handlers", "models", "bench"], cwd=REPO_ROOT, check=True)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "servestack", "bench"], cwd=REPO_ROOT, check=True)
     subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, check=True)  # warm the FS cache
     outputs = [
         subprocess.run(
@@ -772,7 +772,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         split = split_row(scratch, script, args.runs, args.duration_sec, args.http_server)
 
-    ours_init = lambda_init_sec("handlers.serverless", max(args.runs, 5))
+    ours_init = lambda_init_sec("servestack.adapters.serverless", max(args.runs, 5))
     naive_init = lambda_init_sec("bench.naive_lambda", max(args.runs, 5))
     print("Lambda init (import + model load, .pyc present), median:")
     print(f"  servestack {median(ours_init) * 1000:.0f} ms; naive FastAPI + Mangum {median(naive_init) * 1000:.0f} ms")

@@ -5,7 +5,7 @@ honouring Retry-After).
 
     make bench      (or: .venv/bin/python -m bench.servers --runs 3 --duration-sec 5 --overload-sec 10)
 
-`serve` runs granian unless SERVESTACK_HTTP_SERVER=uvicorn (handlers/realtime.py). Every figure is the median
+`serve` runs granian unless SERVESTACK_HTTP_SERVER=uvicorn (servestack/adapters/realtime.py). Every figure is the median
 of --runs runs; the bench prints figures and ratios and never passes or fails on time.
 """
 

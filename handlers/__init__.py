@@ -1,11 +1,5 @@
-"""One thin adapter per AWS runtime around the inference core (models/).
+"""This project's entry points: what its functions and containers run.
 
-numpy's BLAS gets one thread unless the environment asks for more. This runs before any handler imports numpy:
-OpenBLAS starts a thread per core on import (a batch job pinned to one core spent ~0.06 CPU s on it, a
-96-core host far more), and nothing here multiplies matrices with numpy: onnxruntime has its own threads
-(`intra_op_threads`), and serving runs one worker per core.
+Each module re-exports servestack's adapter for one AWS runtime. Wrap one here to add what your project needs
+(authentication, extra routes, logging); the constructs name these modules in the templates they synthesize.
 """
-
-import os
-
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

@@ -1,20 +1,5 @@
-"""The Lambda entry: Mangum over the shared ASGI app. Models load during init (import), not per request.
+"""The Lambda function's entry (`handlers.serverless.handler`): servestack's HTTP app under Mangum."""
 
-Mangum answers API Gateway HTTP API (v2), REST API (v1), Function URL and ALB events alike. Init imports
-only what the first prediction needs (no FastAPI: it loads on the first docs or listing request), and
-logs go through the standard library: with the function's log format set to JSON, Lambda adds the
-request id and level itself, at no import cost.
-"""
+from servestack.adapters.serverless import handler
 
-from __future__ import annotations
-
-from mangum import Mangum
-
-from handlers.app import create_app
-from models.service import ModelRepository
-from models.settings import ServingSettings
-
-repository = ModelRepository(ServingSettings.from_environment())
-repository.load_all()
-app = create_app(repository)
-handler = Mangum(app, lifespan="off")
+__all__ = ["handler"]

@@ -1,4 +1,4 @@
-"""The alarm definitions that guard a release, in one place: `stacks/guardrails.py` turns them into CloudWatch
+"""The alarm definitions that guard a release, in one place: `servestack/cdk/guardrails.py` turns them into CloudWatch
 alarms, and the local rehearsal (`servestack local deploy`) evaluates them on live local metrics.
 
 A definition says what CloudWatch needs: the metric (or the ratio of two), the statistic, the threshold in
@@ -85,7 +85,7 @@ def sagemaker_variant_alarms(settings: AlarmSettings) -> list[AlarmDefinition]:
     ]
 
 
-# The realtime container's own overload metrics (handlers/metrics.py writes them as EMF).
+# The realtime container's own overload metrics (servestack/adapters/metrics.py writes them as EMF).
 OVERLOAD_NAMESPACE = "servestack"
 
 

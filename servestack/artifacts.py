@@ -17,8 +17,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from models.settings import BUNDLED_ARTIFACTS
-
 
 class ModelSpec(Protocol):
     """What this module reads of `servestack.spec.ModelSpec` (a protocol: spec.py imports this module)."""
@@ -40,10 +38,15 @@ class ServingSpec(Protocol):
     def models(self) -> Sequence[ModelSpec]: ...
 
 
-# The packages models/build.py builds (its RECIPES); tests/unit/test_artifacts.py keeps the two in step.
+# The packages servestack/sample_models.py builds (its RECIPES); tests/unit/test_artifacts.py keeps the two in step.
 BUNDLED_MODELS = {"digits": "1", "breast-cancer": "1"}
 MANIFEST = "manifest.json"
-REPO_ROOT = BUNDLED_ARTIFACTS.parents[1]
+_PACKAGE = Path(__file__).resolve().parent
+# servestack's own source checkout (where `make models` rebuilds the bundled packages), when running from one.
+REPO_ROOT = _PACKAGE.parent
+# The bundled packages: inside an installed servestack, the project template's; in a source checkout, its own.
+_PACKAGED = _PACKAGE / "project_template" / "models" / "artifacts"
+BUNDLED_ARTIFACTS = _PACKAGED if _PACKAGED.is_dir() else REPO_ROOT / "models" / "artifacts"
 
 
 def package_dir(model: ModelSpec, root: Path, *, bundled: bool = True) -> Path | None:
@@ -77,7 +80,7 @@ def creating_command(model: ModelSpec, root: Path) -> str:
         if root.resolve() == REPO_ROOT:
             return "make models"
         out = shlex.quote(str(root / "models" / "artifacts"))
-        return f"python -m models.build --out {out} {model.name}"
+        return f"python -m servestack.sample_models --out {out} {model.name}"
     push = f"servestack models push MODEL.onnx --name {model.name} --version {model.version}"
     if model.path is not None:
         return f"{push} (it writes models/artifacts/{model.name}/{model.version}/; then drop `path:`)"

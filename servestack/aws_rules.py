@@ -33,8 +33,8 @@ FARGATE_SIZE_RULE = AwsRule(
 )
 FARGATE_ARM64_RULE = AwsRule(
     "a task definition with cpuArchitecture ARM64 runs on ARM hosts, which need an image built for linux/arm64; "
-    "servestack builds the Fargate batch image (containers/cpu.Dockerfile) for linux/amd64 only, so the task "
-    "would stop at start with 'exec format error'",
+    "servestack builds the Fargate batch image (servestack/cdk/containers/cpu.Dockerfile) for linux/amd64 only, "
+    "so the task would stop at start with 'exec format error'",
     "https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs-arm-specifying.html",
 )
 SERVERLESS_EXCLUSIONS_RULE = AwsRule(

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from models.errors import InvalidInput
+from servestack.inference.errors import InvalidInput
 
 ColumnKind = Literal["float32", "int64", "string"]
 SINGLE_INPUT = "input"

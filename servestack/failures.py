@@ -1,7 +1,7 @@
 """How `servestack` commands fail: one line saying what to do, and a documented exit code.
 
 These are the exits of the command line, not errors a server reports to a caller (those are the
-`models/errors.py` hierarchy, each with its HTTP status). `failure_of` is the one place where an exception
+`servestack/inference/errors.py` hierarchy, each with its HTTP status). `failure_of` is the one place where an exception
 raised anywhere below a command becomes an exit code and a line; `servestack --debug` shows the traceback
 instead. The codes are listed in `servestack --help` and in the README.
 """
@@ -78,7 +78,7 @@ def failure_of(error: BaseException) -> tuple[ExitCode, str] | None:
 
 
 def _serving_error(error: BaseException) -> tuple[ExitCode, str] | None:
-    from models.errors import ModelNotFound, ServingError, VersionConflict
+    from servestack.inference.errors import ModelNotFound, ServingError, VersionConflict
 
     if not isinstance(error, ServingError):
         return None

@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from models.errors import InvalidInput
 from servestack.conversion import TOLERANCE_TEXT, Column, check_answers, sample_columns, to_onnx
+from servestack.inference.errors import InvalidInput
 
 if TYPE_CHECKING:
-    from models.manifest import Manifest
+    from servestack.inference.manifest import Manifest
 
 # Rows of the sample written as the package's sample request (what smoke tests and pre-traffic hooks send).
 SAMPLE_REQUEST_ROWS = 5
@@ -71,7 +71,7 @@ def push(
     (`CommandError`, `ServingError`) otherwise, as the command line reports them."""
     import importlib.util
 
-    from models.registry import check_name
+    from servestack.inference.registry import check_name
 
     check_name(name)
     if importlib.util.find_spec("skl2onnx") is None:
@@ -102,7 +102,7 @@ def push(
         argv += _flags(version=version, labels=labels, process=process, artifacts=artifacts, registry=registry)
         argv += ["--promote"] if promote else []
         args = _push_arguments(argv, allow_nan=_has_nan(columns))
-        from servestack.registry_commands import run_push
+        from servestack.cli.models import run_push
 
         run_push(args)
     return Pushed(_pushed_manifest(name, version, args), len(columns[0].values))
@@ -146,7 +146,7 @@ def _flags(**values: Any) -> list[str]:
 def _push_arguments(argv: list[str], *, allow_nan: bool) -> argparse.Namespace:
     """`servestack models push`'s arguments, parsed by its own parser, so every flag it has keeps its default.
     A sample with NaN asks for `--allow-nan` where the command has that flag."""
-    from servestack.registry_commands import push_arguments
+    from servestack.cli.models import push_arguments
 
     parser = argparse.ArgumentParser(prog="servestack.models.push", add_help=False)
     push_arguments(parser)
@@ -159,10 +159,10 @@ def _push_arguments(argv: list[str], *, allow_nan: bool) -> argparse.Namespace:
 
 def _pushed_manifest(name: str, version: str | None, args: argparse.Namespace) -> Manifest:
     """The manifest just written: in the artifacts folder when there is one, else in the registry."""
-    from models.registry import DirectoryStore, ModelRegistry
-    from models.service import version_order
     from servestack import project
-    from servestack.registry_commands import optional_registry
+    from servestack.cli.models import optional_registry
+    from servestack.inference.registry import DirectoryStore, ModelRegistry
+    from servestack.inference.service import version_order
 
     root = project.find_project()
     artifacts = args.artifacts or (project.artifacts_root(root) if root is not None else None)

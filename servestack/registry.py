@@ -1,6 +1,6 @@
 """The model registry as the CLI and `local up` use it: the emulator's registry URI and its seeding.
 
-The store itself (S3 or a directory) is `handlers/aws/registry.py`, which the multi-model container runs.
+The store itself (S3 or a directory) is `servestack/adapters/aws/registry.py`, which the multi-model container runs.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from handlers.aws.registry import open_registry
-from models.registry import ModelRegistry
+from servestack.adapters.aws.registry import open_registry
+from servestack.inference.registry import ModelRegistry
 
 __all__ = ["LOCAL_BUCKET", "LOCAL_URI", "ensure_bucket", "open_registry", "seed", "seed_local"]
 
@@ -46,7 +46,7 @@ def seed_local(s3: Any, spec: Any, artifacts: Path, uri: str = LOCAL_URI) -> str
     every other package in `artifacts` (what `servestack models push` wrote there), so that pushed versions
     outlive a restart of the emulator."""
     ensure_bucket(uri, s3)
-    from models.errors import ServingError
+    from servestack.inference.errors import ServingError
 
     registry = open_registry(uri, client=s3)
     declared = [artifacts / m.name / m.version for m in spec.models]

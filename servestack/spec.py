@@ -178,8 +178,9 @@ def _check_timezone(value: str) -> str:
 
 
 def uses_gpu(instance_type: str) -> bool:
-    """Whether an instance type has NVIDIA GPUs, so its container is the GPU image (containers/gpu.Dockerfile);
-    every other accepted type runs the CPU image (containers/cpu.Dockerfile)."""
+    """Whether an instance type has NVIDIA GPUs, so its container is the GPU image
+    (servestack/cdk/containers/gpu.Dockerfile); every other accepted type runs the CPU image
+    (servestack/cdk/containers/cpu.Dockerfile)."""
     return GPU_FAMILY.match(instance_type) is not None
 
 
@@ -434,7 +435,7 @@ class RealtimeDeployment(_DeploymentBase):
 
     def _serverless_coherent(self) -> None:
         """What Serverless Inference excludes, of what the spec can express (servestack sets no VPC, data capture
-        or Model Monitor, and leaves network isolation off for serverless variants: stacks/realtime.py)."""
+        or Model Monitor, and leaves network isolation off for serverless variants: servestack/cdk/realtime.py)."""
         if self.shadow:
             _fail(
                 "shadow",
@@ -608,7 +609,7 @@ class BatchDeployment(_DeploymentBase):
 
     @model_validator(mode="after")
     def _coherent(self) -> Self:
-        # pyarrow alone is ~165 MB installed: the Lambda bundle (<= 150 MB unzipped, stacks/bundling.py) leaves
+        # pyarrow alone is ~165 MB installed: the Lambda bundle (<= 150 MB unzipped, servestack/cdk/bundling.py) leaves
         # it out, so Parquet needs the container image.
         parquet = "Parquet needs pyarrow, which the Lambda bundle leaves out to stay under 150 MB"
         if self.runner == "lambda" and self.input_format == "parquet":

@@ -29,7 +29,7 @@ HOOKS_SOURCE = Path(__file__).resolve().parent / "fixtures" / "digit_words_proce
 
 @dataclass
 class RealtimeServer:
-    """`python -m handlers.realtime serve`, exactly as the container runs it, on a free local port."""
+    """`python -m servestack.adapters.realtime serve`, exactly as the container runs it, on a free local port."""
 
     child: RealtimeProcess
     log_path: Path
@@ -89,7 +89,7 @@ def digits() -> tuple[np.ndarray, np.ndarray]:
 @pytest.fixture(scope="session")
 def sklearn_digits(digits: tuple[np.ndarray, np.ndarray]) -> Any:
     """The scikit-learn model the committed ONNX file was converted from, retrained (seeded) from the recipe."""
-    from models.build import RECIPES, train
+    from servestack.sample_models import RECIPES, train
 
     estimator, *_ = train(RECIPES["digits"])
     return estimator
@@ -159,7 +159,7 @@ def lambda_event(
 
 @dataclass
 class LambdaHandler:
-    """`handlers.serverless.handler` with the event loop Mangum created at import, as in a Lambda process."""
+    """`servestack.adapters.serverless.handler` with the event loop Mangum created at import, as in a Lambda process."""
 
     handler: Any
     loop: asyncio.AbstractEventLoop
@@ -176,7 +176,7 @@ class LambdaHandler:
 
 @pytest.fixture(scope="session")
 def lambda_handler() -> Iterator[LambdaHandler]:
-    from handlers import serverless
+    from servestack.adapters import serverless
 
     loop = asyncio.get_event_loop_policy().get_event_loop()  # the loop Mangum set up during init
     asyncio.set_event_loop(None)

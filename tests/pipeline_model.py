@@ -52,7 +52,7 @@ def pipeline_model() -> PipelineModel:
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
-    from models.packaging import build_package
+    from servestack.inference.packaging import build_package
 
     features, target = load_iris(return_X_y=True)
     features = features.astype(np.float32)

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from models.packaging import build_package
-from models.service import ServedModel
-from models.settings import ServingSettings
+from servestack.inference.packaging import build_package
+from servestack.inference.service import ServedModel
+from servestack.inference.settings import ServingSettings
 
 
 def summing_model(path: Path) -> Path:

@@ -29,7 +29,7 @@ LAMBDA_DEFAULT_CONCURRENCY_QUOTA = 1000
 HTTP_API_MAX_RATE = 10_000
 MAX_INSTANCES = 100  # serving.yaml's bound on max_instances
 SERVERLESS_MEMORY_MIB = 2048
-SUBMIT_MEMORY_MIB = 512  # the async submit function (stacks/asynchronous.py)
+SUBMIT_MEMORY_MIB = 512  # the async submit function (servestack/cdk/asynchronous.py)
 # Not measured: the submit function only writes a job record and presigns a URL; 20 ms is a round figure.
 SUBMIT_BILLED_MS = 20
 ASYNC_BATCH_WINDOW_SEC = 1
@@ -41,7 +41,7 @@ FARGATE_CPU_UNITS, FARGATE_MEMORY_MIB = 1024, 4096
 
 
 def invalid_input(message: str, field: str, value: Any = None, allowed: str | None = None) -> Exception:
-    from models.errors import InvalidInput
+    from servestack.inference.errors import InvalidInput
 
     return InvalidInput(message, field=field, value=value, allowed=allowed)
 

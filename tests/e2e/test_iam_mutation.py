@@ -38,7 +38,7 @@ def test_removing_the_batch_output_grant_fails_the_run_with_access_denied(tmp_pa
     # GIVEN a project whose batch construct no longer lets the function write its output prefix
     project = tmp_path / "project"
     spec = copy_project(project, SPEC)
-    constructs = project / "stacks" / "batch.py"
+    constructs = project / "servestack" / "cdk" / "batch.py"
     original = constructs.read_text()
     assert original.count(GRANT) == 1, "the grant this test removes is not where it expects it"
     constructs.write_text(original.replace(GRANT, WITHOUT_PUT))

@@ -155,7 +155,7 @@ def test_local_run_batch_starts_the_run_as_the_schedules_role(up: LocalUp) -> No
     [
         ("PreTrafficHookRole", "codedeploy:PutLifecycleEventHookExecutionStatus", None),
         ("PreTrafficHookRole", "lambda:InvokeFunction", None),
-        # the service role's statements (stacks/serverless.py): one allows the alias calls, of which the release
+        # the service role's statements (servestack/cdk/serverless.py): one allows the alias calls, of which the release
         # makes GetAlias first; one the group's alarm reads; CDK's the hook's invoke
         ("DeploymentServiceRo", "lambda:UpdateAlias", "lambda:GetAlias"),
         ("DeploymentServiceRo", "cloudwatch:DescribeAlarms", None),

@@ -132,9 +132,9 @@ def _variant_masters(project: Path) -> list[int]:
 
 
 def _is_container(command: bytes) -> bool:
-    """The working tree's entry (`python -m handlers.realtime serve`) or the image's, run from its staged build
-    context (`…/bin/serve serve`: the Dockerfile's ENTRYPOINT and SageMaker's argument)."""
-    return b"handlers.realtime" in command or b"/serve\x00serve" in command
+    """The working tree's entry (`python -m servestack.adapters.realtime serve`) or the image's, run from its staged
+    build context (`…/bin/serve serve`: the Dockerfile's ENTRYPOINT and SageMaker's argument)."""
+    return b"servestack.adapters.realtime" in command or b"/serve\x00serve" in command
 
 
 def _descendants(pid: int) -> list[int]:

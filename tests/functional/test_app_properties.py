@@ -1,4 +1,4 @@
-"""Property tests of the HTTP app (handlers/app.py) with hostile headers and bodies.
+"""Property tests of the HTTP app (servestack/adapters/app.py) with hostile headers and bodies.
 
 Driven through httpx's ASGI transport rather than a server process: hundreds of requests run in seconds;
 an exception the app lets out reaches this test (the transport re-raises it) instead of hiding behind a 500
@@ -23,9 +23,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from handlers.app import ServingApp
-from models.service import ModelRepository
-from models.settings import ServingSettings
+from servestack.adapters.app import ServingApp
+from servestack.inference.service import ModelRepository
+from servestack.inference.settings import ServingSettings
 from tests.conftest import ARTIFACTS
 from tests.memory import peak_rss_growth
 from tests.unit.test_codec_properties import csv_bodies, json_bodies, npy_bodies

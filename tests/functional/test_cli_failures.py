@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from servestack.cli import COMMANDS
+from servestack.cli.main import COMMANDS
 from servestack.failures import ExitCode
 from servestack.local.hosting.processes import free_port
 from tests.conftest import ARTIFACTS, REPO_ROOT

@@ -21,7 +21,7 @@ import numpy as np
 import orjson
 import pytest
 
-from models import codecs, media_types
+from servestack.inference import codecs, media_types
 from tests.conftest import ARTIFACTS, RealtimeServer
 
 pytestmark = pytest.mark.slow

@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from servestack import loadtest
 from servestack.failures import ExitCode
-from servestack.loadtest import Sample, Target, run, summarize
-from servestack.loadtest_command import draw, plot, region_of
+from servestack.loadtest import driver as loadtest
+from servestack.loadtest.command import draw, plot, region_of
+from servestack.loadtest.driver import Sample, Target, run, summarize
 from servestack.local.hosting.processes import free_port, http_status, stop_process
 from tests.conftest import ARTIFACTS, REPO_ROOT, RealtimeServer
 
@@ -67,7 +67,7 @@ def test_cli_writes_the_json_report_and_the_png(realtime_server: RealtimeServer,
         [
             sys.executable,
             "-m",
-            "servestack.cli",
+            "servestack.cli.main",
             "loadtest",
             f"{realtime_server.url}/invocations",
             "--data",
@@ -170,7 +170,7 @@ def sigv4_server(tmp_path: Path) -> Iterator[str]:
 def loadtest_cli(url: str, tmp_path: Path, secret: str, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env |= {"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": secret, "AWS_SESSION_TOKEN": "token-1"}
-    argv = [sys.executable, "-m", "servestack.cli", "loadtest", f"{url}/prod/invocations", "--sigv4",
+    argv = [sys.executable, "-m", "servestack.cli.main", "loadtest", f"{url}/prod/invocations", "--sigv4",
             "--region", "eu-west-1", "--duration", "1", "--concurrency", "2",
             "--data", str(ARTIFACTS / "digits" / "1" / "sample-request.json"),
             "--report", str(tmp_path / "r.json"), "--plot", str(tmp_path / "r.png"), *extra]  # fmt: skip

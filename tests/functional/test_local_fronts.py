@@ -1,6 +1,6 @@
 """The fronts of local mode against hostile bodies: `HttpFront` (API Gateway in front of the serverless and
 async-submit functions) and `LocalHttpServer` (the AWS API front, the Lambda Invoke API, the HTTP APIs). Both
-are local mode's one HTTP stack (uvicorn, bodies read by handlers/body.py); each case runs against both, over
+are local mode's one HTTP stack (uvicorn, bodies read by servestack/adapters/body.py); each case runs against both, over
 real sockets."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from models.registry import DirectoryStore, ModelRegistry
+from servestack.inference.registry import DirectoryStore, ModelRegistry
 from tests.conftest import ARTIFACTS, RealtimeServer
 
 pytestmark = pytest.mark.slow

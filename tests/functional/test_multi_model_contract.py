@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from models.registry import ModelRegistry, archive_key, package_archive
+from servestack.inference.registry import ModelRegistry, archive_key, package_archive
 from servestack.local.hosting.http_server import Request
 from servestack.local.sagemaker.multi_model import ArchiveRefused, MultiModelFront, extract_archive, not_multi_model
 from tests.conftest import ARTIFACTS, RealtimeServer

@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from models.packaging import create_package
-from models.registry import package_archive
+from servestack.inference.packaging import create_package
+from servestack.inference.registry import package_archive
 from servestack.local.hosting.http_server import Request
 from servestack.local.sagemaker.multi_model import RATIO_FLOOR_BYTES, MultiModelFront, model_name_of
 from tests.conftest import ARTIFACTS, RealtimeServer

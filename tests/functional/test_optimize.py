@@ -12,11 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from models import media_types
-from models.registry import ModelRegistry
-from models.service import ServedModel
-from models.settings import ServingSettings
-from servestack.cli import main
+from servestack.cli.main import main
+from servestack.inference import media_types
+from servestack.inference.registry import ModelRegistry
+from servestack.inference.service import ServedModel
+from servestack.inference.settings import ServingSettings
 from servestack.registry import open_registry, seed
 from tests.conftest import ARTIFACTS
 

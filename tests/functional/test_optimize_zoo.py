@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from models.registry import ModelRegistry
-from models.service import ServedModel
-from models.settings import ServingSettings
-from servestack.cli import main
+from servestack.cli.main import main
 from servestack.conversion import Column, to_onnx, worst_row
+from servestack.inference.registry import ModelRegistry
+from servestack.inference.service import ServedModel
+from servestack.inference.settings import ServingSettings
 from servestack.registry import open_registry
 from tests.zoo import WINE_CULTIVARS, ZooModel
 

@@ -10,8 +10,8 @@ import numpy as np
 import orjson
 import pytest
 
-from models.service import ModelRepository
-from models.settings import ServingSettings
+from servestack.inference.service import ModelRepository
+from servestack.inference.settings import ServingSettings
 from tests.conftest import LambdaHandler, RealtimeServer, lambda_event, response_body
 
 pytestmark = pytest.mark.slow

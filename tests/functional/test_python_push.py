@@ -12,13 +12,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from models import media_types
-from models.errors import InvalidInput
-from models.registry import DirectoryStore, ModelRegistry
-from models.service import ServedModel
-from models.settings import ServingSettings
 from servestack import models
 from servestack.conversion import feeds, sample_columns, worst_row
+from servestack.inference import media_types
+from servestack.inference.errors import InvalidInput
+from servestack.inference.registry import DirectoryStore, ModelRegistry
+from servestack.inference.service import ServedModel
+from servestack.inference.settings import ServingSettings
 from tests.zoo import ZooModel, news_tfidf
 
 pytestmark = pytest.mark.slow

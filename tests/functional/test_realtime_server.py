@@ -13,7 +13,7 @@ import httpx
 import numpy as np
 import pytest
 
-from models.packaging import create_package
+from servestack.inference.packaging import create_package
 from tests.conftest import ARTIFACTS, RealtimeServer
 
 pytestmark = pytest.mark.slow

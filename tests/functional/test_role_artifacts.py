@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from handlers.metrics import OverloadMetrics
+from servestack.adapters.metrics import OverloadMetrics
 from servestack.local.emulator.moto_server import EmbeddedEmulator, client_as
 from servestack.local.iam.access import LocalAccess
 from servestack.local.iam.identities import Credentials

@@ -137,7 +137,7 @@ def _noisy_digits(model_dir: Path) -> None:
     import onnx
     from onnx import numpy_helper
 
-    from models.packaging import create_package
+    from servestack.inference.packaging import create_package
 
     model = onnx.load(str(ARTIFACTS / "digits" / "1" / "model.onnx"))
     first = next(i for i in model.graph.initializer if numpy_helper.to_array(i).size > 64)

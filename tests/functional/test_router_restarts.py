@@ -42,14 +42,14 @@ def children_of(pid: int) -> list[int]:
 
 
 def serving_masters(router: RouterProcess) -> list[int]:
-    """The variant containers' master processes (`python -m handlers.realtime serve`) the router started."""
+    """The variant containers' master processes (`python -m servestack.adapters.realtime serve`) the router started."""
     masters = []
     for pid in children_of(router.process.pid):
         try:
             command = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"handlers.realtime" in command:
+        if b"servestack.adapters.realtime" in command:
             masters.append(pid)
     return masters
 

@@ -31,7 +31,7 @@ def invoke(handler: Any, event: dict[str, Any]) -> tuple[int, bytes, dict[str, s
 
 
 def test_models_are_loaded_during_init_not_per_request() -> None:
-    from handlers import serverless
+    from servestack.adapters import serverless
 
     assert serverless.repository.ready
     assert all(model.runtime.warmed_up for model in serverless.repository.models())

@@ -18,9 +18,9 @@ import numpy as np
 import orjson
 import pytest
 
-from models.packaging import build_package, create_package
-from models.service import ServedModel
-from models.settings import ServingSettings
+from servestack.inference.packaging import build_package, create_package
+from servestack.inference.service import ServedModel
+from servestack.inference.settings import ServingSettings
 from tests.conftest import REPO_ROOT, RealtimeServer, lambda_event
 from tests.pipeline_model import COLUMNS, SPECIES, PipelineModel, pipeline_model
 
@@ -166,7 +166,7 @@ def test_the_lambda_module_answers_a_records_request_on_a_real_http_api_event(bu
     event = lambda_event("http-api-v2", body, headers={"content-type": "application/json"})
     script = (
         "import json, sys\n"
-        "from handlers import serverless\n"
+        "from servestack.adapters import serverless\n"
         "from tests.conftest import LambdaContext\n"
         "print(json.dumps(serverless.handler(json.load(sys.stdin), LambdaContext())))\n"
     )

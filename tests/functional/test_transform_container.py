@@ -11,8 +11,8 @@ import httpx
 import numpy as np
 import pytest
 
-from models.service import ModelRepository
-from models.settings import ServingSettings
+from servestack.inference.service import ModelRepository
+from servestack.inference.settings import ServingSettings
 from tests.conftest import RealtimeServer
 
 pytestmark = pytest.mark.slow
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def transform_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealtimeServer]:
-    # What SageMaker sets in a transform job's container, plus what stacks/batch.py sets on the model.
+    # What SageMaker sets in a transform job's container, plus what servestack/cdk/batch.py sets on the model.
     env = {
         "SAGEMAKER_BATCH": "true",
         "SAGEMAKER_BATCH_STRATEGY": "MULTI_RECORD",

@@ -169,7 +169,7 @@ def make_project(root: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
-    import app as cdk_app
+    from servestack.cdk import app as cdk_app
 
     root = make_project(tmp_path_factory.mktemp("project"))
     outdir = tmp_path_factory.mktemp("cdk.out")

@@ -14,7 +14,7 @@ from tests.infra.conftest import REPO, make_project
 
 
 def test_out_of_range_setting_fails_before_any_stack_is_built(tmp_path: Path) -> None:
-    import app as cdk_app
+    from servestack.cdk import app as cdk_app
 
     root = make_project(tmp_path)
     spec = yaml.safe_load((root / "serving.yaml").read_text(encoding="utf-8"))
@@ -54,7 +54,7 @@ def test_python_app_py_exits_2_with_the_problem_on_stderr(tmp_path: Path) -> Non
 
 
 def test_strategy_that_outlasts_sagemakers_limit_is_rejected_with_the_numbers() -> None:
-    from stacks.guardrails import sagemaker_execution_timeout_sec
+    from servestack.cdk.guardrails import sagemaker_execution_timeout_sec
 
     slow = Strategy(type="linear", linear_step_percent=1, interval_minutes=60)
 
@@ -77,7 +77,7 @@ def test_construct_props_are_validated_with_value_and_allowed(kwargs: dict[str, 
     from aws_cdk import aws_lambda as lambda_
     from aws_cdk import aws_s3 as s3
 
-    from stacks.batch import BatchJob
+    from servestack.cdk.batch import BatchJob
 
     stack = Stack(App(), "Bare")
     bucket = s3.Bucket(stack, "B")

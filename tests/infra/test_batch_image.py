@@ -51,7 +51,7 @@ def dockerfile_settings(dockerfile: Path) -> tuple[str, dict[str, str]]:
 def shipped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A project with one Fargate batch deployment of the digits model, synthesized with servestack's real
     Dockerfiles and sources (bundling skipped: no Lambda here)."""
-    import app as cdk_app
+    from servestack.cdk import app as cdk_app
 
     project = tmp_path_factory.mktemp("project")
     name, version = MODEL

@@ -2,7 +2,7 @@
 
 It installs the lock's runtime wheels for CPython 3.12 / manylinux x86_64 (from uv's cache, or the package
 index the first time), then starts a clean python3.12 (`-I -S`: no site-packages, no user paths) whose only
-extra `sys.path` entry is the bundle, imports `handlers.serverless` and answers an API Gateway HTTP API (v2)
+extra `sys.path` entry is the bundle, imports `servestack.adapters.serverless` and answers an API Gateway HTTP API (v2)
 event for POST /invocations with the model's sample request.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from stacks.bundling import LocalPythonBundler, find_python, tree_size_bytes
+from servestack.cdk.bundling import LocalPythonBundler, find_python, tree_size_bytes
 from tests.infra.conftest import REPO
 
 LIMIT_BYTES = 150 * 1024 * 1024  # the issue's ceiling; Lambda's own is 250 MB unzipped
@@ -24,7 +24,7 @@ RUN_HANDLER = r"""
 import json, sys, types
 sys.path.insert(0, sys.argv[1])
 event = json.loads(sys.argv[2])
-import handlers.serverless as entry
+import servestack.adapters.serverless as entry
 assert all(not p.endswith("site-packages") for p in sys.path), sys.path
 context = types.SimpleNamespace(
     function_name="bundle-test", function_version="1", memory_limit_in_mb=2048, aws_request_id="req-1",
@@ -42,7 +42,7 @@ print("REPLY " + json.dumps(reply))
 @pytest.mark.timeout(600)
 def test_bundle_imports_and_answers_an_http_api_event_from_the_bundle_alone(tmp_path: Path) -> None:
     if not (REPO / "handlers" / "serverless.py").is_file() or not (REPO / MODEL / "model.onnx").is_file():
-        pytest.skip("handlers/serverless.py or the digits model is not in this checkout yet")
+        pytest.skip("servestack/adapters/serverless.py or the digits model is not in this checkout yet")
     python = find_python("3.12")
     if python is None:
         pytest.skip("no python3.12 interpreter to run the bundle (pyenv install 3.12)")

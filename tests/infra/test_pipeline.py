@@ -63,7 +63,7 @@ def test_source_is_a_codestar_connection_and_synth_runs_the_tests(synth: Synth) 
     commands = [c for s in specs for phase in s["phases"].values() for c in phase.get("commands", [])]
     assert "make test" in commands
     assert "make synth" in commands
-    assert ".venv/bin/python -m stacks.smoke" in commands
+    assert ".venv/bin/python -m servestack.cdk.smoke" in commands
 
 
 def test_each_stage_deploys_its_own_copy_of_the_chosen_deployments(synth: Synth) -> None:
@@ -108,7 +108,7 @@ def cdk_synth(*flags: str, outdir: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_app_docstring_shows_the_pipeline_form_the_next_test_runs() -> None:
-    import app as cdk_app
+    from servestack.cdk import app as cdk_app
 
     assert (
         "cdk synth -c servestack:pipeline=true -c servestack:repo=owner/name -c servestack:connection-arn=arn:..."
@@ -173,7 +173,7 @@ def test_a_missing_repo_or_connection_exits_2_naming_the_flag(
 def test_generated_role_acknowledgements_are_partition_aware() -> None:
     from aws_cdk import App, Stack
 
-    from stacks.pipeline import _generated_findings_for
+    from servestack.cdk.pipeline import _generated_findings_for
 
     findings = _generated_findings_for(Stack(App(), "Bare"), ["Project"], "Bucket")
 
@@ -202,7 +202,7 @@ def test_smoke_step_role_may_call_exactly_what_the_smoke_test_calls_in_its_stage
     # GIVEN the pipeline's two deployments per stage: digits-api (serverless) and cancer-nightly (batch)
     statements = smoke_role_statements(synth, stage)
     prefix = f"servestack-{stage.lower()}-"
-    # THEN stacks/smoke.py's calls are allowed on this stage's resources alone: Lambda Invoke of the serverless
+    # THEN servestack/cdk/smoke.py's calls are allowed on this stage's resources alone: Lambda Invoke of the serverless
     # deployment's `live` alias, and GetSchedule of the batch deployment's schedule
     assert {
         "Effect": "Allow",
@@ -225,12 +225,13 @@ def test_smoke_step_role_may_call_exactly_what_the_smoke_test_calls_in_its_stage
 
 
 def test_smoke_grants_name_the_resources_each_mode_creates(synth: Synth) -> None:
-    from stacks.deployment import DeploymentStack
+    from servestack.cdk.deployment import DeploymentStack
 
     # GIVEN every deployment stack of the session's app (realtime, components, serverless, async, batch)
     stacks = {s.deployment: s for s in synth.app.node.children if isinstance(s, DeploymentStack)}
     grants = {name: (s.smoke_grant.action, s.smoke_grant.resources) for name, s in stacks.items()}
-    # THEN each grant is the call stacks/smoke.py makes for its kind, on the name its template gives the resource
+    # THEN each grant is the call servestack/cdk/smoke.py makes for its kind, on the name its template gives the
+    # resource
     assert grants["digits-realtime"] == ("sagemaker:InvokeEndpoint", ("endpoint/servestack-digits-realtime",))
     assert grants["two-models"] == (
         "sagemaker:InvokeEndpoint",

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from servestack.spec import SpecError
+from tests.conftest import ARTIFACTS
 from tests.infra.conftest import REPO, make_project
 
 SERVESTACK = str(Path(sys.executable).parent / "servestack")
@@ -22,12 +23,12 @@ SERVESTACK = str(Path(sys.executable).parent / "servestack")
 def test_a_pushed_model_synthesizes_with_its_own_sample_in_the_pre_traffic_hook(tmp_path: Path) -> None:
     from aws_cdk.assertions import Template
 
-    import app as cdk_app
+    from servestack.cdk import app as cdk_app
 
     # GIVEN a project, and the bundled breast-cancer ONNX file pushed into it as a new model `cancer`
     (tmp_path / "project").mkdir()
     root = make_project(tmp_path / "project")
-    onnx_file = Path(cdk_app.ROOT) / "models" / "artifacts" / "breast-cancer" / "1" / "model.onnx"
+    onnx_file = ARTIFACTS / "breast-cancer" / "1" / "model.onnx"
     pushed = subprocess.run(
         [SERVESTACK, "models", "push", str(onnx_file), "--name", "cancer"],
         cwd=root,
@@ -66,7 +67,7 @@ def test_a_pushed_model_synthesizes_with_its_own_sample_in_the_pre_traffic_hook(
 
 
 def test_synth_of_a_model_nobody_pushed_names_the_folder_and_the_push(tmp_path: Path) -> None:
-    import app as cdk_app
+    from servestack.cdk import app as cdk_app
 
     # GIVEN serving.yaml naming cancer@3, which is not in the project
     (tmp_path / "project").mkdir()
@@ -85,8 +86,8 @@ def test_synth_of_a_model_nobody_pushed_names_the_folder_and_the_push(tmp_path: 
 
 
 def test_a_package_without_samples_names_the_command_that_writes_them(tmp_path: Path) -> None:
+    from servestack.cdk.deployment import read_sample
     from servestack.spec import load_spec
-    from stacks.deployment import read_sample
 
     (tmp_path / "project").mkdir()
     root = make_project(tmp_path / "project")

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 import yaml
 
-from stacks.scaling_guard import InstanceTypeChangeRefused
+from servestack.cdk.scaling_guard import InstanceTypeChangeRefused
 from tests.infra.conftest import REPO, make_project
 
 
 def synth(project: Path, outdir: Path, instance_type: str, **context: str) -> dict[str, Any]:
     """Synthesize the project's `scored` deployment on `instance_type` into `outdir`; its template."""
-    import app as cdk_app
+    from servestack.cdk import app as cdk_app
 
     spec = yaml.safe_load((project / "serving.yaml").read_text(encoding="utf-8"))
     spec["deployments"] = {

@@ -27,7 +27,7 @@ class AsyncDeploymentUnderTest:
     dlq_url: str
 
     def submit(self, body: bytes | str, content_type: str = "application/json", path: str = "/jobs") -> tuple[int, Any]:
-        from handlers.asynchronous import submit_handler
+        from servestack.adapters.asynchronous import submit_handler
 
         raw = body.encode() if isinstance(body, str) else body
         event = http_api_event("POST", path, {"content-type": content_type}, raw, "jobs.local", "127.0.0.1")
@@ -36,21 +36,21 @@ class AsyncDeploymentUnderTest:
 
     def submit_with(self, body: bytes, headers: dict[str, str], path: str = "/jobs") -> tuple[int, Any]:
         """POST with extra headers (Idempotency-Key, Content-Encoding...), through the submit handler."""
-        from handlers.asynchronous import submit_handler
+        from servestack.adapters.asynchronous import submit_handler
 
         event = http_api_event("POST", path, {"content-type": "application/json", **headers}, body, "jobs.local", "x")
         response = submit_handler(event, LambdaContext("submit", 15, 512))
         return response["statusCode"], json.loads(response["body"])
 
     def status(self, job_id: str) -> tuple[int, Any]:
-        from handlers.asynchronous import submit_handler
+        from servestack.adapters.asynchronous import submit_handler
 
         event = http_api_event("GET", f"/jobs/{job_id}", {}, b"", "jobs.local", "127.0.0.1")
         response = submit_handler(event, LambdaContext("submit", 15, 512))
         return response["statusCode"], json.loads(response["body"])
 
     def poller(self) -> SqsPoller:
-        from handlers.asynchronous import worker_handler
+        from servestack.adapters.asynchronous import worker_handler
 
         d = self.spec.deployments[self.name]
         assert isinstance(d, AsyncDeployment)
@@ -101,7 +101,7 @@ class AsyncDeploymentUnderTest:
 def deploy_async(
     aws: Aws, name: str, monkeypatch: pytest.MonkeyPatch, *, visibility_timeout: int = 1, **settings: Any
 ) -> AsyncDeploymentUnderTest:
-    import handlers.asynchronous
+    import servestack.adapters.asynchronous
 
     spec = parse_spec(
         {
@@ -114,7 +114,7 @@ def deploy_async(
     queue_url = ensure_async(aws.clients, name, d, visibility_timeout=visibility_timeout)
     for key, value in environment(spec, name, queue_url=queue_url).items():
         monkeypatch.setenv(key, value)
-    handlers.asynchronous.service.cache_clear()
+    servestack.adapters.asynchronous.service.cache_clear()
     n = names(name, d)
     dlq_url = aws.sqs.get_queue_url(QueueName=n.dlq)["QueueUrl"]
     return AsyncDeploymentUnderTest(aws, spec, name, n, queue_url, dlq_url)

@@ -1,5 +1,5 @@
 """The async worker as a process the chaos test can SIGKILL: the local SQS event source mapping
-(`servestack.local.lambda_.poller.SqsPoller`) feeding `handlers.asynchronous.worker_handler` through a
+(`servestack.local.lambda_.poller.SqsPoller`) feeding `servestack.adapters.asynchronous.worker_handler` through a
 `LocalFunction`, as `local up`'s poller runs it.
 
 Started from a multiprocessing fork server that has imported this module (and so onnxruntime, numpy, boto3
@@ -13,7 +13,7 @@ import os
 import threading
 from typing import Any
 
-import handlers.asynchronous
+import servestack.adapters.asynchronous
 from servestack.local.emulator.moto_server import clients
 from servestack.local.lambda_.poller import SqsPoller
 from servestack.local.lambda_.runtime import LocalFunction
@@ -23,10 +23,10 @@ def run(environment: dict[str, str], queue_url: str, batch_size: int, handled: A
     """Poll `queue_url` forever, counting the messages of finished invocations in the shared `handled`."""
     os.environ.clear()
     os.environ.update(environment)
-    handlers.asynchronous.service.cache_clear()
-    handlers.asynchronous.service()  # Lambda's init: settings, model loaded and warmed
+    servestack.adapters.asynchronous.service.cache_clear()
+    servestack.adapters.asynchronous.service()  # Lambda's init: settings, model loaded and warmed
     sqs = clients(environment.get("AWS_ENDPOINT_URL_SQS") or environment["AWS_ENDPOINT_URL"])["sqs"]
-    function = LocalFunction("worker", handlers.asynchronous.worker_handler, timeout_sec=60)
+    function = LocalFunction("worker", servestack.adapters.asynchronous.worker_handler, timeout_sec=60)
     poller = SqsPoller(sqs, queue_url, function, batch_size=batch_size, batch_window_sec=0, wait_sec=1)
     stop = threading.Event()
     while True:

@@ -25,10 +25,10 @@ from servestack.spec import (
 )
 
 HANDLERS = {
-    "serverless": "handlers.serverless.handler",
-    "async-submit": "handlers.asynchronous.submit_handler",
-    "async-worker": "handlers.asynchronous.worker_handler",
-    "batch": "handlers.batch.handler",
+    "serverless": "servestack.adapters.serverless.handler",
+    "async-submit": "servestack.adapters.asynchronous.submit_handler",
+    "async-worker": "servestack.adapters.asynchronous.worker_handler",
+    "batch": "servestack.adapters.batch.handler",
 }
 
 
@@ -101,7 +101,7 @@ def environment(spec: ServingSpec, deployment: str, *, queue_url: str = "") -> d
         "SERVESTACK_MAX_PAYLOAD_BYTES": str(d.max_payload_bytes),
         "POWERTOOLS_SERVICE_NAME": "servestack",
     }
-    if isinstance(d, RealtimeDeployment):  # as stacks/realtime.py sets them on the SageMaker model
+    if isinstance(d, RealtimeDeployment):  # as servestack/cdk/realtime.py sets them on the SageMaker model
         env |= {
             "SERVESTACK_MAX_BATCH_SIZE": str(d.batching.max_batch_size),
             "SERVESTACK_MAX_DELAY_MS": str(d.batching.max_delay_ms),
@@ -132,7 +132,7 @@ def environment(spec: ServingSpec, deployment: str, *, queue_url: str = "") -> d
 
 
 def scheduler_payload(spec: ServingSpec, deployment: str) -> dict[str, Any]:
-    """The input EventBridge Scheduler sends to the batch Lambda (stacks/batch.py builds the same)."""
+    """The input EventBridge Scheduler sends to the batch Lambda (servestack/cdk/batch.py builds the same)."""
     n = names(deployment, spec.deployments[deployment])
     return {
         "deployment": n.resource,

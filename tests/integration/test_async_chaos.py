@@ -1,7 +1,7 @@
 """Chaos: the async worker is SIGKILLed 20 times while it works through 2,000 jobs, 2% of them poison.
 
 The pieces are the real ones: moto's server over HTTP, the local SQS event source mapping and
-`handlers.asynchronous.worker_handler` in a child process (tests/integration/chaos_worker.py), killed
+`servestack.adapters.asynchronous.worker_handler` in a child process (tests/integration/chaos_worker.py), killed
 mid-batch with SIGKILL; the queue's visibility timeout is 2 s, so what a killed worker held comes back soon.
 Every good job must succeed exactly once (one version of one result object), and every poison job must end
 `failed` with its reason, both in the table and on its DLQ message.
@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import handlers.asynchronous
+import servestack.adapters.asynchronous
 from servestack.local.emulator.moto_server import clients
 from servestack.local.hosting.processes import free_port, http_status, stop_process
 from tests.conftest import ARTIFACTS
@@ -122,7 +122,7 @@ def deployment(aws: Aws, unique: str, monkeypatch: pytest.MonkeyPatch) -> Iterat
             split, unique, monkeypatch, visibility_timeout=2, batch_size=10, batch_window_sec=0, max_receive_count=10
         )
     finally:
-        handlers.asynchronous.service.cache_clear()
+        servestack.adapters.asynchronous.service.cache_clear()
         queues.stop()
 
 
@@ -227,7 +227,7 @@ def test_sigkilled_workers_lose_no_job_and_duplicate_no_result(deployment: Async
                 return
             workers.kill_mid_batch(kill % 2, rng.randint(20, 70), stop)
 
-    jobs = handlers.asynchronous.service()
+    jobs = servestack.adapters.asynchronous.service()
     names = deployment.names
     good: list[str] = []
     poison: dict[str, bytes] = {}

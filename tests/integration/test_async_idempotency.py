@@ -20,11 +20,11 @@ from typing import Any
 import msgspec
 import pytest
 
-import handlers.asynchronous
-from handlers.aws.jobs import AsyncSettings, JobService, job_id_for
-from models.errors import IdempotencyConflict, IdempotencyInProgress
-from models.service import ModelRepository
-from models.settings import ServingSettings
+import servestack.adapters.asynchronous
+from servestack.adapters.aws.jobs import AsyncSettings, JobService, job_id_for
+from servestack.inference.errors import IdempotencyConflict, IdempotencyInProgress
+from servestack.inference.service import ModelRepository
+from servestack.inference.settings import ServingSettings
 from tests.conftest import ARTIFACTS
 from tests.integration.asyncjobs import AsyncDeploymentUnderTest, deploy_async
 from tests.integration.conftest import Aws
@@ -38,7 +38,7 @@ PAIRS = 12
 @pytest.fixture
 def deployment(aws: Aws, unique: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[AsyncDeploymentUnderTest]:
     yield deploy_async(aws, unique, monkeypatch, batch_size=10, batch_window_sec=0, max_receive_count=2)
-    handlers.asynchronous.service.cache_clear()
+    servestack.adapters.asynchronous.service.cache_clear()
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,10 @@ from typing import Any
 import msgspec
 import pytest
 
-import handlers.asynchronous
-from handlers.aws.jobs import job_id_for
-from models.service import ModelRepository
-from models.settings import ServingSettings
+import servestack.adapters.asynchronous
+from servestack.adapters.aws.jobs import job_id_for
+from servestack.inference.service import ModelRepository
+from servestack.inference.settings import ServingSettings
 from servestack.local.lambda_.runtime import LambdaContext
 from tests.conftest import ARTIFACTS
 from tests.integration.asyncjobs import AsyncDeploymentUnderTest, deploy_async
@@ -28,7 +28,7 @@ POISON = json.dumps({"instances": [[1.0] * 29]})  # 29 features: the model takes
 @pytest.fixture
 def deployment(aws: Aws, unique: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[AsyncDeploymentUnderTest]:
     yield deploy_async(aws, unique, monkeypatch, batch_size=10, batch_window_sec=0, max_receive_count=2)
-    handlers.asynchronous.service.cache_clear()
+    servestack.adapters.asynchronous.service.cache_clear()
 
 
 def expected_result(body: bytes) -> Any:
@@ -66,12 +66,12 @@ def test_a_redelivered_message_never_writes_a_second_result(deployment: AsyncDep
     from servestack.local.lambda_.poller import lambda_record
 
     event = {"Records": [lambda_record(message, poller.queue_arn)]}
-    first = handlers.asynchronous.worker_handler(event, LambdaContext("worker", 120, 2048))
+    first = servestack.adapters.asynchronous.worker_handler(event, LambdaContext("worker", 120, 2048))
     job_id = submitted["job_id"]
     _, done = deployment.status(job_id)
     # WHEN the same message is delivered again, once normally and once after a crash between the result
     # write and the status update (the record still says `running`)
-    second = handlers.asynchronous.worker_handler(event, LambdaContext("worker", 120, 2048))
+    second = servestack.adapters.asynchronous.worker_handler(event, LambdaContext("worker", 120, 2048))
     table = deployment.aws.dynamodb
     table.update_item(
         TableName=deployment.names.table,
@@ -80,7 +80,7 @@ def test_a_redelivered_message_never_writes_a_second_result(deployment: AsyncDep
         ExpressionAttributeNames={"#s": "status"},
         ExpressionAttributeValues={":r": {"S": "running"}},
     )
-    third = handlers.asynchronous.worker_handler(event, LambdaContext("worker", 120, 2048))
+    third = servestack.adapters.asynchronous.worker_handler(event, LambdaContext("worker", 120, 2048))
     # THEN every delivery succeeds, and there is exactly one result object, unchanged
     assert first == second == third == {"batchItemFailures": []}
     assert deployment.result_versions(job_id) == 1
@@ -168,7 +168,7 @@ def test_a_keyed_submit_that_dies_after_its_claim_is_completed_by_a_retry_once_i
     deployment: AsyncDeploymentUnderTest,
 ) -> None:
     # GIVEN a submit with an idempotency key that claims the key, then dies before sending the job's message
-    jobs = handlers.asynchronous.service()
+    jobs = servestack.adapters.asynchronous.service()
     jobs.settings = msgspec.structs.replace(jobs.settings, submit_timeout_sec=1)
     real_queue = jobs.sqs
     jobs.sqs = DyingQueue(real_queue)

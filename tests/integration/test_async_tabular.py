@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
-import handlers.asynchronous
+import servestack.adapters.asynchronous
 from tests.integration.asyncjobs import AsyncDeploymentUnderTest, deploy_async
 from tests.integration.conftest import Aws
 from tests.pipeline_model import COLUMNS, SPECIES, PipelineModel, pipeline_model
@@ -24,9 +24,9 @@ def deployment(aws: Aws, unique: str, monkeypatch: pytest.MonkeyPatch) -> Iterat
     built = pipeline_model()
     monkeypatch.setenv("SERVESTACK_MODEL_DIR", str(built.root))
     monkeypatch.setenv("SERVESTACK_DEFAULT_MODEL", "flowers")
-    handlers.asynchronous.service.cache_clear()
+    servestack.adapters.asynchronous.service.cache_clear()
     yield deployed
-    handlers.asynchronous.service.cache_clear()
+    servestack.adapters.asynchronous.service.cache_clear()
 
 
 def fetch(url: str) -> bytes:

@@ -15,11 +15,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from handlers.batch import BatchSettings, run_batch, transform_done
-from models import media_types
-from models.service import ModelRepository, ServedModel
-from models.settings import ServingSettings
-from models.tabular.transform import score_lines
+from servestack.adapters.batch import BatchSettings, run_batch, transform_done
+from servestack.inference import media_types
+from servestack.inference.service import ModelRepository, ServedModel
+from servestack.inference.settings import ServingSettings
+from servestack.inference.tabular.transform import score_lines
 from servestack.local.lambda_.runtime import LambdaContext
 from tests.integration.conftest import Aws
 from tests.integration.resources import ensure_bucket

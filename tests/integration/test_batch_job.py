@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_breast_cancer
 
-from handlers.batch import BatchSettings, S3Store, handler, run_batch
-from models.errors import InvalidInput
-from models.service import ModelRepository
-from models.settings import ServingSettings
-from models.tabular import Progress
+from servestack.adapters.batch import BatchSettings, S3Store, handler, run_batch
+from servestack.inference.errors import InvalidInput
+from servestack.inference.service import ModelRepository
+from servestack.inference.settings import ServingSettings
+from servestack.inference.tabular import Progress
 from servestack.local.lambda_.runtime import LambdaContext
 from tests.conftest import EVENTS
 from tests.integration.conftest import Aws
@@ -155,7 +155,7 @@ def test_the_lambda_handler_takes_the_scheduler_payload(
 
 
 def test_the_fargate_entry_runs_one_job_from_its_environment(aws: Aws, unique: str) -> None:
-    # GIVEN the environment the Fargate task definition sets (stacks/batch.py) and input on S3
+    # GIVEN the environment the Fargate task definition sets (servestack/cdk/batch.py) and input on S3
     import os
     import subprocess
     import sys
@@ -172,9 +172,10 @@ def test_the_fargate_entry_runs_one_job_from_its_environment(aws: Aws, unique: s
         "SERVESTACK_BATCH_OUTPUT_PREFIX": "fargate/",
         "SERVESTACK_BATCH_MODEL": "breast-cancer",
     }
-    # WHEN the container command runs (`python -m handlers.batch`, as the task's entry point)
+    # WHEN the container command runs (`python -m servestack.adapters.batch`, as the task's entry point)
     done = subprocess.run(
-        [sys.executable, "-m", "handlers.batch"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
+        [sys.executable, "-m", "servestack.adapters.batch"], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+        timeout=300,
         check=False,
     )  # fmt: skip
     # THEN it scores the input once and writes the manifest, and says where and how long the run took after

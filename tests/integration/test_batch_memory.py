@@ -1,4 +1,4 @@
-"""Peak resident memory of the batch job (`python -m handlers.batch`, the Fargate task's entry, as a child
+"""Peak resident memory of the batch job (`python -m servestack.adapters.batch`, the Fargate task's entry, as a child
 process on a real S3 endpoint) on hostile input, against the job's memory setting.
 
 The peak is the child's own (`RUSAGE_CHILDREN` of a wrapper whose only child is the job), so the test process's
@@ -38,7 +38,7 @@ HUGE_LINE_BYTES = 100 * 1000 * 1000
 
 WRAPPER = """
 import json, resource, subprocess, sys
-done = subprocess.run([sys.executable, "-m", "handlers.batch"], capture_output=True)
+done = subprocess.run([sys.executable, "-m", "servestack.adapters.batch"], capture_output=True)
 peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
 print(json.dumps({"rc": done.returncode, "peak": peak, "stderr": done.stderr.decode(errors="replace")[-2000:]}))
 """

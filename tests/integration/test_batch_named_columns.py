@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from handlers.batch import BatchSettings, run_batch
-from models.errors import InvalidInput
+from servestack.adapters.batch import BatchSettings, run_batch
+from servestack.inference.errors import InvalidInput
 from tests.integration.conftest import Aws
 from tests.integration.resources import ensure_bucket
 from tests.pipeline_model import COLUMNS, SPECIES, PipelineModel, frame, pipeline_model

@@ -15,12 +15,12 @@ import pyarrow.parquet as pq
 import pytest
 from sklearn.datasets import load_breast_cancer
 
-from handlers.batch import BatchSettings, run_batch
-from models.errors import InvalidInput
-from models.service import ModelRepository
-from models.settings import ServingSettings
-from models.tabular import Progress
-from models.tabular.rows import parquet_module
+from servestack.adapters.batch import BatchSettings, run_batch
+from servestack.inference.errors import InvalidInput
+from servestack.inference.service import ModelRepository
+from servestack.inference.settings import ServingSettings
+from servestack.inference.tabular import Progress
+from servestack.inference.tabular.rows import parquet_module
 from tests.integration.conftest import Aws
 from tests.integration.resources import ensure_bucket
 from tests.integration.test_batch_job import DiesStoringPart, Interrupted

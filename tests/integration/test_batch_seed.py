@@ -91,7 +91,7 @@ def test_a_pipelines_dataframe_split_sample_seeds_rows_the_batch_job_scores(
 ) -> None:
     # GIVEN the sample request `models push` writes for a ColumnTransformer pipeline (a dataframe_split, which
     # stopped local up with KeyError 'instances')
-    from handlers.batch import BatchSettings, run_batch
+    from servestack.adapters.batch import BatchSettings, run_batch
     from tests.pipeline_model import pipeline_model
 
     model = pipeline_model()

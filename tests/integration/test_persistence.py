@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from models.errors import ConfigurationError
+from servestack.inference.errors import ConfigurationError
 from servestack.local.emulator.moto_server import clients
 from servestack.local.emulator.persistence import EmulatorState
 from servestack.local.hosting.processes import REPO_ROOT

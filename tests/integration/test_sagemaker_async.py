@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-import handlers.asynchronous
+import servestack.adapters.asynchronous
 from servestack.local.hosting.http_server import LocalHttpServer, Reply, Request
 from servestack.local.lambda_.poller import SqsPoller
 from servestack.local.lambda_.runtime import LocalFunction
@@ -75,7 +75,7 @@ class SageMakerBackend:
 
     def deliver_notifications(self, expected: int, timeout_sec: float = 30) -> SqsPoller:
         """Run the notification function on the queue's messages, as Lambda's SQS event source would."""
-        function = LocalFunction("notifier", handlers.asynchronous.notification_handler, timeout_sec=30)
+        function = LocalFunction("notifier", servestack.adapters.asynchronous.notification_handler, timeout_sec=30)
         poller = SqsPoller(self.aws.sqs, self.queue_url, function, batch_size=10, batch_window_sec=0, wait_sec=1)
         deadline = time.monotonic() + timeout_sec
         while poller.invocations < expected and time.monotonic() < deadline:
@@ -97,12 +97,12 @@ def backend(
     monkeypatch.setenv("SERVESTACK_ENDPOINT_NAME", sagemaker.endpoint_name)
     monkeypatch.setenv("SERVESTACK_FAILURE_PREFIX", sagemaker.failure_prefix)
     monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", sagemaker.api.url)  # botocore's per-service endpoint
-    handlers.asynchronous.service.cache_clear()
-    handlers.asynchronous.recorder.cache_clear()
+    servestack.adapters.asynchronous.service.cache_clear()
+    servestack.adapters.asynchronous.recorder.cache_clear()
     yield deployment, sagemaker
     sagemaker.close()
-    handlers.asynchronous.service.cache_clear()
-    handlers.asynchronous.recorder.cache_clear()
+    servestack.adapters.asynchronous.service.cache_clear()
+    servestack.adapters.asynchronous.recorder.cache_clear()
 
 
 def fetch(url: str) -> Any:
@@ -168,7 +168,7 @@ def test_notifications_delivered_twice_or_late_change_nothing(
     sagemaker.deliver_notifications(expected=1)
     _, first = deployment.status(job["job_id"])
     assert first["status"] == "succeeded"
-    recorder = handlers.asynchronous.recorder()
+    recorder = servestack.adapters.asynchronous.recorder()
     # WHEN the success is delivered again, and an error for the same job arrives after it
     success = {
         "invocationStatus": "Completed",
@@ -185,7 +185,7 @@ def test_notifications_delivered_twice_or_late_change_nothing(
     assert again["result"]["location"] == first["result"]["location"]
     # AND a notification for a job with no record yet (SageMaker can answer before submit, which invokes first,
     # writes the record) fails so that SQS delivers it again; it never creates a record of its own
-    from handlers.aws.sagemaker_jobs import JobNotYetRecorded
+    from servestack.adapters.aws.sagemaker_jobs import JobNotYetRecorded
 
     with pytest.raises(JobNotYetRecorded):
         recorder.record(json.dumps(success | {"inferenceId": "no-such-job"}))

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from handlers.aws.jobs import parse_message
+from servestack.adapters.aws.jobs import parse_message
 from servestack.local.lambda_.poller import SqsPoller
 from servestack.local.lambda_.runtime import LocalFunction
 from tests.integration.conftest import Aws

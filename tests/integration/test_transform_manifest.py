@@ -1,5 +1,5 @@
-"""The engine: transform manifest step on a real S3 endpoint: `handlers.batch.transform_done` on SageMaker's job
-state change event pairs each `.out` answer line with its input line, gathers the error lines, writes the
+"""The engine: transform manifest step on a real S3 endpoint: `servestack.adapters.batch.transform_done` on SageMaker's
+job state change event pairs each `.out` answer line with its input line, gathers the error lines, writes the
 manifest, and refuses a failed job or a job whose answers do not match its input."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_breast_cancer
 
-from handlers.batch import transform_done
-from models import media_types
-from models.errors import InternalError
-from models.service import ModelRepository
-from models.settings import ServingSettings
-from models.tabular.transform import score_lines
+from servestack.adapters.batch import transform_done
+from servestack.inference import media_types
+from servestack.inference.errors import InternalError
+from servestack.inference.service import ModelRepository
+from servestack.inference.settings import ServingSettings
+from servestack.inference.tabular.transform import score_lines
 from servestack.local.lambda_.runtime import LambdaContext
 from tests.conftest import EVENTS
 from tests.integration.conftest import Aws
@@ -58,7 +58,7 @@ def seed_job_output(aws: Aws, bucket: str) -> dict[str, bytes]:
 
 @pytest.fixture
 def environment(monkeypatch: pytest.MonkeyPatch, unique: str) -> str:
-    # What stacks/batch.py sets on the manifest function.
+    # What servestack/cdk/batch.py sets on the manifest function.
     for key, value in {
         "DEPLOYMENT": "scores",
         "BUCKET": unique,

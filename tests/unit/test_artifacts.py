@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from models.settings import BUNDLED_ARTIFACTS
 from servestack import artifacts, instance_types
+from servestack.inference.settings import BUNDLED_ARTIFACTS
 from servestack.spec import SpecError, load_spec, parse_spec
 from tests.conftest import ARTIFACTS, REPO_ROOT
 
@@ -38,7 +38,7 @@ def copy_package(name: str, version: str, root: Path, as_name: str | None = None
 
 
 def test_the_bundled_model_list_matches_the_build_recipes() -> None:
-    from models.build import RECIPES
+    from servestack.sample_models import RECIPES
 
     assert {name: recipe.version for name, recipe in RECIPES.items()} == artifacts.BUNDLED_MODELS
 
@@ -79,7 +79,7 @@ def test_bundled_models_are_found_from_any_project_but_not_by_synth(tmp_path: Pa
     with pytest.raises(SpecError) as caught:
         load_spec(spec_file, artifacts_root=tmp_path / "p", bundled=False)
     out = tmp_path / "p" / "models" / "artifacts"
-    assert caught.value.problems[0].endswith(f"create it: python -m models.build --out {out} digits")
+    assert caught.value.problems[0].endswith(f"create it: python -m servestack.sample_models --out {out} digits")
     # AND in the servestack repository itself the command is `make models`
     assert artifacts.creating_command(load_spec(spec_file).models[0], REPO_ROOT) == "make models"
 
@@ -184,7 +184,7 @@ def test_the_kept_instance_type_list_is_botocores() -> None:
 
 
 def test_local_up_seeds_packages_pushed_beyond_serving_yaml(tmp_path: Path) -> None:
-    from models.registry import ModelRegistry
+    from servestack.inference.registry import ModelRegistry
     from servestack.registry import open_registry, seed_local
 
     # GIVEN a project that declares iris@1 and holds a pushed iris@2 too

@@ -1,7 +1,7 @@
 """`AsyncJobsClient` picks the job API's route by itself: inline up to the limit, the presigned upload past it
 (or when the API answers 413), refused past the upload's maximum; and its upload progress is a redrawn line on
 a terminal (a pty here) and plain lines elsewhere. The API is a fake with the real one's routes and answers
-(handlers/asynchronous.py); the real one is driven end to end in tests/e2e/test_local_up_enforced.py."""
+(servestack/adapters/asynchronous.py); the real one is driven end to end in tests/e2e/test_local_up_enforced.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The handlers' AWS clients (handlers/aws/clients.py): botocore clients with the endpoint, addressing and
+"""The handlers' AWS clients (servestack/adapters/aws/clients.py): botocore clients with the endpoint, addressing and
 retry mode every handler relies on, on moto's server over HTTP."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, ParamValidationError
 
-from handlers.aws.clients import aws_client, conditional_writes
+from servestack.adapters.aws.clients import aws_client, conditional_writes
 from servestack.local.emulator.moto_server import aws_environment, clients
 
 

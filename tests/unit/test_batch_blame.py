@@ -15,13 +15,13 @@ import numpy as np
 import orjson
 import pytest
 
-from models import media_types
-from models.batching import BatchingConfig, MicroBatcher
-from models.errors import InferenceError, InvalidInput, ModelLoadError
-from models.packaging import create_package
-from models.service import ServedModel
-from models.settings import ServingSettings
-from models.tabular.transform import score_lines
+from servestack.inference import media_types
+from servestack.inference.batching import BatchingConfig, MicroBatcher
+from servestack.inference.errors import InferenceError, InvalidInput, ModelLoadError
+from servestack.inference.packaging import create_package
+from servestack.inference.service import ServedModel
+from servestack.inference.settings import ServingSettings
+from servestack.inference.tabular.transform import score_lines
 from tests.pipeline_model import COLUMNS, STRING, PipelineModel, pipeline_model
 
 Arrays = dict[str, np.ndarray]

@@ -1,5 +1,6 @@
-"""The batch job's columnar shortcuts (models/tabular): each gives what the general path gives, or refuses what
-it refuses. Class names by table lookup, Parquet float columns read straight into the input's dtype, a Parquet
+"""The batch job's columnar shortcuts (servestack/inference/tabular): each gives what the general path gives, or
+refuses what it refuses. Class names by table lookup, Parquet float columns read straight into the input's dtype, a
+Parquet
 part checked from its `file` and `line` columns and its footer."""
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 from sklearn.datasets import load_breast_cancer
 
-from models.service import ModelRepository, ServedModel
-from models.settings import ServingSettings
-from models.tabular.decode import decode_records
-from models.tabular.encode import (
+from servestack.inference.service import ModelRepository, ServedModel
+from servestack.inference.settings import ServingSettings
+from servestack.inference.tabular.decode import decode_records
+from servestack.inference.tabular.encode import (
     LabelColumn,
     batch_fields,
     located_lines,
@@ -25,7 +26,7 @@ from models.tabular.encode import (
     parquet_table,
     per_row_fields,
 )
-from models.tabular.rows import Records
+from servestack.inference.tabular.rows import Records
 
 ROWS = load_breast_cancer().data.astype(np.float32)[:64]
 

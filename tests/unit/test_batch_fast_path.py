@@ -1,5 +1,5 @@
-"""The batch job's vectorized decoding of a block of JSON lines (models/tabular/decode.py `fast_lines`) against
-the line-by-line path: over generated lines of near-numbers, whenever the fast path takes a block it decodes
+"""The batch job's vectorized decoding of a block of JSON lines (servestack/inference/tabular/decode.py `fast_lines`)
+against the line-by-line path: over generated lines of near-numbers, whenever the fast path takes a block it decodes
 exactly the values the line-by-line path decodes, and it never takes a block with a line that path refuses."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from models import media_types
-from models.service import ModelRepository, ServedModel
-from models.settings import ServingSettings
-from models.tabular.decode import fast_lines, slow_lines
-from models.tabular.rows import split_lines
+from servestack.inference import media_types
+from servestack.inference.service import ModelRepository, ServedModel
+from servestack.inference.settings import ServingSettings
+from servestack.inference.tabular.decode import fast_lines, slow_lines
+from servestack.inference.tabular.rows import split_lines
 
 WIDTH = 30  # breast-cancer: rows of 30 floats
 

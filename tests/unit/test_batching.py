@@ -10,8 +10,8 @@ from collections.abc import Mapping
 import numpy as np
 import pytest
 
-from models.batching import BatchingConfig, MicroBatcher
-from models.errors import DeadlineExceeded, InferenceError, Overloaded
+from servestack.inference.batching import BatchingConfig, MicroBatcher
+from servestack.inference.errors import DeadlineExceeded, InferenceError, Overloaded
 
 
 class RecordingModel:

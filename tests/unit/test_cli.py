@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from servestack.cli import COMMANDS, HelpFormatter, build_parser
+from servestack.cli.main import COMMANDS, HelpFormatter, build_parser
 from servestack.failures import ExitCode, failure_of
 from tests.conftest import REPO_ROOT
 
@@ -73,8 +73,8 @@ def test_exit_codes_are_listed_in_help_and_in_the_docs() -> None:
 
 
 def test_expected_failures_map_to_their_codes_and_bugs_to_none() -> None:
-    from models.errors import InvalidInput, ModelNotFound, VersionConflict
     from servestack.failures import NotRunning
+    from servestack.inference.errors import InvalidInput, ModelNotFound, VersionConflict
     from servestack.spec import SpecError
 
     assert failure_of(NotRunning("start it")) == (ExitCode.NOT_RUNNING, "start it")

@@ -122,7 +122,7 @@ def component_stack(
     tmp_path: Path, *, variant: dict[str, Any] | None = None, config: dict[str, Any] | None = None,
     component: dict[str, Any] | None = None,
 ) -> tuple[StackTemplate, Resolver]:  # fmt: skip
-    """An endpoint hosting one inference component, as stacks/components.py writes it, with `overrides`."""
+    """An endpoint hosting one inference component, as servestack/cdk/components.py writes it, with `overrides`."""
     role = {"Fn::GetAtt": ["Role", "Arn"]}
     resources: dict[str, Any] = {
         "Role": {"Type": "AWS::IAM::Role", "Properties": {"AssumeRolePolicyDocument": {"Statement": []}}},

@@ -22,11 +22,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays as numpy_arrays
 
-from models import answers, codecs, fast_paths, input_checks, media_types
-from models.errors import ServingError
-from models.manifest import Manifest, read_manifest
-from models.service import ModelRepository, ServedModel
-from models.settings import ServingSettings
+from servestack.inference import answers, codecs, fast_paths, input_checks, media_types
+from servestack.inference.errors import ServingError
+from servestack.inference.manifest import Manifest, read_manifest
+from servestack.inference.service import ModelRepository, ServedModel
+from servestack.inference.settings import ServingSettings
 from tests.conftest import ARTIFACTS
 from tests.memory import peak_rss_growth
 

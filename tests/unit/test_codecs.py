@@ -9,11 +9,11 @@ import numpy as np
 import orjson
 import pytest
 
-from models import answers, codecs, fast_paths, input_checks, media_types
-from models.errors import InvalidInput, NotAcceptable, UnsupportedMediaType
-from models.manifest import Manifest, TensorSpec, read_manifest
-from models.service import ServedModel
-from models.settings import ServingSettings
+from servestack.inference import answers, codecs, fast_paths, input_checks, media_types
+from servestack.inference.errors import InvalidInput, NotAcceptable, UnsupportedMediaType
+from servestack.inference.manifest import Manifest, TensorSpec, read_manifest
+from servestack.inference.service import ServedModel
+from servestack.inference.settings import ServingSettings
 from tests.conftest import ARTIFACTS
 
 DIGITS = read_manifest(ARTIFACTS / "digits" / "1")

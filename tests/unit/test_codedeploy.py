@@ -96,7 +96,7 @@ ALIAS_CALLS = ["lambda:GetAlias", "lambda:GetProvisionedConcurrencyConfig", "lam
 
 def released(tmp_path: Path, actions: list[str]) -> Release:
     """A release of the template's alias (no hook, no alarms: the alias calls alone) by a service role whose one
-    statement allows `actions` on the function and its qualifiers, as stacks/serverless.py grants them."""
+    statement allows `actions` on the function and its qualifiers, as servestack/cdk/serverless.py grants them."""
     found = dataclasses.replace(read(tmp_path, "CodeDeployDefault.LambdaAllAtOnce"), hook=None, alarms=())
     access = LocalAccess(log=lambda _: None)
     statement = {"Effect": "Allow", "Action": actions, "Resource": [FUNCTION, f"{FUNCTION}:*"]}

@@ -1,5 +1,6 @@
-"""`arrays_from_columns` takes a shortcut for JSON columns of plainly valid values (models/column_plan.py). For any
-columns at all, it must accept exactly what the column-by-column path accepts, with the same arrays, and refuse
+"""`arrays_from_columns` takes a shortcut for JSON columns of plainly valid values
+(servestack/inference/column_plan.py). For any columns at all, it must accept exactly what the column-by-column path
+accepts, with the same arrays, and refuse
 the rest with that path's own error (field, value, allowed and message).
 """
 
@@ -13,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models.column_plan import conversion_plan, planned_arrays
-from models.columns import arrays_column_by_column, arrays_from_columns, columns_of
-from models.errors import InvalidInput
-from models.manifest import ColumnSpec, Manifest, TensorSpec
+from servestack.inference.column_plan import conversion_plan, planned_arrays
+from servestack.inference.columns import arrays_column_by_column, arrays_from_columns, columns_of
+from servestack.inference.errors import InvalidInput
+from servestack.inference.manifest import ColumnSpec, Manifest, TensorSpec
 
 SHA = "0" * 64
 # One input of each kind the shortcut plans for: a [N, 3] float32 input of named columns (one of them allowing

@@ -1,5 +1,6 @@
-"""Named columns: the manifest's column model, `models/columns.py`, and every request form that addresses
-columns by name (models/request_forms.py), on a real ONNX model pushed with `--columns` (tests/tabular_fixtures.py).
+"""Named columns: the manifest's column model, `servestack/inference/columns.py`, and every request form that addresses
+columns by name (servestack/inference/request_forms.py), on a real ONNX model pushed with `--columns`
+(tests/tabular_fixtures.py).
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ import numpy as np
 import orjson
 import pytest
 
-from models import answers, codecs, input_checks, media_types
-from models.columns import arrays_from_columns, columns_from_records, columns_from_split, columns_of
-from models.errors import InvalidInput, ModelLoadError
-from models.manifest import ColumnSpec, Manifest, read_manifest
-from models.service import ServedModel
+from servestack.inference import answers, codecs, input_checks, media_types
+from servestack.inference.columns import arrays_from_columns, columns_from_records, columns_from_split, columns_of
+from servestack.inference.errors import InvalidInput, ModelLoadError
+from servestack.inference.manifest import ColumnSpec, Manifest, read_manifest
+from servestack.inference.service import ServedModel
 from tests.conftest import ARTIFACTS
 from tests.tabular_fixtures import summing_package
 
@@ -250,8 +251,8 @@ def test_nan_reaches_a_model_that_allows_it_in_every_spelling(summing_nan: Serve
 
 
 def test_a_model_without_named_columns_says_how_to_name_them() -> None:
-    from models.service import ModelRepository
-    from models.settings import ServingSettings
+    from servestack.inference.service import ModelRepository
+    from servestack.inference.settings import ServingSettings
 
     repository = ModelRepository(ServingSettings(warmup=False))
     repository.load_all()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from servestack.cli import COMMANDS
+from servestack.cli.main import COMMANDS
 
 SERVESTACK = str(Path(sys.executable).parent / "servestack")
 

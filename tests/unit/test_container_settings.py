@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from handlers.app import create_app
-from handlers.realtime import ContainerSettings
-from models.errors import ConfigurationError
-from models.service import ModelRepository
-from models.settings import ServingSettings
+from servestack.adapters.app import create_app
+from servestack.adapters.realtime import ContainerSettings
+from servestack.inference.errors import ConfigurationError
+from servestack.inference.service import ModelRepository
+from servestack.inference.settings import ServingSettings
 from tests.conftest import ARTIFACTS
 
 
@@ -35,7 +35,7 @@ def test_an_unknown_http_server_names_the_variable() -> None:
 def test_a_serving_worker_collects_young_objects_rarely_and_freezes_what_start_up_built() -> None:
     # GIVEN a fresh interpreter that builds the serving worker's app as the HTTP server's factory does
     code = (
-        "import gc; from handlers.realtime import create_server_app, YOUNG_COLLECTION_THRESHOLD; "
+        "import gc; from servestack.adapters.realtime import create_server_app, YOUNG_COLLECTION_THRESHOLD; "
         "app = create_server_app(); frozen_before = gc.get_freeze_count(); app._load_quietly(); "
         "print(app.repository.state, gc.get_threshold()[0] == YOUNG_COLLECTION_THRESHOLD, "
         "frozen_before == 0, gc.get_freeze_count() > 10_000)"

@@ -17,7 +17,11 @@ from tests.conftest import REPO_ROOT
 
 @pytest.mark.parametrize("name", ["cpu.Dockerfile", "gpu.Dockerfile"])
 def test_the_repositorys_dockerfiles_read_as_their_images(name: str) -> None:
-    image = parse((REPO_ROOT / "containers" / name).read_text(), name=name, base_env={"PATH": "/usr/bin:/bin"})
+    image = parse(
+        (REPO_ROOT / "servestack" / "cdk" / "containers" / name).read_text(),
+        name=name,
+        base_env={"PATH": "/usr/bin:/bin"},
+    )
     assert image.workdir == "/opt/program"
     assert image.command(("serve",)) == ("serve", "serve")  # `docker run IMAGE serve`, as SageMaker runs it
     assert image.command() == ("serve", "serve")  # CMD after ENTRYPOINT
@@ -27,7 +31,7 @@ def test_the_repositorys_dockerfiles_read_as_their_images(name: str) -> None:
     assert image.user == "1000"
     assert [(c.sources, c.destination) for c in image.copies] == [
         (("pyproject.toml", "uv.lock", "README.md"), "/opt/program/"),
-        (("containers/locked-requirements.sh",), "/opt/program/containers/"),
+        (("servestack/cdk/containers/locked-requirements.sh",), "/opt/program/containers/"),
         (("models",), "/opt/program/models"),
         (("handlers",), "/opt/program/handlers"),
         (("servestack",), "/opt/program/servestack"),
@@ -79,7 +83,7 @@ def test_dockerignore_patterns_exceptions_and_directories() -> None:
     assert not rules.excluded("docs/guide.md")  # `*` does not cross `/`
     assert rules.excluded("build/a.o")
     assert not rules.excluded("build/a.c")
-    assert not rules.excluded("handlers/realtime.py")
+    assert not rules.excluded("servestack/adapters/realtime.py")
 
 
 def make_context(root: Path) -> Path:

@@ -7,11 +7,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from models.errors import InvalidInput, ModelLoadError, UserCodeError
-from models.hooks import load_hooks
-from models.packaging import create_package
-from models.service import ServedModel
-from models.settings import ServingSettings
+from servestack.inference.errors import InvalidInput, ModelLoadError, UserCodeError
+from servestack.inference.hooks import load_hooks
+from servestack.inference.packaging import create_package
+from servestack.inference.service import ServedModel
+from servestack.inference.settings import ServingSettings
 from tests.conftest import ARTIFACTS, HOOKS_SOURCE
 
 

@@ -26,7 +26,7 @@ def requirements(flavour: str) -> list[str]:
     """What the Dockerfile's `containers/locked-requirements.sh <flavour>` step installs."""
     env = {**os.environ, "PATH": f"{UV}{os.pathsep}{os.environ['PATH']}"}
     done = subprocess.run(
-        ["sh", "containers/locked-requirements.sh", flavour],
+        ["sh", "servestack/cdk/containers/locked-requirements.sh", flavour],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -53,7 +53,7 @@ def test_cpu_and_gpu_images_install_the_locks_onnxruntime_version() -> None:
 
 def test_the_dockerfiles_take_their_versions_from_the_lock_only() -> None:
     for name in ("cpu", "gpu"):
-        dockerfile = (REPO / "containers" / f"{name}.Dockerfile").read_text(encoding="utf-8")
+        dockerfile = (REPO / "servestack" / "cdk" / "containers" / f"{name}.Dockerfile").read_text(encoding="utf-8")
         assert f"containers/locked-requirements.sh {name}" in dockerfile
         assert not re.search(r"onnxruntime(-gpu)?==|ORT_\w*VERSION", dockerfile), name
 
@@ -62,14 +62,14 @@ def test_the_images_install_every_package_byte_compiled() -> None:
     # GIVEN PYTHONDONTWRITEBYTECODE=1 in the images (no .pyc written at run time) and uv, which does not
     # byte-compile unless asked / THEN every `uv pip install` asks, or each start compiles the dependencies again
     for name in ("cpu", "gpu"):
-        dockerfile = (REPO / "containers" / f"{name}.Dockerfile").read_text(encoding="utf-8")
+        dockerfile = (REPO / "servestack" / "cdk" / "containers" / f"{name}.Dockerfile").read_text(encoding="utf-8")
         installs = re.findall(r"uv pip install [^\n&]*", dockerfile)
         assert len(installs) == 2, (name, installs)
         assert all("--compile-bytecode" in install for install in installs), (name, installs)
 
 
 def test_the_cpu_image_declares_sagemakers_multi_model_capability() -> None:
-    dockerfile = (REPO / "containers" / "cpu.Dockerfile").read_text(encoding="utf-8")
+    dockerfile = (REPO / "servestack" / "cdk" / "containers" / "cpu.Dockerfile").read_text(encoding="utf-8")
     assert "LABEL com.amazonaws.sagemaker.capabilities.multi-models=true" in dockerfile
 
 

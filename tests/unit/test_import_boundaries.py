@@ -1,4 +1,5 @@
-"""The core stays transport-free, and handlers never pull in CDK."""
+"""The layers hold: the core stays transport-free, the runtime adapters import only the core, and nothing but
+the constructs pulls in the CDK."""
 
 from __future__ import annotations
 
@@ -13,37 +14,99 @@ import pytest
 from tests.conftest import REPO_ROOT
 
 FORBIDDEN_IN_CORE = ("boto3", "botocore", "fastapi", "starlette", "mangum", "aws_cdk", "uvicorn")
+SERVESTACK = REPO_ROOT / "servestack"
+# What each layer of servestack may import of servestack itself (a prefix of the module name). The core imports
+# only itself; the runtime adapters, which Lambda bundles and images carry, the core and themselves; nothing of
+# the framework imports the example project's top-level packages.
+LAYERS = {
+    "servestack.inference": ("servestack.inference",),
+    "servestack.adapters": ("servestack.inference", "servestack.adapters"),
+}
+# Every package of the repository: the framework, and the example project's own Python.
+FIRST_PARTY = ("servestack", "handlers", "stacks", "app")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO_ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def python_files(package: str) -> list[Path]:
+    base = REPO_ROOT.joinpath(*package.split("."))
+    found = sorted(base.rglob("*.py")) if base.is_dir() else [base.with_suffix(".py")]
+    return [p for p in found if p.is_file() and "project_template" not in p.parts]
+
+
+def imported_names(path: Path) -> set[str]:
+    """Every module a file imports (`from a.b import c` gives a.b and a.b.c), lazily or under TYPE_CHECKING too."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
 
 
 def imported_roots(package: str) -> dict[str, set[str]]:
-    found: dict[str, set[str]] = {}
-    for path in sorted((REPO_ROOT / package).rglob("*.py")):
-        if "artifacts" in path.parts:
-            continue
-        roots: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                roots.update(alias.name.split(".")[0] for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                roots.add(node.module.split(".")[0])
-        found[str(path.relative_to(REPO_ROOT))] = roots
-    return found
+    return {
+        str(path.relative_to(REPO_ROOT)): {name.split(".")[0] for name in imported_names(path)}
+        for path in python_files(package)
+    }
 
 
 def test_core_source_imports_no_transport_or_cloud_library() -> None:
     offenders = {
         path: sorted(roots & set(FORBIDDEN_IN_CORE))
-        for path, roots in imported_roots("models").items()
+        for path, roots in imported_roots("servestack.inference").items()
         if roots & set(FORBIDDEN_IN_CORE)
     }
     assert offenders == {}
 
 
+def layer_violations(layer: str, allowed: tuple[str, ...]) -> dict[str, list[str]]:
+    offenders: dict[str, list[str]] = {}
+    for path in python_files(layer):
+        bad = sorted(
+            name
+            for name in imported_names(path)
+            if name.split(".")[0] in FIRST_PARTY
+            and name != "servestack"
+            and not any(name == a or name.startswith(a + ".") for a in allowed)
+        )
+        if bad:
+            offenders[str(path.relative_to(REPO_ROOT))] = bad
+    return offenders
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_each_runtime_layer_imports_only_what_it_may(layer: str) -> None:
+    # GIVEN every import of the layer's modules, lazy and TYPE_CHECKING ones included
+    # THEN the core imports only itself, and the adapters only the core and themselves: no CLI, no local mode,
+    # no constructs, no serving.yaml schema, and nothing of a project's own top-level packages
+    assert layer_violations(layer, LAYERS[layer]) == {}
+
+
+def test_the_layer_check_finds_an_adapter_importing_the_cli(tmp_path: Path) -> None:
+    # GIVEN an adapter module that imports the CLI WHEN its names are read THEN the check would report it
+    module = tmp_path / "adapter.py"
+    module.write_text("from servestack.cli.main import main\nfrom servestack.inference.errors import E\n")
+    names = imported_names(module)
+    allowed = LAYERS["servestack.adapters"]
+    assert sorted(n for n in names if not any(n == a or n.startswith(a + ".") for a in allowed)) == [
+        "servestack.cli.main",
+        "servestack.cli.main.main",
+    ]
+
+
 def test_importing_the_core_loads_no_transport_or_cloud_library() -> None:
     # GIVEN a fresh interpreter WHEN every serving module of the core is imported and a model loaded
     code = (
-        "import sys, models.service, models.codecs, models.runtime, models.hooks, models.packaging;"
-        "from models.service import ModelRepository; from models.settings import ServingSettings;"
+        "import sys, servestack.inference.service, servestack.inference.codecs, servestack.inference.runtime, "
+        "servestack.inference.hooks, servestack.inference.packaging;"
+        "from servestack.inference.service import ModelRepository;"
+        "from servestack.inference.settings import ServingSettings;"
         "ModelRepository(ServingSettings()).load_all();"
         f"print(sorted(m for m in sys.modules if m.split('.')[0] in {FORBIDDEN_IN_CORE!r}))"
     )
@@ -52,18 +115,14 @@ def test_importing_the_core_loads_no_transport_or_cloud_library() -> None:
     assert result.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("package", ["handlers", "models", "servestack"])
-def test_runtime_packages_never_import_cdk(package: str) -> None:
-    offenders = [path for path, roots in imported_roots(package).items() if "aws_cdk" in roots]
+def test_only_the_constructs_import_cdk() -> None:
+    # GIVEN every module of servestack outside servestack.cdk (the CLI must start fast; bundles carry no CDK)
+    offenders = [
+        path
+        for path, roots in imported_roots("servestack").items()
+        if "aws_cdk" in roots and not path.startswith("servestack/cdk/")
+    ]
     assert offenders == []
-
-
-FIRST_PARTY = ("models", "handlers", "servestack", "stacks")
-
-
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(REPO_ROOT).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def resolve(name: str) -> str | None:
@@ -79,21 +138,13 @@ def import_graph() -> dict[str, set[str]]:
     under `if TYPE_CHECKING:`; a lazy import still ties two modules into one circle."""
     graph: dict[str, set[str]] = {}
     for package in FIRST_PARTY:
-        for path in sorted((REPO_ROOT / package).rglob("*.py")):
-            if "artifacts" in path.parts:
-                continue
+        for path in python_files(package):
             targets: set[str] = set()
-            for node in ast.walk(ast.parse(path.read_text())):
-                names: list[str] = []
-                if isinstance(node, ast.Import):
-                    names = [alias.name for alias in node.names]
-                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                    names = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
-                for name in names:
-                    if name.split(".")[0] in FIRST_PARTY:
-                        found = resolve(name) or resolve(name.rpartition(".")[0])
-                        if found:
-                            targets.add(found)
+            for name in imported_names(path):
+                if name.split(".")[0] in FIRST_PARTY:
+                    found = resolve(name) or resolve(name.rpartition(".")[0])
+                    if found:
+                        targets.add(found)
             graph[module_name(path)] = targets - {module_name(path)}
     return graph
 
@@ -133,15 +184,9 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_handlers_never_import_servestack() -> None:
-    # GIVEN every import in handlers/ (the Lambda bundle and the container carry no `servestack` package)
-    offenders = {path: "servestack" for path, roots in imported_roots("handlers").items() if "servestack" in roots}
-    # THEN none of them names servestack
-    assert offenders == {}
-
-
 def test_no_import_circles_among_first_party_modules() -> None:
-    # GIVEN the import graph of models/, handlers/, servestack/ and stacks/, lazy imports included
+    # GIVEN the import graph of servestack/ and the example project (app.py, handlers/, stacks/), lazy imports
+    # included
     graph = import_graph()
     # WHEN its strongly connected components are computed THEN every module stands in no circle
     assert cycles(graph) == []
@@ -153,24 +198,21 @@ def test_the_circle_check_finds_a_circle() -> None:
 
 
 def test_serving_code_never_imports_onnxruntime_quantization() -> None:
-    # GIVEN every import in handlers/ and models/ (the Lambda bundler deletes onnxruntime/quantization to save
-    # space, stacks/bundling.py; only `servestack models optimize`, on the user's machine, uses it)
+    # GIVEN every import of the runtime (the Lambda bundler deletes onnxruntime/quantization to save space,
+    # servestack/cdk/bundling.py; only `servestack models optimize`, on the user's machine, uses it)
     offenders: dict[str, str] = {}
-    for package in ("handlers", "models"):
-        for path in sorted((REPO_ROOT / package).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text())):
-                names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-                if isinstance(node, ast.ImportFrom) and node.module:
-                    names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
-                for name in names:
-                    if name.startswith(("onnxruntime.quantization", "onnxruntime.tools")):
-                        offenders[str(path.relative_to(REPO_ROOT))] = name
+    for package in ("servestack.adapters", "servestack.inference", "handlers"):
+        for path in python_files(package):
+            for name in imported_names(path):
+                if name.startswith(("onnxruntime.quantization", "onnxruntime.tools")):
+                    offenders[str(path.relative_to(REPO_ROOT))] = name
     # THEN none of them names it
     assert offenders == {}
     # AND serving a model in a fresh interpreter loads neither it nor the onnx package it needs
     code = (
-        "import sys; from models.service import ModelRepository; from models.settings import ServingSettings;"
-        "import handlers.app; ModelRepository(ServingSettings()).load_all();"
+        "import sys; from servestack.inference.service import ModelRepository;"
+        "from servestack.inference.settings import ServingSettings;"
+        "import servestack.adapters.app; ModelRepository(ServingSettings()).load_all();"
         "print(sorted(m for m in sys.modules if m.startswith('onnxruntime.quantization') or m.split('.')[0] == 'onnx'))"
     )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
@@ -178,10 +220,10 @@ def test_serving_code_never_imports_onnxruntime_quantization() -> None:
 
 
 def test_the_batch_jobs_start_up_imports_no_boto3_and_no_pyarrow() -> None:
-    # GIVEN a fresh interpreter WHEN it does what `python -m handlers.batch` does before its first row of a
+    # GIVEN a fresh interpreter WHEN it does what `python -m servestack.adapters.batch` does before its first row of a
     # JSON Lines input: import the module, make its S3 client
     code = (
-        "import sys, handlers.batch; handlers.batch.aws_client('s3');"
+        "import sys, servestack.adapters.batch; servestack.adapters.batch.aws_client('s3');"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'boto3', 's3transfer', 'pyarrow', 'fastapi'}))"
     )
     env = {**os.environ, "AWS_DEFAULT_REGION": "us-east-1"}
@@ -197,9 +239,10 @@ def test_the_serving_master_loads_no_model_runtime() -> None:
     # GIVEN a fresh interpreter that sees no GPU WHEN it does what the container's `serve` does before it starts
     # the workers: import the module, read its settings, count its workers
     code = (
-        "import sys, handlers.realtime as r; r.ContainerSettings.from_environment(); print(r.default_workers('auto'));"
+        "import sys, servestack.adapters.realtime as r; r.ContainerSettings.from_environment();"
+        "print(r.default_workers('auto'));"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in {'numpy', 'onnxruntime', 'fastapi'}"
-        " or m == 'handlers.app'))"
+        " or m == 'servestack.adapters.app'))"
     )
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, env=env)
@@ -226,8 +269,8 @@ def threads_after_importing(module: str, **environment: str) -> int:
 )
 def test_a_handler_leaves_numpy_one_blas_thread_unless_the_environment_asks_for_more() -> None:
     # GIVEN a fresh interpreter; WHEN a handler is imported, with and without OPENBLAS_NUM_THREADS set
-    default = threads_after_importing("handlers.batch")
-    asked = threads_after_importing("handlers.batch", OPENBLAS_NUM_THREADS="4")
+    default = threads_after_importing("servestack.adapters.batch")
+    asked = threads_after_importing("servestack.adapters.batch", OPENBLAS_NUM_THREADS="4")
     # THEN by default numpy's BLAS starts no pool of its own; a user's setting still wins (OpenBLAS starts up
     # to the cores there are)
     assert asked > default
@@ -314,7 +357,8 @@ def test_the_layout_page_and_the_size_limit_hold_for_every_local_package() -> No
     # GIVEN the packages of servestack/local/ and the layout page that shows them to a newcomer
     local = REPO_ROOT / "servestack/local"
     packages = sorted(p.name for p in local.iterdir() if (p / "__init__.py").is_file())
-    layout = (REPO_ROOT / "docs/layout.md").read_text(encoding="utf-8")
+    page = (REPO_ROOT / "docs/layout.md").read_text(encoding="utf-8")
+    layout = page[page.index("## Local mode, by the AWS service it plays") :]
     # THEN the page has a row for each package, and no row for one that is gone
     assert [p for p in packages if f"| `{p}/` |" not in layout] == []
     rows = {line.split("`")[1].rstrip("/") for line in layout.splitlines() if line.startswith("| `")}

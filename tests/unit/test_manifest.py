@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from models.errors import ChecksumMismatch, ModelLoadError
-from models.manifest import read_manifest, sha256_of, verify_checksums
-from models.service import ModelRepository, ServedModel
-from models.settings import ServingSettings
+from servestack.inference.errors import ChecksumMismatch, ModelLoadError
+from servestack.inference.manifest import read_manifest, sha256_of, verify_checksums
+from servestack.inference.service import ModelRepository, ServedModel
+from servestack.inference.settings import ServingSettings
 from tests.conftest import ARTIFACTS
 
 

@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from handlers.metrics import OverloadMetrics
-from models.batching import BatchingConfig, MicroBatcher
-from models.errors import Overloaded
+from servestack.adapters.metrics import OverloadMetrics
+from servestack.inference.batching import BatchingConfig, MicroBatcher
+from servestack.inference.errors import Overloaded
 
 
 def identity(arrays: object) -> dict[str, np.ndarray]:

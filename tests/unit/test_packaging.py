@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from models.errors import InvalidInput
-from models.manifest import read_manifest, sha256_of
-from models.packaging import build_package
-from models.service import ServedModel
-from models.settings import ServingSettings
+from servestack.inference.errors import InvalidInput
+from servestack.inference.manifest import read_manifest, sha256_of
+from servestack.inference.packaging import build_package
+from servestack.inference.service import ServedModel
+from servestack.inference.settings import ServingSettings
 from tests.conftest import ARTIFACTS, REPO_ROOT
 
 
@@ -152,7 +152,7 @@ def test_a_zipmap_that_cannot_be_converted_is_refused_with_the_exact_fix(
     script = (
         "import sys; sys.modules['onnx'] = None\n"  # what `import onnx` does where it is not installed
         "from pathlib import Path\n"
-        "from models.packaging import build_package\n"
+        "from servestack.inference.packaging import build_package\n"
         f"build_package(Path({str(tmp_path / 'm.onnx')!r}), Path({str(tmp_path / 'p')!r}), name='m', version='1')\n"
     )
 

@@ -1,5 +1,6 @@
 """Path confinement: registry fetches, directory-registry keys and target-model names never reach outside the
-directory they belong to, and a hostile name is a 4xx, never a 500 (models/paths.py, models/service.py)."""
+directory they belong to, and a hostile name is a 4xx, never a 500 (servestack/inference/paths.py,
+servestack/inference/service.py)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from handlers.app import ServingApp
-from models.cache import ModelCache
-from models.errors import InvalidInput, ModelLoadError, RegistryError, ServingError, UnsafePath
-from models.paths import confined
-from models.registry import DirectoryStore, ModelRegistry
-from models.settings import ServingSettings
+from servestack.adapters.app import ServingApp
+from servestack.inference.cache import ModelCache
+from servestack.inference.errors import InvalidInput, ModelLoadError, RegistryError, ServingError, UnsafePath
+from servestack.inference.paths import confined
+from servestack.inference.registry import DirectoryStore, ModelRegistry
+from servestack.inference.settings import ServingSettings
 from tests.conftest import ARTIFACTS
 
 DIGITS = ARTIFACTS / "digits" / "1"
@@ -147,7 +148,7 @@ def test_hostile_target_models_are_a_4xx_and_load_nothing(mme: ServingApp, tmp_p
 
 @pytest.mark.parametrize("target", HOSTILE_TARGETS, ids=range(len(HOSTILE_TARGETS)))
 def test_hostile_targets_are_invalid_input_for_single_model_serving(target: str) -> None:
-    from models.service import ModelRepository
+    from servestack.inference.service import ModelRepository
 
     repository = ModelRepository(ServingSettings(warmup=False))
     repository.load_all()

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from servestack.cli import main
-from servestack.loadtest import Report, Sample, rows_in, summarize
+from servestack.cli.main import main
+from servestack.loadtest.driver import Report, Sample, rows_in, summarize
 from servestack.plan import PRICES_FILE, Measurement, Plan, Prices, load_measurement, plan, traffic_from
 from servestack.sizing import concurrency
 from servestack.spec import parse_spec
@@ -279,7 +279,7 @@ def test_a_missed_slo_rules_modes_out_with_the_measured_figure(prices: Prices, l
     ],
 )
 def test_bad_profiles_name_the_field_and_what_is_allowed(values: dict[str, Any], field: str) -> None:
-    from models.errors import InvalidInput
+    from servestack.inference.errors import InvalidInput
 
     with pytest.raises(InvalidInput) as caught:
         traffic_from(values)

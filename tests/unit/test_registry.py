@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from handlers.aws.registry import open_registry
-from models.errors import ChecksumMismatch, ModelNotFound, RegistryError, VersionConflict
-from models.registry import DirectoryStore, ModelRegistry
+from servestack.adapters.aws.registry import open_registry
+from servestack.inference.errors import ChecksumMismatch, ModelNotFound, RegistryError, VersionConflict
+from servestack.inference.registry import DirectoryStore, ModelRegistry
 from tests.conftest import ARTIFACTS
 
 DIGITS = ARTIFACTS / "digits" / "1" / "model.onnx"
@@ -106,7 +106,7 @@ def test_push_writes_the_versions_multi_model_archive_and_it_is_reproducible(
     import io
     import tarfile
 
-    from models.registry import archive_key, package_archive
+    from servestack.inference.registry import archive_key, package_archive
 
     # GIVEN a pushed version
     pushed = registry.push(DIGITS, name="archived", version="3")

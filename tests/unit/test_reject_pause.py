@@ -1,11 +1,11 @@
-"""The shared pause before a 429 (handlers/app.py `RejectPause`): refusals of the same moment share one
+"""The shared pause before a 429 (servestack/adapters/app.py `RejectPause`): refusals of the same moment share one
 timer, none is answered before its pause, and a refusal whose client went away does not break the others."""
 
 from __future__ import annotations
 
 import asyncio
 
-from handlers.app import RejectPause
+from servestack.adapters.app import RejectPause
 
 
 def test_refusals_of_one_moment_share_a_timer_and_each_waits_its_whole_pause() -> None:

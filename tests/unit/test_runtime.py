@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.errors import ConfigurationError, ModelLoadError, ModelNotFound, ModelNotReady
-from models.runtime import CPU, CUDA, choose_providers
-from models.service import ModelRepository
-from models.settings import ServingSettings
+from servestack.inference.errors import ConfigurationError, ModelLoadError, ModelNotFound, ModelNotReady
+from servestack.inference.runtime import CPU, CUDA, choose_providers
+from servestack.inference.service import ModelRepository
+from servestack.inference.settings import ServingSettings
 from tests.conftest import ARTIFACTS
 
 

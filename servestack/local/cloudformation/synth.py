@@ -34,8 +34,18 @@ from servestack.local.hosting import REPO_ROOT
 INPUTS_FILE = "servestack-inputs.sha256"
 INPUT_FILES = "servestack-inputs.json"  # each input's own digest: what changed since the last synth
 # What the CDK app reads, relative to the project (or servestack's own) root.
-SOURCE_GLOBS = ("app.py", "cdk.json", "cdk.context.json", "stacks/**/*.py", "servestack/spec.py",
-                "servestack/alarms.py", "containers/*", "models/artifacts/**/*")  # fmt: skip
+SOURCE_GLOBS = ("app.py", "cdk.json", "cdk.context.json", "stacks/**/*.py", "handlers/**/*.py",
+                "models/artifacts/**/*")  # fmt: skip
+# What the app reads of servestack itself (its constructs, serving.yaml's schema, the sources its bundles and
+# images carry), relative to the servestack package the app imports.
+FRAMEWORK_GLOBS = ("*.py", "spec/**/*.py", "cdk/**/*", "inference/**/*.py", "adapters/**/*.py")
+INSTALLED_FRAMEWORK = Path(__file__).resolve().parents[2]
+
+
+def framework_dir(root: Path) -> Path:
+    """The servestack package `python app.py` in `root` imports: a `servestack/` package beside app.py comes
+    first on its path (a checkout of servestack itself), else the installed one."""
+    return root / "servestack" if (root / "servestack" / "__init__.py").is_file() else INSTALLED_FRAMEWORK
 
 
 class SynthError(RuntimeError):
@@ -92,6 +102,8 @@ def context(root: Path, spec: Path, *, pipeline: bool = False) -> dict[str, obje
 def input_files(root: Path, spec: Path, artifacts: Path | None = None) -> dict[str, str]:
     """Each input file (its path) -> the SHA-256 of its bytes, plus the interpreter's and aws-cdk-lib's versions."""
     files = {p for pattern in SOURCE_GLOBS for p in root.glob(pattern) if p.is_file()}
+    framework = framework_dir(root)
+    files |= {p for pattern in FRAMEWORK_GLOBS for p in framework.glob(pattern) if p.is_file()}
     if artifacts is not None and artifacts.is_dir():
         files |= {p for p in artifacts.rglob("*") if p.is_file()}
     settings = user_settings()
@@ -126,7 +138,7 @@ def inputs_digest(root: Path, spec: Path, artifacts: Path | None = None) -> str:
 
 
 def changed_inputs(before: dict[str, str], now: dict[str, str], root: Path, limit: int = 3) -> str:
-    """`serving.yaml, stacks/realtime.py changed` (at most `limit` names, then how many more)."""
+    """`serving.yaml, servestack/cdk/realtime.py changed` (at most `limit` names, then how many more)."""
     names: list[str] = []
     for path in sorted(set(before) | set(now)):
         if before.get(path) != now.get(path):

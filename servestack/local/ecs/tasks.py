@@ -131,7 +131,8 @@ def task_process(
 
 
 def batch_overrides(overrides: Mapping[str, Any]) -> dict[str, str]:
-    """`local run-batch`'s options as the SERVESTACK_BATCH_* variables the batch task reads (handlers/batch.py)."""
+    """`local run-batch`'s options as the SERVESTACK_BATCH_* variables the batch task reads
+    (servestack/adapters/batch.py)."""
     return {
         f"SERVESTACK_BATCH_{k.upper()}": str(v).lower() if isinstance(v, bool) else str(v)
         for k, v in overrides.items()

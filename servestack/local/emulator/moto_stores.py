@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from models.errors import ConfigurationError
+from servestack.inference.errors import ConfigurationError
 
 PARTS = "parts"
 BLOBS = "blobs"

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from models.errors import ConfigurationError
+from servestack.inference.errors import ConfigurationError
 from servestack.local.emulator.moto_stores import (
     BLOBS,
     PARTS,

@@ -5,7 +5,7 @@ The AWS API front (SageMaker Runtime, Lambda Invoke, the SageMaker control plane
 Lambda Invoke API of each function host, the HTTP API fronts and the API Gateway stand-in `HttpFront` are all
 a `LocalHttpServer`. Keep-alive works (boto3 and httpx pool their connections).
 
-Bodies are read by handlers/body.py's `read_body`, the reader of every ASGI front of the project (the
+Bodies are read by servestack/adapters/body.py's `read_body`, the reader of every ASGI front of the project (the
 realtime container, the endpoint router): at most `max_body_bytes`, within `body_timeout_sec`. uvicorn frames
 the request (Content-Length or chunked; both at once, or a Content-Length that is not a number, is its 400),
 so no front parses chunked bodies itself. A body over the limit is 413 before it is read when its length is
@@ -36,8 +36,8 @@ from typing import Any
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from handlers.body import ClientDisconnected, ReadDeadlines, read_asgi_body
-from models.errors import InvalidInput, ServingError
+from servestack.adapters.body import ClientDisconnected, ReadDeadlines, read_asgi_body
+from servestack.inference.errors import InvalidInput, ServingError
 
 logger = logging.getLogger("servestack.local")
 HOP_BY_HOP = frozenset({"connection", "content-length", "transfer-encoding", "keep-alive"})

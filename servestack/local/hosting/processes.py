@@ -77,7 +77,7 @@ class GroupLeader(subprocess.Popen[bytes]):
 
 @dataclass
 class RealtimeProcess:
-    """The realtime container entry (`python -m handlers.realtime serve`) as a child process."""
+    """The realtime container entry (`python -m servestack.adapters.realtime serve`) as a child process."""
 
     name: str
     port: int
@@ -110,7 +110,7 @@ class RealtimeProcess:
             **(env or {}),
         }
         process = GroupLeader(
-            argv or [sys.executable, "-m", "handlers.realtime", "serve"],
+            argv or [sys.executable, "-m", "servestack.adapters.realtime", "serve"],
             cwd=cwd or REPO_ROOT,
             env=child_env,
             stdout=output,

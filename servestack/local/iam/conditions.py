@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from models.errors import ConfigurationError
+from servestack.inference.errors import ConfigurationError
 from servestack.local.iam.wildcards import arn_matches, compile_arn_pattern, compile_globs
 
 # The request context: condition key (lower-cased) -> its values (one for a single-valued key).

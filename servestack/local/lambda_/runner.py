@@ -1,7 +1,7 @@
 """One Lambda execution environment, as a child process of `local up`.
 
 `python -m servestack.local.lambda_.runner --config FUNCTION.json --port N` imports the function's handler by the
-dotted path its template gives (`handlers.asynchronous.worker_handler`), runs Lambda's init phase (the
+dotted path its template gives (`servestack.adapters.asynchronous.worker_handler`), runs Lambda's init phase (the
 import, which loads and warms the model), and answers the Lambda Invoke API on port N
 (servestack/local/lambda_/invoke.py). Everything that invokes the function goes through that API, from the
 `local up` process: the HTTP API front, the SQS event source mapping, the scheduler, and boto3's

@@ -62,7 +62,7 @@ class LambdaContext:
 
 
 def import_handler(path: str) -> Handler:
-    """`handlers.asynchronous.worker_handler` -> the function (imported once, as Lambda's init does)."""
+    """`servestack.adapters.asynchronous.worker_handler` -> the function (imported once, as Lambda's init does)."""
     module_name, _, attribute = path.rpartition(".")
     handler: Handler = getattr(importlib.import_module(module_name), attribute)
     return handler

@@ -5,7 +5,7 @@ process, `logs:CreateLogStream` then `logs:PutLogEvents` signed as the execution
 `logs:` grant is refused here as it is in AWS, where its lines are lost: the refusal is reported once, and
 the child keeps running (its lines still reach local up's output).
 
-Metrics in CloudWatch's embedded metric format (EMF, handlers/metrics.py) travel the same way: in AWS the
+Metrics in CloudWatch's embedded metric format (EMF, servestack/adapters/metrics.py) travel the same way: in AWS the
 role only writes the log event, and CloudWatch Logs extracts the metrics from an event it accepted (no
 `cloudwatch:PutMetricData` by the role). Here, each EMF line the role's PutLogEvents delivered is turned into
 a PutMetricData call by the shipper, as the CloudWatch Logs service; an EMF line whose write was refused

@@ -27,4 +27,4 @@ def self_command() -> str:
     argv0 = Path(sys.argv[0])
     if argv0.name == "servestack" and argv0.exists():
         return shown(argv0.resolve()) if not argv0.is_absolute() else shlex.quote(str(argv0))
-    return f"{shlex.quote(sys.executable)} -m servestack.cli"
+    return f"{shlex.quote(sys.executable)} -m servestack.cli.main"

@@ -9,8 +9,8 @@ request's Content-Type, Accept and custom attributes), and
 - otherwise, writes the container's answer to `<S3FailurePath><uuid>-error.out` and publishes to the error topic
   `{"invocationStatus": "Failed", "failureReason": "ClientError: Received client error (400) from model. See the
   SageMaker Endpoint logs in your account for more information.", "inferenceId", "requestParameters", ...}`.
-These are the notification fields SageMaker documents (and public consumers parse); handlers/aws/sagemaker_jobs.py
-reads them.
+These are the notification fields SageMaker documents (and public consumers parse);
+servestack/adapters/aws/sagemaker_jobs.py reads them.
 
 `AsyncInvocations(...).handle(endpoint_name, request)` serves the `POST /endpoints/{name}/async-invocations`
 wire format of botocore's sagemaker-runtime model; `invoke(...)` is the same call from Python. `from_endpoint_config`

@@ -73,7 +73,7 @@ def main(args: list[str] | None = None) -> int:
             return Rehearsal.from_request(router, spec, deployment, request, cache_dir=cache_dir)
 
         rehearsal_factory = rehearsal
-    from models.settings import ServingSettings
+    from servestack.inference.settings import ServingSettings
 
     limits = ServingSettings.from_environment()  # the children's own body limit and read deadline
     router = Router(

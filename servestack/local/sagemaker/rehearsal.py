@@ -28,8 +28,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from models.errors import ServingError
 from servestack.alarms import AlarmDefinition, datapoints, sagemaker_variant_alarms
+from servestack.inference.errors import ServingError
 from servestack.local.sagemaker.backends import Backend, Faults, VariantPlan
 from servestack.local.sagemaker.router import Router
 from servestack.local.sagemaker.variant_start import prepare

@@ -4,7 +4,7 @@ endpoint hosting inference components runs one child per component instead, pick
 `X-Amzn-SageMaker-Inference-Component` header.
 
 `python -m servestack.local.sagemaker.endpoint DEPLOYMENT ...` (servestack/local/sagemaker/endpoint.py)
-starts one realtime child (`python -m handlers.realtime serve`) per variant (and the shadow), then serves:
+starts one realtime child (`python -m servestack.adapters.realtime serve`) per variant (and the shadow), then serves:
 - every inference route (`/invocations`, `/v1/models/...`): forwarded to a variant picked at random by
   weight; the answer carries `x-Amzn-Invoked-Production-Variant`, as SageMaker's does;
 - `GET /ping`: the first live variant's;
@@ -34,9 +34,9 @@ from typing import Any
 
 import orjson
 
-from handlers.body import ClientDisconnected, ReadDeadlines, read_asgi_body
-from models.errors import ServingError
-from models.settings import SIX_MEBIBYTES
+from servestack.adapters.body import ClientDisconnected, ReadDeadlines, read_asgi_body
+from servestack.inference.errors import ServingError
+from servestack.inference.settings import SIX_MEBIBYTES
 from servestack.local.hosting import RealtimeProcess, free_port, kill_group
 from servestack.local.sagemaker.backends import Backend, Faults, ShadowReport, VariantPlan
 from servestack.local.sagemaker.router_http import (

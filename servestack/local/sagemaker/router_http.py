@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from models.errors import InvalidInput
+from servestack.inference.errors import InvalidInput
 from servestack.local.sagemaker.backends import Backend
 
 Scope = MutableMapping[str, Any]

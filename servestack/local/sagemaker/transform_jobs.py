@@ -3,7 +3,7 @@ client; JSON protocol, `X-Amz-Target: SageMaker.<Operation>`), so that the call 
 makes in AWS is made locally too, as the schedule's role, and refused as SageMaker refuses it.
 
 In AWS, EventBridge Scheduler's universal target `aws-sdk:sagemaker:createTransformJob` sends the schedule's
-input as the CreateTransformJob request, signed as the schedule's role (stacks/batch.py). Here:
+input as the CreateTransformJob request, signed as the schedule's role (servestack/cdk/batch.py). Here:
 - the AWS front authorizes the call first (`sagemaker:CreateTransformJob` / `sagemaker:DescribeTransformJob`
   on `arn:aws:sagemaker:{region}:{account}:transform-job/{name lower-cased}`; servestack/local/iam/operations.py);
 - the request is checked against botocore's own service model of SageMaker: required members, string lengths

@@ -203,7 +203,7 @@ class World:
 
     def _bundle_view(self, deployment: str) -> Path:
         """What the deployment's Lambda bundle carries under models/artifacts: its own pinned packages only
-        (stacks/bundling.py), as links into the project."""
+        (servestack/cdk/bundling.py), as links into the project."""
         view = self.work / "bundles" / deployment / "models" / "artifacts"
         if view.exists():
             shutil.rmtree(view)

@@ -1,0 +1,72 @@
+"""AWS clients as every handler builds them.
+
+They are botocore clients, made on one botocore session per process: what `boto3.client` returns, without
+boto3's session layer, whose import (it pulls in s3transfer for S3's `upload_file` family, which no handler
+uses) was the largest single import of the batch job's start-up. Every method the handlers call (`get_object`,
+`put_object`, paginators, `generate_presigned_url`, `send_message`, `invoke_endpoint_async`, ...) is
+botocore's. Code that needs boto3 itself (`boto3.resource("dynamodb")` in servestack/adapters/aws/jobs.py) imports it.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any
+
+import botocore.session
+from botocore.config import Config
+
+# A botocore session is not safe to create clients from on several threads at once (boto3's docs say the
+# same of its sessions); clients themselves are.
+_session_lock = threading.Lock()
+
+
+@functools.cache
+def _session() -> botocore.session.Session:
+    """The process's session: credentials, region and AWS_ENDPOINT_URL from the environment, as boto3's
+    default session reads them (boto3 builds that session the same way)."""
+    return botocore.session.get_session()
+
+
+def aws_client(service: str, *, endpoint_url: str | None = None) -> Any:
+    """A client honouring AWS_ENDPOINT_URL (an emulator), with botocore's `standard` retry mode and
+    path-style S3 addressing, so any endpoint host works. S3 clients take `put_object(IfNoneMatch="*")` whatever
+    the botocore version (`conditional_writes`)."""
+    config = Config(s3={"addressing_style": "path"}, retries={"mode": "standard"})
+    with _session_lock:
+        client = _session().create_client(service, endpoint_url=endpoint_url, config=config)
+    return conditional_writes(client) if service == "s3" else client
+
+
+# S3 conditional writes (`If-None-Match: *` on PutObject: write only if the key holds no object, else 412
+# PreconditionFailed) date from August 2024; botocore's model has the `IfNoneMatch` parameter since 1.35.
+# Lambda functions run the python3.12 runtime's boto3/botocore (the bundle carries no SDK: servestack/cdk/bundling.py),
+# and AWS fixes no version for it: "The version of the AWS SDK included in the Python runtime depends on the
+# runtime version and your AWS Region" (Lambda Developer Guide, "Building Lambda functions with Python",
+# Runtime-included SDK versions; the last published table, for python3.9, listed botocore 1.21.55), and it
+# changes without notice. S3 honours the header whatever the SDK, so with a model that lacks the parameter
+# the client sends the header itself: the worker's write-once holds on any runtime SDK, without bundling
+# botocore (~25 MB) next to a ~140 MB bundle.
+_IF_NONE_MATCH = "servestack_if_none_match"
+
+
+def conditional_writes(s3: Any) -> Any:
+    """`s3`, taking `IfNoneMatch` on `put_object` even where its botocore model predates the parameter."""
+    members = s3.meta.service_model.operation_model("PutObject").input_shape.members
+    if "IfNoneMatch" in members:
+        return s3
+    events = s3.meta.events
+    events.register("before-parameter-build.s3.PutObject", _take_if_none_match)
+    events.register("before-call.s3.PutObject", _send_if_none_match)
+    return s3
+
+
+def _take_if_none_match(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+    # Before validation, which would refuse a parameter the model does not have.
+    if "IfNoneMatch" in params:
+        context[_IF_NONE_MATCH] = params.pop("IfNoneMatch")
+
+
+def _send_if_none_match(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+    if _IF_NONE_MATCH in context:
+        params["headers"]["If-None-Match"] = context[_IF_NONE_MATCH]

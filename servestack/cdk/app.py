@@ -1,0 +1,98 @@
+"""A project's CDK app: one stack per deployment in its serving.yaml, plus the CI/CD pipeline on request.
+
+A project's `app.py` calls `main(<its folder>, extend=...)`; `build_app` builds the same app for tests.
+
+    make synth                                   # every deployment, offline
+    cdk deploy servestack-digits-api             # one deployment
+    cdk synth -c servestack:deployments=digits-api,cancer-async
+    cdk synth -c servestack:pipeline=true -c servestack:repo=owner/name -c servestack:connection-arn=arn:...
+
+The pipeline needs `servestack:repo` and `servestack:connection-arn` (a CodeConnections connection ARN); a
+missing one exits 2 naming the `-c` flag to pass. Account and region are optional (servestack:account,
+servestack:region): without them the pipeline stack is environment-agnostic.
+
+serving.yaml is validated before anything is synthesized; a bad value stops here with its path, the value
+and what is allowed. cdk-nag's AwsSolutions checks run on every synth.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from aws_cdk import App, Validations
+from cdk_nag import AwsSolutionsChecks
+
+from servestack.cdk.deployment import DeploymentStack, add_deployments
+from servestack.spec import SpecError, load_spec
+
+# A project's own additions to the app: it gets the app and the deployment stacks servestack built.
+Extend = Callable[[App, list[DeploymentStack]], None]
+
+
+def _flag(value: object) -> bool:
+    return str(value).lower() in {"1", "true", "yes", "on"}
+
+
+def build_app(
+    *,
+    root: Path,
+    context: Mapping[str, Any] | None = None,
+    outdir: str | None = None,
+    nag: bool = True,
+    builtin_validation: bool = True,
+    extend: Extend | None = None,
+) -> App:
+    """Build (not synthesize) the app for `root`'s serving.yaml. Context keys (cdk.json / `-c`):
+    servestack:spec (path, default serving.yaml), servestack:deployments (comma list, default all),
+    servestack:project (the folder of serving.yaml and the model packages, default `root`),
+    servestack:prefix (stack and resource name prefix, default `servestack-`), servestack:pipeline (true to
+    add the pipeline stack; it then reads servestack:repo, servestack:branch, servestack:connection-arn,
+    servestack:account, servestack:region).
+
+    `builtin_validation=False` skips aws-cdk-lib's own CloudFormation validation, as `cdk synth --no-validation`
+    does: unless the context sets `@aws-cdk/core:validateAgainstDefaultRules`, its findings are only warnings,
+    and it is over half of a synth's CPU. cdk-nag and the constructs' own checks run either way. `extend` adds
+    the project's own resources (its `stacks/`)."""
+    app = App(context=dict(context or {}), outdir=outdir, builtin_cloud_formation_validation=builtin_validation)
+    ctx = app.node.try_get_context
+    # The project (serving.yaml and its model packages) is this app's folder, unless servestack:project names
+    # another: a project of its own that uses servestack's constructs and sources from here.
+    project = Path(str(ctx("servestack:project"))) if ctx("servestack:project") else root
+    # Synth packages `<project>/<path>` of each model: the packages must be in the project (no bundled fallback).
+    spec = load_spec(project / str(ctx("servestack:spec") or "serving.yaml"), artifacts_root=project, bundled=False)
+    only = [n.strip() for n in str(ctx("servestack:deployments") or "").split(",") if n.strip()] or None
+    prefix = str(ctx("servestack:prefix") or "servestack-")
+    pipeline = _flag(ctx("servestack:pipeline"))
+    if pipeline:
+        from servestack.cdk.pipeline import required_context
+
+        required_context(app)  # before any stack is built: a missing flag fails in a second, not a minute
+    stacks = add_deployments(app, spec, project, name_prefix=prefix, only=only)
+    if extend is not None:
+        extend(app, stacks)
+    if pipeline:
+        from servestack.cdk.pipeline import pipeline_stack
+
+        pipeline_stack(app, spec=spec, root=project, deployments=only)
+    if nag:
+        Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    return app
+
+
+def main(root: Path, *, extend: Extend | None = None) -> None:
+    """Synthesize the app of the project in `root`; a serving.yaml or context problem is one line, exit 2."""
+    from servestack.cdk.pipeline import MissingContext
+    from servestack.cdk.scaling_guard import InstanceTypeChangeRefused
+
+    try:
+        app = build_app(root=root, extend=extend)
+    except (SpecError, MissingContext, InstanceTypeChangeRefused) as exc:
+        print(f"servestack: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except FileNotFoundError as exc:  # a package without its sample request/response: the message says how
+        print(f"servestack: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    app.synth()

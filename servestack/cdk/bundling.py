@@ -1,0 +1,298 @@
+"""Lambda assets without Docker.
+
+`LocalPythonBundler` is an `ILocalBundling`: CDK calls `try_bundle(output_dir, options)` during synth and
+the bundler fills `output_dir` with
+- the runtime dependencies pinned by `uv.lock` (`[project].dependencies`, no dev group, no extras),
+  installed by uv from manylinux wheels for CPython 3.12 on the target architecture;
+- the repo's `handlers/` and `models/` Python sources;
+- the artifacts of the models this function serves (`models/artifacts/<name>/<version>/`).
+It then strips what inference does not need (tests, type stubs, onnxruntime's C-API library
+`capi/libonnxruntime.so*`, which the Python binding does not link) and byte-compiles everything for 3.12 with
+hash-checked `.pyc` so the bundle is reproducible.
+
+The asset hash is computed up front from uv.lock, the sources and the artifacts, so CDK skips bundling when
+`cdk.out` already holds the same bundle, and tests can skip bundling without fingerprinting the repo.
+Installed dependencies are cached per (lock, platform) under `$SERVESTACK_BUNDLE_CACHE` (default
+`~/.cache/servestack/lambda-deps`): only the first bundle for a given lock needs the package index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import jsii
+from aws_cdk import AssetHashType, BundlingOptions, DockerImage, ILocalBundling
+from aws_cdk import aws_lambda as lambda_
+
+from servestack.cdk.shared import check_choice
+
+PYTHON_VERSION = "3.12"
+ARCHITECTURES = ("x86_64", "arm64")
+# Lambda's python3.12 runtime is Amazon Linux 2023 (glibc 2.34).
+_UV_PLATFORM = {"x86_64": "x86_64-manylinux_2_34", "arm64": "aarch64-manylinux_2_34"}
+# Bump when the bundle's layout or stripping changes: it is part of the asset hash.
+BUNDLER_VERSION = "1"
+# servestack's runtime (the inference core and the runtime adapters, never its CLI, CDK or local mode) and the
+# project's own entry points (`handlers/`, when it has them).
+SOURCE_DIRS = ("servestack/__init__.py", "servestack/inference", "servestack/adapters", "handlers")
+_SKIP_DIRS = {"__pycache__", "tests", "test", "artifacts", ".mypy_cache", ".pytest_cache"}
+# Globs (relative to the site-packages root) removed from the dependency tree.
+STRIP_GLOBS = (
+    "**/tests",
+    "**/__pycache__",
+    "**/*.pyi",
+    "**/*.pyx",
+    "**/*.pxd",
+    "onnxruntime/capi/libonnxruntime.so*",
+    "onnxruntime/transformers",
+    "onnxruntime/tools",
+    "onnxruntime/quantization",
+    "onnxruntime/datasets",
+    "numpy/_pyinstaller",
+    "numpy/f2py",
+    "numpy/typing/tests",
+    "numpy/_core/include",
+    "**/*.h",
+    "**/*.c",
+    "bin",
+)
+
+
+class BundlingError(RuntimeError):
+    """The Lambda bundle could not be built; the message says what to install or fix."""
+
+
+def _files(root: Path, rel_dirs: Iterable[str]) -> Iterator[Path]:
+    for rel in rel_dirs:
+        base = root / rel
+        if base.is_file():
+            yield base
+            continue
+        if not base.exists():
+            continue
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+            for name in sorted(filenames):
+                if not name.endswith((".pyc", ".pyo")):
+                    yield Path(dirpath) / name
+
+
+def _artifact_files(root: Path, artifacts: Sequence[str]) -> Iterator[Path]:
+    for rel in artifacts:
+        base = root / rel
+        if base.is_dir():
+            yield from sorted(p for p in base.rglob("*") if p.is_file())
+
+
+def find_uv(root: Path) -> str:
+    for candidate in (root / ".tools" / "bin" / "uv", Path(sys.executable).parent / "uv"):
+        if candidate.is_file():
+            return str(candidate)
+    found = shutil.which("uv")
+    if not found:
+        raise BundlingError("uv not found (.tools/bin/uv or PATH): run `make setup` to install it")
+    return found
+
+
+def find_python(version: str = PYTHON_VERSION) -> str | None:
+    """An interpreter of the Lambda runtime's version, to byte-compile for it (uv's or pyenv's count)."""
+    candidates = sorted((Path.home() / ".pyenv" / "versions").glob(f"{version}.*/bin/python{version}"), reverse=True)
+    found = shutil.which(f"python{version}")
+    for candidate in [*map(str, candidates), *([found] if found else [])]:
+        probe = subprocess.run([candidate, "-c", "pass"], capture_output=True, check=False)
+        if probe.returncode == 0:  # pyenv shims exist but fail when the version is not selected
+            return candidate
+    return None
+
+
+@jsii.implements(ILocalBundling)
+class LocalPythonBundler:
+    """Builds a Lambda bundle on this machine: uv-installed manylinux wheels + sources + model artifacts."""
+
+    def __init__(
+        self,
+        *,
+        root: Path,
+        artifacts: Sequence[str] = (),
+        artifacts_root: Path | None = None,
+        architecture: str = "x86_64",
+        python_version: str = PYTHON_VERSION,
+        cache_dir: Path | None = None,
+    ) -> None:
+        check_choice("LocalPythonBundler", "architecture", architecture, ARCHITECTURES)
+        self.root = root.resolve()
+        self.artifacts = tuple(artifacts)
+        # The project holding the model packages (`artifacts` are relative to it); servestack's code is `root`.
+        self.artifacts_root = (artifacts_root or root).resolve()
+        self.architecture = architecture
+        self.python_version = python_version
+        default_cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "servestack" / "lambda-deps"
+        self.cache_dir = cache_dir or Path(os.environ.get("SERVESTACK_BUNDLE_CACHE", default_cache))
+
+    # --- hashing --------------------------------------------------------------------------------
+
+    def asset_hash(self) -> str:
+        """Hash of everything that determines the bundle, cheap enough to compute on every synth."""
+        h = hashlib.sha256()
+        h.update(f"{BUNDLER_VERSION}|{self.architecture}|{self.python_version}|{STRIP_GLOBS}".encode())
+        lock = [self.root / "uv.lock", self.root / "pyproject.toml"]
+        for path in [*lock, *_files(self.root, SOURCE_DIRS)]:
+            if path.is_file():
+                h.update(str(path.relative_to(self.root)).encode())
+                h.update(hashlib.sha256(path.read_bytes()).digest())
+        for path in _artifact_files(self.artifacts_root, self.artifacts):
+            h.update(str(path.relative_to(self.artifacts_root)).encode())
+            h.update(hashlib.sha256(path.read_bytes()).digest())
+        return h.hexdigest()
+
+    # --- ILocalBundling -------------------------------------------------------------------------
+
+    def try_bundle(self, output_dir: str, options: Any = None) -> bool:
+        self.bundle(Path(output_dir))
+        return True
+
+    def bundle(self, out: Path) -> Path:
+        """Fill `out` with the bundle; return it."""
+        out.mkdir(parents=True, exist_ok=True)
+        deps = self._dependencies()
+        shutil.copytree(deps, out, dirs_exist_ok=True, symlinks=False)
+        for src in _files(self.root, SOURCE_DIRS):
+            dest = out / src.relative_to(self.root)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest)
+        for src in _artifact_files(self.artifacts_root, self.artifacts):
+            dest = out / src.relative_to(self.artifacts_root)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest)
+        self._compile(out, only=SOURCE_DIRS)
+        return out
+
+    # --- steps ----------------------------------------------------------------------------------
+
+    def requirements(self) -> str:
+        """Runtime requirements pinned by uv.lock (no dev group, no extras, no hashes)."""
+        uv = find_uv(self.root)
+        cmd = [uv, "export", "--frozen", "--no-dev", "--no-emit-project", "--no-hashes", "--no-header"]
+        cmd += ["--no-annotate", "--format", "requirements.txt"]
+        done = subprocess.run(cmd, cwd=self.root, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise BundlingError(f"`uv export` failed in {self.root}: {done.stderr.strip()}")
+        return done.stdout
+
+    def _dependencies(self) -> Path:
+        requirements = self.requirements()
+        key = hashlib.sha256(
+            f"{BUNDLER_VERSION}|{self.architecture}|{self.python_version}|{STRIP_GLOBS}|{requirements}".encode()
+        ).hexdigest()[:24]
+        target = self.cache_dir / f"{self.architecture}-py{self.python_version}-{key}"
+        if target.is_dir():
+            return target
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix="deps-", dir=self.cache_dir))
+        try:
+            reqs = work / "requirements.txt"
+            reqs.write_text(requirements, encoding="utf-8")
+            site = work / "site"
+            self._install(reqs, site)
+            strip(site)
+            self._compile(site)
+            try:
+                site.rename(target)
+            except OSError:
+                if not target.is_dir():  # a concurrent synth won the race otherwise
+                    raise
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return target
+
+    def _install(self, requirements: Path, site: Path) -> None:
+        uv = find_uv(self.root)
+        cmd = [uv, "pip", "install", "--quiet", "--no-deps", "--only-binary", ":all:", "--target", str(site)]
+        cmd += ["--python-platform", _UV_PLATFORM[self.architecture], "--python-version", self.python_version]
+        cmd += ["--python", sys.executable, "-r", str(requirements)]
+        # Cached wheels first (works offline), then the package index.
+        done = subprocess.run([*cmd, "--offline"], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            shutil.rmtree(site, ignore_errors=True)
+            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise BundlingError(
+                f"installing Lambda dependencies for {self.architecture}/py{self.python_version} failed "
+                f"(needs the package index once, then works from uv's cache):\n{done.stderr.strip()}"
+            )
+
+    def _compile(self, tree: Path, only: Sequence[str] = ()) -> None:
+        """Byte-compile for the Lambda runtime's Python (hash-checked .pyc: reproducible, no mtimes)."""
+        python = find_python(self.python_version)
+        if python is None:
+            print(
+                f"servestack bundling: no python{self.python_version} found; the bundle ships without .pyc "
+                "(cold starts ~1 s slower)",
+                file=sys.stderr,
+            )
+            return
+        targets = [str(tree / d) for d in only] if only else [str(tree)]
+        script = (
+            "import compileall, py_compile, sys\n"
+            "for d in sys.argv[1:]:\n"
+            "    compileall.compile_dir(d, quiet=1, workers=0, "
+            "invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)\n"
+        )
+        subprocess.run([python, "-I", "-c", script, *targets], check=True, capture_output=True)
+
+
+def strip(site: Path) -> None:
+    """Remove tests, type stubs and files inference does not load from an installed dependency tree."""
+    for pattern in STRIP_GLOBS:
+        for path in sorted(site.glob(pattern), reverse=True):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+
+
+def tree_size_bytes(tree: Path) -> int:
+    return sum(p.stat().st_size for p in tree.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def lambda_code(
+    *,
+    root: Path,
+    artifacts: Sequence[str],
+    artifacts_root: Path | None = None,
+    architecture: str = "x86_64",
+    python_version: str = PYTHON_VERSION,
+) -> lambda_.Code:
+    """`lambda_.Code` for a servestack function, bundled locally (never with Docker): servestack's code from
+    `root`, the model packages `artifacts` from `artifacts_root` (the project; default `root`)."""
+    bundler = LocalPythonBundler(
+        root=root,
+        artifacts=artifacts,
+        artifacts_root=artifacts_root,
+        architecture=architecture,
+        python_version=python_version,
+    )
+    return lambda_.Code.from_asset(
+        str(bundler.root / "handlers") if (bundler.root / "handlers").is_dir() else str(bundler.root),
+        asset_hash_type=AssetHashType.CUSTOM,
+        asset_hash=bundler.asset_hash(),
+        bundling=BundlingOptions(
+            # Never pulled: `local` always bundles (or raises with what to fix).
+            image=DockerImage.from_registry(f"public.ecr.aws/sam/build-python{python_version}"),
+            command=["false"],
+            # jsii calls `try_bundle(output_dir, options)` with the options as one positional object, not as
+            # the keyword arguments the Python binding's protocol declares.
+            local=bundler,  # type: ignore[arg-type]
+        ),
+    )
+
+
+__all__ = ["BundlingError", "LocalPythonBundler", "lambda_code", "strip", "tree_size_bytes"]

@@ -1,0 +1,535 @@
+"""One CloudFormation stack per deployment in serving.yaml, and the function that adds them all to an app.
+
+A stack holds the shared pieces (artifact bucket, log retention), the construct of its mode
+(servestack/cdk/<mode>.py, paired with servestack/adapters/<mode>.py), its dashboard, and outputs the smoke
+test reads.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aws_cdk import CfnOutput, Environment, Stack, Tags
+from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_ecr_assets as ecr_assets
+from aws_cdk import aws_s3_assets as s3_assets
+from constructs import Construct
+
+from servestack.artifacts import sample_file
+from servestack.cdk.asynchronous import AsyncEndpoint
+from servestack.cdk.batch import BatchJob
+from servestack.cdk.bundling import lambda_code
+from servestack.cdk.components import ComponentEndpoint
+from servestack.cdk.images import MODEL_PACKAGES, dockerfile_workdir, image_context
+from servestack.cdk.observability import PERIOD, DeploymentDashboard, Panel, percentiles
+from servestack.cdk.realtime import DOCKER_EXCLUDE, RealtimeEndpoint, model_data_archive
+from servestack.cdk.scaling_guard import suspended
+from servestack.cdk.serverless import ServerlessEndpoint
+from servestack.cdk.shared import ArtifactBucket
+from servestack.spec import (
+    AsyncDeployment,
+    BatchDeployment,
+    ModelSpec,
+    RealtimeDeployment,
+    ServerlessDeployment,
+    ServingSpec,
+    Variant,
+    uses_gpu,
+)
+
+# The folder holding the `servestack` package: its runtime sources (servestack/inference, servestack/adapters)
+# and Dockerfiles go into Lambda bundles and images from here, whether servestack is installed or checked out.
+FRAMEWORK_ROOT = Path(__file__).resolve().parents[2]
+GPU_DOCKERFILE = "servestack/cdk/containers/gpu.Dockerfile"
+CPU_DOCKERFILE = "servestack/cdk/containers/cpu.Dockerfile"
+
+
+@dataclass(frozen=True)
+class SmokeGrant:
+    """What the pipeline's smoke test (servestack/cdk/smoke.py) calls on a deployment: one action on resources named
+    `arn:<partition>:<service>:<region>:<account>:<resource>`. The pipeline's stack cannot refer to a stage's
+    resources, so the smoke step's role is granted exactly these, by their fixed names."""
+
+    action: str
+    service: str
+    resources: tuple[str, ...]
+
+
+def read_sample(root: Path, model: ModelSpec, which: str) -> Any:
+    """The package's sample request/response; missing, the error names the command that writes it."""
+    return json.loads(sample_file(model, root, which).read_text(encoding="utf-8"))
+
+
+class DeploymentStack(Stack):
+    """Everything one deployment of serving.yaml needs, in its own stack (deploy it by name)."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        spec: ServingSpec,
+        deployment: str,
+        root: Path,
+        code_root: Path | None = None,
+        name_prefix: str = "servestack-",
+        env: Environment | None = None,
+    ) -> None:
+        d = spec.deployments[deployment]
+        super().__init__(
+            scope, id, env=env, description=f"servestack deployment {deployment} ({d.mode}, model {d.model})"
+        )
+        Tags.of(self).add("servestack:deployment", deployment)
+        Tags.of(self).add("servestack:mode", d.mode)
+        self.deployment = deployment
+        self.mode = d.mode
+        self.root = root  # the project: serving.yaml and its model packages
+        self.code_root = code_root or FRAMEWORK_ROOT  # servestack's sources and Dockerfiles (images, bundles)
+        self.resource_name = f"{name_prefix}{deployment}"
+        models = spec.models_of(deployment)
+        primary = models[0]
+        self.shared = ArtifactBucket(self, "Artifacts")
+        bucket = self.shared.bucket
+        name = self.resource_name
+        self.construct: Construct
+
+        if isinstance(d, RealtimeDeployment) and d.components:
+            components = [
+                c.model_copy(update={"version": spec.model(c.model, c.version).version}) for c in d.components
+            ]
+            data = {
+                m.key: s3_assets.Asset(self, f"ModelData{i}", path=str(model_data_archive(root, [m])))
+                for i, m in enumerate(models)
+            }
+            ce = ComponentEndpoint(
+                self,
+                "Components",
+                endpoint_name=name,
+                model_data=data,
+                components=components,
+                image=self._image_for(d.instance_type),
+                instance_type=d.instance_type,
+                min_instances=d.min_instances,
+                max_instances=d.max_instances,
+                max_payload_bytes=d.max_payload_bytes,
+                log_retention_days=d.log_retention_days,
+                strategy=d.strategy,
+                alarms=d.alarms,
+                batching=d.batching,
+            )
+            self.construct = ce
+            alarms = [*ce.alarms, *ce.overload_alarms]
+            panels = [
+                Panel(
+                    "Model latency by component (µs, as SageMaker publishes it)",
+                    [
+                        m
+                        for c in components
+                        for m in percentiles(ce.metric("ModelLatency", "p99", c.component_name), c.component_name)
+                    ],
+                ),
+                Panel(
+                    "Invocations and errors by component",
+                    [ce.metric("Invocations", "Sum", c.component_name) for c in components],
+                    [ce.metric("Invocation5XXErrors", "Sum", c.component_name) for c in components]
+                    + [ce.metric("NoCapacityInvocationFailures", "Sum", c.component_name) for c in components],
+                ),
+            ]
+            # The smoke test invokes the component serving the deployment's model (the spec requires one).
+            smoke = next(c for c in components if c.model == primary.name)
+            component = ce.component_names[smoke.component_name]
+            self._smoke(
+                "sagemaker-component",
+                f"{name}/{component}",
+                SmokeGrant(
+                    "sagemaker:InvokeEndpoint", "sagemaker", (f"endpoint/{name}", f"inference-component/{component}")
+                ),
+            )
+        elif isinstance(d, RealtimeDeployment):
+            variants = d.variants or [Variant(name="primary", model=primary.name, version=primary.version)]
+            families = {
+                d.serverless is None and uses_gpu(t)
+                for t in [
+                    *(v.instance_type or d.instance_type for v in variants),
+                    *([d.shadow.instance_type or d.instance_type] if d.shadow else []),
+                ]
+            }
+            resolved = [v.model_copy(update={"version": spec.model(v.model, v.version).version}) for v in variants]
+            shadow = d.shadow
+            if shadow is not None:
+                shadow = shadow.model_copy(update={"version": spec.model(shadow.model, shadow.version).version})
+            data = {
+                m.key: s3_assets.Asset(self, f"ModelData{i}", path=str(model_data_archive(root, [m])))
+                for i, m in enumerate(models)
+                if not d.multi_model  # multi-model endpoints load from their S3 prefix instead
+            }
+            rt = RealtimeEndpoint(
+                self,
+                "Realtime",
+                endpoint_name=name,
+                gpu_image=self._image("GpuImage", True) if True in families else None,
+                cpu_image=self._image("CpuImage", False) if False in families else None,
+                model_data=data,
+                variants=resolved,
+                default_model=primary.name,
+                shadow=shadow,
+                instance_type=d.instance_type,
+                min_instances=d.min_instances,
+                max_instances=d.max_instances,
+                target_invocations_per_instance=d.target_invocations_per_instance,
+                serverless=d.serverless,
+                multi_model_bucket=bucket if d.multi_model else None,
+                max_payload_bytes=d.max_payload_bytes,
+                log_retention_days=d.log_retention_days,
+                strategy=d.strategy,
+                alarms=d.alarms,
+                batching=d.batching,
+                deployment=deployment,
+                autoscaling=deployment not in suspended(self),
+            )
+            self.construct = rt
+            alarms = [*rt.alarms, *rt.overload_alarms]
+            instance_ns = "/aws/sagemaker/Endpoints"
+            overload_ns = "servestack"  # the containers' EMF metrics (servestack/adapters/metrics.py)
+            panels = [
+                Panel(
+                    "Model latency (µs, as SageMaker publishes it)",
+                    percentiles(rt.metric("ModelLatency", "p99"), "model"),
+                ),
+                Panel(
+                    "Invocations and errors",
+                    [rt.metric("Invocations", "Sum")],
+                    [rt.metric("Invocation4XXErrors", "Sum"), rt.metric("Invocation5XXErrors", "Sum")],
+                ),
+                Panel("Invocations per instance", [rt.metric("InvocationsPerInstance", "Sum")]),
+                Panel(
+                    "Overload: queued and admitted requests per worker (max), 429s (sum)",
+                    [rt.metric("QueueDepth", "Maximum", variant=v.name, namespace=overload_ns) for v in resolved]
+                    + [rt.metric("InFlight", "Maximum", variant=v.name, namespace=overload_ns) for v in resolved],
+                    [rt.metric("Rejected", "Sum", variant=v.name, namespace=overload_ns) for v in resolved],
+                ),
+                Panel(
+                    "Utilisation (%)",
+                    [
+                        rt.metric("CPUUtilization", "Average", namespace=instance_ns),
+                        rt.metric("GPUUtilization", "Average", namespace=instance_ns),
+                        rt.metric("GPUMemoryUtilization", "Average", namespace=instance_ns),
+                    ],
+                ),
+            ]
+            self._smoke("sagemaker", name, SmokeGrant("sagemaker:InvokeEndpoint", "sagemaker", (f"endpoint/{name}",)))
+        elif isinstance(d, ServerlessDeployment):
+            sl = ServerlessEndpoint(
+                self,
+                "Serverless",
+                name=name,
+                code=self._code(models, d.architecture),
+                model_name=primary.name,
+                sample_request=read_sample(root, primary, "request"),
+                expected_response=read_sample(root, primary, "response"),
+                memory_mib=d.memory_mib,
+                timeout_sec=d.timeout_sec,
+                architecture=d.architecture,
+                reserved_concurrency=d.reserved_concurrency,
+                provisioned_concurrency_min=d.provisioned_concurrency_min,
+                provisioned_concurrency_max=d.provisioned_concurrency_max,
+                provisioned_utilization_percent=d.provisioned_utilization_percent,
+                throttle_rate_per_sec=d.throttle_rate_per_sec,
+                throttle_burst=d.throttle_burst,
+                max_payload_bytes=d.max_payload_bytes,
+                log_retention_days=d.log_retention_days,
+                strategy=d.strategy,
+                alarms=d.alarms,
+            )
+            self.construct = sl
+            alarms = [*sl.alarms, sl.api_5xx_alarm]
+            alias = sl.alias
+            panels = [
+                Panel("Duration (ms)", percentiles(alias.metric_duration(), "duration")),
+                Panel(
+                    "Invocations, errors, throttles",
+                    [alias.metric_invocations(period=PERIOD, statistic="Sum")],
+                    [
+                        alias.metric_errors(period=PERIOD, statistic="Sum"),
+                        alias.metric_throttles(period=PERIOD),
+                    ],
+                ),
+                Panel(
+                    "HTTP API 4xx / 5xx and p99 latency",
+                    [
+                        sl.http.api.metric_client_error(period=PERIOD, statistic="Sum"),
+                        sl.http.api.metric_server_error(period=PERIOD, statistic="Sum"),
+                    ],
+                    [sl.http.api.metric_latency(period=PERIOD, statistic="p99")],
+                ),
+                Panel(
+                    "Concurrency",
+                    [
+                        alias.metric("ConcurrentExecutions", period=PERIOD, statistic="Maximum"),
+                        alias.metric("ProvisionedConcurrencyUtilization", period=PERIOD, statistic="Maximum"),
+                    ],
+                ),
+            ]
+            self._smoke(
+                "lambda-http",
+                alias.function_arn,
+                SmokeGrant("lambda:InvokeFunction", "lambda", (f"function:{name}:{alias.alias_name}",)),
+            )
+            CfnOutput(self, "ApiUrl", value=sl.http.url, description="IAM-authenticated (SigV4) HTTP API")
+        elif isinstance(d, AsyncDeployment):
+            sagemaker_backend = d.backend == "sagemaker"
+            ae = AsyncEndpoint(
+                self,
+                "Async",
+                name=name,
+                code=self._code(models, d.architecture),
+                bucket=bucket,
+                model_name=primary.name,
+                batch_size=d.batch_size,
+                batch_window_sec=d.batch_window_sec,
+                max_receive_count=d.max_receive_count,
+                max_concurrency=d.max_concurrency,
+                memory_mib=d.memory_mib,
+                timeout_sec=d.timeout_sec,
+                architecture=d.architecture,
+                result_ttl_days=d.result_ttl_days,
+                presign_threshold_bytes=d.presign_threshold_bytes,
+                max_payload_bytes=d.max_payload_bytes,
+                log_retention_days=d.log_retention_days,
+                alarms=d.alarms,
+                backend=d.backend,
+                image=self._image_for(d.instance_type) if sagemaker_backend else None,
+                model_data=s3_assets.Asset(self, "ModelData0", path=str(model_data_archive(root, [primary])))
+                if sagemaker_backend
+                else None,
+                instance_type=d.instance_type,
+                max_instances=d.max_instances,
+                target_backlog_per_instance=d.target_backlog_per_instance,
+                deployment=deployment,
+                autoscaling=deployment not in suspended(self),
+            )
+            self.construct = ae
+            alarms = ae.alarms
+            panels = [
+                Panel(
+                    "Queue depth",
+                    [
+                        ae.queue.metric_approximate_number_of_messages_visible(period=PERIOD),
+                        ae.queue.metric_approximate_number_of_messages_not_visible(period=PERIOD),
+                    ],
+                    [ae.dead_letters.metric_approximate_number_of_messages_visible(period=PERIOD)],
+                ),
+                Panel(
+                    "Oldest notification age (s)" if sagemaker_backend else "Oldest job age (s)",
+                    [ae.queue.metric_approximate_age_of_oldest_message(period=PERIOD)],
+                ),
+                Panel(
+                    "Notifier duration (ms)" if sagemaker_backend else "Worker duration (ms)",
+                    percentiles(ae.worker.metric_duration(), "notifier" if sagemaker_backend else "worker"),
+                ),
+                Panel(
+                    "Submissions and errors",
+                    [
+                        ae.submit.metric_invocations(period=PERIOD),
+                        ae.worker.metric_invocations(period=PERIOD),
+                    ],
+                    [
+                        ae.submit.metric_errors(period=PERIOD),
+                        ae.worker.metric_errors(period=PERIOD),
+                        ae.worker.metric_throttles(period=PERIOD),
+                        ae.http.api.metric_client_error(period=PERIOD),
+                        ae.http.api.metric_server_error(period=PERIOD),
+                    ],
+                ),
+            ]
+            if sagemaker_backend:
+                backlog = {"EndpointName": name}
+                panels.append(
+                    Panel(
+                        "SageMaker backlog (jobs waiting) and scale-from-zero signal",
+                        [
+                            cw.Metric(
+                                namespace="AWS/SageMaker",
+                                metric_name="ApproximateBacklogSize",
+                                dimensions_map=backlog,
+                                statistic="Average",
+                                period=PERIOD,
+                            )
+                        ],
+                        [
+                            cw.Metric(
+                                namespace="AWS/SageMaker",
+                                metric_name="HasBacklogWithoutCapacity",
+                                dimensions_map=backlog,
+                                statistic="Maximum",
+                                period=PERIOD,
+                            )
+                        ],
+                    )
+                )
+            self._smoke(
+                "lambda-async",
+                ae.submit.function_arn,
+                SmokeGrant("lambda:InvokeFunction", "lambda", (f"function:{name}-submit",)),
+            )
+            CfnOutput(self, "ApiUrl", value=ae.http.url, description="IAM-authenticated (SigV4) HTTP API")
+        elif isinstance(d, BatchDeployment):
+            fargate, transform = d.runner == "fargate", d.runner == "transform"
+            bj = BatchJob(
+                self,
+                "Batch",
+                name=name,
+                bucket=bucket,
+                model_name=primary.name,
+                schedule=d.schedule,
+                timezone=d.timezone,
+                input_prefix=d.input_prefix or f"batch/{deployment}/input/",
+                output_prefix=d.output_prefix or f"batch/{deployment}/output/",
+                runner=d.runner,
+                code=None if fargate else self._code(models, d.architecture),
+                image=self._batch_image(models) if fargate else self._image_for(d.instance_type) if transform else None,
+                # The Fargate image carries the model packages where its Dockerfile copies `models/`.
+                model_dir=f"{dockerfile_workdir(self.code_root / CPU_DOCKERFILE).rstrip('/')}/{MODEL_PACKAGES}"
+                if fargate
+                else None,
+                model_data=s3_assets.Asset(self, "ModelData0", path=str(model_data_archive(self.root, [primary])))
+                if transform
+                else None,
+                input_format=d.input_format,
+                output_format=d.output_format,
+                id_column=d.id_column,
+                max_record_bytes=d.max_record_bytes,
+                instance_type=d.instance_type,
+                instance_count=d.instance_count,
+                max_payload_mb=d.max_payload_mb,
+                max_concurrent_transforms=d.max_concurrent_transforms,
+                transform_timeout_sec=d.transform_timeout_sec,
+                memory_mib=d.memory_mib,
+                timeout_sec=d.timeout_sec,
+                architecture=d.architecture,
+                fargate_cpu=d.fargate_cpu,
+                fargate_memory_mib=d.fargate_memory_mib,
+                retry_attempts=d.retry_attempts,
+                max_event_age_sec=d.max_event_age_sec,
+                max_payload_bytes=d.max_payload_bytes,
+                log_retention_days=d.log_retention_days,
+            )
+            self.construct = bj
+            alarms = bj.alarms
+            panels = [
+                Panel(
+                    "Batch failures and dead letters",
+                    [bj.dead_letters.metric_approximate_number_of_messages_visible(period=PERIOD)],
+                )
+            ]
+            if bj.function is not None:
+                panels += [
+                    Panel("Run duration (ms)", percentiles(bj.function.metric_duration(), "run")),
+                    Panel(
+                        "Runs and errors",
+                        [bj.function.metric_invocations(period=PERIOD)],
+                        [bj.function.metric_errors(period=PERIOD)],
+                    ),
+                ]
+            self._smoke(
+                "batch",
+                bj.schedule.schedule_name,
+                SmokeGrant("scheduler:GetSchedule", "scheduler", (f"schedule/default/{name}",)),
+            )
+        else:  # pragma: no cover - the spec's discriminated union is exhaustive
+            raise TypeError(f"unknown deployment mode {d!r}")
+
+        CfnOutput(self, "Bucket", value=bucket.bucket_name)
+        self.alarms = alarms
+        self.dashboard = DeploymentDashboard(self, "Dashboard", dashboard_name=name, panels=panels, alarms=alarms)
+
+    def _smoke(self, kind: str, target: str, grant: SmokeGrant) -> None:
+        """Outputs the pipeline's smoke test reads: what to invoke and how (see servestack/cdk/smoke.py), and what its
+        role must be allowed to call."""
+        self.smoke_kind = CfnOutput(self, "SmokeKind", value=kind)
+        self.smoke_target = CfnOutput(self, "SmokeTarget", value=target)
+        self.smoke_grant = grant
+
+    def _code(self, models: list[ModelSpec], architecture: str) -> Any:
+        return lambda_code(
+            root=self.code_root,
+            artifacts=[m.artifact_path for m in models],
+            artifacts_root=self.root,
+            architecture=architecture,
+        )
+
+    def _batch_image(self, models: list[ModelSpec]) -> ecr_assets.DockerImageAsset:
+        """The CPU image for a Fargate batch task, built from a context that carries the deployment's model
+        packages (servestack/cdk/images.py): a task has no SageMaker to fetch its model."""
+        if not (self.code_root / CPU_DOCKERFILE).is_file():
+            raise FileNotFoundError(f"{self.code_root / CPU_DOCKERFILE} not found: the Fargate image is built from it")
+        context = image_context(
+            code_root=self.code_root,
+            dockerfile=CPU_DOCKERFILE,
+            artifacts_root=self.root,
+            artifacts=[m.artifact_path for m in models],
+        )
+        return ecr_assets.DockerImageAsset(
+            self,
+            "BatchImage",
+            directory=str(context),
+            file=CPU_DOCKERFILE,
+            exclude=["**/__pycache__"],
+            platform=ecr_assets.Platform.LINUX_AMD64,
+        )
+
+    def _image_for(self, instance_type: str) -> ecr_assets.DockerImageAsset:
+        """The GPU image on a GPU instance type (ml.g*, ml.p*), else the CPU image."""
+        gpu = uses_gpu(instance_type)
+        return self._image("GpuImage" if gpu else "CpuImage", gpu)
+
+    def _image(self, id: str, gpu: bool) -> ecr_assets.DockerImageAsset:
+        existing = self.node.try_find_child(id)
+        if isinstance(existing, ecr_assets.DockerImageAsset):
+            return existing
+        dockerfile = GPU_DOCKERFILE if gpu else CPU_DOCKERFILE
+        if not (self.code_root / dockerfile).is_file():
+            raise FileNotFoundError(
+                f"{self.code_root / dockerfile} not found: the realtime/Fargate image is built from it"
+            )
+        return ecr_assets.DockerImageAsset(
+            self,
+            id,
+            directory=str(self.code_root),
+            file=dockerfile,
+            exclude=DOCKER_EXCLUDE,
+            platform=ecr_assets.Platform.LINUX_AMD64,
+        )
+
+
+def add_deployments(
+    scope: Construct,
+    spec: ServingSpec,
+    root: Path,
+    *,
+    code_root: Path | None = None,
+    name_prefix: str = "servestack-",
+    only: list[str] | None = None,
+    env: Environment | None = None,
+) -> list[DeploymentStack]:
+    """A `DeploymentStack` per deployment (or those in `only`), with id `<name_prefix><deployment>`."""
+    wanted = only or list(spec.deployments)
+    unknown = [n for n in wanted if n not in spec.deployments]
+    if unknown:
+        raise ValueError(f"deployments {unknown} are not in serving.yaml ({', '.join(spec.deployments)})")
+    return [
+        DeploymentStack(
+            scope,
+            f"{name_prefix}{n}",
+            spec=spec,
+            deployment=n,
+            root=root,
+            code_root=code_root,
+            name_prefix=name_prefix,
+            env=env,
+        )
+        for n in wanted
+    ]

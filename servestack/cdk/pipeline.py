@@ -1,0 +1,228 @@
+"""CDK Pipelines for users' CI/CD: source (CodeStar connection) -> synth (`make test`, `make synth`) ->
+staging -> smoke test of every deployment -> manual approval -> production -> smoke test.
+
+Enable with context: `-c servestack:pipeline=true -c servestack:repo=owner/name
+-c servestack:connection-arn=arn:aws:codeconnections:... [-c servestack:branch=main]
+[-c servestack:account=... -c servestack:region=...] [-c servestack:pipeline-deployments=a,b]`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aws_cdk import Aws, Environment, Stack, Stage, Token, pipelines
+from aws_cdk import aws_codebuild as codebuild
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from servestack.cdk.deployment import DeploymentStack, add_deployments
+from servestack.cdk.shared import acknowledge, logical_id
+from servestack.spec import ServingSpec
+
+SMOKE_COMMAND = ".venv/bin/python -m servestack.cdk.smoke"
+
+
+class ServingStage(Stage):
+    """Every chosen deployment as its own stack, named `servestack-<stage>-<deployment>`."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        spec: ServingSpec,
+        root: Path,
+        deployments: list[str] | None,
+        env: Environment | None = None,
+    ) -> None:
+        super().__init__(scope, id, env=env)
+        self.deployment_stacks: list[DeploymentStack] = add_deployments(
+            self, spec, root, name_prefix=f"servestack-{id.lower()}-", only=deployments
+        )
+
+
+def smoke_statements(stage: ServingStage) -> list[iam.PolicyStatement]:
+    """The least the smoke test needs: per action, exactly the stage's resources servestack/cdk/smoke.py calls
+    (InvokeEndpoint on its endpoints, InvokeFunction on its functions' aliases, GetSchedule on its schedules)."""
+    resources: dict[str, list[str]] = {}
+    for stack in stage.deployment_stacks:
+        grant = stack.smoke_grant
+        resources.setdefault(grant.action, []).extend(
+            f"arn:{Aws.PARTITION}:{grant.service}:{Aws.REGION}:{Aws.ACCOUNT_ID}:{r}" for r in grant.resources
+        )
+    return [iam.PolicyStatement(actions=[action], resources=arns) for action, arns in sorted(resources.items())]
+
+
+def smoke_step(stage: ServingStage) -> pipelines.CodeBuildStep:
+    """Invoke each deployment of `stage` once with its model's sample request (servestack/cdk/smoke.py), under a role
+    that may call exactly those deployments."""
+    env_outputs = {}
+    env = {}
+    for i, stack in enumerate(stage.deployment_stacks):
+        env[f"SMOKE_{i}_DEPLOYMENT"] = stack.deployment
+        env_outputs[f"SMOKE_{i}_KIND"] = stack.smoke_kind
+        env_outputs[f"SMOKE_{i}_TARGET"] = stack.smoke_target
+    return pipelines.CodeBuildStep(
+        f"SmokeTest{stage.stage_name}",
+        env=env,
+        env_from_cfn_outputs=env_outputs,
+        install_commands=["make setup"],
+        commands=[SMOKE_COMMAND],
+        role_policy_statements=smoke_statements(stage),
+    )
+
+
+class PipelineStack(Stack):
+    """The self-mutating delivery pipeline for this repo's serving.yaml."""
+
+    def _generated_role_findings(self) -> dict[str, str]:
+        projects = [
+            logical_id(c) for c in self.node.find_all() if isinstance(c, codebuild.CfnProject) and Stack.of(c) is self
+        ]
+        return _generated_findings_for(self, projects, logical_id(self.pipeline.pipeline.artifact_bucket))
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        spec: ServingSpec,
+        root: Path,
+        repo: str,
+        connection_arn: str,
+        branch: str = "main",
+        deployments: list[str] | None = None,
+        env: Environment | None = None,
+    ) -> None:
+        super().__init__(scope, id, env=env, description="servestack delivery pipeline")
+        if repo.count("/") != 1 or repo.startswith("/") or repo.endswith("/"):
+            raise MissingContext(f"PipelineStack: repo={repo!r} is not 'owner/name' (-c servestack:repo=owner/name)")
+        source = pipelines.CodePipelineSource.connection(repo, branch, connection_arn=connection_arn)
+        self.pipeline = pipelines.CodePipeline(
+            self,
+            "Pipeline",
+            pipeline_name="servestack",
+            synth=pipelines.ShellStep(
+                "Synth",
+                input=source,
+                install_commands=["make setup"],
+                commands=["make test", "make synth"],
+                primary_output_directory="cdk.out",
+            ),
+            code_build_defaults=pipelines.CodeBuildOptions(
+                build_environment=codebuild.BuildEnvironment(
+                    build_image=codebuild.LinuxBuildImage.STANDARD_7_0, compute_type=codebuild.ComputeType.MEDIUM
+                )
+            ),
+            docker_enabled_for_synth=False,
+            enable_key_rotation=True,
+            cross_account_keys=True,
+        )
+        self.staging = ServingStage(self, "Staging", spec=spec, root=root, deployments=deployments, env=env)
+        self.pipeline.add_stage(self.staging, post=[smoke_step(self.staging)])
+        self.production = ServingStage(self, "Production", spec=spec, root=root, deployments=deployments, env=env)
+        self.pipeline.add_stage(
+            self.production,
+            pre=[pipelines.ManualApprovalStep("PromoteToProduction", comment="Staging smoke test passed?")],
+            post=[smoke_step(self.production)],
+        )
+        self.pipeline.build_pipeline()
+        acknowledge(self, self._generated_role_findings())
+        acknowledge(
+            self,
+            {
+                "AwsSolutions-S1": "The pipeline's artifact bucket is written only by CodePipeline and CodeBuild, "
+                "whose every action is logged by CloudTrail; S3 access logs would duplicate that.",
+                "AwsSolutions-CB4": "CodeBuild projects encrypt their artifacts with the pipeline's own KMS key "
+                "(cross_account_keys=True); CDK Pipelines does not expose a separate key per project.",
+            },
+        )
+
+
+_ARTIFACT_ACCESS = (
+    "CDK Pipelines' generated role: read/write of the pipeline's own artifact bucket and its KMS key, with the "
+    "wildcard actions CDK's grants use (s3:GetObject*, kms:GenerateDataKey*, ...); scoped to those resources."
+)
+
+
+def _generated_findings_for(stack: Stack, projects: list[str], artifact_bucket: str) -> dict[str, str]:
+    # cdk-nag names an unresolved pseudo parameter `<AWS::...>`: the partition always is one (CDK writes
+    # `arn:${AWS::Partition}:` so the same template deploys to aws, aws-cn and aws-us-gov); the region and the
+    # account are too unless the stack has a concrete environment.
+    partition = "<AWS::Partition>" if Token.is_unresolved(stack.partition) else stack.partition
+    region = "<AWS::Region>" if Token.is_unresolved(stack.region) else stack.region
+    account = "<AWS::AccountId>" if Token.is_unresolved(stack.account) else stack.account
+    findings = {
+        f"AwsSolutions-IAM5[Action::{a}]": _ARTIFACT_ACCESS
+        for a in (
+            "kms:GenerateDataKey*",
+            "kms:ReEncrypt*",
+            "s3:Abort*",
+            "s3:DeleteObject*",
+            "s3:GetBucket*",
+            "s3:GetObject*",
+            "s3:List*",
+        )
+    }
+    findings[f"AwsSolutions-IAM5[Resource::<{artifact_bucket}.Arn>/*]"] = _ARTIFACT_ACCESS
+    findings["AwsSolutions-IAM5[Resource::*]"] = (
+        "CDK Pipelines' self-mutation and asset roles call APIs without resource-level permissions "
+        "(cloudformation:DescribeStacks, ecr:GetAuthorizationToken)."
+    )
+    findings[f"AwsSolutions-IAM5[Resource::arn:*:iam::{account}:role/*]"] = (
+        "Self-mutation assumes the CDK bootstrap roles (cdk-*-deploy/file-publishing roles) of this account; "
+        "their names carry the bootstrap qualifier, so CDK grants on the role path."
+    )
+    codebuild = f"arn:{partition}:codebuild:{region}:{account}:report-group/"
+    logs = f"arn:{partition}:logs:{region}:{account}:log-group:/aws/codebuild/"
+    reason = "A CodeBuild project of this pipeline writes its own logs and test reports (names end in a suffix)."
+    findings[f"AwsSolutions-IAM5[Resource::{codebuild}*]"] = reason
+    findings[f"AwsSolutions-IAM5[Resource::{logs}*]"] = reason
+    for project in projects:
+        findings[f"AwsSolutions-IAM5[Resource::{codebuild}<{project}>-*]"] = reason
+        findings[f"AwsSolutions-IAM5[Resource::{logs}<{project}>:*]"] = reason
+    return findings
+
+
+class MissingContext(ValueError):
+    """A context value the pipeline cannot do without; the message names the `-c` flag to pass."""
+
+
+# Context the pipeline needs, with the form of its value (the message of a missing one shows the flag to add).
+REQUIRED_CONTEXT = {
+    "servestack:repo": "owner/name",
+    "servestack:connection-arn": "arn:aws:codeconnections:<region>:<account>:connection/<id>",
+}
+
+
+def required_context(scope: Construct) -> dict[str, str]:
+    """The pipeline's required context values; `MissingContext` names every missing one and its flag."""
+    ctx = scope.node.try_get_context
+    values = {key: str(ctx(key) or "").strip() for key in REQUIRED_CONTEXT}
+    missing = [key for key, value in values.items() if not value]
+    if missing:
+        flags = " ".join(f"-c {key}={REQUIRED_CONTEXT[key]}" for key in missing)
+        raise MissingContext(
+            f"servestack:pipeline=true needs {', '.join(missing)}: pass {flags} "
+            "(the pipeline's source is that repository, reached through that CodeConnections connection)"
+        )
+    return values
+
+
+def pipeline_stack(scope: Construct, *, spec: ServingSpec, root: Path, deployments: list[str] | None) -> PipelineStack:
+    """The pipeline stack from context (see the module docstring); `MissingContext` names a missing flag."""
+    ctx = scope.node.try_get_context
+    needed = required_context(scope)
+    account, region = ctx("servestack:account"), ctx("servestack:region")
+    only = [n.strip() for n in str(ctx("servestack:pipeline-deployments") or "").split(",") if n.strip()]
+    return PipelineStack(
+        scope,
+        "servestack-pipeline",
+        spec=spec,
+        root=root,
+        repo=needed["servestack:repo"],
+        connection_arn=needed["servestack:connection-arn"],
+        branch=str(ctx("servestack:branch") or "main"),
+        deployments=only or deployments,
+        env=Environment(account=str(account), region=str(region)) if account and region else None,
+    )

@@ -1,0 +1,232 @@
+"""The model package: `model.onnx` + `manifest.json` (+ optional `process.py`), and its checksum."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+import numpy as np
+
+from servestack.inference.errors import ChecksumMismatch, ModelLoadError
+from servestack.inference.paths import confined
+
+MANIFEST_FILE = "manifest.json"
+HOOKS_FILE = "process.py"
+SAMPLE_REQUEST = "sample-request.json"  # a request the package answers (`models push` writes it)
+# Model names and versions: what a registry, a cache directory and a target-model header may hold. Neither can
+# spell a path (`/`, `..`) and both are short, so they are safe as directory names wherever they are used.
+NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
+VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+# The model file a manifest names sits next to it: a plain file name, never a path.
+FILE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
+# The ONNX tensor element types the codecs can fill from JSON, CSV and .npy.
+TensorDType = Literal["float32", "float64", "float16", "int64", "int32", "int8", "uint8", "bool", "string"]
+Sha256 = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
+
+
+@functools.cache
+def numpy_dtype_of(name: str) -> np.dtype[Any]:
+    """The numpy dtype for a manifest dtype name; cached, as the request path asks for it every time."""
+    return np.dtype(object) if name == "string" else np.dtype(name)
+
+
+class TensorSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One input or output: `shape` has None for free dimensions; the first is the batch dimension."""
+
+    name: str
+    dtype: TensorDType
+    shape: tuple[int | None, ...]
+
+    @property
+    def numpy_dtype(self) -> np.dtype[Any]:
+        return numpy_dtype_of(self.dtype)
+
+    @property
+    def row_shape(self) -> tuple[int | None, ...]:
+        """The shape of one row: everything after the batch dimension."""
+        return self.shape[1:]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+
+
+class ColumnSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """One named column of a tabular model: the ONNX input it feeds and, for a `[N, k]` input, its position
+    there (`index`; None when the input is `[N, 1]` and is this column). `allow_nan`: NaN (JSON `NaN` or
+    `null`, an empty CSV cell) is a value the model handles, e.g. HistGradientBoosting's missing values."""
+
+    name: str
+    dtype: TensorDType
+    input: str
+    index: int | None = None
+    allow_nan: bool = False
+
+
+class SpeedFigures(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Calls of one batch size through the float and the optimized model, measured in the same run."""
+
+    batch_rows: int
+    float_ms_per_call: float
+    optimized_ms_per_call: float
+    float_rows_per_sec: float
+    optimized_rows_per_sec: float
+
+
+class AccuracyFigures(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """`accuracy`: both models against labels; `agreement`: the optimized model against the float one."""
+
+    measure: Literal["accuracy", "agreement"]
+    rows: int
+    source: str
+    float_percent: float
+    optimized_percent: float
+    drop_points: float
+    max_drop_points: float
+
+
+class Optimization(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
+    """How a version was derived from another by `servestack models optimize`, and what was measured."""
+
+    source_version: str
+    source_sha256: Sha256
+    method: Literal["graph", "dynamic-int8", "static-int8"]
+    onnxruntime_version: str
+    measured_on: str
+    int8_weights: int
+    float_bytes: int
+    optimized_bytes: int
+    calibration_rows: int | None = None
+    calibration_source: str | None = None
+    accuracy: AccuracyFigures
+    speed: tuple[SpeedFigures, ...]
+
+
+class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+    """What a model package declares about itself; `manifest.json` on disk. Parsed with msgspec, which
+    validates as strictly as pydantic but keeps a Lambda cold start free of pydantic's import."""
+
+    name: Annotated[str, msgspec.Meta(pattern=NAME_PATTERN)]
+    version: Annotated[str, msgspec.Meta(pattern=VERSION_PATTERN)]
+    file: Annotated[str, msgspec.Meta(pattern=FILE_PATTERN)] = "model.onnx"
+    sha256: Sha256
+    process_sha256: Sha256 | None = None
+    inputs: Annotated[tuple[TensorSpec, ...], msgspec.Meta(min_length=1)]
+    outputs: Annotated[tuple[TensorSpec, ...], msgspec.Meta(min_length=1)]
+    # Which output is "the" prediction, and which carries class probabilities, if any.
+    prediction_output: str | None = None
+    probability_output: str | None = None
+    # Class labels, in the order of the probability columns. String labels also name integer class ids
+    # (`--labels`); integer labels are the class values the model itself predicts.
+    labels: tuple[str | int, ...] | None = None
+    # The named columns of a tabular model (servestack/inference/columns.py); None: one column per `[N, 1]` input, if
+    # any.
+    columns: tuple[ColumnSpec, ...] | None = None
+    allow_non_finite: bool = False
+    description: str = ""
+    # Set on versions written by `servestack models optimize`: the source version, method and figures.
+    optimization: Optimization | None = None
+
+    def __post_init__(self) -> None:
+        if self.file in (MANIFEST_FILE, HOOKS_FILE):
+            raise ValueError(f"file: {self.file!r} is the name of another file of the package")
+        names = {output.name for output in self.outputs}
+        for role in ("prediction_output", "probability_output"):
+            chosen = getattr(self, role)
+            if chosen is not None and chosen not in names:
+                raise ValueError(f"{role}: {chosen!r} is not one of the outputs {sorted(names)}")
+        if self.columns is not None:
+            _check_columns(self.columns, self.inputs)
+
+    @property
+    def primary_output(self) -> str:
+        return self.prediction_output or self.outputs[0].name
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    def to_json(self) -> bytes:
+        return msgspec.json.format(msgspec.json.encode(self), indent=2) + b"\n"
+
+
+def _check_columns(columns: tuple[ColumnSpec, ...], inputs: tuple[TensorSpec, ...]) -> None:
+    """Columns name inputs that exist, once each; a `[N, 1]` input is one column, a `[N, k]` input is exactly k
+    columns at indexes 0..k-1; a column has its input's dtype; only float columns may allow NaN."""
+    by_name = {spec.name: spec for spec in inputs}
+    seen: set[str] = set()
+    fed: dict[str, list[int | None]] = {}
+    for column in columns:
+        if column.name in seen:
+            raise ValueError(f"columns: {column.name!r} is named twice")
+        seen.add(column.name)
+        spec = by_name.get(column.input)
+        if spec is None:
+            raise ValueError(f"columns.{column.name}: input {column.input!r} is not one of {sorted(by_name)}")
+        if column.dtype != spec.dtype:
+            raise ValueError(f"columns.{column.name}: dtype {column.dtype}, but input {spec.name!r} is {spec.dtype}")
+        if column.allow_nan and not column.dtype.startswith("float"):
+            raise ValueError(f"columns.{column.name}: allow_nan needs a float column, this one is {column.dtype}")
+        fed.setdefault(column.input, []).append(column.index)
+    for spec in inputs:
+        indexes = fed.get(spec.name)
+        if indexes is None:
+            raise ValueError(f"columns: input {spec.name!r} has no column; name one for every input")
+        width = spec.shape[1] if len(spec.shape) == 2 else None
+        if len(spec.shape) != 2 or width is None:
+            raise ValueError(f"columns: input {spec.name!r} of shape {list(spec.shape)} is not [N, 1] or [N, k]")
+        if indexes == [None] and width == 1:
+            continue
+        if sorted(i if i is not None else -1 for i in indexes) != list(range(width)):
+            raise ValueError(
+                f"columns: input {spec.name!r} is [N, {width}]; its columns need the indexes 0..{width - 1} "
+                f"once each, got {indexes}"
+            )
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_manifest(package_dir: Path) -> Manifest:
+    """Parse `manifest.json`; a bad manifest is a load failure that says which field is wrong."""
+    path = package_dir / MANIFEST_FILE
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=Manifest)
+    except FileNotFoundError as exc:
+        raise ModelLoadError(f"{path}: no manifest; a model package needs {MANIFEST_FILE}") from exc
+    except msgspec.DecodeError as exc:  # ValidationError too: its message names the path, e.g. `$.inputs`
+        raise ModelLoadError(f"{path}: invalid manifest: {exc}") from exc
+
+
+def verify_checksums(package_dir: Path, manifest: Manifest) -> None:
+    """Refuse a model file (or hooks file) whose bytes are not the ones the manifest was written for."""
+    expected_files = [(manifest.file, manifest.sha256)]
+    hooks = package_dir / HOOKS_FILE
+    if hooks.exists():
+        if manifest.process_sha256 is None:
+            raise ChecksumMismatch(
+                f"{hooks}: the package carries {HOOKS_FILE} but the manifest has no process_sha256; "
+                f"rebuild the manifest so the hooks are covered by a checksum"
+            )
+        expected_files.append((HOOKS_FILE, manifest.process_sha256))
+    for file_name, expected in expected_files:
+        path = confined(package_dir, file_name, field="file")
+        if not path.is_file():
+            raise ModelLoadError(f"{path}: file named by the manifest does not exist")
+        actual = sha256_of(path)
+        if actual != expected:
+            raise ChecksumMismatch(
+                f"{path}: sha256 mismatch, manifest expects {expected} but the file has {actual}; "
+                f"refusing to load an altered or corrupted model",
+                field="sha256",
+                value=actual,
+                allowed=expected,
+            )

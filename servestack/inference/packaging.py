@@ -1,0 +1,448 @@
+"""Write a model package from any ONNX file: the manifest comes from the file's own signature.
+
+`build_package` is what `servestack models push` runs: copy the model (turning skl2onnx's ZipMap output into
+a plain tensor), derive the manifest (inputs, outputs, which output is the prediction and which the
+probabilities, class labels when the graph has them, the named columns of a tabular model), and write
+`sample-request.json` / `sample-response.json` by running the package through the same pipeline every mode
+serves it with.
+
+The `onnx` package (a client-side dependency, never needed to serve) is imported only to read or rewrite
+the graph; a model without sequence/map outputs is copied byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import onnxruntime as ort
+
+from servestack.inference.errors import InvalidInput, ModelLoadError, ServingError
+from servestack.inference.manifest import HOOKS_FILE, MANIFEST_FILE, SAMPLE_REQUEST, Manifest, TensorSpec, sha256_of
+from servestack.inference.push_columns import ColumnNames, named_columns
+from servestack.inference.sample_files import Sample, read_sample, sample_request
+
+SAMPLE_RESPONSE = "sample-response.json"
+SAMPLE_ROWS = 2
+
+_ORT_TYPES = {
+    "tensor(float)": "float32",
+    "tensor(double)": "float64",
+    "tensor(float16)": "float16",
+    "tensor(int64)": "int64",
+    "tensor(int32)": "int32",
+    "tensor(int8)": "int8",
+    "tensor(uint8)": "uint8",
+    "tensor(bool)": "bool",
+    "tensor(string)": "string",
+}
+# What to change in the conversion when skl2onnx left its ZipMap on (its default for classifiers).
+ZIPMAP_FIX = (
+    'convert with `to_onnx(clf, X, options={"zipmap": False})` '
+    '(or `options={id(clf): {"zipmap": False}}` for one step of a pipeline)'
+)
+_CLASS_LABEL_ATTRIBUTES = ("classlabels_strings", "classlabels_int64s", "classlabels_ints")
+
+
+@dataclass
+class Prepared:
+    """What preparing the ONNX file found and changed."""
+
+    labels: tuple[str | int, ...] | None = None
+    labels_note: str | None = None
+    probability_output: str | None = None
+    # Set when the graph's trees send missing values down a branch of their own (HistGradientBoosting).
+    routes_missing_values: bool = False
+    # A category each string input's encoder knows, for a sample request it accepts.
+    categories: dict[str, str] = field(default_factory=dict)
+    changes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BuiltPackage:
+    manifest: Manifest
+    directory: Path
+    changes: tuple[str, ...]
+    labels_source: str  # "--labels", "the graph" or "none"
+    labels_note: str | None
+    routes_missing_values: bool = False  # the graph's trees handle missing values: a hint to pass --allow-nan
+
+
+def _spec(node: Any) -> TensorSpec:
+    if node.type not in _ORT_TYPES:
+        hint = f"; {ZIPMAP_FIX}" if node.type.startswith(("seq(map(", "map(")) else ""
+        raise ModelLoadError(
+            f"tensor {node.name!r} has type {node.type}, which servestack cannot serve{hint}",
+            field=node.name,
+            value=node.type,
+            allowed=", ".join(sorted(_ORT_TYPES)),
+        )
+    shape = tuple(size if isinstance(size, int) and size > 0 else None for size in node.shape)
+    return msgspec.convert({"name": node.name, "dtype": _ORT_TYPES[node.type], "shape": shape}, TensorSpec)
+
+
+def _session(model_path: Path) -> ort.InferenceSession:
+    try:
+        return ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises untyped errors for files that are not ONNX models
+        raise ModelLoadError(
+            f"{model_path}: onnxruntime cannot load it as an ONNX model: {str(exc).splitlines()[0][:200]}",
+            field="model",
+            value=str(model_path),
+            allowed="an ONNX model file (.onnx)",
+        ) from None
+
+
+def signature_of(model_path: Path) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    session = _session(model_path)
+    return tuple(_spec(n) for n in session.get_inputs()), tuple(_spec(n) for n in session.get_outputs())
+
+
+# ------------------------------------------------------------------------------------------ the graph
+
+
+def prepare_model(source: Path, target: Path) -> Prepared:
+    """Copy `source` to `target`; rewrite a ZipMap output (`seq(map(...))`) into the probability tensor it
+    wraps, keeping the output's name; read class labels from the graph."""
+    session = _session(source)
+    mapped = [node.name for node in session.get_outputs() if node.type.startswith(("seq(", "map("))]
+    del session
+    prepared = Prepared()
+    try:
+        import onnx
+    except ImportError:  # labels and ZipMap need the graph; without onnx, plain models still package
+        if mapped:
+            raise ModelLoadError(
+                f"outputs {mapped} are sequences of maps (skl2onnx's ZipMap); converting them needs the `onnx` "
+                f"package (pip install onnx), or {ZIPMAP_FIX}",
+                field="outputs",
+                value=mapped,
+            ) from None
+        if source.resolve() != target.resolve():
+            shutil.copyfile(source, target)
+        return prepared
+    model = onnx.load(str(source), load_external_data=False)
+    prepared.labels, prepared.labels_note = _graph_labels(model)
+    prepared.routes_missing_values = _routes_missing_values(onnx, model)
+    prepared.categories = _known_categories(onnx, model)
+    if not mapped:
+        if source.resolve() != target.resolve():
+            shutil.copyfile(source, target)
+        return prepared
+    for name in mapped:
+        prepared.changes.append(_unzip(onnx, model, name))
+        prepared.probability_output = name
+    target.write_bytes(model.SerializeToString())
+    return prepared
+
+
+def _unzip(onnx: Any, model: Any, output_name: str) -> str:
+    """Replace the ZipMap node producing `output_name` with an Identity of its probability tensor."""
+    graph = model.graph
+    producers = [node for node in graph.node if output_name in node.output]
+    consumers = [node for node in graph.node if output_name in node.input]
+    zipmap = producers[0] if len(producers) == 1 else None
+    if zipmap is None or zipmap.op_type != "ZipMap" or zipmap.domain != "ai.onnx.ml" or consumers:
+        raise ModelLoadError(
+            f"output {output_name!r} is a sequence of maps that servestack cannot turn into a tensor "
+            f"(it is not the graph's last ZipMap); {ZIPMAP_FIX}",
+            field=output_name,
+            value="seq(map(...))",
+            allowed="tensor outputs",
+        )
+    classes = len(_attribute(onnx, zipmap, ("classlabels_strings", "classlabels_int64s")) or ()) or None
+    position = list(graph.node).index(zipmap)
+    graph.node.remove(zipmap)
+    graph.node.insert(position, onnx.helper.make_node("Identity", [zipmap.input[0]], [output_name]))
+    for index, value in enumerate(graph.output):
+        if value.name == output_name:
+            replacement = onnx.helper.make_tensor_value_info(output_name, onnx.TensorProto.FLOAT, [None, classes])
+            graph.output.remove(value)
+            graph.output.insert(index, replacement)
+    onnx.checker.check_model(model)
+    return (
+        f"output {output_name!r}: skl2onnx's ZipMap (a list of {{class: probability}} maps) replaced by the "
+        f"probability tensor it wraps, float32 [N, {classes or 'classes'}]"
+    )
+
+
+def _attribute(onnx: Any, node: Any, names: Sequence[str]) -> list[Any] | None:
+    for attribute in node.attribute:
+        if attribute.name in names:
+            value = onnx.helper.get_attribute_value(attribute)
+            return [v.decode() if isinstance(v, bytes) else v for v in value]
+    return None
+
+
+def _known_categories(onnx: Any, model: Any) -> dict[str, str]:
+    """For each string input that reaches a OneHotEncoder through nodes of one data input (Gather, Identity,
+    Reshape, Cast...), the encoder's first category: a value a sample request may hold where "" would be an
+    unknown category (an encoder trained with `handle_unknown="error"` refuses it)."""
+    producer = {output: node for node in model.graph.node for output in node.output}
+    inputs = {value.name for value in model.graph.input}
+    found: dict[str, str] = {}
+    for node in model.graph.node:
+        if node.op_type != "OneHotEncoder" or not node.input:
+            continue
+        categories = _attribute(onnx, node, ("cats_strings",))
+        source = node.input[0]
+        for _ in range(8):  # a few steps up: skl2onnx puts a Gather or a Reshape between
+            if source in inputs or source not in producer:
+                break
+            source = producer[source].input[0] if producer[source].input else ""
+        if categories and source in inputs:
+            found.setdefault(source, str(categories[0]))
+    return found
+
+
+def _routes_missing_values(onnx: Any, model: Any) -> bool:
+    """Whether a tree ensemble of the graph sends missing values down a branch of their own
+    (`nodes_missing_value_tracks_true`, which HistGradientBoosting's trees set). It says the model was trained
+    with missing values, not which columns may hold them (a scaler or encoder may sit in between), so it is
+    only a hint to pass --allow-nan."""
+    for node in model.graph.node:
+        if node.domain == "ai.onnx.ml" and node.op_type.startswith("TreeEnsemble"):
+            tracks = _attribute(onnx, node, ("nodes_missing_value_tracks_true",))
+            if tracks and any(tracks):
+                return True
+    return False
+
+
+def _graph_labels(model: Any) -> tuple[tuple[str | int, ...] | None, str | None]:
+    """Class labels from the classifier nodes (and ZipMap) of the graph, if they agree on one list, in the
+    order of the probability columns: the classes the model predicts, strings or integers as it was trained."""
+    import onnx
+
+    found: list[list[Any]] = []
+    for node in model.graph.node:
+        if node.domain == "ai.onnx.ml":
+            value = _attribute(onnx, node, _CLASS_LABEL_ATTRIBUTES)
+            if value:
+                found.append(value)
+    distinct = {tuple(labels) for labels in found}
+    if len(distinct) != 1:
+        return None, ("the graph's classifier nodes disagree on their classes" if distinct else None)
+    labels = next(iter(distinct))
+    if all(isinstance(label, str) for label in labels):
+        return tuple(labels), None
+    return tuple(int(label) for label in labels), None
+
+
+# ------------------------------------------------------------------------------------------ the manifest
+
+
+def create_package(
+    model_path: Path,
+    destination: Path,
+    *,
+    name: str,
+    version: str,
+    labels: Sequence[str | int] | None = None,
+    prediction_output: str | None = None,
+    probability_output: str | None = None,
+    process_file: Path | None = None,
+    description: str = "",
+    columns: Sequence[str] | None = None,
+    allow_nan: bool | Sequence[str] = False,
+) -> Manifest:
+    """Copy `model_path` (and hooks) into `destination` and write a manifest with checksums. `columns`: the
+    names of a single `[N, k]` input's columns; `allow_nan`: True for every float column, or the names of those
+    that may hold NaN."""
+    return _create(
+        model_path,
+        destination,
+        name=name,
+        version=version,
+        labels=labels,
+        prediction_output=prediction_output,
+        probability_output=probability_output,
+        process_file=process_file,
+        description=description,
+        columns=ColumnNames(columns, "--columns") if columns is not None else None,
+        allow_nan=allow_nan,
+    )[0]
+
+
+def _create(
+    model_path: Path,
+    destination: Path,
+    *,
+    name: str,
+    version: str,
+    labels: Sequence[str | int] | None,
+    prediction_output: str | None,
+    probability_output: str | None,
+    process_file: Path | None,
+    description: str,
+    columns: ColumnNames | None = None,
+    allow_nan: bool | Sequence[str] = False,
+) -> tuple[Manifest, Prepared]:
+    destination.mkdir(parents=True, exist_ok=True)
+    target = destination / "model.onnx"
+    prepared = prepare_model(model_path, target)
+    if process_file is not None:
+        shutil.copyfile(process_file, destination / HOOKS_FILE)
+    inputs, outputs = signature_of(target)
+    output_names = [spec.name for spec in outputs]
+    probability_output = probability_output or _first(output_names, ("probabilities", "output_probability"))
+    probability_output = probability_output or prepared.probability_output
+    prediction_output = prediction_output or _first(output_names, ("label", "output_label"))
+    if prediction_output is None and probability_output is not None and len(output_names) == 2:
+        prediction_output = next(n for n in output_names if n != probability_output)
+    chosen = tuple(labels) if labels is not None else prepared.labels
+    _check_label_count(chosen, labels is not None, outputs, probability_output)
+    named = named_columns(inputs, columns, allow_nan)
+    manifest = msgspec.convert(
+        {
+            "name": name,
+            "version": version,
+            "file": target.name,
+            "sha256": sha256_of(target),
+            "process_sha256": sha256_of(destination / HOOKS_FILE) if (destination / HOOKS_FILE).exists() else None,
+            "inputs": [spec.to_dict() for spec in inputs],
+            "outputs": [spec.to_dict() for spec in outputs],
+            "prediction_output": prediction_output,
+            "probability_output": probability_output,
+            "labels": chosen,
+            "columns": [msgspec.to_builtins(column) for column in named] if named is not None else None,
+            "description": description,
+        },
+        Manifest,
+    )
+    write_manifest(destination, manifest)
+    return manifest, prepared
+
+
+def _first(names: Sequence[str], wanted: Sequence[str]) -> str | None:
+    return next((name for name in wanted if name in names), None)
+
+
+def _check_label_count(
+    labels: tuple[str | int, ...] | None, given: bool, outputs: Sequence[TensorSpec], probability_output: str | None
+) -> None:
+    """`--labels` must name every class the probability output has, no more and no fewer."""
+    if labels is None or not given or probability_output is None:
+        return
+    spec = next(spec for spec in outputs if spec.name == probability_output)
+    classes = spec.shape[-1] if len(spec.shape) >= 2 else None
+    if classes is not None and classes != len(labels):
+        raise InvalidInput(
+            f"--labels: {len(labels)} labels given, but the model's {probability_output!r} has {classes} classes",
+            field="labels",
+            value=",".join(map(str, labels)),
+            allowed=f"{classes} comma-separated labels, in class id order",
+        )
+
+
+def write_manifest(destination: Path, manifest: Manifest) -> None:
+    (destination / MANIFEST_FILE).write_bytes(manifest.to_json())
+
+
+# ------------------------------------------------------------------------------------------ samples
+
+
+def sample_request_from_signature(
+    manifest: Manifest, rows: int = SAMPLE_ROWS, categories: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A request every mode accepts: `rows` rows per input, row i filled with i (free dimensions: 1); a string
+    input with a known category (`categories`, from the graph's encoders) filled with it, else with ""."""
+
+    def filled(spec: TensorSpec) -> list[Any]:
+        shape = (rows, *[size or 1 for size in spec.row_shape])
+        if spec.dtype == "string":
+            text = (categories or {}).get(spec.name, "")
+            return np.full(shape, text, dtype=object).tolist()  # type: ignore[no-any-return]
+        values = np.broadcast_to(np.arange(rows).reshape(rows, *[1] * (len(shape) - 1)), shape)
+        return values.astype(bool if spec.dtype == "bool" else spec.numpy_dtype).tolist()  # type: ignore[no-any-return]
+
+    if manifest.columns:  # a tabular model: rows by column name, as its users send them
+        by_input = {spec.name: filled(spec) for spec in manifest.inputs}
+        names = [column.name for column in manifest.columns]
+        data = [[by_input[column.input][row][column.index or 0] for column in manifest.columns] for row in range(rows)]
+        return {"dataframe_split": {"columns": names, "data": data}}
+    if len(manifest.inputs) == 1:
+        return {"instances": filled(manifest.inputs[0])}
+    return {"inputs": {spec.name: filled(spec) for spec in manifest.inputs}}
+
+
+def write_samples(
+    package_dir: Path,
+    manifest: Manifest,
+    request: dict[str, Any] | None = None,
+    categories: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Write the sample request and the response the package gives it (predictions, and labels when the
+    manifest has them), through the pipeline every mode uses, so the pre-traffic hook and smoke tests
+    compare like with like. Returns the response."""
+    from servestack.inference.service import ServedModel
+    from servestack.inference.settings import ServingSettings
+
+    body = request if request is not None else sample_request_from_signature(manifest, categories=categories)
+    settings = ServingSettings(
+        model_dir=package_dir, default_model=manifest.name, providers="CPUExecutionProvider", warmup=False
+    )
+    served = ServedModel.load(package_dir, settings)
+    raw = json.dumps(body).encode()
+    try:
+        answer = json.loads(served.infer(raw, "application/json", "application/json").body)
+    except ServingError as error:
+        where = "--sample" if request is not None else "the sample built from the signature"
+        hint = "" if request is not None else "; pass --sample rows.json with a request the model accepts"
+        raise InvalidInput(
+            f"{where}: the model refused it: {error.message}{hint}",
+            field="sample",
+            value=error.value,
+            allowed=error.allowed,
+        ) from None
+    kept = {key: answer[key] for key in ("predictions", "labels") if key in answer}
+    response = kept or {key: value for key, value in answer.items() if key not in ("model", "version")}
+    (package_dir / SAMPLE_REQUEST).write_text(json.dumps(body) + "\n", encoding="utf-8")
+    (package_dir / SAMPLE_RESPONSE).write_text(json.dumps(response) + "\n", encoding="utf-8")
+    return response
+
+
+def build_package(
+    model_path: Path,
+    destination: Path,
+    *,
+    name: str,
+    version: str,
+    labels: Sequence[str | int] | None = None,
+    process_file: Path | None = None,
+    sample: Path | None = None,
+    description: str = "",
+    columns: Sequence[str] | None = None,
+    allow_nan: bool | Sequence[str] = False,
+) -> BuiltPackage:
+    """A complete package from any ONNX file: model, manifest, hooks and sample request/response. `sample`: a
+    file of rows (servestack/inference/sample_files.py), which also names a `[N, k]` input's columns when `columns`
+    does not."""
+    rows: Sample | None = read_sample(sample) if sample is not None else None
+    names = ColumnNames(columns, "--columns") if columns is not None else None
+    if names is None and rows is not None and rows.names is not None:
+        names = ColumnNames(rows.names, f"--sample {sample.name if sample else ''}".strip())
+    manifest, prepared = _create(
+        model_path,
+        destination,
+        name=name,
+        version=version,
+        labels=labels,
+        prediction_output=None,
+        probability_output=None,
+        process_file=process_file,
+        description=description,
+        columns=names,
+        allow_nan=allow_nan,
+    )
+    request = sample_request(rows, manifest.columns or ()) if rows is not None else None
+    write_samples(destination, manifest, request, prepared.categories)
+    source = "--labels" if labels is not None else ("the graph" if manifest.labels is not None else "none")
+    return BuiltPackage(
+        manifest, destination, tuple(prepared.changes), source, prepared.labels_note, prepared.routes_missing_values
+    )

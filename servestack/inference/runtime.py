@@ -1,0 +1,90 @@
+"""onnxruntime sessions: provider choice, threads, warmup and batch prediction on numpy arrays."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from servestack.inference.errors import ConfigurationError, InferenceError, ModelLoadError
+from servestack.inference.manifest import Manifest
+
+CUDA = "CUDAExecutionProvider"
+CPU = "CPUExecutionProvider"
+
+Arrays = dict[str, np.ndarray]
+
+
+def choose_providers(requested: str, available: Sequence[str]) -> list[str]:
+    """`auto` prefers CUDA when this onnxruntime build offers it; an explicit list must be available."""
+    if requested.strip().lower() == "auto":
+        return [CUDA, CPU] if CUDA in available else [CPU]
+    chosen = [name.strip() for name in requested.split(",") if name.strip()]
+    unknown = [name for name in chosen if name not in available]
+    if not chosen or unknown:
+        raise ConfigurationError(
+            f"providers: {requested!r} names providers this onnxruntime does not offer",
+            field="providers",
+            value=requested,
+            allowed=f"'auto' or a comma list of {list(available)}",
+        )
+    return chosen
+
+
+class ModelRuntime:
+    """One loaded ONNX model: load once per process, warm up, then `predict` on whole batches."""
+
+    def __init__(
+        self, manifest: Manifest, model_path: Path, *, providers: str = "auto", intra_op_threads: int = 1
+    ) -> None:
+        self.manifest = manifest
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = intra_op_threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        chosen = choose_providers(providers, ort.get_available_providers())
+        started = time.perf_counter()
+        try:
+            self.session = ort.InferenceSession(str(model_path), sess_options=options, providers=chosen)
+        except Exception as exc:  # onnxruntime raises its own untyped errors for corrupt files
+            raise ModelLoadError(f"{model_path}: onnxruntime could not load the model: {exc}") from exc
+        self.load_seconds = time.perf_counter() - started
+        self.providers: list[str] = list(self.session.get_providers())
+        self._check_signature(model_path)
+        self._output_names = [output.name for output in manifest.outputs]
+        self.warmed_up = False
+
+    def _check_signature(self, model_path: Path) -> None:
+        declared = {spec.name for spec in self.manifest.inputs}
+        actual = {node.name for node in self.session.get_inputs()}
+        if declared != actual:
+            raise ModelLoadError(
+                f"{model_path}: manifest inputs {sorted(declared)} differ from the model's {sorted(actual)}"
+            )
+        produced = {node.name for node in self.session.get_outputs()}
+        missing = [spec.name for spec in self.manifest.outputs if spec.name not in produced]
+        if missing:
+            raise ModelLoadError(f"{model_path}: manifest outputs {missing} are not produced by the model")
+
+    def predict(self, inputs: Mapping[str, np.ndarray]) -> Arrays:
+        """Run one batch. Inputs must already match the manifest (the codecs validate them)."""
+        try:
+            results = self.session.run(self._output_names, dict(inputs))
+        except Exception as exc:  # onnxruntime's errors carry no stable type
+            raise InferenceError(f"model {self.manifest.key}: inference failed: {exc}") from exc
+        return dict(zip(self._output_names, results, strict=True))
+
+    def warm_up(self, rows: int = 1) -> None:
+        """Run a zero batch so the first real request does not pay for lazy initialisation."""
+        sample: Arrays = {}
+        for spec in self.manifest.inputs:
+            shape = (rows, *[size or 1 for size in spec.row_shape])
+            sample[spec.name] = (
+                np.full(shape, "", dtype=object) if spec.dtype == "string" else np.zeros(shape, spec.numpy_dtype)
+            )
+        self.predict(sample)
+        self.warmed_up = True
