@@ -19,7 +19,8 @@ from typing import Protocol
 
 
 class ModelSpec(Protocol):
-    """What this module reads of `servestack.spec.ModelSpec` (a protocol: spec.py imports this module)."""
+    """What this module reads of `servestack.spec.ModelSpec` (a protocol: servestack/spec/loading.py imports this
+    module)."""
 
     @property
     def name(self) -> str: ...

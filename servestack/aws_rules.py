@@ -1,4 +1,4 @@
-"""The AWS rules `serving.yaml` must hold, each with the documentation page that states it: servestack/spec.py
+"""The AWS rules `serving.yaml` must hold, each with the documentation page that states it: servestack/spec/
 refuses a setting that breaks one and quotes the rule in its error, so the message says why, not only what.
 
 This module must not import aws_cdk (the CLI imports the spec).

@@ -10,7 +10,7 @@ Routes (API Gateway HTTP API v2 events):
 - `GET /jobs/{id}`: `queued | running | succeeded | failed`, the result location and a presigned GET URL, or
   the error.
 The worker reports partial batch failures with Powertools' `BatchProcessor`; see servestack/adapters/aws/jobs.py for the
-idempotency and retry rules.
+idempotency rules and servestack/adapters/aws/job_worker.py for the retry rules.
 
 With `SERVESTACK_ASYNC_BACKEND=sagemaker` a SageMaker async endpoint runs the jobs instead of the worker: submit
 calls `InvokeEndpointAsync`, and `notification_handler` records SageMaker's success and error notifications,

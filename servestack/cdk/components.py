@@ -7,7 +7,7 @@ What SageMaker requires of such an endpoint, and this construct does:
   refuses components: "Inference Components are not supported in this Endpoint", public report:
   pulumi/pulumi-aws issue #4940); the config carries the `ExecutionRoleArn` instead (CreateEndpointConfig
   refuses a component endpoint without one: stdapi-ai/stdapi.ai issue #43). Serverless variants take no
-  components (servestack/spec.py refuses the combination);
+  components (servestack/spec/realtime.py refuses the combination);
 - each component names a SageMaker Model (its container: image, model data, environment), its compute
   requirements (`Specification.ComputeResourceRequirements`) and its copy count (`RuntimeConfig.CopyCount`, at
   least 1 at creation: "Inference components copy count an integer larger than 0", same issue #43);

@@ -87,7 +87,7 @@ def test_every_piped_workflow_step_runs_under_pipefail() -> None:
 
 @pytest.mark.skipif(not (UV / "uv").exists(), reason="uv is installed by `make setup` (.tools/bin/uv)")
 def test_the_images_carry_pyarrow_for_parquet_batch_runs() -> None:
-    # GIVEN the lock's pyarrow / THEN both images install it (spec.py sends Parquet to engine: fargate)
+    # GIVEN the lock's pyarrow / THEN both images install it (servestack/spec/modes.py sends Parquet to engine: fargate)
     version = locked_version("pyarrow")
     assert f"pyarrow=={version}" in requirements("cpu")
     assert f"pyarrow=={version}" in requirements("gpu")

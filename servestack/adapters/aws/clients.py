@@ -4,7 +4,8 @@ They are botocore clients, made on one botocore session per process: what `boto3
 boto3's session layer, whose import (it pulls in s3transfer for S3's `upload_file` family, which no handler
 uses) was the largest single import of the batch job's start-up. Every method the handlers call (`get_object`,
 `put_object`, paginators, `generate_presigned_url`, `send_message`, `invoke_endpoint_async`, ...) is
-botocore's. Code that needs boto3 itself (`boto3.resource("dynamodb")` in servestack/adapters/aws/jobs.py) imports it.
+botocore's. Code that needs boto3 itself (`boto3.resource("dynamodb")` in servestack/adapters/aws/job_records.py)
+imports it.
 """
 
 from __future__ import annotations

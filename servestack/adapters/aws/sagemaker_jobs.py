@@ -33,7 +33,8 @@ import boto3
 from botocore.exceptions import ClientError
 
 from servestack.adapters.aws.clients import aws_client
-from servestack.adapters.aws.jobs import FAILED, SUCCEEDED, AsyncSettings, JobService, _conditional_failed, _now
+from servestack.adapters.aws.job_records import FAILED, SUCCEEDED, AsyncSettings, _conditional_failed, _now
+from servestack.adapters.aws.jobs import JobService
 from servestack.inference.errors import InternalError, InvalidInput
 from servestack.inference.service import ModelRepository, ServedModel
 from servestack.inference.settings import EnvironmentSettings

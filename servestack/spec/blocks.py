@@ -1,0 +1,85 @@
+"""The blocks every deployment of `serving.yaml` shares: the models it names, its release strategy, its alarms,
+its batching, and the keys of every mode (`_DeploymentBase`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Self
+
+from pydantic import Field, model_validator
+
+from servestack.aws_rules import ALARM_PERIOD_RULE
+from servestack.spec.base import Between, LogRetentionDays, Name, OneOf, Percent, Strict, Version, _fail
+
+
+class ModelSpec(Strict):
+    """A model artifact: `<path>/{model.onnx,manifest.json,sample-request.json,sample-response.json}`."""
+
+    name: Name
+    version: Version
+    path: str | None = Field(default=None, description="default models/artifacts/<name>/<version>")
+
+    @property
+    def artifact_path(self) -> str:
+        return self.path or f"models/artifacts/{self.name}/{self.version}"
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+class Strategy(Strict):
+    """How a new release takes traffic. `bake_minutes` is how long the old fleet is kept after the shift."""
+
+    type: Literal["all_at_once", "canary", "linear"] = "canary"
+    canary_percent: Percent = 10
+    linear_step_percent: Percent = 20
+    interval_minutes: Annotated[int, Between(1, 60)] = 5
+    bake_minutes: Annotated[int, Between(0, 60)] = 10
+
+    @property
+    def steps(self) -> int:
+        """Number of wait intervals before all traffic is on the new release."""
+        if self.type == "canary":
+            return 1
+        if self.type == "linear":
+            return -(-100 // self.linear_step_percent) - 1
+        return 0
+
+
+class AlarmSettings(Strict):
+    """Thresholds of the alarms that guard a deployment (and roll a bad release back)."""
+
+    error_rate_percent: Annotated[float, Between(0.01, 100)] = 1.0
+    p99_latency_ms: Annotated[int, Between(1, 900_000)] = 500
+    evaluation_periods: Annotated[int, Between(1, 30)] = 3
+    period_sec: Annotated[int, OneOf((10, 20, 30, 60, 300, 900, 3600))] = 60
+    oldest_message_age_sec: Annotated[int, Between(60, 1_209_600)] = 900
+    # Realtime: a period with more 429s than this counts as overloaded; `evaluation_periods` of them in a row
+    # fire the overload alarm (operational only: overload does not roll a release back).
+    overload_429_per_period: Annotated[int, Between(0, 1_000_000)] = 0
+
+    @model_validator(mode="after")
+    def _period_has_data(self) -> Self:
+        # Every alarm of a deployment shares this period, and all but the overload alarm watch AWS's own 1-minute
+        # metrics: a sub-minute period there is refused rather than made high-resolution.
+        if self.period_sec < 60:
+            _fail("period_sec", self.period_sec, f"60 or more (a multiple of 60); {ALARM_PERIOD_RULE}")
+        return self
+
+
+class Batching(Strict):
+    """Server-side micro-batching and admission (realtime server): `max_queue` requests per worker are admitted;
+    past it the answer is 429 with Retry-After."""
+
+    max_batch_size: Annotated[int, Between(1, 4096)] = 512
+    max_delay_ms: Annotated[int, Between(0, 1000)] = 0
+    max_queue: Annotated[int, Between(1, 1_000_000)] = 64
+
+
+class _DeploymentBase(Strict):
+    model: Name
+    version: Version | None = Field(default=None, description="default: the only declared version of `model`")
+    alarms: AlarmSettings = AlarmSettings()
+    batching: Batching = Batching()
+    max_payload_bytes: Annotated[int, Between(1, 6_291_456)] = 6_291_456  # SageMaker real-time and Lambda sync: 6 MB
+    log_retention_days: LogRetentionDays = 30
