@@ -18,7 +18,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 # was half of pytest's collection time and over a third of a local up's start-up CPU.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help setup local test lint typecheck docs pytest synth bench models clean test-localstack
+.PHONY: help setup local test lint typecheck docs pytest synth bench models requirements clean test-localstack
 
 help:
 	@echo "make local   set up, then run the whole local topology (servestack local up)"
@@ -28,6 +28,7 @@ help:
 	@echo "make synth   synthesize the CDK app into cdk.out (offline)"
 	@echo "make bench   print benchmark figures: realtime, Lambda cold start, batch, async (needs wrk)"
 	@echo "make models  rebuild the bundled model artifacts"
+	@echo "make requirements  write the locked runtime that bundles and images install (from uv.lock)"
 	@echo "make test-localstack  S3/SQS integration tests on LocalStack in host mode (not part of make test)"
 
 $(UV):
@@ -72,8 +73,10 @@ test: lint typecheck docs pytest
 test-localstack: setup
 	localstack/run-host.sh
 
+# cdk.json's app is `python3 app.py`, as `cdk init` writes it: the CLI runs it with the virtual environment first
+# on PATH, as an activated one would be.
 synth: setup
-	$(CDK) synth --no-notices --quiet
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" VIRTUAL_ENV="$(CURDIR)/$(VENV)" $(CDK) synth --no-notices --quiet
 
 bench: setup
 	$(PY) -m bench.realtime
@@ -86,6 +89,17 @@ bench: setup
 
 models: setup
 	$(PY) -m servestack.sample_models
+
+# The locked runtime that Lambda bundles and images install, shipped inside the package so that synth reads no
+# lock file of a project: the `runtime` extra for Lambda, plus the HTTP servers, boto3 and pyarrow for the images;
+# the GPU image takes onnxruntime-gpu of the very version the CPU image runs. tests/unit/test_requirements.py
+# keeps them equal to uv.lock.
+REQUIREMENTS_DIR ?= servestack/cdk/requirements
+EXPORT = $(UV) export --frozen --no-dev --no-emit-project --no-hashes --no-header --no-annotate --format requirements-txt
+requirements: $(UV)
+	$(EXPORT) --extra runtime > $(REQUIREMENTS_DIR)/lambda.txt
+	$(EXPORT) --extra server --extra aws --extra parquet > $(REQUIREMENTS_DIR)/image-cpu.txt
+	sed 's/^onnxruntime==/onnxruntime-gpu==/' $(REQUIREMENTS_DIR)/image-cpu.txt > $(REQUIREMENTS_DIR)/image-gpu.txt
 
 clean:
 	rm -rf cdk.out site .pytest_cache .mypy_cache .ruff_cache

@@ -17,6 +17,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from servestack.template import TemplateMissing, bundled_artifacts
+
 
 class ModelSpec(Protocol):
     """What this module reads of `servestack.spec.ModelSpec` (a protocol: servestack/spec/loading.py imports this
@@ -42,12 +44,14 @@ class ServingSpec(Protocol):
 # The packages servestack/sample_models.py builds (its RECIPES); tests/unit/test_artifacts.py keeps the two in step.
 BUNDLED_MODELS = {"digits": "1", "breast-cancer": "1"}
 MANIFEST = "manifest.json"
-_PACKAGE = Path(__file__).resolve().parent
-# servestack's own source checkout (where `make models` rebuilds the bundled packages), when running from one.
-REPO_ROOT = _PACKAGE.parent
-# The bundled packages: inside an installed servestack, the project template's; in a source checkout, its own.
-_PACKAGED = _PACKAGE / "project_template" / "models" / "artifacts"
-BUNDLED_ARTIFACTS = _PACKAGED if _PACKAGED.is_dir() else REPO_ROOT / "models" / "artifacts"
+
+
+def bundled_root() -> Path | None:
+    """Where the bundled packages are (the example project's), or None in an incomplete installation."""
+    try:
+        return bundled_artifacts()
+    except TemplateMissing:
+        return None
 
 
 def package_dir(model: ModelSpec, root: Path, *, bundled: bool = True) -> Path | None:
@@ -55,8 +59,9 @@ def package_dir(model: ModelSpec, root: Path, *, bundled: bool = True) -> Path |
     local = root / model.artifact_path
     if _problem(local) is None:
         return local
-    fallback = BUNDLED_ARTIFACTS / model.name / model.version
-    if bundled and model.path is None and _problem(fallback) is None:
+    bundled_packages = bundled_root() if bundled and model.path is None else None
+    fallback = bundled_packages / model.name / model.version if bundled_packages is not None else None
+    if fallback is not None and _problem(fallback) is None:
         return fallback
     return None
 
@@ -78,7 +83,7 @@ def _problem(folder: Path) -> str | None:
 def creating_command(model: ModelSpec, root: Path) -> str:
     """The command that writes the package serving.yaml expects for `model`."""
     if model.path is None and BUNDLED_MODELS.get(model.name) == model.version:
-        if root.resolve() == REPO_ROOT:
+        if (root / "models" / "artifacts").resolve() == bundled_root():  # servestack's own source checkout
             return "make models"
         out = shlex.quote(str(root / "models" / "artifacts"))
         return f"python -m servestack.sample_models --out {out} {model.name}"
@@ -116,8 +121,10 @@ def model_dir_for(spec: ServingSpec, root: Path, scratch: Path) -> Path:
     `scratch` filled with links to each package (a project naming a bundled model beside its own)."""
     project = root / "models" / "artifacts"
     dirs = {model.key: package_dir(model, root) for model in spec.models}
-    for candidate in (project, BUNDLED_ARTIFACTS):
-        if all(found is not None and found.parent.parent == candidate for found in dirs.values()):
+    for candidate in (project, bundled_root()):
+        if candidate is not None and all(
+            found is not None and found.parent.parent == candidate for found in dirs.values()
+        ):
             return candidate
     scratch.mkdir(parents=True, exist_ok=True)
     packages = {p.parent.parent.name + "/" + p.parent.name: p.parent for p in project.glob(f"*/*/{MANIFEST}")}

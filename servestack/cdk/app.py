@@ -18,18 +18,46 @@ and what is allowed. cdk-nag's AwsSolutions checks run on every synth.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from aws_cdk import App, Validations
 from cdk_nag import AwsSolutionsChecks
+from constructs import Construct
 
 from servestack.cdk.deployment import DeploymentStack, add_deployments
 from servestack.spec import SpecError, load_spec
 
 # A project's own additions to the app: it gets the app and the deployment stacks servestack built.
 Extend = Callable[[App, list[DeploymentStack]], None]
+
+
+def add_serving(
+    scope: Construct,
+    *,
+    project: Path | None = None,
+    spec: str = "serving.yaml",
+    deployments: Sequence[str] | None = None,
+    name_prefix: str = "servestack-",
+    entry_points: Path | None = None,
+) -> list[DeploymentStack]:
+    """A stack per deployment of a serving.yaml, added to `scope` (your `App`, or a `Stage`), each named
+    `<name_prefix><deployment>`.
+
+    - project: the folder of serving.yaml and its model packages (`models/artifacts/`); default: the current
+      folder, which the CDK CLI makes the folder of cdk.json.
+    - spec: serving.yaml's path, relative to `project`.
+    - deployments: the deployments to add (default: all); an unknown name is refused with the known ones.
+    - entry_points: a folder of entry modules the functions and containers run, shipped as the package
+      `handlers` (see the example project's `handlers/`); default: servestack's own.
+
+    serving.yaml is validated first: a bad value raises `SpecError` naming its path, the value and what is
+    allowed. Model packages must be in the project."""
+    folder = (project or Path.cwd()).resolve()
+    loaded = load_spec(folder / spec, artifacts_root=folder, bundled=False)
+    only = list(deployments) if deployments is not None else None
+    return add_deployments(scope, loaded, folder, entry_points=entry_points, name_prefix=name_prefix, only=only)
 
 
 def _flag(value: object) -> bool:
@@ -61,8 +89,7 @@ def build_app(
     # The project (serving.yaml and its model packages) is this app's folder, unless servestack:project names
     # another: a project of its own that uses servestack's constructs and sources from here.
     project = Path(str(ctx("servestack:project"))) if ctx("servestack:project") else root
-    # Synth packages `<project>/<path>` of each model: the packages must be in the project (no bundled fallback).
-    spec = load_spec(project / str(ctx("servestack:spec") or "serving.yaml"), artifacts_root=project, bundled=False)
+    spec_file = str(ctx("servestack:spec") or "serving.yaml")
     only = [n.strip() for n in str(ctx("servestack:deployments") or "").split(",") if n.strip()] or None
     prefix = str(ctx("servestack:prefix") or "servestack-")
     pipeline = _flag(ctx("servestack:pipeline"))
@@ -70,13 +97,19 @@ def build_app(
         from servestack.cdk.pipeline import required_context
 
         required_context(app)  # before any stack is built: a missing flag fails in a second, not a minute
-    stacks = add_deployments(app, spec, project, name_prefix=prefix, only=only)
+    # A project's `handlers/` are the entry points its functions and containers run (the example project's
+    # layout); without one, servestack's default entry points.
+    entry_points = project / "handlers" if (project / "handlers").is_dir() else None
+    stacks = add_serving(
+        app, project=project, spec=spec_file, deployments=only, name_prefix=prefix, entry_points=entry_points
+    )
     if extend is not None:
         extend(app, stacks)
     if pipeline:
         from servestack.cdk.pipeline import pipeline_stack
 
-        pipeline_stack(app, spec=spec, root=project, deployments=only)
+        spec = load_spec(project / spec_file, artifacts_root=project, bundled=False)
+        pipeline_stack(app, spec=spec, root=project, entry_points=entry_points, deployments=only)
     if nag:
         Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     return app

@@ -40,7 +40,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from servestack.cdk import guardrails
+import servestack.cdk.guardrails as guardrails
 from servestack.cdk.realtime import (
     gpu_inference_ami,
     sagemaker_scaling_role,
@@ -52,9 +52,9 @@ from servestack.cdk.serverless import runtime_environment, servestack_function
 from servestack.cdk.shared import IamHttpApi, acknowledge, check_choice, check_range, endpoint_log_group, logical_id
 from servestack.spec import AlarmSettings
 
-SUBMIT_HANDLER = "servestack.adapters.asynchronous.submit_handler"
-WORKER_HANDLER = "servestack.adapters.asynchronous.worker_handler"
-NOTIFICATION_HANDLER = "servestack.adapters.asynchronous.notification_handler"
+SUBMIT_HANDLER = "handlers.asynchronous.submit_handler"
+WORKER_HANDLER = "handlers.asynchronous.worker_handler"
+NOTIFICATION_HANDLER = "handlers.asynchronous.notification_handler"
 NOTIFIER_TIMEOUT_SEC = 30
 _PREFIX_REASON = (
     "Object-level access is scoped to this deployment's own key prefix in its own bucket; job ids are only "

@@ -40,8 +40,8 @@ from servestack.cdk.serverless import runtime_environment, servestack_function
 from servestack.cdk.shared import acknowledge, check_choice, check_range, log_group, logical_id
 from servestack.spec import uses_gpu
 
-HANDLER = "servestack.adapters.batch.handler"
-TRANSFORM_DONE_HANDLER = "servestack.adapters.batch.transform_done"
+HANDLER = "handlers.batch.handler"
+TRANSFORM_DONE_HANDLER = "handlers.batch.transform_done"
 RUNNERS = ("lambda", "fargate", "transform")
 # The realtime image reads its model from here (containers/*.Dockerfile, servestack/cdk/realtime.py).
 # Universal target: EventBridge Scheduler calls the AWS SDK action itself (no function in between).
@@ -49,7 +49,7 @@ CREATE_TRANSFORM_JOB_TARGET = "arn:aws:scheduler:::aws-sdk:sagemaker:createTrans
 # TransformJobName: at most 63 characters of [a-zA-Z0-9-]; the execution id is 16 ("d32c5kddcf5bb8c3").
 _JOB_NAME_MAX = 63 - len("-") - 16
 _TRANSFORM_CONTENT_TYPES = {"jsonl": "application/jsonlines", "csv": "text/csv"}
-FARGATE_COMMAND = ["python", "-m", "servestack.adapters.batch"]
+FARGATE_COMMAND = ["python", "-m", "handlers.batch"]
 _ARCH = {"x86_64": ecs.CpuArchitecture.X86_64, "arm64": ecs.CpuArchitecture.ARM64}
 _PREFIX_REASON = (
     "Object-level access is scoped to this deployment's own input/output prefixes in its own bucket; the "

@@ -2,17 +2,20 @@
 
 `LocalPythonBundler` is an `ILocalBundling`: CDK calls `try_bundle(output_dir, options)` during synth and
 the bundler fills `output_dir` with
-- the runtime dependencies pinned by `uv.lock` (`[project].dependencies`, no dev group, no extras),
-  installed by uv from manylinux wheels for CPython 3.12 on the target architecture;
-- the repo's `handlers/` and `models/` Python sources;
-- the artifacts of the models this function serves (`models/artifacts/<name>/<version>/`).
+- servestack's locked runtime wheels (servestack/cdk/requirements/lambda.txt, the `runtime` extra pinned by the
+  lock servestack was released with), installed by uv from manylinux wheels for CPython 3.12 on the target
+  architecture;
+- the function's sources, staged at synth (servestack/cdk/sources.py): servestack's runtime at the installed
+  version, the project's entry points as the package `handlers`, and the model packages this function serves.
 It then strips what inference does not need (tests, type stubs, onnxruntime's C-API library
 `capi/libonnxruntime.so*`, which the Python binding does not link) and byte-compiles everything for 3.12 with
-hash-checked `.pyc` so the bundle is reproducible.
+hash-checked `.pyc` so the bundle is reproducible. Nothing is read from the project's own lock file or
+pyproject.toml: a project pins servestack, and servestack pins its runtime.
 
-The asset hash is computed up front from uv.lock, the sources and the artifacts, so CDK skips bundling when
-`cdk.out` already holds the same bundle, and tests can skip bundling without fingerprinting the repo.
-Installed dependencies are cached per (lock, platform) under `$SERVESTACK_BUNDLE_CACHE` (default
+The asset hash is computed up front from the requirements and the staged sources, so CDK skips bundling when
+`cdk.out` already holds the same bundle. When bundling is skipped (`aws:cdk:bundling-stacks: []`, as local mode
+synthesizes), the asset is the staged sources themselves, and local mode runs the function from them.
+Installed dependencies are cached per (requirements, platform) under `$SERVESTACK_BUNDLE_CACHE` (default
 `~/.cache/servestack/lambda-deps`): only the first bundle for a given lock needs the package index.
 """
 
@@ -24,7 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,17 +36,16 @@ from aws_cdk import AssetHashType, BundlingOptions, DockerImage, ILocalBundling
 from aws_cdk import aws_lambda as lambda_
 
 from servestack.cdk.shared import check_choice
+from servestack.cdk.sources import REQUIREMENTS, entry_point_files, package_files, runtime_files, stage
 
 PYTHON_VERSION = "3.12"
 ARCHITECTURES = ("x86_64", "arm64")
 # Lambda's python3.12 runtime is Amazon Linux 2023 (glibc 2.34).
 _UV_PLATFORM = {"x86_64": "x86_64-manylinux_2_34", "arm64": "aarch64-manylinux_2_34"}
 # Bump when the bundle's layout or stripping changes: it is part of the asset hash.
-BUNDLER_VERSION = "1"
-# servestack's runtime (the inference core and the runtime adapters, never its CLI, CDK or local mode) and the
-# project's own entry points (`handlers/`, when it has them).
-SOURCE_DIRS = ("servestack/__init__.py", "servestack/inference", "servestack/adapters", "handlers")
-_SKIP_DIRS = {"__pycache__", "tests", "test", "artifacts", ".mypy_cache", ".pytest_cache"}
+BUNDLER_VERSION = "2"
+# The staged sources, byte-compiled in the bundle (the dependencies are compiled once, in their cache).
+SOURCE_DIRS = ("servestack", "handlers")
 # Globs (relative to the site-packages root) removed from the dependency tree.
 STRIP_GLOBS = (
     "**/tests",
@@ -70,35 +72,14 @@ class BundlingError(RuntimeError):
     """The Lambda bundle could not be built; the message says what to install or fix."""
 
 
-def _files(root: Path, rel_dirs: Iterable[str]) -> Iterator[Path]:
-    for rel in rel_dirs:
-        base = root / rel
-        if base.is_file():
-            yield base
-            continue
-        if not base.exists():
-            continue
-        for dirpath, dirnames, filenames in os.walk(base):
-            dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-            for name in sorted(filenames):
-                if not name.endswith((".pyc", ".pyo")):
-                    yield Path(dirpath) / name
-
-
-def _artifact_files(root: Path, artifacts: Sequence[str]) -> Iterator[Path]:
-    for rel in artifacts:
-        base = root / rel
-        if base.is_dir():
-            yield from sorted(p for p in base.rglob("*") if p.is_file())
-
-
-def find_uv(root: Path) -> str:
-    for candidate in (root / ".tools" / "bin" / "uv", Path(sys.executable).parent / "uv"):
-        if candidate.is_file():
-            return str(candidate)
+def find_uv() -> str:
+    """uv beside this interpreter (servestack[cdk] installs it), else on PATH."""
+    beside = Path(sys.executable).parent / "uv"
+    if beside.is_file():
+        return str(beside)
     found = shutil.which("uv")
     if not found:
-        raise BundlingError("uv not found (.tools/bin/uv or PATH): run `make setup` to install it")
+        raise BundlingError("uv not found beside this Python or on PATH: pip install 'servestack[cdk]' installs it")
     return found
 
 
@@ -115,42 +96,34 @@ def find_python(version: str = PYTHON_VERSION) -> str | None:
 
 @jsii.implements(ILocalBundling)
 class LocalPythonBundler:
-    """Builds a Lambda bundle on this machine: uv-installed manylinux wheels + sources + model artifacts."""
+    """Builds a Lambda bundle on this machine: uv-installed manylinux wheels plus the staged `source` folder."""
 
     def __init__(
         self,
         *,
-        root: Path,
-        artifacts: Sequence[str] = (),
-        artifacts_root: Path | None = None,
+        source: Path,
         architecture: str = "x86_64",
         python_version: str = PYTHON_VERSION,
+        requirements_file: Path = REQUIREMENTS / "lambda.txt",
         cache_dir: Path | None = None,
     ) -> None:
         check_choice("LocalPythonBundler", "architecture", architecture, ARCHITECTURES)
-        self.root = root.resolve()
-        self.artifacts = tuple(artifacts)
-        # The project holding the model packages (`artifacts` are relative to it); servestack's code is `root`.
-        self.artifacts_root = (artifacts_root or root).resolve()
+        self.source = source.resolve()
         self.architecture = architecture
         self.python_version = python_version
+        self.requirements_file = requirements_file
         default_cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "servestack" / "lambda-deps"
         self.cache_dir = cache_dir or Path(os.environ.get("SERVESTACK_BUNDLE_CACHE", default_cache))
 
     # --- hashing --------------------------------------------------------------------------------
 
     def asset_hash(self) -> str:
-        """Hash of everything that determines the bundle, cheap enough to compute on every synth."""
+        """Hash of everything that determines the bundle: the requirements, the platform and the staged sources
+        (whose folder is named by their digest)."""
         h = hashlib.sha256()
         h.update(f"{BUNDLER_VERSION}|{self.architecture}|{self.python_version}|{STRIP_GLOBS}".encode())
-        lock = [self.root / "uv.lock", self.root / "pyproject.toml"]
-        for path in [*lock, *_files(self.root, SOURCE_DIRS)]:
-            if path.is_file():
-                h.update(str(path.relative_to(self.root)).encode())
-                h.update(hashlib.sha256(path.read_bytes()).digest())
-        for path in _artifact_files(self.artifacts_root, self.artifacts):
-            h.update(str(path.relative_to(self.artifacts_root)).encode())
-            h.update(hashlib.sha256(path.read_bytes()).digest())
+        h.update(self.requirements().encode())
+        h.update(self.source.name.encode())
         return h.hexdigest()
 
     # --- ILocalBundling -------------------------------------------------------------------------
@@ -162,30 +135,16 @@ class LocalPythonBundler:
     def bundle(self, out: Path) -> Path:
         """Fill `out` with the bundle; return it."""
         out.mkdir(parents=True, exist_ok=True)
-        deps = self._dependencies()
-        shutil.copytree(deps, out, dirs_exist_ok=True, symlinks=False)
-        for src in _files(self.root, SOURCE_DIRS):
-            dest = out / src.relative_to(self.root)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest)
-        for src in _artifact_files(self.artifacts_root, self.artifacts):
-            dest = out / src.relative_to(self.artifacts_root)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest)
+        shutil.copytree(self._dependencies(), out, dirs_exist_ok=True, symlinks=False)
+        shutil.copytree(self.source, out, dirs_exist_ok=True)
         self._compile(out, only=SOURCE_DIRS)
         return out
 
     # --- steps ----------------------------------------------------------------------------------
 
     def requirements(self) -> str:
-        """Runtime requirements pinned by uv.lock (no dev group, no extras, no hashes)."""
-        uv = find_uv(self.root)
-        cmd = [uv, "export", "--frozen", "--no-dev", "--no-emit-project", "--no-hashes", "--no-header"]
-        cmd += ["--no-annotate", "--format", "requirements.txt"]
-        done = subprocess.run(cmd, cwd=self.root, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise BundlingError(f"`uv export` failed in {self.root}: {done.stderr.strip()}")
-        return done.stdout
+        """servestack's locked runtime (no hashes), as shipped in the package."""
+        return self.requirements_file.read_text(encoding="utf-8")
 
     def _dependencies(self) -> Path:
         requirements = self.requirements()
@@ -214,7 +173,7 @@ class LocalPythonBundler:
         return target
 
     def _install(self, requirements: Path, site: Path) -> None:
-        uv = find_uv(self.root)
+        uv = find_uv()
         cmd = [uv, "pip", "install", "--quiet", "--no-deps", "--only-binary", ":all:", "--target", str(site)]
         cmd += ["--python-platform", _UV_PLATFORM[self.architecture], "--python-version", self.python_version]
         cmd += ["--python", sys.executable, "-r", str(requirements)]
@@ -239,7 +198,7 @@ class LocalPythonBundler:
                 file=sys.stderr,
             )
             return
-        targets = [str(tree / d) for d in only] if only else [str(tree)]
+        targets = [str(tree / d) for d in only if (tree / d).is_dir()] if only else [str(tree)]
         script = (
             "import compileall, py_compile, sys\n"
             "for d in sys.argv[1:]:\n"
@@ -263,25 +222,29 @@ def tree_size_bytes(tree: Path) -> int:
     return sum(p.stat().st_size for p in tree.rglob("*") if p.is_file() and not p.is_symlink())
 
 
+def lambda_source(
+    *, entry_points: Path, artifacts: Sequence[str], artifacts_root: Path, cache_dir: Path | None = None
+) -> Path:
+    """The function's sources staged for its bundle: servestack's runtime, the entry points (as `handlers`) and
+    the model packages `artifacts` (relative to `artifacts_root`)."""
+    members = [*runtime_files(), *entry_point_files(entry_points), *package_files(artifacts_root, artifacts)]
+    return stage(members, "lambda-source", cache_dir)
+
+
 def lambda_code(
     *,
-    root: Path,
+    entry_points: Path,
     artifacts: Sequence[str],
-    artifacts_root: Path | None = None,
+    artifacts_root: Path,
     architecture: str = "x86_64",
     python_version: str = PYTHON_VERSION,
 ) -> lambda_.Code:
-    """`lambda_.Code` for a servestack function, bundled locally (never with Docker): servestack's code from
-    `root`, the model packages `artifacts` from `artifacts_root` (the project; default `root`)."""
-    bundler = LocalPythonBundler(
-        root=root,
-        artifacts=artifacts,
-        artifacts_root=artifacts_root,
-        architecture=architecture,
-        python_version=python_version,
-    )
+    """`lambda_.Code` for a servestack function, bundled locally (never with Docker): servestack's runtime, the
+    entry points in the folder `entry_points`, and the model packages `artifacts` of the project `artifacts_root`."""
+    source = lambda_source(entry_points=entry_points, artifacts=artifacts, artifacts_root=artifacts_root)
+    bundler = LocalPythonBundler(source=source, architecture=architecture, python_version=python_version)
     return lambda_.Code.from_asset(
-        str(bundler.root / "handlers") if (bundler.root / "handlers").is_dir() else str(bundler.root),
+        str(source),
         asset_hash_type=AssetHashType.CUSTOM,
         asset_hash=bundler.asset_hash(),
         bundling=BundlingOptions(
@@ -295,4 +258,4 @@ def lambda_code(
     )
 
 
-__all__ = ["BundlingError", "LocalPythonBundler", "lambda_code", "strip", "tree_size_bytes"]
+__all__ = ["BundlingError", "LocalPythonBundler", "lambda_code", "lambda_source", "strip", "tree_size_bytes"]

@@ -38,7 +38,7 @@ from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
-from servestack.cdk import guardrails
+import servestack.cdk.guardrails as guardrails
 from servestack.cdk.realtime import (
     CONTAINER_MODEL_DIR,
     METRICS_INTERVAL_SEC,

@@ -23,9 +23,9 @@ from servestack.cdk.asynchronous import AsyncEndpoint
 from servestack.cdk.batch import BatchJob
 from servestack.cdk.bundling import lambda_code
 from servestack.cdk.components import ComponentEndpoint
-from servestack.cdk.images import MODEL_PACKAGES, dockerfile_workdir, image_context
+from servestack.cdk.images import MODEL_PACKAGES, dockerfile_name, dockerfile_workdir, image_context
 from servestack.cdk.observability import PERIOD, DeploymentDashboard, Panel, percentiles
-from servestack.cdk.realtime import DOCKER_EXCLUDE, RealtimeEndpoint, model_data_archive
+from servestack.cdk.realtime import RealtimeEndpoint, model_data_archive
 from servestack.cdk.scaling_guard import suspended
 from servestack.cdk.serverless import ServerlessEndpoint
 from servestack.cdk.shared import ArtifactBucket
@@ -39,12 +39,7 @@ from servestack.spec import (
     Variant,
     uses_gpu,
 )
-
-# The folder holding the `servestack` package: its runtime sources (servestack/inference, servestack/adapters)
-# and Dockerfiles go into Lambda bundles and images from here, whether servestack is installed or checked out.
-FRAMEWORK_ROOT = Path(__file__).resolve().parents[2]
-GPU_DOCKERFILE = "servestack/cdk/containers/gpu.Dockerfile"
-CPU_DOCKERFILE = "servestack/cdk/containers/cpu.Dockerfile"
+from servestack.template import default_entry_points
 
 
 @dataclass(frozen=True)
@@ -74,7 +69,7 @@ class DeploymentStack(Stack):
         spec: ServingSpec,
         deployment: str,
         root: Path,
-        code_root: Path | None = None,
+        entry_points: Path | None = None,
         name_prefix: str = "servestack-",
         env: Environment | None = None,
     ) -> None:
@@ -87,7 +82,9 @@ class DeploymentStack(Stack):
         self.deployment = deployment
         self.mode = d.mode
         self.root = root  # the project: serving.yaml and its model packages
-        self.code_root = code_root or FRAMEWORK_ROOT  # servestack's sources and Dockerfiles (images, bundles)
+        # The entry modules the functions and containers run (shipped as the package `handlers`): the project's
+        # own, or servestack's default ones.
+        self.entry_points = entry_points or default_entry_points()
         self.resource_name = f"{name_prefix}{deployment}"
         models = spec.models_of(deployment)
         primary = models[0]
@@ -170,8 +167,8 @@ class DeploymentStack(Stack):
                 self,
                 "Realtime",
                 endpoint_name=name,
-                gpu_image=self._image("GpuImage", True) if True in families else None,
-                cpu_image=self._image("CpuImage", False) if False in families else None,
+                gpu_image=self._image("GpuImage", "gpu") if True in families else None,
+                cpu_image=self._image("CpuImage", "cpu") if False in families else None,
                 model_data=data,
                 variants=resolved,
                 default_model=primary.name,
@@ -392,9 +389,7 @@ class DeploymentStack(Stack):
                 code=None if fargate else self._code(models, d.architecture),
                 image=self._batch_image(models) if fargate else self._image_for(d.instance_type) if transform else None,
                 # The Fargate image carries the model packages where its Dockerfile copies `models/`.
-                model_dir=f"{dockerfile_workdir(self.code_root / CPU_DOCKERFILE).rstrip('/')}/{MODEL_PACKAGES}"
-                if fargate
-                else None,
+                model_dir=f"{dockerfile_workdir('cpu').rstrip('/')}/{MODEL_PACKAGES}" if fargate else None,
                 model_data=s3_assets.Asset(self, "ModelData0", path=str(model_data_archive(self.root, [primary])))
                 if transform
                 else None,
@@ -455,7 +450,7 @@ class DeploymentStack(Stack):
 
     def _code(self, models: list[ModelSpec], architecture: str) -> Any:
         return lambda_code(
-            root=self.code_root,
+            entry_points=self.entry_points,
             artifacts=[m.artifact_path for m in models],
             artifacts_root=self.root,
             architecture=architecture,
@@ -464,11 +459,9 @@ class DeploymentStack(Stack):
     def _batch_image(self, models: list[ModelSpec]) -> ecr_assets.DockerImageAsset:
         """The CPU image for a Fargate batch task, built from a context that carries the deployment's model
         packages (servestack/cdk/images.py): a task has no SageMaker to fetch its model."""
-        if not (self.code_root / CPU_DOCKERFILE).is_file():
-            raise FileNotFoundError(f"{self.code_root / CPU_DOCKERFILE} not found: the Fargate image is built from it")
         context = image_context(
-            code_root=self.code_root,
-            dockerfile=CPU_DOCKERFILE,
+            flavour="cpu",
+            entry_points=self.entry_points,
             artifacts_root=self.root,
             artifacts=[m.artifact_path for m in models],
         )
@@ -476,31 +469,26 @@ class DeploymentStack(Stack):
             self,
             "BatchImage",
             directory=str(context),
-            file=CPU_DOCKERFILE,
-            exclude=["**/__pycache__"],
+            file=dockerfile_name("cpu"),
             platform=ecr_assets.Platform.LINUX_AMD64,
         )
 
     def _image_for(self, instance_type: str) -> ecr_assets.DockerImageAsset:
         """The GPU image on a GPU instance type (ml.g*, ml.p*), else the CPU image."""
         gpu = uses_gpu(instance_type)
-        return self._image("GpuImage" if gpu else "CpuImage", gpu)
+        return self._image("GpuImage" if gpu else "CpuImage", "gpu" if gpu else "cpu")
 
-    def _image(self, id: str, gpu: bool) -> ecr_assets.DockerImageAsset:
+    def _image(self, id: str, flavour: str) -> ecr_assets.DockerImageAsset:
+        """The realtime container's image: its model comes from SageMaker (ModelDataUrl), so it carries none."""
         existing = self.node.try_find_child(id)
         if isinstance(existing, ecr_assets.DockerImageAsset):
             return existing
-        dockerfile = GPU_DOCKERFILE if gpu else CPU_DOCKERFILE
-        if not (self.code_root / dockerfile).is_file():
-            raise FileNotFoundError(
-                f"{self.code_root / dockerfile} not found: the realtime/Fargate image is built from it"
-            )
+        context = image_context(flavour=flavour, entry_points=self.entry_points, artifacts_root=self.root)
         return ecr_assets.DockerImageAsset(
             self,
             id,
-            directory=str(self.code_root),
-            file=dockerfile,
-            exclude=DOCKER_EXCLUDE,
+            directory=str(context),
+            file=dockerfile_name(flavour),
             platform=ecr_assets.Platform.LINUX_AMD64,
         )
 
@@ -510,7 +498,7 @@ def add_deployments(
     spec: ServingSpec,
     root: Path,
     *,
-    code_root: Path | None = None,
+    entry_points: Path | None = None,
     name_prefix: str = "servestack-",
     only: list[str] | None = None,
     env: Environment | None = None,
@@ -527,7 +515,7 @@ def add_deployments(
             spec=spec,
             deployment=n,
             root=root,
-            code_root=code_root,
+            entry_points=entry_points,
             name_prefix=name_prefix,
             env=env,
         )

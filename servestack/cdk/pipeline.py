@@ -1,13 +1,18 @@
-"""CDK Pipelines for users' CI/CD: source (CodeStar connection) -> synth (`make test`, `make synth`) ->
-staging -> smoke test of every deployment -> manual approval -> production -> smoke test.
+"""CDK Pipelines for users' CI/CD: source (CodeStar connection) -> synth (`make setup`, `make test`,
+`make synth` by default) -> staging -> smoke test of every deployment -> manual approval -> production -> smoke
+test.
 
-Enable with context: `-c servestack:pipeline=true -c servestack:repo=owner/name
--c servestack:connection-arn=arn:aws:codeconnections:... [-c servestack:branch=main]
-[-c servestack:account=... -c servestack:region=...] [-c servestack:pipeline-deployments=a,b]`.
+`PipelineStack` is a construct a CDK app adds itself; `pipeline_stack` builds it from context: `-c
+servestack:pipeline=true -c servestack:repo=owner/name -c servestack:connection-arn=arn:aws:codeconnections:...
+[-c servestack:branch=main] [-c servestack:account=... -c servestack:region=...]
+[-c servestack:pipeline-deployments=a,b]`, and, for a project not built with `make`, its own commands as JSON
+lists in cdk.json's context: `servestack:pipeline-install-commands`, `servestack:pipeline-build-commands`,
+`servestack:pipeline-smoke-commands`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from aws_cdk import Aws, Environment, Stack, Stage, Token, pipelines
@@ -19,7 +24,11 @@ from servestack.cdk.deployment import DeploymentStack, add_deployments
 from servestack.cdk.shared import acknowledge, logical_id
 from servestack.spec import ServingSpec
 
-SMOKE_COMMAND = ".venv/bin/python -m servestack.cdk.smoke"
+# The defaults build a project that `servestack init` wrote (its Makefile's `setup`, `test` and `synth`, its
+# .venv); a project built otherwise passes its own commands (props, or the context keys of `pipeline_stack`).
+INSTALL_COMMANDS = ("make setup",)
+BUILD_COMMANDS = ("make test", "make synth")
+SMOKE_COMMANDS = (".venv/bin/python -m servestack.cdk.smoke",)
 
 
 class ServingStage(Stage):
@@ -33,11 +42,12 @@ class ServingStage(Stage):
         spec: ServingSpec,
         root: Path,
         deployments: list[str] | None,
+        entry_points: Path | None = None,
         env: Environment | None = None,
     ) -> None:
         super().__init__(scope, id, env=env)
         self.deployment_stacks: list[DeploymentStack] = add_deployments(
-            self, spec, root, name_prefix=f"servestack-{id.lower()}-", only=deployments
+            self, spec, root, entry_points=entry_points, name_prefix=f"servestack-{id.lower()}-", only=deployments
         )
 
 
@@ -53,9 +63,14 @@ def smoke_statements(stage: ServingStage) -> list[iam.PolicyStatement]:
     return [iam.PolicyStatement(actions=[action], resources=arns) for action, arns in sorted(resources.items())]
 
 
-def smoke_step(stage: ServingStage) -> pipelines.CodeBuildStep:
-    """Invoke each deployment of `stage` once with its model's sample request (servestack/cdk/smoke.py), under a role
-    that may call exactly those deployments."""
+def smoke_step(
+    stage: ServingStage,
+    *,
+    install_commands: Sequence[str] = INSTALL_COMMANDS,
+    commands: Sequence[str] = SMOKE_COMMANDS,
+) -> pipelines.CodeBuildStep:
+    """Invoke each deployment of `stage` once with its model's sample request (servestack/cdk/smoke.py), under a
+    role that may call exactly those deployments."""
     env_outputs = {}
     env = {}
     for i, stack in enumerate(stage.deployment_stacks):
@@ -66,14 +81,16 @@ def smoke_step(stage: ServingStage) -> pipelines.CodeBuildStep:
         f"SmokeTest{stage.stage_name}",
         env=env,
         env_from_cfn_outputs=env_outputs,
-        install_commands=["make setup"],
-        commands=[SMOKE_COMMAND],
+        install_commands=list(install_commands),
+        commands=list(commands),
         role_policy_statements=smoke_statements(stage),
     )
 
 
 class PipelineStack(Stack):
-    """The self-mutating delivery pipeline for this repo's serving.yaml."""
+    """The self-mutating delivery pipeline of a project's serving.yaml: source (a CodeConnections connection to
+    `repo`) -> synth (`install_commands`, then `build_commands`, leaving `cdk.out`) -> staging -> smoke test ->
+    manual approval -> production -> smoke test. The commands' defaults build a project `servestack init` wrote."""
 
     def _generated_role_findings(self) -> dict[str, str]:
         projects = [
@@ -92,9 +109,17 @@ class PipelineStack(Stack):
         connection_arn: str,
         branch: str = "main",
         deployments: list[str] | None = None,
+        entry_points: Path | None = None,
+        install_commands: Sequence[str] = INSTALL_COMMANDS,
+        build_commands: Sequence[str] = BUILD_COMMANDS,
+        smoke_commands: Sequence[str] = SMOKE_COMMANDS,
         env: Environment | None = None,
     ) -> None:
         super().__init__(scope, id, env=env, description="servestack delivery pipeline")
+        for prop, commands in (("install_commands", install_commands), ("build_commands", build_commands),
+                               ("smoke_commands", smoke_commands)):  # fmt: skip
+            if isinstance(commands, str) or not commands or not all(isinstance(c, str) and c for c in commands):
+                raise MissingContext(f"PipelineStack: {prop}={commands!r} is not a non-empty list of shell commands")
         if repo.count("/") != 1 or repo.startswith("/") or repo.endswith("/"):
             raise MissingContext(f"PipelineStack: repo={repo!r} is not 'owner/name' (-c servestack:repo=owner/name)")
         source = pipelines.CodePipelineSource.connection(repo, branch, connection_arn=connection_arn)
@@ -105,8 +130,8 @@ class PipelineStack(Stack):
             synth=pipelines.ShellStep(
                 "Synth",
                 input=source,
-                install_commands=["make setup"],
-                commands=["make test", "make synth"],
+                install_commands=list(install_commands),
+                commands=list(build_commands),
                 primary_output_directory="cdk.out",
             ),
             code_build_defaults=pipelines.CodeBuildOptions(
@@ -118,14 +143,16 @@ class PipelineStack(Stack):
             enable_key_rotation=True,
             cross_account_keys=True,
         )
-        self.staging = ServingStage(self, "Staging", spec=spec, root=root, deployments=deployments, env=env)
-        self.pipeline.add_stage(self.staging, post=[smoke_step(self.staging)])
-        self.production = ServingStage(self, "Production", spec=spec, root=root, deployments=deployments, env=env)
-        self.pipeline.add_stage(
-            self.production,
-            pre=[pipelines.ManualApprovalStep("PromoteToProduction", comment="Staging smoke test passed?")],
-            post=[smoke_step(self.production)],
-        )
+        stages: list[ServingStage] = []
+        for name in ("Staging", "Production"):
+            stage = ServingStage(
+                self, name, spec=spec, root=root, deployments=deployments, entry_points=entry_points, env=env
+            )
+            smoke = smoke_step(stage, install_commands=install_commands, commands=smoke_commands)
+            pre = [pipelines.ManualApprovalStep("PromoteToProduction", comment="Staging smoke test passed?")]
+            self.pipeline.add_stage(stage, pre=pre if stages else None, post=[smoke])
+            stages.append(stage)
+        self.staging, self.production = stages
         self.pipeline.build_pipeline()
         acknowledge(self, self._generated_role_findings())
         acknowledge(
@@ -209,7 +236,22 @@ def required_context(scope: Construct) -> dict[str, str]:
     return values
 
 
-def pipeline_stack(scope: Construct, *, spec: ServingSpec, root: Path, deployments: list[str] | None) -> PipelineStack:
+def _commands(scope: Construct, key: str, default: Sequence[str]) -> Sequence[str]:
+    """A list of shell commands from the context key `key` (a JSON list in cdk.json, or one command with `-c`)."""
+    value = scope.node.try_get_context(key)
+    if value is None:
+        return default
+    return [value] if isinstance(value, str) else value  # a wrong shape is refused by PipelineStack, by name
+
+
+def pipeline_stack(
+    scope: Construct,
+    *,
+    spec: ServingSpec,
+    root: Path,
+    deployments: list[str] | None,
+    entry_points: Path | None = None,
+) -> PipelineStack:
     """The pipeline stack from context (see the module docstring); `MissingContext` names a missing flag."""
     ctx = scope.node.try_get_context
     needed = required_context(scope)
@@ -224,5 +266,9 @@ def pipeline_stack(scope: Construct, *, spec: ServingSpec, root: Path, deploymen
         connection_arn=needed["servestack:connection-arn"],
         branch=str(ctx("servestack:branch") or "main"),
         deployments=only or deployments,
+        entry_points=entry_points,
+        install_commands=_commands(scope, "servestack:pipeline-install-commands", INSTALL_COMMANDS),
+        build_commands=_commands(scope, "servestack:pipeline-build-commands", BUILD_COMMANDS),
+        smoke_commands=_commands(scope, "servestack:pipeline-smoke-commands", SMOKE_COMMANDS),
         env=Environment(account=str(account), region=str(region)) if account and region else None,
     )

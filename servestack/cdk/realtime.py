@@ -13,10 +13,12 @@ A caller's `TargetModel` is the key of a package archive below it, `<name>/<vers
 `servestack models push` writes next to the package's files (servestack/inference/registry.py). SageMaker downloads and
 extracts that archive and calls the container's multi-model API (`POST /models`, `/models/{name}/invoke`...,
 servestack/adapters/multi_model.py). Aliases (`live`) are not TargetModels: SageMaker caches a loaded archive by its
-key, so a mutable key would keep serving the old bytes; resolve the alias to a version first.
+key,
+so a mutable key would keep serving the old bytes; resolve the alias to a version first.
 
 The image follows the instance type: the GPU image (servestack/cdk/containers/gpu.Dockerfile) on ml.g*/ml.p* instances,
-the CPU image (servestack/cdk/containers/cpu.Dockerfile) on every other type and on Serverless Inference.
+the
+CPU image (servestack/cdk/containers/cpu.Dockerfile) on every other type and on Serverless Inference.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
-from servestack.cdk import guardrails
+import servestack.cdk.guardrails as guardrails
 from servestack.cdk.scaling_guard import check_instance_types
 from servestack.cdk.shared import acknowledge, check_range, endpoint_log_group, logical_id
 from servestack.spec import (
@@ -56,31 +58,14 @@ from servestack.spec import (
 CONTAINER_MODEL_DIR = "/opt/ml/model"
 # How often each container worker writes its overload metrics (EMF) to stdout (servestack/adapters/metrics.py).
 METRICS_INTERVAL_SEC = 10
-# Paths never sent to Docker as build context.
-DOCKER_EXCLUDE = [
-    ".git",
-    ".venv",
-    ".tools",
-    "node_modules",
-    "cdk.out",
-    "tests",
-    "bench",
-    "**/__pycache__",
-    ".mypy_cache",
-    ".ruff_cache",
-    ".pytest_cache",
-    ".servestack",
-    "models/artifacts",
-]
 # The host AMI of GPU production variants (ProductionVariant.InferenceAmiVersion). The GPU image is CUDA 12.8
 # (servestack/cdk/containers/gpu.Dockerfile), which needs an NVIDIA driver >= 570 to run without CUDA's
 # forward-compatibility libraries. SageMaker's AMI versions (ProductionVariant API reference and "Best practices to
-# minimize interruptions
-# during GPU driver upgrades", checked 2026-12-01 against botocore 1.44's model): al2-ami-sagemaker-inference-gpu-2
-# and -2-1 carry driver 535 / CUDA 12.2, -gpu-3-1 driver 550 / CUDA 12.4, al2023-ami-sagemaker-inference-gpu-4-1
-# driver 580 / CUDA 13.0; the default host AMI (none named) is older still on ml.g4dn/g5/p4d. Only 4-1 carries
-# a driver new enough for 12.8, and its container toolkit mounts no CUDA-compat libraries, which the image
-# does not need on that driver.
+# minimize interruptions during GPU driver upgrades", checked 2026-12-01 against botocore 1.44's model):
+# al2-ami-sagemaker-inference-gpu-2 and -2-1 carry driver 535 / CUDA 12.2, -gpu-3-1 driver 550 / CUDA 12.4,
+# al2023-ami-sagemaker-inference-gpu-4-1 driver 580 / CUDA 13.0; the default host AMI (none named) is older still
+# on ml.g4dn/g5/p4d. Only 4-1 carries a driver new enough for 12.8, and its container toolkit mounts no
+# CUDA-compat libraries, which the image does not need on that driver.
 GPU_INFERENCE_AMI_VERSION = "al2023-ami-sagemaker-inference-gpu-4-1"
 # Batch Transform's equivalent (TransformResources.TransformAmiVersion) offers driver 470 (CUDA 11.4, the default
 # on ml.g4dn/g5, too old for any CUDA 12 image) or 535: CUDA 12.8 runs on 535 through CUDA's minor-version

@@ -18,7 +18,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
-from servestack.cdk import guardrails
+import servestack.cdk.guardrails as guardrails
 from servestack.cdk.shared import (
     IamHttpApi,
     acknowledge,
@@ -30,7 +30,7 @@ from servestack.cdk.shared import (
 )
 from servestack.spec import AlarmSettings, Strategy
 
-HANDLER = "servestack.adapters.serverless.handler"
+HANDLER = "handlers.serverless.handler"
 LAMBDA_MODEL_DIR = "/var/task/models/artifacts"
 _HOOK_SOURCE = Path(__file__).parent / "hooks" / "pre_traffic.py"
 _ARCH = {"x86_64": lambda_.Architecture.X86_64, "arm64": lambda_.Architecture.ARM_64}

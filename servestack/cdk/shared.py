@@ -108,8 +108,6 @@ class ArtifactBucket(Construct):
             versioned=True,
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-            server_access_logs_bucket=self.access_logs,
-            server_access_logs_prefix="artifacts/",
             lifecycle_rules=[
                 s3.LifecycleRule(
                     noncurrent_version_expiration=Duration.days(noncurrent_version_expiry_days),
@@ -117,6 +115,29 @@ class ArtifactBucket(Construct):
                 )
             ],
             removal_policy=removal_policy,
+        )
+        self._deliver_access_logs(prefix="artifacts/")
+
+    def _deliver_access_logs(self, *, prefix: str) -> None:
+        """Server access logs of the bucket into the log bucket, delivered by S3's logging service under a bucket
+        policy (the only way into a bucket whose ACLs are disabled), set here rather than left to the app's
+        `@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy` feature flag: without that flag CDK would grant the
+        log delivery group an ACL, which BUCKET_OWNER_ENFORCED refuses, so the construct works in any app."""
+        cfn = self.bucket.node.default_child
+        assert isinstance(cfn, s3.CfnBucket)
+        cfn.logging_configuration = s3.CfnBucket.LoggingConfigurationProperty(
+            destination_bucket_name=self.access_logs.bucket_name, log_file_prefix=prefix
+        )
+        self.access_logs.add_to_resource_policy(
+            iam.PolicyStatement(
+                principals=[iam.ServicePrincipal("logging.s3.amazonaws.com")],
+                actions=["s3:PutObject"],
+                resources=[self.access_logs.arn_for_objects(f"{prefix}*")],
+                conditions={
+                    "ArnLike": {"aws:SourceArn": self.bucket.bucket_arn},
+                    "StringEquals": {"aws:SourceAccount": Stack.of(self).account},
+                },
+            )
         )
 
 

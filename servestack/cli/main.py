@@ -1,8 +1,14 @@
 """`servestack`: the command users run. Imports stay lazy so that `--help` answers at once.
 
-Every subcommand is one row of `COMMANDS`: its words, its help, a function adding its arguments and one
-running it. `main` is the one place where failures become a line and an exit code (servestack/failures.py):
-an expected failure prints what to do and exits with its documented code; `--debug` shows the traceback.
+Every subcommand is one row of `COMMANDS`: its words, its help, a function adding its arguments, one running
+it, and the extra it needs (pyproject.toml's optional dependencies; None: the base install runs it). `main` is
+the one place where failures become a line and an exit code (servestack/failures.py): an expected failure
+prints what to do and exits with its documented code; `--debug` shows the traceback. A command whose extra is
+not installed says which one to install, in one line, before it runs (servestack/extras.py).
+
+The base install (`pip install servestack`, no extra) has no third-party package: this module, what it imports
+at the top, the `arguments` functions and `--help` and `--version` use the standard library only
+(tests/e2e/test_base_install.py runs every command there).
 """
 
 from __future__ import annotations
@@ -15,8 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from servestack.cli import init as init_command
 from servestack.cli import lifecycle, models
-from servestack.failures import CommandError, ExitCode, exit_codes_text, failure_of
+from servestack.extras import missing_module
+from servestack.failures import CommandError, ExitCode, MissingExtra, exit_codes_text, failure_of
 
 EPILOG = (
     "Commands that work on a project (local ..., invoke, models ...) find it from any of its folders: the "
@@ -40,8 +48,9 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 class Command:
     words: tuple[str, ...]
     help: str
-    arguments: Callable[[argparse.ArgumentParser], None]
+    arguments: Callable[[argparse.ArgumentParser], None]  # standard library only: `--help` runs it
     run: Callable[[argparse.Namespace], int]
+    extra: str | None  # what `run` imports: the extra of pyproject.toml it needs (servestack/extras.py)
 
 
 GROUPS = {
@@ -407,68 +416,95 @@ def run_completion(args: argparse.Namespace) -> int:
 
 COMMANDS: tuple[Command, ...] = (
     Command(
+        ("init",),
+        "write a new project (the example project), or serving.yaml for a CDK app you have; never overwrites a file",
+        init_command.arguments,
+        init_command.run,
+        extra=None,  # copies the packaged template: the standard library only
+    ),
+    Command(
         ("local", "up"),
         "run the synthesized templates of serving.yaml on this machine, IAM enforced, and print how to call them",
         up_arguments,
         run_up,
+        extra="local",
     ),
     Command(
         ("local", "deploy"),
         "rehearse a blue/green release of a realtime deployment (canary/linear, alarms, rollback)",
         deploy_arguments,
         run_deploy,
+        extra="local",
     ),
     Command(
         ("local", "status"),
         "the running local up's deployments: state, URL, version served, restarts",
         lifecycle.status_arguments,
         lifecycle.run_status,
+        extra="local",
     ),
     Command(
         ("local", "logs"),
         "the output of local up's children, by deployment (files under .servestack/logs)",
         lifecycle.logs_arguments,
         lifecycle.run_logs,
+        extra="local",
     ),
     Command(
         ("local", "down"),
         "stop a running local up (detached or not); its emulator data and local releases are kept",
         lifecycle.down_arguments,
         lifecycle.run_down,
+        extra="local",
     ),
     Command(
         ("local", "put-input"),
         "upload input files to a batch deployment's input prefix, as the developer",
         lifecycle.put_input_arguments,
         lifecycle.run_put_input,
+        extra="local",
     ),
     Command(
         ("local", "run-batch"),
         "run a batch deployment now: invoke its function with its schedule's input",
         batch_arguments,
         run_batch,
+        extra="local",
     ),
     Command(
-        ("invoke",), "call a deployment of the running local up (async: wait for it)", invoke_arguments, run_invoke
+        ("invoke",),
+        "call a deployment of the running local up (async: wait for it)",
+        invoke_arguments,
+        run_invoke,
+        extra="local",
     ),
     Command(
         ("models", "push"),
         "package an ONNX file into the project and push it to the registry",
         models.push_arguments,
         models.run_push,
+        extra="cli",
     ),
-    Command(("models", "list"), "models, versions and aliases in the registry", models.list_arguments, models.run_list),
+    Command(
+        ("models", "list"),
+        "models, versions and aliases in the registry",
+        models.list_arguments,
+        models.run_list,
+        extra="cli",
+    ),
     Command(
         ("models", "promote"),
         "point an alias (default `live`) at a version",
         models.promote_arguments,
         models.run_promote,
+        extra="cli",
     ),
     Command(
         ("models", "rollback"),
         "point an alias back at the version it named before",
         models.rollback_arguments,
         models.run_rollback,
+        extra="cli",
     ),
     Command(
         ("models", "optimize"),
@@ -476,25 +512,35 @@ COMMANDS: tuple[Command, ...] = (
         "tolerance: regressors)",
         models.optimize_arguments,
         models.run_optimize,
+        extra="cli",
     ),
     Command(
         ("plan",),
         "which mode, configuration and monthly cost for a traffic profile, from measured capacity",
         plan_arguments,
         run_plan,
+        extra="cli",
     ),
     Command(
         ("loadtest",),
         "drive an endpoint and report QPS, latency and what to provision",
         loadtest_arguments,
         run_loadtest,
+        extra="cli",
     ),
-    Command(("serve",), "run the realtime container entry in the foreground (as `serve`)", serve_arguments, run_serve),
+    Command(
+        ("serve",),
+        "run the realtime container entry in the foreground (as `serve`)",
+        serve_arguments,
+        run_serve,
+        extra="server",
+    ),
     Command(
         ("completion",),
         'print a shell completion script: eval "$(servestack completion bash)" in ~/.bashrc; zsh and fish too',
         completion_arguments,
         run_completion,
+        extra=None,  # walks the argument parser: the standard library only
     ),
 )
 
@@ -538,12 +584,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def require(extra: str | None) -> None:
+    """Raise `MissingExtra` when a module of `extra` cannot be imported; nothing to check for no extra."""
+    if extra is None:
+        return
+    module = missing_module(extra)
+    if module is not None:
+        raise MissingExtra(extra, module)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command: Command = args.handler
     name = "servestack " + " ".join(command.words)
     debug = bool(args.debug) or os.environ.get("SERVESTACK_DEBUG") == "1"
     try:
+        require(command.extra)
         return int(command.run(args))
     except SystemExit:
         raise
@@ -551,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return int(ExitCode.FAILED)
     except BaseException as error:
-        failure = failure_of(error)
+        failure = failure_of(error, command.extra)
         if debug:
             traceback.print_exc()
         if failure is None:

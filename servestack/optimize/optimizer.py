@@ -439,7 +439,7 @@ def run(args: argparse.Namespace, registry: Callable[[], ModelRegistry]) -> int:
     try:
         import onnx  # noqa: F401 - onnxruntime.quantization needs it; say so before doing any work
     except ImportError:
-        raise CommandError("needs the onnx package: pip install 'servestack[client]'") from None
+        raise CommandError("needs the onnx package: pip install 'servestack[cli]'") from None
     from servestack.progress import Progress
 
     with Progress().step(f"models optimize {args.target}", f"{args.method}: quantize, then accuracy and speed"):

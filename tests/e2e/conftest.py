@@ -239,7 +239,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 # The CDK app and its constructs, the model packages, and what the images' Dockerfiles COPY from the app's
 # folder (their build context): local up runs a SageMaker container from that context, as `cdk deploy` builds it.
 PROJECT_FILES = ("app.py", "cdk.json", "stacks", "models", "handlers", "servestack", "pyproject.toml",
-                 "uv.lock", "README.md", ".dockerignore")  # fmt: skip
+                 "uv.lock", "README.md")  # fmt: skip
 
 
 def copy_project(target: Path, spec: str) -> Path:

@@ -73,7 +73,11 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
     root = tmp_path_factory.mktemp("first-hour")
     workdir = root / "training"
     workdir.mkdir()
-    (root / "serving.yaml").touch()  # a new project: an empty serving.yaml marks its folder
+    # a new project: an empty serving.yaml of its own, and what `servestack init` writes around it (init keeps it)
+    (root / "serving.yaml").touch()
+    init = subprocess.run([SERVESTACK, "init", str(root)], capture_output=True, text=True, timeout=60, check=False)
+    assert init.returncode == 0, init.stderr
+    assert "kept  serving.yaml" in init.stdout
     rows, v1, v2, predict_v2 = train(workdir)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SERVESTACK_", "AWS_"))}
     env["PYTHONUNBUFFERED"] = "1"

@@ -133,8 +133,8 @@ def _variant_masters(project: Path) -> list[int]:
 
 def _is_container(command: bytes) -> bool:
     """The working tree's entry (`python -m servestack.adapters.realtime serve`) or the image's, run from its staged
-    build context (`…/bin/serve serve`: the Dockerfile's ENTRYPOINT and SageMaker's argument)."""
-    return b"servestack.adapters.realtime" in command or b"/serve\x00serve" in command
+    build context (`python -m handlers.realtime serve`: the Dockerfile's ENTRYPOINT and SageMaker's argument)."""
+    return b"servestack.adapters.realtime" in command or b"handlers.realtime\x00serve" in command
 
 
 def _descendants(pid: int) -> list[int]:

@@ -109,15 +109,18 @@ def test_the_container_runs_from_the_staged_image_context(up: LocalUp, project: 
     (variant,) = config["variants"]
     command = variant["command"]
     workdir = Path(command["cwd"])
-    # THEN its working directory is the image's WORKDIR, holding what the Dockerfile COPYs and nothing else
+    # THEN its working directory is the image's WORKDIR, holding what the Dockerfile COPYs and nothing else:
+    # servestack's runtime (no CLI, constructs or local mode), the project's entry points, the requirements
     assert workdir.as_posix().endswith("/opt/program")
     assert (workdir / "servestack/adapters/realtime.py").is_file()
-    assert (workdir / "pyproject.toml").is_file()
+    assert (workdir / "handlers/realtime.py").is_file()
+    assert (workdir / "requirements.txt").is_file()
+    assert not (workdir / "servestack/cli").exists()
+    assert not (workdir / "servestack/local").exists()
     assert not (workdir / "app.py").exists()
     assert not (workdir / "stacks").exists()
     # AND the image's ENTRYPOINT with SageMaker's `serve` argument runs there, with the Dockerfile's ENV
-    assert command["argv"][-1] == "serve"
-    assert command["argv"][-2].endswith("/bin/serve")
+    assert command["argv"][-3:] == ["-m", "handlers.realtime", "serve"]
     assert variant["environment"]["PYTHONDONTWRITEBYTECODE"] == "1"
     assert variant["environment"]["SERVESTACK_PROVIDERS"] == "auto"  # the model's Environment wins over ENV
     running = processes_in(workdir)
@@ -163,7 +166,7 @@ def test_explain_says_what_is_emulated_approximated_and_only_reported(up: LocalU
     emulated, rest = account.split("  approximated:", 1)
     approximated, _, reported = rest.partition("  reported, not emulated:")  # nothing, for these two modes
     assert "servestack-rt/primary model data: s3://cdk-hnb659fds-assets-123456789012-us-east-1/" in emulated
-    assert "(servestack/cdk/containers/cpu.Dockerfile): run from its staged build context in cdk.out" in emulated
+    assert "(cpu.Dockerfile): run from its staged build context in cdk.out" in emulated
     assert "servestack-fn logs: to servestack-fn-ServerlessFunctionLogs" in emulated
     assert "FROM python:3.12-slim: the base image's system packages are this machine's" in approximated
     assert "USER 1000: the process runs as the developer's user" in approximated

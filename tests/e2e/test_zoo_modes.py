@@ -175,9 +175,12 @@ def serving_yaml() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory, zoo: dict[str, ZooModel]) -> Iterator[Served]:
     root = tmp_path_factory.mktemp("zoo-project")
-    (root / "serving.yaml").touch()  # a new project: an empty serving.yaml marks its folder
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SERVESTACK_", "AWS_"))}
     env["PYTHONUNBUFFERED"] = "1"
+    # a new project: an empty serving.yaml of its own, and what `servestack init` writes around it
+    (root / "serving.yaml").touch()
+    init = subprocess.run([SERVESTACK, "init", str(root)], env=env, capture_output=True, text=True, check=False)
+    assert init.returncode == 0, init.stderr
     # GIVEN each zoo model pushed with one command (the six at once: each writes its own package)
     pushes = [
         subprocess.Popen([SERVESTACK, *command], cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -38,6 +38,8 @@ def cases() -> dict[str, Case]:
     model = str(ARTIFACTS / "digits/1/model.onnx")
     unreachable = f"http://127.0.0.1:{free}/invocations"
     return {
+        # a folder to write the project into is the only thing init can get wrong
+        "init": Case(["init", "../serving.yaml"], ExitCode.USAGE, "is a file: name a folder for the project"),
         "local up": Case(["local", "up"], ExitCode.USAGE, "no serving.yaml", in_project=False),
         "local deploy": Case(
             ["local", "deploy", "digits-realtime", "--version", "2"], ExitCode.NOT_RUNNING, "not running"
@@ -179,3 +181,24 @@ def test_invoke_outside_a_project_says_there_is_no_serving_yaml(tmp_path: Path) 
         f"servestack invoke: no serving.yaml in {elsewhere.resolve()} or any folder above it: run this from your "
         "project, or pass --state (the state file of a running local up)"
     )
+
+
+def test_a_command_whose_extra_is_missing_says_which_to_install(project: Path) -> None:
+    # GIVEN a Python where moto (servestack[local]) cannot be imported, as after `pip install 'servestack[cli]'`
+    blocked = "import sys; sys.modules['moto'] = None; from servestack.cli.main import main; sys.exit(main())"
+    # WHEN `servestack local up` runs there, in a project
+    done = subprocess.run(
+        [sys.executable, "-c", blocked, "local", "up"],
+        cwd=project,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    # THEN it stops before doing anything, with one line naming the extra, and the documented code
+    assert done.returncode == ExitCode.MISSING_EXTRA, done.stderr
+    assert done.stderr == (
+        "servestack local up: needs servestack[local] (missing: moto); install it: pip install 'servestack[local]'\n"
+    )
+    assert not (project / ".servestack").exists()

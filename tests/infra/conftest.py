@@ -3,8 +3,8 @@ options the repo file does not use (A/B variants, shadow, multi-model, serverles
 components on CPU and GPU, SageMaker async backend, Fargate batch). Bundling is skipped
 (`aws:cdk:bundling-stacks: []`); only test_bundling bundles.
 
-The synth runs in a throwaway project root holding the repo's serving.yaml, stub Dockerfiles and stub
-model artifacts, so these tests check the templates whatever state `models/` and `containers/` are in.
+The synth runs in a throwaway project root holding the repo's serving.yaml and stub model artifacts, so these
+tests check the templates whatever state `models/` is in.
 """
 
 from __future__ import annotations
@@ -150,13 +150,11 @@ class Synth:
 
 
 def make_project(root: Path) -> Path:
-    """A minimal project root: serving.yaml (repo's + extras), stub Dockerfiles and model artifacts."""
+    """A minimal project root: serving.yaml (repo's + extras) and stub model artifacts (the images' Dockerfiles
+    and the entry points are servestack's own)."""
     spec = yaml.safe_load((REPO / "serving.yaml").read_text(encoding="utf-8"))
     spec["deployments"].update(EXTRA_DEPLOYMENTS)
     (root / "serving.yaml").write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
-    (root / "containers").mkdir()
-    for name in ("gpu", "cpu"):
-        (root / "containers" / f"{name}.Dockerfile").write_text(f"FROM scratch\n# {name}\n", encoding="utf-8")
     for model in spec["models"]:
         d = root / "models" / "artifacts" / model["name"] / str(model["version"])
         d.mkdir(parents=True)

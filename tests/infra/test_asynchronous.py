@@ -44,7 +44,7 @@ def test_worker_consumes_in_batches_and_reports_partial_failures(synth: Synth) -
         },
     )
     synth.template("cancer-async").has_resource_properties(
-        "AWS::Lambda::Function", {"Handler": "servestack.adapters.asynchronous.worker_handler", "Timeout": 120}
+        "AWS::Lambda::Function", {"Handler": "handlers.asynchronous.worker_handler", "Timeout": 120}
     )
 
 
@@ -115,7 +115,7 @@ def test_submit_api_requires_iam_auth(synth: Synth) -> None:
     t = synth.template("cancer-async")
 
     t.has_resource_properties("AWS::ApiGatewayV2::Route", {"AuthorizationType": "AWS_IAM"})
-    t.has_resource_properties("AWS::Lambda::Function", {"Handler": "servestack.adapters.asynchronous.submit_handler"})
+    t.has_resource_properties("AWS::Lambda::Function", {"Handler": "handlers.asynchronous.submit_handler"})
 
 
 def test_gpu_backend_is_a_sagemaker_async_endpoint_scaled_to_zero_on_backlog(synth: Synth) -> None:
@@ -223,10 +223,10 @@ def test_sagemaker_notifications_reach_their_own_queue_and_function(synth: Synth
     assert _ref(mapping["Properties"]["EventSourceArn"]) == queue_id
     assert mapping["Properties"]["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
     function = resources[_ref(mapping["Properties"]["FunctionName"])]["Properties"]
-    assert function["Handler"] == "servestack.adapters.asynchronous.notification_handler"
+    assert function["Handler"] == "handlers.asynchronous.notification_handler"
     # AND there is no Lambda worker and no jobs queue for this backend
     handlers = {f["Properties"]["Handler"] for f in synth.resources(d, "AWS::Lambda::Function").values()}
-    assert "servestack.adapters.asynchronous.worker_handler" not in handlers
+    assert "handlers.asynchronous.worker_handler" not in handlers
     assert {q["Properties"]["QueueName"] for q in queues.values()} == {
         "servestack-cancer-gpu-async-notifications",
         "servestack-cancer-gpu-async-notifications-dlq",
@@ -238,7 +238,7 @@ def test_sagemaker_backend_grants_are_least_privilege(synth: Synth) -> None:
     functions = {
         f["Properties"]["Handler"].rsplit(".", 1)[-1]: _ref(f["Properties"]["Role"])
         for f in synth.resources(d, "AWS::Lambda::Function").values()
-        if f["Properties"]["Handler"].startswith("servestack.adapters.asynchronous.")
+        if f["Properties"]["Handler"].startswith("handlers.asynchronous.")
     }
     statements: dict[str, list[dict]] = {name: [] for name in functions}
     for policy in synth.resources(d, "AWS::IAM::Policy").values():
@@ -327,7 +327,7 @@ def test_sagemaker_backend_wakes_from_zero_by_awss_documented_recipe(synth: Synt
     t.has_resource_properties(
         "AWS::Lambda::Function",
         {
-            "Handler": "servestack.adapters.asynchronous.submit_handler",
+            "Handler": "handlers.asynchronous.submit_handler",
             "Environment": {
                 "Variables": Match.object_like(
                     {
@@ -346,12 +346,8 @@ def test_the_worker_may_send_to_its_dlq_and_is_told_where_it_is(synth: Synth) ->
     queues = synth.resources("cancer-async", "AWS::SQS::Queue")
     dlq = next(logical for logical, q in queues.items() if q["Properties"]["QueueName"].endswith("-dlq"))
     functions = synth.resources("cancer-async", "AWS::Lambda::Function")
-    worker = next(
-        f for f in functions.values() if f["Properties"]["Handler"] == "servestack.adapters.asynchronous.worker_handler"
-    )
-    submit = next(
-        f for f in functions.values() if f["Properties"]["Handler"] == "servestack.adapters.asynchronous.submit_handler"
-    )
+    worker = next(f for f in functions.values() if f["Properties"]["Handler"] == "handlers.asynchronous.worker_handler")
+    submit = next(f for f in functions.values() if f["Properties"]["Handler"] == "handlers.asynchronous.submit_handler")
     policies = synth.resources("cancer-async", "AWS::IAM::Policy").values()
     # WHEN the statements that name the DLQ are gathered, by the role they are attached to
     to_dlq = [

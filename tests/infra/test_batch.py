@@ -36,7 +36,7 @@ def test_schedule_expression_and_timezone_come_from_the_spec(synth: Synth) -> No
 def test_batch_function_reads_its_input_prefix_and_owns_its_output_prefix_only(synth: Synth) -> None:
     t = synth.template("cancer-nightly")
 
-    t.has_resource_properties("AWS::Lambda::Function", {"Handler": "servestack.adapters.batch.handler", "Timeout": 900})
+    t.has_resource_properties("AWS::Lambda::Function", {"Handler": "handlers.batch.handler", "Timeout": 900})
     t.has_resource_properties(
         "AWS::IAM::Policy",
         {
@@ -107,7 +107,7 @@ def test_fargate_runner_runs_the_same_code_in_the_cpu_container(synth: Synth) ->
             "RuntimePlatform": {"CpuArchitecture": "X86_64", "OperatingSystemFamily": "LINUX"},
             "ContainerDefinitions": [
                 Match.object_like(
-                    {"EntryPoint": ["python", "-m", "servestack.adapters.batch"], "LogConfiguration": Match.any_value()}
+                    {"EntryPoint": ["python", "-m", "handlers.batch"], "LogConfiguration": Match.any_value()}
                 )
             ],
         },
@@ -208,7 +208,7 @@ def test_transform_scheduler_role_may_only_create_this_deployments_jobs_and_pass
 
 def test_a_finished_transform_job_runs_the_manifest_step(synth: Synth) -> None:
     t = synth.template("cancer-transform")
-    # THEN SageMaker's job state change event of this deployment's jobs runs servestack.adapters.batch.transform_done
+    # THEN SageMaker's job state change event of this deployment's jobs runs handlers.batch.transform_done
     t.has_resource_properties(
         "AWS::Events::Rule",
         {
@@ -226,7 +226,7 @@ def test_a_finished_transform_job_runs_the_manifest_step(synth: Synth) -> None:
     t.has_resource_properties(
         "AWS::Lambda::Function",
         {
-            "Handler": "servestack.adapters.batch.transform_done",
+            "Handler": "handlers.batch.transform_done",
             "Environment": {
                 "Variables": Match.object_like(
                     {

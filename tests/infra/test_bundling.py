@@ -1,9 +1,10 @@
 """The one test that really bundles the Lambda asset (no Docker) and runs its handler from the bundle alone.
 
-It installs the lock's runtime wheels for CPython 3.12 / manylinux x86_64 (from uv's cache, or the package
+It stages the function's sources (servestack's runtime, the example project's entry points, the model package),
+installs servestack's locked runtime wheels for CPython 3.12 / manylinux x86_64 (from uv's cache, or the package
 index the first time), then starts a clean python3.12 (`-I -S`: no site-packages, no user paths) whose only
-extra `sys.path` entry is the bundle, imports `servestack.adapters.serverless` and answers an API Gateway HTTP API (v2)
-event for POST /invocations with the model's sample request.
+extra `sys.path` entry is the bundle, imports the function's handler `handlers.serverless.handler` and answers
+an API Gateway HTTP API (v2) event for POST /invocations with the model's sample request.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from servestack.cdk.bundling import LocalPythonBundler, find_python, tree_size_bytes
+from servestack.cdk.bundling import LocalPythonBundler, find_python, lambda_source, tree_size_bytes
 from tests.infra.conftest import REPO
 
 LIMIT_BYTES = 150 * 1024 * 1024  # the issue's ceiling; Lambda's own is 250 MB unzipped
@@ -24,7 +25,7 @@ RUN_HANDLER = r"""
 import json, sys, types
 sys.path.insert(0, sys.argv[1])
 event = json.loads(sys.argv[2])
-import servestack.adapters.serverless as entry
+import handlers.serverless as entry
 assert all(not p.endswith("site-packages") for p in sys.path), sys.path
 context = types.SimpleNamespace(
     function_name="bundle-test", function_version="1", memory_limit_in_mb=2048, aws_request_id="req-1",
@@ -32,7 +33,7 @@ context = types.SimpleNamespace(
     log_group_name="/aws/lambda/bundle-test", log_stream_name="s", get_remaining_time_in_millis=lambda: 30000,
 )
 reply = entry.handler(event, context)
-third_party = [n for n in ("numpy", "onnxruntime", "fastapi", "mangum", "pydantic") if n in sys.modules]
+third_party = [n for n in ("numpy", "onnxruntime", "fastapi", "mangum", "pydantic", "servestack") if n in sys.modules]
 assert all(sys.modules[n].__file__.startswith(sys.argv[1]) for n in third_party), third_party
 print("REPLY " + json.dumps(reply))
 """
@@ -41,12 +42,11 @@ print("REPLY " + json.dumps(reply))
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_bundle_imports_and_answers_an_http_api_event_from_the_bundle_alone(tmp_path: Path) -> None:
-    if not (REPO / "handlers" / "serverless.py").is_file() or not (REPO / MODEL / "model.onnx").is_file():
-        pytest.skip("servestack/adapters/serverless.py or the digits model is not in this checkout yet")
     python = find_python("3.12")
     if python is None:
         pytest.skip("no python3.12 interpreter to run the bundle (pyenv install 3.12)")
-    bundler = LocalPythonBundler(root=REPO, artifacts=[MODEL], architecture="x86_64")
+    source = lambda_source(entry_points=REPO / "handlers", artifacts=[MODEL], artifacts_root=REPO, cache_dir=tmp_path)
+    bundler = LocalPythonBundler(source=source, architecture="x86_64")
 
     bundle = bundler.bundle(tmp_path / "bundle")
     size = tree_size_bytes(bundle)
@@ -56,6 +56,12 @@ def test_bundle_imports_and_answers_an_http_api_event_from_the_bundle_alone(tmp_
     assert not list(bundle.glob("onnxruntime/capi/libonnxruntime.so*"))
     assert not list(bundle.glob("numpy/**/tests"))
     assert list(bundle.glob("handlers/__pycache__/serverless.cpython-312.pyc"))
+    # servestack's runtime only: the core and the adapters, none of its CLI, constructs or local mode
+    assert sorted(p.name for p in (bundle / "servestack").iterdir() if p.name != "__pycache__") == [
+        "__init__.py",
+        "adapters",
+        "inference",
+    ]
     event = json.loads((REPO / "tests" / "events" / "apiGatewayHttpApiV2Event.json").read_text(encoding="utf-8"))
     event["body"] = (REPO / MODEL / "sample-request.json").read_text(encoding="utf-8")
     env = {
@@ -85,18 +91,28 @@ def test_bundle_imports_and_answers_an_http_api_event_from_the_bundle_alone(tmp_
     assert json.loads(reply["body"])["predictions"] == expected["predictions"]
 
 
-def test_asset_hash_is_stable_and_tracks_the_lock_and_sources(tmp_path: Path) -> None:
+def test_asset_hash_is_stable_and_tracks_the_requirements_platform_and_sources(tmp_path: Path) -> None:
     (tmp_path / "handlers").mkdir()
     (tmp_path / "handlers" / "serverless.py").write_text("x = 1\n", encoding="utf-8")
-    (tmp_path / "uv.lock").write_text("lock v1\n", encoding="utf-8")
-    first = LocalPythonBundler(root=tmp_path).asset_hash()
+    requirements = tmp_path / "lambda.txt"
+    requirements.write_text("numpy==1\n", encoding="utf-8")
 
-    assert LocalPythonBundler(root=tmp_path).asset_hash() == first
-    assert LocalPythonBundler(root=tmp_path, architecture="arm64").asset_hash() != first
-    (tmp_path / "uv.lock").write_text("lock v2\n", encoding="utf-8")
-    assert LocalPythonBundler(root=tmp_path).asset_hash() != first
+    def hashed(architecture: str = "x86_64") -> str:
+        source = lambda_source(entry_points=tmp_path / "handlers", artifacts=[], artifacts_root=tmp_path,
+                               cache_dir=tmp_path / "staged")  # fmt: skip
+        bundler = LocalPythonBundler(source=source, architecture=architecture, requirements_file=requirements)
+        return bundler.asset_hash()
+
+    first = hashed()
+    assert hashed() == first
+    assert hashed("arm64") != first
+    requirements.write_text("numpy==2\n", encoding="utf-8")
+    assert hashed() != first
+    second = hashed()
+    (tmp_path / "handlers" / "serverless.py").write_text("x = 2\n", encoding="utf-8")
+    assert hashed() != second
 
 
 def test_unknown_architecture_is_rejected_with_the_allowed_values(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"architecture='sparc' is not one of 'x86_64', 'arm64'"):
-        LocalPythonBundler(root=tmp_path, architecture="sparc")
+        LocalPythonBundler(source=tmp_path, architecture="sparc")

@@ -75,8 +75,8 @@ def test_the_image_follows_the_instance_family_and_accelerators_are_reserved_on_
         models = synth.resources(deployment, "AWS::SageMaker::Model").values()
         return {image_dockerfile(synth, deployment, m["Properties"]["PrimaryContainer"]["Image"]) for m in models}
 
-    assert images("two-models") == {"servestack/cdk/containers/cpu.Dockerfile"}
-    assert images("gpu-components") == {"servestack/cdk/containers/gpu.Dockerfile"}
+    assert images("two-models") == {"cpu.Dockerfile"}
+    assert images("gpu-components") == {"gpu.Dockerfile"}
     (gpu,) = components(synth, "gpu-components").values()
     assert gpu["Specification"]["ComputeResourceRequirements"] == {
         "NumberOfAcceleratorDevicesRequired": 1,

@@ -83,7 +83,7 @@ def test_sagemaker_async_backend_endpoint_topics_and_notifier(synth: Synth) -> N
     assert {notification["SuccessTopic"], notification["ErrorTopic"]} == topics
     assert all(sub[0] == "sqs" and sub[2] for t in read.topics.values() for sub in t.subscriptions)
     (mapping,) = read.mappings
-    assert read.functions[mapping.function].handler == "servestack.adapters.asynchronous.notification_handler"
+    assert read.functions[mapping.function].handler == "handlers.asynchronous.notification_handler"
 
 
 def test_serverless_route_alias_and_permission(synth: Synth) -> None:
@@ -127,7 +127,7 @@ def test_a_transform_schedule_is_read_and_reported_as_run_by_the_local_scheduler
     (transform,) = read.transforms
     assert transform.container.environment["SERVESTACK_TRANSFORM_MAX_PAYLOAD_MB"] == "4"
     assert "TransformRole" in transform.execution_role
-    assert read.functions[transform.on_end or ""].handler == "servestack.adapters.batch.transform_done"
+    assert read.functions[transform.on_end or ""].handler == "handlers.batch.transform_done"
     # AND --explain says that the schedule is fired as its role, and that the job state change rule is not
     # emulated as a rule (the emulated job sends its event)
     rows = {row.type: row for row in read.report if row.type in ("AWS::Scheduler::Schedule", "AWS::Events::Rule")}

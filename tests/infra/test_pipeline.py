@@ -90,9 +90,12 @@ CONNECTION_ARN = "arn:aws:codeconnections:us-east-1:123456789012:connection/0f2b
 
 
 def cdk_synth(*flags: str, outdir: Path) -> subprocess.CompletedProcess[str]:
-    """`node_modules/.bin/cdk synth <flags>` in the repository, as the docs tell a user to run it."""
+    """`node_modules/.bin/cdk synth <flags>` in the repository with its virtual environment active (cdk.json's
+    `python3 app.py` is its Python), as the docs tell a user to run it."""
     env = {
         **os.environ,
+        "PATH": f"{REPO / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        "VIRTUAL_ENV": str(REPO / ".venv"),
         "CDK_DISABLE_CLI_TELEMETRY": "true",
         "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20",
     }
@@ -252,3 +255,50 @@ def test_smoke_grants_name_the_resources_each_mode_creates(synth: Synth) -> None
         assert name in values, (deployment, type_, values)
     # AND every realtime and batch deployment has one (the smoke test covers every mode)
     assert all(isinstance(s.smoke_grant.resources, tuple) and s.smoke_grant.resources for s in stacks.values())
+
+
+def build_commands(pipeline: dict) -> list[list[str]]:
+    """Each CodeBuild project's commands (install phase, then the others), in the template's order."""
+    projects = [r for r in pipeline["Resources"].values() if r["Type"] == "AWS::CodeBuild::Project"]
+    specs = [json.loads(p["Properties"]["Source"]["BuildSpec"]) for p in projects]
+    return [[c for phase in s["phases"].values() for c in phase.get("commands", [])] for s in specs]
+
+
+@pytest.mark.slow
+def test_a_project_not_built_with_make_gives_the_pipeline_its_own_commands(tmp_path: Path) -> None:
+    from servestack.cdk import app as cdk_app
+    from tests.infra.conftest import PIPELINE_CONTEXT, make_project
+
+    # GIVEN a project whose cdk.json names its own install, build and smoke-test commands (JSON lists)
+    (tmp_path / "project").mkdir()
+    root = make_project(tmp_path / "project")
+    context = {
+        **PIPELINE_CONTEXT,
+        "servestack:pipeline-deployments": "digits-api",
+        "servestack:pipeline-install-commands": ["pip install -r requirements.txt", "npm ci"],
+        "servestack:pipeline-build-commands": ["python -m pytest tests", "npx cdk synth"],
+        "servestack:pipeline-smoke-commands": ["python -m servestack.cdk.smoke"],
+        "aws:cdk:bundling-stacks": [],
+    }
+    # WHEN the app synthesizes its pipeline
+    assembly = cdk_app.build_app(
+        root=root, context=context, outdir=str(tmp_path / "out"), nag=False, builtin_validation=False
+    ).synth()
+    commands = build_commands(assembly.get_stack_by_name("servestack-pipeline").template)
+    # THEN the synth step and both smoke steps run them, and none of the Makefile defaults
+    assert ["pip install -r requirements.txt", "npm ci", "python -m pytest tests", "npx cdk synth"] in commands
+    assert commands.count(["pip install -r requirements.txt", "npm ci", "python -m servestack.cdk.smoke"]) == 2
+    assert not [c for step in commands for c in step if c.startswith("make ")]
+
+
+def test_pipeline_commands_that_are_not_a_list_of_commands_are_refused_by_prop() -> None:
+    from aws_cdk import App
+
+    from servestack.cdk.pipeline import MissingContext, PipelineStack
+
+    # GIVEN one command string where a list is expected WHEN the stack is built THEN the prop and value are named
+    with pytest.raises(MissingContext, match=r"install_commands='make setup' is not a non-empty list"):
+        PipelineStack(
+            App(), "p", spec=None, root=Path(), repo="a/b", connection_arn=CONNECTION_ARN,  # type: ignore[arg-type]
+            install_commands="make setup",
+        )  # fmt: skip

@@ -234,7 +234,7 @@ def test_multi_model_mode_is_sagemakers_on_the_registry_prefix(synth: Synth) -> 
     assert "SERVESTACK_REGISTRY_URI" not in container["Environment"]
     # SageMaker fetches the archives with the execution role; the container itself needs no network
     assert model["Properties"]["EnableNetworkIsolation"] is True
-    assert image_dockerfile(synth, "digits-mme", container["Image"]) == "servestack/cdk/containers/cpu.Dockerfile"
+    assert image_dockerfile(synth, "digits-mme", container["Image"]) == "cpu.Dockerfile"
     t.has_resource_properties(
         "AWS::IAM::Policy",
         {
@@ -288,15 +288,15 @@ def model_images(synth: Synth, deployment: str) -> dict[str, str]:
 @pytest.mark.parametrize(
     ("deployment", "expected"),
     [
-        ("digits-realtime", {"primary": "servestack/cdk/containers/gpu.Dockerfile"}),  # ml.g5.xlarge
-        ("digits-mme", {"primary": "servestack/cdk/containers/cpu.Dockerfile"}),  # ml.c6i.xlarge
-        ("digits-sls", {"primary": "servestack/cdk/containers/cpu.Dockerfile"}),  # Serverless Inference: CPU only
+        ("digits-realtime", {"primary": "gpu.Dockerfile"}),  # ml.g5.xlarge
+        ("digits-mme", {"primary": "cpu.Dockerfile"}),  # ml.c6i.xlarge
+        ("digits-sls", {"primary": "cpu.Dockerfile"}),  # Serverless Inference: CPU only
         (
             "digits-mixed",
-            {"cpu": "servestack/cdk/containers/cpu.Dockerfile", "gpu": "servestack/cdk/containers/gpu.Dockerfile"},
+            {"cpu": "cpu.Dockerfile", "gpu": "gpu.Dockerfile"},
         ),  # m5 / p3
-        ("cancer-gpu-async", {"AllTraffic": "servestack/cdk/containers/gpu.Dockerfile"}),  # ml.g5.xlarge
-        ("cancer-cpu-async", {"AllTraffic": "servestack/cdk/containers/cpu.Dockerfile"}),  # ml.m5.xlarge
+        ("cancer-gpu-async", {"AllTraffic": "gpu.Dockerfile"}),  # ml.g5.xlarge
+        ("cancer-cpu-async", {"AllTraffic": "cpu.Dockerfile"}),  # ml.m5.xlarge
     ],
 )
 def test_each_variant_runs_the_image_of_its_instance_family(

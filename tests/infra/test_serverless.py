@@ -13,7 +13,7 @@ def test_function_is_python312_with_the_spec_memory_timeout_and_architecture(syn
     synth.template("digits-api").has_resource_properties(
         "AWS::Lambda::Function",
         {
-            "Handler": "servestack.adapters.serverless.handler",
+            "Handler": "handlers.serverless.handler",
             "Runtime": "python3.12",
             "Architectures": ["x86_64"],
             "MemorySize": 2048,
@@ -161,7 +161,7 @@ def test_function_role_can_only_write_its_own_logs(synth: Synth) -> None:
     main_role = next(
         f["Properties"]["Role"]["Fn::GetAtt"][0]
         for f in functions.values()
-        if f["Properties"]["Handler"] == "servestack.adapters.serverless.handler"
+        if f["Properties"]["Handler"] == "handlers.serverless.handler"
     )
     policies = [
         p
@@ -189,9 +189,7 @@ def test_codedeploy_service_role_holds_only_what_a_lambda_release_calls(synth: S
     ]
     by_actions = {tuple(sorted(_as_list(s["Action"]))): _as_list(s["Resource"]) for s in statements}
     functions = synth.resources("digits-api", "AWS::Lambda::Function")
-    (main,) = [
-        k for k, f in functions.items() if f["Properties"]["Handler"] == "servestack.adapters.serverless.handler"
-    ]
+    (main,) = [k for k, f in functions.items() if f["Properties"]["Handler"] == "handlers.serverless.handler"]
     (hook,) = [k for k, f in functions.items() if f["Properties"]["Handler"] == "index.handler"]
     alarms = synth.resources("digits-api", "AWS::CloudWatch::Alarm")
     # THEN the alias calls on this function and its qualifiers, the group's own alarms, the hook: nothing else

@@ -14,7 +14,6 @@ import pytest
 import yaml
 
 from servestack import artifacts, instance_types
-from servestack.inference.settings import BUNDLED_ARTIFACTS
 from servestack.spec import SpecError, load_spec, parse_spec
 from tests.conftest import ARTIFACTS, REPO_ROOT
 
@@ -74,7 +73,9 @@ def test_bundled_models_are_found_from_any_project_but_not_by_synth(tmp_path: Pa
         tmp_path / "p", [{"name": "digits", "version": 1}], {"d": {"mode": "serverless", "model": "digits"}}
     )
     # THEN local mode finds the bundled package
-    assert artifacts.package_dir(load_spec(spec_file).models[0], tmp_path / "p") == BUNDLED_ARTIFACTS / "digits" / "1"
+    bundled = artifacts.bundled_root()
+    assert bundled is not None
+    assert artifacts.package_dir(load_spec(spec_file).models[0], tmp_path / "p") == bundled / "digits" / "1"
     # AND synth (which packages <root>/<path>) says what builds it there
     with pytest.raises(SpecError) as caught:
         load_spec(spec_file, artifacts_root=tmp_path / "p", bundled=False)
@@ -97,7 +98,7 @@ def test_the_model_folder_for_local_up_links_a_projects_own_and_bundled_packages
     # THEN it links every project package and the bundled one, as <name>/<version>/
     linked = sorted(str(p.relative_to(folder).parent) for p in folder.glob("*/*/manifest.json"))
     assert linked == ["digits/1", "iris/0", "iris/1"]
-    assert (folder / "digits" / "1").resolve() == (BUNDLED_ARTIFACTS / "digits" / "1").resolve()
+    assert (folder / "digits" / "1").resolve() == (artifacts.bundled_root() / "digits" / "1").resolve()
     # AND a project holding all its packages is used as it is
     only_own = write_project(
         tmp_path / "q", [{"name": "iris", "version": 1}], {"a": {"mode": "serverless", "model": "iris"}}

@@ -1,5 +1,6 @@
 """The command line's conventions: help on every argument (with defaults), `--version`, exit codes documented
-in `--help` and in docs/cli.md, and one failure line per expected failure."""
+in `--help` and in docs/cli.md, the extra each command needs listed there, and one failure line per expected
+failure."""
 
 from __future__ import annotations
 
@@ -86,3 +87,24 @@ def test_expected_failures_map_to_their_codes_and_bugs_to_none() -> None:
     assert failure_of(InvalidInput("bad"))[0] == ExitCode.USAGE  # type: ignore[index]
     assert failure_of(SpecError("serving.yaml", ["models.0: x"]))[0] == ExitCode.USAGE  # type: ignore[index]
     assert failure_of(KeyError("a bug")) is None
+
+
+def extras_table() -> str:
+    """docs/cli.md's table of the extra each command needs, as `COMMANDS` declares them: one row per extra, in
+    the order the table first names it."""
+    by_extra: dict[str | None, list[str]] = {}
+    for command in COMMANDS:
+        by_extra.setdefault(command.extra, []).append(f"`{' '.join(command.words)}`")
+    rows = [
+        f"| {'none: `pip install servestack`' if extra is None else f'`servestack[{extra}]`'} | {', '.join(words)} |"
+        for extra, words in by_extra.items()
+    ]
+    return "\n".join(["| extra | commands |", "| --- | --- |", *rows]) + "\n"
+
+
+def test_the_docs_list_the_extra_each_command_needs() -> None:
+    # GIVEN the extra each command declares, as a table
+    table = extras_table()
+    reference = (REPO_ROOT / "docs/cli.md").read_text(encoding="utf-8")
+    # THEN docs/cli.md holds that table as it is (a new command, or a new extra, is a row to update)
+    assert table in reference, f"docs/cli.md: replace the table of extras with\n{table}"

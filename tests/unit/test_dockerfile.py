@@ -23,18 +23,20 @@ def test_the_repositorys_dockerfiles_read_as_their_images(name: str) -> None:
         base_env={"PATH": "/usr/bin:/bin"},
     )
     assert image.workdir == "/opt/program"
-    assert image.command(("serve",)) == ("serve", "serve")  # `docker run IMAGE serve`, as SageMaker runs it
-    assert image.command() == ("serve", "serve")  # CMD after ENTRYPOINT
+    entry = ("python", "-m", "handlers.realtime")  # the project's entry points, staged into every context
+    assert image.command(("serve",)) == (*entry, "serve")  # `docker run IMAGE serve`, as SageMaker runs it
+    assert image.command() == (*entry, "serve")  # CMD after ENTRYPOINT
     assert image.env["PATH"] == "/opt/venv/bin:/usr/bin:/bin"  # $PATH is the base image's
     assert image.env["VIRTUAL_ENV"] == "/opt/venv"
     assert image.env["PYTHONDONTWRITEBYTECODE"] == "1"
     assert image.user == "1000"
+    assert image.env["PYTHONPATH"] == "/opt/program"
+    # What servestack/cdk/images.py stages: the locked runtime, servestack's runtime, the entry points, packages
     assert [(c.sources, c.destination) for c in image.copies] == [
-        (("pyproject.toml", "uv.lock", "README.md"), "/opt/program/"),
-        (("servestack/cdk/containers/locked-requirements.sh",), "/opt/program/containers/"),
-        (("models",), "/opt/program/models"),
-        (("handlers",), "/opt/program/handlers"),
+        (("requirements.txt",), "/opt/program/"),
         (("servestack",), "/opt/program/servestack"),
+        (("handlers",), "/opt/program/handlers"),
+        (("models",), "/opt/program/models"),
     ]
     said = "\n".join(image.approximations())
     assert f"FROM {image.base}" in said

@@ -38,7 +38,7 @@ ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH GREETING=image
 WORKDIR /opt/program
 COPY models ./models
 COPY app ./app
-ENTRYPOINT ["serve"]
+ENTRYPOINT ["python", "-m", "app.main"]
 CMD ["serve"]
 """
 
@@ -118,8 +118,8 @@ def test_the_task_runs_from_its_staged_image_with_the_task_definitions_entry_poi
 
 def test_a_command_without_an_entry_point_follows_the_images_entrypoint(out_dir: Path, tmp_path: Path) -> None:
     launch = task_launch(TOPOLOGY, task(entry_point=(), command=("batch", "--now")), out_dir, tmp_path / "images")
-    assert Path(launch.argv[0]).name == "serve"
-    assert launch.argv[1:] == ("batch", "--now")
+    assert Path(launch.argv[0]).name == "python"
+    assert launch.argv[1:] == ("-m", "app.main", "batch", "--now")
 
 
 def test_an_image_that_is_not_an_asset_of_the_assembly_is_refused_by_name(out_dir: Path, tmp_path: Path) -> None:

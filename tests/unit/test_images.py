@@ -1,5 +1,6 @@
-"""The container images and the workflow: one onnxruntime version (the lock's) for the CPU and the GPU image;
-a piped workflow step fails when its command fails."""
+"""The container images and the locked runtime they and the Lambda bundles install: the requirement files shipped
+in the package equal what `make requirements` writes from uv.lock; one onnxruntime version (the lock's) for
+the CPU and the GPU image; a piped workflow step fails when its command fails."""
 
 from __future__ import annotations
 
@@ -12,8 +13,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from servestack.cdk.sources import REQUIREMENTS
+
 REPO = Path(__file__).resolve().parents[2]
-UV = REPO / ".tools" / "bin"
+UV = REPO / ".tools" / "bin" / "uv"
+CONTAINERS = REPO / "servestack" / "cdk" / "containers"
+FILES = ("lambda.txt", "image-cpu.txt", "image-gpu.txt")
 
 
 def locked_version(package: str) -> str:
@@ -22,26 +27,34 @@ def locked_version(package: str) -> str:
     return str(version)
 
 
-def requirements(flavour: str) -> list[str]:
-    """What the Dockerfile's `containers/locked-requirements.sh <flavour>` step installs."""
-    env = {**os.environ, "PATH": f"{UV}{os.pathsep}{os.environ['PATH']}"}
+def requirements(name: str) -> list[str]:
+    """The pinned requirements a shipped file lists (markers dropped)."""
+    lines = (REQUIREMENTS / name).read_text(encoding="utf-8").splitlines()
+    return [line.split(";")[0].strip() for line in lines if line and not line.startswith(("#", " "))]
+
+
+@pytest.mark.skipif(not UV.exists(), reason="uv is installed by `make setup` (.tools/bin/uv)")
+def test_the_shipped_requirements_are_what_make_requirements_writes_from_the_lock(tmp_path: Path) -> None:
+    # GIVEN `make requirements` run into a scratch folder, as a developer refreshes them after `uv lock`
     done = subprocess.run(
-        ["sh", "servestack/cdk/containers/locked-requirements.sh", flavour],
+        ["make", "-s", "requirements", f"REQUIREMENTS_DIR={tmp_path}"],
         cwd=REPO,
-        env=env,
+        env={**os.environ, "MAKEFLAGS": ""},
         capture_output=True,
         text=True,
-        check=True,
         timeout=120,
+        check=False,
     )
-    return [line.split(";")[0].strip() for line in done.stdout.splitlines() if line and not line.startswith(" ")]
+    assert done.returncode == 0, done.stderr
+    # THEN each file shipped in the package is byte for byte what it writes: run it after changing the lock
+    for name in FILES:
+        assert (tmp_path / name).read_text() == (REQUIREMENTS / name).read_text(), f"{name}: run `make requirements`"
 
 
-@pytest.mark.skipif(not (UV / "uv").exists(), reason="uv is installed by `make setup` (.tools/bin/uv)")
 def test_cpu_and_gpu_images_install_the_locks_onnxruntime_version() -> None:
     version = locked_version("onnxruntime")
 
-    cpu, gpu = requirements("cpu"), requirements("gpu")
+    cpu, gpu = requirements("image-cpu.txt"), requirements("image-gpu.txt")
 
     assert f"onnxruntime=={version}" in cpu
     assert f"onnxruntime-gpu=={version}" in gpu
@@ -51,10 +64,18 @@ def test_cpu_and_gpu_images_install_the_locks_onnxruntime_version() -> None:
     }
 
 
-def test_the_dockerfiles_take_their_versions_from_the_lock_only() -> None:
+def test_the_lambda_bundle_installs_the_runtime_extra_only() -> None:
+    # GIVEN the lock's runtime / THEN the bundle gets onnxruntime, numpy and the HTTP app's stack, and neither the
+    # containers' HTTP servers nor boto3 (Lambda's runtime provides it) nor pyarrow (past the size limit)
+    names = {line.split("==")[0] for line in requirements("lambda.txt")}
+    assert {"onnxruntime", "numpy", "fastapi", "mangum", "msgspec", "orjson", "aws-lambda-powertools"} <= names
+    assert not names & {"granian", "uvicorn", "boto3", "botocore", "pyarrow", "aws-cdk-lib", "moto"}
+
+
+def test_the_dockerfiles_take_their_versions_from_the_shipped_requirements_only() -> None:
     for name in ("cpu", "gpu"):
-        dockerfile = (REPO / "servestack" / "cdk" / "containers" / f"{name}.Dockerfile").read_text(encoding="utf-8")
-        assert f"containers/locked-requirements.sh {name}" in dockerfile
+        dockerfile = (CONTAINERS / f"{name}.Dockerfile").read_text(encoding="utf-8")
+        assert "-r requirements.txt" in dockerfile
         assert not re.search(r"onnxruntime(-gpu)?==|ORT_\w*VERSION", dockerfile), name
 
 
@@ -62,14 +83,15 @@ def test_the_images_install_every_package_byte_compiled() -> None:
     # GIVEN PYTHONDONTWRITEBYTECODE=1 in the images (no .pyc written at run time) and uv, which does not
     # byte-compile unless asked / THEN every `uv pip install` asks, or each start compiles the dependencies again
     for name in ("cpu", "gpu"):
-        dockerfile = (REPO / "servestack" / "cdk" / "containers" / f"{name}.Dockerfile").read_text(encoding="utf-8")
+        dockerfile = (CONTAINERS / f"{name}.Dockerfile").read_text(encoding="utf-8")
         installs = re.findall(r"uv pip install [^\n&]*", dockerfile)
-        assert len(installs) == 2, (name, installs)
+        assert len(installs) == 1, (name, installs)
         assert all("--compile-bytecode" in install for install in installs), (name, installs)
+        assert "python -m compileall" in dockerfile  # servestack's runtime and the entry points, copied after
 
 
 def test_the_cpu_image_declares_sagemakers_multi_model_capability() -> None:
-    dockerfile = (REPO / "servestack" / "cdk" / "containers" / "cpu.Dockerfile").read_text(encoding="utf-8")
+    dockerfile = (CONTAINERS / "cpu.Dockerfile").read_text(encoding="utf-8")
     assert "LABEL com.amazonaws.sagemaker.capabilities.multi-models=true" in dockerfile
 
 
@@ -85,9 +107,8 @@ def test_every_piped_workflow_step_runs_under_pipefail() -> None:
                     assert "set -o pipefail" in script, f"{workflow.name}: {job_name}: {script!r}"
 
 
-@pytest.mark.skipif(not (UV / "uv").exists(), reason="uv is installed by `make setup` (.tools/bin/uv)")
 def test_the_images_carry_pyarrow_for_parquet_batch_runs() -> None:
-    # GIVEN the lock's pyarrow / THEN both images install it (servestack/spec/modes.py sends Parquet to engine: fargate)
+    # GIVEN the lock's pyarrow / THEN both images install it (the spec sends Parquet to engine: fargate)
     version = locked_version("pyarrow")
-    assert f"pyarrow=={version}" in requirements("cpu")
-    assert f"pyarrow=={version}" in requirements("gpu")
+    assert f"pyarrow=={version}" in requirements("image-cpu.txt")
+    assert f"pyarrow=={version}" in requirements("image-gpu.txt")

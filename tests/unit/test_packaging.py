@@ -146,7 +146,7 @@ def test_a_zipmap_that_cannot_be_converted_is_refused_with_the_exact_fix(
 ) -> None:
     from sklearn.linear_model import LogisticRegression
 
-    # GIVEN a ZipMap model, on a machine without the `onnx` package (a serving image: no client extra)
+    # GIVEN a ZipMap model, on a machine without the `onnx` package (a serving image: no cli extra)
     features, target, _ = iris
     skl2onnx_default(LogisticRegression(max_iter=500).fit(features, target), features, tmp_path / "m.onnx")
     script = (

@@ -7,9 +7,15 @@ Other packages of local mode import from here only (tests/unit/test_import_bound
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from servestack.local.cloudformation.assets import ImageAsset, image_asset, image_assets
+    from servestack.local.cloudformation.assets import ImageAsset, file_asset_sources, image_asset, image_assets
     from servestack.local.cloudformation.return_values import PARTITION
-    from servestack.local.cloudformation.synth import SynthError, app_root, project_context, stack_templates, synthesize
+    from servestack.local.cloudformation.synth import (
+        SynthError,
+        app_command,
+        project_context,
+        stack_templates,
+        synthesize,
+    )
     from servestack.local.cloudformation.templates import (
         ACCOUNT,
         DEFAULT_REGION,
@@ -38,8 +44,9 @@ __all__ = [
     "StackTemplate",
     "SynthError",
     "TemplateError",
-    "app_root",
+    "app_command",
     "as_list",
+    "file_asset_sources",
     "image_asset",
     "image_assets",
     "logical_id_of",

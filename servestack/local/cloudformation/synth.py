@@ -1,10 +1,12 @@
 """`cdk synth` for local mode, skipped when nothing it reads has changed.
 
 `local up` starts from the synthesized templates, as `cdk deploy` does. Synthesis runs the project's CDK app
-exactly as the CDK CLI runs it (`python app.py` with `CDK_OUTDIR` and `CDK_CONTEXT_JSON` holding the context
-of cdk.json, cdk.context.json and ~/.cdk.json, in the CLI's order of precedence), into `.servestack/cdk.out`,
-with Lambda bundling skipped (`aws:cdk:bundling-stacks: []`): local mode runs the handlers from the working
-tree, as SAM CLI runs a function's code directory, so it needs the templates, not the zipped bundle.
+exactly as the CDK CLI runs it: cdk.json's `app` command, in the project's folder, with `CDK_OUTDIR` and
+`CDK_CONTEXT_JSON` holding the context of cdk.json, cdk.context.json and ~/.cdk.json, in the CLI's order of
+precedence, into `.servestack/cdk.out`. An app run by Python (`python3 app.py`, `.venv/bin/python app.py`) runs
+on this interpreter, the one servestack and aws-cdk-lib are installed in. Lambda bundling is skipped
+(`aws:cdk:bundling-stacks: []`): each function's code asset is then the folder of sources the app staged for
+its bundle (servestack/cdk/bundling.py), which local mode runs, as SAM CLI runs a function's code directory.
 Everything else (names, IAM, environments, SageMaker variants) is what `cdk deploy` would create.
 aws-cdk-lib's built-in CloudFormation validation is skipped (`CDK_VALIDATION=false`) where it could only
 warn: see `validation_can_fail`.
@@ -21,6 +23,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import time
@@ -28,8 +32,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-
-from servestack.local.hosting import REPO_ROOT
 
 INPUTS_FILE = "servestack-inputs.sha256"
 INPUT_FILES = "servestack-inputs.json"  # each input's own digest: what changed since the last synth
@@ -60,9 +62,26 @@ class SynthResult:
     reason: str = ""  # why it was synthesized, or that the inputs are unchanged
 
 
-def app_root(project_root: Path) -> Path:
-    """Where the CDK app lives: the project's own `app.py`, else servestack's."""
-    return project_root if (project_root / "app.py").is_file() else REPO_ROOT
+PYTHON = re.compile(r"^(.*/)?python(\d+(\.\d+)*)?$")
+
+
+def app_command(root: Path) -> list[str]:
+    """The command that runs the project's CDK app: cdk.json's `app`, with a Python interpreter replaced by this
+    one. A project without it is a `SynthError` saying how to get one."""
+    settings = root / "cdk.json"
+    try:
+        app = json.loads(settings.read_text(encoding="utf-8")).get("app") if settings.is_file() else None
+    except (OSError, ValueError, AttributeError) as error:
+        raise SynthError(f"{settings}: not readable JSON ({error})") from None
+    if not isinstance(app, str) or not app.strip():
+        raise SynthError(
+            f'{settings} names no CDK app (`"app": "python3 app.py"`): `servestack init` writes a project '
+            "with one, and `servestack init --existing-cdk-app` says what to add to your own app"
+        )
+    words = shlex.split(app)
+    if PYTHON.match(words[0]):
+        return [sys.executable, *words[1:]]
+    return ["/bin/sh", "-c", app]  # as the CDK CLI runs an app command
 
 
 def project_context(root: Path) -> dict[str, object]:
@@ -166,7 +185,8 @@ def synthesize(
 ) -> SynthResult:
     """Templates for `spec` in `out_dir`: reused when the inputs' digest matches, synthesized otherwise.
     `on_decision` is told which, and why, before the CDK app runs."""
-    root = app_root(project_root)
+    root = project_root
+    command = app_command(root)
     started = time.monotonic()
     files = input_files(root, spec, artifacts)
     wanted = digest_of(files)
@@ -191,9 +211,7 @@ def synthesize(
     if not validation_can_fail(app_context) and "CDK_VALIDATION" not in os.environ:
         env["CDK_VALIDATION"] = "false"
     env.pop("AWS_ENDPOINT_URL", None)
-    result = subprocess.run(
-        [sys.executable, "app.py"], cwd=root, env=env, capture_output=True, text=True, timeout=600, check=False
-    )
+    result = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=600, check=False)
     if result.returncode != 0:
         detail = (result.stderr.strip() or result.stdout.strip()).splitlines()
         # The app prints `servestack: <problem>` for serving.yaml errors; otherwise the last lines say why.

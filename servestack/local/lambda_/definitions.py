@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,7 @@ class FunctionDef:
     aliases: tuple[str, ...] = ()
     runtime: str = "python3.12"
     log_group: str = ""  # LoggingConfig.LogGroup, else Lambda's default /aws/lambda/<name>
+    code_dir: Path | None = None  # what its Code asset is made from (the function's /var/task); None: inline code
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Protocol
 
+from servestack.local.cloudformation import TemplateError
 from servestack.local.iam import Credentials
 from servestack.local.lambda_.definitions import EventSourceMappingDef, FunctionDef
 from servestack.local.lambda_.runner import runner_command
@@ -30,7 +31,7 @@ class LambdaStack(Protocol):
     def mappings(self) -> list[EventSourceMappingDef]: ...
 
 
-def lambda_environment(function: FunctionDef, region: str, code_root: Path) -> dict[str, str]:
+def lambda_environment(function: FunctionDef, region: str, task_root: Path) -> dict[str, str]:
     """What the Lambda runtime adds to a function's own variables (Lambda's reserved environment variables)."""
     return {
         "AWS_LAMBDA_FUNCTION_NAME": function.name,
@@ -40,7 +41,7 @@ def lambda_environment(function: FunctionDef, region: str, code_root: Path) -> d
         "AWS_EXECUTION_ENV": f"AWS_Lambda_{function.runtime}",
         "AWS_REGION": region,
         "AWS_DEFAULT_REGION": region,
-        "LAMBDA_TASK_ROOT": str(code_root),
+        "LAMBDA_TASK_ROOT": str(task_root),
         "_HANDLER": function.handler,
     }
 
@@ -60,6 +61,12 @@ class LambdaPlanner:
         for function in topology.functions.values():
             if function.handler == INLINE_HANDLER:
                 continue
+            if function.code_dir is None or not function.code_dir.is_dir():
+                raise TemplateError(
+                    f"function {function.logical_id} ({function.handler}): its code is not a folder asset of the "
+                    f"cloud assembly ({function.code_dir}), so local mode cannot run it; run with --resynth"
+                )
+            task_root = function.code_dir
             port = context.free_port()
             config = context.run_dir / f"{function.name}.json"
             config.write_text(json.dumps({
@@ -70,19 +77,17 @@ class LambdaPlanner:
             env = (
                 context.env_base
                 | context.service_endpoints
-                | lambda_environment(function, context.region, context.code_root)
-                | map_paths(
-                    function.environment,
-                    # The bundle holds the deployment's own packages only; the rest of /var/task is the code.
-                    {
-                        f"{LAMBDA_TASK_ROOT}/models/artifacts": str(context.bundle_view(topology.deployment)),
-                        LAMBDA_TASK_ROOT: str(context.code_root),
-                    },
-                )
+                | lambda_environment(function, context.region, task_root)
+                # /var/task is the function's code asset: the sources its bundle carries (servestack's runtime,
+                # the entry points, the deployment's own model packages), as the app staged them.
+                | map_paths(function.environment, {LAMBDA_TASK_ROOT: str(task_root)})
                 | credentials.environment()
             )
             url = f"http://127.0.0.1:{port}"
-            child = Child(f"{topology.deployment}/{function.logical_id}", runner_command(config, port), env, f"{url}/")
+            child = Child(
+                f"{topology.deployment}/{function.logical_id}", runner_command(config, port), env, f"{url}/",
+                cwd=task_root,
+            )  # fmt: skip
             child.sinks.append(context.log_shipper(child.name, function.log_group, credentials, None))
             part.log_groups[function.name] = function.log_group
             part.children.append(child)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from servestack.local.cloudformation import (
@@ -14,6 +15,7 @@ from servestack.local.cloudformation import (
     StackTemplate,
     TemplateError,
     as_list,
+    file_asset_sources,
     logical_id_of,
     str_map,
 )
@@ -35,6 +37,7 @@ def read_functions(
     r = resolver.resolve
     name = resolver.physical_name
     functions: dict[str, FunctionDef] = {}
+    sources = file_asset_sources(template.path.parent)
     for res in resources:
         p = res.properties
         if res.type == "AWS::Lambda::Function":
@@ -59,8 +62,17 @@ def read_functions(
                 log_group=str(
                     r((p.get("LoggingConfig") or {}).get("LogGroup") or f"/aws/lambda/{name(res.logical_id)}")
                 ),
+                code_dir=_code_dir(p.get("Code") or {}, sources),
             )
     return functions
+
+
+def _code_dir(code: dict[str, Any], sources: dict[str, Path]) -> Path | None:
+    """The folder a function's code asset is made from (its `S3Key` among the assembly's assets); None for
+    inline code, or code that is not an asset of this assembly (a bucket of its own), which local mode cannot
+    run (the Lambda planner says so)."""
+    key = code.get("S3Key")
+    return sources.get(key) if isinstance(key, str) else None
 
 
 def read_lambda(
@@ -82,6 +94,7 @@ def read_lambda(
                 found.functions[function_id] = FunctionDef(
                     f.logical_id, f.name, f.arn, f.handler, f.environment, f.timeout_sec, f.memory_mib,
                     f.reserved_concurrency, f.role, (*f.aliases, str(r(p["Name"]))), f.runtime, f.log_group,
+                    f.code_dir,
                 )  # fmt: skip
         elif res.type == "AWS::Lambda::Permission":
             target = str(r(p["FunctionName"]))

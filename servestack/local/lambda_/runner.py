@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -30,8 +31,20 @@ logger = logging.getLogger("servestack.local")
 
 
 def runner_command(config: Path, port: int) -> list[str]:
-    """The command that starts one execution environment for the function `config` describes, on `port`."""
-    return [sys.executable, "-m", "servestack.local.lambda_.runner", "--config", str(config), "--port", str(port)]
+    """The command that starts one execution environment for the function `config` describes, on `port`. `-P`:
+    its working directory is the function's code (Lambda's /var/task), whose `servestack/` (the runtime alone)
+    must not hide the installed servestack this runner comes from."""
+    argv = ["-m", "servestack.local.lambda_.runner", "--config", str(config), "--port", str(port)]
+    return [sys.executable, "-P", *argv]
+
+
+def add_task_root(environ: dict[str, str] | os._Environ[str] = os.environ) -> None:
+    """Put the function's code (LAMBDA_TASK_ROOT) first on the path, as Lambda's runtime does, so its handler
+    module (`handlers.serverless`) is the one its code asset ships. servestack itself is imported already, from
+    the installation whose runtime files the asset carries a copy of."""
+    task_root = environ.get("LAMBDA_TASK_ROOT")
+    if task_root and task_root not in sys.path:
+        sys.path.insert(0, task_root)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, request_stop)
+    add_task_root()
     function = LocalFunction(
         config["name"], config["handler"], timeout_sec=config["timeout_sec"], memory_mib=config["memory_mib"]
     )

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from servestack.local.hosting import REPO_ROOT, http_status, stop_process
+from servestack.local.hosting import http_status, stop_process
 from servestack.local.planning.errors import PlanError
 
 # ------------------------------------------------------------------------------------------ children
@@ -51,6 +51,7 @@ class Child:
     env: dict[str, str]
     ready_url: str
     ready_status: int | None = None  # None: any answer means ready
+    cwd: Path | None = None  # its working directory (a Lambda's, its code); default local up's own
     process: Any = None
     restarts: int = 0
     started_at: float = 0.0
@@ -64,7 +65,7 @@ class Child:
 
         # Its own process group: whatever it forked (a server's workers) is stopped, or killed, with it.
         self.process = GroupLeader(
-            self.argv, cwd=REPO_ROOT, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            self.argv, cwd=self.cwd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             preexec_fn=die_with_parent,
         )  # fmt: skip
         assert self.process.stdout is not None

@@ -23,7 +23,6 @@ class PlanContext:
     emulator_url: str
     work: Path  # .servestack: cdk.out, staged images, packages
     run_dir: Path  # where children's config files go
-    code_root: Path  # the CDK app's folder: Lambda's /var/task
     env_base: dict[str, str]  # every child's environment before its own
     service_endpoints: dict[str, str]  # AWS_ENDPOINT_URL_<SERVICE>: local up's own front for some services
     credentials: dict[str, Credentials]  # role logical id -> that role's keys
@@ -31,7 +30,6 @@ class PlanContext:
     free_port: Callable[[], int]
     # (child name, log group, the role's keys, stream or None for Lambda's) -> the line sink shipping to the group
     log_shipper: Callable[[str, str, Credentials, str | None], Callable[[str], None]]
-    bundle_view: Callable[[str], Path]  # deployment -> its Lambda bundle's models/artifacts
     sample: Path | None  # the sample request of the deployment's model (serving.yaml), None without one
 
 

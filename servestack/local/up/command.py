@@ -49,7 +49,6 @@ def _run(options: UpOptions) -> int:
         StackTemplate,
         SynthError,
         TemplateError,
-        app_root,
         stack_templates,
         synthesize,
     )
@@ -66,14 +65,15 @@ def _run(options: UpOptions) -> int:
         clock = now
 
     spec_file = project_of(options.spec_path)
+    if spec_file is None:
+        from servestack.project import not_found_hint
+
+        raise UpError(f"{not_found_hint()} (servestack init writes a new project)")
     try:
         spec = load_spec(spec_file)
     except (SpecError, OSError) as error:
         raise UpError(str(error)) from None
     project = spec_file.parent
-    # Where the CDK app and the handlers' code live: the project's own app.py, else servestack's (a project
-    # holding serving.yaml and its model packages only). Lambda's /var/task stands for it.
-    code_root = app_root(project)
     work = project / ".servestack"
     from servestack.progress import Progress
 
@@ -183,9 +183,7 @@ def _run(options: UpOptions) -> int:
         ecr = client_as("ecr", emulator_url, access.developer, region)  # and the images to their repositories
         publish_images(ecr, work / "cdk.out", image_uris(topologies))
         environment_base = base_environment() | {"AWS_ENDPOINT_URL": emulator_url, "AWS_DEFAULT_REGION": region}
-        world = World(
-            options, spec, spec_file, project, code_root, work, region, emulator_url, access, aws, registry_uri
-        )
+        world = World(options, spec, spec_file, project, work, region, emulator_url, access, aws, registry_uri)
         world.notices = notices
         if options.fresh:
             from servestack.local.sagemaker import releases
@@ -257,9 +255,9 @@ def _account() -> str:
 
 def _context_prefix(project: Path) -> str:
     """The stack name prefix the app was given: `servestack:prefix` of the context the synth passed it."""
-    from servestack.local.cloudformation import app_root, project_context
+    from servestack.local.cloudformation import project_context
 
-    return str(project_context(app_root(project)).get("servestack:prefix") or "servestack-")
+    return str(project_context(project).get("servestack:prefix") or "servestack-")
 
 
 def _port(

@@ -5,21 +5,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from servestack.local.hosting import REPO_ROOT
 from servestack.local.planning import map_paths as map_paths  # its home is planning/; tests import it here
 
 # ------------------------------------------------------------------------------------------ helpers
 
 
-def project_of(spec_path: Path | None) -> Path:
-    """serving.yaml: the given one, else the nearest in this folder or above, else servestack's own."""
+def project_of(spec_path: Path | None) -> Path | None:
+    """serving.yaml: the given one, else the nearest in this folder or above; None when there is none."""
     if spec_path is not None:
         return spec_path.resolve()
     here = Path.cwd().resolve()
     for folder in (here, *here.parents):
         if (folder / "serving.yaml").is_file():
             return folder / "serving.yaml"
-    return REPO_ROOT / "serving.yaml"
+    return None
 
 
 def base_environment() -> dict[str, str]:

@@ -5,7 +5,6 @@ everything is."""
 
 from __future__ import annotations
 
-import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -83,7 +82,6 @@ class World:
     spec: ServingSpec
     spec_file: Path
     project: Path  # serving.yaml's folder: its model packages
-    code_root: Path  # the CDK app's folder: the handlers' code (Lambda's /var/task)
     work: Path
     region: str
     emulator_url: str
@@ -159,10 +157,10 @@ class World:
 
         return PlanContext(
             region=self.region, emulator_url=self.emulator_url, work=self.work,
-            run_dir=run_dir, code_root=self.code_root, env_base=env_base, service_endpoints=self.service_endpoints,
+            run_dir=run_dir, env_base=env_base, service_endpoints=self.service_endpoints,
             credentials=credentials,
             api_ports={lid: port for (stack, lid), port in api_ports.items() if stack == topology.stack},
-            free_port=free_port, log_shipper=log_shipper, bundle_view=self._bundle_view, sample=sample,
+            free_port=free_port, log_shipper=log_shipper, sample=sample,
         )  # fmt: skip
 
     def _hosting_settings(self, realtime_port: int) -> HostingSettings:
@@ -200,18 +198,6 @@ class World:
         )  # fmt: skip
         plan.log_shippers.append(shipper)
         return shipper
-
-    def _bundle_view(self, deployment: str) -> Path:
-        """What the deployment's Lambda bundle carries under models/artifacts: its own pinned packages only
-        (servestack/cdk/bundling.py), as links into the project."""
-        view = self.work / "bundles" / deployment / "models" / "artifacts"
-        if view.exists():
-            shutil.rmtree(view)
-        for model in self.spec.models_of(deployment):
-            link = view / model.name / model.version
-            link.parent.mkdir(parents=True, exist_ok=True)
-            link.symlink_to((self.project / model.artifact_path).resolve(), target_is_directory=True)
-        return view
 
     def _seed_models(self, prefix: str) -> None:
         """The serving.yaml models under a multi-model endpoint's prefix (`<name>/<version>.tar.gz`), as
