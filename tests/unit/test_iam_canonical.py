@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import urllib.parse
 
@@ -117,3 +118,96 @@ def test_a_lambda_function_of_another_region_or_account_is_not_found(name: str, 
 
 def test_an_http_api_keeps_its_repeated_query_parameters() -> None:
     canonical_front_request(HttpRequest("GET", "/items", "a=1&a=2", {"host": "x"}), "execute-api", REGION, ACCOUNT)
+
+
+# ------------------------------------------------------------------------------ one reading by moto (issue 37)
+
+
+def moto_querystring(request: HttpRequest) -> dict[str, list[str]]:
+    """`self.querystring` as moto 5.2's `BaseResponse.setup_class` builds it from a forwarded request: the form
+    (form content type), else the URL's query, else the body read as a form, else the headers."""
+    content_type = (request.header("content-type") or "").lower()
+    text = request.body.decode(errors="replace")
+    form = urllib.parse.parse_qs(text, keep_blank_values=True)
+    if content_type.startswith("application/x-www-form-urlencoded") and form:
+        return form
+    if request.raw_query:
+        return urllib.parse.parse_qs(request.raw_query, keep_blank_values=True)
+    if text:
+        return {key: [value] for key, value in urllib.parse.parse_qsl(text, keep_blank_values=True)}
+    return {key.title(): [value] for key, value in request.headers.items()}
+
+
+@pytest.mark.parametrize(
+    ("service", "target", "params"),
+    [
+        ("sqs", "AmazonSQS.SendMessage", {"QueueUrl": "jobs", "MessageBody": '{"note": "a&Action=DeleteQueue&b"}'}),
+        ("dynamodb", "DynamoDB_20120810.GetItem", {"TableName": "t", "Key": {"id": {"S": "x&Action=DeleteTable&y"}}}),
+        ("logs", "Logs_20140328.PutLogEvents", {"logGroupName": "g", "logEvents": [{"message": "&logGroupName=o"}]}),
+        ("events", "AWSEvents.ListRules", {}),
+    ],
+)
+@pytest.mark.parametrize("content_type", ["application/x-amz-json-1.0", "application/x-www-form-urlencoded", ""])
+def test_a_json_body_is_forwarded_so_that_no_form_reading_finds_a_parameter(
+    service: str, target: str, params: dict[str, object], content_type: str
+) -> None:
+    headers = {"host": "localhost:4566", "x-amz-target": target, "content-type": content_type}
+    forwarded = canonical(HttpRequest("POST", "/", "", headers, json.dumps(params).encode()), service)
+    # THEN moto's querystring is one name, the whole body (no Action, no parameter), under a JSON content type
+    assert list(moto_querystring(forwarded)) == [forwarded.body.decode()]
+    assert b"&" not in forwarded.body
+    assert b"=" not in forwarded.body
+    assert forwarded.header("content-type") in ("application/x-amz-json-1.0", "application/x-amz-json-1.1")
+    # AND it is the JSON the enforcer read, with the same target
+    expected = dict(params)
+    if service == "sqs":
+        expected["QueueUrl"] = f"http://127.0.0.1:4566/{ACCOUNT}/jobs"
+    assert json.loads(forwarded.body) == expected
+    assert forwarded.header("x-amz-target") == target
+
+
+def test_an_empty_json_body_is_forwarded_as_an_empty_object_not_as_nothing() -> None:
+    # (moto reads the headers as parameters when the body, the form and the query string are all empty)
+    headers = {"host": "localhost:4566", "x-amz-target": "DynamoDB_20120810.ListTables", "action": "DeleteTable"}
+    forwarded = canonical(HttpRequest("POST", "/", "", headers, b""), "dynamodb")
+    assert forwarded.body == b"{}"
+    assert "Action" not in moto_querystring(forwarded)
+
+
+def test_a_gzip_json_body_is_forwarded_decompressed() -> None:
+    headers = {**JSON_HEADERS, "x-amz-target": "DynamoDB_20120810.GetItem", "content-encoding": "gzip"}
+    body = gzip.compress(b'{"TableName": "t&Action=DeleteTable"}')
+    forwarded = canonical(HttpRequest("POST", "/", "", headers, body), "dynamodb")
+    assert json.loads(forwarded.body) == {"TableName": "t&Action=DeleteTable"}
+    assert forwarded.header("content-encoding") is None
+    assert forwarded.header("content-length") == str(len(forwarded.body))
+
+
+@pytest.mark.parametrize(
+    "target", ["AmazonSQS.SendMessage.DeleteQueue", "AmazonSQS.", "AmazonSQS", ".SendMessage", "AmazonSQS.Send Message"]
+)
+def test_a_target_that_does_not_name_one_operation_is_an_unknown_operation(target: str) -> None:
+    # (moto runs a target's last dot-separated part; the enforcer would have authorized its first)
+    request = HttpRequest("POST", "/", "", {**JSON_HEADERS, "x-amz-target": target}, b'{"QueueUrl": "jobs"}')
+    assert refusal(request, "sqs").json_type == "UnknownOperationException"
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/json", ""])
+def test_a_query_protocol_call_whose_action_is_not_in_its_form_is_missing_its_action(content_type: str) -> None:
+    # (moto would read a body that is not a form as one, and find DeleteTopic in it)
+    body = b"Action=DeleteTopic&TopicArn=arn:aws:sns:us-east-1:123456789012:other"
+    request = HttpRequest("POST", "/", "", {"host": "localhost", "content-type": content_type}, body)
+    assert refusal(request, "sns").query_code == "MissingAction"
+
+
+def test_a_query_protocol_call_is_forwarded_as_its_form_alone() -> None:
+    request = HttpRequest("GET", "/", "Action=Publish&Message=a%26Action%3DDeleteTopic", {"host": "localhost"}, b"x=1")
+    forwarded = canonical(request, "sns")
+    assert moto_querystring(forwarded) == {"Action": ["Publish"], "Message": ["a&Action=DeleteTopic"]}
+
+
+def test_a_cbor_call_is_forwarded_with_its_operation_as_the_query_string() -> None:
+    path = "/service/GraniteServiceVersion20100801/operation/PutMetricData"
+    headers = {"host": "localhost", "content-type": "application/cbor"}
+    forwarded = canonical(HttpRequest("POST", path, "", headers, b"\xa1iNamespaceca&b"), "monitoring")
+    assert moto_querystring(forwarded) == {"Action": ["PutMetricData"]}

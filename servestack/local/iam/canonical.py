@@ -12,14 +12,41 @@ run another. So every request to the emulator is first put in a canonical form (
   names>` or else from the path; a `Host` that is neither the emulator nor a bucket under it is refused as
   S3 refuses a host naming a bucket that does not exist (`NoSuchBucket`, the host as `BucketName`);
 - query protocol (SQS's old protocol, SNS, STS, CloudWatch): the parameters as one form body posted to `/`;
-- JSON protocol (`X-Amz-Target`): the body alone (no query string; a JSON object without repeated keys),
-  posted to `/`;
+- JSON protocol (`X-Amz-Target`): `X-Amz-Target` of `<Prefix>.<Operation>` (one dot, an operation name of
+  letters and digits), no query string, a JSON object without repeated keys, posted to `/` as the JSON the
+  enforcer parsed, written anew (`json_wire`: `&` and `=` escaped, never empty, not compressed) under a JSON
+  content type;
+- query protocol: the parameters, `Action` among them, as one form body;
+- RPC v2 CBOR (CloudWatch): the body as sent, with `?Action=<the path's operation>`;
 - SQS: one queue, named by a `QueueUrl` of the form `{scheme}://{host}/{account}/{name}` (no query, no
   fragment; or a bare queue name, the caller's queue of that name) or by the path the query protocol may
   post to, not by both unless they agree; `QueueName` only where the operation takes it (CreateQueue,
   GetQueueUrl), or naming the same queue. The forwarded `QueueUrl` is rebuilt from the queue's account and
   name. A queue of another account does not exist locally (one account), nor one whose URL's AWS host
   names another region.
+
+Why the JSON body is written anew, and the CBOR call gets a query string (issue 37, finding 1). moto 5.2's
+`BaseResponse.setup_class` (moto/core/responses.py) builds `self.querystring`, from which `_get_action` and
+`_get_param` read first, from the first of these that is not empty: the form (werkzeug's `request.form`,
+for a form or multipart content type), the URL's query string, the body parsed as a form (`parse_qsl` of
+the decoded body, whatever its content type, unless the class sets `use_raw_body`, as only S3 does), and
+last the request headers. `_get_action` then takes `querystring["Action"]` before `X-Amz-Target`'s
+operation (and that operation is the target's *last* dot-separated part), and `_get_param(name)` takes
+`querystring[name]` before the JSON body's member. So a JSON call whose body held `a&Action=DeleteQueue&b`
+(a message, a key value, a log line; gzip bodies too, moto decompresses them) ran DeleteQueue on the queue
+the JSON named, though SendMessage was authorized; `&logGroupName=other` named another group. What moto is
+handed instead can only be read one way:
+- JSON: the body holds no `&` and no `=` (JSON lets a string spell them `\\u0026` and `\\u003d`), so its
+  form reading is one name (the whole body, which starts with `{`) with an empty value: no `Action`, no
+  parameter. It is never empty (`{}`: an empty body would let moto read the headers, and a signed header
+  `Action: DeleteTopic` with them). The content type is a JSON one (a form content type would make
+  werkzeug parse the body as the form), and the target is the one the enforcer read.
+- query protocol: every parameter, `Action` among them, in one form body, so the form is the querystring
+  (no Action is AWS's `MissingAction`).
+- CBOR: its strings are raw UTF-8 that cannot be escaped, so moto is given a query string of one
+  parameter, `Action=<the operation the path names>`: the querystring is that, never the body. (moto 5.2.5
+  routes no RPC v2 CBOR path, a 404, and botocore's CloudWatch client speaks JSON to it; this holds for a
+  moto that does.)
 
 The enforcer then describes (servestack/local/iam/operations.py) and authorizes the canonical request and,
 when it is allowed, hands exactly that request to moto. Refusals carry AWS's codes: S3 `InvalidArgument`
@@ -48,6 +75,8 @@ SQS_HOST_REGION = re.compile(r"^(?:sqs\.(?P<a>[a-z0-9-]+)\.amazonaws\.com|(?P<b>
 SQS_QUEUE_NAME_OPERATIONS = frozenset({"CreateQueue", "GetQueueUrl"})
 SQS_NO_QUEUE_OPERATIONS = frozenset({"ListQueues", "CreateQueue", "GetQueueUrl"})
 FORM = "application/x-www-form-urlencoded; charset=utf-8"
+JSON_1_0, JSON_1_1 = "application/x-amz-json-1.0", "application/x-amz-json-1.1"
+TARGET = re.compile(r"^[A-Za-z][A-Za-z0-9_]*\.[A-Za-z][A-Za-z0-9]*$")  # `<Prefix>.<Operation>`, one dot
 # Headers that describe the body as sent; a rebuilt body drops them (its length is set anew).
 BODY_HEADERS = ("content-length", "content-encoding", "content-md5", "transfer-encoding")
 
@@ -188,6 +217,41 @@ def form_params(request: HttpRequest) -> dict[str, str]:
     return _unique_pairs(pairs, "in the query string and the body")
 
 
+def json_wire(params: dict[str, Any]) -> bytes:
+    """`params` as the JSON body moto is handed: the same JSON, with `&` and `=` (which only strings can hold)
+    escaped as `\\u0026` and `\\u003d`, so that no reading of it as a form finds a parameter (see the module's
+    docstring)."""
+    text = json.dumps(params)
+    return text.replace("&", "\\u0026").replace("=", "\\u003d").encode()
+
+
+def json_target(request: HttpRequest) -> str:
+    """The `X-Amz-Target` of a JSON-protocol call, `<Prefix>.<Operation>`; anything else is AWS's
+    UnknownOperationException (moto would run the target's last dot-separated part, the enforcer its first)."""
+    target = (request.header("x-amz-target") or "").strip()
+    if not TARGET.match(target):
+        raise Malformed(
+            f"X-Amz-Target {target[:100]!r} does not name one operation", json_type="UnknownOperationException"
+        )
+    return target
+
+
+def canonical_json(request: HttpRequest, endpoint: Endpoint, params: dict[str, Any]) -> HttpRequest:
+    """A JSON-protocol call as moto is handed it: `params` written anew (`json_wire`) under a JSON content type
+    (the version sent, 1.0 unless it was 1.1), the target as read, posted to `/` with no query string."""
+    target = json_target(request)
+    sent = (request.header("content-type") or "").split(";", 1)[0].strip().lower()
+    headers = {key: value for key, value in request.headers.items() if key not in BODY_HEADERS}
+    body = json_wire(params)
+    headers |= {
+        "host": endpoint.authority,
+        "x-amz-target": target,
+        "content-type": JSON_1_1 if sent == JSON_1_1 else JSON_1_0,
+        "content-length": str(len(body)),
+    }
+    return replace(request, method="POST", raw_path="/", raw_query="", headers=headers, body=body)
+
+
 def protocol(request: HttpRequest) -> str:
     """`json` (X-Amz-Target), `cbor` (RPC v2 path) or `query`."""
     if request.header("x-amz-target") is not None:
@@ -281,8 +345,7 @@ def canonical_sqs(request: HttpRequest, endpoint: Endpoint, region: str, account
     if queue is not None:
         params["QueueUrl"] = _queue_url(endpoint, queue)
     if kind == "json":
-        body = json.dumps(params).encode()
-        return _with(request, endpoint, raw_path="/", raw_query="", body=body)
+        return canonical_json(request, endpoint, params)
     return _as_form(request, endpoint, params)
 
 
@@ -297,14 +360,12 @@ def canonical_request(request: HttpRequest, service: str, endpoint: Endpoint, re
         return canonical_sqs(request, endpoint, region, account)
     kind = protocol(request)
     if kind == "json":
-        json_params(request)  # refuses a query string or repeated keys; the body goes on as sent
-        return _with(request, endpoint, raw_path="/")
+        return canonical_json(request, endpoint, json_params(request))
     if kind == "cbor":
         _unique_pairs(query_pairs(request.raw_query), "in the query string")
-        return _with(request, endpoint, raw_query="")
+        operation = request.path.rsplit("/", 1)[1]
+        return _with(request, endpoint, raw_query=urllib.parse.urlencode({"Action": operation}))
     params = form_params(request)
-    if not params:
-        return _with(request, endpoint)
     if service == "sns":
         _one_sns_target(params)
     return _as_form(request, endpoint, params)
@@ -312,6 +373,8 @@ def canonical_request(request: HttpRequest, service: str, endpoint: Endpoint, re
 
 def _as_form(request: HttpRequest, endpoint: Endpoint, params: dict[str, Any]) -> HttpRequest:
     """A query-protocol call as one form body POSTed to `/` (the protocol takes GET or POST alike)."""
+    if not isinstance(params.get("Action"), str) or not params["Action"]:
+        raise Malformed("The request must contain the parameter Action.", query_code="MissingAction")
     body = urllib.parse.urlencode(params).encode()
     canonical = _with(request, endpoint, method="POST", raw_path="/", raw_query="", body=body)
     return replace(canonical, headers={**canonical.headers, "content-type": FORM})
@@ -340,6 +403,7 @@ def canonical_front_request(request: HttpRequest, service: str, region: str, acc
     if service not in ("lambda", "sagemaker"):
         return  # an HTTP API passes repeated query parameters on to its integration, as API Gateway does
     if request.header("x-amz-target") is not None:
+        json_target(request)  # one operation, as the front's handlers read it
         json_params(request)  # SageMaker's control plane: the body alone, each key once
         return
     _unique_pairs(query_pairs(request.raw_query), "in the query string")

@@ -136,6 +136,8 @@ def _forward_as(environ: dict[str, Any], request: HttpRequest) -> None:
     environ["CONTENT_LENGTH"] = str(len(request.body))
     if request.header("content-type") is not None:
         environ["CONTENT_TYPE"] = request.headers["content-type"]
+    if request.header("x-amz-target") is not None:  # as the enforcer read it (canonical.json_target)
+        environ["HTTP_X_AMZ_TARGET"] = request.headers["x-amz-target"]
     for name in ("HTTP_CONTENT_ENCODING", "HTTP_CONTENT_MD5"):
         if name[5:].lower().replace("_", "-") not in request.headers:
             environ.pop(name, None)
