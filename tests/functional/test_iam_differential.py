@@ -15,6 +15,7 @@ request target as written) to:
 
 The authorized checks are recorded by an `IamEnforcer` whose `_decide` notes each check before deciding it as
 usual. A refused variant must have changed nothing. Example counts: `EXAMPLES` per service (six services).
+JSON bodies holding form-like text, in every JSON service local mode plays: test_iam_differential_json.py.
 """
 
 from __future__ import annotations
