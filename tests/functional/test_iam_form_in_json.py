@@ -22,7 +22,7 @@ from typing import Any
 import boto3
 import httpx
 import pytest
-from botocore.auth import SigV4Auth
+from botocore.auth import S3SigV4Auth, SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 from botocore.credentials import Credentials
@@ -204,3 +204,35 @@ def test_a_query_call_whose_action_is_only_in_a_body_that_is_not_a_form_is_refus
     assert answer.status_code == 400, answer.text
     assert "<Code>MissingAction</Code>" in answer.text
     assert arn in [topic["TopicArn"] for topic in sns.list_topics()["Topics"]]
+
+
+def test_an_s3_delete_whose_body_reads_as_a_version_deletes_no_version(emulator: Emulator) -> None:
+    # GIVEN a versioned bucket holding two versions of a key, and a role with s3:DeleteObject but not
+    # s3:DeleteObjectVersion (deleting marks the key deleted; its versions stay)
+    name = f"f1-{uuid.uuid4().hex[:10]}"
+    s3 = emulator.client("s3")
+    s3.create_bucket(Bucket=name)
+    s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
+    first = s3.put_object(Bucket=name, Key="k", Body=b"1")["VersionId"]
+    s3.put_object(Bucket=name, Key="k", Body=b"2")
+    statement = {"Effect": "Allow", "Action": "s3:DeleteObject", "Resource": f"arn:aws:s3:::{name}/*"}
+    role = emulator.store.role(
+        f"{name}-del", {"Policy": {"Version": "2012-10-17", "Statement": [statement]}}, session_name="s"
+    )
+    # WHEN it deletes the key with a form body reading `versionId=<the first version>`
+    body = f"versionId={first}".encode()
+    headers = {
+        "Content-Type": "application/x-www-form-urlencoded",
+        "X-Amz-Content-SHA256": hashlib.sha256(body).hexdigest(),
+    }
+    request = AWSRequest(method="DELETE", url=f"{emulator.url}/{name}/k", data=body, headers=headers)
+    S3SigV4Auth(Credentials(role.access_key_id, role.secret_access_key, role.session_token), "s3", REGION).add_auth(
+        request
+    )
+    answer = httpx.request("DELETE", f"{emulator.url}/{name}/k", content=body, headers=dict(request.headers.items()))
+    # THEN it is the DeleteObject authorized: a delete marker, both versions kept
+    assert answer.status_code == 204, answer.text
+    versions = s3.list_object_versions(Bucket=name)
+    assert sorted(v["VersionId"] for v in versions["Versions"]).count(first) == 1
+    assert len(versions["Versions"]) == 2
+    assert len(versions.get("DeleteMarkers", [])) == 1

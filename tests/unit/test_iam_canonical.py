@@ -211,3 +211,25 @@ def test_a_cbor_call_is_forwarded_with_its_operation_as_the_query_string() -> No
     headers = {"host": "localhost", "content-type": "application/cbor"}
     forwarded = canonical(HttpRequest("POST", path, "", headers, b"\xa1iNamespaceca&b"), "monitoring")
     assert moto_querystring(forwarded) == {"Action": ["PutMetricData"]}
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD", "DELETE"])
+def test_an_s3_call_that_takes_no_body_is_forwarded_without_one(method: str) -> None:
+    headers = {"host": "localhost", "content-type": "application/x-www-form-urlencoded", "content-length": "12"}
+    forwarded = canonical(HttpRequest(method, "/bucket/k", "", headers, b"versionId=v1"), "s3")
+    assert forwarded.body == b""
+    assert forwarded.header("content-length") == "0"
+
+
+@pytest.mark.parametrize("content_type", ["application/x-www-form-urlencoded", "multipart/form-data; boundary=x"])
+def test_an_s3_put_of_a_form_typed_body_is_not_emulated(content_type: str) -> None:
+    request = HttpRequest("PUT", "/bucket/k", "", {"host": "localhost", "content-type": content_type}, b"acl=public")
+    refused = refusal(request, "s3")
+    assert (refused.s3_code, refused.s3_status) == ("NotImplemented", 501)
+    # (an empty one, or data of any other type, goes on as sent)
+    empty = canonical(HttpRequest("PUT", "/bucket/k", "", {"host": "localhost", "content-type": content_type}), "s3")
+    assert empty.body == b""
+    data = canonical(
+        HttpRequest("PUT", "/bucket/k", "", {"host": "localhost", "content-type": "text/csv"}, b"a=1"), "s3"
+    )
+    assert data.body == b"a=1"

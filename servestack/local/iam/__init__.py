@@ -51,9 +51,10 @@ What is enforced
   minutes of the server's clock. Unknown keys, bad signatures, missing authentication, expired URLs, a
   wrong scope, an unsigned host and a skewed clock get AWS's codes.
 - One reading of each request (`canonical`): the enforcer authorizes the request in one canonical form
-  (path-style S3, each parameter once, one SQS queue, JSON bodies alone, written anew so that moto cannot read
-  them as a form, query calls as one form naming their Action) and forwards exactly that form to moto; what AWS would refuse (repeated parameters, a queue named two ways, a `Host` that is neither the
-  emulator nor `<bucket>.<one of its host names>`) is refused with AWS's code. Host names:
+  (path-style S3 with no body where S3 reads none, each parameter once, one SQS queue, JSON bodies alone and
+  written anew so that moto cannot read them as a form, query calls as one form naming their Action) and
+  forwards exactly that form to moto; what AWS would refuse (repeated parameters, a queue named two ways, a
+  `Host` that is neither the emulator nor `<bucket>.<one of its host names>`) is refused with AWS's code. Host names:
   `IamEnforcer(host_names=...)`, by default `localhost`, `127.0.0.1`, `::1` and the address it serves on.
 
 What is not enforced, and why

@@ -10,7 +10,10 @@ run another. So every request to the emulator is first put in a canonical form (
   refused), the `Host` the emulator's own address;
 - S3: path-style `/{bucket}/{key}`, the bucket taken from a `Host` of `<bucket>.<one of the emulator's host
   names>` or else from the path; a `Host` that is neither the emulator nor a bucket under it is refused as
-  S3 refuses a host naming a bucket that does not exist (`NoSuchBucket`, the host as `BucketName`);
+  S3 refuses a host naming a bucket that does not exist (`NoSuchBucket`, the host as `BucketName`); no body
+  on a GET, HEAD, DELETE or OPTIONS (S3 reads none; moto reads a form-typed one as parameters), and a PUT or
+  POST whose body is a form or multipart form is refused (`NotImplemented`: moto would read it as parameters
+  and store nothing);
 - query protocol (SQS's old protocol, SNS, STS, CloudWatch): the parameters as one form body posted to `/`;
 - JSON protocol (`X-Amz-Target`): `X-Amz-Target` of `<Prefix>.<Operation>` (one dot, an operation name of
   letters and digits), no query string, a JSON object without repeated keys, posted to `/` as the JSON the
@@ -77,6 +80,8 @@ SQS_NO_QUEUE_OPERATIONS = frozenset({"ListQueues", "CreateQueue", "GetQueueUrl"}
 FORM = "application/x-www-form-urlencoded; charset=utf-8"
 JSON_1_0, JSON_1_1 = "application/x-amz-json-1.0", "application/x-amz-json-1.1"
 TARGET = re.compile(r"^[A-Za-z][A-Za-z0-9_]*\.[A-Za-z][A-Za-z0-9]*$")  # `<Prefix>.<Operation>`, one dot
+S3_NO_BODY = frozenset({"GET", "HEAD", "DELETE", "OPTIONS"})
+S3_FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 # Headers that describe the body as sent; a rebuilt body drops them (its length is set anew).
 BODY_HEADERS = ("content-length", "content-encoding", "content-md5", "transfer-encoding")
 
@@ -170,6 +175,21 @@ def canonical_s3(request: HttpRequest, endpoint: Endpoint) -> HttpRequest:
     if segment and (bucket != segment or not BUCKET_NAME.match(bucket)):
         raise Malformed(
             "The specified bucket is not valid.", s3_code="InvalidBucketName", members={"BucketName": bucket}
+        )
+    method = request.method.upper()
+    if method in S3_NO_BODY:
+        # S3 reads no body on these; moto reads a form-typed one as parameters (`versionId` of a DeleteObject
+        # authorized as s3:DeleteObject, `response-*` overrides of a GetObject): none is forwarded.
+        return _with(request, endpoint, raw_path=raw_path, body=b"")
+    content_type = (request.header("content-type") or "").lower()
+    if request.body and content_type.startswith(S3_FORM_TYPES):
+        # moto would read this body as the form fields of its parameters (and store none of it): local mode
+        # cannot give it to S3 as the data AWS stores.
+        raise Malformed(
+            f"A {method} with a {content_type.split(';')[0]} body is not emulated: the emulator reads such a body "
+            "as parameters, not data. Send the data with another Content-Type.",
+            s3_code="NotImplemented",
+            s3_status=501,
         )
     return _with(request, endpoint, raw_path=raw_path)
 
