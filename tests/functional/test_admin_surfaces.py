@@ -58,6 +58,48 @@ def test_allow_reset_lets_moto_reset_through() -> None:
 
 
 @pytest.fixture
+def enforced_emulator() -> Iterator[EmbeddedEmulator]:
+    """The emulator as local up runs it: behind the IAM enforcer, which puts a virtual-hosted bucket in the path."""
+    from servestack.local.iam.access import LocalAccess
+
+    started = EmbeddedEmulator(middleware=LocalAccess(log=lambda line: None).middleware)
+    yield started
+    started.stop()
+
+
+def developer_s3(method: str, url: str, host: str) -> httpx.Response:
+    """An S3 request signed with the developer's keys (an administrator), sent with `host` as its Host."""
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    from servestack.local.iam import DEVELOPER
+
+    headers = {"Host": host, "X-Amz-Content-SHA256": "UNSIGNED-PAYLOAD"}
+    request = AWSRequest(method=method, url=url, headers=headers)
+    S3SigV4Auth(Credentials(DEVELOPER.access_key_id, DEVELOPER.secret_access_key), "s3", "us-east-1").add_auth(request)
+    return httpx.request(method, url, headers=dict(request.headers.items()))
+
+
+@pytest.mark.parametrize(("method", "path"), [("POST", "/reset"), ("GET", "/data.json"), ("POST", "/seed?a=1")])
+@pytest.mark.parametrize("name", ["localhost", "127.0.0.1"])
+def test_moto_api_as_a_virtual_hosted_bucket_is_refused_too(
+    enforced_emulator: EmbeddedEmulator, method: str, path: str, name: str
+) -> None:
+    s3 = clients(enforced_emulator.url)["s3"]
+    s3.create_bucket(Bucket="kept-vhost")
+    before = [b["Name"] for b in s3.list_buckets()["Buckets"]]
+    port = enforced_emulator.url.rsplit(":", 1)[1]
+    # WHEN the developer signs `POST /reset` (or reads `/data.json`) for the bucket `moto-api`, by its Host: the
+    # enforcer rewrites it to `/moto-api/reset`, the path moto routes to its admin API
+    answer = developer_s3(method, f"{enforced_emulator.url}{path}", f"moto-api.{name}:{port}")
+    # THEN it is refused as moto will route it, and nothing was wiped or dumped
+    assert answer.status_code == 403, answer.text
+    assert answer.json()["error"]["type"] == "AccessDenied"
+    assert [b["Name"] for b in s3.list_buckets()["Buckets"]] == before
+
+
+@pytest.fixture
 def component_router(tmp_path: Path) -> Iterator[RouterProcess]:
     component = {"name": "ep-digits", "model": "digits", "version": "1", "weight": 1, "component": "ep-digits",
                  "package_dir": str(ARTIFACTS / "digits" / "1")}  # fmt: skip

@@ -7,7 +7,10 @@ IAM engine, so every call is checked against the caller's policies before moto s
 
 moto's own admin API (`/moto-api/`: `POST /moto-api/reset` wipes every resource, others read or seed any
 backend) has no counterpart in AWS and no IAM check: the emulator refuses all of it with 403 unless
-`local up --allow-reset` (`allow_admin=True`).
+`local up --allow-reset` (`allow_admin=True`). The refusal is made on the request as moto will route it, right
+in front of moto's dispatcher, after the IAM enforcer's rewrites (issue 37: `POST /reset` with `Host:
+moto-api.localhost:PORT`, a virtual-hosted bucket, became `/moto-api/reset` there), and again on the request as
+sent (so that a path moto would not route there but a reader might, `//moto-api/reset`, gets the same answer).
 """
 
 from __future__ import annotations
@@ -96,10 +99,12 @@ class EmbeddedEmulator:
 
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
         app: Any = DomainDispatcherApplication(create_backend_app)
+        if not allow_admin:
+            app = AdminRefused(app)  # the request as moto routes it: after every rewrite of the middleware
         if middleware is not None:
             app = middleware(app)
         if not allow_admin:
-            app = AdminRefused(app)
+            app = AdminRefused(app)  # and as it was sent
         self._server = make_server(host, port, app, threaded=True, request_handler=MotoRequestHandler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="moto", daemon=True)
         self._thread.start()
@@ -113,14 +118,17 @@ class EmbeddedEmulator:
 
 class AdminRefused:
     """WSGI: moto's `/moto-api/...` routes answer 403 (with a JSON body saying how to allow them); the rest
-    passes. The path is the decoded one moto routes on, with repeated leading slashes and case folded."""
+    passes. The path is the decoded one moto routes on (`DomainDispatcherApplication.get_application`: any
+    `PATH_INFO` starting `/moto-api` is its admin API), and, wider, any with repeated leading slashes or
+    another case."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        path = str(environ.get("PATH_INFO", ""))
-        if path.lstrip("/").lower().split("/", 1)[0] == ADMIN_PREFIX:
+        raw = environ.get("PATH_INFO", "")
+        path = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+        if path.startswith("/" + ADMIN_PREFIX) or path.lstrip("/").lower().split("/", 1)[0] == ADMIN_PREFIX:
             body = json.dumps({"error": {
                 "type": "AccessDenied",
                 "message": "moto's admin API is refused: it has no counterpart in AWS and would let any caller wipe "
