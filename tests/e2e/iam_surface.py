@@ -9,7 +9,6 @@ import json
 import random
 import subprocess
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from servestack.local.iam.roles_route import ROUTE
 from servestack.local.scheduler.api import FIRE_PREFIX, FIRE_SUFFIX
 from servestack.local.stack.bucket_notifications import ROUTE_PREFIX, ROUTE_SUFFIX
 from tests.conftest import ARTIFACTS, REPO_ROOT
+from tests.control import control
 from tests.e2e.conftest import SERVESTACK, LocalUp
 
 UNEXERCISED = Path(__file__).with_name("iam_unexercised.txt")
@@ -139,7 +139,7 @@ def realtime(up: LocalUp, name: str, scratch: Path) -> str | None:
     failed = _ok(cli("invoke", name, "--data", str(sample_file), "--state", str(up.state_path)))
     if failed is not None:
         return failed
-    metrics = json.loads(urllib.request.urlopen(f"{up.deployment(name)['control_url']}/_servestack/metrics").read())
+    metrics = control("GET", f"{up.deployment(name)['control_url']}/_servestack/metrics").json()
     live = next(v["model"] for v in metrics["variants"].values() if v["weight"] > 0).split("@")[1]
     outcome = scratch / f"deploy-{name}.json"
     outcome.unlink(missing_ok=True)  # an earlier exercise's

@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-import httpx
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from servestack.local.sagemaker.runtime_front import COMPONENT_NAME_REQUIRED, NO_CAPACITY
 from tests.conftest import ARTIFACTS, REPO_ROOT
+from tests.control import control
 from tests.e2e.conftest import DEVELOPER, SERVESTACK, LocalUp, copy_project, running, wait_for
 
 pytestmark = pytest.mark.slow
@@ -193,7 +193,7 @@ def test_a_rehearsal_updates_one_component_and_leaves_the_other_untouched(up: Lo
         )
 
     router = up.deployment("two-models")["control_url"]  # the router's admin routes: its control port
-    before = httpx.get(f"{router}/_servestack/metrics", timeout=30).json()["variants"]
+    before = control("GET", f"{router}/_servestack/metrics", timeout=30).json()["variants"]
     # GIVEN digits version 2 pushed to the running local up's registry
     pushed = cli("models", "push", str(_digits_v2(tmp_path / "digits-v2.onnx")), "--name", "digits")
     assert pushed.returncode == 0, pushed.stdout + pushed.stderr
@@ -216,7 +216,7 @@ def test_a_rehearsal_updates_one_component_and_leaves_the_other_untouched(up: Lo
     assert invoke(up, DIGITS_COMPONENT, DIGITS)["json"]["version"] == "2"
     assert invoke(up, CANCER_COMPONENT, CANCER)["json"]["version"] == "1"
     # AND the cancer component's container is the one it had before (never restarted by the release)
-    after = httpx.get(f"{router}/_servestack/metrics", timeout=30).json()["variants"]
+    after = control("GET", f"{router}/_servestack/metrics", timeout=30).json()["variants"]
     assert after[CANCER_COMPONENT]["url"] == before[CANCER_COMPONENT]["url"]
     assert after[DIGITS_COMPONENT]["model"] == "digits@2"
     # AND a rehearsal that names no component is refused with the components to choose from

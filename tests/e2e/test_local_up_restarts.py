@@ -15,13 +15,13 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from botocore.exceptions import BotoCoreError, ClientError
 
 from servestack.local.emulator.callers import signed
 from servestack.local.iam.identities import Credentials
 from tests.conftest import ARTIFACTS
+from tests.control import control
 from tests.e2e.conftest import async_worker_pids, copy_project, running, wait_for
 
 pytestmark = pytest.mark.slow
@@ -204,7 +204,7 @@ def test_variant_kills_under_realtime_load_are_restarted_and_every_call_is_answe
             stop.set()
             for thread in callers:
                 thread.join(timeout=150)
-        metrics = httpx.get(f"{up.deployment('digits-rt')['control_url']}/_servestack/metrics", timeout=30).json()
+        metrics = control("GET", f"{up.deployment('digits-rt')['control_url']}/_servestack/metrics", timeout=30).json()
     calls = sum(outcomes.values())
     print(f"\nvariant kills: {dict(kills)}; calls: {calls}; outcomes: {dict(outcomes)}")
     # AND every call was answered, or refused with a retryable status

@@ -13,8 +13,10 @@ import pytest
 
 from servestack.local.emulator.moto_server import EmbeddedEmulator, clients
 from servestack.local.hosting.http_server import Request
+from servestack.local.iam import DEVELOPER
 from servestack.local.sagemaker.inference_components import ComponentState, InferenceComponents, copies_on_router
 from tests.conftest import ARTIFACTS
+from tests.control import control
 from tests.functional.test_router import RouterProcess
 
 
@@ -122,13 +124,13 @@ def test_router_admin_routes_answer_only_on_the_control_port(component_router: R
         # THEN it is refused with a JSON 403 and nothing changes
         assert answer.status_code == 403, (path, answer.status_code, answer.text)
         assert answer.json()["error"]["type"] == "AccessDenied"
-    control = component_router.control_url
-    assert control != public
-    components = httpx.get(f"{control}/_servestack/components").json()
+    control_url = component_router.control_url
+    assert control_url != public
+    components = control("GET", f"{control_url}/_servestack/components").json()
     assert components["ep-digits"]["copies"] == 1
     assert components["ep-digits"]["backends"] == ["ep-digits"]
     # AND the control port does what the CLI asks
-    stopped = httpx.post(f"{control}/_servestack/components/ep-digits", json={"copies": 0}, timeout=60).json()
+    stopped = control("POST", f"{control_url}/_servestack/components/ep-digits", {"copies": 0}, timeout=60).json()
     assert stopped["ep-digits"] == {"copies": 0, "backends": [], "serving": 0}
     refused = httpx.post(f"{public}/invocations", headers={"X-Amzn-SageMaker-Inference-Component": "ep-digits"},
                          content=json.dumps({"instances": [[0.0] * 64]}))  # fmt: skip
@@ -137,13 +139,15 @@ def test_router_admin_routes_answer_only_on_the_control_port(component_router: R
 
 @pytest.mark.slow
 def test_describe_inference_component_reports_the_copies_the_router_runs(component_router: RouterProcess) -> None:
-    control = component_router.control_url
+    control_url = component_router.control_url
     arn = "arn:aws:sagemaker:us-east-1:123456789012"
     state = ComponentState(
         "ep-digits", f"{arn}:inference-component/ep-digits", "ep", f"{arn}:endpoint/ep", "AllTraffic", "m", {}, 1, 1
     )
     components = InferenceComponents(
-        {"ep-digits": state}, lambda *_: None, lambda component: copies_on_router(control, component.name)
+        {"ep-digits": state},
+        lambda *_: None,
+        lambda component: copies_on_router(control_url, component.name, DEVELOPER),
     )
 
     def describe() -> dict[str, int]:
@@ -156,7 +160,7 @@ def test_describe_inference_component_reports_the_copies_the_router_runs(compone
 
     assert describe() == {"DesiredCopyCount": 1, "CurrentCopyCount": 1}
     # WHEN the component's copies are stopped on its router (the CLI's control port)
-    httpx.post(f"{control}/_servestack/components/ep-digits", json={"copies": 0}, timeout=60).raise_for_status()
+    control("POST", f"{control_url}/_servestack/components/ep-digits", {"copies": 0}, timeout=60).raise_for_status()
     # THEN DescribeInferenceComponent no longer says a copy runs
     assert describe() == {"DesiredCopyCount": 0, "CurrentCopyCount": 0}
 

@@ -17,11 +17,11 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
 import pytest
 
 from servestack.local.hosting.http_server import LocalHttpServer, Reply
 from tests.conftest import ARTIFACTS, RealtimeServer
+from tests.control import control
 from tests.functional.test_router import RouterProcess
 
 SAMPLE = json.loads((ARTIFACTS / "digits" / "1" / "sample-request.json").read_text())["instances"]
@@ -170,7 +170,7 @@ def test_the_router_answers_429_when_its_own_queue_is_full(tmp_path: Path) -> No
         assert set(statuses) <= {200, 429}, statuses
         assert statuses[429] > 0
         assert statuses[200] > 0
-        metrics = httpx.get(f"{router.control_url}/_servestack/metrics").json()
+        metrics = control("GET", f"{router.control_url}/_servestack/metrics").json()
         assert metrics["shed"] == statuses[429]
     finally:
         router.stop()

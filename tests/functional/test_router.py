@@ -23,6 +23,7 @@ import pytest
 
 from servestack.local.hosting.processes import free_port, http_status, stop_process
 from tests.conftest import ARTIFACTS, REPO_ROOT
+from tests.control import ROUTER_ENVIRONMENT, control
 
 pytestmark = pytest.mark.slow
 SAMPLE = (ARTIFACTS / "digits" / "1" / "sample-request.json").read_bytes()
@@ -50,7 +51,8 @@ class RouterProcess:
             process = subprocess.Popen(
                 [sys.executable, "-m", "servestack.local.sagemaker.endpoint", "--config", str(config),
                  "--port", str(port), "--control-port", str(control_port)],
-                cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **ROUTER_ENVIRONMENT},
             )  # fmt: skip
         router = cls(process, f"http://127.0.0.1:{port}", log, f"http://127.0.0.1:{control_port}")
         deadline = time.monotonic() + 60
@@ -115,7 +117,7 @@ def test_a_90_10_split_over_10000_requests_lands_within_3_points(ab_router: Rout
     share = variants["candidate"] / 10_000
     assert abs(share - 0.10) <= 0.03
     # AND the router's per-variant metrics agree with what the client saw
-    metrics = httpx.get(f"{ab_router.control_url}/_servestack/metrics").json()["variants"]
+    metrics = control("GET", f"{ab_router.control_url}/_servestack/metrics").json()["variants"]
     assert {name: m["requests"] for name, m in metrics.items()} == dict(variants)
     assert all(m["errors_5xx"] == 0 and m["latency_ms"]["p99"] > 0 for m in metrics.values())
     # AND SageMaker's TargetVariant header picks a variant outright
@@ -165,7 +167,7 @@ def shadow_router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RouterPr
 
 def test_the_shadow_never_changes_a_primary_answer_and_is_reported(shadow_router: RouterProcess) -> None:
     # GIVEN a primary and a shadow that answers differently, every request copied
-    metrics = httpx.get(f"{shadow_router.control_url}/_servestack/metrics").json()
+    metrics = control("GET", f"{shadow_router.control_url}/_servestack/metrics").json()
     primary_url = metrics["variants"]["primary"]["url"]
     headers = {"Content-Type": "application/json"}
     direct = httpx.post(f"{primary_url}/invocations", content=SAMPLE, headers=headers).content
@@ -178,10 +180,10 @@ def test_the_shadow_never_changes_a_primary_answer_and_is_reported(shadow_router
     assert json.loads(direct)["model"] == "digits"
     # AND the report compares the shadow with the primary
     deadline = time.monotonic() + 10
-    report = httpx.get(f"{shadow_router.control_url}/_servestack/shadow").json()
+    report = control("GET", f"{shadow_router.control_url}/_servestack/shadow").json()
     while report["copied"] + report["dropped"] < 300 and time.monotonic() < deadline:
         time.sleep(0.1)
-        report = httpx.get(f"{shadow_router.control_url}/_servestack/shadow").json()
+        report = control("GET", f"{shadow_router.control_url}/_servestack/shadow").json()
     assert report["copied"] + report["dropped"] == 300
     assert report["copied"] > 0
     assert report["shadow_errors"] == 0
@@ -226,16 +228,16 @@ def test_inference_components_are_routed_by_name_and_refused_as_sagemaker_refuse
             "X-Amzn-SageMaker-Inference-Component", "ep-nope", "ep-digits, ep-cancer"
         )  # fmt: skip
         # WHEN a component is set to zero copies THEN its container stops and it has no capacity
-        control = component_router.control_url
-        zero = httpx.post(f"{control}/_servestack/components/ep-cancer", json={"copies": 0}, timeout=60)
+        control_url = component_router.control_url
+        zero = control("POST", f"{control_url}/_servestack/components/ep-cancer", {"copies": 0}, timeout=60)
         assert zero.json()["ep-cancer"] == {"copies": 0, "backends": [], "serving": 0}
         no_capacity = call(cancer, "ep-cancer")
         assert no_capacity.status_code == 400
         assert no_capacity.json()["error"]["message"].startswith("Inference Component has no capacity")
         assert call(SAMPLE, "ep-digits").status_code == 200  # the other one serves on
         # WHEN it gets copies again THEN it answers again; a bad copy count is refused with what is allowed
-        again = httpx.post(f"{control}/_servestack/components/ep-cancer", json={"copies": 2}, timeout=60)
+        again = control("POST", f"{control_url}/_servestack/components/ep-cancer", {"copies": 2}, timeout=60)
         assert again.status_code == 200
         assert call(cancer, "ep-cancer").json()["model"] == "breast-cancer"
-        bad = httpx.post(f"{control}/_servestack/components/ep-cancer", json={"copies": -1})
+        bad = control("POST", f"{control_url}/_servestack/components/ep-cancer", {"copies": -1})
         assert (bad.status_code, bad.json()["error"]["allowed"]) == (400, "0..1000")

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from tests.conftest import ARTIFACTS
+from tests.control import control
 from tests.functional.test_router import RouterProcess
 
 pytestmark = pytest.mark.slow
@@ -98,7 +99,7 @@ def test_an_encoded_crlf_in_the_path_smuggles_no_second_request(router: RouterPr
 
 
 def test_a_body_over_the_limit_is_the_routers_413_not_a_variant_5xx(router: RouterProcess) -> None:
-    before = httpx.get(f"{router.control_url}/_servestack/metrics").json()["variants"]["primary"]
+    before = control("GET", f"{router.control_url}/_servestack/metrics").json()["variants"]["primary"]
     # GIVEN 7 MiB sent by urllib (the whole body before reading), over the 6 MiB limit
     request = urllib.request.Request(f"{router.url}/invocations", data=b" " * (7 * 1024 * 1024), method="POST")
     with pytest.raises(urllib.error.HTTPError) as caught:
@@ -107,7 +108,7 @@ def test_a_body_over_the_limit_is_the_routers_413_not_a_variant_5xx(router: Rout
     with caught.value as answer:
         assert answer.code == 413
         assert json.loads(answer.read())["error"]["type"] == "PayloadTooLarge"
-    after = httpx.get(f"{router.control_url}/_servestack/metrics").json()["variants"]["primary"]
+    after = control("GET", f"{router.control_url}/_servestack/metrics").json()["variants"]["primary"]
     assert after["errors_5xx"] == before["errors_5xx"]
     assert after["requests"] == before["requests"]
 

@@ -18,6 +18,7 @@ from typing import TypeVar
 import pytest
 
 from tests.conftest import ARTIFACTS
+from tests.control import control
 from tests.functional.test_router import RouterProcess
 
 pytestmark = pytest.mark.slow
@@ -173,14 +174,7 @@ def test_twenty_variant_kills_under_load_each_restarted_and_every_request_answer
 
 
 def _control_get(router: RouterProcess, path: str) -> bytes:
-    url = router.control_url
-    host, port = url.removeprefix("http://").split(":")
-    connection = http.client.HTTPConnection(host, int(port), timeout=10)
-    try:
-        connection.request("GET", path)
-        return connection.getresponse().read()
-    finally:
-        connection.close()
+    return control("GET", f"{router.control_url}{path}", timeout=10).content
 
 
 def _ping_ok(router: RouterProcess) -> bool:

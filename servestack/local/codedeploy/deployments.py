@@ -131,6 +131,9 @@ class LocalCodeDeploy:
     # ------------------------------------------------------------------------------------ API
     def handle(self, request: Request) -> Reply:
         operation = (request.headers.get("x-amz-target") or "")[len(TARGET_PREFIX) :]
+        signer = self._authenticated(request)  # before anything is looked up, as AWS (no answer to an unknown caller)
+        if isinstance(signer, Reply):
+            return signer
         try:
             body = json.loads(request.body or b"{}")
         except ValueError:
@@ -152,7 +155,7 @@ class LocalCodeDeploy:
             return _error(400, "UnknownOperationException",
                           f"{operation}: local up's CodeDeploy answers CreateDeployment, GetDeployment and "
                           "PutLifecycleEventHookExecutionStatus")  # fmt: skip
-        caller = self._authorized(request, f"codedeploy:{operation}", definition.group_arn)
+        caller = self._authorized(request, signer, f"codedeploy:{operation}", definition.group_arn)
         if isinstance(caller, Reply):
             return caller
         if operation == "CreateDeployment":
@@ -172,22 +175,15 @@ class LocalCodeDeploy:
         release.hook_status[execution] = status
         return _ok({"lifecycleEventHookExecutionId": execution})
 
-    def _authorized(self, request: Request, action: str, resource: str) -> str | Reply:
-        """The caller's ARN when IAM allows `action` on `resource` for the request's signer, else the reply."""
+    def _authenticated(self, request: Request) -> Any:
+        """The request's signer (an `Identity`; None with --no-iam), or the reply to an unsigned or badly signed
+        request."""
         if not self.access.enabled:  # --no-iam
-            return "anonymous"
+            return None
         enforcer = self.access.enforcer
-        from servestack.local.iam import (
-            AuthFailure,
-            HttpRequest,
-            access_denied,
-            authenticate,
-            check_scope,
-            parse_signature,
-        )
+        from servestack.local.iam import AuthFailure, authenticate, check_scope, parse_signature
 
-        wire = HttpRequest(request.method, request.path, request.raw_query,
-                           {k.lower(): v for k, v in request.headers.items()}, request.body, "127.0.0.1")  # fmt: skip
+        wire = _wire(request)
         try:
             signature = parse_signature(wire)
             if signature is None:
@@ -197,10 +193,17 @@ class LocalCodeDeploy:
         except AuthFailure as failure:
             return _error(403, "UnrecognizedClientException", failure.message)
         assert found is not None
-        identity = found[0]
-        decision = enforcer.authorize(identity, action, resource)
+        return found[0]
+
+    def _authorized(self, request: Request, identity: Any, action: str, resource: str) -> str | Reply:
+        """The caller's ARN when IAM allows `action` on `resource` for `identity`, else the reply."""
+        if identity is None:  # --no-iam
+            return "anonymous"
+        from servestack.local.iam import access_denied
+
+        decision = self.access.enforcer.authorize(identity, action, resource)
         if not decision.allowed:
-            return access_denied("codedeploy", wire, identity.arn, decision)
+            return access_denied("codedeploy", _wire(request), identity.arn, decision)
         return str(identity.arn)
 
     # ------------------------------------------------------------------------------------ the release
@@ -390,3 +393,10 @@ def _error(status: int, code: str, message: str) -> Reply:
     return Reply(
         status, {"Content-Type": "application/x-amz-json-1.1", "x-amzn-ErrorType": code}, json.dumps(body).encode()
     )
+
+
+def _wire(request: Request) -> Any:
+    from servestack.local.iam import HttpRequest
+
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    return HttpRequest(request.method, request.path, request.raw_query, headers, request.body, "127.0.0.1")

@@ -78,18 +78,13 @@ class Traffic:
         connection.close()
 
 
-def _request(url: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
-    parsed = urllib.parse.urlsplit(url)
-    connection = http.client.HTTPConnection(parsed.hostname or "127.0.0.1", parsed.port or 80, timeout=30)
-    try:
-        if body is None:
-            connection.request("GET", parsed.path)
-        else:
-            connection.request("POST", parsed.path, json.dumps(body), {"Content-Type": "application/json"})
-        response = connection.getresponse()
-        return response.status, json.loads(response.read() or b"{}")
-    finally:
-        connection.close()
+def _request(about: dict[str, Any], url: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+    """The router's control port, signed with the developer's keys (its admin routes answer no one else)."""
+    from servestack.local.emulator import control, developer
+
+    region = str(about.get("region") or "us-east-1")
+    status, answer = control("GET" if body is None else "POST", url, developer(about), region, body)
+    return status, answer if isinstance(answer, dict) else {"answer": answer}
 
 
 def client_windows(timeline: list[dict[str, Any]], records: list[tuple[float, int, str]]) -> list[dict[str, Any]]:
@@ -200,7 +195,7 @@ def deploy(
     request = {"version": version, "faults": faults, **{k: v for k, v in (options or {}).items() if v is not None}}
     if component_name is not None:
         request["component"] = component_name
-    status, answer = _request(f"{control}/_servestack/deploy", request)
+    status, answer = _request(about, f"{control}/_servestack/deploy", request)
     if status != 202:
         error = answer.get("error", {}) if isinstance(answer, dict) else {}
         message = str(error.get("message", answer)) + (
@@ -213,7 +208,7 @@ def deploy(
     deadline = time.monotonic() + timeout_sec
     try:
         while time.monotonic() < deadline:
-            _, answer = _request(f"{control}/_servestack/deploy")
+            _, answer = _request(about, f"{control}/_servestack/deploy")
             for event in answer["timeline"][printed:]:
                 details = {k: v for k, v in event.items() if k not in ("at", "wall", "t_sec", "event")}
                 shown = "  ".join(f"{k}={v}" for k, v in details.items())

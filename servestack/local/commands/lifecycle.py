@@ -261,7 +261,7 @@ def deployment_rows(about: dict[str, Any], spec_versions: dict[str, str]) -> lis
         state_text = "running" if not down_ones else ("down" if len(down_ones) == len(processes) else "degraded")
         if not processes:
             state_text = "idle" if entry.get("mode") == "batch" else "running"
-        metrics = _router_metrics(entry)
+        metrics = _router_metrics(about, entry)
         version = _served_version(metrics) or spec_versions.get(name, "?")
         rows.append(
             {
@@ -284,19 +284,20 @@ def _answers(url: str | None, wanted: int | None) -> bool:
     return status is not None and (wanted is None or status == wanted)
 
 
-def _router_metrics(entry: dict[str, Any]) -> dict[str, Any] | None:
-    """A realtime endpoint's router metrics, from its control port (the admin routes answer only there)."""
-    control = entry.get("control_url")
-    if entry.get("mode") != "realtime" or not control:
+def _router_metrics(about: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any] | None:
+    """A realtime endpoint's router metrics, from its control port (the admin routes answer only there, and only
+    to the developer's signature)."""
+    control_url = entry.get("control_url")
+    if entry.get("mode") != "realtime" or not control_url:
         return None
-    import urllib.request
+    from servestack.local.emulator import control, developer
 
+    region = str(about.get("region") or "us-east-1")
     try:
-        with urllib.request.urlopen(f"{control}/_servestack/metrics", timeout=2) as response:  # noqa: S310
-            metrics: dict[str, Any] = json.loads(response.read())
-    except (OSError, ValueError):
+        status, metrics = control("GET", f"{control_url}/_servestack/metrics", developer(about), region, timeout_sec=2)
+    except OSError:
         return None
-    return metrics
+    return metrics if status == 200 and isinstance(metrics, dict) else None
 
 
 def _served_version(metrics: dict[str, Any] | None) -> str | None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from servestack.local.emulator import state
-    from servestack.local.emulator.callers import developer, sagemaker_runtime, signed
+    from servestack.local.emulator.callers import control, developer, sagemaker_runtime, signed
     from servestack.local.emulator.moto_server import EmbeddedEmulator, client_as, clients_for, session_client
     from servestack.local.emulator.persistence import EmulatorState
 else:
@@ -21,6 +21,7 @@ __all__ = [
     "EmulatorState",
     "client_as",
     "clients_for",
+    "control",
     "developer",
     "sagemaker_runtime",
     "session_client",

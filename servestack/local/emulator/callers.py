@@ -1,6 +1,7 @@
 """Calling a running local up as one of its principals: the developer's keys (as its state file records them), a
-boto3 session with them, and SigV4-signed HTTP requests, for the CLI commands (invoke, run-batch, put-input) and
-local up's own reports to itself."""
+boto3 session with them, and SigV4-signed HTTP requests, for the CLI commands (invoke, run-batch, put-input,
+deploy, status) and local up's own calls to itself and its routers (`control`: local mode's own routes answer
+only the developer's signature)."""
 
 from __future__ import annotations
 
@@ -53,3 +54,27 @@ def signed(
     )  # fmt: skip
     response = httpx.request(method, url, content=body, headers=sent, timeout=timeout_sec)
     return response.status_code, response.content
+
+
+def control(
+    method: str, url: str, credentials: Any, region: str, body: Any = None, *, timeout_sec: float = 30
+) -> tuple[int, Any]:
+    """A call to one of local mode's own routes (`/_servestack/...`: an endpoint router's control port, local
+    up's), which answer only the developer's signature: signed with `credentials` (the developer's), `body` sent
+    as JSON; the status and the JSON answer. OSError when nothing answers."""
+    import json
+
+    import httpx
+
+    data = b"" if body is None else json.dumps(body).encode()
+    headers = {} if body is None else {"Content-Type": "application/json"}
+    try:
+        status, content = signed(method, url, credentials, region, body=data, headers=headers,
+                                 service="sagemaker", timeout_sec=timeout_sec)  # fmt: skip
+    except httpx.TransportError as error:
+        raise OSError(f"{method} {url}: {error}") from error
+    try:
+        answer = json.loads(content or b"{}")
+    except ValueError:
+        answer = {"error": {"message": content[:300].decode(errors="replace")}}
+    return status, answer

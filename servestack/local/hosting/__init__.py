@@ -16,6 +16,7 @@ if TYPE_CHECKING:
         request_id,
     )
     from servestack.local.hosting.processes import (
+        IDENTITY_VARIABLES,
         REPO_ROOT,
         GroupLeader,
         RealtimeProcess,
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
         kill_group,
         port_is_free,
         stop_process,
+        without_identity,
     )
     from servestack.local.hosting.restarts import Backoff
 else:
@@ -35,6 +37,7 @@ else:
 __all__ = [
     "BODY_TIMEOUT_SEC",
     "HOP_BY_HOP",
+    "IDENTITY_VARIABLES",
     "MAX_BODY_BYTES",
     "REPO_ROOT",
     "Backoff",
@@ -50,4 +53,5 @@ __all__ = [
     "port_is_free",
     "request_id",
     "stop_process",
+    "without_identity",
 ]

@@ -11,11 +11,25 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
+# A process's AWS identity, as boto3 finds it in the environment: a child gets its own role's, never its
+# parent's (issue 37: each child receives only its own role's keys).
+IDENTITY_VARIABLES = frozenset({
+    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_ROLE_ARN", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+})  # fmt: skip
+
+
+def without_identity(environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` without any AWS identity (`IDENTITY_VARIABLES`)."""
+    return {key: value for key, value in environ.items() if key not in IDENTITY_VARIABLES}
 
 
 def die_with_parent() -> None:
@@ -99,11 +113,12 @@ class RealtimeProcess:
         output: IO[bytes] | int | None = None,
         argv: list[str] | None = None,
         cwd: Path | None = None,
+        base_env: Mapping[str, str] | None = None,
     ) -> RealtimeProcess:
         """`argv` and `cwd`: the image's command and WORKDIR (servestack/local/sagemaker/container.py); by default the
-        realtime entry from the working tree."""
+        realtime entry from the working tree. `base_env`: the environment under `env` (default this process's)."""
         child_env = {
-            **os.environ,
+            **(os.environ if base_env is None else base_env),
             "SAGEMAKER_BIND_TO_PORT": str(port),
             "SERVESTACK_HOST": "127.0.0.1",
             "SERVESTACK_WORKERS": str(workers),

@@ -25,7 +25,7 @@ a request needs: `calls` and, per family, `s3_operations`, `rpc_operations`, `re
 signed it), `identities` (the one credentials type and key derivation), `resource_policies`, `replies`
 (refusals in each service's protocol), `enforcer` (the plug points, with `verdicts` and `wsgi`), `server`
 (moto behind it), `access` (what local up asks of all this, enforced or not), `roles_route` (local up's
-`/_servestack/iam/roles`).
+`/_servestack/iam/roles`), `control` (local mode's own routes answer only the developer's signature).
 
 What is enforced
 - Identity-based policies of the caller (inline and managed, as documents the template resolved), and
@@ -101,6 +101,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from servestack.local.iam.access import LocalAccess
     from servestack.local.iam.conditions import PolicyError
+    from servestack.local.iam.control import CONTROL_PREFIX, ControlGate, is_control_path
     from servestack.local.iam.enforcer import DISABLED_WARNING, IamEnforcer, disabled_warning
     from servestack.local.iam.identities import ADMIN_POLICY, DEVELOPER, Credentials, Identity, IdentityStore
     from servestack.local.iam.operations import Check, ExecuteApi, Operation
@@ -119,12 +120,14 @@ else:
 
 __all__ = [
     "ADMIN_POLICY",
+    "CONTROL_PREFIX",
     "DEVELOPER",
     "DISABLED_WARNING",
     "ROUTE",
     "AuthFailure",
     "Caller",
     "Check",
+    "ControlGate",
     "Credentials",
     "Decision",
     "Denial",
@@ -146,6 +149,7 @@ __all__ = [
     "compile_policy",
     "disabled_warning",
     "evaluate_service_principal",
+    "is_control_path",
     "lambda_permission",
     "parse_signature",
 ]

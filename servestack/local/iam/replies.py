@@ -7,7 +7,7 @@ How botocore reads an error (botocore/parsers.py) decides the shape:
   that moved from the query protocol (SQS, CloudWatch: `awsQueryCompatible`) also send
   `x-amzn-query-error: Code;Sender`, and botocore reports that code (`_do_query_compatible_error_parse`);
 - RPC v2 CBOR (CloudWatch when the client picks it): the same members, CBOR-encoded;
-- rest-json (Lambda, SageMaker Runtime): the `x-amzn-ErrorType` header names the code.
+- rest-json (Lambda, SageMaker Runtime, EventBridge Scheduler): the `x-amzn-ErrorType` header names the code.
 
 Codes, statuses and wording, and where each was checked:
 - S3: 403 `AccessDenied` with `User: {arn} is not authorized to perform: s3:GetObject on resource:
@@ -93,7 +93,7 @@ def protocol_of(service: str, request: HttpRequest) -> str:
         return "rest-xml"
     if service == "execute-api":
         return "execute-api"
-    if service in ("lambda", "sagemaker") and request.header("x-amz-target") is None:
+    if service in ("lambda", "sagemaker", "scheduler") and request.header("x-amz-target") is None:
         return "rest-json"
     if request.header("x-amz-target") is not None:
         return "json"

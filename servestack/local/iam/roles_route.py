@@ -36,6 +36,8 @@ def _refused(status: int, field: str, value: str, allowed: str) -> Reply:
 class RolePolicies:
     """The route over one `EnforcedAccess` (its identity store)."""
 
+    CONTROL_ROUTES = (("GET", ROUTE), ("PUT", f"{ROUTE}/{{role}}"))  # local up's own (the developer's signature)
+
     def __init__(self, access: Any) -> None:
         self.access = access
 

@@ -4,7 +4,8 @@ of one realtime container per production variant (and the shadow), and the blue/
 
 `python -m servestack.local.sagemaker.endpoint --config ENDPOINT.json --port N [--control-port M] [--spec
 serving.yaml]`;
-the router's admin routes (metrics, rehearsals, component copies) answer only on the control port. The config is
+the router's admin routes (metrics, rehearsals, component copies) answer only on the control port, and only to
+a request signed with the developer's keys (local up runs the router with them: `control_gate`). The config is
 what `local up` read from the endpoint's `AWS::SageMaker::EndpointConfig` and `AWS::SageMaker::Model`s:
 each variant's name, weight, container environment (with `/opt/ml/model` mapped to the extracted model
 data) and execution role credentials; the shadow variants and their sampling. On an endpoint hosting
@@ -22,6 +23,7 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +91,7 @@ def main(args: list[str] | None = None) -> int:
         body_read_timeout_sec=limits.body_read_timeout_sec,
         control_port=options.control_port,
         max_in_flight=int(config.get("max_in_flight", DEFAULT_MAX_IN_FLIGHT)),
+        control_gate=control_gate(os.environ),
     )
     # The router's socket is bound before its lifespan starts the variants: each variant takes a free port
     # then, and an unbound router port could be handed to one of them (seen once in twenty runs).
@@ -107,6 +110,16 @@ def main(args: list[str] | None = None) -> int:
     )
     server.run(sockets=sockets)
     return 0
+
+
+def control_gate(environ: Mapping[str, str]) -> Any:
+    """The check of the control port's admin routes: the developer's signature, by the keys local up gives this
+    router (its own environment's, as the SageMaker side of local mode); with none, nothing may drive it."""
+    from servestack.local.iam import DEVELOPER, ControlGate, Credentials
+
+    key, secret = environ.get("AWS_ACCESS_KEY_ID"), environ.get("AWS_SECRET_ACCESS_KEY")
+    developer = Credentials(DEVELOPER.arn, key, secret) if key and secret else None
+    return ControlGate.for_developer(developer, region=environ.get("AWS_DEFAULT_REGION") or "us-east-1")
 
 
 def _bound(port: int) -> socket.socket:

@@ -74,15 +74,16 @@ Scaler = Callable[[ComponentState, int], None]
 Observer = Callable[[ComponentState], "tuple[int, int] | None"]
 
 
-def copies_on_router(control_url: str, name: str) -> tuple[int, int] | None:
+def copies_on_router(control_url: str, name: str, developer: Any, region: str = "us-east-1") -> tuple[int, int] | None:
     """Component `name`'s copies as its endpoint's router runs them, (copies, containers serving now), from the
-    router's control port; None when the router does not answer."""
-    import httpx
+    router's control port, signed with `developer`'s keys; None when the router does not answer."""
+    from servestack.local.emulator import control
 
     try:
-        found = httpx.get(f"{control_url}/_servestack/components", timeout=5).json().get(name)
-    except (httpx.HTTPError, ValueError, AttributeError):
+        status, answer = control("GET", f"{control_url}/_servestack/components", developer, region, timeout_sec=5)
+    except OSError:
         return None
+    found = answer.get(name) if status == 200 and isinstance(answer, dict) else None
     if not isinstance(found, dict):
         return None
     return int(found.get("copies", 0)), int(found.get("serving", 0))

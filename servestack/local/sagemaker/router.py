@@ -9,7 +9,8 @@ starts one realtime child (`python -m servestack.adapters.realtime serve`) per v
   weight; the answer carries `x-Amzn-Invoked-Production-Variant`, as SageMaker's does;
 - `GET /ping`: the first live variant's;
 - on its control port only (`--control-port`, recorded in local up's state file and used by the CLI; on the
-  port callers invoke, `/_servestack/...` is a 403), the admin routes:
+  port callers invoke, `/_servestack/...` is a 403), and only to a request signed with the developer's keys
+  (servestack/local/sagemaker/router_admin.py), the admin routes:
   - `GET /_servestack/metrics`: requests, 4xx/5xx, latency, restarts and pid per variant;
   - `GET /_servestack/shadow`: the shadow report (label agreement, mean |probability difference|, latency of each);
   - `POST /_servestack/deploy`, `GET /_servestack/deploy`: start and follow a rehearsal;
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import time
 from collections.abc import Callable
@@ -37,13 +39,15 @@ import orjson
 from servestack.adapters.body import ClientDisconnected, ReadDeadlines, read_asgi_body
 from servestack.inference.errors import ServingError
 from servestack.inference.settings import SIX_MEBIBYTES
-from servestack.local.hosting import RealtimeProcess, free_port, kill_group
+from servestack.local.hosting import RealtimeProcess, free_port, kill_group, without_identity
 from servestack.local.sagemaker.backends import Backend, Faults, ShadowReport, VariantPlan
+from servestack.local.sagemaker.router_admin import control
 from servestack.local.sagemaker.router_http import (
     ADMIN,
     FORWARDED,
     INFERENCE_COMPONENT,
     JSON_HEADERS,
+    REFUSAL_HEADERS,
     ROUTER_REFUSAL,
     TARGET_VARIANT,
     VARIANT_HEADER,
@@ -87,10 +91,14 @@ class Router:
         body_read_timeout_sec: float = 10.0,
         control_port: int | None = None,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        control_gate: Any = None,
     ) -> None:
         self.deployment = deployment
         # The admin routes answer only on this port (None: nowhere); the port callers invoke refuses them.
         self.control_port = control_port
+        # ... and there only to the developer's signature (servestack/local/iam/control.py's ControlGate;
+        # None: every admin request is refused).
+        self.control_gate = control_gate
         self.max_in_flight = max_in_flight
         self.in_flight = 0
         self.shed = 0
@@ -126,9 +134,10 @@ class Router:
             pass  # SageMaker's multi-model mode: models arrive through POST /models
         else:
             env |= {"SERVESTACK_REGISTRY_URI": self.registry_uri, "SERVESTACK_PREWARM": f"{plan.model}@{plan.version}"}
+        # The container gets its own execution role's keys (the plan's), never the router's (the developer's).
         return RealtimeProcess.start(
             f"{self.deployment}/{plan.name}", free_port(), env=env, workers=self.workers,
-            argv=list(plan.argv) if plan.argv else None, cwd=plan.cwd,
+            argv=list(plan.argv) if plan.argv else None, cwd=plan.cwd, base_env=without_identity(os.environ),
         )  # fmt: skip
 
     async def start_backend(self, plan: VariantPlan, *, weight: float, faults: Faults | None = None) -> Backend:
@@ -256,9 +265,9 @@ class Router:
         on_control_port = self.control_port is not None and local_port(scope) == self.control_port
         if path.startswith(ADMIN) or on_control_port:
             if not (path.startswith(ADMIN) and on_control_port):
-                return await respond(send, 403, JSON_HEADERS, admin_refusal(method, path))
-            status, answer = await self.admin(method, path[len(ADMIN) :], body)
-            return await respond(send, status, [(b"content-type", b"application/json")], orjson.dumps(answer))
+                return await respond(send, 403, REFUSAL_HEADERS, admin_refusal(method, path))
+            status, headers, answer = await control(self, scope, body)
+            return await respond(send, status, headers, answer)
         if self.in_flight >= self.max_in_flight:
             self.shed += 1
             return await respond(
@@ -429,52 +438,6 @@ class Router:
             "variants": {v.name: v.summary() for v in self.variants},
             "shadow": {self.shadow.name: self.shadow.summary()} if self.shadow else None,
         }
-
-    async def admin(self, method: str, what: str, body: bytes) -> tuple[int, Any]:
-        if method == "GET" and what == "metrics":
-            return 200, self.metrics()
-        if method == "GET" and what == "shadow":
-            if self.shadow is None:
-                return 404, {"error": {"type": "NoShadow", "message": f"{self.deployment} has no shadow variant"}}
-            return 200, {"deployment": self.deployment, "shadow": self.shadow.model, **self.report.to_dict()}
-        if what == "deploy" and method == "POST":
-            if self.rehearsal is not None and not self.rehearsal.done:
-                return 409, {"error": {"type": "RehearsalRunning", "message": "a rehearsal is already running"}}
-            if self.rehearsal_factory is None:
-                return 404, {"error": {"type": "NoRehearsal", "message": "this router runs no rehearsals"}}
-            try:
-                self.rehearsal = self.rehearsal_factory(self, orjson.loads(body or b"{}"))
-            except ValueError as exc:
-                return 400, {"error": {"type": "InvalidRehearsal", "message": str(exc)}}
-            self.rehearsal.begin()
-            return 202, self.rehearsal.status()
-        if what == "components" and method == "GET":
-            return 200, self.components()
-        if what.startswith("components/") and method == "POST":
-            return await self._scale_request(what.removeprefix("components/"), body)
-        if what == "deploy" and method == "GET":
-            if self.rehearsal is None:
-                return 404, {"error": {"type": "NoRehearsal", "message": "no rehearsal has run"}}
-            return 200, self.rehearsal.status()
-        routes = "GET metrics, GET shadow, POST deploy, GET deploy, GET components, POST components/{name}"
-        return 404, {"error": {"type": "NotFound", "message": f"{method} {ADMIN}{what}", "allowed": routes}}
-
-    async def _scale_request(self, component: str, body: bytes) -> tuple[int, Any]:
-        if component not in self.copies:
-            allowed = ", ".join(self.copies) or "none: this endpoint hosts no inference components"
-            return 404, {"error": {"type": "NotFound", "message": f"component {component!r} is not hosted here",
-                                   "field": "component", "value": component, "allowed": allowed}}  # fmt: skip
-        try:
-            copies = orjson.loads(body or b"{}").get("copies")
-        except (orjson.JSONDecodeError, AttributeError):
-            copies = None
-        if isinstance(copies, bool) or not isinstance(copies, int) or not 0 <= copies <= 1000:
-            return 400, {"error": {"type": "InvalidCopies", "message": "copies must be an integer in 0..1000",
-                                   "field": "copies", "value": copies, "allowed": "0..1000"}}  # fmt: skip
-        rehearsal = self.rehearsal
-        if rehearsal is not None and not rehearsal.done and getattr(rehearsal, "component", None) == component:
-            return 409, {"error": {"type": "RehearsalRunning", "message": f"a rehearsal is updating {component}"}}
-        return 200, await self.scale(component, copies)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

@@ -25,6 +25,9 @@ ADMIN = "/_servestack/"
 ROUTER_REFUSAL = b"x-amzn-errortype"  # on the router's own 429/502/503 only: `forward` strips a container's
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
+# The router's own 403s (an admin route asked on the wrong port or unsigned): the code as AWS's REST-JSON
+# services name it, which botocore reads.
+REFUSAL_HEADERS = [*JSON_HEADERS, (ROUTER_REFUSAL, b"AccessDeniedException")]
 
 
 def raw_target(scope: Scope) -> bytes:
@@ -64,7 +67,7 @@ def admin_refusal(method: str, path: str) -> bytes:
     )
     error = {"type": "AccessDenied", "message": message, "field": "path", "value": f"{method} {path[:200]}",
              "allowed": "inference routes here; /_servestack/ routes on the control port"}  # fmt: skip
-    return orjson.dumps({"error": error})
+    return orjson.dumps({"message": message, "error": error})
 
 
 def restarting_body(backend: Backend) -> bytes:

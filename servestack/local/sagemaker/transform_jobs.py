@@ -152,6 +152,8 @@ def _ok(body: dict[str, Any]) -> Reply:
 class TransformJobs:
     """The transform jobs created on one `local up`, by name."""
 
+    CONTROL_ROUTES = (("POST", f"{REPORT_PREFIX}{{job}}"),)  # local up's own (the developer's signature)
+
     def __init__(self, models: Iterable[str], region: str, account: str) -> None:
         self.models = frozenset(models)
         self.region = region

@@ -28,6 +28,10 @@ def _error(status: int, code: str, message: str) -> Reply:
 
 
 class SchedulerApi:
+    CONTROL_ROUTES = (
+        ("POST", f"{FIRE_PREFIX}{{schedule}}{FIRE_SUFFIX}"),
+    )  # local up's own (the developer's signature)
+
     def __init__(self, schedules: list[ScheduleDef], region: str, account: str) -> None:
         self.schedules = {s.name: s for s in schedules}
         self.region = region

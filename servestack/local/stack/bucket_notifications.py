@@ -39,6 +39,8 @@ class BucketNotifications:
     """The stacks' bucket-notification resources, applied as their handler's role (on start and on a stack
     update through the route)."""
 
+    CONTROL_ROUTES = (("POST", f"{ROUTE_PREFIX}{{stack}}{ROUTE_SUFFIX}"),)  # local up's own (the developer's signature)
+
     def __init__(
         self,
         topologies: list[Any],

@@ -24,6 +24,8 @@ this server (their paths do not collide). Every request is authenticated (SigV4)
   (servestack/local/iam/roles_route.py);
 - `POST /_servestack/cloudformation/stacks/{stack}/update`: local up's own route that runs a stack's
   bucket-notification handlers again, as a stack update does (servestack/local/stack/bucket_notifications.py).
+Every route under `/_servestack/` (`CONTROL_ROUTES`, and any other path there) answers only the developer's
+signature, checked before the route is looked up (servestack/local/iam/control.py), with or without `--no-iam`.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from servestack.local.cloudformation import DEFAULT_REGION as REGION
 from servestack.local.codedeploy import LocalCodeDeploy
 from servestack.local.ecs import EcsRunTask
 from servestack.local.hosting import LocalHttpServer, Reply, Request
-from servestack.local.iam import LocalAccess, RolePolicies
+from servestack.local.iam import ControlGate, LocalAccess, RolePolicies, is_control_path
 from servestack.local.lambda_ import INVOKE_PREFIX, INVOKE_SUFFIX, LambdaService, lambda_error
 from servestack.local.sagemaker import (
     ENDPOINT_PREFIX,
@@ -45,6 +47,14 @@ from servestack.local.sagemaker import (
 from servestack.local.scheduler import SchedulerApi
 from servestack.local.stack import BucketNotifications
 
+# Local up's own routes on this port, as (method, path with `{name}` placeholders): the unsigned sweep of
+# tests/functional/test_control_routes.py walks them (and checks no other `/_servestack/` path is in the code).
+CONTROL_ROUTES = (
+    *TransformJobs.CONTROL_ROUTES,
+    *SchedulerApi.CONTROL_ROUTES,
+    *RolePolicies.CONTROL_ROUTES,
+    *BucketNotifications.CONTROL_ROUTES,
+)
 MAX_BODY_BYTES = 7 * 1024 * 1024  # above both services' request limits (6 MB), which they check themselves
 
 
@@ -73,6 +83,10 @@ class AwsFront:
         self.scheduler = scheduler
         self.ecs = ecs
         self.notifications = notifications
+        # Local up's own routes (`/_servestack/...`) answer only the developer's signature (iam/control.py).
+        self.control = ControlGate(
+            access.store, access.developer, region=access.enforcer.region, log=access.enforcer.log
+        )
         self.server = LocalHttpServer(
             "aws-api",
             self.handle,
@@ -86,6 +100,12 @@ class AwsFront:
 
     def handle(self, request: Request) -> Reply:
         path = request.path
+        if is_control_path(path):  # local up's own routes: the developer's signature, whatever the route
+            refused = self.control.refusal_of(
+                request.method, path, request.raw_query, request.headers, request.body, request.source_ip
+            )
+            if refused is not None:
+                return refused
         if path.startswith(ENDPOINT_PREFIX):
             allowed = self.access.check(request, "sagemaker")
             return allowed if isinstance(allowed, Reply) else self.sagemaker.handle(request)
@@ -95,7 +115,7 @@ class AwsFront:
         if self.codedeploy is not None and LocalCodeDeploy.is_api(request):  # it authorizes on the group's ARN
             return self.codedeploy.handle(request)
         if self.scheduler is not None and SchedulerApi.is_fire_route(request):  # local up's own: fire now
-            return self._developer_only(request) or self.scheduler.fire(request)
+            return self.scheduler.fire(request)
         if self.scheduler is not None and SchedulerApi.is_api(request):
             allowed = self.access.check(request, "scheduler")
             return allowed if isinstance(allowed, Reply) else self.scheduler.handle(request)
@@ -106,7 +126,7 @@ class AwsFront:
         if self.notifications is not None and BucketNotifications.is_route(request):  # it authorizes the caller
             return self.notifications.handle(request)
         if TransformJobs.is_report(request):
-            return self._developer_only(request) or self.transform_jobs.report(request)
+            return self.transform_jobs.report(request)
         if InferenceComponents.is_control_plane(request):
             allowed = self.access.check(request, "sagemaker")
             return allowed if isinstance(allowed, Reply) else self.components.handle(request)
@@ -123,20 +143,6 @@ class AwsFront:
             "SageMaker DescribeInferenceComponent/UpdateInferenceComponentRuntimeConfig/CreateTransformJob/"
             "DescribeTransformJob, ECS RunTask and Lambda Invoke here",
         )
-
-    def _developer_only(self, request: Request) -> Reply | None:
-        """local up's own route (no AWS API) answers only the developer's SigV4 signature, as `local run-batch`
-        signs it: None when it does, else the refusal."""
-        allowed = self.access.check(request, "sagemaker")
-        if isinstance(allowed, Reply):
-            return allowed
-        if allowed.get("userArn") != self.access.developer.arn:
-            return lambda_error(
-                403, "AccessDeniedException",
-                f"{request.path}: local up's own route answers only the developer identity's signature, not "
-                f"{allowed.get('userArn')}",
-            )  # fmt: skip
-        return None
 
     def serve_in_background(self) -> AwsFront:
         self.server.serve_in_background()

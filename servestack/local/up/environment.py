@@ -22,7 +22,10 @@ def project_of(spec_path: Path | None) -> Path | None:
 
 
 def base_environment() -> dict[str, str]:
-    """This process's environment without the caller's own AWS identity (children get their role's)."""
-    dropped = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
-               "AWS_DEFAULT_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_ENDPOINT_URL")  # fmt: skip
-    return {k: v for k, v in os.environ.items() if k not in dropped} | {"PYTHONUNBUFFERED": "1"}
+    """This process's environment without the caller's own AWS identity (children get their role's) and
+    endpoint (children get local up's)."""
+    from servestack.local.hosting import without_identity
+
+    kept = without_identity(os.environ)
+    kept.pop("AWS_ENDPOINT_URL", None)
+    return kept | {"PYTHONUNBUFFERED": "1"}

@@ -143,18 +143,20 @@ def start_services(world: World, plan: Plan) -> list[Callable[[], None]]:
 
 def scale_component(world: World, component: ComponentState, copies: int) -> None:
     """Tell the component's router to run its copies (0 stops its container); returns once they serve."""
-    import httpx
+    from servestack.local.emulator import control
 
     url = f"{world.component_routers[component.name]}/_servestack/components/{component.name}"
-    response = httpx.post(url, json={"copies": copies}, timeout=180)
-    if response.status_code != 200:
-        raise RuntimeError(f"the endpoint's router answered {response.status_code}: {response.text[:300]}")
+    status, answer = control("POST", url, world.access.developer, world.region, {"copies": copies}, timeout_sec=180)
+    if status != 200:
+        raise RuntimeError(f"the endpoint's router answered {status}: {str(answer)[:300]}")
 
 
 def serving_copies(world: World, component: ComponentState) -> tuple[int, int] | None:
     from servestack.local.sagemaker import copies_on_router
 
-    return copies_on_router(world.component_routers[component.name], component.name)
+    return copies_on_router(
+        world.component_routers[component.name], component.name, world.access.developer, world.region
+    )
 
 
 def authorize_api(world: World, request: Request, resource: str) -> dict[str, Any] | Reply:
