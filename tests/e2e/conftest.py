@@ -145,6 +145,7 @@ def running(
 # another's jobs, objects or schedule runs. Modules that kill children, deploy versions or mutate templates
 # start a `local up` of their own. Which module reads which deployment:
 # - test_fargate_batch_up.py: weekly (a Fargate batch and its schedule's role)
+# - test_local_boundaries.py: every child's environment and every control route (reads; changes nothing)
 # - test_sagemaker_paths.py: digits-mme (a multi-model endpoint) and cancer-sm (async on SageMaker)
 # - test_transform_batch.py: on-lambda and on-transform (the same input, run by both batch engines)
 # - test_transform_schedule_fires.py: nightly (a transform on a one-minute schedule)

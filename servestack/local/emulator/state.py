@@ -27,7 +27,8 @@ def default_path(project: Path | None = None) -> Path:
 def write(path: Path, about: dict[str, Any], deployments: dict[str, dict[str, Any]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(".tmp")
-    temporary.touch(mode=0o600)  # it holds each role's local keys
+    temporary.touch(mode=0o600)  # it holds each role's local keys: your user's alone
+    temporary.chmod(0o600)
     temporary.write_text(json.dumps({**about, "deployments": deployments}, indent=2) + "\n")
     temporary.replace(path)  # readers never see half a file
 

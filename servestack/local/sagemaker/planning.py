@@ -191,6 +191,8 @@ class SageMakerPlanner:
             "cache_dir": str(context.work / "packages"),
         }
         path = context.run_dir / f"endpoint-{endpoint.name}.json"
+        path.touch(mode=0o600)
+        path.chmod(0o600)  # it holds each variant's execution role keys: your user's alone, as the state file
         path.write_text(json.dumps(config, indent=2))
         control_url = f"http://127.0.0.1:{context.free_port()}"
         argv = [sys.executable, "-m", "servestack.local.sagemaker.endpoint", "--config", str(path), "--port", str(port),

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from servestack.local.batch import print_manifest
-from servestack.local.hosting import RealtimeProcess, free_port
+from servestack.local.hosting import RealtimeProcess, free_port, without_identity
 from servestack.local.sagemaker.model_data import ModelDataError
 
 MIB = 1024 * 1024
@@ -235,8 +235,12 @@ def execute_job(
         print(f"{name}: transform job {job_name}: {len(keys)} objects over {count} local workers", file=sys.stderr)
         for index in range(count):
             processes.append(
-                RealtimeProcess.start(
-                    f"{name}/transform-{index}", free_port(), env=environment, output=sys.stderr.fileno()
+                RealtimeProcess.start(  # the job's environment, never this process's AWS identity
+                    f"{name}/transform-{index}",
+                    free_port(),
+                    env=environment,
+                    output=sys.stderr.fileno(),
+                    base_env=without_identity(os.environ),
                 )
             )
         for process in processes:
