@@ -27,10 +27,9 @@ Behaviour copied from AWS besides plain denials:
   AccessDenied, not 404 (Amazon S3 API Reference, GetObject: "If you don't have the s3:ListBucket
   permission, Amazon S3 returns an HTTP status code 403 Access Denied error"). The ListBucket check is made
   without `s3:prefix`; AWS does not document that check's context.
-Passed through unchecked: moto's own `/moto-api` endpoints (the emulator's admin API; AWS has none; local up
-refuses them unless `--allow-reset`, right in front of moto, on the path as moto routes it after this
-enforcer's rewrites: servestack/local/emulator/moto_server.py) and CORS preflight `OPTIONS` requests (never
-signed; S3 answers them from the bucket's CORS rules).
+Passed through unchecked: moto's own `/moto-api` endpoints (its admin API; AWS has none; refused unless
+`--allow-reset` as moto routes them, after these rewrites: servestack/local/emulator/moto_server.py) and CORS
+preflight `OPTIONS` requests (never signed; S3 answers them from the bucket's CORS rules).
 """
 
 from __future__ import annotations

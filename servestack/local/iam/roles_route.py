@@ -9,8 +9,10 @@ one running `local up`, instead of synthesizing and starting again per statement
 up does not run (the pipeline's smoke step role) gets its keys here. The keys do not change with the
 documents, so the processes running as the role see the change on their next call.
 
-AWS has no such route (its IAM API is global and eventually consistent); the caller must sign for `iam` with
-keys allowed `iam:PutRolePolicy` (GET: `iam:GetRolePolicy`) on the role: the developer's, by default.
+AWS has no such route (its IAM API is global and eventually consistent). As every route of local mode's own, it
+answers only the developer's signature (servestack/local/iam/control.py, checked by local up's AWS front before
+the route); the developer signs for `iam`, and IAM is asked for `iam:PutRolePolicy` (GET: `iam:GetRolePolicy`)
+on the role as well. No answer holds a key but PUT's, of the role it changes.
 """
 
 from __future__ import annotations
