@@ -25,12 +25,15 @@ import socket
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servestack.local.sagemaker.backends import VariantPlan
 from servestack.local.sagemaker.rehearsal import Rehearsal
 from servestack.local.sagemaker.router import DEFAULT_MAX_IN_FLIGHT, Router
 from servestack.local.sagemaker.variant_start import ContainerSource
+
+if TYPE_CHECKING:
+    from servestack.local.iam import ControlGate
 
 
 def plan_of(entry: dict[str, Any]) -> VariantPlan:
@@ -112,7 +115,7 @@ def main(args: list[str] | None = None) -> int:
     return 0
 
 
-def control_gate(environ: Mapping[str, str]) -> Any:
+def control_gate(environ: Mapping[str, str]) -> ControlGate:
     """The check of the control port's admin routes: the developer's signature, by the keys local up gives this
     router (its own environment's, as the SageMaker side of local mode); with none, nothing may drive it."""
     from servestack.local.iam import DEVELOPER, ControlGate, Credentials

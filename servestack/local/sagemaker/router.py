@@ -32,7 +32,7 @@ import os
 import random
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -63,6 +63,9 @@ from servestack.local.sagemaker.router_http import (
     returned_headers,
 )
 
+if TYPE_CHECKING:
+    from servestack.local.iam import ControlGate
+
 logger = logging.getLogger("servestack.router")
 
 
@@ -91,7 +94,7 @@ class Router:
         body_read_timeout_sec: float = 10.0,
         control_port: int | None = None,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-        control_gate: Any = None,
+        control_gate: ControlGate | None = None,
     ) -> None:
         self.deployment = deployment
         # The admin routes answer only on this port (None: nowhere); the port callers invoke refuses them.
