@@ -400,7 +400,7 @@ def unvalidated_client(url: str) -> Any:
 
 
 def test_a_transform_job_is_created_in_progress_then_reports_its_end(front: str) -> None:
-    import httpx
+    from tests.control import control as signed_control
 
     control = sagemaker_client(front)
     # WHEN a job is created with a mixed-case name
@@ -412,9 +412,10 @@ def test_a_transform_job_is_created_in_progress_then_reports_its_end(front: str)
     described = control.describe_transform_job(TransformJobName="Nightly-d32c5kddcf5bb8c3")
     assert described["TransformJobStatus"] == "InProgress"
     assert described["TransformResources"] == {"InstanceType": "ml.m5.large", "InstanceCount": 1}
-    # WHEN the emulation reports that it failed THEN DescribeTransformJob says Failed, with the reason
-    reported = httpx.post(
-        f"{front}{REPORT_PREFIX}Nightly-d32c5kddcf5bb8c3", json={"status": "Failed", "reason": "in/a.jsonl: 500"}
+    # WHEN the emulation reports that it failed (a control route: the developer's signature) THEN
+    # DescribeTransformJob says Failed, with the reason
+    reported = signed_control(
+        "POST", f"{front}{REPORT_PREFIX}Nightly-d32c5kddcf5bb8c3", {"status": "Failed", "reason": "in/a.jsonl: 500"}
     )
     assert reported.status_code == 200
     ended = control.describe_transform_job(TransformJobName="Nightly-d32c5kddcf5bb8c3")
