@@ -457,12 +457,11 @@ def _strict_stop(piece: Piece, result: Decoded) -> InvalidInput:
 
 def _expected(chunk: list[Piece]) -> tuple[list[str], np.ndarray]:
     """The chunk's sources (in order of first appearance) and its rows as keys."""
-    sources: list[str] = []
+    order: dict[str, int] = {}  # a dict, not a list scan: a chunk may span thousands of one-row files
     for piece in chunk:
-        if piece.source not in sources:
-            sources.append(piece.source)
-    keys = [_keys(np.full(len(piece), sources.index(piece.source), np.int64), piece.lines) for piece in chunk]
-    return sources, np.concatenate(keys) if keys else np.empty(0, np.int64)
+        order.setdefault(piece.source, len(order))
+    keys = [_keys(np.full(len(piece), order[piece.source], np.int64), piece.lines) for piece in chunk]
+    return list(order), np.concatenate(keys) if keys else np.empty(0, np.int64)
 
 
 __all__ = ["OUTPUT_FORMATS", "BatchJob", "Progress", "ServingError", "StoredObject", "sha256"]

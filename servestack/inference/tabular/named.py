@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from servestack.inference import codecs, media_types
-from servestack.inference.columns import arrays_from_columns, column_names
+from servestack.inference.columns import arrays_from_columns, column_names, first_repeated
 from servestack.inference.errors import InvalidInput, ServingError
 from servestack.inference.runtime import Arrays
 from servestack.inference.service import ServedModel
@@ -141,9 +141,10 @@ def _csv_table(
     lines: Lines, names: list[str], id_column: str | None, bad: list[tuple[int, ServingError]], ids: dict[int, Any]
 ) -> Table:
     header = list(lines.header or ())
+    position_of = {name: position for position, name in enumerate(header)}  # one pass: no scan per name
     wanted = ([id_column] if id_column is not None else []) + names
-    missing = next((name for name in wanted if name not in header), None)
-    twice = next((name for name in header if header.count(name) > 1), None)
+    missing = next((name for name in wanted if name not in position_of), None)
+    twice = first_repeated(header)
     if missing is not None or twice is not None:
         error = (
             _missing(wanted, missing)
@@ -154,8 +155,8 @@ def _csv_table(
         )
         bad.extend((index, error) for index in range(len(lines)))
         return _empty(names)
-    positions = [header.index(name) for name in names]
-    id_position = header.index(id_column) if id_column is not None else -1
+    positions = [position_of[name] for name in names]
+    id_position = position_of[id_column] if id_column is not None else -1
     rows: dict[int, list[Any]] = {}
     for index in range(len(lines)):
         try:
