@@ -39,3 +39,79 @@ def summing_package(
     build_package(source, package, name="summing", version="1", columns=columns, allow_nan=allow_nan)
     settings = ServingSettings(model_dir=package, default_model="summing", providers="CPUExecutionProvider")
     return ServedModel.load(package, settings)
+
+
+def counting_model(path: Path) -> Path:
+    """One int64 input `x` of shape [N, 3] -> `total` [N, 1] float32, the sum of each row: integer columns."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["x"], ["counts"], to=TensorProto.FLOAT),
+            helper.make_node("ReduceSum", ["counts", "axes"], ["total"], keepdims=1),
+        ],
+        "counting",
+        [helper.make_tensor_value_info("x", TensorProto.INT64, [None, 3])],
+        [helper.make_tensor_value_info("total", TensorProto.FLOAT, [None, 1])],
+        [helper.make_tensor("axes", TensorProto.INT64, [1], [1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def counting_package(model_dir: Path) -> ServedModel:
+    """The counting model pushed with `--columns a,b,c` into `model_dir/counting/1` (so `model_dir` serves it as
+    SERVESTACK_MODEL_DIR with SERVESTACK_DEFAULT_MODEL=counting), loaded as every mode loads it."""
+    model_dir.mkdir(parents=True, exist_ok=True)
+    source = counting_model(model_dir / "counting.onnx")
+    package = model_dir / "counting" / "1"
+    build_package(source, package, name="counting", version="1", columns=("a", "b", "c"))
+    settings = ServingSettings(model_dir=model_dir, default_model="counting", providers="CPUExecutionProvider")
+    return ServedModel.load(package, settings)
+
+
+SITES = ("north", "south", "east")
+
+
+def site_model(path: Path) -> Path:
+    """One string column `site` ([N, 1]) -> `score` [N, 1] float32: 1, 2 or 3 for a known site, 0 for any other
+    text (ONNX-ML's LabelEncoder with a default), so every string is a row the model takes."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [
+            helper.make_node(
+                "LabelEncoder",
+                ["site"],
+                ["score"],
+                domain="ai.onnx.ml",
+                keys_strings=list(SITES),
+                values_floats=[1.0, 2.0, 3.0],
+                default_float=0.0,
+            )
+        ],
+        "sites",
+        [helper.make_tensor_value_info("site", TensorProto.STRING, [None, 1])],
+        [helper.make_tensor_value_info("score", TensorProto.FLOAT, [None, 1])],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 2)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def site_package(model_dir: Path) -> ServedModel:
+    """The site model in `model_dir/sites/1` (SERVESTACK_DEFAULT_MODEL=sites), loaded as every mode loads it."""
+    model_dir.mkdir(parents=True, exist_ok=True)
+    source = site_model(model_dir / "sites.onnx")
+    package = model_dir / "sites" / "1"
+    build_package(source, package, name="sites", version="1")
+    settings = ServingSettings(model_dir=model_dir, default_model="sites", providers="CPUExecutionProvider")
+    return ServedModel.load(package, settings)

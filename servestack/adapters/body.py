@@ -91,6 +91,8 @@ class ReadDeadlines:
 
 
 def too_large(limit: int, value: int | str) -> PayloadTooLarge:
+    if isinstance(value, int) and value >= PAST_ANY_LIMIT:
+        value = f">= {PAST_ANY_LIMIT}"
     return PayloadTooLarge(
         f"body of {value} bytes is over the limit" if isinstance(value, int) else "body is over the limit",
         field="body",
@@ -198,10 +200,20 @@ class RequestHeaders(Protocol):
 
 def declared_size(value: str | bytes | None) -> int | None:
     """A Content-Length's value as a number, or None when there is none or it is not one: ASCII digits only (a
-    str's `isdigit` also takes "²", which `int` refuses)."""
+    str's `isdigit` also takes "²", which `int` refuses). A value of more than 18 digits (leading zeros aside)
+    is past any limit, and is never given to `int` (which refuses 5,000 digits with a ValueError): it reads as
+    `PAST_ANY_LIMIT`."""
     if value is None or not value.isascii() or not value.isdigit():
         return None
+    if len(value) > _LENGTH_DIGITS:  # `int` counts leading zeros towards its limit too
+        value = (value.lstrip(b"0") or b"0") if isinstance(value, bytes) else (value.lstrip("0") or "0")
+        if len(value) > _LENGTH_DIGITS:
+            return PAST_ANY_LIMIT
     return int(value)
+
+
+_LENGTH_DIGITS = 18
+PAST_ANY_LIMIT = 10**18
 
 
 class BodySource(Protocol):

@@ -110,6 +110,7 @@ _NPY_ALLOWED = "numpy .npy of bool, int, uint or float (no object, string or str
 _NPY_HEADER = re.compile(rb"\{'descr': '([<>|][biuf]\d)', 'fortran_order': False, 'shape': \(([\d, ]*)\), \}")
 _NPY_MAX_DIMS = 32
 _NPY_MAX_DIM = 1 << 40
+_NPY_DIM_DIGITS = len(str(_NPY_MAX_DIM))  # 13: a longer dimension is past the limit, whatever its digits
 
 
 def _parse_npy(body: bytes) -> np.ndarray:
@@ -160,7 +161,15 @@ def parse_npy_header(body: bytes, start: int, end: int) -> tuple[np.dtype[Any], 
     header = _NPY_HEADER.match(body, start, end)
     if header is not None and header.group(1).decode() in NPY_DTYPES:
         descr, fortran_order = header.group(1).decode(), False
-        shape = tuple(int(dim) for dim in header.group(2).split(b",") if dim.strip())
+        dims = [dim.strip() for dim in header.group(2).split(b",")]
+        if any(len(dim) > _NPY_DIM_DIGITS for dim in dims):  # never int() a 5,000-digit dimension (ValueError)
+            raise InvalidInput(
+                "body: .npy shape has a dimension of more than 13 digits",
+                field="body",
+                value="shape",
+                allowed=f"at most {_NPY_MAX_DIMS} dimensions of 0..{_NPY_MAX_DIM}",
+            )
+        shape = tuple(int(dim) for dim in dims if dim)
     else:
         descr, fortran_order, shape = _read_npy_header(body)
     if len(shape) > _NPY_MAX_DIMS or any(not 0 <= dim <= _NPY_MAX_DIM for dim in shape):

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from servestack.inference.column_plan import SQUARED_MAX, ConversionPlan, conversion_plan, planned_arrays
-from servestack.inference.errors import InvalidInput, short_repr
+from servestack.inference.errors import InvalidInput, short_repr, unconvertible
 from servestack.inference.manifest import ColumnSpec, Manifest, TensorSpec, numpy_dtype_of
 
 Arrays = dict[str, np.ndarray]
@@ -34,6 +34,9 @@ _DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?
 _INTEGER = re.compile(r"[+-]?\d+", re.ASCII)
 _NAN_CELLS = frozenset({"", "nan", "NaN", "NAN", "null", "NA"})
 _BOOLEAN_CELLS = {"true": True, "false": False, "1": True, "0": False}
+# A CSV integer cell longer than this is past int64 whatever its digits (19 digits and a sign, leading zeros
+# aside): refused without `int()`, which costs quadratic time in the digits and raises ValueError past 4,300.
+_INT64_DIGITS = 19
 _NameT = TypeVar("_NameT", bound=Hashable)
 
 
@@ -226,12 +229,16 @@ def arrays_from_columns(
     """`{column: values}` (any order) -> the model's input arrays: `[N, 1]` inputs, or a `[N, k]` input in column
     order. Each column is cast to its dtype (strings stay an object array of str); NaN (or `null`/None, or an
     empty or `NaN` cell with `text`) only where the column allows it. `text`: the values are CSV cells.
-    Raises `InvalidInput` naming the column (and listing the expected ones when one is missing or unknown)."""
-    if not text:
-        fast = planned_arrays(_plan_of(manifest), columns, max_rows)
-        if fast is not None:
-            return fast
-    return arrays_column_by_column(manifest, columns, field=field, max_rows=max_rows, text=text)
+    Raises `InvalidInput` naming the column (and listing the expected ones when one is missing or unknown);
+    a ValueError or OverflowError of a conversion that no check named first is `InvalidInput` too."""
+    try:
+        if not text:
+            fast = planned_arrays(_plan_of(manifest), columns, max_rows)
+            if fast is not None:
+                return fast
+        return arrays_column_by_column(manifest, columns, field=field, max_rows=max_rows, text=text)
+    except (ValueError, OverflowError) as error:
+        raise unconvertible(field, error) from None
 
 
 # The last manifest planned and its plan: hashing a manifest for the plan's cache costs more than the rest of
@@ -369,7 +376,9 @@ def _column(column: ColumnSpec, raw: Any, field: str, manifest: Manifest) -> np.
     try:
         array = np.array(raw, dtype=np.int64 if integers else np.float64)
     except OverflowError:
-        raise _bad_value(column, raw, field, lambda value: -(2**63) <= value < 2**63, "integers of int64") from None
+        if integers:
+            raise _bad_value(column, raw, field, lambda v: _INT64_MIN <= v <= _INT64_MAX, _INT64_CELLS) from None
+        raise _bad_value(column, raw, field, lambda v: type(v) is not int or abs(v) < 2**1024, "numbers") from None
     return _checked_numbers(column, array, field, manifest)
 
 
@@ -455,20 +464,30 @@ def _text_column(column: ColumnSpec, cells: Sequence[str], field: str, manifest:
         elif integers:
             if _INTEGER.fullmatch(text) is None:
                 raise _bad_cell(column, field, row, text, "integers")
+            if len(text) > _INT64_DIGITS + 1:  # `int` would count leading zeros towards its limit too
+                digits = text.lstrip("+-").lstrip("0")
+                if len(digits) > _INT64_DIGITS:
+                    raise _bad_cell(column, field, row, text, _INT64_CELLS)
+                text = ("-" if text[0] == "-" else "") + (digits or "0")
             values.append(int(text))
         elif text in _NAN_CELLS:
             values.append(math.nan)
         elif _DECIMAL.fullmatch(text) is not None:
-            values.append(float(text))
+            values.append(float(text))  # any length: float() reads 5,000 digits as inf, which is checked below
         else:
             raise _bad_cell(column, field, row, text, "numbers (ASCII decimal, e.g. -1.5e3; empty or NaN: missing)")
     if booleans:
         return np.array(values, dtype=bool)
     try:
         array = np.array(values, dtype=np.int64 if integers else np.float64)
-    except OverflowError:
-        raise _bad_cell(column, field, 0, "(an integer past int64)", "integers of int64") from None
+    except OverflowError:  # an integer of 19 digits past int64's range: name it
+        past = next(row for row, value in enumerate(values) if not _INT64_MIN <= value <= _INT64_MAX)
+        raise _bad_cell(column, field, past, cells[past].strip(" \t"), _INT64_CELLS) from None
     return _checked_numbers(column, array, field, manifest)
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_INT64_CELLS = f"integers of at most 19 digits (within {_INT64_MIN}..{_INT64_MAX})"
 
 
 def _bad_cell(column: ColumnSpec, field: str, row: int, text: str, wanted: str) -> InvalidInput:

@@ -16,7 +16,20 @@ from typing import Any, ClassVar
 MAX_MESSAGE_CHARS = 1000
 # ...and values printed by `reprlib` with these limits, so a 6 MiB list or a 1,000-deep one costs no more
 # to describe than a short one (a plain `repr` of either is slow, large, or a RecursionError).
-_REPR = reprlib.Repr()
+
+
+class _BoundedRepr(reprlib.Repr):
+    """`reprlib.Repr` that never writes out a huge integer: `repr` of one past 4,300 digits raises ValueError
+    (Python's limit on int-to-str conversion), and below that it costs time quadratic in the digits."""
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > _INT_BITS_SHOWN:
+            return f"<an integer of {x.bit_length()} bits>"
+        return super().repr_int(x, level)
+
+
+_INT_BITS_SHOWN = 256
+_REPR = _BoundedRepr()
 _REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict = 3, 8, 8, 8
 _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 80, 80, 40
 
@@ -94,6 +107,19 @@ class InvalidInput(ServingError):
 
     status_code = 400
     error_type = "InvalidInput"
+
+
+def unconvertible(field: str, error: ValueError | OverflowError) -> InvalidInput:
+    """A value that a number parser or a cast refused (an integer of 5,000 digits, which `int` refuses with a
+    ValueError; one past a dtype's range, an OverflowError), as the caller's mistake: decoding turns any such
+    error that its own checks did not name first into this, never a 500."""
+    reason = str(error).split(";")[0][:160]  # Python's advice on sys.set_int_max_str_digits is not the caller's
+    return InvalidInput(
+        f"{field}: a value cannot be converted to the model's dtype ({type(error).__name__}: {reason})",
+        field=field,
+        value=type(error).__name__,
+        allowed="values of the model's dtypes, within their range (integers of at most 19 digits)",
+    )
 
 
 class ModelNotFound(ServingError):

@@ -27,6 +27,7 @@ from servestack.inference.errors import (
     ModelNotReady,
     ServingError,
     short_repr,
+    unconvertible,
 )
 from servestack.inference.hooks import Hooks, load_hooks
 from servestack.inference.manifest import (
@@ -144,44 +145,48 @@ class ServedModel:
         self, payload: Any, content_type: str, *, may_hold_booleans: bool = True, header: bool | None = None
     ) -> Arrays:
         """A decoded payload (what `codecs.decode_body` returns) -> validated input arrays. `header`: for CSV,
-        whether the first row names the columns (None: it does when it equals the column names)."""
-        if self.hooks.preprocess is None:
-            if content_type == media_types.JSON:
-                fast = fast_paths.fast_instances(
-                    payload, self.manifest, max_batch_rows=self.max_batch_rows, may_hold_booleans=may_hold_booleans
-                )
-                if (
-                    fast is None
-                ):  # the by-name forms (servestack/inference/request_forms.py), after the tensor fast path
-                    fast = request_forms.json_arrays(payload, self.manifest, max_rows=self.max_batch_rows)
-            elif content_type == media_types.NPY:
-                fast = fast_paths.fast_npy(payload, self.manifest, max_batch_rows=self.max_batch_rows)
-            elif content_type == media_types.CSV and (self.columns or header):
-                if header and not self.columns:  # a header on a model of unnamed columns says nothing: dropped
-                    payload = payload[1:]
-                    fast = None
+        whether the first row names the columns (None: it does when it equals the column names). A ValueError
+        or OverflowError of a conversion that no check named first is the caller's `InvalidInput`."""
+        try:  # no cost on the way through (Python 3.11's try is free until something raises)
+            if self.hooks.preprocess is None:
+                if content_type == media_types.JSON:
+                    fast = fast_paths.fast_instances(
+                        payload, self.manifest, max_batch_rows=self.max_batch_rows, may_hold_booleans=may_hold_booleans
+                    )
+                    if fast is None:  # the by-name forms (inference/request_forms.py), after the tensor fast path
+                        fast = request_forms.json_arrays(payload, self.manifest, max_rows=self.max_batch_rows)
+                elif content_type == media_types.NPY:
+                    fast = fast_paths.fast_npy(payload, self.manifest, max_batch_rows=self.max_batch_rows)
+                elif content_type == media_types.CSV and (self.columns or header):
+                    if header and not self.columns:  # a header on a model of unnamed columns says nothing: dropped
+                        payload = payload[1:]
+                        fast = None
+                    else:
+                        fast = request_forms.csv_arrays(
+                            payload, self.manifest, header=header, max_rows=self.max_batch_rows
+                        )
                 else:
-                    fast = request_forms.csv_arrays(payload, self.manifest, header=header, max_rows=self.max_batch_rows)
+                    fast = None
+                if fast is not None:
+                    return fast
+            if self.hooks.preprocess is not None:
+                produced = self.hooks.run_preprocess(payload, content_type)
+                if isinstance(produced, np.ndarray):
+                    produced = {self.manifest.inputs[0].name: produced}
+                if not isinstance(produced, Mapping):
+                    raise InvalidInput(
+                        f"model {self.manifest.key}: preprocess returned {type(produced).__name__}",
+                        field="body",
+                        allowed="an ndarray or a dict of input name to ndarray",
+                    )
+                raw = {name: (f"inputs.{name}", value) for name, value in produced.items()}
             else:
-                fast = None
-            if fast is not None:
-                return fast
-        if self.hooks.preprocess is not None:
-            produced = self.hooks.run_preprocess(payload, content_type)
-            if isinstance(produced, np.ndarray):
-                produced = {self.manifest.inputs[0].name: produced}
-            if not isinstance(produced, Mapping):
-                raise InvalidInput(
-                    f"model {self.manifest.key}: preprocess returned {type(produced).__name__}",
-                    field="body",
-                    allowed="an ndarray or a dict of input name to ndarray",
-                )
-            raw = {name: (f"inputs.{name}", value) for name, value in produced.items()}
-        else:
-            raw = codecs.payload_to_arrays(payload, content_type, self.manifest)
-        return input_checks.validate_inputs(
-            raw, self.manifest, max_batch_rows=self.max_batch_rows, may_hold_booleans=may_hold_booleans
-        )
+                raw = codecs.payload_to_arrays(payload, content_type, self.manifest)
+            return input_checks.validate_inputs(
+                raw, self.manifest, max_batch_rows=self.max_batch_rows, may_hold_booleans=may_hold_booleans
+            )
+        except (ValueError, OverflowError) as error:
+            raise unconvertible("body", error) from None
 
     def predict(self, arrays: Mapping[str, np.ndarray]) -> Arrays:
         try:
