@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, MutableMapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 # granian.rsgi re-exports these under other names, which mypy does not take as exports; _granian is typed.
 from granian._granian import RSGIProtocolClosed
@@ -95,13 +96,28 @@ def asgi_scope(scope: Scope) -> Message:
         "method": scope.method,
         "scheme": scope.scheme,
         "path": scope.path,
-        "raw_path": scope.path.encode("latin-1"),
-        "query_string": scope.query_string.encode("latin-1"),
+        "raw_path": _wire_bytes(scope.path),
+        "query_string": _wire_bytes(scope.query_string),
         "root_path": "",
         "headers": [(name.encode("latin-1"), value.encode("latin-1")) for name, value in scope.headers.items()],
         "server": (host, int(port or 0)),
         "client": (client_host, int(client_port or 0)),
     }
+
+
+# Every printable ASCII character but the space: what a request target carries as it is (`%` included, so an
+# escape the client sent stays as sent).
+_TARGET_ASCII = "".join(map(chr, range(0x21, 0x7F)))
+
+
+def _wire_bytes(text: str) -> bytes:
+    """A path or query string as ASGI's bytes. RSGI hands both over as `str`: the path percent-decoded (`%E2%82%AC`
+    is `€`, `%FF` is U+FFFD), the query string as sent, though granian also takes raw UTF-8 bytes in either.
+    ASCII, the usual target, is its own bytes; anything else is percent-encoded as UTF-8, as a client writes
+    it (latin-1 cannot encode `€`: that was a 500 for `GET /%E2%82%AC`, where uvicorn answers 404)."""
+    if text.isascii():
+        return text.encode("ascii")
+    return quote(text, safe=_TARGET_ASCII, errors="surrogatepass").encode("ascii")
 
 
 class _Receive:
