@@ -238,8 +238,9 @@ def json_floor_rows_per_sec(files: list[Path], chunk: int) -> float:
     on the bytes of the first input file, in this process pinned to the job's core: the text-to-array floor."""
     from servestack.inference.service import ModelRepository
     from servestack.inference.settings import ServingSettings
+    from servestack.inference.tabular.chunking import chunks
     from servestack.inference.tabular.decode import decode_piece
-    from servestack.inference.tabular.rows import Progress, block_lines, chunks
+    from servestack.inference.tabular.rows import Progress, block_lines
 
     repository = ModelRepository(ServingSettings(max_batch_rows=chunk))
     repository.load_all()

@@ -20,7 +20,7 @@ from servestack.inference.errors import InvalidInput
 from servestack.inference.service import ModelRepository
 from servestack.inference.settings import ServingSettings
 from servestack.inference.tabular import Progress
-from servestack.inference.tabular.rows import parquet_module
+from servestack.inference.tabular.parquet_reading import parquet_module
 from tests.integration.conftest import Aws
 from tests.integration.resources import ensure_bucket
 from tests.integration.test_batch_job import DiesStoringPart, Interrupted

@@ -4,14 +4,16 @@ Transport-free: rows come from, and parts go to, a `Store` (S3 in servestack/ada
 - Input: every `*.jsonl|*.ndjson|*.json` (one instance per line, as in `{"instances": [...]}`), `*.csv` (one
   row per line; a first line that is not numeric is a header) and `*.parquet` (a column per model input, or
   one numeric column per value of a one-input model's row) object under the input prefix, in key order.
-  Memory stays bounded: a few chunks of `chunk_rows` rows are held at a time (rows.py, job.py); a line over
+  Memory stays bounded: a few chunks of `chunk_rows` rows are held at a time (chunking.py, job.py); a line over
   `max_record_bytes` (1 MiB by default) is an error row whose bytes are never held, and a Parquet file is read
-  row group by row group, its footer, column count and row group size checked first.
+  one batch at a time, its footer, column count and row groups' decoded size checked first, its strings kept
+  as dictionaries, and a chunk of its rows decodes to at most 32 MiB (parquet_reading.py).
 - A file that cannot be read (not Parquet, truncated, corrupt, a column named twice, over a limit) is one error
   record, line 0, naming the file and why; rows read before it failed are scored, and the other files are read.
   The manifest's `inputs` give each file's outcome: `read`, or `failed` with the error.
-- Output: part `i` holds the predictions for input rows `[i*chunk_rows, (i+1)*chunk_rows)`: one JSON line per
-  good row (`file`, `line`, then the response fields), or with `output_format="parquet"` the same as columns.
+- Output: part `i` holds the predictions for the rows of chunk `i` (`chunk_rows` rows, fewer where Parquet
+  rows reach the chunk's decoded budget; chunks are cut the same way on every run): one JSON line per good row
+  (`file`, `line`, then the response fields), or with `output_format="parquet"` the same as columns.
   A part is written whole (one PUT), so an existing part with this run's fingerprint is finished and a rerun
   skips it. Bad rows (that do not decode, or that the model refuses: refused.py) go to `errors/part-i.jsonl`
   (file, line, error) before their part, and are gathered into `errors.jsonl` at the end; `strict=True` stops

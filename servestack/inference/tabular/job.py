@@ -24,6 +24,7 @@ import orjson
 from servestack.inference.errors import InternalError, InvalidInput, ServingError
 from servestack.inference.runtime import Arrays
 from servestack.inference.service import ServedModel
+from servestack.inference.tabular.chunking import chunks, pieces
 from servestack.inference.tabular.decode import Decoded, decode_piece
 from servestack.inference.tabular.encode import (
     batch_fields,
@@ -35,19 +36,9 @@ from servestack.inference.tabular.encode import (
     parquet_keys,
     parquet_table,
 )
+from servestack.inference.tabular.parquet_reading import parquet_module
 from servestack.inference.tabular.refused import predict_rows, refused_by_piece
-from servestack.inference.tabular.rows import (
-    FILE_LINE,
-    FORMATS,
-    MAX_RECORD_BYTES,
-    PARQUET,
-    Piece,
-    Progress,
-    chunks,
-    parquet_module,
-    pieces,
-    suffix,
-)
+from servestack.inference.tabular.rows import FILE_LINE, FORMATS, MAX_RECORD_BYTES, PARQUET, Piece, Progress, suffix
 from servestack.inference.tabular.stages import Writer, prefetched
 from servestack.inference.tabular.store import Store, StoredObject
 

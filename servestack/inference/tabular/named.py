@@ -214,15 +214,35 @@ def _null_id(id_column: str) -> InvalidInput:
 
 
 def _arrow_values(column: Any) -> Any:
-    """A Parquet column's values: numbers as a numpy array (no Python object per value), anything else (strings,
-    a column with nulls) as Python values, which `arrays_from_columns` checks one by one."""
+    """A Parquet column's values: numbers as a numpy array, strings read as a dictionary (parquet_reading.py) as an
+    object array of references to one `str` per distinct value (no Python object per row: a string repeated
+    300,000 times is one object); anything else (a column with nulls, other types) as Python values, which
+    `arrays_from_columns` checks one by one."""
     import pyarrow as pa
 
     kind = column.type
+    if pa.types.is_dictionary(kind):
+        return _dictionary_values(column)
     numeric = pa.types.is_floating(kind) or pa.types.is_integer(kind) or pa.types.is_boolean(kind)
     if numeric and not column.null_count:
         return column.to_numpy(zero_copy_only=False)
     return column.to_pylist()
+
+
+def _dictionary_values(column: Any) -> np.ndarray:
+    """A dictionary column as an object array: each distinct value used converted once, nulls as None."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    indices = pc.fill_null(column.indices, 0).to_numpy(zero_copy_only=False)
+    used, positions = np.unique(indices, return_inverse=True)
+    if not len(used):
+        return np.empty(0, dtype=object)
+    values = np.asarray(column.dictionary.take(pa.array(used)).to_numpy(zero_copy_only=False), dtype=object)
+    picked: np.ndarray = values[positions.reshape(-1)]
+    if column.null_count:
+        picked[column.is_null().to_numpy(zero_copy_only=False)] = None
+    return picked
 
 
 def _decode(model: ServedModel, table: Table, bad: list[tuple[int, ServingError]]) -> tuple[np.ndarray, Arrays | None]:

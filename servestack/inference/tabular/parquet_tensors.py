@@ -217,6 +217,8 @@ def _numeric_type(arrow_type: Any, kind: str) -> bool:
 
 def _type_error(spec: TensorSpec, where: str, arrow_type: Any, position: int | None) -> InvalidInput:
     column = f"column {position + 1}" if position is not None else where
+    if hasattr(arrow_type, "index_type"):  # strings are read as dictionaries (parquet_reading.py): name the values
+        arrow_type = arrow_type.value_type
     return InvalidInput(
         f"{column}: Parquet type {arrow_type} does not fit input {spec.name!r} ({spec.dtype}, rows of "
         f"{list(spec.row_shape)})",

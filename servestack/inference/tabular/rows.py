@@ -10,12 +10,9 @@ per row.
 
 from __future__ import annotations
 
-import tempfile
 import time
-from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, overload
 
 import numpy as np
@@ -44,12 +41,7 @@ _STRIP_ROUNDS = 4
 # smallest batch job's memory (Lambda: 1,024 MB and up; Fargate: 4 GiB by default), so a few chunks of the
 # longest records still fit beside the model. A longer line is an error row, and its bytes are never held.
 MAX_RECORD_BYTES = 1024 * 1024
-# A Parquet file is read row group by row group; one row group is held whole (pyarrow reads a column chunk
-# at once), so its uncompressed size is bounded, and so are its columns and its footer, which is parsed whole
-# before any row (a one-row file of 300,000 columns has a 50 MB footer that took ~800 MB of memory to parse).
-MAX_PARQUET_COLUMNS = 10_000
-MAX_PARQUET_FOOTER_BYTES = 16 * 1024 * 1024
-MAX_ROW_GROUP_BYTES = 512 * 1024 * 1024
+# (What a Parquet object may hold is servestack/inference/tabular/parquet_reading.py's.)
 FILE_LINE = 0  # the line number of an error about a whole file (rows are numbered from 1)
 
 
@@ -111,18 +103,21 @@ class Lines:
 
 @dataclass(frozen=True)
 class Records:
-    """Rows of one Parquet object: a pyarrow record batch; row i is row number `lines[i]` of the file."""
+    """Rows of one Parquet object: a pyarrow record batch; row i is row number `lines[i]` of the file, and
+    decodes to `row_bytes[i]` bytes when the reader measured it (parquet_reading.py), which bounds chunks."""
 
     source: str
     batch: Any  # pyarrow.RecordBatch
     lines: np.ndarray
     media_type: str = PARQUET
+    row_bytes: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.lines)
 
     def cut(self, start: int, stop: int) -> Records:
-        return Records(self.source, self.batch.slice(start, stop - start), self.lines[start:stop])
+        sizes = self.row_bytes[start:stop] if self.row_bytes is not None else None
+        return Records(self.source, self.batch.slice(start, stop - start), self.lines[start:stop], PARQUET, sizes)
 
 
 @dataclass(frozen=True)
@@ -310,153 +305,3 @@ def block_lines(
 def _too_long(key: str, media_type: str, line: int, size: int, limit: int | None) -> Refused:
     error = record_too_long(size, int(limit or 0))
     return Refused(key, np.array([line], dtype=np.int64), (error,), media_type)
-
-
-def parquet_module() -> Any:
-    """pyarrow.parquet, or InvalidInput saying which engines carry it."""
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise InvalidInput(
-            "Parquet needs pyarrow, which this runtime does not carry (the Lambda bundle leaves it out to stay "
-            "under 150 MB)",
-            field="engine",
-            value="lambda",
-            allowed="engine: fargate (the container image carries pyarrow) for Parquet input or output",
-        ) from None
-    return pq
-
-
-def _unreadable(key: str, reason: str, *, value: Any = None, allowed: str | None = None) -> UnreadableFile:
-    return UnreadableFile(
-        f"{key}: {reason}",
-        field="file",
-        value=key if value is None else value,
-        allowed=allowed or "a Parquet file (or rename it: the suffix decides the format)",
-    )
-
-
-def _footer_bytes(path: Path) -> int | None:
-    """The length of a Parquet file's footer, from its last 8 bytes (`<length, 4 bytes LE>PAR1`); None when the
-    file does not end as a Parquet file does."""
-    with path.open("rb") as handle:
-        size = handle.seek(0, 2)
-        if size < 12:
-            return None
-        handle.seek(size - 8)
-        tail = handle.read(8)
-    if tail[4:] != b"PAR1":
-        return None
-    return int.from_bytes(tail[:4], "little")
-
-
-def _open_parquet(pq: Any, key: str, path: Path) -> Any:
-    """A ParquetFile whose footer, columns and row groups are within the limits, or `UnreadableFile`."""
-    footer = _footer_bytes(path)
-    if footer is None:
-        raise _unreadable(key, "not a Parquet file (it does not end with the PAR1 magic; truncated, or another format)")
-    if footer > MAX_PARQUET_FOOTER_BYTES:
-        raise _unreadable(
-            key,
-            f"a footer of {footer} bytes (its metadata is parsed whole before any row is read)",
-            value=f"{footer} bytes",
-            allowed=f"a footer of at most {MAX_PARQUET_FOOTER_BYTES} bytes: fewer columns or row groups per file",
-        )
-    try:
-        reader = pq.ParquetFile(path)
-    except Exception as exc:  # pyarrow raises ArrowInvalid / OSError subclasses for a file it cannot read
-        raise _unreadable(key, f"not a readable Parquet file ({str(exc)[:200]})") from None
-    metadata = reader.metadata
-    if metadata.num_columns > MAX_PARQUET_COLUMNS:
-        raise _unreadable(
-            key,
-            f"{metadata.num_columns} columns",
-            value=metadata.num_columns,
-            allowed=f"at most {MAX_PARQUET_COLUMNS} columns",
-        )
-    counts = Counter(reader.schema_arrow.names)  # one pass (a count per name was quadratic in 10,000 columns)
-    twice = sorted(name for name, count in counts.items() if count > 1)
-    if twice:
-        raise _unreadable(
-            key,
-            f"columns named more than once: {twice[:8]} (which one is the input would be a guess)",
-            value=twice[:8],
-            allowed="each column name once",
-        )
-    return reader
-
-
-def object_records(store: Store, obj: StoredObject, progress: Progress, batch_rows: int) -> Iterator[Records]:
-    """The rows of a Parquet object, row group by row group, in record batches of at most `batch_rows` rows.
-    `UnreadableFile` when the file cannot be read, before its first row or after some."""
-    pq = parquet_module()
-    import pyarrow as pa
-
-    with tempfile.TemporaryDirectory(prefix="servestack-parquet-") as folder:
-        path = Path(folder) / "object.parquet"
-        store.download(obj.key, path)
-        progress.bytes_read += obj.size
-        reader = _open_parquet(pq, obj.key, path)
-        line = 1
-        for group in range(reader.metadata.num_row_groups):
-            size = reader.metadata.row_group(group).total_byte_size
-            if size > MAX_ROW_GROUP_BYTES:
-                raise _unreadable(
-                    obj.key,
-                    f"row group {group} holds {size} bytes uncompressed (a row group is read whole)",
-                    value=f"{size} bytes",
-                    allowed=f"row groups of at most {MAX_ROW_GROUP_BYTES} bytes uncompressed",
-                )
-            try:
-                batches = list(reader.iter_batches(batch_size=batch_rows, row_groups=[group]))
-            except (pa.ArrowException, OSError) as exc:  # a truncated or corrupt row group
-                raise _unreadable(
-                    obj.key, f"row group {group} cannot be read after {line - 1} rows ({str(exc)[:200]})"
-                ) from None
-            for batch in batches:
-                yield Records(obj.key, batch, np.arange(line, line + batch.num_rows, dtype=np.int64))
-                line += batch.num_rows
-
-
-def pieces(
-    store: Store,
-    inputs: list[StoredObject],
-    progress: Progress,
-    batch_rows: int,
-    *,
-    max_record_bytes: int | None = None,
-    failed: dict[str, ServingError] | None = None,
-) -> Iterator[Piece]:
-    """Every object's rows, in order. An object that cannot be read (or stops being readable) becomes one
-    `Refused` row, line `FILE_LINE`, saying why (recorded in `failed`), and the next object is read."""
-    for obj in inputs:
-        media_type = FORMATS[suffix(obj.key)]
-        rows: Iterator[Piece] = (
-            object_records(store, obj, progress, batch_rows)
-            if media_type == PARQUET
-            else object_lines(store, obj, media_type, progress, max_record_bytes=max_record_bytes)
-        )
-        try:
-            yield from rows
-        except UnreadableFile as error:
-            if failed is not None:
-                failed[obj.key] = error
-            yield Refused(obj.key, np.array([FILE_LINE], dtype=np.int64), (error,), media_type)
-
-
-def chunks(source: Iterator[Piece], chunk_rows: int) -> Iterator[list[Piece]]:
-    """Exactly `chunk_rows` rows per chunk (the last may hold fewer); a chunk may span objects."""
-    chunk: list[Piece] = []
-    size = 0
-    for piece in source:
-        offset = 0
-        while offset < len(piece):
-            take = min(chunk_rows - size, len(piece) - offset)
-            chunk.append(piece.cut(offset, offset + take))
-            size += take
-            offset += take
-            if size == chunk_rows:
-                yield chunk
-                chunk, size = [], 0
-    if chunk:
-        yield chunk
