@@ -115,3 +115,35 @@ def site_package(model_dir: Path) -> ServedModel:
     build_package(source, package, name="sites", version="1")
     settings = ServingSettings(model_dir=model_dir, default_model="sites", providers="CPUExecutionProvider")
     return ServedModel.load(package, settings)
+
+
+# One [N, 1] input per column dtype a request can carry: every kind of column, for the codecs' property tests.
+EVERY_TYPE = {"f32": "FLOAT", "f64": "DOUBLE", "i64": "INT64", "i32": "INT32", "u8": "UINT8", "flag": "BOOL",
+              "name": "STRING"}  # fmt: skip
+
+
+def every_type_package(model_dir: Path, *, allow_nan: Sequence[str] = ("f64",)) -> ServedModel:
+    """A model with one column of each of EVERY_TYPE's dtypes (`f64` may hold NaN), answering `out`, its `f32`
+    column: a model of every kind of column, in `model_dir/every-type/1`."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["f32"], ["out"])],
+        "every_type",
+        [
+            helper.make_tensor_value_info(name, getattr(TensorProto, kind), [None, 1])
+            for name, kind in EVERY_TYPE.items()
+        ],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [None, 1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    model_dir.mkdir(parents=True, exist_ok=True)
+    source = model_dir / "every-type.onnx"
+    source.write_bytes(model.SerializeToString())
+    package = model_dir / "every-type" / "1"
+    build_package(source, package, name="every-type", version="1", allow_nan=allow_nan)
+    settings = ServingSettings(model_dir=model_dir, default_model="every-type", providers="CPUExecutionProvider")
+    return ServedModel.load(package, settings)
