@@ -36,7 +36,7 @@ from aws_cdk import AssetHashType, BundlingOptions, DockerImage, ILocalBundling
 from aws_cdk import aws_lambda as lambda_
 
 from servestack.cdk.shared import check_choice
-from servestack.cdk.sources import REQUIREMENTS, entry_point_files, package_files, runtime_files, stage
+from servestack.cdk.sources import entry_point_files, package_files, requirements_text, runtime_files, stage
 
 PYTHON_VERSION = "3.12"
 ARCHITECTURES = ("x86_64", "arm64")
@@ -44,6 +44,8 @@ ARCHITECTURES = ("x86_64", "arm64")
 _UV_PLATFORM = {"x86_64": "x86_64-manylinux_2_34", "arm64": "aarch64-manylinux_2_34"}
 # Bump when the bundle's layout or stripping changes: it is part of the asset hash.
 BUNDLER_VERSION = "2"
+# What the staged sources hold of the bundle's third-party packages: the list local mode installs them from.
+REQUIREMENTS_FILE = "requirements.txt"
 # The staged sources, byte-compiled in the bundle (the dependencies are compiled once, in their cache).
 SOURCE_DIRS = ("servestack", "handlers")
 # Globs (relative to the site-packages root) removed from the dependency tree.
@@ -104,14 +106,12 @@ class LocalPythonBundler:
         source: Path,
         architecture: str = "x86_64",
         python_version: str = PYTHON_VERSION,
-        requirements_file: Path = REQUIREMENTS / "lambda.txt",
         cache_dir: Path | None = None,
     ) -> None:
         check_choice("LocalPythonBundler", "architecture", architecture, ARCHITECTURES)
         self.source = source.resolve()
         self.architecture = architecture
         self.python_version = python_version
-        self.requirements_file = requirements_file
         default_cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "servestack" / "lambda-deps"
         self.cache_dir = cache_dir or Path(os.environ.get("SERVESTACK_BUNDLE_CACHE", default_cache))
 
@@ -143,8 +143,8 @@ class LocalPythonBundler:
     # --- steps ----------------------------------------------------------------------------------
 
     def requirements(self) -> str:
-        """servestack's locked runtime (no hashes), as shipped in the package."""
-        return self.requirements_file.read_text(encoding="utf-8")
+        """What the bundle installs: the staged sources' `requirements.txt` (servestack's locked runtime)."""
+        return (self.source / REQUIREMENTS_FILE).read_text(encoding="utf-8")
 
     def _dependencies(self) -> Path:
         requirements = self.requirements()
@@ -227,7 +227,12 @@ def lambda_source(
 ) -> Path:
     """The function's sources staged for its bundle: servestack's runtime, the entry points (as `handlers`) and
     the model packages `artifacts` (relative to `artifacts_root`)."""
-    members = [*runtime_files(), *entry_point_files(entry_points), *package_files(artifacts_root, artifacts)]
+    members = [
+        (REQUIREMENTS_FILE, requirements_text("lambda.txt")),
+        *runtime_files(),
+        *entry_point_files(entry_points),
+        *package_files(artifacts_root, artifacts),
+    ]
     return stage(members, "lambda-source", cache_dir)
 
 

@@ -22,9 +22,10 @@ from pathlib import Path
 from servestack.cdk.sources import (
     CONTAINERS,
     MODEL_PACKAGES,
-    REQUIREMENTS,
+    Member,
     entry_point_files,
     package_files,
+    requirements_text,
     runtime_files,
     stage,
 )
@@ -68,9 +69,9 @@ def image_context(
     """The staged build context of a `flavour` image serving the packages `artifacts` (relative to
     `artifacts_root`, e.g. `models/artifacts/digits/1`), with the entry points in the folder `entry_points`."""
     dockerfile = dockerfile_name(flavour)
-    members = [
+    members: list[Member] = [
         (dockerfile, CONTAINERS / dockerfile),
-        ("requirements.txt", REQUIREMENTS / f"image-{flavour}.txt"),
+        ("requirements.txt", requirements_text(f"image-{flavour}.txt")),
         *runtime_files(),
         *entry_point_files(entry_points),
         *package_files(artifacts_root, artifacts),

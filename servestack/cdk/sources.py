@@ -1,7 +1,7 @@
 """What a Lambda bundle and an image carry besides their locked wheels, gathered at synth into one folder.
 
 Three parts, each taken from where it really is, so that an installed servestack builds the same bundle as a
-source checkout:
+source checkout, and the `requirements.txt` the bundle or image installs (servestack's locked runtime):
 - servestack's runtime: `servestack/__init__.py`, the inference core (`servestack/inference/`) and the runtime
   adapters (`servestack/adapters/`) of the servestack that runs the synth, at its installed version; never its
   CLI, constructs or local mode;
@@ -34,7 +34,7 @@ MODEL_PACKAGES = "models/artifacts"
 # Never shipped: caches and compiled files (the bundler and the images compile for their own Python).
 _SKIP_DIRS = {"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 
-Member = tuple[str, Path]  # (path in the staged folder, file to copy there)
+Member = tuple[str, Path | bytes]  # (path in the staged folder, the file to copy there or the bytes to write)
 
 
 def _walk(base: Path, prefix: str) -> Iterator[Member]:
@@ -47,6 +47,13 @@ def _walk(base: Path, prefix: str) -> Iterator[Member]:
         for name in sorted(filenames):
             if not name.endswith((".pyc", ".pyo")):
                 yield f"{prefix}/{(here / name).relative_to(base).as_posix()}", here / name
+
+
+def requirements_text(name: str) -> bytes:
+    """A shipped lock of servestack's runtime (`lambda.txt`, `image-cpu.txt`, `image-gpu.txt`), with a header
+    saying what it is: the `requirements.txt` a bundle or an image installs."""
+    header = f"# servestack's locked runtime ({name}, servestack/cdk/requirements/)\n".encode()
+    return header + (REQUIREMENTS / name).read_bytes()
 
 
 def runtime_files(framework: Path = FRAMEWORK) -> Iterator[Member]:
@@ -72,11 +79,15 @@ def package_files(artifacts_root: Path, artifacts: Sequence[str]) -> Iterator[Me
         yield from _walk(package, f"{MODEL_PACKAGES}/{Path(rel).parent.name}/{Path(rel).name}")
 
 
+def _content(source: Path | bytes) -> bytes:
+    return source if isinstance(source, bytes) else source.read_bytes()
+
+
 def digest(members: Iterable[Member]) -> str:
     """SHA-256 over each member's name and content."""
     h = hashlib.sha256()
-    for name, path in members:
-        h.update(name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    for name, source in members:
+        h.update(name.encode() + b"\0" + hashlib.sha256(_content(source)).digest())
     return h.hexdigest()
 
 
@@ -87,9 +98,12 @@ def stage(members: Sequence[Member], kind: str, cache_dir: Path | None = None) -
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=out.parent))
-    for name, path in members:
+    for name, source in members:
         (partial / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, partial / name)  # with its mode: scripts stay executable
+        if isinstance(source, bytes):
+            (partial / name).write_bytes(source)
+        else:
+            shutil.copy(source, partial / name)  # with its mode: scripts stay executable
     try:
         partial.rename(out)
     except OSError:  # staged meanwhile by another synth: same digest, same content
