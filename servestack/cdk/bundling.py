@@ -36,7 +36,7 @@ from aws_cdk import AssetHashType, BundlingOptions, DockerImage, ILocalBundling
 from aws_cdk import aws_lambda as lambda_
 
 from servestack.cdk.shared import check_choice
-from servestack.cdk.sources import entry_point_files, package_files, requirements_text, runtime_files, stage
+from servestack.cdk.sources import deployment_requirements, entry_point_files, package_files, runtime_files, stage
 
 PYTHON_VERSION = "3.12"
 ARCHITECTURES = ("x86_64", "arm64")
@@ -228,7 +228,7 @@ def lambda_source(
     """The function's sources staged for its bundle: servestack's runtime, the entry points (as `handlers`) and
     the model packages `artifacts` (relative to `artifacts_root`)."""
     members = [
-        (REQUIREMENTS_FILE, requirements_text("lambda.txt")),
+        (REQUIREMENTS_FILE, deployment_requirements("lambda.txt", artifacts_root, artifacts)),
         *runtime_files(),
         *entry_point_files(entry_points),
         *package_files(artifacts_root, artifacts),

@@ -88,6 +88,7 @@ class DeploymentStack(Stack):
         self.resource_name = f"{name_prefix}{deployment}"
         models = spec.models_of(deployment)
         primary = models[0]
+        self.served_packages = [m.artifact_path for m in models]  # whose declared requirements its images install
         self.shared = ArtifactBucket(self, "Artifacts")
         bucket = self.shared.bucket
         name = self.resource_name
@@ -483,7 +484,9 @@ class DeploymentStack(Stack):
         existing = self.node.try_find_child(id)
         if isinstance(existing, ecr_assets.DockerImageAsset):
             return existing
-        context = image_context(flavour=flavour, entry_points=self.entry_points, artifacts_root=self.root)
+        context = image_context(
+            flavour=flavour, entry_points=self.entry_points, artifacts_root=self.root, serves=self.served_packages
+        )
         return ecr_assets.DockerImageAsset(
             self,
             id,

@@ -17,8 +17,11 @@ the CDK asset points at: `cdk deploy` ships that folder, and local mode runs fro
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -54,6 +57,69 @@ def requirements_text(name: str) -> bytes:
     saying what it is: the `requirements.txt` a bundle or an image installs."""
     header = f"# servestack's locked runtime ({name}, servestack/cdk/requirements/)\n".encode()
     return header + (REQUIREMENTS / name).read_bytes()
+
+
+class RequirementsError(ValueError):
+    """The requirements a deployment's model packages declare cannot be installed beside servestack's runtime
+    (a conflict, or a name the package index does not know); the message names the packages and uv's answer."""
+
+
+def declared_requirements(artifacts_root: Path, artifacts: Sequence[str]) -> dict[str, list[str]]:
+    """Each model package's declared requirements (its manifest's `requirements`), by package path."""
+    found: dict[str, list[str]] = {}
+    for rel in artifacts:
+        manifest = json.loads((artifacts_root / rel / "manifest.json").read_text(encoding="utf-8"))
+        if manifest.get("requirements"):
+            found[rel] = [str(r) for r in manifest["requirements"]]
+    return found
+
+
+def deployment_requirements(lock: str, artifacts_root: Path, artifacts: Sequence[str]) -> bytes:
+    """What a bundle or an image of these model packages installs: servestack's locked runtime (`lock`, a
+    shipped file), plus the packages' declared requirements, resolved with it (uv's universal resolution, so
+    that one list serves Lambda's platform, an image's and this machine's, markers kept) and servestack's pins
+    held as constraints. Resolved once per input, then kept in a cache."""
+    base = requirements_text(lock)
+    declared = declared_requirements(artifacts_root, artifacts)
+    if not declared:
+        return base
+    wanted = sorted({r for listed in declared.values() for r in listed})
+    key = hashlib.sha256(base + "\n".join(wanted).encode()).hexdigest()[:24]
+    cached = _compiled_cache() / f"{key}.txt"
+    if cached.is_file():
+        return cached.read_bytes()
+    with tempfile.TemporaryDirectory(prefix="servestack-requirements-") as scratch:
+        lock_file, wanted_file = Path(scratch) / "lock.txt", Path(scratch) / "wanted.txt"
+        lock_file.write_bytes(base)
+        wanted_file.write_text("\n".join(wanted) + "\n" + base.decode(), encoding="utf-8")
+        command = [_uv(), "pip", "compile", str(wanted_file), "-c", str(lock_file), "--universal"]
+        command += ["--python-version", "3.11", "--no-header", "--no-annotate", "--quiet"]
+        done = subprocess.run([*command, "--offline"], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        who = "; ".join(f"{rel}: {', '.join(listed)}" for rel, listed in declared.items())
+        said = " ".join((done.stderr.strip() or done.stdout.strip()).split())[-600:]
+        raise RequirementsError(f"the requirements of the model packages ({who}) cannot be installed beside "
+                                f"servestack's runtime ({lock}): {said}")  # fmt: skip
+    header = f"# servestack's locked runtime ({lock}) and the model packages' requirements ({', '.join(wanted)})\n"
+    text = (header + done.stdout).encode()
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_bytes(text)
+    return text
+
+
+def _compiled_cache() -> Path:
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "servestack" / "requirements"
+    return Path(os.environ.get("SERVESTACK_REQUIREMENTS_CACHE", default))
+
+
+def _uv() -> str:
+    beside = Path(sys.executable).parent / "uv"
+    found = str(beside) if beside.is_file() else shutil.which("uv")
+    if found is None:
+        raise RequirementsError("uv not found beside this Python or on PATH: pip install 'servestack[cdk]' installs it")
+    return found
 
 
 def runtime_files(framework: Path = FRAMEWORK) -> Iterator[Member]:

@@ -49,6 +49,14 @@ def push_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--process", type=Path, default=None, help="a process.py with preprocess/postprocess hooks")
     parser.add_argument(
+        "--requirement",
+        action="append",
+        default=[],
+        metavar="REQUIREMENT",
+        help="a package process.py imports beyond servestack's runtime (e.g. Pillow>=10), repeatable: every "
+        "deployment serving the model installs it in its bundle and image, locked when it is synthesized",
+    )
+    parser.add_argument(
         "--sample",
         type=Path,
         default=None,
@@ -180,6 +188,7 @@ def run_push(args: argparse.Namespace) -> int:
             labels=labels,
             process_file=args.process,
             sample=args.sample,
+            requirements=args.requirement,
             columns=columns,
             allow_nan=allow_nan,
         )

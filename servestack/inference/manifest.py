@@ -126,6 +126,9 @@ class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_def
     # any.
     columns: tuple[ColumnSpec, ...] | None = None
     allow_non_finite: bool = False
+    # What the package's hooks import beyond servestack's runtime (PEP 508 requirements, `models push
+    # --requirement`): each deployment serving the package installs them in its bundle and image, locked at synth.
+    requirements: tuple[str, ...] = ()
     description: str = ""
     # Set on versions written by `servestack models optimize`: the source version, method and figures.
     optimization: Optimization | None = None

@@ -250,6 +250,7 @@ def create_package(
     description: str = "",
     columns: Sequence[str] | None = None,
     allow_nan: bool | Sequence[str] = False,
+    requirements: Sequence[str] = (),
 ) -> Manifest:
     """Copy `model_path` (and hooks) into `destination` and write a manifest with checksums. `columns`: the
     names of a single `[N, k]` input's columns; `allow_nan`: True for every float column, or the names of those
@@ -266,6 +267,7 @@ def create_package(
         description=description,
         columns=ColumnNames(columns, "--columns") if columns is not None else None,
         allow_nan=allow_nan,
+        requirements=requirements,
     )[0]
 
 
@@ -282,7 +284,9 @@ def _create(
     description: str,
     columns: ColumnNames | None = None,
     allow_nan: bool | Sequence[str] = False,
+    requirements: Sequence[str] = (),
 ) -> tuple[Manifest, Prepared]:
+    declared = checked_requirements(requirements)
     destination.mkdir(parents=True, exist_ok=True)
     target = destination / "model.onnx"
     prepared = prepare_model(model_path, target)
@@ -311,12 +315,38 @@ def _create(
             "probability_output": probability_output,
             "labels": chosen,
             "columns": [msgspec.to_builtins(column) for column in named] if named is not None else None,
+            "requirements": declared,
             "description": description,
         },
         Manifest,
     )
     write_manifest(destination, manifest)
     return manifest, prepared
+
+
+def checked_requirements(requirements: Sequence[str]) -> list[str]:
+    """The package's declared requirements, each a PEP 508 requirement (`Pillow`, `tokenizers>=0.20`), in
+    their normal form; an InvalidInput naming the one that is not."""
+    if not requirements:
+        return []
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    found: list[str] = []
+    for text in requirements:
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement as error:
+            raise InvalidInput(
+                f"--requirement {text!r} is not a requirement ({error})",
+                field="requirements",
+                allowed="a PEP 508 requirement: a distribution name, optionally with a version, e.g. Pillow>=10",
+            ) from None
+        if requirement.url:
+            raise InvalidInput(
+                f"--requirement {text!r} names a URL", field="requirements", allowed="a name from the package index"
+            )
+        found.append(str(requirement))
+    return sorted(set(found))
 
 
 def _first(names: Sequence[str], wanted: Sequence[str]) -> str | None:
@@ -419,6 +449,7 @@ def build_package(
     description: str = "",
     columns: Sequence[str] | None = None,
     allow_nan: bool | Sequence[str] = False,
+    requirements: Sequence[str] = (),
 ) -> BuiltPackage:
     """A complete package from any ONNX file: model, manifest, hooks and sample request/response. `sample`: a
     file of rows (servestack/inference/sample_files.py), which also names a `[N, k]` input's columns when `columns`
@@ -439,6 +470,7 @@ def build_package(
         description=description,
         columns=names,
         allow_nan=allow_nan,
+        requirements=requirements,
     )
     request = sample_request(rows, manifest.columns or ()) if rows is not None else None
     write_samples(destination, manifest, request, prepared.categories)

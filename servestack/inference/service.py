@@ -73,7 +73,7 @@ class ServedModel:
             providers=settings.providers,
             intra_op_threads=settings.intra_op_threads,
         )
-        hooks = load_hooks(package_dir / HOOKS_FILE, manifest.key)
+        hooks = load_hooks(package_dir / HOOKS_FILE, manifest.key, manifest.requirements)
         model = cls(manifest, runtime, hooks, package_dir, settings.max_batch_rows)
         if settings.warmup:
             model.warm_up()

@@ -44,9 +44,8 @@ class ShippedOnly(importlib.abc.MetaPathFinder):
         if importlib.machinery.PathFinder.find_spec(fullname, self.shipped) is not None:
             return None  # the normal import finds it there first: the shipped folders lead sys.path
         raise ModuleNotFoundError(
-            f"No module named '{fullname}': this function's bundle does not ship it (its requirements.txt lists "
-            "what it does); a model package's hook declares what it imports: servestack models push MODEL.onnx "
-            f"--requirement {fullname} (or the distribution that provides it)",
+            f"No module named '{fullname}' (the function's bundle does not ship it: its requirements.txt lists "
+            "what it does)",
             name=fullname,
         )
 
