@@ -48,11 +48,16 @@ class Hooks:
 def distribution_of(module: str | None) -> str:
     """The distribution that installs a top-level module (`PIL` -> `Pillow`), when this environment knows it,
     else the module's own name."""
-    from importlib.metadata import packages_distributions
+    from importlib.metadata import PackageNotFoundError, metadata, packages_distributions
 
     top = (module or "?").split(".")[0]
     found = packages_distributions().get(top)
-    return found[0] if found else top
+    if not found:
+        return top
+    try:
+        return str(metadata(found[0])["Name"])  # as the distribution spells itself: Pillow, not pillow
+    except PackageNotFoundError:
+        return found[0]
 
 
 def check_requirements(requirements: Sequence[str], model_key: str) -> None:
