@@ -153,9 +153,14 @@ def _permission_principal(principal: str) -> dict[str, str]:
 
 # How local mode plays each of Lambda's resource types (`local up --explain`).
 LAMBDA_TYPES: dict[str, str] = {
-    "AWS::Lambda::Function": "handler run in a local process: the template's handler, environment, timeout, memory",
-    "AWS::Lambda::Version": "accepted as an Invoke qualifier (local mode runs the working tree)",
-    "AWS::Lambda::Alias": "accepted as an Invoke qualifier (local mode runs the working tree)",
+    "AWS::Lambda::Function": (
+        "handler run in a local process from its code asset (what its bundle carries), on the packages its bundle "
+        "installs, built for this machine's Python and platform (Lambda's: CPython 3.12 on Amazon Linux), "
+        "nothing else importable but the runtime's standard library and boto3: the template's handler, "
+        "environment, timeout, memory"
+    ),
+    "AWS::Lambda::Version": "accepted as an Invoke qualifier (local mode runs the code asset of the template)",
+    "AWS::Lambda::Alias": "accepted as an Invoke qualifier (local mode runs the code asset of the template)",
     "AWS::Lambda::EventSourceMapping": "SQS poller: batch size, window, partial failures, maximum concurrency",
     "AWS::Lambda::Permission": "resource policy: checked for the HTTP API and schedule that invoke the function",
 }
