@@ -19,6 +19,7 @@ from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 import servestack.cdk.guardrails as guardrails
+from servestack.aws_rules import HTTP_API_TIMEOUT_SEC
 from servestack.cdk.shared import (
     IamHttpApi,
     acknowledge,
@@ -128,7 +129,7 @@ class ServerlessEndpoint(Construct):
         alarms: AlarmSettings | None = None,
     ) -> None:
         super().__init__(scope, id)
-        check_range("ServerlessEndpoint", "timeout_sec", timeout_sec, 1, 29)
+        check_range("ServerlessEndpoint", "timeout_sec", timeout_sec, 1, HTTP_API_TIMEOUT_SEC)
         check_range("ServerlessEndpoint", "provisioned_concurrency_min", provisioned_concurrency_min, 0, 10_000)
         check_range(
             "ServerlessEndpoint",
@@ -205,6 +206,7 @@ class ServerlessEndpoint(Construct):
             self,
             "Http",
             handler=self.alias,
+            integration_timeout_sec=timeout_sec,
             throttle_rate_per_sec=throttle_rate_per_sec,
             throttle_burst=throttle_burst,
             log_retention_days=log_retention_days,

@@ -13,6 +13,7 @@ from servestack.aws_rules import (
     FARGATE_ARM64_RULE,
     FARGATE_MEMORY_MIB,
     FARGATE_SIZE_RULE,
+    HTTP_API_TIMEOUT_SEC,
     TRANSFORM_PAYLOAD_RULE,
     fargate_memory_choices,
 )
@@ -35,8 +36,8 @@ from servestack.spec.blocks import Strategy, _DeploymentBase
 class ServerlessDeployment(_DeploymentBase):
     mode: Literal["serverless"]
     memory_mib: LambdaMemoryMiB = 2048
-    # API Gateway HTTP APIs cut integrations at 30 s.
-    timeout_sec: Annotated[int, Between(1, 30)] = 15
+    # API Gateway HTTP APIs cut integrations at 30 s, aws-cdk-lib at 29 (the constructs allow the same range).
+    timeout_sec: Annotated[int, Between(1, HTTP_API_TIMEOUT_SEC)] = 15
     architecture: Architecture = "x86_64"
     reserved_concurrency: Annotated[int, Between(1, 10_000)] | None = None
     provisioned_concurrency_min: Annotated[int, Between(0, 10_000)] = 0

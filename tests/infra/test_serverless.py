@@ -149,7 +149,7 @@ def test_http_api_requires_iam_auth_and_is_throttled(synth: Synth) -> None:
         },
     )
     t.has_resource_properties(
-        "AWS::ApiGatewayV2::Integration", {"PayloadFormatVersion": "2.0", "TimeoutInMillis": 29_000}
+        "AWS::ApiGatewayV2::Integration", {"PayloadFormatVersion": "2.0", "TimeoutInMillis": 10_000}
     )
 
 
