@@ -220,14 +220,14 @@ class DeploymentStack(Stack):
             ]
             self._smoke("sagemaker", name, SmokeGrant("sagemaker:InvokeEndpoint", "sagemaker", (f"endpoint/{name}",)))
         elif isinstance(d, ServerlessDeployment):
+            # the pre-traffic hook asks each new version for its packaged sample: the package must hold one
+            read_sample(root, primary, "request"), read_sample(root, primary, "response")
             sl = ServerlessEndpoint(
                 self,
                 "Serverless",
                 name=name,
                 code=self._code(models, d.architecture),
                 model_name=primary.name,
-                sample_request=read_sample(root, primary, "request"),
-                expected_response=read_sample(root, primary, "response"),
                 memory_mib=d.memory_mib,
                 timeout_sec=d.timeout_sec,
                 architecture=d.architecture,

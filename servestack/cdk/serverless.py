@@ -7,9 +7,7 @@ wrong answer, and auto-rollback on the alias's error-rate, p99-duration and thro
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cw
@@ -99,8 +97,8 @@ def servestack_function(
 class ServerlessEndpoint(Construct):
     """Lambda + `live` alias (+ provisioned concurrency) + CodeDeploy + HTTP API (IAM auth), with alarms.
 
-    `sample_request` / `expected_response` are the model's `sample-request.json` / `sample-response.json`;
-    the pre-traffic hook uses them to check each new version before it takes traffic.
+    The pre-traffic hook checks each new version before it takes traffic with the sample its code carries (the
+    model package's `sample-request.json` and `sample-response.json`), which it asks the version for.
     """
 
     def __init__(
@@ -111,8 +109,6 @@ class ServerlessEndpoint(Construct):
         name: str,
         code: lambda_.Code,
         model_name: str,
-        sample_request: Any,
-        expected_response: Any,
         handler: str = HANDLER,
         memory_mib: int = 2048,
         timeout_sec: int = 15,
@@ -171,9 +167,7 @@ class ServerlessEndpoint(Construct):
             scaling.scale_on_utilization(utilization_target=provisioned_utilization_percent / 100)
 
         self.alarms = guardrails.lambda_alarms(self, name=name, alias=self.alias, settings=alarms)
-        self.pre_traffic_hook = self._pre_traffic_hook(
-            name, version, sample_request, expected_response, log_retention_days
-        )
+        self.pre_traffic_hook = self._pre_traffic_hook(name, version, log_retention_days)
         self.deployment_group = codedeploy.LambdaDeploymentGroup(
             self,
             "Deployment",
@@ -258,18 +252,8 @@ class ServerlessEndpoint(Construct):
         self,
         name: str,
         version: lambda_.IVersion,
-        sample_request: Any,
-        expected_response: Any,
         log_retention_days: int,
     ) -> lambda_.Function:
-        request = json.dumps(sample_request, separators=(",", ":"))
-        expected = json.dumps(expected_response, separators=(",", ":"))
-        if len(request) + len(expected) > 3500:
-            raise ValueError(
-                f"ServerlessEndpoint {name}: sample request + response are "
-                f"{len(request) + len(expected)} bytes, which is not <= 3500 (they travel in the hook's "
-                "environment); use a smaller sample"
-            )
         logs = log_group(self, "PreTrafficHookLogs", retention_days=log_retention_days)
         hook = lambda_.Function(
             self,
@@ -283,8 +267,6 @@ class ServerlessEndpoint(Construct):
             log_group=logs,
             environment={
                 "TARGET_FUNCTION": version.function_arn,
-                "SAMPLE_REQUEST": request,
-                "EXPECTED_RESPONSE": expected,
                 "REL_TOL": "1e-4",
             },
             description=f"servestack {name}: CodeDeploy BeforeAllowTraffic check with the sample request",

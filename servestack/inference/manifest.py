@@ -16,6 +16,7 @@ from servestack.inference.paths import confined
 MANIFEST_FILE = "manifest.json"
 HOOKS_FILE = "process.py"
 SAMPLE_REQUEST = "sample-request.json"  # a request the package answers (`models push` writes it)
+SAMPLE_RESPONSE = "sample-response.json"  # what it answers to it (the predictions a check compares)
 # Model names and versions: what a registry, a cache directory and a target-model header may hold. Neither can
 # spell a path (`/`, `..`) and both are short, so they are safe as directory names wherever they are used.
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
