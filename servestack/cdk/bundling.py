@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,16 @@ from aws_cdk import AssetHashType, BundlingOptions, DockerImage, ILocalBundling
 from aws_cdk import aws_lambda as lambda_
 
 from servestack.cdk.shared import check_choice
-from servestack.cdk.sources import deployment_requirements, entry_point_files, package_files, runtime_files, stage
+from servestack.cdk.sources import (
+    CONTAINERS,
+    Member,
+    deployment_requirements,
+    entry_point_files,
+    package_files,
+    package_type,
+    runtime_files,
+    stage,
+)
 
 PYTHON_VERSION = "3.12"
 ARCHITECTURES = ("x86_64", "arm64")
@@ -236,6 +246,49 @@ def lambda_source(
     return stage(members, "lambda-source", cache_dir)
 
 
+LAMBDA_DOCKERFILE = "lambda.Dockerfile"
+
+
+@dataclass(frozen=True)
+class FunctionCode:
+    """A servestack function's code: a zip bundle (`zip`), or a container image built from `image_context` (a
+    function past Lambda's zip limit), whose command is the function's handler."""
+
+    zip: lambda_.Code | None = None
+    image_context: Path | None = None
+    reason: str = ""  # why it is an image
+
+    @property
+    def package_type(self) -> str:
+        return "image" if self.image_context is not None else "zip"
+
+
+def function_code(
+    *,
+    entry_points: Path,
+    artifacts: Sequence[str],
+    artifacts_root: Path,
+    architecture: str = "x86_64",
+    package: str = "auto",
+) -> FunctionCode:
+    """The code of a servestack function: a zip bundle while it fits Lambda's limit, else a container image of
+    the same sources (`package` forces one: `zip`, `image`)."""
+    kind, reason = package_type(package, artifacts_root, artifacts)
+    if kind == "zip":
+        return FunctionCode(
+            zip=lambda_code(
+                entry_points=entry_points, artifacts=artifacts, artifacts_root=artifacts_root, architecture=architecture
+            )
+        )
+    source = lambda_source(entry_points=entry_points, artifacts=artifacts, artifacts_root=artifacts_root)
+    members = [(LAMBDA_DOCKERFILE, CONTAINERS / LAMBDA_DOCKERFILE), *_tree(source)]
+    return FunctionCode(image_context=stage(members, "lambda-image-context"), reason=reason)
+
+
+def _tree(folder: Path) -> list[Member]:
+    return sorted((p.relative_to(folder).as_posix(), p) for p in folder.rglob("*") if p.is_file())
+
+
 def lambda_code(
     *,
     entry_points: Path,
@@ -263,4 +316,14 @@ def lambda_code(
     )
 
 
-__all__ = ["BundlingError", "LocalPythonBundler", "lambda_code", "lambda_source", "strip", "tree_size_bytes"]
+__all__ = [
+    "BundlingError",
+    "FunctionCode",
+    "LocalPythonBundler",
+    "function_code",
+    "lambda_code",
+    "lambda_source",
+    "package_type",
+    "strip",
+    "tree_size_bytes",
+]

@@ -21,7 +21,7 @@ from constructs import Construct
 from servestack.artifacts import sample_file
 from servestack.cdk.asynchronous import AsyncEndpoint
 from servestack.cdk.batch import BatchJob
-from servestack.cdk.bundling import lambda_code
+from servestack.cdk.bundling import FunctionCode, function_code
 from servestack.cdk.components import ComponentEndpoint
 from servestack.cdk.images import MODEL_PACKAGES, dockerfile_name, dockerfile_workdir, image_context
 from servestack.cdk.observability import PERIOD, DeploymentDashboard, Panel, percentiles
@@ -226,7 +226,7 @@ class DeploymentStack(Stack):
                 self,
                 "Serverless",
                 name=name,
-                code=self._code(models, d.architecture),
+                code=self._code(models, d.architecture, d.lambda_package),
                 model_name=primary.name,
                 memory_mib=d.memory_mib,
                 timeout_sec=d.timeout_sec,
@@ -283,7 +283,7 @@ class DeploymentStack(Stack):
                 self,
                 "Async",
                 name=name,
-                code=self._code(models, d.architecture),
+                code=self._code(models, d.architecture, d.lambda_package),
                 bucket=bucket,
                 model_name=primary.name,
                 batch_size=d.batch_size,
@@ -387,7 +387,7 @@ class DeploymentStack(Stack):
                 input_prefix=d.input_prefix or f"batch/{deployment}/input/",
                 output_prefix=d.output_prefix or f"batch/{deployment}/output/",
                 runner=d.runner,
-                code=None if fargate else self._code(models, d.architecture),
+                code=None if fargate else self._code(models, d.architecture, d.lambda_package),
                 image=self._batch_image(models) if fargate else self._image_for(d.instance_type) if transform else None,
                 # The Fargate image carries the model packages where its Dockerfile copies `models/`.
                 model_dir=f"{dockerfile_workdir('cpu').rstrip('/')}/{MODEL_PACKAGES}" if fargate else None,
@@ -449,13 +449,17 @@ class DeploymentStack(Stack):
         self.smoke_target = CfnOutput(self, "SmokeTarget", value=target)
         self.smoke_grant = grant
 
-    def _code(self, models: list[ModelSpec], architecture: str) -> Any:
-        return lambda_code(
+    def _code(self, models: list[ModelSpec], architecture: str, package: str = "auto") -> FunctionCode:
+        """The deployment's functions' code: a zip bundle, or a container image past Lambda's zip limit."""
+        code = function_code(
             entry_points=self.entry_points,
             artifacts=[m.artifact_path for m in models],
             artifacts_root=self.root,
             architecture=architecture,
+            package=package,
         )
+        self.lambda_package = code.package_type
+        return code
 
     def _batch_image(self, models: list[ModelSpec]) -> ecr_assets.DockerImageAsset:
         """The CPU image for a Fargate batch task, built from a context that carries the deployment's model

@@ -8,16 +8,19 @@ wrong answer, and auto-rollback on the alias's error-rate, p99-duration and thro
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_codedeploy as codedeploy
+from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 import servestack.cdk.guardrails as guardrails
 from servestack.aws_rules import HTTP_API_TIMEOUT_SEC
+from servestack.cdk.bundling import LAMBDA_DOCKERFILE, FunctionCode
 from servestack.cdk.shared import (
     IamHttpApi,
     acknowledge,
@@ -56,7 +59,7 @@ def servestack_function(
     scope: Construct,
     id: str,
     *,
-    code: lambda_.Code,
+    code: lambda_.Code | FunctionCode,
     handler: str,
     environment: dict[str, str],
     memory_mib: int,
@@ -67,29 +70,37 @@ def servestack_function(
     description: str = "",
     function_name: str | None = None,
 ) -> lambda_.Function:
-    """A Python 3.12 function with its own log group and a role that can only write there. `function_name` fixes
-    the name of a function something outside its stack calls (the pipeline's smoke test, granted by name)."""
+    """A Python 3.12 function with its own log group and a role that can only write there: a zip bundle, or a
+    container image (`FunctionCode.image_context`, past Lambda's zip limit) whose command is `handler`.
+    `function_name` fixes the name of a function something outside its stack calls (the pipeline's smoke test,
+    granted by name)."""
     check_range(id, "memory_mib", memory_mib, 128, 10240)
     check_range(id, "timeout_sec", timeout_sec, 1, 900)
     check_choice(id, "architecture", architecture, _ARCH)
     logs = log_group(scope, f"{id}Logs", retention_days=log_retention_days)
-    fn = lambda_.Function(
-        scope,
-        id,
-        runtime=RUNTIME,
-        architecture=_ARCH[architecture],
-        handler=handler,
-        code=code,
-        memory_size=memory_mib,
-        timeout=Duration.seconds(timeout_sec),
-        environment=environment,
-        reserved_concurrent_executions=reserved_concurrency,
-        role=lambda_role(scope, f"{id}Role", logs),
-        log_group=logs,
-        logging_format=lambda_.LoggingFormat.JSON,
-        description=description,
-        function_name=function_name,
-    )
+    common: dict[str, Any] = {
+        "architecture": _ARCH[architecture],
+        "memory_size": memory_mib,
+        "timeout": Duration.seconds(timeout_sec),
+        "environment": environment,
+        "reserved_concurrent_executions": reserved_concurrency,
+        "role": lambda_role(scope, f"{id}Role", logs),
+        "log_group": logs,
+        "logging_format": lambda_.LoggingFormat.JSON,
+        "description": description,
+        "function_name": function_name,
+    }
+    if isinstance(code, FunctionCode) and code.image_context is not None:
+        image = lambda_.DockerImageCode.from_image_asset(
+            str(code.image_context),
+            file=LAMBDA_DOCKERFILE,
+            cmd=[handler],
+            platform=ecr_assets.Platform.LINUX_ARM64 if architecture == "arm64" else ecr_assets.Platform.LINUX_AMD64,
+        )
+        return lambda_.DockerImageFunction(scope, id, code=image, **common)
+    zipped = code.zip if isinstance(code, FunctionCode) else code
+    assert zipped is not None
+    fn = lambda_.Function(scope, id, runtime=RUNTIME, handler=handler, code=zipped, **common)
     acknowledge(fn, {"AwsSolutions-L1": RUNTIME_REASON})
     return fn
 
@@ -107,7 +118,7 @@ class ServerlessEndpoint(Construct):
         id: str,
         *,
         name: str,
-        code: lambda_.Code,
+        code: lambda_.Code | FunctionCode,
         model_name: str,
         handler: str = HANDLER,
         memory_mib: int = 2048,

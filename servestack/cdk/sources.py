@@ -175,3 +175,27 @@ def stage(members: Sequence[Member], kind: str, cache_dir: Path | None = None) -
     except OSError:  # staged meanwhile by another synth: same digest, same content
         shutil.rmtree(partial, ignore_errors=True)
     return out
+
+
+# Lambda's limit on a zip function's unzipped size (code and layers), and what servestack's runtime takes of it
+# (onnxruntime, numpy, the HTTP app's stack, stripped: tests/infra/test_bundling.py measures the real bundle
+# under this figure). A function whose model packages would take it past the limit is a container image.
+ZIP_LIMIT_BYTES = 250 * 1024 * 1024
+RUNTIME_BUNDLE_BYTES = 150 * 1024 * 1024
+
+
+def packages_bytes(artifacts_root: Path, artifacts: Sequence[str]) -> int:
+    return sum(size for rel in artifacts for size in (p.stat().st_size for p in (artifacts_root / rel).rglob("*")))
+
+
+def package_type(package: str, artifacts_root: Path, artifacts: Sequence[str]) -> tuple[str, str]:
+    """`zip` or `image`, and why: `package` (serving.yaml's `lambda_package`) when it says, else `image` when
+    the model packages and servestack's runtime would pass Lambda's 250 MB unzipped limit."""
+    if package != "auto":
+        return package, f"lambda_package: {package}"
+    size = packages_bytes(artifacts_root, artifacts)
+    if size + RUNTIME_BUNDLE_BYTES > ZIP_LIMIT_BYTES:
+        why = (f"its model packages ({size / 2**20:.0f} MiB) and servestack's runtime (~{RUNTIME_BUNDLE_BYTES // 2**20}"
+               f" MiB) pass Lambda's {ZIP_LIMIT_BYTES // 2**20} MiB unzipped limit for zip functions")  # fmt: skip
+        return "image", why
+    return "zip", ""

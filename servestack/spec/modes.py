@@ -23,6 +23,7 @@ from servestack.spec.base import (
     BetweenByRule,
     InstanceType,
     LambdaMemoryMiB,
+    LambdaPackage,
     OneOf,
     S3Prefix,
     Schedule,
@@ -39,6 +40,7 @@ class ServerlessDeployment(_DeploymentBase):
     # API Gateway HTTP APIs cut integrations at 30 s, aws-cdk-lib at 29 (the constructs allow the same range).
     timeout_sec: Annotated[int, Between(1, HTTP_API_TIMEOUT_SEC)] = 15
     architecture: Architecture = "x86_64"
+    lambda_package: LambdaPackage = "auto"
     reserved_concurrency: Annotated[int, Between(1, 10_000)] | None = None
     provisioned_concurrency_min: Annotated[int, Between(0, 10_000)] = 0
     provisioned_concurrency_max: Annotated[int, Between(0, 10_000)] = 0
@@ -73,6 +75,7 @@ class AsyncDeployment(_DeploymentBase):
     memory_mib: LambdaMemoryMiB = 2048
     timeout_sec: Annotated[int, Between(1, 900)] = 120
     architecture: Architecture = "x86_64"
+    lambda_package: LambdaPackage = "auto"
     result_ttl_days: Annotated[int, Between(1, 365)] = 7
     presign_threshold_bytes: Annotated[int, Between(1, 6_291_456)] = 262_144
     # backend: sagemaker
@@ -103,6 +106,7 @@ class BatchDeployment(_DeploymentBase):
     memory_mib: LambdaMemoryMiB = 2048
     timeout_sec: Annotated[int, Between(1, 900)] = 900
     architecture: Architecture = "x86_64"
+    lambda_package: LambdaPackage = "auto"
     fargate_cpu: Annotated[int, OneOf((256, 512, 1024, 2048, 4096, 8192, 16384))] = 1024
     fargate_memory_mib: Annotated[int, Between(512, 122_880)] = 4096
     retry_attempts: Annotated[int, Between(0, 185)] = 2
