@@ -67,16 +67,20 @@ def package_dir(model: ModelSpec, root: Path, *, bundled: bool = True) -> Path |
 
 
 def _problem(folder: Path) -> str | None:
-    """What is wrong with the package at `folder`, or None when its manifest and model file are there."""
+    """What is wrong with the package at `folder`, or None when its manifest, model file and listed files are
+    there (read as plain JSON: the manifest's own checks run where the package loads)."""
     manifest = folder / MANIFEST
     if not manifest.is_file():
         return f"no model package at {folder} ({MANIFEST} missing)"
     try:
-        model_file = str(json.loads(manifest.read_text(encoding="utf-8")).get("file") or "model.onnx")
-    except (ValueError, AttributeError) as exc:
+        document = json.loads(manifest.read_text(encoding="utf-8"))
+        model_file = str(document.get("file") or "model.onnx")
+        listed = [str(entry["name"]) for entry in document.get("files") or ()]
+    except (ValueError, AttributeError, KeyError, TypeError) as exc:
         return f"{manifest} is not a valid manifest ({exc})"
-    if not (folder / model_file).is_file():
-        return f"{folder / model_file} (named by {manifest}) is missing"
+    for name in [model_file, *listed]:
+        if not (folder / name).is_file():
+            return f"{folder / name} (named by {manifest}) is missing"
     return None
 
 
