@@ -8,7 +8,11 @@ source checkout:
 - the entry points: the project's `handlers/` (or servestack's default ones, the example project's), always as
   the top-level package `handlers`, so that a function's handler is `handlers.serverless.handler` and a
   container runs `python -m handlers.realtime`;
-- the deployment's model packages, at `models/artifacts/<name>/<version>/`.
+- the deployment's model packages, at `models/artifacts/<name>/<version>/`: each with exactly the files its
+  manifest names (the model, its hooks, its listed files: external data, vocabularies...), the manifest and the
+  samples, as the registry holds it (servestack/inference/manifest.py `package_files`). A package missing a
+  listed file is refused here, at synth, not at its first cold start; a stray file in the folder, which the
+  registry would not carry, is left out, so a hook cannot come to rely on it.
 
 `stage` copies them into a content-addressed folder (same files, same folder: a second synth reuses it), which
 the CDK asset points at: `cdk deploy` ships that folder, and local mode runs from it.
@@ -24,6 +28,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import servestack
+from servestack.inference.errors import ServingError
+from servestack.inference.manifest import package_files as files_of_package
+from servestack.inference.manifest import read_manifest
 
 FRAMEWORK = Path(servestack.__file__).resolve().parent
 RUNTIME = ("__init__.py", "inference", "adapters")
@@ -66,10 +73,20 @@ def entry_point_files(entry_points: Path) -> Iterator[Member]:
 def package_files(artifacts_root: Path, artifacts: Sequence[str]) -> Iterator[Member]:
     """The model packages `artifacts` (paths relative to `artifacts_root`) at `models/artifacts/<name>/<version>/`."""
     for rel in artifacts:
-        package = artifacts_root / rel
-        if not (package / "manifest.json").is_file():
-            raise FileNotFoundError(f"{package / 'manifest.json'} not found: the deployment carries this model package")
-        yield from _walk(package, f"{MODEL_PACKAGES}/{Path(rel).parent.name}/{Path(rel).name}")
+        prefix = f"{MODEL_PACKAGES}/{Path(rel).parent.name}/{Path(rel).name}"
+        yield from ((f"{prefix}/{name}", path) for name, path in package_members(artifacts_root / rel))
+
+
+def package_members(package: Path) -> list[Member]:
+    """The files of the package folder `package`, by their path in it, sorted: what its manifest names, the
+    manifest and the samples. `FileNotFoundError` (synth's one-line error) without a manifest or a listed file."""
+    if not (package / "manifest.json").is_file():
+        raise FileNotFoundError(f"{package / 'manifest.json'} not found: the deployment carries this model package")
+    try:
+        names = files_of_package(package, read_manifest(package))
+    except ServingError as error:  # a listed file missing, or a manifest that does not parse
+        raise FileNotFoundError(f"{error.message}; push the package again (servestack models push)") from None
+    return [(name, package / name) for name in sorted(names)]
 
 
 def digest(members: Iterable[Member]) -> str:
