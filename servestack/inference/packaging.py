@@ -566,6 +566,8 @@ def named_for_user(error: ServingError, destination: Path, sources: Mapping[str,
     message = fixed(error.message)
     if message == error.message and fixed(error.value) == error.value:
         return error
+    if "<package>" in message:
+        message += " (<package> is the package being built: a file the hooks read goes in it with --file)"
     renamed = type(error)(message, field=error.field, value=fixed(error.value), allowed=fixed(error.allowed))
     renamed.__cause__ = error.__cause__
     return renamed
