@@ -235,6 +235,11 @@ class ModelRegistry:
                     value=manifest.version,
                     allowed=f"a version not in {', '.join(self.versions(manifest.name))}",
                 )
+            base = f"{self.prefix}{manifest.name}/{manifest.version}/"
+            present = set(self.store.keys(base))
+            for file_name in files:  # a store that lost a file (an emulator's partial restore): put it back
+                if file_name != MANIFEST_FILE and base + file_name not in present:
+                    self.store.write(base + file_name, (package_dir / file_name).read_bytes())
             archive = self.prefix + archive_key(manifest.name, manifest.version)
             if archive not in self.store.keys(archive):  # pushed before archives existed: add it now
                 self.store.write(archive, package_archive(package_dir, files))

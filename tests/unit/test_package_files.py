@@ -128,6 +128,20 @@ def test_the_registry_its_archive_and_its_fetch_carry_the_data_file(
     np.testing.assert_array_equal(predictions(ServedModel.load(fetched, SETTINGS), rows), exported.expected(rows))
 
 
+def test_pushing_a_present_version_again_puts_back_a_file_the_store_lost(package: Path, tmp_path: Path) -> None:
+    # GIVEN a registry whose copy of a version lost its data file (an emulator's state restored in part)
+    registry = ModelRegistry(DirectoryStore(tmp_path / "registry"))
+    registry.push_package(package)
+    lost = tmp_path / "registry" / "affine" / "1" / "model.onnx.data"
+    lost.unlink()
+    # WHEN the same package is pushed again (local up seeds its registry at every start)
+    again = registry.push_package(package)
+    # THEN nothing is created, the file is back, and the version fetches and verifies
+    assert not again.created
+    assert lost.read_bytes() == (package / "model.onnx.data").read_bytes()
+    registry.fetch("affine", "1", tmp_path / "cache")
+
+
 def test_a_version_pushed_again_with_other_files_is_a_conflict(exported: ExternalDataModel, tmp_path: Path) -> None:
     registry = ModelRegistry(DirectoryStore(tmp_path / "registry"))
     registry.push(exported.onnx_file, name="affine", version="1")
