@@ -28,9 +28,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import servestack
+from servestack.artifacts import MANIFEST, named_files
 from servestack.inference.errors import ServingError
-from servestack.inference.manifest import package_files as files_of_package
-from servestack.inference.manifest import read_manifest
+from servestack.inference.manifest import SAMPLE_FILES
+from servestack.inference.paths import confined
 
 FRAMEWORK = Path(servestack.__file__).resolve().parent
 RUNTIME = ("__init__.py", "inference", "adapters")
@@ -78,15 +79,25 @@ def package_files(artifacts_root: Path, artifacts: Sequence[str]) -> Iterator[Me
 
 
 def package_members(package: Path) -> list[Member]:
-    """The files of the package folder `package`, by their path in it, sorted: what its manifest names, the
-    manifest and the samples. `FileNotFoundError` (synth's one-line error) without a manifest or a listed file."""
-    if not (package / "manifest.json").is_file():
-        raise FileNotFoundError(f"{package / 'manifest.json'} not found: the deployment carries this model package")
+    """The files of the package folder `package`, by their path in it, sorted: the manifest, every file it names
+    (servestack/artifacts.py `named_files`) and the samples present. `FileNotFoundError` (synth's one-line error)
+    without a manifest or a named file, or for a name that leads out of the folder."""
+    if not (package / MANIFEST).is_file():
+        raise FileNotFoundError(f"{package / MANIFEST} not found: the deployment carries this model package")
     try:
-        names = files_of_package(package, read_manifest(package))
-    except ServingError as error:  # a listed file missing, or a manifest that does not parse
-        raise FileNotFoundError(f"{error.message}; push the package again (servestack models push)") from None
-    return [(name, package / name) for name in sorted(names)]
+        names = named_files(package)
+        paths = [confined(package, name, field="file") for name in names]
+    except (ValueError, ServingError) as error:  # a manifest that does not parse, a name that leaves the folder
+        message = error.message if isinstance(error, ServingError) else str(error)
+        raise FileNotFoundError(f"{package / MANIFEST}: {message}") from None
+    missing = [path for path in paths if not path.is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"{missing[0]} (named by {package / MANIFEST}) is missing: a package carries every file its manifest "
+            "lists; push it again (servestack models push)"
+        )
+    samples = [name for name in SAMPLE_FILES if (package / name).is_file()]
+    return [(name, package / name) for name in sorted({MANIFEST, *names, *samples})]
 
 
 def digest(members: Iterable[Member]) -> str:
