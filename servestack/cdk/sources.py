@@ -8,7 +8,11 @@ source checkout, and the `requirements.txt` the bundle or image installs (serves
 - the entry points: the project's `handlers/` (or servestack's default ones, the example project's), always as
   the top-level package `handlers`, so that a function's handler is `handlers.serverless.handler` and a
   container runs `python -m handlers.realtime`;
-- the deployment's model packages, at `models/artifacts/<name>/<version>/`.
+- the deployment's model packages, at `models/artifacts/<name>/<version>/`: each with exactly the files its
+  manifest names (the model, its hooks, its listed files: external data, vocabularies...), the manifest and the
+  samples, as the registry holds it (servestack/inference/manifest.py `package_files`). A package missing a
+  listed file is refused here, at synth, not at its first cold start; a stray file in the folder, which the
+  registry would not carry, is left out, so a hook cannot come to rely on it.
 
 `stage` copies them into a content-addressed folder (same files, same folder: a second synth reuses it), which
 the CDK asset points at: `cdk deploy` ships that folder, and local mode runs from it.
@@ -27,6 +31,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import servestack
+from servestack.artifacts import MANIFEST, named_files
+from servestack.inference.errors import ServingError
+from servestack.inference.manifest import SAMPLE_FILES
+from servestack.inference.paths import confined
 
 FRAMEWORK = Path(servestack.__file__).resolve().parent
 RUNTIME = ("__init__.py", "inference", "adapters")
@@ -139,10 +147,30 @@ def entry_point_files(entry_points: Path) -> Iterator[Member]:
 def package_files(artifacts_root: Path, artifacts: Sequence[str]) -> Iterator[Member]:
     """The model packages `artifacts` (paths relative to `artifacts_root`) at `models/artifacts/<name>/<version>/`."""
     for rel in artifacts:
-        package = artifacts_root / rel
-        if not (package / "manifest.json").is_file():
-            raise FileNotFoundError(f"{package / 'manifest.json'} not found: the deployment carries this model package")
-        yield from _walk(package, f"{MODEL_PACKAGES}/{Path(rel).parent.name}/{Path(rel).name}")
+        prefix = f"{MODEL_PACKAGES}/{Path(rel).parent.name}/{Path(rel).name}"
+        yield from ((f"{prefix}/{name}", path) for name, path in package_members(artifacts_root / rel))
+
+
+def package_members(package: Path) -> list[tuple[str, Path]]:
+    """The files of the package folder `package`, by their path in it, sorted: the manifest, every file it names
+    (servestack/artifacts.py `named_files`) and the samples present. `FileNotFoundError` (synth's one-line error)
+    without a manifest or a named file, or for a name that leads out of the folder."""
+    if not (package / MANIFEST).is_file():
+        raise FileNotFoundError(f"{package / MANIFEST} not found: the deployment carries this model package")
+    try:
+        names = named_files(package)
+        paths = [confined(package, name, field="file") for name in names]
+    except (ValueError, ServingError) as error:  # a manifest that does not parse, a name that leaves the folder
+        message = error.message if isinstance(error, ServingError) else str(error)
+        raise FileNotFoundError(f"{package / MANIFEST}: {message}") from None
+    missing = [path for path in paths if not path.is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"{missing[0]} (named by {package / MANIFEST}) is missing: a package carries every file its manifest "
+            "lists; push it again (servestack models push)"
+        )
+    samples = [name for name in SAMPLE_FILES if (package / name).is_file()]
+    return [(name, package / name) for name in sorted({MANIFEST, *names, *samples})]
 
 
 def _content(source: Path | bytes) -> bytes:
@@ -185,7 +213,8 @@ RUNTIME_BUNDLE_BYTES = 150 * 1024 * 1024
 
 
 def packages_bytes(artifacts_root: Path, artifacts: Sequence[str]) -> int:
-    return sum(size for rel in artifacts for size in (p.stat().st_size for p in (artifacts_root / rel).rglob("*")))
+    """What the packages' files take: each package's members, as its bundle carries them."""
+    return sum(path.stat().st_size for rel in artifacts for _, path in package_members(artifacts_root / rel))
 
 
 def package_type(package: str, artifacts_root: Path, artifacts: Sequence[str]) -> tuple[str, str]:

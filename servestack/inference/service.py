@@ -65,6 +65,10 @@ class ServedModel:
 
     @classmethod
     def load(cls, package_dir: Path, settings: ServingSettings) -> ServedModel:
+        """Verify every file of the package (the model, its hooks and its listed files), then load the model from
+        its path in `package_dir`, so that onnxruntime reads the external data the graph names from that folder:
+        the files just verified (`models push` lists every external data file of the graph, and the model's own
+        checksum pins the graph)."""
         manifest = read_manifest(package_dir)
         verify_checksums(package_dir, manifest)
         runtime = ModelRuntime(

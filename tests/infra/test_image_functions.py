@@ -14,9 +14,14 @@ from tests.infra.conftest import make_project
 
 
 def heavy(package: Path, size: int) -> None:
-    """A sidecar file of `size` bytes in the package (sparse: no disk is written for it)."""
+    """A file of `size` bytes the package carries (sparse: no disk is written for it), listed in its manifest."""
     with (package / "weights.bin").open("wb") as file:
         file.truncate(size)
+    manifest_path = package / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {"name": package.parent.name}
+    manifest["files"] = [{"name": "weights.bin", "size": size}]
+    manifest_path.write_text(json.dumps(manifest))
+    (package / "model.onnx").touch()
 
 
 def test_auto_picks_an_image_past_the_zip_limit_and_says_why(tmp_path: Path) -> None:
