@@ -97,7 +97,7 @@ def load_hooks(path: Path, model_key: str, requirements: Sequence[str] = ()) -> 
     except ModuleNotFoundError as exc:
         declared = f" (it declares {', '.join(requirements)})" if requirements else " (it declares none)"
         raise ModelLoadError(
-            f"model {model_key}: process.py imports {exc.name!r}, which this deployment does not ship{declared}: "
+            f"{path}: model {model_key}'s hooks import {exc.name!r}, which this deployment does not ship{declared}: "
             f"declare it when you push the package: servestack models push MODEL.onnx --requirement "
             f"{distribution_of(exc.name)}"
         ) from exc

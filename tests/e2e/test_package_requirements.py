@@ -98,7 +98,10 @@ def test_the_undeclared_requirement_fails_the_function_naming_the_distribution(p
     log = project.up.log_text()
     # THEN its function failed to start, and the reason names what to declare
     assert "pil-bare/" in log
-    assert "process.py imports 'PIL', which this deployment does not ship (it declares none)" in log
+    assert (
+        "process.py: model pil-digits@2's hooks import 'PIL', which this deployment does not ship (it declares none)"
+        in log
+    )
     assert "servestack models push model.onnx --requirement pillow" in log.lower()  # names are case-blind
     done = project.invoke("pil-bare")
     assert done.returncode != 0

@@ -15,13 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from servestack.cdk.bundling import (
-    RUNTIME_BUNDLE_BYTES,
-    LocalPythonBundler,
-    find_python,
-    lambda_source,
-    tree_size_bytes,
-)
+from servestack.cdk.bundling import LocalPythonBundler, find_python, lambda_source, tree_size_bytes
+from servestack.cdk.sources import RUNTIME_BUNDLE_BYTES
 from tests.infra.conftest import REPO
 
 LIMIT_BYTES = RUNTIME_BUNDLE_BYTES  # what the zip-or-image choice counts servestack's runtime as (bundling.py)

@@ -58,29 +58,21 @@ def shipped_packages(task_root: Path, function: str) -> Path | None:
     return installed(listed.read_text(encoding="utf-8"), "target", what=f"function {function}")
 
 
-def image_function(function: FunctionDef, work: Path) -> tuple[Path, Path | None, str]:
+def image_function(function: FunctionDef, context: PlanContext) -> tuple[Path, Path | None, str]:
     """A container-image function as local mode runs it: its image's files staged from the build context in
     cdk.out (its /var/task is the task root), the packages its RUN steps install built for this machine, and its
     handler (the function's command, else the image's CMD)."""
-    from servestack.local.cloudformation import image_asset
-    from servestack.local.sagemaker import DockerfileError, image_requirements, read_image, stage_root
-
     assert function.image_uri is not None
-    asset = image_asset(work / "cdk.out", function.image_uri)
-    if asset is None:
+    staged = context.stage_image(function.image_uri)
+    if staged is None:
         raise TemplateError(f"function {function.logical_id}: {function.image_uri} is not an image asset of cdk.out")
-    try:
-        image = read_image(asset)
-        root = stage_root(image, asset.context, work / "images" / asset.tag[:24] / "rootfs")
-        requirements = image_requirements(image, root)
-    except DockerfileError as error:
-        raise TemplateError(f"function {function.logical_id}: its image cannot run locally: {error}") from None
-    handler = function.handler or (image.cmd[0] if image.cmd else "")
+    handler = function.handler or (staged.cmd[0] if staged.cmd else "")
     if not handler:
         raise TemplateError(f"function {function.logical_id}: neither ImageConfig.Command nor the image's CMD")
-    task_root = root / "var" / "task"
-    packages = installed(requirements, "target", what=f"function {function.name}") if requirements else None
-    return task_root, packages, handler
+    packages = (
+        installed(staged.requirements, "target", what=f"function {function.name}") if staged.requirements else None
+    )
+    return staged.root / "var" / "task", packages, handler
 
 
 def _bundled(task_root: Path) -> bool:
@@ -104,7 +96,7 @@ class LambdaPlanner:
             if function.handler == INLINE_HANDLER:
                 continue
             if function.image_uri is not None:
-                task_root, packages, handler = image_function(function, context.work)
+                task_root, packages, handler = image_function(function, context)
                 function = dataclasses.replace(function, handler=handler)
             elif function.code_dir is None or not function.code_dir.is_dir():
                 raise TemplateError(
