@@ -66,17 +66,33 @@ def package_dir(model: ModelSpec, root: Path, *, bundled: bool = True) -> Path |
     return None
 
 
+def named_files(folder: Path) -> list[str]:
+    """The files the manifest in `folder` names: the model, `process.py` when it has `process_sha256`, and each of
+    `files`; read as plain JSON (the manifest's own checks run where the package loads, and synth's test projects
+    use stub manifests). `ValueError` naming the manifest when it cannot be read."""
+    manifest = folder / MANIFEST
+    try:
+        document = json.loads(manifest.read_text(encoding="utf-8"))
+        names = [str(document.get("file") or "model.onnx")]
+        names += ["process.py"] if document.get("process_sha256") else []
+        names += [str(entry["name"]) for entry in document.get("files") or ()]
+    except (ValueError, AttributeError, KeyError, TypeError) as exc:
+        raise ValueError(f"{manifest} is not a valid manifest ({exc})") from None
+    return names
+
+
 def _problem(folder: Path) -> str | None:
-    """What is wrong with the package at `folder`, or None when its manifest and model file are there."""
+    """What is wrong with the package at `folder`, or None when its manifest and every file it names are there."""
     manifest = folder / MANIFEST
     if not manifest.is_file():
         return f"no model package at {folder} ({MANIFEST} missing)"
     try:
-        model_file = str(json.loads(manifest.read_text(encoding="utf-8")).get("file") or "model.onnx")
-    except (ValueError, AttributeError) as exc:
-        return f"{manifest} is not a valid manifest ({exc})"
-    if not (folder / model_file).is_file():
-        return f"{folder / model_file} (named by {manifest}) is missing"
+        names = named_files(folder)
+    except ValueError as exc:
+        return str(exc)
+    for name in names:
+        if not (folder / name).is_file():
+            return f"{folder / name} (named by {manifest}) is missing"
     return None
 
 

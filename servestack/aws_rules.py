@@ -8,6 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# How long a serverless deployment's function and its HTTP API route may run: API Gateway's HTTP APIs end an
+# integration after at most 30 s (`TimeoutInMillis` 50..30,000; the AWS::ApiGatewayV2::Integration reference),
+# and aws-cdk-lib's integrations allow at most 29 s ("Integration timeout must be between 50 milliseconds and
+# 29 seconds"). The spec and the constructs take this one number.
+HTTP_API_TIMEOUT_SEC = 29
+
 
 @dataclass(frozen=True)
 class AwsRule:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,6 +54,8 @@ def push(
     version: str | None = None,
     labels: list[str] | None = None,
     process: Path | str | None = None,
+    requirements: list[str] | None = None,
+    files: Sequence[Path | str] = (),
     artifacts: Path | str | None = None,
     registry: str | None = None,
     promote: bool = False,
@@ -63,7 +66,9 @@ def push(
     `sample`: rows the estimator predicts on, usually (part of) its training data: a pandas or polars
     DataFrame or a pyarrow Table (one input per column), a 1-D array of text (one string input) or a 2-D array
     (one `[N, k]` input named `input`). The other arguments are `servestack models push`'s flags: `--version`,
-    `--labels`, `--process`, `--artifacts` (default: the project's models/artifacts), `--registry` (default:
+    `--labels`, `--process`, `--requirement` (`requirements`, a list), `--file` (`files`: each file or folder the
+    package carries, for the hooks to read beside them), `--artifacts` (default: the project's models/artifacts),
+    `--registry` (default:
     $SERVESTACK_REGISTRY_URI, else the running `local up`'s) and `--promote`.
 
     Raises `InvalidInput` when the sample has a column type ONNX cannot take, skl2onnx cannot convert the
@@ -100,6 +105,9 @@ def push(
         sample_file.write_text(sample_request(columns), encoding="utf-8")
         argv = [str(model_file), "--name", name, "--sample", str(sample_file)]
         argv += _flags(version=version, labels=labels, process=process, artifacts=artifacts, registry=registry)
+        argv += [f"--requirement={requirement}" for requirement in requirements or []]
+        chosen = [files] if isinstance(files, str | Path) else list(files)
+        argv += [argument for path in chosen for argument in ("--file", str(path))]
         argv += ["--promote"] if promote else []
         args = _push_arguments(argv, allow_nan=_has_nan(columns))
         from servestack.cli.models import run_push

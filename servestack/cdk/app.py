@@ -119,10 +119,11 @@ def main(root: Path, *, extend: Extend | None = None) -> None:
     """Synthesize the app of the project in `root`; a serving.yaml or context problem is one line, exit 2."""
     from servestack.cdk.pipeline import MissingContext
     from servestack.cdk.scaling_guard import InstanceTypeChangeRefused
+    from servestack.cdk.sources import RequirementsError
 
     try:
         app = build_app(root=root, extend=extend)
-    except (SpecError, MissingContext, InstanceTypeChangeRefused) as exc:
+    except (SpecError, MissingContext, InstanceTypeChangeRefused, RequirementsError) as exc:
         print(f"servestack: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     except FileNotFoundError as exc:  # a package without its sample request/response: the message says how

@@ -41,6 +41,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 import servestack.cdk.guardrails as guardrails
+from servestack.cdk.bundling import FunctionCode
 from servestack.cdk.realtime import (
     gpu_inference_ami,
     sagemaker_scaling_role,
@@ -81,7 +82,7 @@ class AsyncEndpoint(Construct):
         id: str,
         *,
         name: str,
-        code: lambda_.Code,
+        code: lambda_.Code | FunctionCode,
         bucket: s3.IBucket,
         model_name: str,
         batch_size: int = 10,

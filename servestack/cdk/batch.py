@@ -35,6 +35,7 @@ from aws_cdk import aws_scheduler_targets as targets
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from servestack.cdk.bundling import FunctionCode
 from servestack.cdk.realtime import GPU_TRANSFORM_AMI_VERSION, servestack_model, single_model_environment
 from servestack.cdk.serverless import runtime_environment, servestack_function
 from servestack.cdk.shared import acknowledge, check_choice, check_range, log_group, logical_id
@@ -73,7 +74,7 @@ class BatchJob(Construct):
         input_prefix: str | None = None,
         output_prefix: str | None = None,
         runner: str = "lambda",
-        code: lambda_.Code | None = None,
+        code: lambda_.Code | FunctionCode | None = None,
         image: ecr_assets.DockerImageAsset | None = None,
         model_dir: str | None = None,
         model_data: s3_assets.Asset | None = None,
@@ -359,7 +360,7 @@ class BatchJob(Construct):
         bucket: s3.IBucket,
         image: ecr_assets.DockerImageAsset,
         model_data: s3_assets.Asset,
-        code: lambda_.Code,
+        code: lambda_.Code | FunctionCode,
         payload: dict[str, str],
         model_name: str,
         input_format: str,

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,16 @@ from aws_cdk import AssetHashType, BundlingOptions, DockerImage, ILocalBundling
 from aws_cdk import aws_lambda as lambda_
 
 from servestack.cdk.shared import check_choice
-from servestack.cdk.sources import REQUIREMENTS, entry_point_files, package_files, runtime_files, stage
+from servestack.cdk.sources import (
+    CONTAINERS,
+    Member,
+    deployment_requirements,
+    entry_point_files,
+    package_files,
+    package_type,
+    runtime_files,
+    stage,
+)
 
 PYTHON_VERSION = "3.12"
 ARCHITECTURES = ("x86_64", "arm64")
@@ -44,6 +54,8 @@ ARCHITECTURES = ("x86_64", "arm64")
 _UV_PLATFORM = {"x86_64": "x86_64-manylinux_2_34", "arm64": "aarch64-manylinux_2_34"}
 # Bump when the bundle's layout or stripping changes: it is part of the asset hash.
 BUNDLER_VERSION = "2"
+# What the staged sources hold of the bundle's third-party packages: the list local mode installs them from.
+REQUIREMENTS_FILE = "requirements.txt"
 # The staged sources, byte-compiled in the bundle (the dependencies are compiled once, in their cache).
 SOURCE_DIRS = ("servestack", "handlers")
 # Globs (relative to the site-packages root) removed from the dependency tree.
@@ -104,14 +116,12 @@ class LocalPythonBundler:
         source: Path,
         architecture: str = "x86_64",
         python_version: str = PYTHON_VERSION,
-        requirements_file: Path = REQUIREMENTS / "lambda.txt",
         cache_dir: Path | None = None,
     ) -> None:
         check_choice("LocalPythonBundler", "architecture", architecture, ARCHITECTURES)
         self.source = source.resolve()
         self.architecture = architecture
         self.python_version = python_version
-        self.requirements_file = requirements_file
         default_cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "servestack" / "lambda-deps"
         self.cache_dir = cache_dir or Path(os.environ.get("SERVESTACK_BUNDLE_CACHE", default_cache))
 
@@ -143,8 +153,8 @@ class LocalPythonBundler:
     # --- steps ----------------------------------------------------------------------------------
 
     def requirements(self) -> str:
-        """servestack's locked runtime (no hashes), as shipped in the package."""
-        return self.requirements_file.read_text(encoding="utf-8")
+        """What the bundle installs: the staged sources' `requirements.txt` (servestack's locked runtime)."""
+        return (self.source / REQUIREMENTS_FILE).read_text(encoding="utf-8")
 
     def _dependencies(self) -> Path:
         requirements = self.requirements()
@@ -227,8 +237,56 @@ def lambda_source(
 ) -> Path:
     """The function's sources staged for its bundle: servestack's runtime, the entry points (as `handlers`) and
     the model packages `artifacts` (relative to `artifacts_root`)."""
-    members = [*runtime_files(), *entry_point_files(entry_points), *package_files(artifacts_root, artifacts)]
+    members = [
+        (REQUIREMENTS_FILE, deployment_requirements("lambda.txt", artifacts_root, artifacts)),
+        *runtime_files(),
+        *entry_point_files(entry_points),
+        *package_files(artifacts_root, artifacts),
+    ]
     return stage(members, "lambda-source", cache_dir)
+
+
+LAMBDA_DOCKERFILE = "lambda.Dockerfile"
+
+
+@dataclass(frozen=True)
+class FunctionCode:
+    """A servestack function's code: a zip bundle (`zip`), or a container image built from `image_context` (a
+    function past Lambda's zip limit), whose command is the function's handler."""
+
+    zip: lambda_.Code | None = None
+    image_context: Path | None = None
+    reason: str = ""  # why it is an image
+
+    @property
+    def package_type(self) -> str:
+        return "image" if self.image_context is not None else "zip"
+
+
+def function_code(
+    *,
+    entry_points: Path,
+    artifacts: Sequence[str],
+    artifacts_root: Path,
+    architecture: str = "x86_64",
+    package: str = "auto",
+) -> FunctionCode:
+    """The code of a servestack function: a zip bundle while it fits Lambda's limit, else a container image of
+    the same sources (`package` forces one: `zip`, `image`)."""
+    kind, reason = package_type(package, artifacts_root, artifacts)
+    if kind == "zip":
+        return FunctionCode(
+            zip=lambda_code(
+                entry_points=entry_points, artifacts=artifacts, artifacts_root=artifacts_root, architecture=architecture
+            )
+        )
+    source = lambda_source(entry_points=entry_points, artifacts=artifacts, artifacts_root=artifacts_root)
+    members = [(LAMBDA_DOCKERFILE, CONTAINERS / LAMBDA_DOCKERFILE), *_tree(source)]
+    return FunctionCode(image_context=stage(members, "lambda-image-context"), reason=reason)
+
+
+def _tree(folder: Path) -> list[Member]:
+    return sorted((p.relative_to(folder).as_posix(), p) for p in folder.rglob("*") if p.is_file())
 
 
 def lambda_code(
@@ -258,4 +316,14 @@ def lambda_code(
     )
 
 
-__all__ = ["BundlingError", "LocalPythonBundler", "lambda_code", "lambda_source", "strip", "tree_size_bytes"]
+__all__ = [
+    "BundlingError",
+    "FunctionCode",
+    "LocalPythonBundler",
+    "function_code",
+    "lambda_code",
+    "lambda_source",
+    "package_type",
+    "strip",
+    "tree_size_bytes",
+]

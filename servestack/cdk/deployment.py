@@ -21,7 +21,7 @@ from constructs import Construct
 from servestack.artifacts import sample_file
 from servestack.cdk.asynchronous import AsyncEndpoint
 from servestack.cdk.batch import BatchJob
-from servestack.cdk.bundling import lambda_code
+from servestack.cdk.bundling import FunctionCode, function_code
 from servestack.cdk.components import ComponentEndpoint
 from servestack.cdk.images import MODEL_PACKAGES, dockerfile_name, dockerfile_workdir, image_context
 from servestack.cdk.observability import PERIOD, DeploymentDashboard, Panel, percentiles
@@ -88,6 +88,7 @@ class DeploymentStack(Stack):
         self.resource_name = f"{name_prefix}{deployment}"
         models = spec.models_of(deployment)
         primary = models[0]
+        self.served_packages = [m.artifact_path for m in models]  # whose declared requirements its images install
         self.shared = ArtifactBucket(self, "Artifacts")
         bucket = self.shared.bucket
         name = self.resource_name
@@ -219,14 +220,14 @@ class DeploymentStack(Stack):
             ]
             self._smoke("sagemaker", name, SmokeGrant("sagemaker:InvokeEndpoint", "sagemaker", (f"endpoint/{name}",)))
         elif isinstance(d, ServerlessDeployment):
+            # the pre-traffic hook asks each new version for its packaged sample: the package must hold one
+            read_sample(root, primary, "request"), read_sample(root, primary, "response")
             sl = ServerlessEndpoint(
                 self,
                 "Serverless",
                 name=name,
-                code=self._code(models, d.architecture),
+                code=self._code(models, d.architecture, d.lambda_package),
                 model_name=primary.name,
-                sample_request=read_sample(root, primary, "request"),
-                expected_response=read_sample(root, primary, "response"),
                 memory_mib=d.memory_mib,
                 timeout_sec=d.timeout_sec,
                 architecture=d.architecture,
@@ -282,7 +283,7 @@ class DeploymentStack(Stack):
                 self,
                 "Async",
                 name=name,
-                code=self._code(models, d.architecture),
+                code=self._code(models, d.architecture, d.lambda_package),
                 bucket=bucket,
                 model_name=primary.name,
                 batch_size=d.batch_size,
@@ -386,7 +387,7 @@ class DeploymentStack(Stack):
                 input_prefix=d.input_prefix or f"batch/{deployment}/input/",
                 output_prefix=d.output_prefix or f"batch/{deployment}/output/",
                 runner=d.runner,
-                code=None if fargate else self._code(models, d.architecture),
+                code=None if fargate else self._code(models, d.architecture, d.lambda_package),
                 image=self._batch_image(models) if fargate else self._image_for(d.instance_type) if transform else None,
                 # The Fargate image carries the model packages where its Dockerfile copies `models/`.
                 model_dir=f"{dockerfile_workdir('cpu').rstrip('/')}/{MODEL_PACKAGES}" if fargate else None,
@@ -448,13 +449,17 @@ class DeploymentStack(Stack):
         self.smoke_target = CfnOutput(self, "SmokeTarget", value=target)
         self.smoke_grant = grant
 
-    def _code(self, models: list[ModelSpec], architecture: str) -> Any:
-        return lambda_code(
+    def _code(self, models: list[ModelSpec], architecture: str, package: str = "auto") -> FunctionCode:
+        """The deployment's functions' code: a zip bundle, or a container image past Lambda's zip limit."""
+        code = function_code(
             entry_points=self.entry_points,
             artifacts=[m.artifact_path for m in models],
             artifacts_root=self.root,
             architecture=architecture,
+            package=package,
         )
+        self.lambda_package = code.package_type
+        return code
 
     def _batch_image(self, models: list[ModelSpec]) -> ecr_assets.DockerImageAsset:
         """The CPU image for a Fargate batch task, built from a context that carries the deployment's model
@@ -483,7 +488,9 @@ class DeploymentStack(Stack):
         existing = self.node.try_find_child(id)
         if isinstance(existing, ecr_assets.DockerImageAsset):
             return existing
-        context = image_context(flavour=flavour, entry_points=self.entry_points, artifacts_root=self.root)
+        context = image_context(
+            flavour=flavour, entry_points=self.entry_points, artifacts_root=self.root, serves=self.served_packages
+        )
         return ecr_assets.DockerImageAsset(
             self,
             id,

@@ -22,7 +22,8 @@ from pathlib import Path
 from servestack.cdk.sources import (
     CONTAINERS,
     MODEL_PACKAGES,
-    REQUIREMENTS,
+    Member,
+    deployment_requirements,
     entry_point_files,
     package_files,
     runtime_files,
@@ -63,14 +64,17 @@ def image_context(
     entry_points: Path,
     artifacts_root: Path,
     artifacts: Sequence[str] = (),
+    serves: Sequence[str] | None = None,
     cache_dir: Path | None = None,
 ) -> Path:
-    """The staged build context of a `flavour` image serving the packages `artifacts` (relative to
-    `artifacts_root`, e.g. `models/artifacts/digits/1`), with the entry points in the folder `entry_points`."""
+    """The staged build context of a `flavour` image carrying the packages `artifacts` (relative to
+    `artifacts_root`, e.g. `models/artifacts/digits/1`), with the entry points in the folder `entry_points`. It
+    installs what the packages it `serves` declare (default: those it carries; a realtime image carries none,
+    SageMaker gives it its model data, but installs what its models need)."""
     dockerfile = dockerfile_name(flavour)
-    members = [
+    members: list[Member] = [
         (dockerfile, CONTAINERS / dockerfile),
-        ("requirements.txt", REQUIREMENTS / f"image-{flavour}.txt"),
+        ("requirements.txt", deployment_requirements(f"image-{flavour}.txt", artifacts_root, serves or artifacts)),
         *runtime_files(),
         *entry_point_files(entry_points),
         *package_files(artifacts_root, artifacts),

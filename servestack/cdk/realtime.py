@@ -44,6 +44,7 @@ from constructs import Construct
 import servestack.cdk.guardrails as guardrails
 from servestack.cdk.scaling_guard import check_instance_types
 from servestack.cdk.shared import acknowledge, check_range, endpoint_log_group, logical_id
+from servestack.cdk.sources import package_members
 from servestack.spec import (
     AlarmSettings,
     Batching,
@@ -82,7 +83,9 @@ _METRICS_REASON = (
 
 
 def model_data_archive(root: Path, models: Sequence[ModelSpec], cache_dir: Path | None = None) -> Path:
-    """A reproducible `model.tar.gz` holding `<name>/<version>/<files>` (same input, same bytes)."""
+    """A reproducible `model.tar.gz` holding `<name>/<version>/<files>` (same input, same bytes): each package's
+    files as its manifest names them (servestack/cdk/sources.py `package_members`: the model, its hooks, its
+    listed files, the samples), a package missing one refused."""
     members: list[tuple[str, Path]] = []
     for m in models:
         base = root / m.artifact_path
@@ -91,14 +94,14 @@ def model_data_archive(root: Path, models: Sequence[ModelSpec], cache_dir: Path 
                 f"{base / 'model.onnx'} not found for model {m.name}@{m.version}: run `make models` "
                 "(or fix `path` in serving.yaml)"
             )
-        members += [(f"{m.name}/{m.version}/{p.relative_to(base)}", p) for p in sorted(base.rglob("*")) if p.is_file()]
+        members += [(f"{m.name}/{m.version}/{name}", path) for name, path in package_members(base)]
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for arcname, path in members:
             info = tarfile.TarInfo(arcname)
-            data = path.read_bytes()
-            info.size, info.mtime, info.mode = len(data), 0, 0o644
-            tar.addfile(info, io.BytesIO(data))
+            info.size, info.mtime, info.mode = path.stat().st_size, 0, 0o644
+            with path.open("rb") as stream:
+                tar.addfile(info, stream)
     packed = gzip.compress(raw.getvalue(), compresslevel=6, mtime=0)
     digest = hashlib.sha256(packed).hexdigest()[:20]
     out_dir = cache_dir or Path(tempfile.gettempdir()) / "servestack-model-data"

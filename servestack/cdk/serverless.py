@@ -7,18 +7,20 @@ wrong answer, and auto-rollback on the alias's error-rate, p99-duration and thro
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from aws_cdk import Duration
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_codedeploy as codedeploy
+from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 import servestack.cdk.guardrails as guardrails
+from servestack.aws_rules import HTTP_API_TIMEOUT_SEC
+from servestack.cdk.bundling import LAMBDA_DOCKERFILE, FunctionCode
 from servestack.cdk.shared import (
     IamHttpApi,
     acknowledge,
@@ -57,7 +59,7 @@ def servestack_function(
     scope: Construct,
     id: str,
     *,
-    code: lambda_.Code,
+    code: lambda_.Code | FunctionCode,
     handler: str,
     environment: dict[str, str],
     memory_mib: int,
@@ -68,29 +70,37 @@ def servestack_function(
     description: str = "",
     function_name: str | None = None,
 ) -> lambda_.Function:
-    """A Python 3.12 function with its own log group and a role that can only write there. `function_name` fixes
-    the name of a function something outside its stack calls (the pipeline's smoke test, granted by name)."""
+    """A Python 3.12 function with its own log group and a role that can only write there: a zip bundle, or a
+    container image (`FunctionCode.image_context`, past Lambda's zip limit) whose command is `handler`.
+    `function_name` fixes the name of a function something outside its stack calls (the pipeline's smoke test,
+    granted by name)."""
     check_range(id, "memory_mib", memory_mib, 128, 10240)
     check_range(id, "timeout_sec", timeout_sec, 1, 900)
     check_choice(id, "architecture", architecture, _ARCH)
     logs = log_group(scope, f"{id}Logs", retention_days=log_retention_days)
-    fn = lambda_.Function(
-        scope,
-        id,
-        runtime=RUNTIME,
-        architecture=_ARCH[architecture],
-        handler=handler,
-        code=code,
-        memory_size=memory_mib,
-        timeout=Duration.seconds(timeout_sec),
-        environment=environment,
-        reserved_concurrent_executions=reserved_concurrency,
-        role=lambda_role(scope, f"{id}Role", logs),
-        log_group=logs,
-        logging_format=lambda_.LoggingFormat.JSON,
-        description=description,
-        function_name=function_name,
-    )
+    common: dict[str, Any] = {
+        "architecture": _ARCH[architecture],
+        "memory_size": memory_mib,
+        "timeout": Duration.seconds(timeout_sec),
+        "environment": environment,
+        "reserved_concurrent_executions": reserved_concurrency,
+        "role": lambda_role(scope, f"{id}Role", logs),
+        "log_group": logs,
+        "logging_format": lambda_.LoggingFormat.JSON,
+        "description": description,
+        "function_name": function_name,
+    }
+    if isinstance(code, FunctionCode) and code.image_context is not None:
+        image = lambda_.DockerImageCode.from_image_asset(
+            str(code.image_context),
+            file=LAMBDA_DOCKERFILE,
+            cmd=[handler],
+            platform=ecr_assets.Platform.LINUX_ARM64 if architecture == "arm64" else ecr_assets.Platform.LINUX_AMD64,
+        )
+        return lambda_.DockerImageFunction(scope, id, code=image, **common)
+    zipped = code.zip if isinstance(code, FunctionCode) else code
+    assert zipped is not None
+    fn = lambda_.Function(scope, id, runtime=RUNTIME, handler=handler, code=zipped, **common)
     acknowledge(fn, {"AwsSolutions-L1": RUNTIME_REASON})
     return fn
 
@@ -98,8 +108,8 @@ def servestack_function(
 class ServerlessEndpoint(Construct):
     """Lambda + `live` alias (+ provisioned concurrency) + CodeDeploy + HTTP API (IAM auth), with alarms.
 
-    `sample_request` / `expected_response` are the model's `sample-request.json` / `sample-response.json`;
-    the pre-traffic hook uses them to check each new version before it takes traffic.
+    The pre-traffic hook checks each new version before it takes traffic with the sample its code carries (the
+    model package's `sample-request.json` and `sample-response.json`), which it asks the version for.
     """
 
     def __init__(
@@ -108,10 +118,8 @@ class ServerlessEndpoint(Construct):
         id: str,
         *,
         name: str,
-        code: lambda_.Code,
+        code: lambda_.Code | FunctionCode,
         model_name: str,
-        sample_request: Any,
-        expected_response: Any,
         handler: str = HANDLER,
         memory_mib: int = 2048,
         timeout_sec: int = 15,
@@ -128,7 +136,7 @@ class ServerlessEndpoint(Construct):
         alarms: AlarmSettings | None = None,
     ) -> None:
         super().__init__(scope, id)
-        check_range("ServerlessEndpoint", "timeout_sec", timeout_sec, 1, 29)
+        check_range("ServerlessEndpoint", "timeout_sec", timeout_sec, 1, HTTP_API_TIMEOUT_SEC)
         check_range("ServerlessEndpoint", "provisioned_concurrency_min", provisioned_concurrency_min, 0, 10_000)
         check_range(
             "ServerlessEndpoint",
@@ -170,9 +178,7 @@ class ServerlessEndpoint(Construct):
             scaling.scale_on_utilization(utilization_target=provisioned_utilization_percent / 100)
 
         self.alarms = guardrails.lambda_alarms(self, name=name, alias=self.alias, settings=alarms)
-        self.pre_traffic_hook = self._pre_traffic_hook(
-            name, version, sample_request, expected_response, log_retention_days
-        )
+        self.pre_traffic_hook = self._pre_traffic_hook(name, version, log_retention_days)
         self.deployment_group = codedeploy.LambdaDeploymentGroup(
             self,
             "Deployment",
@@ -205,6 +211,7 @@ class ServerlessEndpoint(Construct):
             self,
             "Http",
             handler=self.alias,
+            integration_timeout_sec=timeout_sec,
             throttle_rate_per_sec=throttle_rate_per_sec,
             throttle_burst=throttle_burst,
             log_retention_days=log_retention_days,
@@ -256,18 +263,8 @@ class ServerlessEndpoint(Construct):
         self,
         name: str,
         version: lambda_.IVersion,
-        sample_request: Any,
-        expected_response: Any,
         log_retention_days: int,
     ) -> lambda_.Function:
-        request = json.dumps(sample_request, separators=(",", ":"))
-        expected = json.dumps(expected_response, separators=(",", ":"))
-        if len(request) + len(expected) > 3500:
-            raise ValueError(
-                f"ServerlessEndpoint {name}: sample request + response are "
-                f"{len(request) + len(expected)} bytes, which is not <= 3500 (they travel in the hook's "
-                "environment); use a smaller sample"
-            )
         logs = log_group(self, "PreTrafficHookLogs", retention_days=log_retention_days)
         hook = lambda_.Function(
             self,
@@ -281,8 +278,6 @@ class ServerlessEndpoint(Construct):
             log_group=logs,
             environment={
                 "TARGET_FUNCTION": version.function_arn,
-                "SAMPLE_REQUEST": request,
-                "EXPECTED_RESPONSE": expected,
                 "REL_TOL": "1e-4",
             },
             description=f"servestack {name}: CodeDeploy BeforeAllowTraffic check with the sample request",

@@ -15,6 +15,8 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from constructs import Construct, IConstruct
 
+from servestack.aws_rules import HTTP_API_TIMEOUT_SEC
+
 # CloudWatch Logs retention periods, by days.
 _RETENTION = {
     1: logs.RetentionDays.ONE_DAY,
@@ -178,12 +180,12 @@ class IamHttpApi(Construct):
         throttle_rate_per_sec: int = 100,
         throttle_burst: int = 200,
         log_retention_days: int = 30,
-        integration_timeout_sec: int = 29,
+        integration_timeout_sec: int = HTTP_API_TIMEOUT_SEC,
     ) -> None:
         super().__init__(scope, id)
         check_range("IamHttpApi", "throttle_rate_per_sec", throttle_rate_per_sec, 1, 10_000)
         check_range("IamHttpApi", "throttle_burst", throttle_burst, 1, 5_000)
-        check_range("IamHttpApi", "integration_timeout_sec", integration_timeout_sec, 1, 29)
+        check_range("IamHttpApi", "integration_timeout_sec", integration_timeout_sec, 1, HTTP_API_TIMEOUT_SEC)
         self.api = apigw.HttpApi(
             self,
             "Api",

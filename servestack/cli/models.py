@@ -49,6 +49,27 @@ def push_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--process", type=Path, default=None, help="a process.py with preprocess/postprocess hooks")
     parser.add_argument(
+        "--requirement",
+        action="append",
+        default=[],
+        metavar="REQUIREMENT",
+        help="a package process.py imports beyond servestack's runtime (e.g. Pillow>=10), repeatable: every "
+        "deployment serving the model installs it in its bundle and image, locked when it is synthesized",
+    )
+    parser.add_argument(
+        "--file",
+        dest="files",
+        metavar="PATH",
+        type=Path,
+        action="append",
+        default=None,
+        help="a file the package carries (a vocabulary, labels, a configuration), at the package's root under its "
+        "name; or a folder (a tokenizer's), carried as a folder of that name with every file below it. Repeat it "
+        "for more. Each is checksummed in the manifest and verified at every load; a hook reads them beside "
+        "itself, Path(__file__).parent. The ONNX external data the model references (model.onnx.data) is found "
+        "beside the .onnx file and needs no flag",
+    )
+    parser.add_argument(
         "--sample",
         type=Path,
         default=None,
@@ -145,7 +166,7 @@ def optional_registry(uri: str | None, state_path: Path | None) -> tuple[ModelRe
 def run_push(args: argparse.Namespace) -> int:
     from servestack import project
     from servestack.inference.errors import VersionConflict
-    from servestack.inference.packaging import build_package
+    from servestack.inference.packaging import build_package, gather_files
     from servestack.inference.registry import DirectoryStore, ModelRegistry, check_name, check_version
 
     check_name(args.name)
@@ -154,6 +175,7 @@ def run_push(args: argparse.Namespace) -> int:
     for flag, path in (("--process", args.process), ("--sample", args.sample)):
         if path is not None and not path.is_file():
             raise CommandError(f"{flag} {path}: no such file")
+    files = gather_files(getattr(args, "files", None) or [])
     root = project.find_project()
     artifacts_dir = args.artifacts or (project.artifacts_root(root) if root is not None else None)
     remote = optional_registry(args.registry, args.state)
@@ -180,8 +202,10 @@ def run_push(args: argparse.Namespace) -> int:
             labels=labels,
             process_file=args.process,
             sample=args.sample,
+            requirements=args.requirement,
             columns=columns,
             allow_nan=allow_nan,
+            files=files,
         )
         outcomes: list[str] = []
         try:
@@ -237,8 +261,7 @@ def _shown(path: Path) -> str:
 
 
 def _report(built: BuiltPackage, source: Path, outcomes: list[str], previous: tuple[str, str] | None) -> None:
-    from servestack.inference.manifest import HOOKS_FILE, SAMPLE_REQUEST, sha256_of
-    from servestack.inference.packaging import SAMPLE_RESPONSE
+    from servestack.inference.manifest import HOOKS_FILE, SAMPLE_REQUEST, SAMPLE_RESPONSE, sha256_of
 
     manifest = built.manifest
 
@@ -268,11 +291,22 @@ def _report(built: BuiltPackage, source: Path, outcomes: list[str], previous: tu
     shown_labels = ",".join(map(str, manifest.labels or ()))
     if previous is not None and built.labels_source != "--labels" and shown_labels != previous[1]:
         print(f"  note     version {previous[0]} has labels {previous[1]}; pass --labels {previous[1]} to keep them")
-    files = [manifest.file, *([HOOKS_FILE] if manifest.process_sha256 else []), SAMPLE_REQUEST, SAMPLE_RESPONSE]
-    for name in files:
-        print(f"  sha256   {name} {sha256_of(built.directory / name)}")
+    for entry in manifest.files:
+        role = "external data, found beside the model" if entry.external_data else "--file"
+        print(f"  file     {entry.name} ({_size(entry.size)}, {role})")
+    listed = {entry.name: entry.sha256 for entry in manifest.files}
+    files = [manifest.file, *([HOOKS_FILE] if manifest.process_sha256 else []), *listed]
+    for name in [*files, SAMPLE_REQUEST, SAMPLE_RESPONSE]:
+        print(f"  sha256   {name} {listed.get(name) or sha256_of(built.directory / name)}")
     for outcome in outcomes:
         print(f"  {outcome}")
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} bytes"
 
 
 def _print_snippet(root: Path | None, name: str, version: str) -> None:

@@ -5,9 +5,10 @@ adapters serve from either.
 - `lookup(target)` is the hot path: a dict hit and a move to the LRU end under a lock; None on a miss.
 - `load(target)` starts (or joins) the one load of that model: concurrent first requests load it once.
   Loads run in a small thread pool so the event loop keeps serving hits.
-- A model's cost is its file size plus `cache_session_overhead_bytes` (an estimate of the onnxruntime
-  session beyond its weights). Before a model is inserted, least recently used models are evicted until the
-  total fits `cache_budget_bytes` and the count fits `cache_max_models`; `on_evict(key)` is called for each.
+- A model's cost is its file size (with its external data) plus `cache_session_overhead_bytes` (an estimate of the
+  onnxruntime session beyond its weights). Before a model is inserted, least recently used models are evicted
+  until the total fits `cache_budget_bytes` and the count fits `cache_max_models`; `on_evict(key)` is called for
+  each.
 - Unversioned targets (`digits`) resolve through the registry (alias `live`, else the newest version) and
   keep that version for `alias_ttl_sec`.
 """
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from servestack.inference.errors import ModelLoadError, ServingError
+from servestack.inference.manifest import model_bytes
 from servestack.inference.registry import ModelRegistry
 from servestack.inference.service import ServedModel, parse_target
 from servestack.inference.settings import ServingSettings
@@ -208,7 +210,7 @@ class ModelCache:
         started = time.perf_counter()
         package_dir: Path = self.registry.fetch(name, version, self.settings.cache_dir)
         model = ServedModel.load(package_dir, self.settings)
-        size = (package_dir / model.manifest.file).stat().st_size + self.settings.cache_session_overhead_bytes
+        size = model_bytes(package_dir, model.manifest) + self.settings.cache_session_overhead_bytes
         if size > self.settings.cache_budget_bytes:
             raise ModelLoadError(
                 f"model {model.manifest.key} needs ~{size} bytes, more than the whole cache budget",

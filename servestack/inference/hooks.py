@@ -11,7 +11,7 @@ or `ValueError` is blaming the request (400); anything else is a bug in the hook
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,10 +45,48 @@ class Hooks:
         return dict(fields)
 
 
-def load_hooks(path: Path, model_key: str) -> Hooks:
-    """Import `process.py` under a name unique to the model, so two models' hooks never collide."""
+def distribution_of(module: str | None) -> str:
+    """The distribution that installs a top-level module (`PIL` -> `Pillow`), when this environment knows it,
+    else the module's own name."""
+    from importlib.metadata import PackageNotFoundError, metadata, packages_distributions
+
+    top = (module or "?").split(".")[0]
+    found = packages_distributions().get(top)
+    if not found:
+        return top
+    try:
+        return str(metadata(found[0])["Name"])  # as the distribution spells itself: Pillow, not pillow
+    except PackageNotFoundError:
+        return found[0]
+
+
+def check_requirements(requirements: Sequence[str], model_key: str) -> None:
+    """Each requirement the package declares is installed where it runs, at a version it allows; a
+    ModelLoadError naming the first one that is not (a deployment installs them: a stale bundle lacks them)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.requirements import Requirement
+
+    for text in requirements:
+        wanted = Requirement(text)
+        try:
+            found = version(wanted.name)
+        except PackageNotFoundError:
+            found = None
+        if found is None or (wanted.specifier and not wanted.specifier.contains(found, prereleases=True)):
+            have = "is not installed" if found is None else f"is {found} here"
+            raise ModelLoadError(
+                f"model {model_key} requires {text}, which {have}: the deployment installs what its packages "
+                "declare when it is synthesized (synthesize again, or `servestack local up --resynth`)"
+            )
+
+
+def load_hooks(path: Path, model_key: str, requirements: Sequence[str] = ()) -> Hooks:
+    """Import `process.py` under a name unique to the model, so two models' hooks never collide, once the
+    requirements it declares are known to be installed."""
     if not path.exists():
         return Hooks(model_key)
+    check_requirements(requirements, model_key)
     module_name = "servestack_hooks_" + "".join(c if c.isalnum() else "_" for c in model_key)
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
@@ -56,6 +94,13 @@ def load_hooks(path: Path, model_key: str) -> Hooks:
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
+    except ModuleNotFoundError as exc:
+        declared = f" (it declares {', '.join(requirements)})" if requirements else " (it declares none)"
+        raise ModelLoadError(
+            f"{path}: model {model_key}'s hooks import {exc.name!r}, which this deployment does not ship{declared}: "
+            f"declare it when you push the package: servestack models push MODEL.onnx --requirement "
+            f"{distribution_of(exc.name)}"
+        ) from exc
     except Exception as exc:
         raise ModelLoadError(f"{path}: importing the hooks failed: {type(exc).__name__}: {exc}") from exc
     hooks = Hooks(model_key, getattr(module, "preprocess", None), getattr(module, "postprocess", None))

@@ -1,4 +1,11 @@
-"""The model package: `model.onnx` + `manifest.json` (+ optional `process.py`), and its checksum."""
+"""The model package: `model.onnx` + `manifest.json` (+ optional `process.py` and listed files), and their checksums.
+
+A package is the files its manifest names, each with its sha256: the model, the hooks (`process_sha256`) and
+`files`, everything else the model and its hooks need (ONNX external data, a vocabulary, labels, a tokenizer's
+configuration), at relative paths inside the package folder. `package_files` is that list, plus the manifest
+and the sample request and response when present: what every copy of a package (the registry, its archive, a
+Lambda bundle, an image context, SageMaker's model data) carries, and nothing else.
+"""
 
 from __future__ import annotations
 
@@ -16,12 +23,17 @@ from servestack.inference.paths import confined
 MANIFEST_FILE = "manifest.json"
 HOOKS_FILE = "process.py"
 SAMPLE_REQUEST = "sample-request.json"  # a request the package answers (`models push` writes it)
+SAMPLE_RESPONSE = "sample-response.json"  # ...and the answer it gave then
+SAMPLE_FILES = (SAMPLE_REQUEST, SAMPLE_RESPONSE)
 # Model names and versions: what a registry, a cache directory and a target-model header may hold. Neither can
 # spell a path (`/`, `..`) and both are short, so they are safe as directory names wherever they are used.
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 # The model file a manifest names sits next to it: a plain file name, never a path.
 FILE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+# A listed file of a package: a relative path of such names (at most 8 deep), never absolute, never `..`.
+_PART = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+PATH_PATTERN = rf"^{_PART}(/{_PART}){{0,7}}$"
 
 # The ONNX tensor element types the codecs can fill from JSON, CSV and .npy.
 TensorDType = Literal["float32", "float64", "float16", "int64", "int32", "int8", "uint8", "bool", "string"]
@@ -105,6 +117,17 @@ class Optimization(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     speed: tuple[SpeedFigures, ...]
 
 
+class PackageFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+    """A file the package carries besides the model and its hooks, verified at every load like the model.
+    `external_data`: the model's graph reads tensors from it (ONNX external data), so it counts as the model's
+    weights when a cache sizes a model."""
+
+    name: Annotated[str, msgspec.Meta(pattern=PATH_PATTERN)]
+    sha256: Sha256
+    size: Annotated[int, msgspec.Meta(ge=0)]
+    external_data: bool = False
+
+
 class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
     """What a model package declares about itself; `manifest.json` on disk. Parsed with msgspec, which
     validates as strictly as pydantic but keeps a Lambda cold start free of pydantic's import."""
@@ -126,13 +149,20 @@ class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_def
     # any.
     columns: tuple[ColumnSpec, ...] | None = None
     allow_non_finite: bool = False
+    # What the package's hooks import beyond servestack's runtime (PEP 508 requirements, `models push
+    # --requirement`): each deployment serving the package installs them in its bundle and image, locked at synth.
+    requirements: tuple[str, ...] = ()
     description: str = ""
     # Set on versions written by `servestack models optimize`: the source version, method and figures.
     optimization: Optimization | None = None
+    # Every other file the package carries (external data, vocabularies...), each with its checksum and size.
+    files: tuple[PackageFile, ...] = ()
 
     def __post_init__(self) -> None:
         if self.file in (MANIFEST_FILE, HOOKS_FILE):
             raise ValueError(f"file: {self.file!r} is the name of another file of the package")
+        if self.files:
+            _check_files(self.file, self.files)
         names = {output.name for output in self.outputs}
         for role in ("prediction_output", "probability_output"):
             chosen = getattr(self, role)
@@ -151,6 +181,21 @@ class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_def
 
     def to_json(self) -> bytes:
         return msgspec.json.format(msgspec.json.encode(self), indent=2) + b"\n"
+
+
+def _check_files(model_file: str, files: tuple[PackageFile, ...]) -> None:
+    """Listed files are distinct, take no name of the package's own files, and none is a folder of another."""
+    reserved = {MANIFEST_FILE, HOOKS_FILE, model_file, *SAMPLE_FILES}
+    names = [entry.name for entry in files]
+    for name in names:
+        if name in reserved:
+            raise ValueError(f"files: {name!r} is the name of another file of the package")
+        if names.count(name) > 1:
+            raise ValueError(f"files: {name!r} is listed twice")
+        parents = {"/".join(name.split("/")[:depth]) for depth in range(1, name.count("/") + 1)}
+        clash = parents & (set(names) | reserved)
+        if clash:
+            raise ValueError(f"files: {name!r} needs a folder {sorted(clash)[0]!r}, which is a file of the package")
 
 
 def _check_columns(columns: tuple[ColumnSpec, ...], inputs: tuple[TensorSpec, ...]) -> None:
@@ -206,21 +251,60 @@ def read_manifest(package_dir: Path) -> Manifest:
         raise ModelLoadError(f"{path}: invalid manifest: {exc}") from exc
 
 
-def verify_checksums(package_dir: Path, manifest: Manifest) -> None:
-    """Refuse a model file (or hooks file) whose bytes are not the ones the manifest was written for."""
-    expected_files = [(manifest.file, manifest.sha256)]
-    hooks = package_dir / HOOKS_FILE
-    if hooks.exists():
-        if manifest.process_sha256 is None:
-            raise ChecksumMismatch(
-                f"{hooks}: the package carries {HOOKS_FILE} but the manifest has no process_sha256; "
-                f"rebuild the manifest so the hooks are covered by a checksum"
+def listed_files(manifest: Manifest) -> list[str]:
+    """The files the manifest names with a checksum: the model, the hooks when it has them, and `files`."""
+    hooks = [HOOKS_FILE] if manifest.process_sha256 is not None else []
+    return [manifest.file, *hooks, *(entry.name for entry in manifest.files)]
+
+
+def package_files(package_dir: Path, manifest: Manifest) -> list[str]:
+    """What a copy of the package carries: the manifest, every file it names, and the sample request and response
+    when present. A named file that is missing refuses the package (`ModelLoadError` naming it): a copy without
+    it would fail at its first load, far from here."""
+    for name in listed_files(manifest):
+        path = confined(package_dir, name, field="file")
+        if not path.is_file():
+            raise ModelLoadError(
+                f"{path}: named by the manifest of {manifest.key} but missing from its package",
+                field="file",
+                value=name,
+                allowed="a package with every file its manifest lists",
             )
-        expected_files.append((HOOKS_FILE, manifest.process_sha256))
-    for file_name, expected in expected_files:
+    samples = [name for name in SAMPLE_FILES if (package_dir / name).is_file()]
+    return [MANIFEST_FILE, *listed_files(manifest), *samples]
+
+
+def model_bytes(package_dir: Path, manifest: Manifest) -> int:
+    """The size of the model's weights on disk: the model file and its external data (what a cache counts)."""
+    weights = [manifest.file, *(entry.name for entry in manifest.files if entry.external_data)]
+    return sum(confined(package_dir, name, field="file").stat().st_size for name in weights)
+
+
+def verify_checksums(package_dir: Path, manifest: Manifest) -> None:
+    """Refuse a package whose model, hooks or listed files are not the bytes the manifest was written for (a
+    listed file's size is compared first: a truncated copy costs no hashing)."""
+    expected_files: list[tuple[str, str, int | None]] = [(manifest.file, manifest.sha256, None)]
+    hooks = package_dir / HOOKS_FILE
+    if hooks.exists() and manifest.process_sha256 is None:
+        raise ChecksumMismatch(
+            f"{hooks}: the package carries {HOOKS_FILE} but the manifest has no process_sha256; "
+            f"rebuild the manifest so the hooks are covered by a checksum"
+        )
+    if manifest.process_sha256 is not None:  # a package that lost its hooks is refused, not served without them
+        expected_files.append((HOOKS_FILE, manifest.process_sha256, None))
+    expected_files += [(entry.name, entry.sha256, entry.size) for entry in manifest.files]
+    for file_name, expected, size in expected_files:
         path = confined(package_dir, file_name, field="file")
         if not path.is_file():
             raise ModelLoadError(f"{path}: file named by the manifest does not exist")
+        if size is not None and path.stat().st_size != size:
+            raise ChecksumMismatch(
+                f"{path}: size mismatch, manifest expects {size} bytes but the file has {path.stat().st_size}; "
+                f"refusing to load an altered or corrupted package",
+                field="size",
+                value=path.stat().st_size,
+                allowed=str(size),
+            )
         actual = sha256_of(path)
         if actual != expected:
             raise ChecksumMismatch(

@@ -7,16 +7,16 @@ With `Mode: MultiModel`, SageMaker downloads `<ModelDataUrl prefix><TargetModel>
 
 - Paths stay confined: `url`, and every file its manifest names, must resolve (symlinks followed) inside
   `multi_model_root`. Checksums are verified before a model loads (`ServedModel.load`).
-- Memory: before a load, a model is estimated at its file size plus `cache_session_overhead_bytes`, as in
-  servestack/inference/cache.py; after it, it costs what it measurably took: the growth of the loading worker's
-  resident set (RSS, from /proc/self/statm) across the load, when that is more than the estimate. RSS, not onnxruntime's
-  own
-  allocation figure: onnxruntime reports no per-session total, and RSS also counts what a package's hooks
-  allocate (a 300 KB model whose load peaked at 861 MB was counted 259 KB by its file size). Loads within one
-  worker take turns, so that one load's growth is not counted as another's. A load that takes the loaded set
-  past `cache_budget_bytes` or `cache_max_models`, by estimate before it or by measure after it, is refused with
-  507 (a measured one is unloaded first): SageMaker then unloads the models it used least recently and loads
-  again. The container never evicts by itself, or SageMaker's idea of what is loaded would be wrong.
+- Memory: before a load, a model is estimated at its file size (with its external data) plus
+  `cache_session_overhead_bytes`, as in servestack/inference/cache.py; after it, it costs what it measurably took:
+  the growth of the loading worker's resident set (RSS, from /proc/self/statm) across the load, when that is more
+  than the estimate. RSS, not onnxruntime's own allocation figure: onnxruntime reports no per-session total, and
+  RSS also counts what a package's hooks allocate (a 300 KB model whose load peaked at 861 MB was counted 259 KB
+  by its file size). Loads within one worker take turns, so that one load's growth is not counted as another's. A
+  load that takes the loaded set past `cache_budget_bytes` or `cache_max_models`, by estimate before it or by
+  measure after it, is refused with 507 (a measured one is unloaded first): SageMaker then unloads the models it
+  used least recently and loads again. The container never evicts by itself, or SageMaker's idea of what is loaded
+  would be wrong.
 - Workers: uvicorn runs several worker processes on one port and SageMaker's `POST /models` reaches one of
   them. So the loaded set lives on disk, one record per model in `multi_model_state_dir`, written under an
   exclusive lock; every worker loads a recorded model into its own memory the first time it serves it, and
@@ -47,7 +47,7 @@ from servestack.inference.errors import (
     ModelLoadError,
     ModelNotFound,
 )
-from servestack.inference.manifest import MANIFEST_FILE, read_manifest
+from servestack.inference.manifest import MANIFEST_FILE, model_bytes, package_files, read_manifest
 from servestack.inference.service import ServedModel
 from servestack.inference.settings import ServingSettings
 
@@ -195,7 +195,8 @@ class MultiModelStore:
             )
         if not model_file.is_file():
             raise ModelLoadError(f"{manifest.key}: {manifest.file} is missing from the package")
-        cost = model_file.stat().st_size + self.settings.cache_session_overhead_bytes
+        package_files(package, manifest)  # every listed file there (each is confined and verified at the load)
+        cost = model_bytes(package, manifest) + self.settings.cache_session_overhead_bytes
         record = LoadedRecord(model_name, str(url), cost)
         with self._exclusive():
             if self._record(model_name) is not None:

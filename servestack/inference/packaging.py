@@ -6,15 +6,26 @@ probabilities, class labels when the graph has them, the named columns of a tabu
 `sample-request.json` / `sample-response.json` by running the package through the same pipeline every mode
 serves it with.
 
+The package carries its files: the ONNX external data the graph references (found beside the `.onnx` file,
+where `onnx.save_model` and `torch.onnx.export` write it) and the files the user names (`--file`: a
+vocabulary, labels, a tokenizer's folder), each listed in the manifest with its sha256 and size.
+
 The `onnx` package (a client-side dependency, never needed to serve) is imported only to read or rewrite
 the graph; a model without sequence/map outputs is copied byte for byte.
+
+Errors name the user's own files: the package is built in a scratch folder, and a failure there (onnxruntime's
+message, a hook's import, the sample's run) is reported with the path the user gave, never the scratch one.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
+import os
+import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,12 +35,27 @@ import numpy as np
 import onnxruntime as ort
 
 from servestack.inference.errors import InvalidInput, ModelLoadError, ServingError
-from servestack.inference.manifest import HOOKS_FILE, MANIFEST_FILE, SAMPLE_REQUEST, Manifest, TensorSpec, sha256_of
+from servestack.inference.manifest import (
+    HOOKS_FILE,
+    MANIFEST_FILE,
+    PATH_PATTERN,
+    SAMPLE_FILES,
+    SAMPLE_REQUEST,
+    SAMPLE_RESPONSE,
+    Manifest,
+    TensorSpec,
+    sha256_of,
+)
 from servestack.inference.push_columns import ColumnNames, named_columns
 from servestack.inference.sample_files import Sample, read_sample, sample_request
 
-SAMPLE_RESPONSE = "sample-response.json"
 SAMPLE_ROWS = 2
+_PACKAGE_PATH = re.compile(PATH_PATTERN)
+# The names of a package's own files, which a listed file cannot take (the model is always `model.onnx` here).
+_RESERVED = (MANIFEST_FILE, HOOKS_FILE, "model.onnx", *SAMPLE_FILES)
+# Never taken from a folder given with --file: version control, editors' and Python's caches.
+_SKIPPED_NAMES = ("__pycache__",)
+_SKIPPED_SUFFIXES = (".pyc", ".pyo")
 
 _ORT_TYPES = {
     "tensor(float)": "float32",
@@ -62,6 +88,8 @@ class Prepared:
     # A category each string input's encoder knows, for a sample request it accepts.
     categories: dict[str, str] = field(default_factory=dict)
     changes: list[str] = field(default_factory=list)
+    # The external data files the graph reads, by their location (relative to the model), and where they were.
+    external_data: dict[str, Path] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -87,20 +115,42 @@ def _spec(node: Any) -> TensorSpec:
     return msgspec.convert({"name": node.name, "dtype": _ORT_TYPES[node.type], "shape": shape}, TensorSpec)
 
 
-def _session(model_path: Path) -> ort.InferenceSession:
+# onnxruntime's messages: `[ONNXRuntimeError] : 1 : FAIL : Load model from PATH failed:/onnxruntime_src/...cc:256
+# onnxruntime::Model::Model(...) Unsupported model IR version: 14, ...`: what matters is the last part.
+_ORT_PREFIX = re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : (?:Load model from .*? failed:)?")
+_ORT_SOURCE = re.compile(r"(?:/\S*)?\b\w+\.(?:cc|h|cpp):\d+ (?:[\w:~<>]+\(.*?\) )?")
+MAX_REASON_CHARS = 300
+
+
+def onnxruntime_reason(error: BaseException, path: Path, shown: Path) -> str:
+    """onnxruntime's message for a model it refused, without its prefix and C++ source location, naming `shown`
+    (and its folder) where the message names `path` (and its folder): a scratch copy is never what a user gave."""
+    text = " ".join(str(error).split())
+    text = _ORT_PREFIX.sub("", text)
+    text = _ORT_SOURCE.sub("", text).strip()
+    for scratch, user in ((str(path), str(shown)), (str(path.parent), str(shown.parent))):
+        text = text.replace(scratch, user)
+    return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 3] + "..."
+
+
+def _session(model_path: Path, shown: Path | None = None) -> ort.InferenceSession:
+    """An onnxruntime session of `model_path`; a refusal names `shown` (the user's file) when given."""
+    shown = shown or model_path
+    options = ort.SessionOptions()
+    options.log_severity_level = 4  # the refusal is raised, naming the user's file: no log line naming the copy
     try:
-        return ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(str(model_path), sess_options=options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises untyped errors for files that are not ONNX models
         raise ModelLoadError(
-            f"{model_path}: onnxruntime cannot load it as an ONNX model: {str(exc).splitlines()[0][:200]}",
+            f"{shown}: onnxruntime cannot load it as an ONNX model: {onnxruntime_reason(exc, model_path, shown)}",
             field="model",
-            value=str(model_path),
+            value=str(shown),
             allowed="an ONNX model file (.onnx)",
         ) from None
 
 
-def signature_of(model_path: Path) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
-    session = _session(model_path)
+def signature_of(model_path: Path, shown: Path | None = None) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    session = _session(model_path, shown)
     return tuple(_spec(n) for n in session.get_inputs()), tuple(_spec(n) for n in session.get_outputs())
 
 
@@ -108,15 +158,24 @@ def signature_of(model_path: Path) -> tuple[tuple[TensorSpec, ...], tuple[Tensor
 
 
 def prepare_model(source: Path, target: Path) -> Prepared:
-    """Copy `source` to `target`; rewrite a ZipMap output (`seq(map(...))`) into the probability tensor it
-    wraps, keeping the output's name; read class labels from the graph."""
+    """Copy `source` to `target`, with the external data files its graph references (beside it, at the same
+    relative locations); rewrite a ZipMap output (`seq(map(...))`) into the probability tensor it wraps,
+    keeping the output's name; read class labels from the graph."""
+    # Labels, ZipMap and external data need the graph; without onnx, plain models still package.
+    onnx: Any = importlib.import_module("onnx") if importlib.util.find_spec("onnx") is not None else None
+    prepared = Prepared()
+    model = _parsed(onnx, source) if onnx is not None else None
+    if model is not None:
+        prepared.external_data = _external_data(onnx, model, source)
     session = _session(source)
     mapped = [node.name for node in session.get_outputs() if node.type.startswith(("seq(", "map("))]
     del session
-    prepared = Prepared()
-    try:
-        import onnx
-    except ImportError:  # labels and ZipMap need the graph; without onnx, plain models still package
+    for location, data_file in prepared.external_data.items():
+        copied = target.parent / location
+        if copied.resolve() != data_file.resolve():
+            copied.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(data_file, copied)
+    if model is None:
         if mapped:
             raise ModelLoadError(
                 f"outputs {mapped} are sequences of maps (skl2onnx's ZipMap); converting them needs the `onnx` "
@@ -127,7 +186,6 @@ def prepare_model(source: Path, target: Path) -> Prepared:
         if source.resolve() != target.resolve():
             shutil.copyfile(source, target)
         return prepared
-    model = onnx.load(str(source), load_external_data=False)
     prepared.labels, prepared.labels_note = _graph_labels(model)
     prepared.routes_missing_values = _routes_missing_values(onnx, model)
     prepared.categories = _known_categories(onnx, model)
@@ -140,6 +198,86 @@ def prepare_model(source: Path, target: Path) -> Prepared:
         prepared.probability_output = name
     target.write_bytes(model.SerializeToString())
     return prepared
+
+
+def _parsed(onnx: Any, source: Path) -> Any:
+    """The graph of `source` without its external data; a file that is not one names itself."""
+    try:
+        return onnx.load(str(source), load_external_data=False)
+    except Exception as exc:  # protobuf's DecodeError, or onnx's own errors: no stable type
+        reason = " ".join(str(exc).split())[:MAX_REASON_CHARS] or type(exc).__name__
+        raise ModelLoadError(
+            f"{source}: not an ONNX model (the onnx package cannot parse it: {reason})",
+            field="model",
+            value=str(source),
+            allowed="an ONNX model file (.onnx), as onnx.save_model or torch.onnx.export writes it",
+        ) from None
+
+
+def _graph_tensors(graph: Any) -> Iterator[Any]:
+    """Every tensor of a graph: its initializers and the tensors of its nodes' attributes, subgraphs included."""
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield from (sparse.values, sparse.indices)
+    yield from _node_tensors(graph.node)
+
+
+def _node_tensors(nodes: Any) -> Iterator[Any]:
+    for node in nodes:
+        for attribute in node.attribute:
+            if attribute.HasField("t"):
+                yield attribute.t
+            yield from attribute.tensors
+            if attribute.HasField("sparse_tensor"):
+                yield from (attribute.sparse_tensor.values, attribute.sparse_tensor.indices)
+            if attribute.HasField("g"):
+                yield from _graph_tensors(attribute.g)
+            for subgraph in attribute.graphs:
+                yield from _graph_tensors(subgraph)
+
+
+def external_data_locations(onnx: Any, model: Any) -> dict[str, str]:
+    """The external data files the graph reads: location (relative to the model file) -> the first tensor kept
+    there. Read from each tensor's `external_data` entries, so the graph is parsed without its data."""
+    found: dict[str, str] = {}
+    tensors = [*_graph_tensors(model.graph), *(t for f in model.functions for t in _node_tensors(f.node))]
+    for tensor in tensors:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location = next((entry.value for entry in tensor.external_data if entry.key == "location"), "")
+        found.setdefault(location, tensor.name)
+    return found
+
+
+def _external_data(onnx: Any, model: Any, source: Path) -> dict[str, Path]:
+    """The external data files of `source`'s graph, each checked to be a file beside it (or below its folder)
+    at a location a package can hold; the errors name the user's model and data files."""
+    resave = (
+        "save the model with its data in one file beside it: onnx.save_model(onnx.load(path), 'model.onnx', "
+        "save_as_external_data=True, all_tensors_to_one_file=True, location='model.onnx.data')"
+    )
+    files: dict[str, Path] = {}
+    for location, tensor in external_data_locations(onnx, model).items():
+        if not _PACKAGE_PATH.fullmatch(location) or location in _RESERVED:
+            raise ModelLoadError(
+                f"{source}: tensor {tensor!r} is kept in external data at {location!r}, which a model package "
+                f"cannot hold; {resave}",
+                field="external_data",
+                value=location,
+                allowed=f"a relative path of names of letters, digits, '.', '_', '-' ({PATH_PATTERN}), not a file "
+                "name of the package",
+            )
+        data_file = source.parent / location
+        if not data_file.is_file():
+            raise ModelLoadError(
+                f"{source}: tensor {tensor!r} is kept in external data {location!r}, but {data_file} does not "
+                "exist; keep the data file beside the model, where the exporter wrote it",
+                field="external_data",
+                value=str(data_file),
+                allowed="the external data files of the graph, beside the .onnx file",
+            )
+        files[location] = data_file
+    return files
 
 
 def _unzip(onnx: Any, model: Any, output_name: str) -> str:
@@ -250,10 +388,13 @@ def create_package(
     description: str = "",
     columns: Sequence[str] | None = None,
     allow_nan: bool | Sequence[str] = False,
+    requirements: Sequence[str] = (),
+    files: Mapping[str, Path] | None = None,
 ) -> Manifest:
-    """Copy `model_path` (and hooks) into `destination` and write a manifest with checksums. `columns`: the
-    names of a single `[N, k]` input's columns; `allow_nan`: True for every float column, or the names of those
-    that may hold NaN."""
+    """Copy `model_path` (with its external data, and hooks) into `destination` and write a manifest with
+    checksums. `columns`: the names of a single `[N, k]` input's columns; `allow_nan`: True for every float
+    column, or the names of those that may hold NaN; `files`: other files the package carries, by their path in
+    the package (`gather_files` makes it from `--file` arguments)."""
     return _create(
         model_path,
         destination,
@@ -266,6 +407,8 @@ def create_package(
         description=description,
         columns=ColumnNames(columns, "--columns") if columns is not None else None,
         allow_nan=allow_nan,
+        requirements=requirements,
+        files=files or {},
     )[0]
 
 
@@ -282,13 +425,23 @@ def _create(
     description: str,
     columns: ColumnNames | None = None,
     allow_nan: bool | Sequence[str] = False,
+    requirements: Sequence[str] = (),
+    files: Mapping[str, Path] | None = None,
+    sources: dict[str, Path] | None = None,
 ) -> tuple[Manifest, Prepared]:
+    """`sources` is filled, as files are copied, with each package file's origin (for errors to name it)."""
+    declared = checked_requirements(requirements)
+    sources = sources if sources is not None else {}
     destination.mkdir(parents=True, exist_ok=True)
     target = destination / "model.onnx"
+    sources[target.name] = model_path
     prepared = prepare_model(model_path, target)
+    sources.update(prepared.external_data)
     if process_file is not None:
         shutil.copyfile(process_file, destination / HOOKS_FILE)
-    inputs, outputs = signature_of(target)
+        sources[HOOKS_FILE] = process_file
+    listed = _copy_files(destination, dict(files or {}), prepared.external_data, sources)
+    inputs, outputs = signature_of(target, shown=model_path)
     output_names = [spec.name for spec in outputs]
     probability_output = probability_output or _first(output_names, ("probabilities", "output_probability"))
     probability_output = probability_output or prepared.probability_output
@@ -311,12 +464,143 @@ def _create(
             "probability_output": probability_output,
             "labels": chosen,
             "columns": [msgspec.to_builtins(column) for column in named] if named is not None else None,
+            "requirements": declared,
             "description": description,
+            "files": listed,
         },
         Manifest,
     )
     write_manifest(destination, manifest)
     return manifest, prepared
+
+
+def checked_requirements(requirements: Sequence[str]) -> list[str]:
+    """The package's declared requirements, each a PEP 508 requirement (`Pillow`, `tokenizers>=0.20`), in
+    their normal form; an InvalidInput naming the one that is not."""
+    if not requirements:
+        return []
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    found: list[str] = []
+    for text in requirements:
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement as error:
+            raise InvalidInput(
+                f"--requirement {text!r} is not a requirement ({error})",
+                field="requirements",
+                allowed="a PEP 508 requirement: a distribution name, optionally with a version, e.g. Pillow>=10",
+            ) from None
+        if requirement.url:
+            raise InvalidInput(
+                f"--requirement {text!r} names a URL", field="requirements", allowed="a name from the package index"
+            )
+        found.append(str(requirement))
+    return sorted(set(found))
+
+
+def gather_files(paths: Sequence[Path], flag: str = "--file") -> dict[str, Path]:
+    """The package paths of files given with `--file`: a file goes at the package's root under its own name; a
+    folder goes as a folder of that name, with every file below it at the same relative path (names starting
+    with '.' and Python's caches left out). Errors name the path as given."""
+    gathered: dict[str, Path] = {}
+
+    def add(name: str, source: Path, given: Path) -> None:
+        if not _PACKAGE_PATH.fullmatch(name) or name in _RESERVED:
+            raise InvalidInput(
+                f"{flag} {given}: {name!r} cannot be a file of a model package",
+                field=flag,
+                value=str(source),
+                allowed="names of letters, digits, '.', '_', '-' (not starting with '.'), at most 8 folders deep, "
+                f"none of {MANIFEST_FILE}, {HOOKS_FILE}, model.onnx, {', '.join(SAMPLE_FILES)}",
+            )
+        if name in gathered and gathered[name].resolve() != source.resolve():
+            raise InvalidInput(
+                f"{flag} {given}: {name!r} is also {gathered[name]}; a package holds one file of each name",
+                field=flag,
+                value=name,
+            )
+        gathered[name] = source
+
+    for given in paths:
+        if given.is_file():
+            add(given.resolve().name, given, given)
+        elif given.is_dir():
+            found = list(_folder_files(given))
+            if not found:
+                raise InvalidInput(f"{flag} {given}: the folder holds no files", field=flag, value=str(given))
+            for relative, source in found:
+                add(f"{given.resolve().name}/{relative}", source, given)
+        else:
+            raise InvalidInput(f"{flag} {given}: no such file or folder", field=flag, value=str(given))
+    return gathered
+
+
+def _folder_files(folder: Path) -> Iterator[tuple[str, Path]]:
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
+        here = Path(dirpath)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in _SKIPPED_NAMES)
+        for name in sorted(filenames):
+            if not name.startswith(".") and not name.endswith(_SKIPPED_SUFFIXES):
+                yield (here / name).relative_to(folder).as_posix(), here / name
+
+
+def _copy_files(
+    destination: Path, files: dict[str, Path], external_data: Mapping[str, Path], sources: dict[str, Path]
+) -> list[dict[str, Any]]:
+    """Copy `files` into the package (external data is there already) and list both, sorted by name, with the
+    checksum and size of the copies: what every load verifies."""
+    for name, source in files.items():
+        if name in external_data:
+            if source.resolve() == external_data[name].resolve():
+                continue  # named with --file as well: one file, listed once, as external data
+            raise InvalidInput(
+                f"--file {source}: {name!r} is the name of the model's external data ({external_data[name]})",
+                field="--file",
+                value=name,
+            )
+        if name in _RESERVED:
+            raise InvalidInput(f"--file {source}: {name!r} is the name of another file of the package", field="--file")
+        copied = destination / name
+        copied.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, copied)
+        sources[name] = source
+    names = sorted({*files, *external_data})
+    return [
+        {
+            "name": name,
+            "sha256": sha256_of(destination / name),
+            "size": (destination / name).stat().st_size,
+            "external_data": name in external_data,
+        }
+        for name in names
+    ]
+
+
+def named_for_user(error: ServingError, destination: Path, sources: Mapping[str, Path]) -> ServingError:
+    """`error` with the scratch package's paths replaced by the files the user gave (their copies' origins), and
+    any other path inside it by `<package>/...`: a push error names the user's own files."""
+    replacements = [(str(destination / name), str(source)) for name, source in sources.items()]
+    replacements.sort(key=lambda pair: -len(pair[0]))
+    replacements += [(str(destination), "<package>")]
+    if destination.resolve() != destination:
+        replacements += [(str(destination.resolve()), "<package>")]
+
+    def fixed(text: Any) -> Any:
+        if not isinstance(text, str):
+            return text
+        for scratch, user in replacements:
+            text = text.replace(scratch, user)
+        return text
+
+    message = fixed(error.message)
+    if message == error.message and fixed(error.value) == error.value:
+        return error
+    if "<package>" in message:
+        message += " (<package> is the package being built: a file the hooks read goes in it with --file)"
+    renamed = type(error)(message, field=error.field, value=fixed(error.value), allowed=fixed(error.allowed))
+    renamed.__cause__ = error.__cause__
+    return renamed
 
 
 def _first(names: Sequence[str], wanted: Sequence[str]) -> str | None:
@@ -419,29 +703,39 @@ def build_package(
     description: str = "",
     columns: Sequence[str] | None = None,
     allow_nan: bool | Sequence[str] = False,
+    requirements: Sequence[str] = (),
+    files: Mapping[str, Path] | None = None,
 ) -> BuiltPackage:
-    """A complete package from any ONNX file: model, manifest, hooks and sample request/response. `sample`: a
-    file of rows (servestack/inference/sample_files.py), which also names a `[N, k]` input's columns when `columns`
-    does not."""
+    """A complete package from any ONNX file: model (with its external data), manifest, hooks, `files` (by
+    their path in the package: `gather_files`) and sample request/response. `sample`: a file of rows
+    (servestack/inference/sample_files.py), which also names a `[N, k]` input's columns when `columns` does not.
+    Errors name the files the caller gave, never `destination` (a scratch folder, usually)."""
     rows: Sample | None = read_sample(sample) if sample is not None else None
     names = ColumnNames(columns, "--columns") if columns is not None else None
     if names is None and rows is not None and rows.names is not None:
         names = ColumnNames(rows.names, f"--sample {sample.name if sample else ''}".strip())
-    manifest, prepared = _create(
-        model_path,
-        destination,
-        name=name,
-        version=version,
-        labels=labels,
-        prediction_output=None,
-        probability_output=None,
-        process_file=process_file,
-        description=description,
-        columns=names,
-        allow_nan=allow_nan,
-    )
-    request = sample_request(rows, manifest.columns or ()) if rows is not None else None
-    write_samples(destination, manifest, request, prepared.categories)
+    sources: dict[str, Path] = {}
+    try:
+        manifest, prepared = _create(
+            model_path,
+            destination,
+            name=name,
+            version=version,
+            labels=labels,
+            prediction_output=None,
+            probability_output=None,
+            process_file=process_file,
+            description=description,
+            columns=names,
+            allow_nan=allow_nan,
+            requirements=requirements,
+            files=files or {},
+            sources=sources,
+        )
+        request = sample_request(rows, manifest.columns or ()) if rows is not None else None
+        write_samples(destination, manifest, request, prepared.categories)
+    except ServingError as error:
+        raise named_for_user(error, destination, sources) from error.__cause__
     source = "--labels" if labels is not None else ("the graph" if manifest.labels is not None else "none")
     return BuiltPackage(
         manifest, destination, tuple(prepared.changes), source, prepared.labels_note, prepared.routes_missing_values

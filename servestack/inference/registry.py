@@ -1,5 +1,7 @@
-"""The versioned model registry: `models/<name>/<version>/{model.onnx,manifest.json[,process.py]}` plus
-`models/<name>/aliases.json` (`live` -> a version, with the history that `rollback` walks back).
+"""The versioned model registry: `models/<name>/<version>/{model.onnx,manifest.json[,process.py],<files>...}`
+plus `models/<name>/aliases.json` (`live` -> a version, with the history that `rollback` walks back). A
+version holds every file of its package (servestack/inference/manifest.py `package_files`): the model, its
+hooks, the files its manifest lists (external data, vocabularies...) at their paths, and the samples.
 
 Next to each version's files sits its archive, `<name>/<version>.tar.gz` (the package's files at the archive's
 root, byte-for-byte reproducible): that key is the `TargetModel` of a SageMaker multi-model endpoint whose
@@ -31,11 +33,12 @@ import msgspec
 
 from servestack.inference.errors import ModelLoadError, ModelNotFound, RegistryError, VersionConflict
 from servestack.inference.manifest import (
-    HOOKS_FILE,
     MANIFEST_FILE,
     NAME_PATTERN,
     VERSION_PATTERN,
     Manifest,
+    listed_files,
+    package_files,
     read_manifest,
     verify_checksums,
 )
@@ -47,8 +50,6 @@ VERSION = re.compile(VERSION_PATTERN)
 ALIAS = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 ALIASES_FILE = "aliases.json"
 DEFAULT_ALIAS = "live"
-# Files of a package that travel with it besides those the manifest names.
-EXTRA_FILES = ("sample-request.json", "sample-response.json")
 
 
 ARCHIVE_SUFFIX = ".tar.gz"
@@ -65,10 +66,11 @@ def package_archive(package_dir: Path, files: Sequence[str]) -> bytes:
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for file_name in sorted(files):
-            data = (package_dir / file_name).read_bytes()
+            path = package_dir / file_name
             info = tarfile.TarInfo(file_name)
-            info.size, info.mtime, info.mode = len(data), 0, 0o644
-            tar.addfile(info, io.BytesIO(data))
+            info.size, info.mtime, info.mode = path.stat().st_size, 0, 0o644
+            with path.open("rb") as stream:  # streamed into the archive: a 2 GB weights file is not read twice
+                tar.addfile(info, stream)
     return gzip.compress(raw.getvalue(), compresslevel=6, mtime=0)
 
 
@@ -218,36 +220,38 @@ class ModelRegistry:
         check_name(manifest.name)
         check_version(manifest.version)
         existing = self.manifest(manifest.name, manifest.version)
+        files = package_files(package_dir, manifest)
         if existing is not None:
-            if (existing.sha256, existing.process_sha256) != (manifest.sha256, manifest.process_sha256):
+            if (existing.sha256, existing.process_sha256, existing.files) != (
+                manifest.sha256,
+                manifest.process_sha256,
+                manifest.files,
+            ):
                 raise VersionConflict(
                     f"{manifest.key} already exists with other bytes (sha256 {existing.sha256[:12]}..., "
-                    f"pushed {manifest.sha256[:12]}...); versions are immutable, push it as a new version",
+                    f"pushed {manifest.sha256[:12]}..., or other files); versions are immutable, push it as a "
+                    "new version",
                     field="version",
                     value=manifest.version,
                     allowed=f"a version not in {', '.join(self.versions(manifest.name))}",
                 )
+            base = f"{self.prefix}{manifest.name}/{manifest.version}/"
+            present = set(self.store.keys(base))
+            for file_name in files:  # a store that lost a file (an emulator's partial restore): put it back
+                if file_name != MANIFEST_FILE and base + file_name not in present:
+                    self.store.write(base + file_name, (package_dir / file_name).read_bytes())
             archive = self.prefix + archive_key(manifest.name, manifest.version)
             if archive not in self.store.keys(archive):  # pushed before archives existed: add it now
-                self.store.write(archive, package_archive(package_dir, self._archived_files(package_dir, manifest)))
+                self.store.write(archive, package_archive(package_dir, files))
             return Pushed(existing, created=False)
         base = f"{self.prefix}{manifest.name}/{manifest.version}/"
-        files = [manifest.file, *([HOOKS_FILE] if manifest.process_sha256 else []), *EXTRA_FILES]
         for file_name in files:
-            if (package_dir / file_name).is_file():
+            if file_name != MANIFEST_FILE:
                 self.store.write(base + file_name, (package_dir / file_name).read_bytes())
-        self.store.write(
-            self.prefix + archive_key(manifest.name, manifest.version),
-            package_archive(package_dir, self._archived_files(package_dir, manifest)),
-        )
+        archive = self.prefix + archive_key(manifest.name, manifest.version)
+        self.store.write(archive, package_archive(package_dir, files))
         self.store.write(base + MANIFEST_FILE, (package_dir / MANIFEST_FILE).read_bytes())  # last: the commit
         return Pushed(manifest, created=True)
-
-    @staticmethod
-    def _archived_files(package_dir: Path, manifest: Manifest) -> list[str]:
-        """What a multi-model archive holds: the manifest, the model, its hooks, and the samples if present."""
-        files = [MANIFEST_FILE, manifest.file, *([HOOKS_FILE] if manifest.process_sha256 else [])]
-        return files + [name for name in EXTRA_FILES if (package_dir / name).is_file()]
 
     def push(
         self,
@@ -259,10 +263,12 @@ class ModelRegistry:
         process_file: Path | None = None,
         sample: Path | None = None,
         description: str = "",
+        files: Sequence[Path] = (),
     ) -> Pushed:
         """Any ONNX file: the manifest comes from its own signature (servestack/inference/packaging.py, which also
-        writes the sample request and response); version default: the next integer."""
-        from servestack.inference.packaging import build_package
+        writes the sample request and response); version default: the next integer. The external data beside
+        the file travels with it; `files`: other files or folders the package carries (`--file`)."""
+        from servestack.inference.packaging import build_package, gather_files
 
         check_name(name)
         if not model_path.is_file():
@@ -278,6 +284,7 @@ class ModelRegistry:
                 process_file=process_file,
                 sample=sample,
                 description=description,
+                files=gather_files(files),
             )
             return self.push_package(Path(tmp))
 
@@ -350,11 +357,13 @@ class ModelRegistry:
         destination.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=destination.parent))
         try:
-            for file_name in [manifest.file, *([HOOKS_FILE] if manifest.process_sha256 else [])]:
+            for file_name in listed_files(manifest):
                 data = self.store.read(f"{self.prefix}{name}/{version}/{file_name}")
                 if data is None:
                     raise ModelNotFound(f"model {name}@{version}: {file_name} is missing from the registry")
-                confined(staging, file_name, field="file").write_bytes(data)
+                path = confined(staging, file_name, field="file")
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
             (staging / MANIFEST_FILE).write_bytes(manifest_bytes)
             verify_checksums(staging, manifest)
             try:

@@ -35,7 +35,11 @@ def choose_providers(requested: str, available: Sequence[str]) -> list[str]:
 
 
 class ModelRuntime:
-    """One loaded ONNX model: load once per process, warm up, then `predict` on whole batches."""
+    """One loaded ONNX model: load once per process, warm up, then `predict` on whole batches.
+
+    The session is created from the model's path, not its bytes: onnxruntime then reads the graph's external
+    data from the model's folder (and refuses a location outside it), memory-mapped where it can, instead of
+    holding a second copy of the weights. The caller verifies that folder's files first (`ServedModel.load`)."""
 
     def __init__(
         self, manifest: Manifest, model_path: Path, *, providers: str = "auto", intra_op_threads: int = 1

@@ -66,6 +66,10 @@ class ServedModel:
 
     @classmethod
     def load(cls, package_dir: Path, settings: ServingSettings) -> ServedModel:
+        """Verify every file of the package (the model, its hooks and its listed files), then load the model from
+        its path in `package_dir`, so that onnxruntime reads the external data the graph names from that folder:
+        the files just verified (`models push` lists every external data file of the graph, and the model's own
+        checksum pins the graph)."""
         manifest = read_manifest(package_dir)
         verify_checksums(package_dir, manifest)
         runtime = ModelRuntime(
@@ -74,7 +78,7 @@ class ServedModel:
             providers=settings.providers,
             intra_op_threads=settings.intra_op_threads,
         )
-        hooks = load_hooks(package_dir / HOOKS_FILE, manifest.key)
+        hooks = load_hooks(package_dir / HOOKS_FILE, manifest.key, manifest.requirements)
         model = cls(manifest, runtime, hooks, package_dir, settings.max_batch_rows)
         if settings.warmup:
             model.warm_up()

@@ -257,6 +257,8 @@ def optimize(
             prediction_output=source.prediction_output,
             probability_output=source.probability_output,
             process_file=hooks if hooks.is_file() else None,
+            # The hooks' files go along; the float model's external data does not (the new graph has its own).
+            files={entry.name: source_dir / entry.name for entry in source.files if not entry.external_data},
         )
         _check_signature(method, built_manifest, source)
         optimized = ServedModel.load(package, settings)
@@ -358,6 +360,7 @@ def _finish_package(
         file=built.file,
         sha256=built.sha256,
         process_sha256=built.process_sha256,
+        files=built.files,
         description=f"{source.description} ({optimization.method} of version {source.version})".strip(),
         optimization=optimization,
     )

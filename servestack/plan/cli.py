@@ -134,10 +134,27 @@ def from_args(args: argparse.Namespace) -> Plan:
         prices,
         model=name,
         version=version or None,
+        package_bytes=package_size(name, version or None),
         batch_rows_per_sec=bounded_number("batch_rows_per_sec", rows_per_sec, low=Fraction(0), low_open=True)
         if rows_per_sec is not None
         else None,
     )
+
+
+def package_size(name: str, version: str | None) -> int | None:
+    """The bytes of the model's package in this project (`version`, else its newest), None when it has none."""
+    from servestack import project
+    from servestack.inference.service import version_order
+
+    root = project.find_project()
+    folder = project.artifacts_root(root) / name if root is not None else None
+    if folder is None or not folder.is_dir():
+        return None
+    versions = [v for v in folder.iterdir() if (v / "manifest.json").is_file()]
+    chosen = folder / version if version else max(versions, key=lambda v: version_order(v.name), default=None)
+    if chosen is None or not chosen.is_dir():
+        return None
+    return sum(p.stat().st_size for p in chosen.rglob("*") if p.is_file())
 
 
 def run(args: argparse.Namespace) -> int:

@@ -451,6 +451,22 @@ def plan_batch(traffic: Traffic, runs: list[Measurement], prices: Prices, rows_p
     return option
 
 
+def lambda_package_note(package_bytes: int | None) -> str | None:
+    """How a Lambda deployment of the model ships (a zip bundle, or a container image past Lambda's zip limit),
+    when the model's package is known; the same rule the constructs apply (`lambda_package: auto`)."""
+    if package_bytes is None:
+        return None
+    from servestack.cdk.sources import RUNTIME_BUNDLE_BYTES, ZIP_LIMIT_BYTES
+
+    total = package_bytes + RUNTIME_BUNDLE_BYTES
+    if total > ZIP_LIMIT_BYTES:
+        return (
+            f"ships as a Lambda container image: the model package ({size_text(package_bytes)}) and servestack's "
+            f"runtime pass the {ZIP_LIMIT_BYTES // 2**20} MiB zip limit (same price; a slower cold start)"
+        )
+    return f"ships as a zip bundle (~{size_text(total)} of Lambda's {ZIP_LIMIT_BYTES // 2**20} MiB unzipped limit)"
+
+
 def plan(
     traffic: Traffic,
     measurements: list[Measurement],
@@ -459,6 +475,7 @@ def plan(
     model: str = "my-model",
     version: str | None = None,
     batch_rows_per_sec: Fraction | None = None,
+    package_bytes: int | None = None,
 ) -> Plan:
     options = [
         plan_realtime(traffic, measurements, prices),
@@ -466,4 +483,8 @@ def plan(
         plan_async(traffic, measurements, prices),
         plan_batch(traffic, measurements, prices, batch_rows_per_sec),
     ]
+    note = lambda_package_note(package_bytes)
+    for option in options:
+        if note is not None and option.feasible and option.mode in ("serverless", "async"):
+            option.notes.append(note)
     return Plan(traffic, prices, measurements, options, model, version)

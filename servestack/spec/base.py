@@ -165,6 +165,9 @@ Schedule = Annotated[str, Matches(SCHEDULE, "'cron(<6 fields>)' or 'rate(<n> min
 TimeZone = Annotated[str, BeforeValidator(_check_timezone)]
 Percent = Annotated[int, Between(1, 99)]
 Architecture = Literal["x86_64", "arm64"]
+# How a Lambda function ships: `auto` is a zip bundle while the model packages and servestack's runtime fit
+# Lambda's 250 MB unzipped limit, else a container image (up to 10 GB); `zip` or `image` forces one.
+LambdaPackage = Literal["auto", "zip", "image"]
 LambdaMemoryMiB = Annotated[int, Between(128, 10240)]
 LogRetentionDays = Annotated[int, OneOf(LOG_RETENTION_DAYS)]
 

@@ -13,6 +13,7 @@ from servestack.aws_rules import (
     FARGATE_ARM64_RULE,
     FARGATE_MEMORY_MIB,
     FARGATE_SIZE_RULE,
+    HTTP_API_TIMEOUT_SEC,
     TRANSFORM_PAYLOAD_RULE,
     fargate_memory_choices,
 )
@@ -22,6 +23,7 @@ from servestack.spec.base import (
     BetweenByRule,
     InstanceType,
     LambdaMemoryMiB,
+    LambdaPackage,
     OneOf,
     S3Prefix,
     Schedule,
@@ -35,9 +37,10 @@ from servestack.spec.blocks import Strategy, _DeploymentBase
 class ServerlessDeployment(_DeploymentBase):
     mode: Literal["serverless"]
     memory_mib: LambdaMemoryMiB = 2048
-    # API Gateway HTTP APIs cut integrations at 30 s.
-    timeout_sec: Annotated[int, Between(1, 30)] = 15
+    # API Gateway HTTP APIs cut integrations at 30 s, aws-cdk-lib at 29 (the constructs allow the same range).
+    timeout_sec: Annotated[int, Between(1, HTTP_API_TIMEOUT_SEC)] = 15
     architecture: Architecture = "x86_64"
+    lambda_package: LambdaPackage = "auto"
     reserved_concurrency: Annotated[int, Between(1, 10_000)] | None = None
     provisioned_concurrency_min: Annotated[int, Between(0, 10_000)] = 0
     provisioned_concurrency_max: Annotated[int, Between(0, 10_000)] = 0
@@ -72,6 +75,7 @@ class AsyncDeployment(_DeploymentBase):
     memory_mib: LambdaMemoryMiB = 2048
     timeout_sec: Annotated[int, Between(1, 900)] = 120
     architecture: Architecture = "x86_64"
+    lambda_package: LambdaPackage = "auto"
     result_ttl_days: Annotated[int, Between(1, 365)] = 7
     presign_threshold_bytes: Annotated[int, Between(1, 6_291_456)] = 262_144
     # backend: sagemaker
@@ -102,6 +106,7 @@ class BatchDeployment(_DeploymentBase):
     memory_mib: LambdaMemoryMiB = 2048
     timeout_sec: Annotated[int, Between(1, 900)] = 900
     architecture: Architecture = "x86_64"
+    lambda_package: LambdaPackage = "auto"
     fargate_cpu: Annotated[int, OneOf((256, 512, 1024, 2048, 4096, 8192, 16384))] = 1024
     fargate_memory_mib: Annotated[int, Between(512, 122_880)] = 4096
     retry_attempts: Annotated[int, Between(0, 185)] = 2

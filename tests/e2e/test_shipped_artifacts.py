@@ -170,7 +170,7 @@ def test_explain_says_what_is_emulated_approximated_and_only_reported(up: LocalU
     assert "servestack-fn logs: to servestack-fn-ServerlessFunctionLogs" in emulated
     assert "FROM python:3.12-slim: the base image's system packages are this machine's" in approximated
     assert "USER 1000: the process runs as the developer's user" in approximated
-    assert "are the developer's venv" in approximated
+    assert "are an environment of the image's own, built for this machine's Python" in approximated
     assert "servestack-rt/primary image pull: cdk-hnb659fds-container-assets-" in emulated
     assert "then pulled with role servestack-rt-RealtimeExecutionRole" in emulated
     assert "the authorization and the manifest; no layer is pushed or downloaded" in emulated

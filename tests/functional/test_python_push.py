@@ -160,3 +160,33 @@ def test_a_lightgbm_model_without_onnxmltools_says_which_extra_to_install(places
         models.push(LGBMClassifier(), np.zeros((3, 2), dtype=np.float32), name="boosted", artifacts=places["artifacts"])
     assert "servestack[onnxmltools]" in (refused.value.allowed or "")
     assert not places["artifacts"].exists()
+
+
+def test_files_given_to_the_python_push_travel_with_the_package_and_its_hooks_read_them(
+    places: dict[str, Path], tmp_path: Path
+) -> None:
+    # GIVEN a regressor, a labels file and a hook that reads it beside itself
+    from sklearn.linear_model import LinearRegression
+
+    features = np.arange(20, dtype=np.float32).reshape(10, 2)
+    estimator = LinearRegression().fit(features, features.sum(axis=1))
+    (tmp_path / "units.txt").write_text("grams\n", encoding="utf-8")
+    hooks = tmp_path / "process.py"
+    hooks.write_text(
+        "from pathlib import Path\n\n"
+        "UNIT = (Path(__file__).parent / 'units.txt').read_text().strip()\n\n\n"
+        "def postprocess(outputs):\n"
+        "    return {'predictions': outputs['variable'].ravel().tolist(), 'unit': UNIT}\n",
+        encoding="utf-8",
+    )
+    # WHEN it is pushed from Python with files=
+    pushed = models.push(
+        estimator, features, name="weights", process=hooks, files=[tmp_path / "units.txt"],
+        artifacts=places["artifacts"], registry=str(places["registry"]),
+    )  # fmt: skip
+    # THEN the manifest lists the file, the registry's copy holds it, and the hook answers with it
+    assert [entry.name for entry in pushed.manifest.files] == ["units.txt"]
+    assert (places["registry"] / "weights" / "1" / "units.txt").read_text() == "grams\n"
+    fetched = ModelRegistry(DirectoryStore(places["registry"])).fetch("weights", "1", tmp_path / "cache")
+    answer = json.loads(load(fetched).infer(b'{"instances": [[1, 2]]}', media_types.JSON, media_types.JSON).body)
+    assert answer["unit"] == "grams"

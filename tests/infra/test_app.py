@@ -85,3 +85,38 @@ def test_construct_props_are_validated_with_value_and_allowed(kwargs: dict[str, 
 
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
         BatchJob(stack, "Job", name="j", bucket=bucket, model_name="m", code=code, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_every_timeout_the_spec_allows_synthesizes_and_one_past_it_is_the_specs_one_line(tmp_path: Path) -> None:
+    from servestack.cdk import app as cdk_app
+
+    # GIVEN a serverless deployment at the spec's longest timeout, what the HTTP API integration allows (29 s)
+    (tmp_path / "ok").mkdir()
+    root = make_project(tmp_path / "ok")
+    spec = yaml.safe_load((root / "serving.yaml").read_text(encoding="utf-8"))
+    spec["deployments"]["digits-api"]["timeout_sec"] = 29
+    (root / "serving.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
+    context = {"aws:cdk:bundling-stacks": [], "servestack:deployments": "digits-api"}
+    # WHEN it synthesizes THEN the function and its route wait 29 s
+    assembly = cdk_app.build_app(root=root, context=context, outdir=str(tmp_path / "out"), nag=False).synth()
+    resources = assembly.get_stack_by_name("servestack-digits-api").template["Resources"].values()
+    functions = [r for r in resources if r["Type"] == "AWS::Lambda::Function" and r["Properties"]["Timeout"] == 29]
+    assert len(functions) == 1
+    routes = [r for r in resources if r["Type"] == "AWS::ApiGatewayV2::Integration"]
+    assert [r["Properties"]["TimeoutInMillis"] for r in routes] == [29_000]
+    # AND one second more is the spec's one line, through the app as `cdk synth` runs it, before any construct
+    spec["deployments"]["digits-api"]["timeout_sec"] = 30
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "app.py"],
+        cwd=REPO,
+        env={"CDK_CONTEXT_JSON": f'{{"servestack:spec": "{tmp_path / "bad.yaml"}"}}', "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "deployments.digits-api.timeout_sec: 30 is not in 1..29" in done.stderr

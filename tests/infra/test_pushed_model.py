@@ -20,7 +20,7 @@ SERVESTACK = str(Path(sys.executable).parent / "servestack")
 
 
 @pytest.mark.slow
-def test_a_pushed_model_synthesizes_with_its_own_sample_in_the_pre_traffic_hook(tmp_path: Path) -> None:
+def test_a_pushed_models_function_carries_its_own_sample_for_the_pre_traffic_hook(tmp_path: Path) -> None:
     from aws_cdk.assertions import Template
 
     from servestack.cdk import app as cdk_app
@@ -52,18 +52,20 @@ def test_a_pushed_model_synthesizes_with_its_own_sample_in_the_pre_traffic_hook(
         root=root, context=context, outdir=str(tmp_path / "out"), nag=False, builtin_validation=False
     ).synth()
 
-    # THEN the pre-traffic hook sends the pushed sample and expects the pushed answer
+    # THEN the function's code asset carries the pushed package's sample, which the pre-traffic hook asks the
+    # new version for, and the hook's environment names only the version it checks
     template = Template.from_json(assembly.get_stack_by_name("servestack-cancer-api").template)
     hooks = [
         r["Properties"]["Environment"]["Variables"]
         for r in template.find_resources("AWS::Lambda::Function").values()
-        if "SAMPLE_REQUEST" in r["Properties"].get("Environment", {}).get("Variables", {})
+        if r["Properties"]["Handler"] == "index.handler"
     ]
+    assert [set(h) for h in hooks] == [{"TARGET_FUNCTION", "REL_TOL"}]
+    assets = json.loads((tmp_path / "out" / "servestack-cancer-api.assets.json").read_text())["files"].values()
+    (code,) = [Path(a["source"]["path"]) for a in assets if "lambda-source" in a["source"]["path"]]
     package = root / "models" / "artifacts" / "cancer" / "1"
-    assert [json.loads(h["SAMPLE_REQUEST"]) for h in hooks] == [
-        json.loads((package / "sample-request.json").read_text())
-    ]
-    assert json.loads(hooks[0]["EXPECTED_RESPONSE"]) == json.loads((package / "sample-response.json").read_text())
+    for name in ("sample-request.json", "sample-response.json"):
+        assert (code / "models" / "artifacts" / "cancer" / "1" / name).read_bytes() == (package / name).read_bytes()
 
 
 def test_synth_of_a_model_nobody_pushed_names_the_folder_and_the_push(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ backends are process-global, as they are in `local up`); the tests talk to it wi
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import random
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from boto3.s3.transfer import TransferConfig
 
 from servestack.inference.errors import ConfigurationError
 from servestack.local.emulator.moto_server import clients
@@ -154,6 +156,7 @@ def create_template_resources(aws: dict[str, Any], names: Names) -> dict[str, st
 
 BINARY = bytes(range(256)) * 4
 LARGE = random.Random(7).randbytes(5 * 1024 * 1024)  # noqa: S311 - reproducible test bytes, not a secret
+MULTIPART = random.Random(8).randbytes(11 * 1024 * 1024)  # noqa: S311 - three 5 MB parts
 UNTRUSTED_KEY = "../../etc/x"
 ITEMS: list[dict[str, Any]] = [
     {"job": {"S": "j1"}, "step": {"N": "1"}, "status": {"S": "done"}, "expires_at": {"N": "1900000000"}},
@@ -182,6 +185,11 @@ def fill(aws: dict[str, Any], names: Names, urls: dict[str, str]) -> None:
         Metadata={"job-id": "job-1", "model": "digits"},
     )
     s3.put_object(Bucket=names.bucket, Key="uploads/large.npy", Body=LARGE)
+    # A multipart upload, as boto3 sends any file over 8 MB (a model's weights): its CRC32 is a checksum of its
+    # parts' checksums (COMPOSITE, `...-N`)
+    s3.upload_fileobj(io.BytesIO(MULTIPART), names.bucket, "models/weights.bin",
+                      Config=TransferConfig(multipart_threshold=5 * 2**20, multipart_chunksize=5 * 2**20),
+                      ExtraArgs={"ChecksumAlgorithm": "CRC32"})  # fmt: skip
     s3.put_object(Bucket=names.bucket, Key=UNTRUSTED_KEY, Body=b"stays inside")
     for body in (b"first", b"second", b"latest"):
         s3.put_object(Bucket=names.versioned, Key="model.onnx", Body=body)
@@ -264,6 +272,11 @@ def test_every_object_is_back_byte_for_byte(round_trip: RoundTrip) -> None:
     assert result["ContentType"] == "application/json"
     assert result["Metadata"] == {"job-id": "job-1", "model": "digits"}
     assert s3.get_object(Bucket=names.bucket, Key="uploads/large.npy")["Body"].read() == LARGE
+    # ...the multipart object with its composite checksum, which a reader validating checksums (boto3's default
+    # for an object that has one) accepts
+    weights = s3.get_object(Bucket=names.bucket, Key="models/weights.bin", ChecksumMode="ENABLED")
+    assert weights["Body"].read() == MULTIPART
+    assert weights.get("ChecksumType") == "COMPOSITE"
     assert s3.get_object(Bucket=names.bucket, Key=UNTRUSTED_KEY)["Body"].read() == b"stays inside"
     # ...the versioned bucket its latest version, and not the key whose latest version is a delete marker
     assert s3.get_object(Bucket=names.versioned, Key="model.onnx")["Body"].read() == b"latest"
@@ -272,7 +285,7 @@ def test_every_object_is_back_byte_for_byte(round_trip: RoundTrip) -> None:
     assert s3.get_object(Bucket=names.registry, Key="models/digits/aliases.json")["Body"].read() == b'{"live": "1"}'
     assert "Status" not in s3.get_bucket_versioning(Bucket=names.registry)
     assert round_trip.restore["created_buckets"] == [names.registry]
-    assert round_trip.restore["buckets"] == {names.bucket: 4, names.versioned: 1, names.registry: 1}
+    assert round_trip.restore["buckets"] == {names.bucket: 5, names.versioned: 1, names.registry: 1}
 
 
 def test_every_item_is_back(round_trip: RoundTrip) -> None:

@@ -315,3 +315,20 @@ def test_the_cli_refuses_bad_input_naming_it(tmp_path: Path, capsys: pytest.Capt
     profile = ["--peak-qps", "10", "--average-qps", "5", "--p99-ms", "100"]
     assert main(["plan", *profile, "--measured", "ml.x9.huge=a.json"]) == 2
     assert "ml.x9.huge" in capsys.readouterr().err
+
+
+def test_plan_says_how_a_lambda_deployment_of_the_model_ships(prices: Prices, local_run: Measurement) -> None:
+    # GIVEN the spiky profile serverless suits, for a 2 MB model package and for a 300 MB one (a model with its
+    # external weights)
+    traffic = traffic_from(
+        {"average_qps": "0.5", "burstiness": 40, "hours_per_day": 10, "payload": "1.4 KB", "p99_ms": 300}
+    )
+    small = plan(traffic, [local_run], prices, model="digits", package_bytes=2 * 2**20)
+    large = plan(traffic, [local_run], prices, model="resnet", package_bytes=300 * 2**20)
+    # THEN serverless says the first ships as a zip bundle, the second as a container image, and why
+    assert any(note.startswith("ships as a zip bundle") for note in option(small, "serverless").notes)
+    notes = option(large, "serverless").notes
+    assert any("ships as a Lambda container image" in note and "250 MiB zip limit" in note for note in notes)
+    # AND without a package to measure (no project), it says nothing of it
+    none = plan(traffic, [local_run], prices, model="digits")
+    assert not [n for n in option(none, "serverless").notes if n.startswith("ships as")]

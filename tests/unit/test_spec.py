@@ -116,7 +116,7 @@ def test_every_problem_is_reported_at_once() -> None:
             {"mode": "serverless", "architecture": "sparc"},
             "deployments.d.architecture: 'sparc' is not one of 'x86_64' or 'arm64'",
         ),
-        ({"mode": "serverless", "timeout_sec": 60}, "deployments.d.timeout_sec: 60 is not in 1..30"),
+        ({"mode": "serverless", "timeout_sec": 60}, "deployments.d.timeout_sec: 60 is not in 1..29"),
         (
             {"mode": "batch", "timezone": "Mars/Olympus"},
             "deployments.d.timezone: 'Mars/Olympus' is not an IANA time zone",

@@ -1,8 +1,8 @@
-"""CodeDeploy BeforeAllowTraffic hook: invoke the new version with the model's sample request (as an HTTP API
-event) and fail the deployment unless it answers 200 with the expected predictions.
+"""CodeDeploy BeforeAllowTraffic hook: read the new version's packaged sample (`{"servestack": "sample"}`), invoke
+it with the sample request as an HTTP API event, and fail the deployment unless it answers 200 with the
+expected predictions. The sample stays in the package, so it may be as large as an invocation carries.
 
-Env: TARGET_FUNCTION (the new version's ARN), SAMPLE_REQUEST and EXPECTED_RESPONSE (JSON), REL_TOL.
-Deployed with `Code.from_inline`: standard library and boto3 only, under 4 KB.
+Env: TARGET_FUNCTION (the new version's ARN), REL_TOL. Inline code: standard library and boto3, under 4 KB.
 """
 
 import json
@@ -57,19 +57,24 @@ def _event(body):
     }
 
 
+def _invoke(payload):
+    out = _lambda.invoke(FunctionName=os.environ["TARGET_FUNCTION"], Payload=json.dumps(payload).encode())
+    reply = json.loads(out["Payload"].read() or b"null")
+    return reply, out.get("FunctionError") or not isinstance(reply, dict)
+
+
 def check():
     """Return None when the new version answers correctly, else why not."""
-    out = _lambda.invoke(
-        FunctionName=os.environ["TARGET_FUNCTION"],
-        Payload=json.dumps(_event(os.environ["SAMPLE_REQUEST"])).encode(),
-    )
-    reply = json.loads(out["Payload"].read() or b"null")
-    if out.get("FunctionError") or not isinstance(reply, dict):
+    sample, failed = _invoke({"servestack": "sample"})
+    if failed:
+        return f"no packaged sample: {sample!r}"[:500]
+    reply, failed = _invoke(_event(sample["request"]))
+    if failed:
         return f"function error: {reply!r}"[:500]
     if reply.get("statusCode") != 200:
         return f"status {reply.get('statusCode')}: {reply.get('body')!r}"[:500]
     got = json.loads(reply.get("body") or "null")
-    want = json.loads(os.environ["EXPECTED_RESPONSE"])
+    want = sample["response"]
     if not _close(got, want, float(os.environ.get("REL_TOL", "1e-4"))):
         return f"wrong answer: got {got!r}, expected {want!r}"[:500]
     return None

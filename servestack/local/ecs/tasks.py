@@ -71,7 +71,7 @@ def task_launch(topology: Any, task: Any, out_dir: Path, images_dir: Path) -> Ta
     """The launch of `task` (a TaskDef of `topology`, servestack/local/stack/topology.py) from its image's staged
     build context; TaskImageError when the image cannot run here."""
     from servestack.local.cloudformation import image_asset
-    from servestack.local.sagemaker import DockerfileError, container_command, read_image, stage_root
+    from servestack.local.sagemaker import DockerfileError, container_command, image_venv, read_image, stage_root
 
     asset = image_asset(out_dir, task.image)
     if asset is None:
@@ -81,7 +81,8 @@ def task_launch(topology: Any, task: Any, out_dir: Path, images_dir: Path) -> Ta
         root = stage_root(image, asset.context, images_dir / asset.tag[:24] / "rootfs")
         if task.entry_point:  # Docker: an entrypoint given at create drops the image's CMD
             image = dataclasses.replace(image, entrypoint=tuple(task.entry_point), cmd=())
-        command = container_command(image, root, tuple(task.command) if task.command else None)
+        arguments = tuple(task.command) if task.command else None
+        command = container_command(image, root, arguments, venv=image_venv(image, root))
     except DockerfileError as error:
         raise TaskImageError(f"task definition {task.logical_id}: its image cannot run locally: {error}") from None
     environment = dict(command.environment)

@@ -36,6 +36,7 @@ class ObjectCapture:
     storage_class: str | None
     checksum_algorithm: str | None
     checksum_value: str | None
+    checksum_type: str | None  # COMPOSITE for a multipart upload's (a checksum of its parts' checksums)
     fake_key: Any = field(compare=False, repr=False)
 
     def blob_cache_key(self, bucket: str) -> tuple[str, str, int, datetime.datetime, int]:
@@ -52,6 +53,7 @@ class ObjectCapture:
             "storage_class": self.storage_class,
             "checksum_algorithm": self.checksum_algorithm,
             "checksum_value": self.checksum_value,
+            "checksum_type": self.checksum_type,
         }
 
 
@@ -167,6 +169,7 @@ def capture_object(name: str, fake_key: Any) -> ObjectCapture:
         storage_class=fake_key.storage_class,
         checksum_algorithm=fake_key.checksum_algorithm,
         checksum_value=fake_key.checksum_value,
+        checksum_type=getattr(fake_key, "checksum_type", None),
         fake_key=fake_key,
     )
 

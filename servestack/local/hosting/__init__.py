@@ -6,6 +6,7 @@ Other packages of local mode import from here only (tests/unit/test_import_bound
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from servestack.local.hosting.environments import PackagesError, installed
     from servestack.local.hosting.http_server import (
         BODY_TIMEOUT_SEC,
         HOP_BY_HOP,
@@ -43,12 +44,14 @@ __all__ = [
     "Backoff",
     "GroupLeader",
     "LocalHttpServer",
+    "PackagesError",
     "RealtimeProcess",
     "Reply",
     "Request",
     "die_with_parent",
     "free_port",
     "http_status",
+    "installed",
     "kill_group",
     "port_is_free",
     "request_id",

@@ -21,6 +21,7 @@ class FunctionDef:
     runtime: str = "python3.12"
     log_group: str = ""  # LoggingConfig.LogGroup, else Lambda's default /aws/lambda/<name>
     code_dir: Path | None = None  # what its Code asset is made from (the function's /var/task); None: inline code
+    image_uri: str | None = None  # a container-image function's image (PackageType: Image)
 
 
 @dataclass(frozen=True)

@@ -48,11 +48,15 @@ def read_functions(
                     f"{template.name}: function {res.logical_id} has a role local mode cannot find ({p.get('Role')})"
                 )
             reserved = p.get("ReservedConcurrentExecutions")
+            image = p.get("PackageType") == "Image"
+            # A container image's handler is its command (ImageConfig.Command; the image's CMD when absent, read
+            # when the image is staged)
+            command = (r(p.get("ImageConfig")) or {}).get("Command") or [""]
             functions[res.logical_id] = FunctionDef(
                 res.logical_id,
                 name(res.logical_id),
                 resolver.get_att(res.logical_id, "Arn"),
-                str(r(p["Handler"])),
+                str(command[0]) if image else str(r(p["Handler"])),
                 str_map(variables),
                 int(r(p.get("Timeout", 3))),
                 int(r(p.get("MemorySize", 128))),
@@ -62,7 +66,8 @@ def read_functions(
                 log_group=str(
                     r((p.get("LoggingConfig") or {}).get("LogGroup") or f"/aws/lambda/{name(res.logical_id)}")
                 ),
-                code_dir=_code_dir(p.get("Code") or {}, sources),
+                code_dir=None if image else _code_dir(p.get("Code") or {}, sources),
+                image_uri=str(r((p.get("Code") or {}).get("ImageUri"))) if image else None,
             )
     return functions
 
@@ -94,7 +99,7 @@ def read_lambda(
                 found.functions[function_id] = FunctionDef(
                     f.logical_id, f.name, f.arn, f.handler, f.environment, f.timeout_sec, f.memory_mib,
                     f.reserved_concurrency, f.role, (*f.aliases, str(r(p["Name"]))), f.runtime, f.log_group,
-                    f.code_dir,
+                    f.code_dir, f.image_uri,
                 )  # fmt: skip
         elif res.type == "AWS::Lambda::Permission":
             target = str(r(p["FunctionName"]))
@@ -153,9 +158,16 @@ def _permission_principal(principal: str) -> dict[str, str]:
 
 # How local mode plays each of Lambda's resource types (`local up --explain`).
 LAMBDA_TYPES: dict[str, str] = {
-    "AWS::Lambda::Function": "handler run in a local process: the template's handler, environment, timeout, memory",
-    "AWS::Lambda::Version": "accepted as an Invoke qualifier (local mode runs the working tree)",
-    "AWS::Lambda::Alias": "accepted as an Invoke qualifier (local mode runs the working tree)",
+    "AWS::Lambda::Function": (
+        "handler run in a local process from its code asset (what its bundle carries), on the packages its bundle "
+        "installs, built for this machine's Python and platform (Lambda's: CPython 3.12 on Amazon Linux), "
+        "nothing else importable but the runtime's standard library and boto3; a container-image function "
+        "(PackageType Image) from its image's files as its Dockerfile places them (/var/task), on the packages "
+        "its RUN steps install, its base image and runtime interface client being this machine's Python and "
+        "local mode's runner, its image not pulled from ECR: the template's handler, environment, timeout, memory"
+    ),
+    "AWS::Lambda::Version": "accepted as an Invoke qualifier (local mode runs the code asset of the template)",
+    "AWS::Lambda::Alias": "accepted as an Invoke qualifier (local mode runs the code asset of the template)",
     "AWS::Lambda::EventSourceMapping": "SQS poller: batch size, window, partial failures, maximum concurrency",
     "AWS::Lambda::Permission": "resource policy: checked for the HTTP API and schedule that invoke the function",
 }

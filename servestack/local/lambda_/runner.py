@@ -26,6 +26,7 @@ from types import FrameType
 
 from servestack.local.lambda_.invoke import FunctionHost, capture_output
 from servestack.local.lambda_.runtime import LocalFunction
+from servestack.local.lambda_.shipped import isolate
 
 logger = logging.getLogger("servestack.local")
 
@@ -38,12 +39,22 @@ def runner_command(config: Path, port: int) -> list[str]:
     return [sys.executable, "-P", *argv]
 
 
+# The folder of the packages the function's bundle ships, installed for this machine (set by the Lambda planner).
+PACKAGES_ENV = "SERVESTACK_LOCAL_PACKAGES"
+
+
 def add_task_root(environ: dict[str, str] | os._Environ[str] = os.environ) -> None:
-    """Put the function's code (LAMBDA_TASK_ROOT) first on the path, as Lambda's runtime does, so its handler
-    module (`handlers.serverless`) is the one its code asset ships. servestack itself is imported already, from
-    the installation whose runtime files the asset carries a copy of."""
+    """Put the function's code (LAMBDA_TASK_ROOT) and its bundle's packages first on the path, as Lambda's
+    runtime does, so its handler module (`handlers.serverless`) and its imports are what its code asset ships;
+    with the packages known, nothing else is importable but the runtime's own (servestack/local/lambda_/shipped.py).
+    """
     task_root = environ.get("LAMBDA_TASK_ROOT")
-    if task_root and task_root not in sys.path:
+    if not task_root:
+        return
+    packages = environ.get(PACKAGES_ENV)
+    if packages:
+        isolate(task_root, packages)
+    elif task_root not in sys.path:  # inline code (CodeDeploy's hook): the runtime's standard library and SDK
         sys.path.insert(0, task_root)
 
 

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from servestack.local.planning.children import Child, pump
     from servestack.local.planning.errors import PlanError
     from servestack.local.planning.paths import map_paths
-    from servestack.local.planning.service import LocalService, PlanContext, ServicePlan
+    from servestack.local.planning.service import LocalService, PlanContext, ServicePlan, StagedImage
 else:
     from servestack.local import lazy_interface
 
@@ -23,6 +23,7 @@ __all__ = [
     "PlanContext",
     "PlanError",
     "ServicePlan",
+    "StagedImage",
     "curl_sigv4",
     "map_paths",
     "pump",

@@ -16,6 +16,16 @@ Topology_contra = TypeVar("Topology_contra", contravariant=True)
 
 
 @dataclass(frozen=True)
+class StagedImage:
+    """A container image's files as its Dockerfile places them (under `root`), what its RUN steps install, and
+    its CMD."""
+
+    root: Path
+    requirements: str | None
+    cmd: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class PlanContext:
     """What a planner needs of the world for one stack, as values and narrow callables (never the world itself)."""
 
@@ -31,6 +41,9 @@ class PlanContext:
     # (child name, log group, the role's keys, stream or None for Lambda's) -> the line sink shipping to the group
     log_shipper: Callable[[str, str, Credentials, str | None], Callable[[str], None]]
     sample: Path | None  # the sample request of the deployment's model (serving.yaml), None without one
+    # an image URI of the templates -> its files staged from cdk.out (None: not an asset of the assembly);
+    # raises PlanError for an image local mode cannot run
+    stage_image: Callable[[str], StagedImage | None]
 
 
 @dataclass

@@ -10,9 +10,9 @@ if TYPE_CHECKING:
     from servestack.local.sagemaker import releases
     from servestack.local.sagemaker.async_inference import AsyncInferenceConfig, AsyncInvocations
     from servestack.local.sagemaker.backends import Faults
-    from servestack.local.sagemaker.container import read_image, staged_container
+    from servestack.local.sagemaker.container import image_venv, read_image, staged_container
     from servestack.local.sagemaker.definitions import ComponentDef, ContainerDef, EndpointDef, TransformDef, VariantDef
-    from servestack.local.sagemaker.dockerfile import DockerfileError, container_command, stage_root
+    from servestack.local.sagemaker.dockerfile import DockerfileError, container_command, image_requirements, stage_root
     from servestack.local.sagemaker.inference_components import ComponentState, InferenceComponents, copies_on_router
     from servestack.local.sagemaker.model_data import (
         ModelDataError,
@@ -63,6 +63,8 @@ __all__ = [
     "create_job",
     "execute_job",
     "fetch_model_data",
+    "image_requirements",
+    "image_venv",
     "model_data_urls",
     "prepare",
     "publish_model_data",

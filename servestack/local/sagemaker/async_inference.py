@@ -31,8 +31,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from servestack.local.cloudformation import DEFAULT_REGION as REGION
 from servestack.local.hosting import Reply, Request, request_id
-from servestack.local.lambda_ import REGION
 from servestack.local.sagemaker.multi_model import sagemaker_error
 
 logger = logging.getLogger("servestack.sagemaker_async")

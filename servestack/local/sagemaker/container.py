@@ -21,6 +21,7 @@ from servestack.local.sagemaker.dockerfile import (
     DockerfileError,
     Image,
     container_command,
+    image_requirements,
     parse,
     stage_root,
 )
@@ -54,4 +55,15 @@ def staged_container(
         return None
     image = read_image(asset)
     root = stage_root(image, asset.context, images_dir / asset.tag[:24] / "rootfs")
-    return StagedContainer(asset, image, root, container_command(image, root, arguments))
+    return StagedContainer(asset, image, root, container_command(image, root, arguments, venv=image_venv(image, root)))
+
+
+def image_venv(image: Image, root: Path) -> str | None:
+    """The image's own virtual environment: what its RUN steps install, built for this machine; None (the
+    developer's) for an image that installs nothing from a requirements file."""
+    from servestack.local.hosting import installed
+
+    requirements = image_requirements(image, root)
+    if requirements is None:
+        return None
+    return str(installed(requirements, "venv", what=f"image {image.base or '?'}"))

@@ -15,6 +15,7 @@ reference (Go `filepath.Match` patterns plus `**`, `!` exceptions, the last matc
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -54,6 +55,10 @@ class Image:
     user: str | None = None
     copies: list[Copy] = field(default_factory=list)
     runs: list[str] = field(default_factory=list)
+    # The requirement files RUN `pip install -r FILE` (or `uv pip install -r FILE`) installs, absolute in the
+    # image (relative ones read from the WORKDIR of their RUN): local mode installs the same into an
+    # environment of the image's own (servestack/local/hosting/environments.py).
+    requirement_files: list[str] = field(default_factory=list)
 
     def command(self, arguments: tuple[str, ...] | None = None) -> tuple[str, ...]:
         """`docker run IMAGE ARGUMENTS...`: the ENTRYPOINT followed by the arguments, or by CMD without any."""
@@ -65,12 +70,43 @@ class Image:
         if self.base:
             found.append(f"FROM {self.base}: the base image's system packages are this machine's")
         for run in self.runs:
-            found.append(f"RUN {_short(run)}: not run; the packages it installs are the developer's venv")
+            if self.requirement_files:
+                what = "its pip installs of " + ", ".join(self.requirement_files) + " are an environment of the"
+                found.append(f"RUN {_short(run)}: {what} image's own, built for this machine's Python")
+            else:
+                found.append(f"RUN {_short(run)}: not run; the packages it installs are the developer's venv")
         if self.runs:
             found.append(f"the code installed from the context is imported from WORKDIR {self.workdir} (PYTHONPATH)")
         if self.user is not None:
             found.append(f"USER {self.user}: the process runs as the developer's user")
         return found
+
+
+def _requirement_files(command: str, workdir: str) -> list[str]:
+    """The `-r FILE` of each `pip install` in a RUN's shell command, absolute in the image."""
+    found: list[str] = []
+    for part in re.split(r"&&|;|\|\|", command):
+        words = shlex.split(part, comments=True)
+        if "pip" not in words or "install" not in words:
+            continue
+        for flag, value in itertools.pairwise(words):
+            if flag in ("-r", "--requirement"):
+                found.append(str(PurePosixPath(workdir) / value))
+    return found
+
+
+def image_requirements(image: Image, root: Path) -> str | None:
+    """What the image's RUN steps install, read from its staged files (`root`), as one requirements text; None
+    when it installs none that way."""
+    if not image.requirement_files:
+        return None
+    texts = []
+    for path in image.requirement_files:
+        staged = root / path.lstrip("/")
+        if not staged.is_file():
+            raise DockerfileError(f"RUN installs {path}, which no COPY of the Dockerfile puts in the image")
+        texts.append(staged.read_text(encoding="utf-8"))
+    return "\n".join(texts)
 
 
 def _short(text: str, limit: int = 70) -> str:
@@ -164,6 +200,7 @@ def parse(text: str, *, name: str = "Dockerfile", base_env: Mapping[str, str] | 
             image.copies.append(_copy(arguments, scope, image.workdir, where, line))
         elif keyword == "RUN":
             image.runs.append(arguments)
+            image.requirement_files += _requirement_files(arguments, image.workdir)
         elif keyword == "USER":
             image.user = arguments
         elif keyword == "ENTRYPOINT":

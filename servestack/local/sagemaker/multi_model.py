@@ -45,8 +45,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from servestack.local.cloudformation import ACCOUNT
+from servestack.local.cloudformation import DEFAULT_REGION as REGION
 from servestack.local.hosting import Reply, Request, request_id
-from servestack.local.lambda_ import REGION
 
 TARGET_MODEL = "x-amzn-sagemaker-target-model"
 FORWARDED = ("content-type", "accept", "x-amzn-sagemaker-custom-attributes", TARGET_MODEL)

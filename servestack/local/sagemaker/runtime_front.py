@@ -43,8 +43,8 @@ from typing import Any, Protocol
 import httpx
 
 from servestack.local.cloudformation import ACCOUNT
+from servestack.local.cloudformation import DEFAULT_REGION as REGION
 from servestack.local.hosting import Reply, Request, request_id
-from servestack.local.lambda_ import REGION
 
 ENDPOINT_PREFIX = "/endpoints/"
 ENDPOINT_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$")

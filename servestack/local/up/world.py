@@ -18,7 +18,7 @@ from servestack.local.hosting import free_port
 from servestack.local.iam import Credentials, LocalAccess
 from servestack.local.lambda_ import EventSourceMappingDef, FunctionDef, HostedFunction, LambdaPlanner
 from servestack.local.logs import LogShipper
-from servestack.local.planning import Child, LocalService, PlanContext, PlanError, ServicePlan
+from servestack.local.planning import Child, LocalService, PlanContext, PlanError, ServicePlan, StagedImage
 from servestack.local.sagemaker import (
     AsyncEndpoint,
     ComponentState,
@@ -160,8 +160,23 @@ class World:
             run_dir=run_dir, env_base=env_base, service_endpoints=self.service_endpoints,
             credentials=credentials,
             api_ports={lid: port for (stack, lid), port in api_ports.items() if stack == topology.stack},
-            free_port=free_port, log_shipper=log_shipper, sample=sample,
+            free_port=free_port, log_shipper=log_shipper, sample=sample, stage_image=self._stage_image,
         )  # fmt: skip
+
+    def _stage_image(self, image_uri: str) -> StagedImage | None:
+        """An image asset's files as its Dockerfile places them (servestack/local/sagemaker/dockerfile.py)."""
+        from servestack.local.cloudformation import image_asset
+        from servestack.local.sagemaker import DockerfileError, image_requirements, read_image, stage_root
+
+        asset = image_asset(self.work / "cdk.out", image_uri)
+        if asset is None:
+            return None
+        try:
+            image = read_image(asset)
+            root = stage_root(image, asset.context, self.work / "images" / asset.tag[:24] / "rootfs")
+            return StagedImage(root, image_requirements(image, root), image.cmd)
+        except DockerfileError as error:
+            raise PlanError(f"image {image_uri}: it cannot run locally: {error}") from None
 
     def _hosting_settings(self, realtime_port: int) -> HostingSettings:
         """What SageMaker's planner is given of local up's options, serving.yaml and its registry."""
