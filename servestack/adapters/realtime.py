@@ -19,11 +19,11 @@ import gc
 import importlib.util
 import os
 import tempfile
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import msgspec
 
+from servestack.inference.devices import gpu_count
 from servestack.inference.settings import EnvironmentSettings, ServingSettings
 
 if TYPE_CHECKING:
@@ -55,14 +55,6 @@ class ContainerSettings(EnvironmentSettings, frozen=True, kw_only=True):
     @classmethod
     def aliases(cls) -> dict[str, tuple[str, ...]]:
         return {"port": ("SAGEMAKER_BIND_TO_PORT",), "workers": ("SAGEMAKER_MODEL_SERVER_WORKERS",)}
-
-
-def gpu_count() -> int:
-    """GPUs the NVIDIA driver exposes to this container (no CUDA library needed to count them)."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return len([device for device in visible.split(",") if device.strip() and device.strip() != "-1"])
-    return len(list(Path("/proc/driver/nvidia/gpus").glob("*")))
 
 
 def default_workers(providers: str) -> int:

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from servestack.inference.devices import gpu_count
 from servestack.inference.errors import ConfigurationError, InferenceError, ModelLoadError
 from servestack.inference.manifest import Manifest
 
@@ -18,10 +19,15 @@ CPU = "CPUExecutionProvider"
 Arrays = dict[str, np.ndarray]
 
 
-def choose_providers(requested: str, available: Sequence[str]) -> list[str]:
-    """`auto` prefers CUDA when this onnxruntime build offers it; an explicit list must be available."""
+def choose_providers(requested: str, available: Sequence[str], gpus: int | None = None) -> list[str]:
+    """`auto` prefers CUDA when this onnxruntime build offers it and a GPU is visible (`gpus`, counted when not
+    given); an explicit list must be available. A CUDA build (the GPU image's `onnxruntime-gpu`) lists CUDA
+    whether or not there is a GPU, and asked for it on a machine without one, logs an error (colored, with a
+    library path) before it falls back to the CPU: `local up` runs the GPU image's environment on a laptop."""
     if requested.strip().lower() == "auto":
-        return [CUDA, CPU] if CUDA in available else [CPU]
+        if CUDA in available and (gpu_count() if gpus is None else gpus) > 0:
+            return [CUDA, CPU]
+        return [CPU]
     chosen = [name.strip() for name in requested.split(",") if name.strip()]
     unknown = [name for name in chosen if name not in available]
     if not chosen or unknown:

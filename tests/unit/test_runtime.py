@@ -15,8 +15,16 @@ from servestack.inference.settings import ServingSettings
 from tests.conftest import ARTIFACTS
 
 
-def test_auto_prefers_cuda_when_onnxruntime_offers_it() -> None:
-    assert choose_providers("auto", [CUDA, CPU]) == [CUDA, CPU]
+def test_auto_prefers_cuda_when_onnxruntime_offers_it_and_a_gpu_is_visible() -> None:
+    assert choose_providers("auto", [CUDA, CPU], gpus=1) == [CUDA, CPU]
+
+
+def test_auto_takes_the_cpu_where_a_cuda_build_sees_no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN the GPU image's onnxruntime (it lists CUDA) on a machine whose driver exposes no GPU
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    # THEN auto asks for the CPU alone: CUDA asked for there logs an error before falling back
+    assert choose_providers("auto", [CUDA, CPU]) == [CPU]
+    assert choose_providers("auto", [CUDA, CPU], gpus=0) == [CPU]
 
 
 def test_auto_falls_back_to_cpu_without_cuda() -> None:

@@ -98,7 +98,7 @@ class EmbeddedEmulator:
         from werkzeug.serving import make_server
 
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
-        app: Any = DomainDispatcherApplication(create_backend_app)
+        app: Any = AtomicWrites(DomainDispatcherApplication(create_backend_app))
         if not allow_admin:
             app = AdminRefused(app)  # the request as moto routes it: after every rewrite of the middleware
         if middleware is not None:
@@ -114,6 +114,39 @@ class EmbeddedEmulator:
     def stop(self) -> None:
         self._server.shutdown()
         self._thread.join(timeout=10)
+
+
+class AtomicWrites:
+    """WSGI: the requests whose outcome AWS documents as atomic run one at a time in moto, the rest as they come.
+
+    moto checks a write's condition, then writes, in Python, and the server answers each request on a thread of
+    its own: two writers racing for one key could both see it free (an async job enqueued twice under load). AWS
+    makes them atomic, and local mode must be no more lenient:
+    - every DynamoDB call: a `ConditionExpression` holds at the moment of the write, and a transaction is seen
+      whole (https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/WorkingWithItems.html,
+      https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis.html);
+    - an S3 write with `If-None-Match` or `If-Match`: of concurrent ones, one wins
+      (https://docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html).
+    The lock is held until the answer is whole: moto's answer is a list, so nothing is streamed under it."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self._lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if not _atomic(environ):
+            result: Iterable[bytes] = self.app(environ, start_response)
+            return result
+        with self._lock:
+            return list(self.app(environ, start_response))
+
+
+def _atomic(environ: dict[str, Any]) -> bool:
+    if str(environ.get("HTTP_X_AMZ_TARGET", "")).startswith("DynamoDB_"):
+        return True
+    return environ.get("REQUEST_METHOD") in ("PUT", "POST") and (
+        "HTTP_IF_NONE_MATCH" in environ or "HTTP_IF_MATCH" in environ
+    )
 
 
 class AdminRefused:
