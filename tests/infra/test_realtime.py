@@ -294,7 +294,7 @@ def model_images(synth: Synth, deployment: str) -> dict[str, str]:
         (
             "digits-mixed",
             {"cpu": "cpu.Dockerfile", "gpu": "gpu.Dockerfile"},
-        ),  # m5 / p3
+        ),  # m5 / g6
         ("cancer-gpu-async", {"AllTraffic": "gpu.Dockerfile"}),  # ml.g5.xlarge
         ("cancer-cpu-async", {"AllTraffic": "cpu.Dockerfile"}),  # ml.m5.xlarge
     ],
