@@ -61,6 +61,7 @@ EXTRA_DEPLOYMENTS: dict[str, dict[str, Any]] = {
         "model": "breast-cancer",
         "backend": "sagemaker",
         "instance_type": "ml.m5.xlarge",
+        "result_ttl_days": 3,
     },
     "digits-sls": {
         "mode": "realtime",
