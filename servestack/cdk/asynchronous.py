@@ -51,7 +51,15 @@ from servestack.cdk.realtime import (
 )
 from servestack.cdk.scaling_guard import check_instance_types
 from servestack.cdk.serverless import runtime_environment, servestack_function
-from servestack.cdk.shared import IamHttpApi, acknowledge, check_choice, check_range, endpoint_log_group, logical_id
+from servestack.cdk.shared import (
+    IamHttpApi,
+    acknowledge,
+    check_choice,
+    check_range,
+    endpoint_log_group,
+    grant_sagemaker_logging,
+    logical_id,
+)
 from servestack.spec import AlarmSettings
 
 SUBMIT_HANDLER = "handlers.asynchronous.submit_handler"
@@ -373,7 +381,7 @@ class AsyncEndpoint(Construct):
 
         role = iam.Role(self, "EndpointRole", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"))
         image.repository.grant_pull(role)
-        logs.grant_write(role)
+        grant_sagemaker_logging(role, logs)
         role.add_to_policy(
             iam.PolicyStatement(
                 actions=["s3:GetObject"],

@@ -43,7 +43,7 @@ from constructs import Construct
 
 import servestack.cdk.guardrails as guardrails
 from servestack.cdk.scaling_guard import check_instance_types
-from servestack.cdk.shared import acknowledge, check_range, endpoint_log_group, logical_id
+from servestack.cdk.shared import acknowledge, check_range, endpoint_log_group, grant_sagemaker_logging, logical_id
 from servestack.cdk.sources import package_members
 from servestack.gpu_families import AL2023_GPU_4_1, inference_ami
 from servestack.spec import (
@@ -254,7 +254,7 @@ class RealtimeEndpoint(Construct):
             if all(image is not other for other in pulled):
                 image.repository.grant_pull(self.role)
                 pulled.append(image)
-        self.logs.grant_write(self.role)
+        grant_sagemaker_logging(self.role, self.logs)
         # Not for our code (its metrics are EMF log lines): SageMaker's hosting agent publishes the instances'
         # utilisation metrics (CPUUtilization, MemoryUtilization, GPU..., the dashboard's utilisation panel) to
         # /aws/sagemaker/Endpoints with the execution role.
