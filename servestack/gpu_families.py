@@ -16,7 +16,7 @@ linux/amd64. It runs where three things hold:
 The spec (servestack/spec/base.py) refuses an instance type that breaks one, for endpoints and Batch Transform
 alike, with `image_refusal`'s reason; the constructs take the host AMI from `inference_ami`.
 
-Sources, checked 2026-12-01:
+Sources:
 - which GPU each family has, and its CPUs: "Accelerated computing instance specifications",
   https://docs.aws.amazon.com/ec2/latest/instancetypes/ac.html (G4ad: AMD Radeon Pro V520; P6e-GB200: NVIDIA
   Grace CPUs);
@@ -33,8 +33,8 @@ Sources, checked 2026-12-01:
   grid:r580");
 - onnxruntime-gpu 1.31.1's kernels: the `.nv_fatbin` section of its `libonnxruntime_providers_cuda.so` (the
   wheel servestack/cdk/requirements/image-gpu.txt pins) holds ELF (SASS) entries for sm_75, sm_80, sm_86,
-  sm_89, sm_90 (arch-specific, 90a) and sm_120, and no PTX entry. Volta (7.0), Hopper's successor B200 (10.0)
-  and B300 (10.3) have none. Read it again when that pin changes (tests/unit/test_gpu_families.py holds the
+  sm_89, sm_90 and sm_120, and no PTX entry: Kepler (3.7), Volta (7.0), B200 (10.0) and
+  B300 (10.3) have none. Read it again when that pin changes (tests/unit/test_gpu_families.py holds the
   two equal).
 """
 
@@ -48,8 +48,8 @@ IMAGE_CUDA = "12.8"
 IMAGE_ONNXRUNTIME_GPU = "1.31.1"
 IMAGE_CPU_ARCHITECTURE = "x86_64"
 # The compute capabilities onnxruntime-gpu IMAGE_ONNXRUNTIME_GPU has kernels for (see the module's docstring).
-# A GPU must match one exactly: the 9.0 and 12.0 kernels are arch-specific (sm_90a, sm_120a), so CUDA's
-# within-a-major-version compatibility is not counted on, and every GPU below matches exactly or not at all.
+# A GPU must match one exactly. CUDA would also run X.y code on a later X.z, but no GPU below needs that: each
+# matches exactly, or has no code of its major version it could run (7.5 code does not run on 7.0).
 IMAGE_COMPUTE_CAPABILITIES: tuple[tuple[int, int], ...] = ((7, 5), (8, 0), (8, 6), (8, 9), (9, 0), (12, 0))
 # The host AMI of every family the image runs on: the only InferenceAmiVersion whose NVIDIA driver (580) runs
 # CUDA 12.8 natively and carries Blackwell (servestack/cdk/realtime.py says why not the others).
