@@ -1,5 +1,6 @@
 """Async mode: submit API -> S3 + SQS -> worker Lambda (servestack/adapters/asynchronous.py); results in S3, job status
-in DynamoDB (with TTL).
+in DynamoDB (with TTL). A job's objects (everything under `async/<name>/`) expire with its record, after
+`result_ttl_days`, by a lifecycle rule on the bucket.
 
 Or, with `backend="sagemaker"`, a SageMaker async endpoint runs the jobs (GPU image on ml.g*/ml.p*, CPU image
 otherwise): submit stores the payload and calls `InvokeEndpointAsync` (InferenceId = job id); SageMaker writes
@@ -21,7 +22,7 @@ SERVESTACK_FAILURE_PREFIX.
 
 from __future__ import annotations
 
-from aws_cdk import Duration, Stack
+from aws_cdk import Annotations, Duration, Stack
 from aws_cdk import aws_applicationautoscaling as appscaling
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_cloudwatch_actions as cw_actions
@@ -50,7 +51,15 @@ from servestack.cdk.realtime import (
 )
 from servestack.cdk.scaling_guard import check_instance_types
 from servestack.cdk.serverless import runtime_environment, servestack_function
-from servestack.cdk.shared import IamHttpApi, acknowledge, check_choice, check_range, endpoint_log_group, logical_id
+from servestack.cdk.shared import (
+    IamHttpApi,
+    acknowledge,
+    check_choice,
+    check_range,
+    endpoint_log_group,
+    grant_sagemaker_logging,
+    logical_id,
+)
 from servestack.spec import AlarmSettings
 
 SUBMIT_HANDLER = "handlers.asynchronous.submit_handler"
@@ -126,6 +135,7 @@ class AsyncEndpoint(Construct):
         self.upload_prefix = f"{self.request_prefix}uploads/"
         self.result_prefix = f"async/{name}/results/"
         self.failure_prefix = f"async/{name}/failures/"
+        self._expire_job_objects(bucket, f"async/{name}/", result_ttl_days)
 
         # `queue` feeds `worker`: the jobs for the Lambda worker, or SageMaker's notifications for the function
         # that records them (`<name>-notifications[-dlq]`).
@@ -317,6 +327,31 @@ class AsyncEndpoint(Construct):
             ),
         ]
 
+    def _expire_job_objects(self, bucket: s3.IBucket, prefix: str, days: int) -> None:
+        """A job's objects (payload, upload, result, failure: all under `prefix`) go when its record does: the
+        record's DynamoDB TTL is `days` after submit, and an S3 Expiration of `days` after each object's creation
+        deletes them. The bucket is versioned, so an expiration leaves the object's bytes as a noncurrent version;
+        those go a day later here, not after the bucket's general 30 days: nothing restores a job whose record is
+        gone. S3 runs lifecycle once a day (an object goes at the next midnight UTC after its day count), and where
+        two rules overlap "the shorter expiration policy is honored so that data is not stored for longer than
+        expected" (https://docs.aws.amazon.com/AmazonS3/latest/userguide/lifecycle-conflicts.html); the delete
+        marker left behind is removed too once it is the object's only version
+        (https://docs.aws.amazon.com/AmazonS3/latest/userguide/lifecycle-expire-general-considerations.html)."""
+        if not isinstance(bucket, s3.Bucket):
+            # An imported bucket's lifecycle is not this stack's to set.
+            Annotations.of(self).add_warning_v2(
+                "servestack:async-retention",
+                f"bucket {bucket.node.path} is imported: add a lifecycle rule that expires {prefix} after {days} "
+                "days, or the jobs' payloads and results stay after their records expire",
+            )
+            return
+        bucket.add_lifecycle_rule(
+            id=f"expire-{prefix.strip('/').replace('/', '-')}",
+            prefix=prefix,
+            expiration=Duration.days(days),
+            noncurrent_version_expiration=Duration.days(1),
+        )
+
     @staticmethod
     def _allow(fn: lambda_.Function, actions: list[str], resources: list[str]) -> None:
         fn.add_to_role_policy(iam.PolicyStatement(actions=actions, resources=resources))
@@ -346,7 +381,7 @@ class AsyncEndpoint(Construct):
 
         role = iam.Role(self, "EndpointRole", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"))
         image.repository.grant_pull(role)
-        logs.grant_write(role)
+        grant_sagemaker_logging(role, logs)
         role.add_to_policy(
             iam.PolicyStatement(
                 actions=["s3:GetObject"],

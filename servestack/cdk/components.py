@@ -46,7 +46,7 @@ from servestack.cdk.realtime import (
     sagemaker_scaling_role,
     servestack_model,
 )
-from servestack.cdk.shared import acknowledge, check_range, endpoint_log_group, log_group
+from servestack.cdk.shared import acknowledge, check_range, endpoint_log_group, grant_sagemaker_logging, log_group
 from servestack.spec import AlarmSettings, Batching, Component, Strategy
 
 VARIANT_NAME = "primary"
@@ -121,7 +121,7 @@ class ComponentEndpoint(Construct):
             "the models, write logs",
         )
         image.repository.grant_pull(self.role)
-        self.logs.grant_write(self.role)
+        grant_sagemaker_logging(self.role, self.logs)
         self.role.add_to_policy(
             iam.PolicyStatement(
                 actions=["cloudwatch:PutMetricData"],
@@ -178,7 +178,7 @@ class ComponentEndpoint(Construct):
             cfn_logs = component_logs.node.default_child
             assert cfn_logs is not None
             cfn_logs.add_property_override("LogGroupName", f"/aws/sagemaker/InferenceComponents/{name}")  # type: ignore[attr-defined]
-            component_logs.grant_write(self.role)
+            grant_sagemaker_logging(self.role, component_logs)
             self.component_logs.append(component_logs)
             environment = {
                 "SERVESTACK_MODEL_DIR": CONTAINER_MODEL_DIR,

@@ -10,6 +10,19 @@ The realtime container gets its model from SageMaker (`ModelDataUrl`, unpacked u
 task has no such step, so its image carries the packages it serves at `models/artifacts/<name>/<version>/`. CDK
 then stages the folder into cdk.out as the image asset (no Docker needed at synth), so the context
 `cdk deploy` builds from is the one local mode runs from, model included.
+
+Base images come from Amazon ECR Public, not Docker Hub: `public.ecr.aws/docker/library/python:3.12-slim`
+(Docker's official image, which ECR Public mirrors) and `public.ecr.aws/nvidia/cuda:<tag>` (NVIDIA publishes
+its CUDA images there as well as on Docker Hub), as the Lambda image (`public.ecr.aws/lambda/python`) and the
+Lambda bundling image (`public.ecr.aws/sam/build-python`) already did. The images are built where `cdk deploy`
+runs, in the pipeline a CodeBuild project of CDK Pipelines' asset stage (servestack/cdk/pipeline.py), whose
+outbound IPs are shared with other accounts; Docker Hub limits anonymous pulls per IP, so a build failed with
+`toomanyrequests` whenever others had spent the IP's allowance. ECR Public serves anonymous pulls without
+Docker's hourly allowance (its quotas: https://docs.aws.amazon.com/AmazonECR/latest/public/public-service-quotas.html;
+pulling: https://docs.aws.amazon.com/AmazonECR/latest/public/docker-pull-ecr-image.html), so the pipeline needs
+no Docker Hub credentials and no login. Chosen over an ECR pull-through cache rule for Docker Hub, which would
+need a Docker Hub account's credentials in Secrets Manager and a rule per account and region, for images both
+publishers already put on ECR Public.
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@ servestack:pipeline=true -c servestack:repo=owner/name -c servestack:connection-
 [-c servestack:pipeline-deployments=a,b]`, and, for a project not built with `make`, its own commands as JSON
 lists in cdk.json's context: `servestack:pipeline-install-commands`, `servestack:pipeline-build-commands`,
 `servestack:pipeline-smoke-commands`.
+
+The container images are built by CDK Pipelines' asset stage, in CodeBuild, whose outbound IPs are shared: their
+base images come from ECR Public, pulled without credentials (servestack/cdk/images.py says why), so the
+pipeline passes no `docker_credentials` and logs in to no registry to build them.
 """
 
 from __future__ import annotations

@@ -43,8 +43,9 @@ from constructs import Construct
 
 import servestack.cdk.guardrails as guardrails
 from servestack.cdk.scaling_guard import check_instance_types
-from servestack.cdk.shared import acknowledge, check_range, endpoint_log_group, logical_id
+from servestack.cdk.shared import acknowledge, check_range, endpoint_log_group, grant_sagemaker_logging, logical_id
 from servestack.cdk.sources import package_members
+from servestack.gpu_families import AL2023_GPU_4_1, inference_ami
 from servestack.spec import (
     AlarmSettings,
     Batching,
@@ -66,8 +67,9 @@ METRICS_INTERVAL_SEC = 10
 # al2-ami-sagemaker-inference-gpu-2 and -2-1 carry driver 535 / CUDA 12.2, -gpu-3-1 driver 550 / CUDA 12.4,
 # al2023-ami-sagemaker-inference-gpu-4-1 driver 580 / CUDA 13.0; the default host AMI (none named) is older still
 # on ml.g4dn/g5/p4d. Only 4-1 carries a driver new enough for 12.8, and its container toolkit mounts no
-# CUDA-compat libraries, which the image does not need on that driver.
-GPU_INFERENCE_AMI_VERSION = "al2023-ami-sagemaker-inference-gpu-4-1"
+# CUDA-compat libraries, which the image does not need on that driver. Each GPU family's AMI, and the families the
+# image cannot run on at all, are servestack/gpu_families.py's table.
+GPU_INFERENCE_AMI_VERSION = AL2023_GPU_4_1
 # Batch Transform's equivalent (TransformResources.TransformAmiVersion) offers driver 470 (CUDA 11.4, the default
 # on ml.g4dn/g5, too old for any CUDA 12 image) or 535: CUDA 12.8 runs on 535 through CUDA's minor-version
 # compatibility (same major version, driver >= 525; only PTX JIT of newer code is excluded).
@@ -116,8 +118,9 @@ def model_data_archive(root: Path, models: Sequence[ModelSpec], cache_dir: Path 
 
 
 def gpu_inference_ami(instance_type: str) -> str | None:
-    """The InferenceAmiVersion of a production variant on `instance_type`: the CUDA 12.8 image's on GPU types."""
-    return GPU_INFERENCE_AMI_VERSION if uses_gpu(instance_type) else None
+    """The InferenceAmiVersion of a production variant on `instance_type`: the CUDA 12.8 image's host AMI on GPU
+    types (servestack/gpu_families.py; ValueError for a GPU the image cannot run on), none on CPU types."""
+    return inference_ami(instance_type) if uses_gpu(instance_type) else None
 
 
 def single_model_environment(model_name: str) -> dict[str, str]:
@@ -251,7 +254,7 @@ class RealtimeEndpoint(Construct):
             if all(image is not other for other in pulled):
                 image.repository.grant_pull(self.role)
                 pulled.append(image)
-        self.logs.grant_write(self.role)
+        grant_sagemaker_logging(self.role, self.logs)
         # Not for our code (its metrics are EMF log lines): SageMaker's hosting agent publishes the instances'
         # utilisation metrics (CPUUtilization, MemoryUtilization, GPU..., the dashboard's utilisation panel) to
         # /aws/sagemaker/Endpoints with the execution role.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from aws_cdk import Acknowledgment, CfnElement, Duration, RemovalPolicy, Stack, Validations
+from aws_cdk import Acknowledgment, ArnFormat, CfnElement, Duration, RemovalPolicy, Stack, Validations
 from aws_cdk import aws_apigatewayv2 as apigw
 from aws_cdk import aws_apigatewayv2_authorizers as apigw_auth
 from aws_cdk import aws_apigatewayv2_integrations as apigw_int
@@ -157,6 +157,37 @@ def endpoint_log_group(scope: Construct, id: str, *, endpoint_name: str, retenti
         log_group_name=f"/aws/sagemaker/Endpoints/{endpoint_name}",
         retention=retention(retention_days),
         removal_policy=RemovalPolicy.RETAIN,
+    )
+
+
+def grant_sagemaker_logging(role: iam.IRole, log_group: logs.ILogGroup) -> None:
+    """A SageMaker execution role's CloudWatch Logs access, to the one log group SageMaker writes its containers
+    to (an endpoint's, or an inference component's): the four actions AWS's execution-role page lists for
+    CreateModel (https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-roles.html), logs:CreateLogStream,
+    logs:PutLogEvents, logs:CreateLogGroup and logs:DescribeLogStreams.
+
+    The stack creates the group before the endpoint (the role's policy names it; the endpoint configuration
+    depends on the role), so SageMaker never needs to create it, and its log agent is AWS's and not observable:
+    whether it calls CreateLogGroup or DescribeLogStreams before writing, and whether an AccessDenied there loses
+    the endpoint's logs, is not documented. Scoped to this group, the two cost next to nothing: CreateLogGroup
+    can only fail with ResourceAlreadyExists (or put this very group back, should someone delete it), and
+    DescribeLogStreams lists this group's stream names, no log data. So the role gets them rather than risk an
+    endpoint whose logs are lost without a trace. Local mode's shipper signs CreateLogStream and PutLogEvents
+    only (servestack/local/logs/shipping.py), so a local run neither needs nor exercises the other two;
+    tests/infra/test_realtime.py pins the grant."""
+    log_group.grant_write(role)
+    # Both forms of the group's ARN: CloudWatch Logs matches some actions against `log-group:<name>` and others
+    # against `log-group:<name>:*` (log_group_arn), and neither ends in a wildcard that reaches another group.
+    bare_arn = Stack.of(log_group).format_arn(
+        service="logs",
+        resource="log-group",
+        resource_name=log_group.log_group_name,
+        arn_format=ArnFormat.COLON_RESOURCE_NAME,
+    )
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            actions=["logs:CreateLogGroup", "logs:DescribeLogStreams"], resources=[bare_arn, log_group.log_group_arn]
+        )
     )
 
 

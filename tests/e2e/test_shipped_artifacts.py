@@ -168,7 +168,10 @@ def test_explain_says_what_is_emulated_approximated_and_only_reported(up: LocalU
     assert "servestack-rt/primary model data: s3://cdk-hnb659fds-assets-123456789012-us-east-1/" in emulated
     assert "(cpu.Dockerfile): run from its staged build context in cdk.out" in emulated
     assert "servestack-fn logs: to servestack-fn-ServerlessFunctionLogs" in emulated
-    assert "FROM python:3.12-slim: the base image's system packages are this machine's" in approximated
+    assert (
+        "FROM public.ecr.aws/docker/library/python:3.12-slim: the base image's system packages are this machine's"
+        in approximated
+    )
     assert "USER 1000: the process runs as the developer's user" in approximated
     assert "are an environment of the image's own, built for this machine's Python" in approximated
     assert "servestack-rt/primary image pull: cdk-hnb659fds-container-assets-" in emulated

@@ -53,7 +53,7 @@ EXTRA_DEPLOYMENTS: dict[str, dict[str, Any]] = {
         "instance_type": "ml.m5.large",
         "variants": [
             {"name": "cpu", "model": "digits", "weight": 1},
-            {"name": "gpu", "model": "breast-cancer", "weight": 1, "instance_type": "ml.p3.2xlarge"},
+            {"name": "gpu", "model": "breast-cancer", "weight": 1, "instance_type": "ml.g6.xlarge"},
         ],
     },
     "cancer-cpu-async": {
@@ -61,6 +61,7 @@ EXTRA_DEPLOYMENTS: dict[str, dict[str, Any]] = {
         "model": "breast-cancer",
         "backend": "sagemaker",
         "instance_type": "ml.m5.xlarge",
+        "result_ttl_days": 3,
     },
     "digits-sls": {
         "mode": "realtime",

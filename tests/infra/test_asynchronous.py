@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from aws_cdk.assertions import Capture, Match
 
 from tests.infra.conftest import Synth
@@ -59,6 +60,38 @@ def test_job_table_has_ttl_encryption_and_point_in_time_recovery(synth: Synth) -
             "PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True},
         },
     )
+
+
+@pytest.mark.parametrize(("deployment", "days"), [("cancer-async", 7), ("cancer-cpu-async", 3)])
+def test_a_jobs_objects_expire_with_its_record(synth: Synth, deployment: str, days: int) -> None:
+    # GIVEN an async deployment whose job records expire after result_ttl_days (DynamoDB TTL): the default 7 on
+    # the Lambda backend, 3 on the SageMaker one
+    (bucket,) = [
+        b
+        for b in synth.resources(deployment, "AWS::S3::Bucket").values()
+        if "VersioningConfiguration" in b["Properties"]
+    ]
+    rules = bucket["Properties"]["LifecycleConfiguration"]["Rules"]
+
+    # THEN its payloads, uploads, results and failures (all under its prefix, named after its resources)
+    # expire after as many days, and the versions that leaves behind a day later
+    prefix = f"async/servestack-{deployment}/"
+    expiring = [r for r in rules if r.get("Prefix") == prefix]
+    assert expiring == [
+        {
+            "Id": f"expire-async-servestack-{deployment}",
+            "Prefix": prefix,
+            "ExpirationInDays": days,
+            "NoncurrentVersionExpiration": {"NoncurrentDays": 1},
+            "Status": "Enabled",
+        }
+    ]
+    # AND the bucket's own rule still ends everyone's noncurrent versions and stale multipart uploads
+    assert {
+        "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 1},
+        "NoncurrentVersionExpiration": {"NoncurrentDays": 30},
+        "Status": "Enabled",
+    } in rules
 
 
 def test_submit_and_worker_touch_only_their_own_prefixes_queue_and_table(synth: Synth) -> None:

@@ -294,7 +294,7 @@ def model_images(synth: Synth, deployment: str) -> dict[str, str]:
         (
             "digits-mixed",
             {"cpu": "cpu.Dockerfile", "gpu": "gpu.Dockerfile"},
-        ),  # m5 / p3
+        ),  # m5 / g6
         ("cancer-gpu-async", {"AllTraffic": "gpu.Dockerfile"}),  # ml.g5.xlarge
         ("cancer-cpu-async", {"AllTraffic": "cpu.Dockerfile"}),  # ml.m5.xlarge
     ],
@@ -404,3 +404,49 @@ def test_overload_metrics_are_on_the_dashboard_and_sustained_429s_alarm(synth: S
         if alarm["Properties"].get("AlarmName") == "servestack-digits-realtime-primary-429s"
     ]
     assert alarm_id in body
+
+
+@pytest.mark.parametrize("deployment", ["digits-realtime", "cancer-gpu-async", "two-models"])
+def test_execution_roles_get_awss_four_log_actions_on_their_own_log_groups_only(synth: Synth, deployment: str) -> None:
+    # GIVEN the SageMaker execution role of an endpoint, an async endpoint and an endpoint of inference components
+    roles = {
+        name
+        for name, role in synth.resources(deployment, "AWS::IAM::Role").items()
+        if "sagemaker.amazonaws.com" in json.dumps(role["Properties"]["AssumeRolePolicyDocument"])
+    }
+    statements = [
+        s
+        for p in synth.resources(deployment, "AWS::IAM::Policy").values()
+        if {r["Ref"] for r in p["Properties"]["Roles"]} & roles
+        for s in p["Properties"]["PolicyDocument"]["Statement"]
+        if any(a.startswith("logs:") for a in _list(s["Action"]))
+    ]
+    groups = synth.resources(deployment, "AWS::Logs::LogGroup")
+
+    def group_of(resource: dict) -> str:
+        """The log group a policy resource names: its ARN (`log-group:<name>:*`) or `log-group:<name>`."""
+        if "Fn::GetAtt" in resource:
+            return str(resource["Fn::GetAtt"][0])
+        (*prefix, name) = resource["Fn::Join"][1]
+        assert prefix[-1] == ":log-group:"
+        return str(name["Ref"])
+
+    # THEN the role may do exactly the four CloudWatch Logs actions AWS lists for an execution role
+    # (https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-roles.html; servestack/cdk/shared.py
+    # `grant_sagemaker_logging` says why CreateLogGroup and DescribeLogStreams too, though the stack creates the
+    # group), each on both forms of each SageMaker log group's ARN, and on nothing else
+    granted: dict[str, set[str]] = {}
+    for s in statements:
+        for resource in _list(s["Resource"]):
+            granted.setdefault(group_of(resource), set()).update(_list(s["Action"]))
+    sagemaker_groups = {
+        name for name, g in groups.items() if str(g["Properties"].get("LogGroupName", "")).startswith("/aws/sagemaker/")
+    }
+    assert set(granted) == sagemaker_groups
+    four = {"logs:CreateLogStream", "logs:PutLogEvents", "logs:CreateLogGroup", "logs:DescribeLogStreams"}
+    assert all(actions == four for actions in granted.values())
+    describe = [s for s in statements if "logs:DescribeLogStreams" in _list(s["Action"])]
+    assert {("GetAtt" if "Fn::GetAtt" in r else "bare") for s in describe for r in _list(s["Resource"])} == {
+        "GetAtt",
+        "bare",
+    }

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from servestack.cdk.sources import REQUIREMENTS
+from servestack.local.sagemaker.dockerfile import parse
 
 REPO = Path(__file__).resolve().parents[2]
 UV = REPO / ".tools" / "bin" / "uv"
@@ -88,6 +89,23 @@ def test_the_images_install_every_package_byte_compiled() -> None:
         assert len(installs) == 1, (name, installs)
         assert all("--compile-bytecode" in install for install in installs), (name, installs)
         assert "python -m compileall" in dockerfile  # servestack's runtime and the entry points, copied after
+
+
+def test_every_base_image_is_pulled_from_ecr_public_not_docker_hub() -> None:
+    # GIVEN the images' Dockerfiles, built in the pipeline by CodeBuild, whose shared IPs Docker Hub throttles
+    # WHEN their FROM lines are read as local mode reads them
+    bases = {
+        path.name: parse(path.read_text(encoding="utf-8"), name=path.name).base
+        for path in sorted(CONTAINERS.glob("*.Dockerfile"))
+    }
+
+    # THEN every base image is on ECR Public (servestack/cdk/images.py says why), the official mirrors of the
+    # Docker Hub images they were
+    assert bases == {
+        "cpu.Dockerfile": "public.ecr.aws/docker/library/python:3.12-slim",
+        "gpu.Dockerfile": "public.ecr.aws/nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04",
+        "lambda.Dockerfile": "public.ecr.aws/lambda/python:3.12",
+    }
 
 
 def test_the_cpu_image_declares_sagemakers_multi_model_capability() -> None:

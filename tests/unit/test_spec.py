@@ -198,6 +198,24 @@ def test_every_problem_is_reported_at_once() -> None:
             {"mode": "async", "backend": "sagemaker", "instance_type": "ml.trn1.2xlarge"},
             "deployments.d.instance_type: 'ml.trn1.2xlarge' is not supported",
         ),
+        (  # Kepler: CUDA 12 dropped it; AWS lists ml.p2 under NVIDIA driver 470 only
+            {"mode": "realtime", "instance_type": "ml.p2.xlarge"},
+            "deployments.d.instance_type: 'ml.p2.xlarge' is not supported: its NVIDIA K80 (Kepler, compute "
+            "capability 3.7) has no kernels in the GPU image",
+        ),
+        (
+            {"mode": "realtime", "variants": [{"name": "a", "model": "digits", "instance_type": "ml.p3.2xlarge"}]},
+            "deployments.d.variants.0.instance_type: 'ml.p3.2xlarge' is not supported: its NVIDIA V100 (Volta",
+        ),
+        (  # Batch Transform too; the types it suggests are the GPU types Transform offers
+            {"mode": "batch", "engine": "transform", "instance_type": "ml.p2.8xlarge"},
+            "deployments.d.instance_type: 'ml.p2.8xlarge' is not supported: its NVIDIA K80",
+        ),
+        (  # Grace: arm64 CPUs, an image built for amd64
+            {"mode": "async", "backend": "sagemaker", "instance_type": "ml.p6e-gb200.36xlarge"},
+            "deployments.d.instance_type: 'ml.p6e-gb200.36xlarge' is not supported: its CPUs are NVIDIA Grace "
+            "(arm64), and servestack builds the GPU image for linux/amd64 only",
+        ),
     ],
 )
 def test_bad_values_say_what_is_allowed(deployment: dict[str, Any], expected: str) -> None:
@@ -485,9 +503,9 @@ def test_a_transform_batch_deployment_takes_engine_and_gpu_instances_and_fargate
             {
                 "mode": "realtime",
                 "serverless": {},
-                "variants": [{"name": "a", "model": "digits", "instance_type": "ml.p3.2xlarge"}],
+                "variants": [{"name": "a", "model": "digits", "instance_type": "ml.p4d.24xlarge"}],
             },
-            "deployments.d.variants.0.instance_type: 'ml.p3.2xlarge' is not usable with serverless (CPU only)",
+            "deployments.d.variants.0.instance_type: 'ml.p4d.24xlarge' is not usable with serverless (CPU only)",
             "Serverless Inference does not support GPUs",
             "https://docs.aws.amazon.com/sagemaker/latest/dg/serverless-endpoints.html",
         ),

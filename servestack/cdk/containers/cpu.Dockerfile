@@ -1,7 +1,9 @@
 # servestack realtime container, CPU: the same entry and SageMaker contract as gpu.Dockerfile.
 # Its build context is staged at synth (servestack/cdk/images.py): requirements.txt (servestack's locked runtime
 # for this image), servestack's runtime, the project's entry points (handlers/) and the deployment's model packages.
-FROM python:3.12-slim
+# Docker's official python image, mirrored on ECR Public (Docker Hub throttles anonymous pulls per IP, and
+# CodeBuild's are shared): servestack/cdk/images.py says why this registry.
+FROM public.ecr.aws/docker/library/python:3.12-slim
 
 # SageMaker reads these labels: the container serves the multi-model API (servestack/adapters/multi_model.py),
 # which custom containers may do on CPU instances only, and it listens on SAGEMAKER_BIND_TO_PORT when set.

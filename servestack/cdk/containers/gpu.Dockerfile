@@ -1,7 +1,9 @@
 # servestack realtime container, GPU: SageMaker runs `docker run <image> serve` and calls :8080/ping and
 # /invocations. Its build context is staged at synth (servestack/cdk/images.py), as cpu.Dockerfile's is.
 # onnxruntime-gpu 1.2x/1.3x wheels are built against CUDA 12 and cuDNN 9, which this base image carries.
-FROM nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
+# NVIDIA's CUDA image as NVIDIA publishes it to ECR Public besides Docker Hub: servestack/cdk/images.py says why
+# this registry.
+FROM public.ecr.aws/nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
 
 LABEL com.amazonaws.sagemaker.capabilities.accept-bind-to-port=true
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
