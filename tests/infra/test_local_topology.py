@@ -112,6 +112,7 @@ def test_batch_schedule_input_retries_and_dead_letters(synth: Synth) -> None:
     assert payload["input_prefix"] == "batch/cancer-nightly/input/"
     assert schedule.dead_letter_arn in {q.arn for q in read.queues.values()}
     assert read.function_by_arn(schedule.target_arn) is not None
+    assert schedule.group == "servestack-cancer-nightly"  # the deployment's own schedule group
 
 
 def test_a_transform_schedule_is_read_and_reported_as_run_by_the_local_scheduler(synth: Synth) -> None:

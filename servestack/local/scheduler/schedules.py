@@ -127,7 +127,7 @@ class ScheduleRunner:
         if s.dead_letter_arn and self.send_dead_letter is not None:
             attributes = {
                 "X-Amz-Scheduler-Attempt": str(s.retry_attempts + 1),
-                "X-Amz-Scheduler-Schedule-Arn": f"schedule/default/{s.name}",
+                "X-Amz-Scheduler-Schedule-Arn": f"schedule/{s.group}/{s.name}",
                 "X-Amz-Scheduler-Error-Code": error.split(":", 1)[0][:256],
                 "X-Amz-Scheduler-Error-Message": error[:1024],
             }
