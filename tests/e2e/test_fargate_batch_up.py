@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from servestack.local.emulator import control, developer
 from tests.conftest import REPO_ROOT
 from tests.e2e.conftest import SERVESTACK, LocalUp
 
@@ -78,3 +80,16 @@ def test_a_failed_fargate_run_says_why_and_local_status_shows_its_alarm(shared_u
     table = cli(up, "status").stdout
     assert re.search(r"^weekly +batch +idle +s3://\S+ +1 +0 +ALARM$", table, re.MULTILINE), table
     assert "servestack-weekly-failures: ALARM since " in table
+    # WHEN its schedule fires with the input still gone (local up's own route: now, as at its next time)
+    fire = f"{up.api}/_servestack/schedules/{entry['schedule_name']}/fire"
+    assert control("POST", fire, developer(up.state), "us-east-1", timeout_sec=300) == (200, {"invoked": True})
+    # THEN RunTask succeeded (the schedule saw no error), and the task's failure reached the rule all the same: two
+    # failed runs counted in its TriggeredRules
+    ((rule_name,),) = [[r["name"] for r in entry["rules"]]]
+    counted = up.emulator("cloudwatch").get_metric_statistics(
+        Namespace="AWS/Events", MetricName="TriggeredRules", Dimensions=[{"Name": "RuleName", "Value": rule_name}],
+        StartTime=datetime.now(UTC) - timedelta(minutes=10), EndTime=datetime.now(UTC) + timedelta(minutes=1),
+        Period=3600, Statistics=["Sum"],
+    )["Datapoints"]  # fmt: skip
+    assert sum(point["Sum"] for point in counted) == 2
+    assert weekly_alarms(up)[0]["state"] == "ALARM"
