@@ -347,3 +347,21 @@ def test_a_schedule_in_its_own_group_answers_get_schedule_there_and_names_it_in_
     runner = ScheduleRunner(grouped, FakeLambdas([500]), lambda *_: None, lambda *a: dead.append(a), backoff_sec=0)  # type: ignore[arg-type]
     assert runner.fire() is False
     assert dead[0][2]["X-Amz-Scheduler-Schedule-Arn"] == "schedule/servestack-scores/sched"
+
+
+def test_local_modes_step_before_each_run_comes_first_and_its_failure_never_stops_the_run() -> None:
+    # GIVEN a schedule whose step before each run (the seeded sample's retirement) fails once
+    steps: list[str] = []
+
+    def before_run(s: ScheduleDef) -> None:
+        steps.append(s.name)
+        if len(steps) == 1:
+            raise RuntimeError("the emulator did not answer")
+
+    lambdas = FakeLambdas([202, 202])
+    runner = ScheduleRunner(schedule(), lambdas, lambda *_: None, before_run=before_run, backoff_sec=0)  # type: ignore[arg-type]
+    # WHEN it fires twice THEN the step ran before each run, and each run invoked its target all the same
+    assert runner.fire() is True
+    assert runner.fire() is True
+    assert steps == ["sched", "sched"]
+    assert len(lambdas.calls) == 2

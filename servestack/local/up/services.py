@@ -132,6 +132,7 @@ def start_services(world: World, plan: Plan) -> list[Callable[[], None]]:
         runner = ScheduleRunner(
             schedule, lambdas, world.access.authorize, dead_letter_sender(world, keys),
             run_task=task_runner(world, plan, schedule.role_arn), start_job=start_job,
+            before_run=seed_retirement(world, plan, schedule),
         )  # fmt: skip
         runners.append(runner.start())
         schedules.runners[schedule.name] = runner  # `POST /_servestack/schedules/{name}/fire`
@@ -215,6 +216,24 @@ def transform_starter(world: World, plan: Plan, schedule: ScheduleDef) -> Callab
         return None
 
     return start
+
+
+def seed_retirement(world: World, plan: Plan, schedule: ScheduleDef) -> Callable[[ScheduleDef], None] | None:
+    """Before a batch schedule's run, local up's sample leaves its input prefix once the user's input is there,
+    as before `local run-batch` (servestack/local/batch/seed.py): a seeded row never ends up in the user's
+    results."""
+    from servestack.local.batch import retire_seeded_input
+
+    entry = next((e for e in plan.deployments.values() if e.get("schedule_name") == schedule.name), {})
+    source = entry.get("input") or {}
+    bucket, prefix = source.get("bucket"), source.get("input_prefix")
+    if not bucket or not prefix:
+        return None
+
+    def retire(_: ScheduleDef) -> None:
+        retire_seeded_input(world.aws["s3"], bucket, prefix)
+
+    return retire
 
 
 def task_runner(world: World, plan: Plan, role_arn: str) -> Callable[[ScheduleDef], str | None]:
