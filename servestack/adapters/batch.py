@@ -23,7 +23,7 @@ from aws_lambda_powertools import Logger
 from botocore.exceptions import ClientError
 
 from servestack.adapters.aws.clients import aws_client
-from servestack.inference.errors import InternalError
+from servestack.inference.errors import InternalError, NoInput, ServingError
 from servestack.inference.service import ModelRepository
 from servestack.inference.settings import EnvironmentSettings, ServingSettings
 from servestack.inference.tabular import MAX_RECORD_BYTES, BatchJob, Progress, StoredObject
@@ -32,6 +32,11 @@ logger = Logger(service="servestack")
 
 
 BATCH_PREFIX = "SERVESTACK_BATCH_"
+# The Fargate task's exit codes (docs/batch.md): a run with nothing under its input prefix exits EX_NOINPUT of
+# sysexits.h ("an input file did not exist or was not readable"), any other failure 1; ECS reports either as the
+# container's exitCode, which the deployment's failure alarm counts (servestack/cdk/batch.py).
+EXIT_NO_INPUT = 66
+EXIT_FAILED = 1
 # A line of 64 MiB already costs ~1.5 GB to parse on the line-by-line path: more would not fit the smaller jobs.
 MAX_RECORD_BYTES_CEILING = 64 * 1024 * 1024
 
@@ -204,16 +209,37 @@ def _package_dir(model_dir: Path, name: str) -> Path:
 
 def main() -> int:
     """The Fargate task's entry (`python -m servestack.adapters.batch`, servestack/cdk/batch.py FARGATE_COMMAND): one
-    run with
-    the `SERVESTACK_BATCH_*` settings the task definition sets; a failed run exits non-zero, which ECS reports."""
-    settings = settings_from({})
+    run with the `SERVESTACK_BATCH_*` settings the task definition sets. Its last line is its outcome, one JSON
+    object: the manifest's location and rows, or `{"error": {"type", "message"}, "exit_code"}`. A failed run exits
+    non-zero, which ECS reports: EXIT_NO_INPUT for an empty input prefix, EXIT_FAILED otherwise. An expected
+    failure (servestack's own errors: no input, a setting it cannot use, a strict run's bad row) is that one line,
+    no traceback; an unexpected one (a bug, an AWS call that failed) keeps Python's traceback."""
+    try:
+        settings = settings_from({})
+    except ServingError as error:
+        return _failed(error)
     progress = Progress()
-    manifest = run_batch(settings, on_progress=_log_progress, progress=progress)
+    try:
+        manifest = run_batch(settings, on_progress=_log_progress, progress=progress)
+    except ServingError as error:
+        if isinstance(error, InternalError):  # a check of servestack's own failed: its traceback is the report
+            raise
+        return _failed(error, bucket=settings.bucket)
     logger.info("batch done", extra={"rows": manifest["rows"], "parts": len(manifest["parts"])})
     run_seconds = round(time.perf_counter() - progress.started, 3)  # after start-up: what bench/batch_job.py reads
     print(json.dumps({"manifest": f"s3://{settings.bucket}/{settings.output_prefix}manifest.json",
                       "rows": manifest["rows"], "run_seconds": run_seconds}))  # fmt: skip
     return 0
+
+
+def _failed(error: ServingError, bucket: str | None = None) -> int:
+    """The task's outcome line for an expected failure, and its exit code."""
+    code = EXIT_NO_INPUT if isinstance(error, NoInput) else EXIT_FAILED
+    message = error.message
+    if isinstance(error, NoInput) and bucket:  # the job knows its prefix, its store the bucket: name both
+        message = message.replace(f"under {error.value}", f"under s3://{bucket}/{error.value}", 1)
+    print(json.dumps({"error": {"type": error.error_type, "message": message}, "exit_code": code}), flush=True)
+    return code
 
 
 if __name__ == "__main__":

@@ -2,8 +2,16 @@
 over every object under the input prefix and writes predictions under the output prefix.
 
 Short jobs run on Lambda (`servestack.adapters.batch.handler`); long ones on ECS Fargate with the same code in the CPU
-container (`python -m servestack.adapters.batch`). The schedule's target has a retry policy and a dead-letter queue; a
-failure alarm watches both the runs and the DLQ.
+container (`python -m servestack.adapters.batch`). The schedule's target has a retry policy and a dead-letter queue.
+
+Each deployment's schedule lives in a schedule group of its own, so that Scheduler's `TargetErrorCount` with the
+`ScheduleGroup` dimension counts this deployment's target errors and no other schedule's of the account
+(https://docs.aws.amazon.com/scheduler/latest/UserGuide/monitoring-cloudwatch.html: the metrics' one dimension is
+the schedule group). The failure alarm adds those to the failed runs and the dead letters. A failed run is, per
+engine: the function's `Errors` (Lambda; the transform job's manifest step, which raises for a failed job); for
+Fargate, where RunTask succeeds whatever the task's exit code, an EventBridge rule on this deployment's cluster's
+"ECS Task State Change" events (STOPPED, with a container's non-zero exit code or a task that failed to start),
+counted by the rule's `TriggeredRules` metric (AWS/Events, `RuleName` dimension).
 
 `runner="transform"` (data that outgrows one machine): the schedule's target is EventBridge Scheduler's
 universal target for SageMaker's CreateTransformJob API, which runs a Batch Transform job of the realtime
@@ -19,7 +27,7 @@ Handler contract: the scheduled payload is {"deployment", "bucket", "input_prefi
 
 from __future__ import annotations
 
-from aws_cdk import Aws, Duration, TimeZone
+from aws_cdk import Aws, Duration, RemovalPolicy, TimeZone
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
@@ -164,6 +172,7 @@ class BatchJob(Construct):
         )
         self.function: lambda_.Function | None = None
         self.task_definition: ecs.FargateTaskDefinition | None = None
+        self.task_failed: events.Rule | None = None  # Fargate: the rule on this cluster's failed tasks
         target: scheduler.IScheduleTarget
         if runner == "lambda":
             assert code is not None
@@ -221,30 +230,42 @@ class BatchJob(Construct):
                 retry_attempts, max_event_age_sec,
             )  # fmt: skip
 
+        # The deployment's own group: Scheduler's metrics have the group as their one dimension, so the alarm
+        # below counts this deployment's target errors, never another schedule's of the account.
+        self.schedule_group = scheduler.ScheduleGroup(
+            self, "ScheduleGroup", schedule_group_name=name, removal_policy=RemovalPolicy.DESTROY
+        )
         self.schedule = scheduler.Schedule(
             self,
             "Schedule",
             # Named, so that the pipeline's smoke test can be granted GetSchedule on this schedule alone.
             schedule_name=name,
+            schedule_group=self.schedule_group,
             schedule=scheduler.ScheduleExpression.expression(schedule, TimeZone.of(timezone)),
             target=target,
             description=f"servestack {name}: batch scoring of s3://<bucket>/{self.input_prefix}",
         )
+        # The schedule names its group by a plain string: without this, CloudFormation may create it first.
+        self.schedule.node.add_dependency(self.schedule_group)
+        five_minutes = Duration.minutes(5)
         self.alarm = cw.Alarm(
             self,
             "FailureAlarm",
             alarm_name=f"{name}-failures",
-            alarm_description=f"{name}: a batch run failed or its invocation was dead-lettered",
+            alarm_description=(
+                f"{name}: a batch run failed, its schedule could not start it, or its invocation was dead-lettered"
+            ),
             metric=cw.MathExpression(
-                expression="FILL(failed, 0) + FILL(dlq, 0)",
+                expression="FILL(failed, 0) + FILL(target_errors, 0) + FILL(dlq, 0)",
                 using_metrics={
                     "failed": failures,
+                    "target_errors": self.schedule_group.metric_target_errors(period=five_minutes, statistic="Sum"),
                     "dlq": self.dead_letters.metric_approximate_number_of_messages_visible(
-                        period=Duration.minutes(5), statistic="Maximum"
+                        period=five_minutes, statistic="Maximum"
                     ),
                 },
-                period=Duration.minutes(5),
-                label="failed runs + dead letters",
+                period=five_minutes,
+                label="failed runs + target errors + dead letters",
             ),
             threshold=0,
             comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
@@ -344,11 +365,35 @@ class BatchJob(Construct):
             retry_attempts=retry_attempts,
             max_event_age=Duration.seconds(max_event_age_sec),
         )
-        # Stopped tasks with a non-zero exit code show up as FAILED events; count invocation failures here.
+        # RunTask succeeds whatever the task's exit code, so Scheduler never sees a failed run: ECS's task state
+        # change event does. Its fields (https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs_task_events.html):
+        # `lastStatus` STOPPED, each container's `exitCode`, and `stopCode` TaskFailedToStart for a task that never
+        # ran (its image could not be pulled, say), which has no exit code. The cluster is this deployment's own.
+        self.task_failed = events.Rule(
+            self,
+            "TaskFailed",
+            description=f"servestack {name}: a batch task of this deployment failed (non-zero exit, or no start)",
+            event_pattern=events.EventPattern(
+                source=["aws.ecs"],
+                detail_type=["ECS Task State Change"],
+                detail={
+                    "clusterArn": [cluster.cluster_arn],
+                    "lastStatus": ["STOPPED"],
+                    "$or": [
+                        {"containers": {"exitCode": [{"anything-but": 0}]}},
+                        {"stopCode": ["TaskFailedToStart"]},
+                    ],
+                },
+            ),
+        )
+        # The rule needs no target: the alarm counts its matches, `TriggeredRules` with its `RuleName`
+        # (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-monitoring.html), which is the simplest
+        # correct path: no function, queue or permission between the failure and the alarm. The task's own
+        # output (its log group) says why it failed.
         failures = cw.Metric(
-            namespace="AWS/Scheduler",
-            metric_name="TargetErrorCount",
-            dimensions_map={"ScheduleGroup": "default"},
+            namespace="AWS/Events",
+            metric_name="TriggeredRules",
+            dimensions_map={"RuleName": self.task_failed.rule_name},
             statistic="Sum",
             period=Duration.minutes(5),
         )

@@ -430,10 +430,11 @@ class DeploymentStack(Stack):
                         [bj.function.metric_errors(period=PERIOD)],
                     ),
                 ]
+            # `<group>/<schedule>`: the schedule is in the deployment's own group (servestack/cdk/batch.py).
             self._smoke(
                 "batch",
-                bj.schedule.schedule_name,
-                SmokeGrant("scheduler:GetSchedule", "scheduler", (f"schedule/default/{name}",)),
+                f"{name}/{bj.schedule.schedule_name}",
+                SmokeGrant("scheduler:GetSchedule", "scheduler", (f"schedule/{name}/{name}",)),
             )
         else:  # pragma: no cover - the spec's discriminated union is exhaustive
             raise TypeError(f"unknown deployment mode {d!r}")

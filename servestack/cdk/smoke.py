@@ -5,7 +5,7 @@ Reads SMOKE_<i>_DEPLOYMENT (name in serving.yaml), SMOKE_<i>_KIND and SMOKE_<i>_
 - sagemaker-component: the same on `<endpoint>/<inference component>`, with InferenceComponentName;
 - lambda-http:  invoke the `live` alias with an HTTP API (v2) POST /invocations event, same check;
 - lambda-async: invoke the submit function with POST /jobs, expect 2xx;
-- batch:        the schedule exists and is ENABLED.
+- batch:        the schedule (`<group>/<name>`) exists and is ENABLED.
 Exits non-zero on the first failure, naming the deployment and what was wrong.
 """
 
@@ -74,7 +74,8 @@ def check(deployment: str, kind: str, target: str) -> str | None:
             return None
         got = json.loads(reply["body"])
     elif kind == "batch":
-        state = boto3.client("scheduler").get_schedule(Name=target)["State"]
+        group, _, schedule = target.rpartition("/")  # `<group>/<schedule>`; a bare name is in the default group
+        state = boto3.client("scheduler").get_schedule(Name=schedule, GroupName=group or "default")["State"]
         return None if state == "ENABLED" else f"schedule {target} is {state}"
     else:
         return f"unknown smoke kind {kind!r}"

@@ -109,6 +109,14 @@ class InvalidInput(ServingError):
     error_type = "InvalidInput"
 
 
+class NoInput(InvalidInput):
+    """A batch run found nothing to score under its input prefix. The run fails, in every batch engine, so that
+    the deployment's failure alarm counts it: a scheduled run with nothing to read usually means the input did
+    not arrive (docs/batch.md, "A run with no input")."""
+
+    error_type = "NoInput"
+
+
 def unconvertible(field: str, error: ValueError | OverflowError) -> InvalidInput:
     """A value that a number parser or a cast refused (an integer of 5,000 digits, which `int` refuses with a
     ValueError; one past a dtype's range, an OverflowError), as the caller's mistake: decoding turns any such

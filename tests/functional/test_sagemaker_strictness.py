@@ -7,6 +7,7 @@ deliberately slow HTTP server stands in for a container that misses SageMaker's 
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -513,3 +514,28 @@ def test_describing_an_unknown_transform_job_is_a_validation_exception(front: st
 
     assert error["Error"]["Code"] == "ValidationException"
     assert error["Error"]["Message"] == "Could not find requested job with name never-created"
+
+
+def test_a_transform_job_over_an_empty_input_prefix_is_refused_before_it_exists() -> None:
+    # GIVEN local up's transform jobs, whose input listing finds nothing under the job's prefix
+    listed: list[tuple[str, str]] = []
+    role = "arn:aws:iam::123456789012:role/transform-execution"
+
+    def has_objects(bucket: str, prefix: str) -> bool:
+        listed.append((bucket, prefix))
+        return False
+
+    jobs = TransformJobs(["m-digits"], "us-east-1", "123456789012", has_objects=has_objects,
+                         model_roles={"m-digits": role})  # fmt: skip
+    # WHEN a job over that prefix is created
+    reply = jobs.create(transform_job("empty-d32c5kddcf5bb8c3"))
+    # THEN SageMaker's refusal comes back, in its words, and no job was recorded
+    assert reply.status == 400
+    assert listed == [("bucket", "in/")]
+    assert json.loads(reply.body) == {
+        "__type": "ValidationException",
+        "message": 'No S3 objects found under S3 URL "s3://bucket/in/" given in input data source. Please ensure '
+        "that the bucket exists in the selected region (us-east-1), that objects exist under that S3 prefix, and "
+        f'that the role "{role}" has "s3:ListBucket" permissions on bucket "bucket".',
+    }
+    assert jobs.jobs == {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from aws_cdk.assertions import Capture, Match
 
 from tests.infra.conftest import Synth
@@ -73,15 +74,85 @@ def test_batch_function_reads_its_input_prefix_and_owns_its_output_prefix_only(s
     )
 
 
-def test_failure_alarm_counts_failed_runs_and_dead_letters(synth: Synth) -> None:
+def alarm_metrics(synth: Synth, deployment: str) -> dict[str, dict[str, object]]:
+    """The failure alarm's metrics by their id in its math expression (the expression under "expr")."""
+    (alarm,) = synth.resources(deployment, "AWS::CloudWatch::Alarm").values()
+    assert alarm["Properties"]["AlarmName"] == f"servestack-{deployment}-failures"
+    metrics = {}
+    for query in alarm["Properties"]["Metrics"]:
+        metrics["expr" if "Expression" in query else query["Id"]] = query.get("MetricStat", {}).get("Metric", query)
+    return metrics
+
+
+def test_failure_alarm_counts_failed_runs_target_errors_and_dead_letters(synth: Synth) -> None:
     synth.template("cancer-nightly").has_resource_properties(
         "AWS::CloudWatch::Alarm",
         {
             "AlarmName": "servestack-cancer-nightly-failures",
             "Threshold": 0,
-            "Metrics": Match.array_with([Match.object_like({"Expression": "FILL(failed, 0) + FILL(dlq, 0)"})]),
+            "Metrics": Match.array_with(
+                [Match.object_like({"Expression": "FILL(failed, 0) + FILL(target_errors, 0) + FILL(dlq, 0)"})]
+            ),
         },
     )
+
+
+@pytest.mark.parametrize("deployment", ["cancer-nightly", "digits-weekly", "cancer-transform"])
+def test_each_deployment_schedules_in_a_group_of_its_own_and_its_alarm_counts_only_that_group(
+    synth: Synth, deployment: str
+) -> None:
+    # GIVEN a batch deployment of each engine
+    resources = synth.templates[f"servestack-{deployment}"]["Resources"]
+    # THEN its schedule is in a schedule group named after the deployment, which the stack owns
+    ((group_id, group),) = synth.resources(deployment, "AWS::Scheduler::ScheduleGroup").items()
+    assert group["Properties"]["Name"] == f"servestack-{deployment}"
+    assert group["DeletionPolicy"] == "Delete"
+    ((_, schedule),) = synth.resources(deployment, "AWS::Scheduler::Schedule").items()
+    assert schedule["Properties"]["GroupName"] == f"servestack-{deployment}"
+    assert group_id in schedule["DependsOn"]  # created after its group
+    # AND its alarm counts Scheduler's target errors of that group alone, never the account's default group
+    target_errors = alarm_metrics(synth, deployment)["target_errors"]
+    assert target_errors["Namespace"] == "AWS/Scheduler"
+    assert target_errors["MetricName"] == "TargetErrorCount"
+    assert target_errors["Dimensions"] == [{"Name": "ScheduleGroup", "Value": f"servestack-{deployment}"}]
+    assert '"default"' not in json.dumps({k: v for k, v in resources.items() if v["Type"] == "AWS::CloudWatch::Alarm"})
+
+
+def test_a_fargate_task_that_fails_feeds_the_failure_alarm_through_a_rule_on_its_cluster(synth: Synth) -> None:
+    # GIVEN the Fargate batch deployment
+    t = synth.template("digits-weekly")
+    ((cluster_id, _),) = synth.resources("digits-weekly", "AWS::ECS::Cluster").items()
+    # THEN a rule matches its cluster's tasks that stopped with a non-zero exit code, or never started
+    ((rule_id, rule),) = synth.resources("digits-weekly", "AWS::Events::Rule").items()
+    assert rule["Properties"]["EventPattern"] == {
+        "source": ["aws.ecs"],
+        "detail-type": ["ECS Task State Change"],
+        "detail": {
+            "clusterArn": [{"Fn::GetAtt": [cluster_id, "Arn"]}],
+            "lastStatus": ["STOPPED"],
+            "$or": [{"containers": {"exitCode": [{"anything-but": 0}]}}, {"stopCode": ["TaskFailedToStart"]}],
+        },
+    }
+    assert rule["Properties"]["State"] == "ENABLED"
+    # AND the alarm's failed runs are that rule's matches
+    failed = alarm_metrics(synth, "digits-weekly")["failed"]
+    assert failed == {
+        "Namespace": "AWS/Events",
+        "MetricName": "TriggeredRules",
+        "Dimensions": [{"Name": "RuleName", "Value": {"Ref": rule_id}}],
+    }
+    t.resource_count_is("AWS::Events::Rule", 1)
+
+
+def test_a_failed_transform_job_feeds_the_failure_alarm_through_its_manifest_step(synth: Synth) -> None:
+    # GIVEN the transform deployment, whose rule sends a job's end to the manifest step (which raises for Failed)
+    (rule,) = synth.resources("cancer-transform", "AWS::Events::Rule").values()
+    assert "Failed" in rule["Properties"]["EventPattern"]["detail"]["TransformJobStatus"]
+    target_function = rule["Properties"]["Targets"][0]["Arn"]["Fn::GetAtt"][0]
+    # THEN the alarm's failed runs are that function's errors
+    failed = alarm_metrics(synth, "cancer-transform")["failed"]
+    assert failed["MetricName"] == "Errors"
+    assert failed["Dimensions"] == [{"Name": "FunctionName", "Value": {"Ref": target_function}}]
 
 
 def test_fargate_runner_runs_the_same_code_in_the_cpu_container(synth: Synth) -> None:

@@ -112,6 +112,7 @@ def test_batch_schedule_input_retries_and_dead_letters(synth: Synth) -> None:
     assert payload["input_prefix"] == "batch/cancer-nightly/input/"
     assert schedule.dead_letter_arn in {q.arn for q in read.queues.values()}
     assert read.function_by_arn(schedule.target_arn) is not None
+    assert schedule.group == "servestack-cancer-nightly"  # the deployment's own schedule group
 
 
 def test_a_transform_schedule_is_read_and_reported_as_run_by_the_local_scheduler(synth: Synth) -> None:
@@ -135,6 +136,31 @@ def test_a_transform_schedule_is_read_and_reported_as_run_by_the_local_scheduler
     assert "CreateTransformJob" in rows["AWS::Scheduler::Schedule"].how
     assert "as the schedule's role" in rows["AWS::Scheduler::Schedule"].how
     assert not rows["AWS::Events::Rule"].emulated
+
+
+def test_a_fargate_deployments_failed_task_rule_and_failure_alarm_are_played(synth: Synth) -> None:
+    # GIVEN the Fargate batch deployment / WHEN local up reads it
+    read = topology(synth, "digits-weekly")
+    # THEN its failed-task rule is played, its pattern resolved on the cluster's ARN as ECS's events carry it
+    (rule,) = read.rules
+    (schedule,) = read.schedules
+    assert rule.enabled
+    assert rule.pattern["detail"]["clusterArn"] == [schedule.target_arn]  # the schedule's target: the cluster
+    # AND its failure alarm is evaluated on that rule's TriggeredRules and its own schedule group's target errors
+    (alarm,) = read.alarms
+    assert alarm.name == "servestack-digits-weekly-failures"
+    assert alarm.watched_rules() == {rule.name}
+    metrics = {m.id: m for m in alarm.metrics}
+    assert metrics["target_errors"].dimensions == (("ScheduleGroup", schedule.group),)
+    # AND --explain says both are emulated, and how
+    rows = {row.type: row for row in read.report if row.type in ("AWS::Events::Rule", "AWS::CloudWatch::Alarm")}
+    assert rows["AWS::Events::Rule"].emulated
+    assert "ECS task's stop" in rows["AWS::Events::Rule"].how
+    assert rows["AWS::CloudWatch::Alarm"].emulated
+    assert "evaluated" in rows["AWS::CloudWatch::Alarm"].how
+    # AND a Lambda deployment's alarm, which watches no rule local mode plays, is still only reported
+    nightly = {row.type: row for row in topology(synth, "cancer-nightly").report}
+    assert not nightly["AWS::CloudWatch::Alarm"].emulated
 
 
 def test_every_resource_type_the_app_synthesizes_has_its_documented_return_values(synth: Synth) -> None:

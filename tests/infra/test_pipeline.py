@@ -215,7 +215,8 @@ def test_smoke_step_role_may_call_exactly_what_the_smoke_test_calls_in_its_stage
     assert {
         "Effect": "Allow",
         "Action": "scheduler:GetSchedule",
-        "Resource": arn("scheduler", f"schedule/default/{prefix}cancer-nightly"),
+        # in the deployment's own schedule group (servestack/cdk/batch.py)
+        "Resource": arn("scheduler", f"schedule/{prefix}cancer-nightly/{prefix}cancer-nightly"),
     } in statements
     # AND the role gets nothing else beyond CodeBuild's own (logs, reports, the artifact bucket and its key)
     actions = {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
@@ -242,13 +243,17 @@ def test_smoke_grants_name_the_resources_each_mode_creates(synth: Synth) -> None
     )
     assert grants["digits-api"] == ("lambda:InvokeFunction", ("function:servestack-digits-api:live",))
     assert grants["cancer-async"] == ("lambda:InvokeFunction", ("function:servestack-cancer-async-submit",))
-    assert grants["cancer-nightly"] == ("scheduler:GetSchedule", ("schedule/default/servestack-cancer-nightly",))
+    assert grants["cancer-nightly"] == (
+        "scheduler:GetSchedule",
+        ("schedule/servestack-cancer-nightly/servestack-cancer-nightly",),
+    )
     named = {
         ("digits-realtime", "AWS::SageMaker::Endpoint", "EndpointName", "servestack-digits-realtime"),
         ("two-models", "AWS::SageMaker::InferenceComponent", "InferenceComponentName", "servestack-two-models-digits"),
         ("digits-api", "AWS::Lambda::Function", "FunctionName", "servestack-digits-api"),
         ("cancer-async", "AWS::Lambda::Function", "FunctionName", "servestack-cancer-async-submit"),
         ("cancer-nightly", "AWS::Scheduler::Schedule", "Name", "servestack-cancer-nightly"),
+        ("cancer-nightly", "AWS::Scheduler::Schedule", "GroupName", "servestack-cancer-nightly"),
     }
     for deployment, type_, prop, name in named:
         values = [r["Properties"].get(prop) for r in synth.resources(deployment, type_).values()]

@@ -188,6 +188,50 @@ def test_the_fargate_entry_runs_one_job_from_its_environment(aws: Aws, unique: s
     assert manifest["rows"]["succeeded"] == 40
 
 
+def test_a_fargate_run_over_an_empty_prefix_exits_66_with_the_reason_on_one_line_and_no_traceback(
+    aws: Aws, unique: str
+) -> None:
+    # GIVEN the Fargate task's environment, its input prefix empty
+    import os
+    import subprocess
+    import sys
+
+    from servestack.adapters.batch import EXIT_NO_INPUT
+    from tests.conftest import REPO_ROOT
+
+    ensure_bucket(aws.s3, unique)
+    env = {
+        **os.environ,
+        "SERVESTACK_DEFAULT_MODEL": "breast-cancer",
+        "SERVESTACK_BATCH_BUCKET": unique,
+        "SERVESTACK_BATCH_INPUT_PREFIX": "empty/",
+        "SERVESTACK_BATCH_OUTPUT_PREFIX": "out/",
+    }
+    # WHEN the container command runs
+    done = subprocess.run([sys.executable, "-m", "servestack.adapters.batch"], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    # THEN it exits with the documented code for no input (docs/batch.md), which ECS reports and the alarm counts
+    assert done.returncode == EXIT_NO_INPUT == 66, done.stdout[-2000:] + done.stderr[-2000:]
+    # AND its last line says why, where, and the code; nothing it printed is a traceback
+    said = json.loads(done.stdout.splitlines()[-1])
+    assert said["exit_code"] == 66
+    assert said["error"]["type"] == "NoInput"
+    assert said["error"]["message"].startswith(f"no input under s3://{unique}/empty/: no object ending in .jsonl")
+    assert "Traceback" not in done.stdout + done.stderr
+    assert aws.s3.list_objects_v2(Bucket=unique, Prefix="out/")["KeyCount"] == 0
+
+
+def test_a_lambda_run_over_an_empty_prefix_fails_with_no_input(aws: Aws, unique: str) -> None:
+    # GIVEN the scheduled payload of a deployment whose input prefix is empty
+    from servestack.inference.errors import NoInput
+
+    ensure_bucket(aws.s3, unique)
+    event = json.loads((EVENTS / "schedulerPayload.json").read_text()) | {"bucket": unique, "input_prefix": "none/"}
+    # WHEN the handler runs / THEN the invocation fails (Lambda's Errors, which the failure alarm counts), saying why
+    with pytest.raises(NoInput, match=r"^no input under none/: no object ending in \.jsonl"):
+        handler(event, LambdaContext("batch", 900, 2048))
+
+
 def hostile_input(aws: Aws, bucket: str) -> set[tuple[str, int]]:
     """Rows that decode to more, fewer or shifted rows if lines are not kept apart; returns every row's
     (file, line): what the union of predictions and errors must cover exactly once."""

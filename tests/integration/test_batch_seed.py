@@ -5,12 +5,16 @@ the user's own input, so that no sample row ends up in the user's results."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from servestack.local.batch.planning import BatchPlanner
 from servestack.local.batch.seed import SEED_KEY, retire_seeded_input, sample_rows, seed_batch_input
+from servestack.local.planning import PlanContext
+from servestack.local.scheduler import ScheduleDef, TaskDef
 from tests.conftest import ARTIFACTS
 from tests.integration.conftest import Aws
 from tests.integration.resources import ensure_bucket
@@ -126,3 +130,72 @@ def test_a_restart_finds_its_earlier_seed_still_its_own_and_a_later_run_retires_
     aws.s3.delete_object(Bucket=unique, Key="in/mine.jsonl")
     aws.s3.put_object(Bucket=unique, Key=key, Body=b"[5.0, 6.0]\n")
     assert seed_batch_input(aws.s3, unique, "in/", sample) is None
+
+
+@dataclass
+class BatchStackOf:
+    """The part of a stack's topology the batch planner reads (servestack/local/batch/planning.py's BatchStack)."""
+
+    deployment: str
+    schedules: list[ScheduleDef]
+    tasks: dict[str, TaskDef] = field(default_factory=dict)
+    mode: str = "batch"
+    transforms: list[Any] = field(default_factory=list)
+    functions: dict[str, Any] = field(default_factory=dict)
+    roles: dict[str, Any] = field(default_factory=dict)
+
+
+def plan_context(tmp_path: Path, sample: Path) -> PlanContext:
+    def never(*_: Any) -> Any:
+        raise AssertionError("the batch planner starts nothing")
+
+    return PlanContext(
+        region="us-east-1", emulator_url="http://unused", work=tmp_path, run_dir=tmp_path, env_base={},
+        service_endpoints={}, credentials={}, api_ports={}, free_port=never, log_shipper=never, sample=sample,
+        stage_image=never,
+    )  # fmt: skip
+
+
+def scheduled(name: str, *, payload: dict[str, str] | None = None, task: str | None = None) -> ScheduleDef:
+    return ScheduleDef(
+        "Schedule",
+        name,
+        "rate(7 days)",
+        "UTC",
+        True,
+        "arn:aws:ecs:us-east-1:123456789012:cluster/c",
+        "arn:aws:iam::123456789012:role/scheduler",
+        json.dumps(payload) if payload else None,
+        2,
+        3600,
+        None,
+        task,
+    )
+
+
+def test_local_up_seeds_a_fargate_deployments_input_as_it_seeds_a_lambda_ones(
+    aws: Aws, unique: str, tmp_path: Path
+) -> None:
+    # GIVEN a Fargate batch deployment, whose schedule runs a task (RunTask sends no payload: its task definition's
+    # environment names the bucket and prefixes), beside a Lambda one whose schedule's input names them
+    ensure_bucket(aws.s3, unique)
+    settings = {"bucket": unique, "input_prefix": "batch/weekly/input/", "output_prefix": "batch/weekly/output/"}
+    task = TaskDef("Task", "arn:aws:ecs:us-east-1:123456789012:task-definition/weekly:1", ("python",),
+                   {f"SERVESTACK_BATCH_{k.upper()}": v for k, v in settings.items()} | {"SERVESTACK_PROVIDERS": "auto"},
+                   "TaskRole")  # fmt: skip
+    fargate = BatchStackOf("weekly", [scheduled("weekly", task="Task")], {"Task": task})
+    lambda_settings = settings | {"input_prefix": "batch/nightly/input/", "output_prefix": "batch/nightly/output/"}
+    on_lambda = BatchStackOf("nightly", [scheduled("nightly", payload=lambda_settings)])
+    sample = ARTIFACTS / "digits" / "1" / "sample-request.json"
+    planner = BatchPlanner(aws.s3)
+    # WHEN local up plans both
+    entries = {stack.deployment: planner.plan(stack, plan_context(tmp_path, sample)).entry
+               for stack in (fargate, on_lambda)}  # fmt: skip
+    # THEN each input prefix holds the sample, and each entry says where its run reads, as run-batch and status read it
+    for name, entry in entries.items():
+        assert entry["seeded"] == f"batch/{name}/input/{SEED_KEY}"
+        assert entry["input"]["bucket"] == unique
+        assert entry["input_prefix"] == f"batch/{name}/input/"
+        assert entry["output_prefix"] == f"batch/{name}/output/"
+        listed = aws.s3.list_objects_v2(Bucket=unique, Prefix=f"batch/{name}/input/")["Contents"]
+        assert [o["Key"] for o in listed] == [entry["seeded"]]

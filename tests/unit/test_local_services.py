@@ -318,3 +318,50 @@ def test_the_fire_route_fires_a_running_schedule_now_and_refuses_what_it_cannot_
     assert (status, body["Message"]) == (409, "name: 'off' is DISABLED; an enabled schedule fires")
     status, body = post("/_servestack/schedules/sched/fire", method="GET")
     assert (status, body["Message"]) == (405, "method: 'GET' is not allowed; POST")
+
+
+def test_a_schedule_in_its_own_group_answers_get_schedule_there_and_names_it_in_its_dead_letters() -> None:
+    from dataclasses import replace
+
+    from servestack.local.hosting.http_server import Request
+    from servestack.local.scheduler.api import SchedulerApi
+
+    # GIVEN a schedule in a group of its own (a batch deployment's, servestack/cdk/batch.py)
+    grouped = replace(schedule(0), group="servestack-scores")
+    api = SchedulerApi([grouped], "us-east-1", "123456789012")
+
+    def get(query: dict[str, str]) -> tuple[int, Any]:
+        reply = api.handle(Request("GET", "/schedules/sched", query, {}, b""))
+        return reply.status, json.loads(reply.body)
+
+    # WHEN GetSchedule names its group THEN it answers with the schedule's ARN in that group
+    status, body = get({"groupName": "servestack-scores"})
+    assert status == 200
+    assert body["Arn"] == "arn:aws:scheduler:us-east-1:123456789012:schedule/servestack-scores/sched"
+    assert body["GroupName"] == "servestack-scores"
+    # AND in the default group there is no such schedule, as in AWS
+    status, body = get({})
+    assert (status, body["Message"]) == (404, "Schedule sched does not exist.")
+    # WHEN its invocation ends in its dead-letter queue THEN the message names the schedule in its group
+    dead: list[tuple[str, str, dict[str, Any]]] = []
+    runner = ScheduleRunner(grouped, FakeLambdas([500]), lambda *_: None, lambda *a: dead.append(a), backoff_sec=0)  # type: ignore[arg-type]
+    assert runner.fire() is False
+    assert dead[0][2]["X-Amz-Scheduler-Schedule-Arn"] == "schedule/servestack-scores/sched"
+
+
+def test_local_modes_step_before_each_run_comes_first_and_its_failure_never_stops_the_run() -> None:
+    # GIVEN a schedule whose step before each run (the seeded sample's retirement) fails once
+    steps: list[str] = []
+
+    def before_run(s: ScheduleDef) -> None:
+        steps.append(s.name)
+        if len(steps) == 1:
+            raise RuntimeError("the emulator did not answer")
+
+    lambdas = FakeLambdas([202, 202])
+    runner = ScheduleRunner(schedule(), lambdas, lambda *_: None, before_run=before_run, backoff_sec=0)  # type: ignore[arg-type]
+    # WHEN it fires twice THEN the step ran before each run, and each run invoked its target all the same
+    assert runner.fire() is True
+    assert runner.fire() is True
+    assert steps == ["sched", "sched"]
+    assert len(lambdas.calls) == 2

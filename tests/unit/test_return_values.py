@@ -203,6 +203,10 @@ ROWS = [
     Row("AWS::Scheduler::Schedule", "Ref returns the Name attribute of the schedule ... Arn: the ARN of the schedule",
         literal("nightly"), {"Name": "nightly"},
         {"Arn": literal(ARN.format(service="scheduler", resource="schedule/default/nightly"))}),
+    Row("AWS::Scheduler::ScheduleGroup", "Ref returns the Name attribute of the schedule group ... Arn: the ARN of "
+        "the schedule group (the API reference's pattern: ...:schedule-group/[0-9a-zA-Z-_.]+)",
+        literal("scores"), {"Name": "scores"},
+        {"Arn": literal(ARN.format(service="scheduler", resource="schedule-group/scores"))}),
     Row("AWS::StepFunctions::StateMachine", "Ref returns the ARN of the created state machine",
         literal(ARN.format(service="states", resource="stateMachine:flow")), {"StateMachineName": "flow"},
         {"Arn": literal(ARN.format(service="states", resource="stateMachine:flow")), "Name": literal("flow")}),

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import numpy as np
 import orjson
 
-from servestack.inference.errors import InternalError, InvalidInput, ServingError
+from servestack.inference.errors import InternalError, InvalidInput, NoInput, ServingError
 from servestack.inference.runtime import Arrays
 from servestack.inference.service import ServedModel
 from servestack.inference.tabular.chunking import chunks, pieces
@@ -171,11 +171,12 @@ class BatchJob:
     def run(self) -> dict[str, Any]:
         inputs = self.inputs()
         if not inputs:
-            raise InvalidInput(
-                f"no input under {self.input_prefix}",
+            wanted = FORMATS if self.input_format is None else INPUT_SUFFIXES[self.input_format]
+            raise NoInput(
+                f"no input under {self.input_prefix}: no object ending in {', '.join(wanted)}",
                 field="input_prefix",
                 value=self.input_prefix,
-                allowed=f"objects ending in {', '.join(FORMATS)}",
+                allowed=f"objects ending in {', '.join(wanted)}",
             )
         if self.output_format == "parquet" or any(FORMATS[suffix(o.key)] == PARQUET for o in inputs):
             parquet_module()  # no pyarrow here: say so before anything is read

@@ -34,7 +34,7 @@ import numpy as np
 import orjson
 
 from servestack.inference import media_types
-from servestack.inference.errors import InternalError, InvalidInput, UnsupportedMediaType
+from servestack.inference.errors import InternalError, InvalidInput, NoInput, UnsupportedMediaType
 from servestack.inference.manifest import Manifest
 from servestack.inference.service import ServedModel
 from servestack.inference.tabular.decode import decode_piece
@@ -153,9 +153,12 @@ def assemble(
     suffixes = INPUT_FORMATS[input_format][1]
     media_type = media_types.CSV if input_format == "csv" else media_types.JSON
     inputs = sorted((o for o in store.list(input_prefix) if suffix(o.key) in suffixes), key=lambda o: o.key)
-    if not inputs:
-        raise InvalidInput(
-            f"no input under {input_prefix}", field="input_prefix", value=input_prefix, allowed=", ".join(suffixes)
+    if not inputs:  # SageMaker refuses to create a job over an empty prefix; the input left since
+        raise NoInput(
+            f"no input under {input_prefix}: no object ending in {', '.join(suffixes)}",
+            field="input_prefix",
+            value=input_prefix,
+            allowed=", ".join(suffixes),
         )
     progress = Progress()
     parts: list[dict[str, Any]] = []

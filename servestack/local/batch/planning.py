@@ -1,5 +1,9 @@
 """A batch deployment's part of `local up`'s plan: what `local run-batch` and `local status` read of its
-schedule or its engine: transform job (the state file's entry), and the sample input seeded under its prefix."""
+schedule or its engine: transform job (the state file's entry), and the sample input seeded under its prefix.
+
+Where a run reads and writes comes from what its target is given: a Lambda target's input (the scheduled
+payload), an ECS target's task definition environment (`SERVESTACK_BATCH_*`: RunTask sends no payload), a
+transform job's S3 locations."""
 
 from __future__ import annotations
 
@@ -11,7 +15,9 @@ from typing import Any, Protocol
 from servestack.local.batch.seed import retire_seeded_input, seed_batch_input
 from servestack.local.lambda_ import FunctionDef
 from servestack.local.planning import PlanContext, ServicePlan, self_command
-from servestack.local.scheduler import ScheduleDef
+from servestack.local.scheduler import ScheduleDef, TaskDef
+
+BATCH_SETTINGS_PREFIX = "SERVESTACK_BATCH_"  # the batch task's settings (servestack/adapters/batch.py)
 
 
 class NamedRole(Protocol):
@@ -56,6 +62,8 @@ class BatchStack(Protocol):
     def functions(self) -> dict[str, FunctionDef]: ...
     @property
     def roles(self) -> Mapping[str, NamedRole]: ...
+    @property
+    def tasks(self) -> dict[str, TaskDef]: ...
 
 
 class BatchPlanner:
@@ -72,6 +80,9 @@ class BatchPlanner:
         sample = context.sample
         for schedule in topology.schedules:
             payload = json.loads(schedule.input or "{}")
+            task = topology.tasks.get(schedule.task or "")
+            if task is not None:  # RunTask sends no payload: the run's settings are its task definition's
+                payload = task_settings(task)
             entry |= {
                 "schedule": f"{schedule.expression} {schedule.timezone}",
                 "schedule_name": schedule.name,
@@ -101,6 +112,16 @@ class BatchPlanner:
     def _seed(self, entry: dict[str, Any], bucket: str, prefix: str, sample: Path) -> None:
         retire_seeded_input(self.s3, bucket, prefix)
         entry["seeded"] = seed_batch_input(self.s3, bucket, prefix, sample)
+
+
+def task_settings(task: TaskDef) -> dict[str, str]:
+    """A batch task's settings from its environment, as the scheduled payload names them (`bucket`,
+    `input_prefix`...)."""
+    return {
+        key.removeprefix(BATCH_SETTINGS_PREFIX).lower(): value
+        for key, value in task.environment.items()
+        if key.startswith(BATCH_SETTINGS_PREFIX)
+    }
 
 
 def _transform_entry(topology: BatchStack, transform: ScheduledTransform) -> dict[str, Any]:

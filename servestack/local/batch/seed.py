@@ -2,10 +2,10 @@
 to score at once, and its removal once the prefix holds the user's own input.
 
 Seeded only when the prefix is empty, marked (`x-amz-meta-servestack-seeded`), and removed before a run whose
-prefix holds anything else (`local run-batch`, and `local up` starting again): a seeded row never ends up in the
-results of a user's input, and a prefix the user filled is never written to. (Seeding under another prefix
-would keep the sample out of the user's way too, but the schedule reads its one input prefix: the first run
-would find nothing to score.)
+prefix holds anything else (`local run-batch`, each run of the local scheduler, and `local up` starting again):
+a seeded row never ends up in the results of a user's input, and a prefix the user filled is never written to.
+(Seeding under another prefix would keep the sample out of the user's way too, but the schedule reads its one
+input prefix: the first run would find nothing to score.)
 
 The rows come from the model's `sample-request.json` in any request form (`instances` of rows or row objects,
 `dataframe_records`, `dataframe_split`, `inputs` by column); a sample that gives no rows seeds nothing, and

@@ -243,6 +243,9 @@ RETURN_VALUES: dict[str, ReturnValues] = {
     }),
     "AWS::SageMaker::Model": ReturnValues(_sagemaker("model"), {"ModelName": _name}),
     "AWS::Scheduler::Schedule": ReturnValues(_name, {"Arn": _schedule_arn}),
+    "AWS::Scheduler::ScheduleGroup": ReturnValues(_name, {
+        "Arn": lambda s: s.arn("scheduler", f"schedule-group/{s.name}"),
+    }),
     "AWS::StepFunctions::StateMachine": ReturnValues(_state_machine_arn, {"Arn": _state_machine_arn, "Name": _name}),
     # A custom resource's Ref is the physical id its handler returns; CDK's notifications handler returns none of
     # its own, so CloudFormation's generated one stands.

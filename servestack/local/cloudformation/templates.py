@@ -99,6 +99,7 @@ NAME_LIMITS: dict[str, tuple[int, bool]] = {
     "AWS::SageMaker::Endpoint": (63, False),
     "AWS::SageMaker::InferenceComponent": (63, False),
     "AWS::Scheduler::Schedule": (64, False),
+    "AWS::Scheduler::ScheduleGroup": (64, False),
     "AWS::StepFunctions::StateMachine": (80, False),
 }
 # The property that carries an explicit physical name, per type.
@@ -115,6 +116,7 @@ NAME_PROPERTY = {
     "AWS::SageMaker::Endpoint": "EndpointName",
     "AWS::SageMaker::InferenceComponent": "InferenceComponentName",
     "AWS::Scheduler::Schedule": "Name",
+    "AWS::Scheduler::ScheduleGroup": "Name",
     "AWS::ApiGatewayV2::Api": "Name",
     "AWS::ApiGatewayV2::Stage": "StageName",
     "AWS::ApplicationAutoScaling::ScalingPolicy": "PolicyName",

@@ -5,8 +5,10 @@
 - `local up --detach` starts `local up` itself in a new session (so the terminal's Ctrl-C and hangup do not
   reach it), its output in `.servestack/local-up.log`, and returns once the state file that process writes
   says everything is ready; if it exits first, the log's last lines say why and its exit code is ours.
-- `local status` reads the state file and asks each child whether it answers, and each endpoint's router which
-  version it serves.
+- `local status` reads the state file and asks each child whether it answers, each endpoint's router which
+  version it serves, and the emulator's CloudWatch the state of each alarm local mode evaluates (a batch
+  deployment's failure alarm), evaluating it first as CloudWatch does every period
+  (servestack/local/cloudwatch/alarms.py).
 - `local down` sends SIGTERM to local up, which stops its children, saves the emulator's state and removes its
   state file; what `local deploy` left live and the emulator's data stay for the next start.
 """
@@ -253,8 +255,10 @@ def _alive(pid: int) -> bool:
 
 
 def deployment_rows(about: dict[str, Any], spec_versions: dict[str, str]) -> list[dict[str, Any]]:
-    """One row per deployment: mode, state (from its processes' answers), URL, version served, restarts."""
+    """One row per deployment: mode, state (from its processes' answers), URL, version served, restarts, and the
+    alarms local mode evaluates with their states."""
     rows = []
+    alarms = _alarms(about)
     for name, entry in about.get("deployments", {}).items():
         processes: dict[str, Any] = entry.get("processes") or {}
         down_ones = [child for child, p in processes.items() if not _answers(p.get("ready_url"), p.get("ready_status"))]
@@ -272,9 +276,35 @@ def deployment_rows(about: dict[str, Any], spec_versions: dict[str, str]) -> lis
                 "version": version,
                 "restarts": _restarts(about, name, metrics),
                 "not_answering": down_ones,
+                "alarms": [alarms.get(a["name"], {"name": a["name"], "state": "?"}) for a in entry.get("alarms") or []],
             }
         )
     return rows
+
+
+def _alarms(about: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each evaluated alarm's state on the emulator, by name, after its evaluation; none when the emulator does not
+    answer (the rows then say `?`)."""
+    from servestack.local.cloudwatch import AlarmDef, alarm_states, evaluate_alarms
+    from servestack.local.emulator import client_as, developer
+
+    entries = about.get("deployments", {}).values()
+    defined = [AlarmDef.from_dict(alarm) for entry in entries for alarm in entry.get("alarms") or []]
+    if not defined:
+        return {}
+    region = str(about.get("region") or "us-east-1")
+    cloudwatch = client_as("cloudwatch", str(about.get("endpoint_url")), developer(about), region)
+    try:
+        evaluate_alarms(cloudwatch, defined)
+        return {state["name"]: state for state in alarm_states(cloudwatch, [a.name for a in defined])}
+    except Exception:  # the emulator is down or busy: its alarms are unknown, which the row says
+        return {}
+
+
+def _alarm_cell(alarms: list[dict[str, Any]]) -> str:
+    """The worst state of a deployment's alarms (ALARM over INSUFFICIENT_DATA over OK), `-` without any."""
+    states = [str(a.get("state")) for a in alarms]
+    return next((s for s in ("ALARM", "?", "INSUFFICIENT_DATA", "OK") if s in states), "-")
 
 
 def _answers(url: str | None, wanted: int | None) -> bool:
@@ -348,8 +378,11 @@ def status(state_path: Path, out: TextIO, as_json: bool = False) -> int:
 
 def print_status(about: dict[str, Any], out: TextIO) -> None:
     rows = deployment_rows(about, spec_versions(about))
-    headers = ("DEPLOYMENT", "MODE", "STATE", "URL", "VERSION", "RESTARTS")
-    cells = [(r["deployment"], r["mode"], r["state"], r["url"], r["version"], str(r["restarts"])) for r in rows]
+    headers = ("DEPLOYMENT", "MODE", "STATE", "URL", "VERSION", "RESTARTS", "ALARM")
+    cells = [
+        (r["deployment"], r["mode"], r["state"], r["url"], r["version"], str(r["restarts"]), _alarm_cell(r["alarms"]))
+        for r in rows
+    ]
     if out.isatty():
         from rich.console import Console
         from rich.table import Table
@@ -365,6 +398,9 @@ def print_status(about: dict[str, Any], out: TextIO) -> None:
     for r in rows:
         for child in r["not_answering"]:
             out.write(f"{child}: not answering; `servestack local logs {r['deployment']}` shows why\n")
+        for alarm in r["alarms"]:
+            if alarm.get("state") == "ALARM":
+                out.write(f"{alarm['name']}: ALARM since {alarm.get('since')}: {alarm.get('reason')}\n")
     out.write(f"aws apis: {about.get('aws_api_url')}  emulator: {about.get('endpoint_url')}  pid: {about.get('pid')}\n")
     out.flush()
 

@@ -16,6 +16,10 @@ ENTRYPOINT (and the image's CMD is then not used), its `Command` replaces CMD, i
 image's ENV, and RunTask's `containerOverrides` environment over that. Container paths in the task's
 environment (`SERVESTACK_MODEL_DIR` under WORKDIR) point into the staged image, never into the working tree.
 The task role's keys and the emulator's endpoint stand for the container credentials ECS serves.
+
+When the task stops, ECS's "ECS Task State Change" event goes to EventBridge (`report_task_stopped`, through
+servestack/local/events/): the rules local mode plays match it, which is how a Fargate batch deployment's failure
+alarm learns of a failed run.
 """
 
 from __future__ import annotations
@@ -150,10 +154,12 @@ def role_of_session(caller_arn: str) -> str:
     return f"arn:aws:iam::{account}:role/{rest.split('/', 1)[0]}"
 
 
-def run_task_request(launch: TaskLaunch, overrides: Mapping[str, str]) -> dict[str, Any]:
-    """RunTask's parameters for the launch with `overrides` as its container's environment override."""
+def run_task_request(launch: TaskLaunch, overrides: Mapping[str, str], cluster: str | None = None) -> dict[str, Any]:
+    """RunTask's parameters for the launch with `overrides` as its container's environment override, on `cluster`
+    (the schedule target's; ECS's default cluster without one)."""
     environment = [{"name": k, "value": v} for k, v in overrides.items()]
     return {
+        **({"cluster": cluster} if cluster else {}),
         "taskDefinition": launch.arn,
         "launchType": "FARGATE",
         "count": 1,
@@ -216,7 +222,8 @@ class EcsRunTask:
         if refused is not None:
             code, _, message = refused.partition(": ")
             return error(400, code, message)
-        task_arn = f"arn:aws:ecs:{self.region}:{self.account}:task/default/{uuid.uuid4().hex}"
+        cluster = str(body.get("cluster") or "default").rsplit("/", 1)[-1]  # a name or an ARN
+        task_arn = f"arn:aws:ecs:{self.region}:{self.account}:task/{cluster}/{uuid.uuid4().hex}"
         task = {
             "taskArn": task_arn, "taskDefinitionArn": launch.arn, "lastStatus": "PROVISIONING",
             "desiredStatus": "RUNNING", "launchType": "FARGATE", "overrides": body.get("overrides") or {},
@@ -226,9 +233,43 @@ class EcsRunTask:
         )
 
 
+def report_task_stopped(
+    deployments: Mapping[str, Mapping[str, Any]],
+    cloudwatch: Any,
+    *,
+    region: str,
+    cluster_arn: str,
+    task_arn: str,
+    launch: TaskLaunch,
+    exit_code: int | None,
+) -> dict[str, str]:
+    """ECS's task state change event of a stopped task, delivered to the rules of `deployments` (state entries);
+    the state of each alarm that a matched rule feeds, by name."""
+    from servestack.local.events import deliver, rules_and_alarms, task_stopped_event
+
+    account = launch.arn.split(":")[4]  # the task definition's account is the task's
+    event = task_stopped_event(
+        region=region, account=account, cluster_arn=cluster_arn, task_arn=task_arn,
+        task_definition_arn=launch.arn, container=launch.container, exit_code=exit_code,
+    )  # fmt: skip
+    rules, alarms = rules_and_alarms(deployments)
+    return deliver(event, rules, alarms, cloudwatch)
+
+
+def task_outcome(line: str) -> dict[str, Any] | None:
+    """The batch task's last line, when it is its outcome (servestack/adapters/batch.py `main`)."""
+    try:
+        outcome = json.loads(line)
+    except ValueError:
+        return None
+    return outcome if isinstance(outcome, dict) else None
+
+
 def run_as_schedule(about: dict[str, Any], name: str, entry: dict[str, Any], overrides: Mapping[str, Any]) -> int:
     """`local run-batch` of a Fargate deployment: RunTask on local up as the schedule's role (refused: exit 1
-    with the AccessDenied), then the task's container as a process here, as its task role; 0 when it exits 0."""
+    with the AccessDenied), then the task's container as a process here, as its task role; 0 when it exits 0.
+    Its output is shown as it comes; when it stops, ECS's event goes to the rules, and a failed run's reason (the
+    task's outcome line) and the alarm it raised are said."""
     import subprocess
     import sys
 
@@ -245,8 +286,9 @@ def run_as_schedule(about: dict[str, Any], name: str, entry: dict[str, Any], ove
     environment = batch_overrides(overrides)
     config = Config(retries={"mode": "standard", "max_attempts": 1})
     ecs = role_client(about, role_arn, "ecs", endpoint_url=about["aws_api_url"], config=config)
+    cluster_arn = str(entry.get("target") or "")  # an ECS target's ARN is its cluster's
     try:
-        started = ecs.run_task(**run_task_request(launch, environment))
+        started = ecs.run_task(**run_task_request(launch, environment, cluster_arn or None))
     except ClientError as refused:
         raise CommandError(
             f"the schedule's role {role_arn} could not start the task: {refused}", ExitCode.FAILED
@@ -264,4 +306,29 @@ def run_as_schedule(about: dict[str, Any], name: str, entry: dict[str, Any], ove
     task_arn = started["tasks"][0]["taskArn"]
     print(f"task {task_arn.rsplit('/', 1)[-1]} of {name} started as {role_arn.rsplit('/', 1)[-1]}: "
           f"{' '.join(launch.argv)} in its image ({cwd}), as {launch.role}", file=sys.stderr)  # fmt: skip
-    return 0 if subprocess.run(argv, cwd=cwd, env=env, check=False).returncode == 0 else 1
+    process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, text=True, errors="replace")
+    assert process.stdout is not None
+    last = ""
+    for line in process.stdout:  # shown as it comes; the last line is the run's outcome
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        last = line if line.strip() else last
+    code = process.wait()
+    states = _stopped(about, cluster_arn, task_arn, launch, code)
+    if code != 0:
+        error = (task_outcome(last) or {}).get("error") or {}
+        why = f"{error['type']}: {error['message']}" if "type" in error else "its output above says why"
+        print(f"{name}: the run failed, its task exited {code}: {why}", file=sys.stderr)
+    for alarm, state in states.items():
+        print(f"{name}: alarm {alarm} is {state} (`servestack local status` shows it)", file=sys.stderr)
+    return 0 if code == 0 else 1
+
+
+def _stopped(about: dict[str, Any], cluster_arn: str, task_arn: str, launch: TaskLaunch, code: int) -> dict[str, str]:
+    """The task's stop, reported as ECS reports it (the rules of the running local up's deployments)."""
+    from servestack.local.emulator import client_as, developer
+
+    region = str(about.get("region") or "us-east-1")
+    cloudwatch = client_as("cloudwatch", about["endpoint_url"], developer(about), region)
+    return report_task_stopped(about.get("deployments") or {}, cloudwatch, region=region, cluster_arn=cluster_arn,
+                               task_arn=task_arn, launch=launch, exit_code=code)  # fmt: skip

@@ -12,6 +12,10 @@ input as the CreateTransformJob request, signed as the schedule's role (servesta
   constraint: ..."); botocore's client checks only some of these (required members, minimums) before sending;
 - then what the API reference adds: `MaxPayloadInMB` at most 100, the model must exist, a name is used once
   (SageMaker keeps every job's record; a name cannot be reused even after the job ended);
+- an `S3Prefix` input under which no object exists is refused as SageMaker refuses it, before any job runs
+  (`ValidationException` "No S3 objects found under S3 URL ...", quoted in aws/amazon-sagemaker-examples issue
+  #2414): an engine: transform run over an empty prefix fails at its schedule's call, which is retried, then
+  dead-lettered, and counted by the deployment's failure alarm (docs/batch.md, "A run with no input");
 - the job is recorded `InProgress`. `servestack local run-batch` runs it (servestack/local/sagemaker/transform.py) and
   reports its end here (`Completed`, or `Failed` with the reason), which DescribeTransformJob then answers.
   That report is local up's own route (`POST /_servestack/transform-jobs/{name}`), not an AWS API.
@@ -23,7 +27,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -154,10 +158,22 @@ class TransformJobs:
 
     CONTROL_ROUTES = (("POST", f"{REPORT_PREFIX}{{job}}"),)  # local up's own (the developer's signature)
 
-    def __init__(self, models: Iterable[str], region: str, account: str) -> None:
+    def __init__(
+        self,
+        models: Iterable[str],
+        region: str,
+        account: str,
+        *,
+        has_objects: Callable[[str, str], bool] | None = None,
+        model_roles: Mapping[str, str] | None = None,
+    ) -> None:
         self.models = frozenset(models)
         self.region = region
         self.account = account
+        # (bucket, prefix) -> whether any object is there, as SageMaker lists the input before it creates a job
+        # (None: not checked); and each model's execution role, which SageMaker's refusal names
+        self.has_objects = has_objects
+        self.model_roles = dict(model_roles or {})
         self.jobs: dict[str, TransformJob] = {}
         self._lock = threading.Lock()
 
@@ -210,6 +226,9 @@ class TransformJobs:
                 "ValidationException",
                 f'Could not find model "arn:aws:sagemaker:{self.region}:{self.account}:model/{model.lower()}".',
             )
+        refused = self._no_input(body["TransformInput"], model)
+        if refused is not None:
+            return refused
         with self._lock:
             if name in self.jobs:
                 return json_error(
@@ -220,6 +239,24 @@ class TransformJobs:
             job = TransformJob(dict(body), self.arn(name))
             self.jobs[name] = job
         return _ok({"TransformJobArn": job.arn})
+
+    def _no_input(self, transform_input: dict[str, Any], model: str) -> Reply | None:
+        """SageMaker's refusal of a job whose `S3Prefix` input holds no object (its words, as quoted in
+        aws/amazon-sagemaker-examples issue #2414), or None."""
+        source = (transform_input.get("DataSource") or {}).get("S3DataSource") or {}
+        if self.has_objects is None or source.get("S3DataType") != "S3Prefix":
+            return None
+        uri = str(source.get("S3Uri", ""))
+        bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+        if self.has_objects(bucket, prefix):
+            return None
+        role = self.model_roles.get(model, "")
+        return json_error(
+            "ValidationException",
+            f'No S3 objects found under S3 URL "{uri}" given in input data source. Please ensure that the bucket '
+            f"exists in the selected region ({self.region}), that objects exist under that S3 prefix, and that the "
+            f'role "{role}" has "s3:ListBucket" permissions on bucket "{bucket}".',
+        )
 
     def report(self, request: Request) -> Reply:
         """The emulation's end of a job (`local run-batch`): `{"status": "Completed"|"Failed", "reason": ...}`."""

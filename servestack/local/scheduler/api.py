@@ -33,7 +33,7 @@ class SchedulerApi:
     )  # local up's own (the developer's signature)
 
     def __init__(self, schedules: list[ScheduleDef], region: str, account: str) -> None:
-        self.schedules = {s.name: s for s in schedules}
+        self.schedules = {(s.group, s.name): s for s in schedules}
         self.region = region
         self.account = account
         self.runners: dict[str, Any] = {}  # schedule name -> its running ScheduleRunner (servestack/local/scheduler.py)
@@ -45,7 +45,7 @@ class SchedulerApi:
     def handle(self, request: Request) -> Reply:
         name = urllib.parse.unquote(request.path[len(PREFIX) :].strip("/"))
         group = request.query.get("groupName") or "default"
-        schedule = self.schedules.get(name) if group == "default" else None
+        schedule = self.schedules.get((group, name))
         if schedule is None:
             return _error(404, "ResourceNotFoundException", f"Schedule {name} does not exist.")
         body: dict[str, Any] = {

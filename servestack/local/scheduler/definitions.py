@@ -22,6 +22,7 @@ class ScheduleDef:
     # A universal target's SDK action ("sagemaker:createTransformJob" for engine: transform, which the local
     # scheduler makes as the schedule's role; any other action is reported, not run).
     universal: str | None = None
+    group: str = "default"  # its schedule group: its ARN, GetSchedule's groupName, the group's metrics
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ def read_schedules(resolver: Resolver, resources: Sequence[Resource]) -> list[Sc
                 (target.get("DeadLetterConfig") or {}).get("Arn"),
                 task_id,
                 universal_action(str(target["Arn"])),
+                str(r(p.get("GroupName") or "default")),
             )
         )
     return schedules
@@ -51,4 +52,6 @@ def read_schedules(resolver: Resolver, resources: Sequence[Resource]) -> list[Sc
 SCHEDULER_TYPES: dict[str, str] = {
     "AWS::Scheduler::Schedule": "local scheduler: expression, time zone, input, retries, DLQ; each run (and "
     "`local run-batch`) started as its role; GetSchedule on local up's AWS API port",
+    "AWS::Scheduler::ScheduleGroup": "the group its schedules are in: their ARNs, GetSchedule's groupName, the "
+    "schedule ARN a dead letter carries",
 }

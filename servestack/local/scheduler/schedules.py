@@ -45,9 +45,13 @@ class ScheduleRunner:
         *,
         run_task: Callable[[ScheduleDef], str | None] | None = None,
         start_job: Callable[[ScheduleDef], str | None] | None = None,
+        before_run: Callable[[ScheduleDef], None] | None = None,
         backoff_sec: float = 1.0,
     ) -> None:
         self.schedule = schedule
+        # local mode's own step before each run (a batch deployment's seeded sample leaves once the user's input is
+        # there): not Scheduler's, so its failure is logged and the run goes on
+        self.before_run = before_run
         self.run_task = run_task  # an ECS target: start the task; None when it started, else why not
         self.start_job = start_job  # a universal target: make its SDK call; None when accepted, else why not
         self.lambdas = lambdas
@@ -88,6 +92,11 @@ class ScheduleRunner:
         """One scheduled run: invoke, retrying per the retry policy; False when it ended in the DLQ."""
         s = self.schedule
         self.runs += 1
+        if self.before_run is not None:
+            try:
+                self.before_run(s)
+            except Exception:
+                logger.exception("schedule %s: local mode's step before run %d failed", s.name, self.runs)
         started = time.monotonic()
         error = "unknown"
         for attempt in range(s.retry_attempts + 1):
@@ -127,7 +136,7 @@ class ScheduleRunner:
         if s.dead_letter_arn and self.send_dead_letter is not None:
             attributes = {
                 "X-Amz-Scheduler-Attempt": str(s.retry_attempts + 1),
-                "X-Amz-Scheduler-Schedule-Arn": f"schedule/default/{s.name}",
+                "X-Amz-Scheduler-Schedule-Arn": f"schedule/{s.group}/{s.name}",
                 "X-Amz-Scheduler-Error-Code": error.split(":", 1)[0][:256],
                 "X-Amz-Scheduler-Error-Message": error[:1024],
             }

@@ -8,11 +8,14 @@ from dataclasses import dataclass
 from servestack.local.apigateway import API_GATEWAY_TYPES
 from servestack.local.cloudformation import (
     Resolver,
+    Resource,
     StackTemplate,
     TemplateError,
 )
+from servestack.local.cloudwatch import EVALUATED_ALARM, NOT_EVALUATED_ALARM, read_alarms
 from servestack.local.codedeploy import CODEDEPLOY_TYPES
 from servestack.local.ecs import ECS_TYPES
+from servestack.local.events import NOT_PLAYED_RULE, PLAYED_RULE, pattern_of, played, read_rules
 from servestack.local.lambda_ import LAMBDA_TYPES
 from servestack.local.logs import LOGS_TYPES
 from servestack.local.sagemaker import SAGEMAKER_TYPES
@@ -42,7 +45,7 @@ EMULATED: dict[str, str] = {
     **LOGS_TYPES,
 }
 REPORTED: dict[str, str] = {
-    "AWS::CloudWatch::Alarm": "not evaluated (the `local deploy` rehearsal evaluates the rollback alarms)",
+    "AWS::CloudWatch::Alarm": NOT_EVALUATED_ALARM,
     "AWS::CloudWatch::Dashboard": "not emulated",
     "AWS::ApplicationAutoScaling::ScalableTarget": "not emulated: one instance per variant (one container per "
     "inference component) locally",
@@ -51,10 +54,7 @@ REPORTED: dict[str, str] = {
     "AWS::KMS::Key": "not emulated: data at rest is not encrypted locally",
     "AWS::KMS::Alias": "not emulated: data at rest is not encrypted locally",
     "AWS::CDK::Metadata": "CDK's own metadata",
-    "AWS::Events::Rule": (
-        "not emulated as a rule: the emulated transform job (`servestack local run-batch`, or its schedule) sends "
-        "the SageMaker transform job state change event to the rule's target function when it ends"
-    ),
+    "AWS::Events::Rule": NOT_PLAYED_RULE,
 }
 REPORTED_PREFIXES = {
     "AWS::EC2::": "not emulated: local processes share this machine's network",
@@ -88,9 +88,21 @@ RUN_CREATE_TRANSFORM_JOB = (
 
 def report_of(template: StackTemplate, resolver: Resolver) -> list[ResourceReport]:
     rows: list[ResourceReport] = []
+    resources = [r for r in template.resources.values() if resolver.exists(r)]
+    rules, refused_rules = read_rules(resolver, resources)
+    played_rules = {rule.logical_id for rule in rules}
+    alarms, _ = read_alarms(resolver, resources)
+    evaluated = {alarm.name for alarm in alarms if alarm.watched_rules() & {rule.name for rule in rules}}
     for resource in template.resources.values():
         how = EMULATED.get(resource.type)
         emulated = how is not None
+        if resource.type == "AWS::Events::Rule" and resource.logical_id in played_rules:
+            events = played(pattern_of(resolver, resource.properties)) or ""
+            how, emulated = PLAYED_RULE.format(events=events), True
+        elif resource.type == "AWS::Events::Rule" and resource.logical_id in refused_rules:
+            how = refused_rules[resource.logical_id]
+        elif resource.type == "AWS::CloudWatch::Alarm" and _alarm_name(resolver, resource) in evaluated:
+            how, emulated = EVALUATED_ALARM, True
         if resource.type == "AWS::Scheduler::Schedule":
             action = universal_action(str(resolver.resolve((resource.properties.get("Target") or {}).get("Arn", ""))))
             if action == CREATE_TRANSFORM_JOB:
@@ -108,3 +120,11 @@ def report_of(template: StackTemplate, resolver: Resolver) -> list[ResourceRepor
             physical = "-"
         rows.append(ResourceReport(template.name, resource.logical_id, resource.type, physical, emulated, how))
     return rows
+
+
+def _alarm_name(resolver: Resolver, resource: Resource) -> str | None:
+    try:
+        named = resolver.resolve(resource.properties.get("AlarmName"))
+        return str(named or resolver.physical_name(resource.logical_id))
+    except TemplateError:
+        return None

@@ -22,8 +22,10 @@ from servestack.local.cloudformation import (
     as_list,
     logical_id_of,
 )
+from servestack.local.cloudwatch import AlarmDef, read_alarms
 from servestack.local.codedeploy import LambdaDeploymentDef, read_lambda_deployments
 from servestack.local.ecs import read_task_definitions
+from servestack.local.events import RuleDef, read_rules
 from servestack.local.lambda_ import EventSourceMappingDef, FunctionDef, read_functions, read_lambda
 from servestack.local.sagemaker import (
     EndpointDef,
@@ -110,6 +112,8 @@ class StackTopology:
     report: list[ResourceReport] = field(default_factory=list)
     lambda_deployments: list[LambdaDeploymentDef] = field(default_factory=list)  # CodeDeploy's, for `local deploy`
     bucket_notifications: list[BucketNotificationsDef] = field(default_factory=list)  # applied as their handler
+    rules: list[RuleDef] = field(default_factory=list)  # the EventBridge rules local mode plays
+    alarms: list[AlarmDef] = field(default_factory=list)  # the alarms local mode can evaluate
 
     def function_by_arn(self, arn: str) -> FunctionDef | None:
         base = ":".join(arn.split(":")[:7])
@@ -251,6 +255,8 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
         topology.outputs[key] = str(resolver.resolve(output["Value"]))
     topology.lambda_deployments = read_lambda_deployments(template, resolver)
     topology.bucket_notifications = read_bucket_notifications(template, resolver)
+    topology.rules, _ = read_rules(resolver, resources)
+    topology.alarms, _ = read_alarms(resolver, resources)
     return topology
 
 

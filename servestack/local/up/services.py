@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -61,7 +62,12 @@ def start_services(world: World, plan: Plan) -> list[Callable[[], None]]:
         world.components, functools.partial(scale_component, world), functools.partial(serving_copies, world)
     )
     models = [model for topology in plan.topologies for model in topology.models]
-    jobs = TransformJobs(models, world.region, ACCOUNT)
+    model_roles = {
+        str(transform.job["ModelName"]): topology.roles[transform.execution_role].arn
+        for topology in plan.topologies for transform in topology.transforms
+    }  # fmt: skip
+    jobs = TransformJobs(models, world.region, ACCOUNT, has_objects=functools.partial(has_objects, world.aws["s3"]),
+                         model_roles=model_roles)  # fmt: skip
     from servestack.local.codedeploy import LocalCodeDeploy
 
     releases = [d for topology in plan.topologies for d in topology.lambda_deployments]
@@ -126,6 +132,7 @@ def start_services(world: World, plan: Plan) -> list[Callable[[], None]]:
         runner = ScheduleRunner(
             schedule, lambdas, world.access.authorize, dead_letter_sender(world, keys),
             run_task=task_runner(world, plan, schedule.role_arn), start_job=start_job,
+            before_run=seed_retirement(world, plan, schedule),
         )  # fmt: skip
         runners.append(runner.start())
         schedules.runners[schedule.name] = runner  # `POST /_servestack/schedules/{name}/fire`
@@ -139,6 +146,16 @@ def start_services(world: World, plan: Plan) -> list[Callable[[], None]]:
 
     closers.append(stop_threads)
     return closers
+
+
+def has_objects(s3: Any, bucket: str, prefix: str) -> bool:
+    """Whether any object is under the prefix (SageMaker's own listing before it creates a transform job)."""
+    try:
+        return int(s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1).get("KeyCount", 0)) > 0
+    except Exception as error:  # a missing bucket holds no object; anything else is local up's to report
+        if getattr(error, "response", {}).get("Error", {}).get("Code") == "NoSuchBucket":
+            return False
+        raise
 
 
 def scale_component(world: World, component: ComponentState, copies: int) -> None:
@@ -201,12 +218,31 @@ def transform_starter(world: World, plan: Plan, schedule: ScheduleDef) -> Callab
     return start
 
 
+def seed_retirement(world: World, plan: Plan, schedule: ScheduleDef) -> Callable[[ScheduleDef], None] | None:
+    """Before a batch schedule's run, local up's sample leaves its input prefix once the user's input is there,
+    as before `local run-batch` (servestack/local/batch/seed.py): a seeded row never ends up in the user's
+    results."""
+    from servestack.local.batch import retire_seeded_input
+
+    entry = next((e for e in plan.deployments.values() if e.get("schedule_name") == schedule.name), {})
+    source = entry.get("input") or {}
+    bucket, prefix = source.get("bucket"), source.get("input_prefix")
+    if not bucket or not prefix:
+        return None
+
+    def retire(_: ScheduleDef) -> None:
+        retire_seeded_input(world.aws["s3"], bucket, prefix)
+
+    return retire
+
+
 def task_runner(world: World, plan: Plan, role_arn: str) -> Callable[[ScheduleDef], str | None]:
     """Scheduler's ECS target: as the schedule's role (ecs:RunTask on the task definition), start the task's
     container command as a process with its environment and task role."""
 
     def run(schedule: ScheduleDef) -> str | None:
-        from servestack.local.ecs import run_task_refusal, task_endpoints, task_process
+        from servestack.local.ecs import report_task_stopped, run_task_refusal, task_endpoints, task_process
+        from servestack.local.emulator import client_as
 
         stack = next((t.stack for t in plan.topologies if schedule in t.schedules), "")
         launch = plan.tasks.get(f"{stack}/{schedule.task}")  # logical ids repeat across stacks
@@ -223,6 +259,19 @@ def task_runner(world: World, plan: Plan, role_arn: str) -> Callable[[ScheduleDe
         process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         assert process.stdout is not None
         pump(f"task {schedule.task}", process.stdout, sys.stdout)
+        code = process.wait()
+        # RunTask succeeded: whatever the task did is ECS's event for the rules, not the schedule's failure
+        task_arn = f"{schedule.target_arn.replace(':cluster/', ':task/', 1)}/{uuid.uuid4().hex}"
+        cloudwatch = client_as("cloudwatch", world.emulator_url, world.access.developer, world.region)
+        try:
+            states = report_task_stopped(plan.deployments, cloudwatch, region=world.region,
+                                         cluster_arn=schedule.target_arn, task_arn=task_arn, launch=launch,
+                                         exit_code=code)  # fmt: skip
+        except Exception as error:  # the event's delivery is EventBridge's; the schedule keeps firing
+            print(f"task {schedule.task}: its stop event was not delivered: {error}", file=sys.stderr, flush=True)
+            return None
+        for alarm, state in states.items():
+            print(f"task {schedule.task} exited {code}: alarm {alarm} is {state}", flush=True)
         return None
 
     return run

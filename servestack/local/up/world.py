@@ -13,7 +13,9 @@ from typing import Any
 
 from servestack.local.apigateway import ApiGatewayPlanner, HttpApiDef
 from servestack.local.batch import BatchPlanner
+from servestack.local.cloudwatch import AlarmsPlanner
 from servestack.local.ecs import EcsPlanner, TaskLaunch
+from servestack.local.events import EventsPlanner
 from servestack.local.hosting import free_port
 from servestack.local.iam import Credentials, LocalAccess
 from servestack.local.lambda_ import EventSourceMappingDef, FunctionDef, HostedFunction, LambdaPlanner
@@ -112,9 +114,13 @@ class World:
         lambdas, apis = LambdaPlanner(), ApiGatewayPlanner(self.access.developer)
         schedules, tasks = SchedulerPlanner(), EcsPlanner()
         sagemaker = SageMakerPlanner(self._hosting_settings(realtime_port))
+        from servestack.local.emulator import client_as
+
+        alarms = AlarmsPlanner(client_as("cloudwatch", self.emulator_url, self.access.developer, self.region))
         # A fixed order: the state file's entry keeps its keys in the order they were always written.
         services: tuple[LocalService[StackTopology], ...] = (
-            lambdas, apis, schedules, tasks, sagemaker, StackResources(), BatchPlanner(self.aws["s3"])
+            lambdas, apis, schedules, tasks, sagemaker, StackResources(), BatchPlanner(self.aws["s3"]),
+            EventsPlanner(), alarms,
         )  # fmt: skip
         for topology in topologies:
             d = self.spec.deployments.get(topology.deployment)
