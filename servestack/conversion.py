@@ -14,6 +14,14 @@ Three habits of skl2onnx 1.20 are handled here, each found by comparing answers 
 - the tree converter writes the `missing_go_to_left` flags of `HistGradientBoosting*` as booleans, which the
   `onnx` package refuses in an integer attribute: they are written as 0/1 during the conversion.
 
+And two of onnxmltools' boosting converters (1.16), found by pushing real XGBoost and LightGBM models:
+- without a `target_opset`, skl2onnx targets the newest `ai.onnx.ml` opset the `onnx` package knows (5), which
+  the converters then write and skl2onnx itself refuses ("version 5 of domain 'ai.onnx.ml' not supported"):
+  boosting models are converted at `BOOSTING_OPSET`;
+- the XGBoost converter reads feature ids from the booster's text dump, which names features by the
+  DataFrame's column names once the model was fitted on one, and it understands only `f0`, `f1`...: the
+  booster's feature names are set aside during the conversion (the ONNX inputs keep the column names).
+
 Nothing here is trusted on its own: `check_answers` holds the ONNX answers to the estimator's own.
 """
 
@@ -188,13 +196,30 @@ def _integer_missing_flags() -> Iterator[None]:
         tree_ensemble.add_node = original
 
 
+@contextlib.contextmanager
+def _xgboost_features_by_position(estimator: Any) -> Iterator[None]:
+    """During one conversion, the boosters of the estimator's XGBoost steps have no feature names, so that their
+    dump names features `f0`, `f1`... by position, the only form onnxmltools' converter reads. The names are
+    put back afterwards (the estimator still predicts on the DataFrame by name, as `check_answers` does)."""
+    boosters = [step.get_booster() for step in steps_of(estimator) if _library_of(step) == "xgboost"]
+    names = [booster.feature_names for booster in boosters]
+    for booster in boosters:
+        booster.feature_names = None
+    try:
+        yield
+    finally:
+        for booster, kept in zip(boosters, names, strict=True):
+            booster.feature_names = kept
+
+
 def _boosting_library(estimator: Any) -> str | None:
     """'lightgbm' or 'xgboost' when the estimator (or a step of it) comes from there."""
-    for step in steps_of(estimator):
-        root = type(step).__module__.split(".")[0]
-        if root in ("lightgbm", "xgboost"):
-            return root
-    return None
+    return next((library for library in map(_library_of, steps_of(estimator)) if library is not None), None)
+
+
+def _library_of(step: Any) -> str | None:
+    root = type(step).__module__.split(".")[0]
+    return root if root in ("lightgbm", "xgboost") else None
 
 
 def _register_boosting_converters(library: str) -> None:
@@ -236,6 +261,15 @@ def _register_boosting_converters(library: str) -> None:
         )
 
 
+# The opsets boosting models are converted at. `ai.onnx.ml` 3 is the newest skl2onnx 1.20 accepts from a
+# converter (its `get_default_opset_for_domain`), and onnxmltools' LightGBM / XGBoost converters write their
+# TreeEnsembleClassifier / TreeEnsembleRegressor nodes at it; `ai.onnx` 17 is the one the bundled models
+# (servestack/sample_models.py) use. Both are below what onnxruntime 1.20, the oldest the `runtime` extra
+# allows, runs, so the package serves on every onnxruntime a deployment may install, not only on the one of
+# the machine that converted it (which `check_answers` runs it on).
+BOOSTING_OPSET: dict[str, int] = {"": 17, "ai.onnx.ml": 3}
+
+
 def to_onnx(estimator: Any, columns: list[Column]) -> bytes:
     """The serialized ONNX model of a fitted estimator whose inputs are `columns`.
 
@@ -268,9 +302,12 @@ def _converted(estimator: Any, columns: list[Column]) -> bytes:
     if library is not None:
         _register_boosting_converters(library)
     try:
-        with _integer_missing_flags():
+        with _integer_missing_flags(), _xgboost_features_by_position(estimator):
             model = convert_sklearn(
-                estimator, initial_types=initial_types(columns), options=converter_options(estimator)
+                estimator,
+                initial_types=initial_types(columns),
+                options=converter_options(estimator),
+                target_opset=BOOSTING_OPSET if library is not None else None,
             )
     except (RuntimeError, ValueError, TypeError, NotImplementedError) as exc:  # skl2onnx's own errors
         first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__

@@ -7,11 +7,13 @@ One run does everything on the user's machine:
    calibration rows from `--calibration` or the package's sample) and then the same graph optimizations;
 3. measure the optimized model against the float one on held-out rows (`--eval`, else the package's sample,
    in whatever form it was written) and speed at batch 1 and 32, float and optimized interleaved in the same
-   run;
-4. push a new version only if the gate holds (servestack/optimize/gates.py): for a classifier, the accuracy
-   drop is within `--max-accuracy-drop` points; for a regressor, every value is within `--max-abs-error` /
-   `--max-rel-error` of the float model's. Its manifest records the source version, the method and the
-   figures. Otherwise say why and push nothing. `--method graph` changes no answer and runs on every model.
+   run (servestack/optimize/speed.py);
+4. push a new version only if both gates hold. The answers' gate (servestack/optimize/gates.py): for a
+   classifier, the accuracy drop is within `--max-accuracy-drop` points; for a regressor, every value is within
+   `--max-abs-error` / `--max-rel-error` of the float model's. The speed gate: on the eval rows, the optimized
+   model takes at most 1.10x the float model's time per call (median of interleaved pairs), unless
+   `--allow-slower`. Its manifest records the source version, the method and the figures. Otherwise say why
+   and push nothing. `--method graph` changes no answer and runs on every model.
 
 Rows files and the sample: servestack/optimize/rows.py. Only the offline tools need `onnxruntime.quantization`
 and `onnx`; the serving code never imports them (the Lambda bundle strips that package).
@@ -20,12 +22,10 @@ and `onnx`; the serving code never imports them (the Lambda bundle strips that p
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import platform
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -53,31 +53,45 @@ from servestack.optimize.rows import (
     parse_rows_file,
     sample_request,
 )
+from servestack.optimize.speed import MAX_SPEED_RATIO, SPEED_ROUNDS, SpeedGate, measure_speed, measure_speed_gate
 
 if TYPE_CHECKING:  # the CLI builds its parser from this module: keep onnxruntime out of `--help`
-    from servestack.inference.manifest import Manifest, Optimization, SpeedFigures
+    from servestack.inference.manifest import Manifest, Optimization
     from servestack.inference.registry import ModelRegistry
-    from servestack.inference.service import ServedModel
 
-SPEED_BATCHES = (1, 32)
-SPEED_ROUNDS = 7
 DEFAULT_TOLERANCE = Tolerance(float(DEFAULT_MAX_ABS_ERROR), float(DEFAULT_MAX_REL_ERROR))
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What one optimize run measured and decided; `tolerance` is set for a regressor (the tolerance gate)."""
+    """What one optimize run measured and decided; `tolerance` is set for a regressor (the tolerance gate).
+    `answers_hold`: the accuracy or tolerance gate; `holds`: that one and the speed gate."""
 
     source: Manifest
     optimization: Optimization
-    holds: bool
+    answers_hold: bool
+    speed: SpeedGate
     pushed: Manifest | None
     registry_uri: str
     notes: list[str]
     tolerance: ToleranceFigures | None = None
 
     @property
+    def holds(self) -> bool:
+        return self.answers_hold and self.speed.holds
+
+    @property
     def reason(self) -> str:
+        """Why it was pushed or not: the answers' gate refuses first; else the speed gate decides."""
+        if not self.answers_hold or self.speed.holds:
+            return self._answers_reason()
+        return (
+            f"refused: {self.optimization.method} takes {self.speed.ratio:.2f}x the float model's time per call, "
+            f"over the speed gate's {self.speed.max_ratio:.2f}x; the answers' {self._answers_reason()}; nothing "
+            "was pushed"
+        )
+
+    def _answers_reason(self) -> str:
         if self.tolerance is not None:
             return self._tolerance_reason(self.tolerance)
         accuracy = self.optimization.accuracy
@@ -85,7 +99,7 @@ class Outcome:
             f"{accuracy.measure} on {accuracy.rows:,} rows of {accuracy.source}: float "
             f"{accuracy.float_percent:.2f}%, {self.optimization.method} {accuracy.optimized_percent:.2f}%"
         )
-        if self.holds:
+        if self.answers_hold:
             drop, gate = accuracy.drop_points, accuracy.max_drop_points
             return f"gate holds: accuracy drop {drop:.2f} points <= {gate:g} ({measured})"
         return (
@@ -96,7 +110,7 @@ class Outcome:
     def _tolerance_reason(self, figures: ToleranceFigures) -> str:
         errors = f"max abs error {figures.max_abs_error:.6g}, max rel error {figures.max_rel_error:.6g}"
         source = self.optimization.accuracy.source
-        if self.holds:
+        if self.answers_hold:
             return f"gate holds: all {figures.rows:,} rows within {figures.tolerance.rule} ({errors}; {source})"
         return (
             f"refused: {figures.rows_outside:,} of {figures.rows:,} rows of {source} outside "
@@ -116,52 +130,12 @@ class Outcome:
             "reason": self.reason,
             "notes": self.notes,
             "tolerance": self.tolerance.to_dict() if self.tolerance is not None else None,
+            "speed_gate": self.speed.to_dict(),
             "optimization": msgspec.to_builtins(self.optimization),
         }
 
 
 # --------------------------------------------------------------------------------------- measuring
-
-
-def _calls_per_sec(predict: Callable[[], Any], seconds: float) -> float:
-    """Calls per second over `seconds` (at least one call)."""
-    calls = 0
-    started = time.perf_counter()
-    deadline = started + seconds
-    while True:
-        predict()
-        calls += 1
-        now = time.perf_counter()
-        if now >= deadline:
-            return calls / (now - started)
-
-
-def measure_speed(float_model: ServedModel, optimized: ServedModel, rows: Rows, seconds: float) -> list[SpeedFigures]:
-    """Batch 1 and 32, float and optimized interleaved in short rounds, the fastest round of each reported: load
-    from elsewhere on the machine only ever slows a round down, so the fastest is the least disturbed (timeit's
-    rule), and interleaving exposes both models to the same conditions."""
-    from servestack.inference.manifest import SpeedFigures
-
-    figures: list[SpeedFigures] = []
-    for batch_rows in SPEED_BATCHES:
-        batch = rows.first(batch_rows)
-        rates: dict[str, list[float]] = {"float": [], "optimized": []}
-        for _ in range(SPEED_ROUNDS):
-            for label, model in (("float", float_model), ("optimized", optimized)):
-                rates[label].append(
-                    _calls_per_sec(functools.partial(model.runtime.predict, batch), seconds / SPEED_ROUNDS)
-                )
-        float_rate, optimized_rate = max(rates["float"]), max(rates["optimized"])
-        figures.append(
-            SpeedFigures(
-                batch_rows=batch_rows,
-                float_ms_per_call=round(1000 / float_rate, 4),
-                optimized_ms_per_call=round(1000 / optimized_rate, 4),
-                float_rows_per_sec=round(float_rate * batch_rows, 1),
-                optimized_rows_per_sec=round(optimized_rate * batch_rows, 1),
-            )
-        )
-    return figures
 
 
 def machine() -> str:
@@ -185,8 +159,12 @@ def optimize(
     tolerance: Tolerance = DEFAULT_TOLERANCE,
     version: str | None = None,
     speed_sec: float = 1.0,
+    allow_slower: bool = False,
+    max_speed_ratio: float = MAX_SPEED_RATIO,
 ) -> Outcome:
-    """The whole command: fetch, build, measure, gate, push. Raises `ServingError`s for the user's mistakes."""
+    """The whole command: fetch, build, measure, gate, push. Raises `ServingError`s for the user's mistakes.
+    `max_speed_ratio`: the speed gate's limit (servestack/optimize/speed.py); the command always uses the
+    default, and a test sets it where it must know the decision whatever the machine measures."""
     import onnxruntime as ort
 
     from servestack.inference.manifest import HOOKS_FILE, Optimization
@@ -266,11 +244,14 @@ def optimize(
         figures: ToleranceFigures | None = None
         if gate == "tolerance":
             accuracy, figures = measure_tolerance(float_model, optimized, evaluation, tolerance)
-            holds = figures.holds
+            answers_hold = figures.holds
         else:
             accuracy, drop = measure_accuracy(float_model, optimized, evaluation, max_drop)
-            holds = drop <= max_drop
+            answers_hold = drop <= max_drop
         speed = measure_speed(float_model, optimized, evaluation, speed_sec)
+        speed_gate = measure_speed_gate(
+            float_model, optimized, evaluation, speed_sec, max_ratio=max_speed_ratio, allow_slower=allow_slower
+        )
         optimization = Optimization(
             source_version=source_version,
             source_sha256=source.sha256,
@@ -286,10 +267,10 @@ def optimize(
             speed=tuple(speed),
         )
         pushed: Manifest | None = None
-        if holds:
+        if answers_hold and speed_gate.holds:
             _finish_package(package, source, built_manifest, optimization, sample)
             pushed = registry.push_package(package).manifest
-        return Outcome(source, optimization, holds, pushed, registry.uri, notes, figures)
+        return Outcome(source, optimization, answers_hold, speed_gate, pushed, registry.uri, notes, figures)
 
 
 def _new_version(registry: ModelRegistry, name: str, version: str | None) -> str:
@@ -388,15 +369,23 @@ def render(outcome: Outcome) -> str:
             f"x{figure.float_ms_per_call / figure.optimized_ms_per_call:.2f}"
         )
     lines.extend(f"note: {note}" for note in outcome.notes)
+    lines.append(outcome.speed.describe(o.method))
     lines.append(outcome.reason)
     if outcome.pushed is not None:
         lines.append(f"pushed {outcome.pushed.key} to {outcome.registry_uri} (sha256 {outcome.pushed.sha256})")
         lines.append(f"  serve it with: servestack models promote {outcome.pushed.name} {outcome.pushed.version}")
-    elif not outcome.holds and o.method in LOSSY:
+    elif not outcome.answers_hold and o.method in LOSSY:
         wider = "larger --max-abs-error / --max-rel-error" if outcome.tolerance else "larger --max-accuracy-drop"
         lines.append(
             f"  try: --method static-int8 with --calibration rows.jsonl, --method graph (lossless), or a {wider}"
         )
+    elif not outcome.speed.holds:
+        others = {
+            "dynamic-int8": "--method static-int8 with --calibration rows.jsonl (QDQ int8 kernels, no ConvInteger), "
+            "--method graph, ",
+            "static-int8": "--method graph, ",
+        }.get(o.method, "")
+        lines.append(f"  try: {others}or --allow-slower to push it anyway")
     return "\n".join(lines)
 
 
@@ -430,7 +419,21 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         help=f"regressors: see --max-abs-error (default {DEFAULT_MAX_REL_ERROR}, i.e. 1%%)",
     )
     parser.add_argument("--version", default=None, help="the new version label (default: the next integer)")
-    parser.add_argument("--speed-sec", type=float, default=1.0, help="seconds of timing per model and batch size")
+    parser.add_argument(
+        "--allow-slower",
+        action="store_true",
+        help=(
+            "push the new version even when it is slower than the source: by default it must take at most "
+            f"{MAX_SPEED_RATIO:.2f}x the source's time per call (median of interleaved pairs on 32 eval rows, "
+            "one thread); the measured ratio is printed either way"
+        ),
+    )
+    parser.add_argument(
+        "--speed-sec",
+        type=float,
+        default=1.0,
+        help="seconds of timing per model and batch size, and for the speed gate's pairs (default 1.0)",
+    )
     parser.add_argument("--report", type=Path, default=None, help="also write the outcome as JSON here")
 
 
@@ -456,6 +459,7 @@ def run(args: argparse.Namespace, registry: Callable[[], ModelRegistry]) -> int:
             tolerance=Tolerance.parse(args.max_abs_error, args.max_rel_error),
             version=args.version,
             speed_sec=args.speed_sec,
+            allow_slower=args.allow_slower,
         )
     print(render(outcome))
     if args.report is not None:

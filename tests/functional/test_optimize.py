@@ -21,7 +21,9 @@ from servestack.registry import open_registry, seed
 from tests.conftest import ARTIFACTS
 
 pytestmark = pytest.mark.slow
-FAST = ["--speed-sec", "0.05"]  # timing is reported, never asserted: keep it short
+# Timing is reported, never asserted, and decides nothing here: keep it short, and let the speed gate
+# (tests/functional/test_optimize_speed_gate.py) push a version whatever this machine measures.
+FAST = ["--speed-sec", "0.05", "--allow-slower"]
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """`servestack.models.push(estimator, sample, name=...)`: every zoo model (tests/zoo.py) pushed from the
 process that trained it, into a project-less artifacts folder and a directory registry in tmp, then loaded by
 the real runtime and compared with its estimator; a conversion that answers differently, and a sample ONNX
-cannot take, are refused before anything is written."""
+cannot take, are refused before anything is written. XGBoost and LightGBM models:
+test_python_push_boosting.py."""
 
 from __future__ import annotations
 
@@ -137,28 +138,6 @@ def test_a_sample_onnx_cannot_take_is_refused_naming_the_column(places: dict[str
         models.push(estimator, table, name="smokers", artifacts=places["artifacts"])
     assert refused.value.field == "smoker"
     assert "cast booleans to int or float" in (refused.value.allowed or "")
-    assert not places["artifacts"].exists()
-
-
-class LGBMClassifier:
-    """Stands for LightGBM's estimator where LightGBM is not installed: only its module name matters here."""
-
-    __module__ = "lightgbm.sklearn"
-
-    def fit(self) -> None:  # an estimator has a fit method
-        return None
-
-
-def test_a_lightgbm_model_without_onnxmltools_says_which_extra_to_install(places: dict[str, Path]) -> None:
-    try:
-        import onnxmltools  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        pytest.skip("onnxmltools is installed here: the refusal cannot happen")
-    with pytest.raises(InvalidInput) as refused:
-        models.push(LGBMClassifier(), np.zeros((3, 2), dtype=np.float32), name="boosted", artifacts=places["artifacts"])
-    assert "servestack[onnxmltools]" in (refused.value.allowed or "")
     assert not places["artifacts"].exists()
 
 
