@@ -208,19 +208,13 @@ def test_a_checksum_failure_keeps_ping_at_503_with_the_reason(tmp_path: Path) ->
     (models / "digits" / "1" / "model.onnx").write_bytes(b"tampered")
     server = RealtimeServer.start(tmp_path, env={"SERVESTACK_MODEL_DIR": str(models)}, wait_ready=False)
     try:
-        ping = wait_for(lambda: done_loading(server), "the model's load to end")
+        ping = wait_for(server.ping_once_loaded, "the model's load to end")
         assert ping.status_code == 503
         assert ping.json()["status"] == "failed"
         assert "sha256 mismatch" in ping.json()["error"]
         assert "sha256 mismatch" in server.log_path.read_text()
     finally:
         server.stop()
-
-
-def done_loading(server: RealtimeServer) -> httpx.Response | None:
-    """/ping's answer once it no longer says the models are loading, else None."""
-    ping = httpx.get(f"{server.url}/ping")
-    return ping if ping.json()["status"] != "loading" else None
 
 
 def gated_preprocess(gate: Gate) -> str:
