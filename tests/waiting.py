@@ -51,8 +51,9 @@ class Gate:
     """A point that code of another process or thread reaches and waits at until the test opens it.
 
     The code says it has arrived by creating the file `reached`, then waits for the file `opened` (at most
-    `hold_sec`, so that a test that failed before opening it leaves nothing waiting for ever). Files, so that
-    it works across processes: `source()` is the Python that a model's hook or a child's program runs."""
+    `hold_sec`, so that a test that failed before opening it leaves nothing waiting for ever), then creates
+    `left`. Files, so that it works across processes: `source()` is the Python that a model's hook or a child's
+    program runs."""
 
     folder: Path
     name: str
@@ -66,16 +67,25 @@ class Gate:
     def opened(self) -> Path:
         return self.folder / f"{self.name}.opened"
 
-    def source(self, indent: str = "") -> str:
+    @property
+    def left(self) -> Path:
+        return self.folder / f"{self.name}.left"
+
+    def source(self, indent: str = "", *, only_with_env: str | None = None) -> str:
         """Python statements (standard library only, each line indented by `indent`) that mark the gate reached
-        and wait until it is opened."""
-        lines = [
-            "import pathlib as _gate_paths, time as _gate_time",
+        and wait until it is opened. With `only_with_env`, only a process whose environment sets that variable
+        stops at the gate (a server started with it, not the test process, which may import the same hooks to
+        build the package)."""
+        body = [
             f"_gate_paths.Path({str(self.reached)!r}).touch()",
             f"_gate_until = _gate_time.monotonic() + {self.hold_sec!r}",
             f"while not _gate_paths.Path({str(self.opened)!r}).exists() and _gate_time.monotonic() < _gate_until:",
             "    _gate_time.sleep(0.02)",
+            f"_gate_paths.Path({str(self.left)!r}).touch()",
         ]
+        if only_with_env is not None:
+            body = [f"if _gate_os.environ.get({only_with_env!r}):", *(f"    {line}" for line in body)]
+        lines = ["import os as _gate_os, pathlib as _gate_paths, time as _gate_time", *body]
         return "".join(f"{indent}{line}\n" for line in lines)
 
     def pass_through(self) -> None:
@@ -84,12 +94,14 @@ class Gate:
         until = time.monotonic() + self.hold_sec
         while not self.opened.exists() and time.monotonic() < until:
             time.sleep(0.02)
+        self.left.touch()
 
     def wait_reached(self, timeout_sec: float = DEADLINE_SEC) -> None:
         wait_for(self.reached.exists, f"gate {self.name} to be reached", timeout_sec)
 
-    def is_reached(self) -> bool:
-        return self.reached.exists()
+    def is_held(self) -> bool:
+        """Whether the code is at the gate now: it has reached it and not left it."""
+        return self.reached.exists() and not self.left.exists()
 
     def open(self) -> None:
         self.opened.touch()
