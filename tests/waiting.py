@@ -6,11 +6,12 @@ itself, with a deadline far above what the wait takes on an idle machine, so tha
 the test slower:
 
 - `wait_for`: until a check says yes (a file exists, a log line is written, a counter reaches a value);
-- `Gate`: a point in code the test does not run (a model's hook, a child process, a handler thread) that says
-  when it is reached and then waits there until the test opens it, so the test acts while the other side is
+- `Gate`: a point in code the test does not run (a model's hook, a child process) that says when it is
+  reached and then waits there until the test opens it, so the test acts while the other side is
   provably there, for as long as it needs;
-- `accept_queue` and `unread_bytes`: what the kernel says of a local server's sockets (/proc/net/tcp), for a
-  test that must know the server has accepted its connections or read what they sent.
+- `accept_queue`, `unread_bytes` and `established_to`: what the kernel says of a local server's sockets
+  (/proc/net/tcp), for a test that must know the server has accepted its connections, read what they sent, or
+  closed them.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def log_says(log: Path, text: str) -> Callable[[], bool]:
 
 @dataclass(frozen=True)
 class Gate:
-    """A point that code of another process or thread reaches and waits at until the test opens it.
+    """A point that code in another process reaches and waits at until the test opens it.
 
     The code says it has arrived by creating the file `reached`, then waits for the file `opened` (at most
     `hold_sec`, so that a test that failed before opening it leaves nothing waiting for ever), then creates
@@ -88,14 +89,6 @@ class Gate:
         lines = ["import os as _gate_os, pathlib as _gate_paths, time as _gate_time", *body]
         return "".join(f"{indent}{line}\n" for line in lines)
 
-    def pass_through(self) -> None:
-        """The same as `source()`, for code that runs in this process (a handler thread)."""
-        self.reached.touch()
-        until = time.monotonic() + self.hold_sec
-        while not self.opened.exists() and time.monotonic() < until:
-            time.sleep(0.02)
-        self.left.touch()
-
     def wait_reached(self, timeout_sec: float = DEADLINE_SEC) -> None:
         wait_for(self.reached.exists, f"gate {self.name} to be reached", timeout_sec)
 
@@ -112,17 +105,15 @@ class Gate:
 LISTEN, ESTABLISHED = "0A", "01"  # /proc/net/tcp's states
 
 
-def _sockets(port: int, *, remote: bool = False) -> list[tuple[str, int, int]]:
-    """(state, receive queue, remote port) of each IPv4 TCP socket whose local port (or, with `remote`, remote
-    port) is `port`. For a listening socket the receive queue is its accept queue: connections the kernel has
-    completed that the server has not accepted yet (the Recv-Q of `ss -lnt`)."""
+def _sockets(port: int) -> list[tuple[str, int, int]]:
+    """(state, receive queue, remote port) of each IPv4 TCP socket whose local port is `port`. For a listening
+    socket the receive queue is its accept queue: connections the kernel has completed that the server has not
+    accepted yet (the Recv-Q of `ss -lnt`)."""
     found = []
     for row in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         fields = row.split()
-        local_port = int(fields[1].rsplit(":", 1)[1], 16)
-        remote_port = int(fields[2].rsplit(":", 1)[1], 16)
-        if (remote_port if remote else local_port) == port:
-            found.append((fields[3], int(fields[4].split(":")[1], 16), remote_port))
+        if int(fields[1].rsplit(":", 1)[1], 16) == port:
+            found.append((fields[3], int(fields[4].split(":")[1], 16), int(fields[2].rsplit(":", 1)[1], 16)))
     return found
 
 
