@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
@@ -66,6 +67,11 @@ class RealtimeServer:
 
     def wait_ready(self) -> None:
         self.child.wait_ready(timeout_sec=30)
+
+    def ping_once_loaded(self) -> httpx.Response | None:
+        """/ping's answer once it no longer says the models are loading (they are ready, or failed), else None."""
+        ping = httpx.get(f"{self.url}/ping")
+        return ping if ping.json()["status"] != "loading" else None
 
     def stop(self) -> int:
         return self.child.stop()

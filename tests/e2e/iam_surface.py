@@ -200,7 +200,7 @@ def asynchronous(up: LocalUp, name: str, scratch: Path) -> str | None:
     bad = scratch / "bad.json"
     bad.write_text(json.dumps({"instances": [[1.0, 2.0]]}))
     cli("invoke", name, "--data", str(bad), "--state", str(up.state_path), "--timeout-sec", "30")
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 30
     while _messages(sqs, dead_letters) <= before:
         if time.monotonic() > deadline:
             return "the refused job's message never reached the dead-letter queue"
@@ -223,10 +223,11 @@ def batch(up: LocalUp, name: str) -> str | None:
     return scheduled_failure_is_dead_lettered(up, name)
 
 
-def scheduled_failure_is_dead_lettered(up: LocalUp, name: str) -> str | None:
+def scheduled_failure_is_dead_lettered(up: LocalUp, name: str, wait_sec: float = 30) -> str | None:
     """The schedule fired while its role may not invoke the target (the exercise takes its role's
     lambda:InvokeFunction away for that run: a refused invocation is what Scheduler's dead-letter queue
-    catches): past its retry policy, the schedule sends the event to its dead-letter queue as its role."""
+    catches): past its retry policy, the schedule sends the event to its dead-letter queue as its role
+    (within `wait_sec`)."""
     entry = up.deployment(name)
     role = str(entry["schedule_role"]).rsplit("/", 1)[-1]
     dead_letters = next(url for logical_id, url in entry["queues"].items() if "DeadLetter" in logical_id)
@@ -241,7 +242,7 @@ def scheduled_failure_is_dead_lettered(up: LocalUp, name: str) -> str | None:
         store(up, "PUT", role, held)
     if status != 200 or json.loads(answer) != {"invoked": False}:
         return f"firing {entry['schedule_name']} without its invoke statement: {status} {answer[:300]!r}"
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + wait_sec
     while _messages(sqs, dead_letters) <= before:
         if time.monotonic() > deadline:
             return "the schedule's refused invocation never reached its dead-letter queue"
@@ -275,13 +276,16 @@ def log_groups(up: LocalUp, deployment: str) -> list[str]:
     return sorted({name for name in names if stack in name and not name.startswith("/aws/sagemaker/")} | set(endpoints))
 
 
-def logged_since(up: LocalUp, groups: list[str], start_ms: int, wait_sec: float = 5) -> set[str]:
-    """The groups that received a log event since `start_ms` (waiting a little: the shippers batch)."""
+def logged_since(
+    up: LocalUp, groups: list[str], start_ms: int, wait_sec: float = 20, expected: set[str] | None = None
+) -> set[str]:
+    """The groups that received a log event since `start_ms`, waiting up to `wait_sec` for them (the shippers
+    batch) or, with `expected`, only until those have."""
     logs = up.emulator("logs")
     deadline = time.monotonic() + wait_sec
     while True:
         fresh = {g for g in groups if logs.filter_log_events(logGroupName=g, startTime=start_ms).get("events")}
-        if fresh == set(groups) or time.monotonic() > deadline:
+        if fresh == set(groups) or (expected is not None and expected <= fresh) or time.monotonic() > deadline:
             return fresh
         time.sleep(0.5)
 

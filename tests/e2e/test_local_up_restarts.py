@@ -195,7 +195,7 @@ def test_variant_kills_under_realtime_load_are_restarted_and_every_call_is_answe
                 # THEN a new container serves, and no worker of the old one is left
                 gone = master
                 wait_for(lambda: [p for p in _variant_masters(spec.parent) if p != gone], 60, "a restarted variant")  # noqa: B023
-                wait_for(lambda: not any(Path(f"/proc/{pid}").exists() and _running(pid) for pid in workers), 10,  # noqa: B023
+                wait_for(lambda: not any(Path(f"/proc/{pid}").exists() and _running(pid) for pid in workers), 60,  # noqa: B023
                          "the old workers to be gone")  # fmt: skip
                 ready = outcomes["200"]
                 wait_for(lambda: outcomes["200"] > ready, 60, "an answered call after the restart")  # noqa: B023

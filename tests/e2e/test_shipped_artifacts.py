@@ -257,21 +257,31 @@ def test_without_the_function_roles_logs_grant_the_denial_is_reported_once(stopp
         local = start_local_up(where, "--fresh", "--data-dir", str(where / "data"), spec=project)
     finally:
         path.write_text(original)
+
+    def reported() -> list[str]:
+        return [line for line in local.log_text().splitlines() if "cannot write its logs" in line]
+
     try:
         # WHEN the function runs twice THEN it answers (a denied log write is not fatal)
+        request_ids = []
         for _ in range(2):
             invoked = local.client("lambda").invoke(FunctionName="servestack-fn", Payload=lambda_event())
             assert (invoked["StatusCode"], invoked.get("FunctionError")) == (200, None)
-
-        def reported() -> list[str]:
-            return [line for line in local.log_text().splitlines() if "cannot write its logs" in line]
-
-        # AND the denial is reported once, naming the function, the action and AccessDenied
-        lines = wait_for(reported, 30, "the logs denial")
-        time.sleep(1)  # the second invocation's lines are shipped (and refused) too: still one report
-        lines = reported()
-        assert len([line for line in lines if "servestack-fn" in line]) == 1, lines
-        assert "AccessDenied" in lines[0], lines
-        assert "logs:PutLogEvents" in lines[0], lines
+            request_ids.append(invoked["ResponseMetadata"]["RequestId"])
+        # ...and its first lines' denial is reported, and both invocations' lines have reached local up's output
+        # (and with it the function's log shipper)
+        wait_for(reported, 60, "the logs denial")
+        wait_for(
+            lambda: all(f"REPORT RequestId: {rid}" in local.log_text() for rid in request_ids),
+            60,
+            "both invocations' REPORT lines",
+        )
     finally:
         assert local.stop() == 0, local.log_text()[-4000:]
+    # THEN the denial is reported once, naming the function, the action and AccessDenied: counted once local up
+    # has stopped, for its shippers ship what they hold as they close (the second invocation's lines, refused
+    # again, included)
+    lines = reported()
+    assert len([line for line in lines if "servestack-fn" in line]) == 1, lines
+    assert "AccessDenied" in lines[0], lines
+    assert "logs:PutLogEvents" in lines[0], lines

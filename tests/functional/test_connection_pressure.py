@@ -23,6 +23,7 @@ from servestack.local.hosting.http_server import LocalHttpServer, Reply
 from tests.conftest import ARTIFACTS, RealtimeServer
 from tests.control import control
 from tests.functional.test_router import RouterProcess
+from tests.waiting import accept_queue, wait_for
 
 SAMPLE = json.loads((ARTIFACTS / "digits" / "1" / "sample-request.json").read_text())["instances"]
 IDLE_CONNECTIONS = 5_000
@@ -66,7 +67,8 @@ def test_five_thousand_idle_connections_do_not_delay_a_normal_caller(tmp_path: P
             idle.append(sock)
             sock.settimeout(5)
             sock.connect(("127.0.0.1", port))
-        time.sleep(0.5)  # let the server accept what it will
+        # ...every one of them accepted: the server holds them all, none is left in the kernel's accept queue
+        wait_for(lambda: accept_queue(port) == 0, f"the server to accept the {IDLE_CONNECTIONS} connections")
         # WHEN a normal caller makes requests THEN none waits more than 100 ms longer than without the crowd
         loaded = [ping_seconds(port) for _ in range(5)]
         print(

@@ -6,6 +6,7 @@ decoded with a bound or refused."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import json
@@ -23,10 +24,13 @@ import pytest
 
 from servestack.inference import codecs, media_types
 from tests.conftest import ARTIFACTS, RealtimeServer
+from tests.waiting import DEADLINE_SEC, unread_bytes, wait_for
 
 pytestmark = pytest.mark.slow
 SAMPLE = (ARTIFACTS / "digits" / "1" / "sample-request.json").read_bytes()
-READ_TIMEOUT_SEC = 2
+# Long enough that a caller served while the stalled uploads wait is served before any of their deadlines, however
+# busy the machine (the test waits this long for their 408s).
+READ_TIMEOUT_SEC = 5
 
 
 @pytest.fixture(scope="module")
@@ -57,20 +61,36 @@ def read_status(sock: socket.socket, timeout_sec: float) -> int | None:
     return int(head[9:12]) if head.startswith(b"HTTP/1.1 ") else None
 
 
+def answered(sock: socket.socket) -> bool:
+    """Whether the server has answered on (or closed) this connection yet; nothing is taken off it."""
+    try:
+        sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def all_read_by_the_server(server: RealtimeServer, socks: list[socket.socket]) -> bool:
+    """Whether the server has read everything these connections sent (it is waiting for the rest of each body)."""
+    port = server.child.port
+    return all(unread_bytes(port, sock.getsockname()[1]) == 0 for sock in socks)
+
+
 def test_64_stalled_uploads_do_not_lock_out_a_well_behaved_caller(server: RealtimeServer) -> None:
-    # GIVEN 64 connections (as many as the worker has admission slots) that sent headers and one body byte
+    # GIVEN 64 connections (as many as the worker has admission slots) that sent headers and one body byte, all
+    # of it read by the server, which waits for the rest of each body
     stalled = [stalled_upload(server.url) for _ in range(64)]
     try:
-        time.sleep(0.3)  # they are all inside their body reads now
+        wait_for(lambda: all_read_by_the_server(server, stalled), "the server to read the 64 stalled uploads")
         # WHEN a well-behaved caller sends a whole request
-        started = time.monotonic()
-        answer = httpx.post(f"{server.url}/invocations", content=SAMPLE, timeout=5)
-        elapsed = time.monotonic() - started
-        # THEN it is served at once: the stalled reads hold connections, not slots
+        answer = httpx.post(f"{server.url}/invocations", content=SAMPLE, timeout=DEADLINE_SEC)
+        # THEN it is served while every stalled upload still waits for its answer: the stalled reads hold
+        # connections, not slots (a slot held by one would be freed only by its read deadline, which answers it)
         assert answer.status_code == 200, answer.text
-        assert elapsed < 1.0, f"{elapsed:.2f}s"
+        assert not any(answered(sock) for sock in stalled), "a stalled upload was answered before the caller"
         # AND each stalled upload is answered 408 once its read deadline has passed
-        statuses = [read_status(sock, READ_TIMEOUT_SEC + 5) for sock in stalled]
+        deadline = time.monotonic() + READ_TIMEOUT_SEC + DEADLINE_SEC
+        statuses = [read_status(sock, max(0.1, deadline - time.monotonic())) for sock in stalled]
         assert statuses == [408] * 64
     finally:
         for sock in stalled:
@@ -140,7 +160,8 @@ def test_callers_that_hang_up_mid_body_leave_the_worker_serving(server: Realtime
         for head in heads:
             sock = socket.create_connection((host, int(port)))
             sock.sendall(head)
-            time.sleep(0.02)  # the worker is inside the body read when the caller goes
+            # (the caller goes once the server has read what it sent: the worker is inside the body read)
+            wait_for(functools.partial(all_read_by_the_server, server, [sock]), "the server to read the head")
             sock.close()
     # WHEN a well-behaved caller follows them
     answer = httpx.post(f"{server.url}/invocations", content=SAMPLE, headers={"Content-Type": "application/json"})
@@ -188,11 +209,7 @@ def test_error_bodies_name_no_server_path(tmp_path: Path) -> None:
     (models / "digits" / "1" / "model.onnx").write_bytes(b"tampered")
     failed = RealtimeServer.start(tmp_path, env={"SERVESTACK_MODEL_DIR": str(models)}, wait_ready=False)
     try:
-        for _ in range(100):
-            ping = httpx.get(f"{failed.url}/ping")
-            if ping.json()["status"] != "loading":
-                break
-            time.sleep(0.05)
+        ping = wait_for(failed.ping_once_loaded, "the model's load to end")
         answer = httpx.post(f"{failed.url}/invocations", content=SAMPLE)
         # THEN neither /ping nor the invocation reveals where the server keeps its models
         for text in (ping.text, answer.text):

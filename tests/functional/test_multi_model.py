@@ -14,6 +14,7 @@ import pytest
 
 from servestack.inference.registry import DirectoryStore, ModelRegistry
 from tests.conftest import ARTIFACTS, RealtimeServer
+from tests.waiting import Gate, wait_for
 
 pytestmark = pytest.mark.slow
 DIGITS = ARTIFACTS / "digits" / "1"
@@ -26,14 +27,20 @@ BUDGET = 10 * PER_MODEL + PER_MODEL // 2  # fits 10 models, not 11
 
 
 @pytest.fixture(scope="module")
-def registry_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def slow_load(tmp_path_factory: pytest.TempPathFactory) -> Gate:
+    """The load of model `slow` in the server: its process.py waits at this gate as it is imported (in a process
+    whose environment sets SLOW_LOAD_GATE), so that requests pile up behind the load until the test opens it."""
+    return Gate(tmp_path_factory.mktemp("gates"), "slow-load")
+
+
+@pytest.fixture(scope="module")
+def registry_dir(tmp_path_factory: pytest.TempPathFactory, slow_load: Gate) -> Path:
     root = tmp_path_factory.mktemp("registry")
     registry = ModelRegistry(DirectoryStore(root))
     for name in MODELS:
         registry.push(DIGITS / "model.onnx", name=name, version="1")
-    # A model whose package takes 0.5 s to load (its process.py sleeps at import), so requests pile up.
     slow_hooks = tmp_path_factory.mktemp("hooks") / "process.py"
-    slow_hooks.write_text("import time\n\ntime.sleep(0.5)\n")
+    slow_hooks.write_text(slow_load.source(only_with_env="SLOW_LOAD_GATE"))
     registry.push(DIGITS / "model.onnx", name="slow", version="1", process_file=slow_hooks)
     return root
 
@@ -48,6 +55,7 @@ def server(registry_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
         "SERVESTACK_CACHE_DIR": str(logs / "cache"),
         "SERVESTACK_DEFAULT_MODEL": "m00",
         "SERVESTACK_PREWARM": "m00,m01@1",
+        "SLOW_LOAD_GATE": "on",
     }
     started = RealtimeServer.start(logs, env=env)
     yield started
@@ -89,18 +97,26 @@ def test_prewarmed_models_are_resident_and_every_target_spelling_serves(server: 
         assert "m49" in missing.json()["error"]["allowed"]
 
 
-def test_twenty_concurrent_first_requests_load_the_model_once(server: RealtimeServer) -> None:
-    # GIVEN 20 open connections and a model never requested before, whose load takes 0.5 s
+def test_twenty_concurrent_first_requests_load_the_model_once(server: RealtimeServer, slow_load: Gate) -> None:
+    # GIVEN 20 open connections and a model never requested before, whose load lasts until the test ends it
     request = (
         f"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         f"X-Amzn-SageMaker-Target-Model: slow\r\nContent-Length: {len(SAMPLE)}\r\n\r\n"
     ).encode() + SAMPLE
     host, port = server.url.removeprefix("http://").split(":")
 
-    async def burst() -> list[int]:
+    def all_waiting_for_the_load(misses_before: int) -> bool:
+        misses = httpx.get(f"{server.url}/v1/cache").json()["misses"]
+        return slow_load.is_held() and misses - misses_before == 20
+
+    async def burst(misses_before: int) -> list[int]:
         connections = [await asyncio.open_connection(host, int(port)) for _ in range(20)]
         for _, writer in connections:  # WHEN all 20 requests are written before any answer is read
             writer.write(request)
+            await writer.drain()
+        # ...and all 20 have missed and wait for the one load, which then ends
+        await asyncio.to_thread(wait_for, lambda: all_waiting_for_the_load(misses_before), "20 requests on the load")
+        slow_load.open()
         statuses = []
         for reader, writer in connections:
             head = await reader.readuntil(b"\r\n\r\n")
@@ -112,7 +128,7 @@ def test_twenty_concurrent_first_requests_load_the_model_once(server: RealtimeSe
 
     with httpx.Client(base_url=server.url) as client:
         before = cache(client)
-        statuses = asyncio.run(burst())
+        statuses = asyncio.run(burst(before["misses"]))
         after = cache(client)
     # THEN all 20 succeed, all 20 missed (they arrived while it loaded), and the model was loaded exactly once
     assert statuses == [200] * 20

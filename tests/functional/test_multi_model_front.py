@@ -22,14 +22,12 @@ from servestack.inference.registry import package_archive
 from servestack.local.hosting.http_server import Request
 from servestack.local.sagemaker.multi_model import RATIO_FLOOR_BYTES, MultiModelFront, model_name_of
 from tests.conftest import ARTIFACTS, RealtimeServer
+from tests.waiting import DEADLINE_SEC, Gate
 
 pytestmark = pytest.mark.slow
 DIGITS = ARTIFACTS / "digits" / "1"
 DIGITS_REQUEST = (DIGITS / "sample-request.json").read_bytes()
 FILES = ["manifest.json", "model.onnx", "sample-request.json", "sample-response.json", "process.py"]
-SLOW_LOAD_SEC = 4.0
-# A package whose load takes seconds (its hooks import slowly, as a large model loads slowly).
-SLOW_HOOKS = f"import time\ntime.sleep({SLOW_LOAD_SEC})\n"
 # A package whose load holds 150 MB (its hooks allocate it and keep it, as a model's tables would), for a 21 KB
 # model file.
 HEAVY_HOOKS = """\
@@ -90,28 +88,34 @@ def test_a_slow_load_of_one_model_never_holds_up_calls_to_another(
     prefix = tmp_path / "prefix"
     prefix.mkdir()
     (prefix / "fast.tar.gz").write_bytes(archive_of(DIGITS))
-    (prefix / "slow.tar.gz").write_bytes(archive_of(hooked_package(tmp_path, "slow", SLOW_HOOKS)))
+    # Model A's load lasts until the test lets it end (its hooks wait at a gate as they are imported, as a large
+    # model's load takes its time).
+    loading = Gate(tmp_path, "loading")
+    (prefix / "slow.tar.gz").write_bytes(archive_of(hooked_package(tmp_path, "slow", loading.source())))
     front = front_on(container, prefix)
     try:
         # GIVEN model B loaded and answering
         assert front.invoke("fast.tar.gz", invoke_request(DIGITS_REQUEST)).status == 200
-        # WHEN model A's first call starts its slow load
+        # WHEN model A's first call starts its load
         slow_done = threading.Event()
         threading.Thread(
             target=lambda: (front.invoke("slow.tar.gz", invoke_request(DIGITS_REQUEST)), slow_done.set()), daemon=True
         ).start()
-        time.sleep(0.5)  # A's load is under way
-        # THEN calls to B answer at their usual speed meanwhile
+        loading.wait_reached()
+        # THEN calls to B are answered while A's load is still under way (held at its gate until they are)
         latencies = []
         for _ in range(5):
             started = time.perf_counter()
             assert front.invoke("fast.tar.gz", invoke_request(DIGITS_REQUEST)).status == 200
             latencies.append(time.perf_counter() - started)
         print(f"B's latencies while A loads: {[round(s * 1e3, 1) for s in latencies]} ms")
-        assert max(latencies) < 1.0, latencies
-        assert not slow_done.is_set(), "A's load ended before B was timed: the test proves nothing"
-        assert slow_done.wait(30)
+        assert loading.is_held()
+        assert not slow_done.is_set()
+        # AND A's call is answered once its load ends
+        loading.open()
+        assert slow_done.wait(DEADLINE_SEC)
     finally:
+        loading.open()
         front.close()
 
 

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from tests.conftest import ARTIFACTS, RealtimeServer
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 SAMPLE = (ARTIFACTS / "digits" / "1" / "sample-request.json").read_bytes()
@@ -24,6 +25,13 @@ def emf_lines(log: Path) -> list[dict]:
         if raw.startswith('{"_aws"'):
             lines.append(json.loads(raw))
     return lines
+
+
+def rejected_so_far(log: Path) -> int:
+    """The 429s counted by the EMF lines the running container has written whole so far."""
+    text = log.read_text(encoding="utf-8", errors="replace")
+    whole = text[: text.rfind("\n") + 1]
+    return sum(json.loads(raw)["Rejected"] for raw in whole.splitlines() if raw.startswith('{"_aws"'))
 
 
 def test_the_container_reports_queue_depth_in_flight_and_429s_in_emf(tmp_path: Path) -> None:
@@ -57,7 +65,9 @@ def test_the_container_reports_queue_depth_in_flight_and_429s_in_emf(tmp_path: P
             statuses += asyncio.run(burst())
             if 429 in statuses:
                 break
-        time.sleep(3 * INTERVAL_SEC)  # a line after the burst
+        # ...and the lines of the intervals the bursts fell in are written (not only the last partial interval's,
+        # which SIGTERM writes)
+        wait_for(lambda: rejected_so_far(server.log_path) >= statuses.count(429), "EMF lines counting the 429s")
     finally:
         server.stop()  # SIGTERM: the last partial interval is written too
     elapsed = time.monotonic() - started

@@ -6,15 +6,16 @@ import concurrent.futures
 import io
 import json
 import shutil
-import time
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 
+from servestack.adapters.app import DECODE_INLINE_BYTES
 from servestack.inference.packaging import create_package
 from tests.conftest import ARTIFACTS, RealtimeServer
+from tests.waiting import DEADLINE_SEC, Gate, log_says, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -166,29 +167,38 @@ def test_unknown_route_and_method_are_json(client: httpx.Client) -> None:
 # uvicorn re-raises the signal it handled once shutdown has finished, so a drained SIGTERM exits as -15;
 # granian exits 0.
 GRACEFUL = (0, -15)
-SLOW_HOOKS = "import time\ntime.sleep(3)\n\ndef preprocess(payload, content_type):\n    raise ValueError('unused')\n"
+
+
+def loading_hooks(gate: Gate) -> str:
+    """Hooks whose import reaches `gate` and waits there until the test opens it: a model still loading (as a large
+    model takes seconds to load) for as long as the test needs."""
+    return gate.source() + "\n\ndef preprocess(payload, content_type):\n    raise ValueError('unused')\n"
 
 
 def test_ping_is_503_while_loading_and_200_after(tmp_path: Path) -> None:
-    # GIVEN a model package whose hooks take seconds to import (as a large model takes to load)
+    # GIVEN a model package whose hooks are still being imported (as a large model is still loading)
     models = tmp_path / "models"
     shutil.copytree(ARTIFACTS / "digits", models / "digits")
     hooks = tmp_path / "process.py"
-    hooks.write_text(SLOW_HOOKS)
+    loading = Gate(tmp_path, "loading")
+    hooks.write_text(loading_hooks(loading))
     create_package(
         ARTIFACTS / "digits" / "1" / "model.onnx", models / "slow" / "1", name="slow", version="1", process_file=hooks
     )
     server = RealtimeServer.start(tmp_path, env={"SERVESTACK_MODEL_DIR": str(models)}, wait_ready=False)
     try:
+        loading.wait_reached()
         # WHEN /ping is called during loading THEN 503, and an invocation is a retryable 503 too
-        loading = httpx.get(f"{server.url}/ping")
-        assert loading.status_code == 503
-        assert loading.json()["status"] == "loading"
+        during = httpx.get(f"{server.url}/ping")
+        assert during.status_code == 503
+        assert during.json()["status"] == "loading"
         early = httpx.post(f"{server.url}/invocations", content=b"{}", headers={"content-type": "application/json"})
         assert early.status_code == 503
         # THEN 200 once loaded
+        loading.open()
         server.wait_ready()
     finally:
+        loading.open()
         assert server.stop() in GRACEFUL
 
 
@@ -198,10 +208,7 @@ def test_a_checksum_failure_keeps_ping_at_503_with_the_reason(tmp_path: Path) ->
     (models / "digits" / "1" / "model.onnx").write_bytes(b"tampered")
     server = RealtimeServer.start(tmp_path, env={"SERVESTACK_MODEL_DIR": str(models)}, wait_ready=False)
     try:
-        for _ in range(100):
-            ping = httpx.get(f"{server.url}/ping")
-            if ping.json()["status"] != "loading":
-                break
+        ping = wait_for(server.ping_once_loaded, "the model's load to end")
         assert ping.status_code == 503
         assert ping.json()["status"] == "failed"
         assert "sha256 mismatch" in ping.json()["error"]
@@ -210,21 +217,29 @@ def test_a_checksum_failure_keeps_ping_at_503_with_the_reason(tmp_path: Path) ->
         server.stop()
 
 
-SLOW_PREPROCESS = (
-    "import time\nimport numpy as np\n\n"
-    "def preprocess(payload, content_type):\n    time.sleep(1.5)\n"
-    "    return np.asarray(payload['instances'], dtype=np.float32)\n"
-)
-# What each HTTP server logs once its graceful shutdown has finished.
+def gated_preprocess(gate: Gate) -> str:
+    """Hooks whose preprocess reaches `gate` and waits there until the test opens it: a request held in flight."""
+    return (
+        "import numpy as np\n\n"
+        "def preprocess(payload, content_type):\n"
+        f"{gate.source(indent='    ')}"
+        "    return np.asarray(payload['instances'], dtype=np.float32)\n"
+    )
+
+
+# What each HTTP server logs once SIGTERM has started its graceful shutdown, and once that has finished.
+SHUTDOWN_STARTED_LOG = {"granian": "Shutting down granian", "uvicorn": "Shutting down"}
 SHUTDOWN_LOG = {"granian": "Granian shutdown completed", "uvicorn": "Finished server process"}
 
 
 @pytest.mark.parametrize("http_server", ["granian", "uvicorn"])
 def test_sigterm_drains_in_flight_requests_and_exits_cleanly(tmp_path: Path, http_server: str) -> None:
-    # GIVEN a container on either HTTP server, whose model takes 1.5 s per request
+    # GIVEN a container on either HTTP server, whose model's preprocess holds each request until the test lets
+    # it go
     models = tmp_path / "models"
     hooks = tmp_path / "process.py"
-    hooks.write_text(SLOW_PREPROCESS)
+    in_preprocess = Gate(tmp_path, "preprocess")
+    hooks.write_text(gated_preprocess(in_preprocess))
     create_package(
         ARTIFACTS / "digits" / "1" / "model.onnx", models / "slow" / "1", name="slow", version="1", process_file=hooks
     )
@@ -234,13 +249,21 @@ def test_sigterm_drains_in_flight_requests_and_exits_cleanly(tmp_path: Path, htt
         "SERVESTACK_HTTP_SERVER": http_server,
     }
     server = RealtimeServer.start(tmp_path, env=env)
-    sample = (ARTIFACTS / "digits" / "1" / "sample-request.json").read_bytes()
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        # WHEN SIGTERM arrives while a request is being served
-        in_flight = pool.submit(httpx.post, f"{server.url}/invocations", content=sample, timeout=30)
-        time.sleep(0.5)
-        exit_code = server.stop()
+    # A body over DECODE_INLINE_BYTES (the sample, padded with JSON whitespace) is decoded, preprocess and all,
+    # on the worker's decode thread: its event loop stays free to see SIGTERM and begin the shutdown while the
+    # request is held.
+    sample = (ARTIFACTS / "digits" / "1" / "sample-request.json").read_bytes() + b" " * DECODE_INLINE_BYTES
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        in_flight = pool.submit(httpx.post, f"{server.url}/invocations", content=sample, timeout=DEADLINE_SEC)
+        # WHEN SIGTERM arrives while the request is inside the model's preprocess
+        in_preprocess.wait_reached()
+        stopping = pool.submit(server.child.stop, grace_sec=DEADLINE_SEC)
+        # (and the request goes on only once the server has begun to shut down: it is in flight throughout)
+        wait_for(log_says(server.log_path, SHUTDOWN_STARTED_LOG[http_server]), "the server to begin its shutdown")
+        assert not in_flight.done()
+        in_preprocess.open()
         # THEN that request is still answered, and the server exits cleanly after it
         assert in_flight.result().status_code == 200
+        exit_code = stopping.result()
     assert exit_code in GRACEFUL
     assert SHUTDOWN_LOG[http_server] in server.log_path.read_text()

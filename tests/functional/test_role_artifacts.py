@@ -9,7 +9,6 @@ import gzip
 import io
 import json
 import tarfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from servestack.local.iam.identities import Credentials
 from servestack.local.logs.shipping import LogShipper, emf_metric_data, ensure_log_group
 from servestack.local.sagemaker.model_data import ModelDataError, fetch_model_data, file_assets, publish_model_data
 from tests.conftest import ARTIFACTS
+from tests.waiting import DEADLINE_SEC, wait_for
 
 REGION = "us-east-1"
 BUCKET = "cdk-hnb659fds-assets-123456789012-us-east-1"
@@ -153,7 +153,7 @@ def test_log_lines_and_emf_metrics_go_through_the_roles_logs_grant(
     ship = shipper(access, url, writer, "primary/allowed", said)
     ship("serving digits@1")
     ship(emf_line())
-    ship.close()
+    ship.close(timeout_sec=DEADLINE_SEC)  # once both are shipped
     logs = client_as("logs", url, access.developer, REGION)
     events = logs.get_log_events(logGroupName=GROUP, logStreamName="primary/allowed")["events"]
     assert [e["message"] for e in events][:1] == ["serving digits@1"]
@@ -166,13 +166,16 @@ def test_log_lines_and_emf_metrics_go_through_the_roles_logs_grant(
 def test_a_role_without_its_logs_grant_is_reported_once(emulator: tuple[LocalAccess, str]) -> None:
     access, url = emulator
     ensure_log_group(client_as("logs", url, access.developer, REGION), GROUP)
+    # GIVEN a role without its logs grant
     mute = role(access, "mute", {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "*"})
     said: list[str] = []
     ship = shipper(access, url, mute, "primary/denied", said)
+    # WHEN a first line is shipped and refused, and then a second one (a batch of its own, refused again)
     ship("first")
-    time.sleep(1.2)  # a second batch, refused again
+    wait_for(lambda: said, "the first batch's refusal")
     ship("second")
-    ship.close()
+    ship.close(timeout_sec=DEADLINE_SEC)
+    # THEN the refusal is reported once
     assert len(said) == 1, said
     assert said[0].startswith(f"rt/endpoint cannot write its logs to {GROUP} as {mute.arn}: AccessDenied")
     assert "logs:CreateLogStream" in said[0]

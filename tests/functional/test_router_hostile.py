@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -19,6 +18,7 @@ import pytest
 from tests.conftest import ARTIFACTS
 from tests.control import control
 from tests.functional.test_router import RouterProcess
+from tests.waiting import established_to, wait_for
 
 pytestmark = pytest.mark.slow
 SAMPLE = json.loads((ARTIFACTS / "digits" / "1" / "sample-request.json").read_text())["instances"]
@@ -145,14 +145,16 @@ def test_a_300_mb_body_is_never_buffered(router: RouterProcess) -> None:
 
 
 def test_pooled_connections_the_child_closed_while_idle_are_not_client_failures(router: RouterProcess) -> None:
-    # GIVEN several pooled connections to the child (concurrent requests), then idle past the child's 5 s
-    # keep-alive timeout, so that the child closes every one of them
+    # GIVEN several pooled connections to the child (concurrent requests), then idle until the child has closed
+    # every one of them (its idle timeout: granian's header-read timeout, 10 s; uvicorn's keep-alive, 5 s)
     def one(_: int) -> int:
         return httpx.post(f"{router.url}/invocations", json={"instances": [SAMPLE[0]]}).status_code
 
     with ThreadPoolExecutor(8) as pool:
         assert set(pool.map(one, range(32))) == {200}
-    time.sleep(6)
+    port = child_port(router)
+    assert established_to(port) > 0
+    wait_for(lambda: established_to(port) == 0, "the child to close the router's idle connections", poll_sec=0.2)
     # WHEN requests come again THEN none of them fails
     statuses = [one(i) for i in range(8)]
     with ThreadPoolExecutor(8) as pool:

@@ -33,17 +33,26 @@ from servestack.local.sagemaker.runtime_front import (
 from servestack.local.sagemaker.transform_jobs import REPORT_PREFIX, TransformJobs
 from servestack.local.up.aws_front import AwsFront
 from tests.conftest import ARTIFACTS, RealtimeServer
+from tests.waiting import DEADLINE_SEC
 
 pytestmark = pytest.mark.slow
 DIGITS = (ARTIFACTS / "digits/1/sample-request.json").read_bytes()
 
 
+# The front's deadline for a container's answer (60 s in local up): far above what the real container takes to
+# answer a digits request on a busy machine (milliseconds), and what the slow one below always misses.
+FRONT_DEADLINE_SEC = 3.0
+# Set when the module's front stops: until then the slow container answers nothing.
+SLOW_CONTAINER_RELEASED = threading.Event()
+
+
 class SlowContainer(BaseHTTPRequestHandler):
-    """Answers /invocations after 3 s: past a front whose deadline was shortened to 1 s."""
+    """Answers /invocations only once the module's tests are over: past the front's deadline, however long the
+    front takes to notice."""
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("content-length") or 0))
-        time.sleep(3)
+        SLOW_CONTAINER_RELEASED.wait(DEADLINE_SEC)
         try:
             self.send_response(200)
             self.send_header("Content-Length", "2")
@@ -107,7 +116,7 @@ def front(realtime_server: RealtimeServer) -> Iterator[str]:
         },
         {"async-ep": AsyncTarget(lambda b, k, c, a, i: (submitted.append(i) or f"s3://out/{i}.out", None))},
         FakeS3({"in/big": 1024**3 + 1, "in/small": 10}),
-        invocation_timeout_sec=1.0,
+        invocation_timeout_sec=FRONT_DEADLINE_SEC,
     )
     lambdas = LambdaService([])
     server = AwsFront(
@@ -120,6 +129,7 @@ def front(realtime_server: RealtimeServer) -> Iterator[str]:
         client.close()
     server.close()
     lambdas.close()
+    SLOW_CONTAINER_RELEASED.set()
     slow.shutdown()
     slow.server_close()
 
@@ -193,7 +203,7 @@ def test_a_body_over_six_megabytes_is_refused_with_413(front: str) -> None:
 
 
 def test_a_container_past_the_deadline_is_a_model_error_with_status_zero(front: str) -> None:
-    # GIVEN a container slower than the front's deadline (60 s in local up, 1 s here)
+    # GIVEN a container that answers nothing within the front's deadline (60 s in local up, 3 s here)
     error = error_of(lambda: runtime_client(front).invoke_endpoint(EndpointName="slow", Body=DIGITS))
     # THEN ModelError (424) with OriginalStatusCode 0 and SageMaker's timeout message
     assert error["ResponseMetadata"]["HTTPStatusCode"] == 424

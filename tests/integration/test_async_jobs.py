@@ -167,9 +167,10 @@ class DyingQueue:
 def test_a_keyed_submit_that_dies_after_its_claim_is_completed_by_a_retry_once_its_time_has_passed(
     deployment: AsyncDeploymentUnderTest,
 ) -> None:
-    # GIVEN a submit with an idempotency key that claims the key, then dies before sending the job's message
+    # GIVEN a submit with an idempotency key that claims the key for 3 s (room for the retry below to come within
+    # them on a busy machine), then dies before sending the job's message
     jobs = servestack.adapters.asynchronous.service()
-    jobs.settings = msgspec.structs.replace(jobs.settings, submit_timeout_sec=1)
+    jobs.settings = msgspec.structs.replace(jobs.settings, submit_timeout_sec=3)
     real_queue = jobs.sqs
     jobs.sqs = DyingQueue(real_queue)
     with pytest.raises(SystemExit):
@@ -181,7 +182,7 @@ def test_a_keyed_submit_that_dies_after_its_claim_is_completed_by_a_retry_once_i
     assert (code, answer["error"]["type"]) == (409, "IdempotencyInProgress")
     assert answer["error"]["field"] == "Idempotency-Key"
     # AND once the dead call's time has passed, a retry takes the claim over and submits the job
-    retried = wait_for(lambda: answer_unless_409(deployment, SAMPLE, "order-17"), timeout_sec=10)
+    retried = wait_for(lambda: answer_unless_409(deployment, SAMPLE, "order-17"), timeout_sec=60)
     assert (retried[0], retried[1]["job_id"]) == (202, job_id)
     # WHEN the worker runs the queue THEN the job ran, once
     deployment.drain()

@@ -82,7 +82,9 @@ def test_without_report_batch_item_failures_a_normal_return_settles_the_whole_ba
     while handled < 2:
         handled += poller.run_once(threading.Event())
     # THEN, as Lambda ignores the response's batchItemFailures then, both messages are deleted
-    time.sleep(1.5)  # past the queue's visibility timeout: nothing comes back
+    # (deliberately past the queue's 1 s visibility timeout, by which a message not deleted is visible again: a
+    # slower machine only waits further past it)
+    time.sleep(1.5)
     assert aws.sqs.receive_message(QueueUrl=queue, WaitTimeSeconds=0).get("Messages", []) == []
     assert aws.sqs.receive_message(QueueUrl=dlq, WaitTimeSeconds=0).get("Messages", []) == []
 

@@ -12,6 +12,7 @@ import pytest
 
 from servestack.inference.batching import BatchingConfig, MicroBatcher
 from servestack.inference.errors import DeadlineExceeded, InferenceError, Overloaded
+from tests.waiting import DEADLINE_SEC
 
 
 class RecordingModel:
@@ -120,7 +121,9 @@ def test_max_delay_lets_a_short_queue_fill_after_a_batch() -> None:
         first = asyncio.ensure_future(batcher.submit(rows(1.0), 1, 5))
         await asyncio.to_thread(model.started.wait, 30)
         during = [asyncio.ensure_future(batcher.submit(rows(1.0), 1, 5)) for _ in range(2)]
-        await asyncio.sleep(0.01)  # both are queued behind the running batch
+        async with asyncio.timeout(DEADLINE_SEC):  # both are queued behind the running batch
+            while batcher.queued_requests < 2:
+                await asyncio.sleep(0.001)
         model.release.set()
         await asyncio.to_thread(model.first_done.wait, 30)
         after = asyncio.ensure_future(batcher.submit(rows(1.0), 1, 5))

@@ -9,6 +9,8 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from servestack.local.sagemaker import releases
 from servestack.local.up.children import Child
 from servestack.local.up.command import _port
 from servestack.progress import Progress
+from tests.waiting import DEADLINE_SEC, wait_for
 
 # ------------------------------------------------------------------------------------------ logs
 
@@ -52,22 +55,39 @@ def test_logs_of_one_deployment_in_time_order_with_since_and_tail(tmp_path: Path
     ]
 
 
+class Terminal(io.StringIO):
+    """What `local logs -f` prints to, watched by a user who presses Ctrl-C once `last` is shown (Ctrl-C is how
+    following ends)."""
+
+    def __init__(self, last: str) -> None:
+        super().__init__()
+        self.last = last
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        if self.last in text:
+            raise KeyboardInterrupt
+        return written
+
+
 def test_follow_prints_lines_written_later_and_a_new_runs_file_from_its_start(tmp_path: Path) -> None:
+    # GIVEN a child's log holding one line
     path = logs.start_fresh(logs.child_log(tmp_path, "api/fn"))
     sink = logs.LineLog(path)
     sink.write("before")
-    out = io.StringIO()
-    import threading
+    out = Terminal(last="[api/fn] after")
 
     def later() -> None:
-        import time
-
-        time.sleep(0.3)
+        wait_for(lambda: "[api/fn] before" in out.getvalue(), "logs -f to print the line already there")
         sink.write("after")
         sink.close()
 
-    threading.Thread(target=later).start()
-    logs.show(tmp_path, "api", follow=True, out=out, poll_sec=0.05, follow_for_sec=1.0)
+    # WHEN `local logs -f` runs, and the child writes a line once the ones already there are printed
+    writer = threading.Thread(target=later)
+    writer.start()
+    logs.show(tmp_path, "api", follow=True, out=out, poll_sec=0.05, follow_for_sec=DEADLINE_SEC)
+    writer.join()
+    # THEN the later line is printed after the first (and the user's Ctrl-C ended it)
     assert out.getvalue().splitlines() == ["[api/fn] before", "[api/fn] after"]
     # AND a new local up keeps the previous run's file once
     logs.start_fresh(path)
@@ -261,6 +281,27 @@ def test_a_child_that_fails_to_start_is_reported_with_its_log_and_the_others_run
     deployments: dict[str, dict[str, Any]] = {"api": {"mode": "serverless"}, "batch": {"mode": "batch"}}
     lifecycle.child_processes([serving, failing], deployments)
     assert deployments["api"]["processes"]["api/fn"]["ready_url"] == f"http://127.0.0.1:{port}/"
+
+
+def test_a_failed_childs_notice_waits_for_its_last_lines_to_reach_the_log(tmp_path: Path) -> None:
+    # GIVEN a child that says two lines and exits at once, whose output reaches its log slowly (its first line's
+    # other sink takes 0.5 s, as a busy machine can take to schedule the output pump after the exit is seen)
+    def slow_sink(line: str) -> None:
+        if line == "loading":
+            time.sleep(0.5)
+
+    failing = Child("batch/fn", [sys.executable, "-c", "print('loading'); print('no model here')"], {},
+                    "http://127.0.0.1:9/", sinks=[slow_sink])  # fmt: skip
+    failing.log_path = logs.start_fresh(logs.child_log(tmp_path, failing.name))
+    notices: list[str] = []
+    try:
+        # WHEN local up sees it exit while starting
+        lifecycle.start_children([failing], Progress(io.StringIO()), notices, timeout_sec=60)
+    finally:
+        failing.stop()
+    # THEN its notice ends with the last thing it said, not with what had reached the log when the exit was seen
+    (notice,) = notices
+    assert notice.rstrip().endswith("no model here"), notice
 
 
 def test_a_taken_default_port_moves_and_is_announced() -> None:

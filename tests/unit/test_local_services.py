@@ -23,6 +23,7 @@ from servestack.local.scheduler.definitions import ScheduleDef
 from servestack.local.scheduler.schedules import ScheduleRunner
 from servestack.local.up.children import Child, Supervisor
 from servestack.local.up.environment import map_paths
+from tests.waiting import wait_for
 
 # ------------------------------------------------------------------------------------------ HTTP API
 
@@ -197,6 +198,12 @@ def test_a_refused_create_transform_job_is_retried_then_dead_lettered() -> None:
 # ------------------------------------------------------------------------------------------ supervisor
 
 
+def ticked(supervisor: Supervisor, lines: list[str]) -> str | None:
+    """The supervisor's last line after one more of its ticks (local up ticks every 0.5 s)."""
+    supervisor.tick()
+    return lines[-1] if lines else None
+
+
 def test_a_dead_child_is_restarted_with_backoff_and_others_are_left_alone(tmp_path: Path) -> None:
     # GIVEN two children, one that dies at once
     dies = Child("dies", [sys.executable, "-c", "raise SystemExit(3)"], {}, "http://127.0.0.1:9/")
@@ -208,12 +215,12 @@ def test_a_dead_child_is_restarted_with_backoff_and_others_are_left_alone(tmp_pa
     first_lives = lives.process.pid
     try:
         dies.process.wait(timeout=10)
-        # WHEN the supervisor notices THEN it schedules a restart (1 s), then restarts it
+        # WHEN the supervisor notices THEN it schedules a restart (1 s), then restarts it once that time has passed
+        noticed = time.monotonic()
         supervisor.tick()
         assert lines == ["dies: exited with code 3; restarting in 1s"]
-        time.sleep(1.1)
-        supervisor.tick()
-        assert lines[-1] == "dies: restarting (restart 1)"
+        wait_for(lambda: ticked(supervisor, lines) == "dies: restarting (restart 1)", "the restart")
+        assert time.monotonic() - noticed >= 1.0
         dies.process.wait(timeout=10)
         supervisor.tick()
         assert lines[-1] == "dies: exited with code 3; restarting in 2s"  # backoff doubles
@@ -268,23 +275,22 @@ def test_a_child_whose_master_is_killed_leaves_no_orphan_and_its_restart_is_coun
     supervisor = Supervisor([master], lambda line: None, lambda: restarts.append(dict(supervisor.restarts)))
     master.start()
     try:
-        deadline = time.monotonic() + 20
-        while not pid_file.exists() or not pid_file.read_text():
-            assert time.monotonic() < deadline, "the worker never started"
-            time.sleep(0.05)
+        wait_for(lambda: pid_file.exists() and pid_file.read_text(), "the worker to start")
         worker = int(pid_file.read_text())
         assert os.getpgid(worker) == master.process.pid
         # WHEN only the master is SIGKILLed
         os.kill(master.process.pid, signal.SIGKILL)
         master.process.wait(timeout=10)
         supervisor.tick()
-        # THEN its orphaned worker is killed with its group, and the restart is counted once it happens
-        deadline = time.monotonic() + 10
-        while _alive(worker):
-            assert time.monotonic() < deadline, "the orphaned worker still runs"
-            time.sleep(0.05)
-        time.sleep(1.1)
-        supervisor.tick()
+        # THEN its orphaned worker is killed with its group, and the restart is counted once it happens (after
+        # the 1 s backoff)
+        wait_for(lambda: not _alive(worker), "the orphaned worker to be killed")
+
+        def restarted() -> list[dict[str, int]]:
+            supervisor.tick()
+            return restarts
+
+        wait_for(restarted, "the restart")
         assert restarts == [{"master": 1}]
     finally:
         master.stop(grace_sec=1)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import threading
-import time
 
 import pytest
 
 from servestack import progress as progress_module
 from servestack.progress import Progress, interactive
+from tests.waiting import wait_for
 
 
 def test_plain_lines_off_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -21,13 +22,13 @@ def test_plain_lines_off_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not reporter.live
     with reporter.step("synth") as step:
         step.update("synthesizing: serving.yaml changed")
-        time.sleep(0.2)
+        wait_for(lambda: "synth: still running" in out.getvalue(), "a heartbeat line")
         step.note("port 8080 is taken: using 41234 instead")
         step.finish("templates written")
     lines = out.getvalue().splitlines()
     assert lines[0] == "synth ..."
     assert lines[1] == "synth: synthesizing: serving.yaml changed"
-    assert any(line.startswith("synth: still running (0s) - synthesizing") for line in lines)
+    assert any(re.match(r"synth: still running \(\d+s\) - synthesizing", line) for line in lines), lines
     assert "port 8080 is taken: using 41234 instead" in lines
     assert lines[-1].startswith("synth: templates written (")
     assert lines[-1].endswith("s)")
@@ -81,7 +82,8 @@ def test_a_terminal_gets_a_live_line_that_updates_while_the_step_runs(monkeypatc
         assert reporter.live
         with reporter.step("synth") as step:
             step.update("synthesizing: no earlier synth")
-            time.sleep(1.3)
+            # (the step runs until its line has been redrawn showing a second gone)
+            wait_for(lambda: b"0:00:01" in seen, "the live line to show 0:00:01")
             during = bytes(seen)
             step.finish("templates written")
     os.close(terminal)

@@ -34,6 +34,7 @@ from servestack.progress import Progress
 UP_LOG = "local-up.log"
 TAIL_LINES = 12
 READY_TIMEOUT_SEC = 300
+OUTPUT_DRAIN_SEC = 5.0
 
 
 def tail(path: Path | None, lines: int = TAIL_LINES) -> list[str]:
@@ -62,6 +63,9 @@ def start_children(children: Sequence[Any], progress: Progress, notices: list[st
             for child in list(waiting):
                 if child.process.poll() is not None:
                     why = f"exited with code {child.process.returncode} while starting"
+                    # Its last lines say why, and its output pump may not have written them to the log yet
+                    # when the exit is seen here: they are waited for (the pump ends at the end of its output).
+                    drain_output(child)
                 elif time.monotonic() > deadline:
                     why = f"not ready after {timeout_sec:.0f}s ({child.ready_url})"
                 elif child.ready():
@@ -83,6 +87,15 @@ def start_children(children: Sequence[Any], progress: Progress, notices: list[st
                 time.sleep(0.1)
         failures = f", {len(failed)} failed" if failed else ""
         step.finish(f"{len(children) - len(failed)}/{len(children)} ready{failures}")
+
+
+def drain_output(child: Any, timeout_sec: float = OUTPUT_DRAIN_SEC) -> None:
+    """Wait until what an exited child wrote has reached its log: its output pumps end at the end of its
+    output, at once for a child that is gone (unless something it started still holds its output open: then
+    no longer than `timeout_sec`)."""
+    deadline = time.monotonic() + timeout_sec
+    for thread in getattr(child, "threads", ()):
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
 
 def child_processes(children: Sequence[Any], deployments: dict[str, dict[str, Any]]) -> None:
