@@ -26,6 +26,79 @@ class AwsRule:
         return f"AWS: {self.text} ({self.url})"
 
 
+@dataclass(frozen=True)
+class EngineLimit:
+    """What one AWS engine accepts of a single request: its body's size and how long the model may take, each with
+    the page that states it. The spec refuses a `max_payload_bytes` past `max_payload_bytes`, the constructs give
+    the container both numbers (its environment), and local mode enforces them."""
+
+    engine: str
+    max_payload_bytes: int
+    timeout_sec: int
+    payload_source: str
+    timeout_source: str
+
+    @property
+    def rule(self) -> AwsRule:
+        return AwsRule(
+            f"{self.engine} accepts a request of at most {self.max_payload_bytes} bytes",
+            self.payload_source,
+        )
+
+
+MIB = 1024 * 1024
+# The limits per engine: AWS writes "MB" and "GB" for binary units (InvokeEndpoint's Body: "Maximum length of
+# 6291456"), so 4 MB is read as 4 MiB and 1 GB as 1 GiB. docs/deploy.md's table is this one.
+SAGEMAKER_REALTIME = EngineLimit(
+    "SageMaker realtime (InvokeEndpoint)",
+    6 * MIB,
+    60,
+    "https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_runtime_InvokeEndpoint.html",
+    "https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_runtime_InvokeEndpoint.html",
+)
+SAGEMAKER_SERVERLESS = EngineLimit(
+    "SageMaker Serverless Inference",
+    4 * MIB,
+    60,
+    "https://docs.aws.amazon.com/sagemaker/latest/dg/serverless-endpoints-invoke.html",
+    "https://docs.aws.amazon.com/sagemaker/latest/dg/serverless-endpoints-invoke.html",
+)
+SAGEMAKER_ASYNC = EngineLimit(
+    "SageMaker asynchronous inference (InvokeEndpointAsync)",
+    1024 * MIB,
+    3600,
+    "https://docs.aws.amazon.com/sagemaker/latest/dg/async-inference.html",
+    "https://docs.aws.amazon.com/sagemaker/latest/dg/async-inference-invoke-endpoint.html",
+)
+LAMBDA_SYNC = EngineLimit(
+    "Lambda, synchronous invocation (RequestResponse)",
+    6 * MIB,
+    900,
+    "https://docs.aws.amazon.com/lambda/latest/dg/API_Invoke.html",
+    "https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html",
+)
+# Raised from 256 KB to 1 MB in 2025: the Invoke reference now reads "For asynchronous invocations, the maximum
+# payload size is 1 MB" (the deprecated InvokeAsync keeps 256 KB).
+LAMBDA_EVENT = EngineLimit(
+    "Lambda, asynchronous invocation (Event)",
+    1 * MIB,
+    900,
+    "https://docs.aws.amazon.com/lambda/latest/dg/API_Invoke.html",
+    "https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html",
+)
+# Per mini-batch: MaxPayloadInMB (<= 100), and MaxConcurrentTransforms x MaxPayloadInMB <= 100 MB per instance.
+# The timeout is InvocationsTimeoutInSeconds' ceiling (ModelClientConfig, 1..3600, default 600).
+BATCH_TRANSFORM = EngineLimit(
+    "SageMaker Batch Transform (MaxPayloadInMB x MaxConcurrentTransforms)",
+    100 * MIB,
+    3600,
+    "https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_CreateTransformJob.html",
+    "https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_ModelClientConfig.html",
+)
+ENGINE_LIMITS = (SAGEMAKER_REALTIME, SAGEMAKER_SERVERLESS, SAGEMAKER_ASYNC, LAMBDA_SYNC, LAMBDA_EVENT, BATCH_TRANSFORM)
+LARGEST_PAYLOAD_BYTES = max(limit.max_payload_bytes for limit in ENGINE_LIMITS)
+
+
 TRANSFORM_PAYLOAD_RULE = AwsRule(
     "CreateTransformJob refuses a MaxPayloadInMB greater than 100 MB, and (MaxConcurrentTransforms * MaxPayloadInMB) "
     "also cannot exceed 100 MB",

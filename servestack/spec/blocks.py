@@ -3,12 +3,19 @@ its batching, and the keys of every mode (`_DeploymentBase`)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Self
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, model_validator
 
-from servestack.aws_rules import ALARM_PERIOD_RULE
-from servestack.spec.base import Between, LogRetentionDays, Name, OneOf, Percent, Strict, Version, _fail
+from servestack.aws_rules import (
+    ALARM_PERIOD_RULE,
+    LARGEST_PAYLOAD_BYTES,
+    SAGEMAKER_ASYNC,
+    SAGEMAKER_REALTIME,
+    EngineLimit,
+)
+from servestack.spec.base import Between, BetweenByRule, LogRetentionDays, Name, OneOf, Percent, Strict, Version, _fail
 
 
 class ModelSpec(Strict):
@@ -81,5 +88,35 @@ class _DeploymentBase(Strict):
     version: Version | None = Field(default=None, description="default: the only declared version of `model`")
     alarms: AlarmSettings = AlarmSettings()
     batching: Batching = Batching()
-    max_payload_bytes: Annotated[int, Between(1, 6_291_456)] = 6_291_456  # SageMaker real-time and Lambda sync: 6 MB
+    # Default: what the deployment's engine accepts (`engine_limit`, servestack/aws_rules.py's table); more is refused.
+    max_payload_bytes: Annotated[int, BetweenByRule(1, LARGEST_PAYLOAD_BYTES, SAGEMAKER_ASYNC.rule)] = (
+        SAGEMAKER_REALTIME.max_payload_bytes
+    )
     log_retention_days: LogRetentionDays = 30
+
+    @classmethod
+    def engine_of(cls, data: Mapping[str, Any]) -> EngineLimit:
+        """The engine that runs a deployment declared as `data` (its keys as written), whose limits it takes."""
+        return SAGEMAKER_REALTIME
+
+    @property
+    def engine_limit(self) -> EngineLimit:
+        return self.engine_of(self.model_dump(include={"mode", "backend", "serverless", "runner"}))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _payload_limit_of_engine(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "max_payload_bytes" not in data:
+            data = {**data, "max_payload_bytes": cls.engine_of(data).max_payload_bytes}
+        return data
+
+    @model_validator(mode="after")
+    def _payload_within_engine(self) -> Self:
+        limit = self.engine_limit
+        if self.max_payload_bytes > limit.max_payload_bytes:
+            _fail(
+                "max_payload_bytes",
+                self.max_payload_bytes,
+                f"in 1..{limit.max_payload_bytes}; AWS: {limit.rule.text} ({limit.rule.url})",
+            )
+        return self

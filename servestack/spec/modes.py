@@ -14,7 +14,10 @@ from servestack.aws_rules import (
     FARGATE_MEMORY_MIB,
     FARGATE_SIZE_RULE,
     HTTP_API_TIMEOUT_SEC,
+    LAMBDA_SYNC,
+    SAGEMAKER_ASYNC,
     TRANSFORM_PAYLOAD_RULE,
+    EngineLimit,
     fargate_memory_choices,
 )
 from servestack.spec.base import (
@@ -48,6 +51,10 @@ class ServerlessDeployment(_DeploymentBase):
     throttle_rate_per_sec: Annotated[int, Between(1, 10_000)] = 100
     throttle_burst: Annotated[int, Between(1, 5_000)] = 200
     strategy: Strategy = Strategy()
+
+    @classmethod
+    def engine_of(cls, data: Mapping[str, Any]) -> EngineLimit:
+        return LAMBDA_SYNC  # API Gateway invokes the function synchronously
 
     @model_validator(mode="after")
     def _coherent(self) -> Self:
@@ -83,6 +90,11 @@ class AsyncDeployment(_DeploymentBase):
     max_instances: Annotated[int, Between(1, 100)] = 2
     target_backlog_per_instance: Annotated[int, Between(1, 10_000)] = 5
 
+    @classmethod
+    def engine_of(cls, data: Mapping[str, Any]) -> EngineLimit:
+        # The Lambda backend's submit is a synchronous invocation, and its worker runs the same runtime and limit.
+        return SAGEMAKER_ASYNC if data.get("backend") == "sagemaker" else LAMBDA_SYNC
+
     @model_validator(mode="after")
     def _coherent(self) -> Self:
         if self.batch_size > 10 and self.batch_window_sec < 1:
@@ -99,6 +111,7 @@ class BatchDeployment(_DeploymentBase):
     # Where a run executes: one Lambda invocation, one Fargate task, or a SageMaker Batch Transform job over
     # `instance_count` instances of the realtime image (`engine:` is accepted as another name for it).
     runner: Literal["lambda", "fargate", "transform"] = "lambda"
+
     # Input: by default every .jsonl/.ndjson/.json, .csv and .parquet object under the input prefix (a
     # transform job has one content type: jsonl unless set). Output parts: JSON Lines, or Parquet.
     input_format: Literal["jsonl", "csv", "parquet"] | None = None
@@ -122,6 +135,11 @@ class BatchDeployment(_DeploymentBase):
     id_column: Annotated[str, Field(min_length=1, max_length=255)] | None = None
     # A longer input line is an error row, never read whole: 1 MiB keeps a record's parse ~1% of a job's memory.
     max_record_bytes: Annotated[int, Between(1024, 64 * 1024 * 1024)] = 1024 * 1024
+
+    @classmethod
+    def engine_of(cls, data: Mapping[str, Any]) -> EngineLimit:
+        # Every runner's runtime keeps Lambda's synchronous cap; a transform job's mini-batches are MaxPayloadInMB's.
+        return LAMBDA_SYNC
 
     @model_validator(mode="before")
     @classmethod

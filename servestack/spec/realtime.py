@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, model_validator
 
-from servestack.aws_rules import SERVERLESS_EXCLUSIONS_RULE
+from servestack.aws_rules import SAGEMAKER_REALTIME, SAGEMAKER_SERVERLESS, SERVERLESS_EXCLUSIONS_RULE, EngineLimit
 from servestack.instance_types import instance_shape
 from servestack.spec.base import Between, InstanceType, Name, OneOf, Strict, Version, _fail, _num, uses_gpu
 from servestack.spec.blocks import Strategy, _DeploymentBase
@@ -93,6 +93,10 @@ class RealtimeDeployment(_DeploymentBase):
     components: list[Component] = Field(
         default_factory=list, description="several models on one endpoint, each an inference component"
     )
+
+    @classmethod
+    def engine_of(cls, data: Mapping[str, Any]) -> EngineLimit:
+        return SAGEMAKER_SERVERLESS if data.get("serverless") is not None else SAGEMAKER_REALTIME
 
     @model_validator(mode="before")
     @classmethod
