@@ -42,8 +42,10 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 import servestack.cdk.guardrails as guardrails
+from servestack.aws_rules import LAMBDA_SYNC, SAGEMAKER_ASYNC
 from servestack.cdk.bundling import FunctionCode
 from servestack.cdk.realtime import (
+    engine_environment,
     gpu_inference_ami,
     sagemaker_scaling_role,
     servestack_model,
@@ -103,7 +105,7 @@ class AsyncEndpoint(Construct):
         architecture: str = "x86_64",
         result_ttl_days: int = 7,
         presign_threshold_bytes: int = 262_144,
-        max_payload_bytes: int = 6_291_456,
+        max_payload_bytes: int | None = None,
         log_retention_days: int = 30,
         throttle_rate_per_sec: int = 50,
         throttle_burst: int = 100,
@@ -129,6 +131,11 @@ class AsyncEndpoint(Construct):
         if backend == "sagemaker" and (image is None or model_data is None):
             raise ValueError("AsyncEndpoint: backend='sagemaker' needs image and model_data, got None")
         alarms = alarms or AlarmSettings()
+        # The jobs' engine sets the payload limit (servestack/aws_rules.py): SageMaker async takes 1 GB, the Lambda
+        # worker what a synchronous invocation takes. The functions themselves are invoked synchronously.
+        engine = SAGEMAKER_ASYNC if backend == "sagemaker" else LAMBDA_SYNC
+        max_payload_bytes = max_payload_bytes or engine.max_payload_bytes
+        check_range("AsyncEndpoint", "max_payload_bytes", max_payload_bytes, 1, engine.max_payload_bytes)
         self.request_prefix = f"async/{name}/requests/"
         # Payloads over the presign threshold are PUT here by the caller (then confirmed, or, on the Lambda
         # backend, started by S3's notification).
@@ -184,7 +191,7 @@ class AsyncEndpoint(Construct):
 
         env = runtime_environment(
             model_name=model_name,
-            max_payload_bytes=max_payload_bytes,
+            max_payload_bytes=min(max_payload_bytes, LAMBDA_SYNC.max_payload_bytes),
             SERVESTACK_BUCKET=bucket.bucket_name,
             SERVESTACK_REQUEST_PREFIX=self.request_prefix,
             SERVESTACK_RESULT_PREFIX=self.result_prefix,
@@ -433,7 +440,7 @@ class AsyncEndpoint(Construct):
             model_data_url=model_data.s3_object_url,
             environment={
                 **single_model_environment(model_name),
-                "SERVESTACK_MAX_PAYLOAD_BYTES": str(max_payload_bytes),
+                **engine_environment(SAGEMAKER_ASYNC, max_payload_bytes),
             },
         )
         config = sagemaker.CfnEndpointConfig(

@@ -39,9 +39,11 @@ from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 import servestack.cdk.guardrails as guardrails
+from servestack.aws_rules import SAGEMAKER_REALTIME
 from servestack.cdk.realtime import (
     CONTAINER_MODEL_DIR,
     METRICS_INTERVAL_SEC,
+    engine_environment,
     gpu_inference_ami,
     sagemaker_scaling_role,
     servestack_model,
@@ -184,7 +186,7 @@ class ComponentEndpoint(Construct):
                 "SERVESTACK_MODEL_DIR": CONTAINER_MODEL_DIR,
                 "SERVESTACK_DEFAULT_MODEL": c.model,
                 "SERVESTACK_PROVIDERS": "auto",
-                "SERVESTACK_MAX_PAYLOAD_BYTES": str(max_payload_bytes),
+                **engine_environment(SAGEMAKER_REALTIME, max_payload_bytes),
                 "SERVESTACK_MAX_BATCH_SIZE": str(batching.max_batch_size),
                 "SERVESTACK_MAX_DELAY_MS": str(batching.max_delay_ms),
                 "SERVESTACK_MAX_QUEUE_REQUESTS": str(batching.max_queue),

@@ -42,6 +42,7 @@ from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 import servestack.cdk.guardrails as guardrails
+from servestack.aws_rules import SAGEMAKER_REALTIME, SAGEMAKER_SERVERLESS, EngineLimit
 from servestack.cdk.scaling_guard import check_instance_types
 from servestack.cdk.shared import acknowledge, check_range, endpoint_log_group, grant_sagemaker_logging, logical_id
 from servestack.cdk.sources import package_members
@@ -132,6 +133,29 @@ def single_model_environment(model_name: str) -> dict[str, str]:
     }
 
 
+# How long a body past the realtime limit may take to arrive (the setting's ceiling): SageMaker reads a large
+# async payload from S3 and streams it to the container, 1 GiB at >= 3.5 MB/s.
+LARGE_BODY_READ_TIMEOUT_SEC = 300
+
+
+def engine_environment(engine: EngineLimit, max_payload_bytes: int) -> dict[str, str]:
+    """The container's limits, its engine's (servestack/aws_rules.py's table): the body it accepts and how long a
+    request may take. A limit past the realtime one (SageMaker async) also lifts the row bounds, which exist to
+    keep a realtime batch small: a body of N bytes holds at most N rows, and the body's size is already bounded."""
+    check_range(engine.engine, "max_payload_bytes", max_payload_bytes, 1, engine.max_payload_bytes)
+    environment = {
+        "SERVESTACK_MAX_PAYLOAD_BYTES": str(max_payload_bytes),
+        "SERVESTACK_REQUEST_TIMEOUT_SEC": str(engine.timeout_sec),
+    }
+    if max_payload_bytes > SAGEMAKER_REALTIME.max_payload_bytes:
+        environment |= {
+            "SERVESTACK_MAX_BATCH_ROWS": str(max_payload_bytes),
+            "SERVESTACK_MAX_QUEUE_ROWS": str(max_payload_bytes),
+            "SERVESTACK_BODY_READ_TIMEOUT_SEC": str(LARGE_BODY_READ_TIMEOUT_SEC),
+        }
+    return environment
+
+
 def servestack_model(
     scope: Construct,
     construct_id: str,
@@ -195,7 +219,7 @@ class RealtimeEndpoint(Construct):
         target_invocations_per_instance: int = 1000,
         serverless: RealtimeServerless | None = None,
         multi_model_bucket: s3.IBucket | None = None,
-        max_payload_bytes: int = 6_291_456,
+        max_payload_bytes: int | None = None,
         log_retention_days: int = 30,
         strategy: Strategy | None = None,
         alarms: AlarmSettings | None = None,
@@ -279,11 +303,13 @@ class RealtimeEndpoint(Construct):
                 )
             )
 
+        # Serverless Inference takes 4 MB where an instance-backed endpoint takes 6 (servestack/aws_rules.py).
+        engine = SAGEMAKER_SERVERLESS if serverless is not None else SAGEMAKER_REALTIME
         base_env = {
             "SERVESTACK_MODEL_DIR": CONTAINER_MODEL_DIR,
             "SERVESTACK_DEFAULT_MODEL": default_model,
             "SERVESTACK_PROVIDERS": "auto",
-            "SERVESTACK_MAX_PAYLOAD_BYTES": str(max_payload_bytes),
+            **engine_environment(engine, max_payload_bytes or engine.max_payload_bytes),
             "SERVESTACK_MAX_BATCH_SIZE": str(batching.max_batch_size),
             "SERVESTACK_MAX_DELAY_MS": str(batching.max_delay_ms),
             "SERVESTACK_MAX_QUEUE_REQUESTS": str(batching.max_queue),
