@@ -28,6 +28,7 @@ from servestack.adapters.body import (
     ClientDisconnected,
     ReadDeadlines,
     RequestHeaders,
+    SpooledBody,
 )
 from servestack.adapters.transform import PREFIX as TRANSFORM_PREFIX
 from servestack.adapters.transform import TransformRoutes, TransformSettings
@@ -283,7 +284,9 @@ class ServingApp:
             request_type = _CONTENT_TYPES.get(content_type) or _memo(
                 _CONTENT_TYPES, content_type, media_types.request_type_of
             )
-            if len(body) <= DECODE_INLINE_BYTES and CONTENT_ENCODING not in headers:
+            if type(body) is not bytes:  # spooled to disk (SageMaker async's large bodies)
+                arrays = await self._decode_aside(model, body, request_type, headers.get(CONTENT_ENCODING), limit)
+            elif len(body) <= DECODE_INLINE_BYTES and CONTENT_ENCODING not in headers:
                 arrays = model.decode(body, request_type)
             else:  # on the decode thread: the loop goes on answering (/ping, other requests) meanwhile
                 arrays = await self._decode_aside(model, body, request_type, headers.get(CONTENT_ENCODING), limit)
@@ -318,7 +321,7 @@ class ServingApp:
         await respond(200, encoded.body, _MEDIA_TYPE_BYTES[encoded.media_type], extra)
 
     def _decode_aside(
-        self, model: ServedModel, body: bytes, content_type: str, encoding: str | None, limit: int
+        self, model: ServedModel, body: bytes | SpooledBody, content_type: str, encoding: str | None, limit: int
     ) -> asyncio.Future[Arrays]:
         """Decode a large or encoded body on this worker's decode thread (one, so large bodies queue rather than
         pile up threads that would only take turns on the GIL); see `DECODE_INLINE_BYTES`."""
@@ -390,7 +393,15 @@ class ServingApp:
         return self._fastapi
 
 
-def _decode_body(model: ServedModel, body: bytes, content_type: str, encoding: str | None, limit: int) -> Arrays:
+def _decode_body(
+    model: ServedModel, body: bytes | SpooledBody, content_type: str, encoding: str | None, limit: int
+) -> Arrays:
+    if isinstance(body, SpooledBody):
+        # An .npy body is viewed where it lies, in the file's pages (its array is a view of the mapping, which
+        # stays open as long as the array does); other forms are parsed, so they are read back into memory.
+        if content_type == media_types.NPY and encoding is None:
+            return model.decode_mapped(body.mapped())
+        body = body.read_all()
     if encoding is not None:
         body = media_types.decode_content(body, encoding, limit)
     return model.decode(body, content_type)

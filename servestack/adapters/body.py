@@ -17,8 +17,10 @@ mode's fronts in servestack/local/hosting/http_server.py).
 from __future__ import annotations
 
 import asyncio
+import mmap
+import tempfile
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 from servestack.inference.errors import PayloadTooLarge, RequestTimeout
 
@@ -28,6 +30,79 @@ Receive = Callable[[], Awaitable[Message]]
 # How much of a refused body is read and thrown away so that the client sees the answer (16 MiB: a body a
 # few MiB over a 6 MiB limit is drained; a 300 MB one is not, and that client may see a reset).
 DRAIN_BYTES = 16 * 1024 * 1024
+
+
+# A body declared larger than this is written to an unnamed temporary file as it arrives, never held whole in
+# memory (only SageMaker async, at up to 1 GiB, sends such bodies: every other engine's limit is 6 MiB or less, so
+# a realtime request never comes here, and pays one comparison of its declared length).
+SPOOL_BYTES = 16 * 1024 * 1024
+
+
+class SpooledBody:
+    """A request body in an unnamed temporary file (gone once closed and unmapped). `mapped()` is the file as
+    read-only memory: its pages are the page cache's, read from disk when touched and dropped by the kernel
+    under pressure, so an `.npy` body decoded in place costs no anonymous memory for its bytes."""
+
+    __slots__ = ("_file", "size")
+
+    def __init__(self, file: IO[bytes], size: int) -> None:
+        self._file = file
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def mapped(self) -> mmap.mmap:
+        """The body as read-only memory; the file closes here, the mapping keeps it until it is collected."""
+        try:
+            return mmap.mmap(self._file.fileno(), self.size, access=mmap.ACCESS_READ)
+        finally:
+            self._file.close()
+
+    def read_all(self) -> bytes:
+        """The body in memory, for the forms that are parsed rather than viewed (JSON, CSV, encoded bodies)."""
+        try:
+            self._file.seek(0)
+            return self._file.read()
+        finally:
+            self._file.close()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+async def spool_body(receive: Receive, limit: int, deadlines: ReadDeadlines) -> SpooledBody:
+    """The body from `receive`, chunk by chunk, into a temporary file; the limit and the deadline as `read_body`'s.
+    The file lives in the temporary directory (SageMaker: the instance's storage volume)."""
+    file = tempfile.TemporaryFile(buffering=0)  # noqa: SIM115 - handed over to SpooledBody, which closes it
+    size = 0
+    task = deadlines.begin()
+    try:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientDisconnected
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                deadlines.end(task)
+                task = None
+                if message.get("more_body", False):
+                    await drain_body(receive, DRAIN_BYTES, deadlines)
+                raise too_large(limit, f"> {limit}")
+            file.write(chunk)
+            if not message.get("more_body", False):
+                return SpooledBody(file, size)
+    except asyncio.CancelledError:
+        file.close()
+        if deadlines.timed_out(task):
+            raise too_slow(deadlines) from None
+        raise
+    except BaseException:
+        file.close()
+        raise
+    finally:
+        deadlines.end(task)
 
 
 class ClientDisconnected(Exception):
@@ -222,8 +297,8 @@ class BodySource(Protocol):
 
     def read(
         self, limit: int, declared_length: str | None, deadlines: ReadDeadlines, *, expect_continue: bool = False
-    ) -> Awaitable[bytes]:
-        """`read_body`'s contract."""
+    ) -> Awaitable[bytes | SpooledBody]:
+        """`read_body`'s contract; a body declared larger than `SPOOL_BYTES` (and within the limit) is spooled."""
 
     def drain(self, max_bytes: int, deadlines: ReadDeadlines) -> Awaitable[None]:
         """`drain_body`'s contract."""
@@ -240,7 +315,10 @@ class ASGIBody:
 
     def read(
         self, limit: int, declared_length: str | None, deadlines: ReadDeadlines, *, expect_continue: bool = False
-    ) -> Awaitable[bytes]:
+    ) -> Awaitable[bytes | SpooledBody]:
+        declared = declared_size(declared_length)
+        if declared is not None and SPOOL_BYTES < declared <= limit:
+            return spool_body(self.receive, limit, deadlines)
         return read_body(self.receive, limit, declared_length, deadlines, expect_continue=expect_continue)
 
     def drain(self, max_bytes: int, deadlines: ReadDeadlines) -> Awaitable[None]:

@@ -25,12 +25,15 @@ from granian._granian import RSGIProtocolClosed
 
 from servestack.adapters.app import TARGET_MODEL, WANTED_HEADERS, ServingApp
 from servestack.adapters.body import (
+    SPOOL_BYTES,
     ClientDisconnected,
     ReadDeadlines,
     RequestHeaders,
+    SpooledBody,
     declared_size,
     drain_body,
     read_body,
+    spool_body,
     too_large,
     too_slow,
 )
@@ -170,11 +173,13 @@ class _Exchange:
 
     async def read(
         self, limit: int, declared_length: str | None, deadlines: ReadDeadlines, *, expect_continue: bool = False
-    ) -> bytes:
+    ) -> bytes | SpooledBody:
         declared = declared_size(declared_length)
         if declared is None or declared > limit:
             receive = _Receive(self._protocol, declared_length is not None)
             return await read_body(receive, limit, declared_length, deadlines, expect_continue=expect_continue)
+        if declared > SPOOL_BYTES:  # chunk by chunk to disk: granian would otherwise hold it twice (its copy, ours)
+            return await spool_body(_Receive(self._protocol, False), limit, deadlines)
         task = deadlines.begin()
         try:
             body = await self._protocol()

@@ -28,6 +28,7 @@ import csv
 import io
 import json
 import math
+import mmap
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -52,7 +53,7 @@ def decode_body(body: bytes, content_type: str) -> Any:
     if content_type in (CSV, CSV_HEADER):
         return _parse_csv(body)
     if content_type == NPY:
-        return _parse_npy(body)
+        return parse_npy(body)
     raise UnsupportedMediaType(
         f"Content-Type: {content_type!r} is not supported",
         field="Content-Type",
@@ -113,7 +114,11 @@ _NPY_MAX_DIM = 1 << 40
 _NPY_DIM_DIGITS = len(str(_NPY_MAX_DIM))  # 13: a longer dimension is past the limit, whatever its digits
 
 
-def _parse_npy(body: bytes) -> np.ndarray:
+# An .npy body: the request's bytes, or a large body's file mapped read-only (servestack/adapters/body.py).
+NpyBody = bytes | mmap.mmap
+
+
+def parse_npy(body: NpyBody) -> np.ndarray:
     """A view of the body as the array its header describes. np.save's usual header is matched directly (np.load
     parses it with Python's tokenizer, which costs more than inferring a small batch); other headers go through
     numpy's own header reader, which evaluates literals only, and never through np.load, which would allocate
@@ -157,7 +162,7 @@ NPY_HEADER_MEMO_LIMIT = 1024
 NPY_MEMO_HEADER_BYTES = 256
 
 
-def parse_npy_header(body: bytes, start: int, end: int) -> tuple[np.dtype[Any], bool, tuple[int, ...], int]:
+def parse_npy_header(body: NpyBody, start: int, end: int) -> tuple[np.dtype[Any], bool, tuple[int, ...], int]:
     header = _NPY_HEADER.match(body, start, end)
     if header is not None and header.group(1).decode() in NPY_DTYPES:
         descr, fortran_order = header.group(1).decode(), False
@@ -171,7 +176,7 @@ def parse_npy_header(body: bytes, start: int, end: int) -> tuple[np.dtype[Any], 
             )
         shape = tuple(int(dim) for dim in dims if dim)
     else:
-        descr, fortran_order, shape = _read_npy_header(body)
+        descr, fortran_order, shape = _read_npy_header(body[:end])
     if len(shape) > _NPY_MAX_DIMS or any(not 0 <= dim <= _NPY_MAX_DIM for dim in shape):
         raise InvalidInput(
             f"body: .npy shape {list(shape)[:8]} is not an array shape",
@@ -182,8 +187,8 @@ def parse_npy_header(body: bytes, start: int, end: int) -> tuple[np.dtype[Any], 
     return np.dtype(descr), fortran_order, shape, math.prod(shape)
 
 
-def _read_npy_header(body: bytes) -> tuple[str, bool, tuple[int, ...]]:
-    stream = io.BytesIO(body)
+def _read_npy_header(header: bytes) -> tuple[str, bool, tuple[int, ...]]:
+    stream = io.BytesIO(header)
     try:
         version = np.lib.format.read_magic(stream)
         read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0

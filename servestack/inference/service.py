@@ -7,6 +7,7 @@ This is the one inference pipeline every adapter calls: decode -> (preprocess) -
 from __future__ import annotations
 
 import logging
+import mmap
 import re
 import threading
 import time
@@ -144,6 +145,11 @@ class ServedModel:
         # and says "may hold" (the conservative answer: any later tensor path then checks every element).
         booleans = content_type == media_types.JSON and (_by_name(payload) or fast_paths.may_hold_booleans(body))
         return self.decode_payload(payload, content_type, may_hold_booleans=booleans, header=header)
+
+    def decode_mapped(self, body: mmap.mmap) -> Arrays:
+        """A large `.npy` body mapped from its file (servestack/adapters/body.py's `SpooledBody`) -> validated
+        input arrays; with the model's dtype and row shape the input is a view of the mapping, no copy."""
+        return self.decode_payload(codecs.parse_npy(body), media_types.NPY)
 
     def decode_payload(
         self, payload: Any, content_type: str, *, may_hold_booleans: bool = True, header: bool | None = None
