@@ -35,6 +35,13 @@ def receive_of(body: bytes) -> Any:
     return receive
 
 
+def read(body: bytes, limit: int, declared: int) -> bytes | SpooledBody:
+    async def reading() -> bytes | SpooledBody:
+        return await ASGIBody(receive_of(body)).read(limit, str(declared), ReadDeadlines(10.0))
+
+    return asyncio.run(reading())
+
+
 def npy_of(array: np.ndarray) -> bytes:
     stream = io.BytesIO()
     np.save(stream, array)
@@ -45,20 +52,19 @@ def test_a_body_declared_past_the_spool_size_is_written_to_a_file_not_held() -> 
     # GIVEN a body a little past the spool size, with its length declared
     body = np.random.default_rng(1).bytes(SPOOL_BYTES + 5)
     # WHEN it is read
-    read = asyncio.run(ASGIBody(receive_of(body)).read(2 * SPOOL_BYTES, str(len(body)), ReadDeadlines(10.0)))
+    spooled = read(body, 2 * SPOOL_BYTES, len(body))
     # THEN it is in a file, whose mapping holds the same bytes
-    assert isinstance(read, SpooledBody)
-    assert len(read) == len(body)
-    assert read.mapped()[:] == body
+    assert isinstance(spooled, SpooledBody)
+    assert len(spooled) == len(body)
+    assert spooled.mapped()[:] == body
 
 
 def test_a_small_body_is_bytes_as_before() -> None:
     # GIVEN a realtime-sized body
     body = b"x" * 1000
     # WHEN it is read
-    read = asyncio.run(ASGIBody(receive_of(body)).read(6 * CHUNK, str(len(body)), ReadDeadlines(10.0)))
     # THEN it is the bytes themselves
-    assert read == body
+    assert read(body, 6 * CHUNK, len(body)) == body
 
 
 def test_a_spooled_body_past_the_limit_is_a_413() -> None:
@@ -67,7 +73,7 @@ def test_a_spooled_body_past_the_limit_is_a_413() -> None:
     # WHEN it is read under a limit between the two
     # THEN the limit stops it while it is spooled
     with pytest.raises(PayloadTooLarge):
-        asyncio.run(ASGIBody(receive_of(body)).read(SPOOL_BYTES + CHUNK, str(SPOOL_BYTES + 1), ReadDeadlines(10.0)))
+        read(body, SPOOL_BYTES + CHUNK, SPOOL_BYTES + 1)
 
 
 @pytest.fixture(scope="module")

@@ -189,6 +189,8 @@ class SageMakerPlanner:
             "registry_uri": self.settings.registry_uri,
             "workers": self.settings.workers,
             "cache_dir": str(context.work / "packages"),
+            # What SageMaker lets through to the containers: the router refuses past it, as the engine does.
+            "max_body_bytes": endpoint_payload_limit(endpoint),
         }
         path = context.run_dir / f"endpoint-{endpoint.name}.json"
         path.touch(mode=0o600)
@@ -214,7 +216,7 @@ class SageMakerPlanner:
             return child, RealtimeTarget(url, names, components=states), control_url
         multi = [v for v in endpoint.variants if v.container is not None and v.container.mode == "MultiModel"]
         if not multi:
-            return child, RealtimeTarget(url, names), control_url
+            return child, RealtimeTarget(url, names, max_body_bytes=endpoint_payload_limit(endpoint)), control_url
         from servestack.local.emulator import client_as
         from servestack.local.sagemaker.multi_model import MultiModelFront
 
@@ -278,3 +280,15 @@ class SageMakerPlanner:
         """What other commands need of a component: its model and that model's sample request."""
         sample = self.settings.model_sample(model)
         return {"model": model, "sample": str(sample) if sample is not None and sample.is_file() else None}
+
+
+def endpoint_payload_limit(endpoint: EndpointDef) -> int:
+    """The largest body SageMaker hands this endpoint's containers (servestack/aws_rules.py's table): an async
+    endpoint's 1 GB payloads, Serverless Inference's 4 MB, an instance-backed endpoint's 6 MB."""
+    from servestack.aws_rules import SAGEMAKER_ASYNC, SAGEMAKER_REALTIME, SAGEMAKER_SERVERLESS
+
+    if endpoint.async_config is not None:
+        return SAGEMAKER_ASYNC.max_payload_bytes
+    if any(v.serverless is not None for v in endpoint.variants):
+        return SAGEMAKER_SERVERLESS.max_payload_bytes
+    return SAGEMAKER_REALTIME.max_payload_bytes

@@ -42,6 +42,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from servestack.aws_rules import SAGEMAKER_ASYNC, SAGEMAKER_REALTIME
 from servestack.local.cloudformation import ACCOUNT
 from servestack.local.cloudformation import DEFAULT_REGION as REGION
 from servestack.local.hosting import Reply, Request, request_id
@@ -69,11 +70,12 @@ NO_CAPACITY = (
     "Inference Component has no capacity to process this request. ApplicationAutoScaling may be in-progress (if "
     "configured) or try to increase the capacity by invoking UpdateInferenceComponentRuntimeConfig API."
 )
-REALTIME_TIMEOUT_SEC = 60.0  # SageMaker gives a container 60 s to answer /invocations
+REALTIME_TIMEOUT_SEC = float(SAGEMAKER_REALTIME.timeout_sec)  # a container's time to answer /invocations
 
 
-MAX_BODY_BYTES = 6 * 1024 * 1024  # InvokeEndpoint's Body: "Maximum length of 6291456" (API reference)
-MAX_ASYNC_INPUT_BYTES = 1024**3  # asynchronous inference payloads: up to 1 GB (developer guide)
+# InvokeEndpoint's Body: "Maximum length of 6291456"; asynchronous payloads: up to 1 GB (servestack/aws_rules.py).
+MAX_BODY_BYTES = SAGEMAKER_REALTIME.max_payload_bytes
+MAX_ASYNC_INPUT_BYTES = SAGEMAKER_ASYNC.max_payload_bytes
 
 
 class ComponentCapacity(Protocol):
@@ -94,6 +96,8 @@ class RealtimeTarget:
     multi_model_front: Any = None  # servestack.local.sagemaker.multi_model.MultiModelFront, for MultiModel endpoints
     # Inference components the endpoint hosts, by name (servestack.local.sagemaker.inference_components.ComponentState).
     components: Mapping[str, ComponentCapacity] = field(default_factory=dict)
+    # The body InvokeEndpoint takes: 6 MB, or Serverless Inference's 4 MB.
+    max_body_bytes: int = MAX_BODY_BYTES
 
 
 @dataclass(frozen=True)
@@ -199,9 +203,9 @@ class SageMakerRuntime:
         target = self.realtime.get(name)
         if target is None:
             return self._missing(name, "InvokeEndpoint")
-        if len(request.body) > MAX_BODY_BYTES:
+        if len(request.body) > target.max_body_bytes:
             # No error type: botocore reports the status code ("An error occurred (413)"), as public threads show.
-            body = json.dumps({"message": f"HTTP content length exceeded {MAX_BODY_BYTES} bytes."}).encode()
+            body = json.dumps({"message": f"HTTP content length exceeded {target.max_body_bytes} bytes."}).encode()
             return Reply(413, {"Content-Type": "application/json", "x-amzn-RequestId": request_id()}, body)
         target_model = request.header("x-amzn-sagemaker-target-model")
         if target.multi_model and target.multi_model_front is not None:
