@@ -3,6 +3,7 @@ refuses, each deployment defaults to its engine's limit."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -82,3 +83,14 @@ def test_a_payload_limit_past_the_engines_is_one_line_naming_field_value_and_ran
     (problem,) = refused.value.problems
     assert problem.startswith(f"deployments.d.max_payload_bytes: {value} is not {allowed}")
     assert "https://docs.aws.amazon.com/" in problem
+
+
+def test_docs_deploy_has_the_table_with_each_engines_aws_source() -> None:
+    # GIVEN the deploy guide
+    deploy = (Path(__file__).resolve().parents[2] / "docs" / "deploy.md").read_text(encoding="utf-8")
+    # WHEN its limits table is read
+    table = deploy.split("## Limits per engine", 1)[1].split("\n## ", 1)[0]
+    # THEN every engine of the code's table is there with the pages its numbers come from
+    for limit in ENGINE_LIMITS:
+        assert limit.payload_source in table, limit.engine
+        assert limit.timeout_source in table, limit.engine
