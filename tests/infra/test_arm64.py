@@ -10,6 +10,7 @@ aarch64 wheels, from its cache or the package index the first time).
 from __future__ import annotations
 
 import json
+import platform
 import shutil
 import subprocess
 import sys
@@ -194,3 +195,28 @@ def test_the_cpu_image_context_installs_aarch64_wheels_only_for_linux_arm64(tmp_
         assert any(p.startswith(package) for p in machines), (package, sorted(machines)[:20])
     assert {p: m for p, m in machines.items() if m != "aarch64"} == {}
     assert {d: p for d, p in wheel_platforms(site).items() if not p <= {"any"} and not _aarch64(p)} == {}
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="says how an x86_64 machine runs arm64")
+def test_local_up_explain_says_graviton_code_runs_as_its_x86_64_equivalent(assembly: Path) -> None:
+    from servestack.local.cloudformation.templates import LocalValues, Resolver, StackTemplate
+    from servestack.local.stack.topology import read_stack
+    from servestack.local.up.fidelity import APPROXIMATED, fidelity_rows
+
+    # GIVEN the Graviton endpoint, the arm64 Fargate task and the arm64 function, read as `local up` reads them
+    topologies = []
+    for deployment in ("graviton-api", "graviton-weekly", "graviton-fn"):
+        stack = f"servestack-{deployment}"
+        loaded = StackTemplate.load(assembly / f"{stack}.template.json", stack)
+        topologies.append(read_stack(loaded, Resolver(loaded, LocalValues(emulator_url="http://emu:5000"))))
+
+    # WHEN --explain describes how each run compares with the deploy on this x86_64 machine
+    rows = fidelity_rows(topologies, assembly)
+
+    # THEN the two linux/arm64 images and the arm64 function are each said to run as their x86_64 equivalent
+    equivalents = [(subject, how) for kind, subject, how in rows if kind == APPROXIMATED and "equivalent" in how]
+    assert len(equivalents) == 3, equivalents
+    assert all("built for arm64 (AWS Graviton), run here as its x86_64 equivalent" in how for _, how in equivalents)
+    assert any(subject == "servestack-graviton-fn code" for subject, _ in equivalents), equivalents
+    # AND the x86_64 image beside them is not
+    assert sum("image" in subject for subject, _ in equivalents) == 2
