@@ -110,12 +110,6 @@ FARGATE_SIZE_RULE = AwsRule(
     "in 8 GiB steps), or RegisterTaskDefinition fails with \"Invalid 'cpu' setting for task\"",
     "https://docs.aws.amazon.com/AmazonECS/latest/developerguide/task-cpu-memory-error.html",
 )
-FARGATE_ARM64_RULE = AwsRule(
-    "a task definition with cpuArchitecture ARM64 runs on ARM hosts, which need an image built for linux/arm64; "
-    "servestack builds the Fargate batch image (servestack/cdk/containers/cpu.Dockerfile) for linux/amd64 only, "
-    "so the task would stop at start with 'exec format error'",
-    "https://docs.aws.amazon.com/AmazonECS/latest/developerguide/ecs-arm-specifying.html",
-)
 SERVERLESS_EXCLUSIONS_RULE = AwsRule(
     "SageMaker Serverless Inference does not support GPUs, multi-model endpoints, VPC configuration, network "
     "isolation, data capture, multiple production variants, Model Monitor or inference pipelines",

@@ -10,8 +10,10 @@ linux/amd64. It runs where three things hold:
   driver cannot compile its kernels for a GPU it has no code for: there CUDA reports "no kernel image is
   available for execution on the device" at the first operator, after the endpoint passed its health check.
   `IMAGE_COMPUTE_CAPABILITIES` is what the wheel carries (below, how it was read);
-- the CPUs are x86_64: Grace (ml.p6e-gb200) is arm64, and the image is built for linux/amd64 only
-  (servestack/cdk/deployment.py builds its assets with `Platform.LINUX_AMD64`).
+- the CPUs are x86_64: Grace (ml.p6e-gb200) is arm64, and the GPU image is built for linux/amd64 only
+  (servestack/cdk/deployment.py: the CPU image follows its instance type's architecture, linux/arm64 on
+  Graviton, servestack/architectures.py; the GPU image has no arm64 build, its CUDA base and onnxruntime-gpu
+  wheel being x86_64 ones).
 
 The spec (servestack/spec/base.py) refuses an instance type that breaks one, for endpoints and Batch Transform
 alike, with `image_refusal`'s reason; the constructs take the host AMI from `inference_ami`.

@@ -18,6 +18,7 @@ from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
+from servestack.architectures import Architecture, instance_architecture
 from servestack.artifacts import sample_file
 from servestack.cdk.asynchronous import AsyncEndpoint
 from servestack.cdk.batch import BatchJob
@@ -40,6 +41,9 @@ from servestack.spec import (
     uses_gpu,
 )
 from servestack.template import default_entry_points
+
+# What each architecture's images are built as (servestack/architectures.py); the assets manifest records it.
+_PLATFORMS = {"x86_64": ecr_assets.Platform.LINUX_AMD64, "arm64": ecr_assets.Platform.LINUX_ARM64}
 
 
 @dataclass(frozen=True)
@@ -148,8 +152,10 @@ class DeploymentStack(Stack):
             )
         elif isinstance(d, RealtimeDeployment):
             variants = d.variants or [Variant(name="primary", model=primary.name, version=primary.version)]
-            families = {
-                d.serverless is None and uses_gpu(t)
+            # The images the variants run: (GPU?, CPU architecture) of each variant's instance type; SageMaker
+            # Serverless Inference runs the x86_64 CPU image.
+            images = {
+                (False, "x86_64") if d.serverless is not None else (uses_gpu(t), instance_architecture(t))
                 for t in [
                     *(v.instance_type or d.instance_type for v in variants),
                     *([d.shadow.instance_type or d.instance_type] if d.shadow else []),
@@ -168,8 +174,9 @@ class DeploymentStack(Stack):
                 self,
                 "Realtime",
                 endpoint_name=name,
-                gpu_image=self._image("GpuImage", "gpu") if True in families else None,
-                cpu_image=self._image("CpuImage", "cpu") if False in families else None,
+                gpu_image=self._image("gpu") if (True, "x86_64") in images else None,
+                cpu_image=self._image("cpu") if (False, "x86_64") in images else None,
+                cpu_arm64_image=self._image("cpu", "arm64") if (False, "arm64") in images else None,
                 model_data=data,
                 variants=resolved,
                 default_model=primary.name,
@@ -388,7 +395,11 @@ class DeploymentStack(Stack):
                 output_prefix=d.output_prefix or f"batch/{deployment}/output/",
                 runner=d.runner,
                 code=None if fargate else self._code(models, d.architecture, d.lambda_package),
-                image=self._batch_image(models) if fargate else self._image_for(d.instance_type) if transform else None,
+                image=self._batch_image(models, d.architecture)
+                if fargate
+                else self._image_for(d.instance_type)
+                if transform
+                else None,
                 # The Fargate image carries the model packages where its Dockerfile copies `models/`.
                 model_dir=f"{dockerfile_workdir('cpu').rstrip('/')}/{MODEL_PACKAGES}" if fargate else None,
                 model_data=s3_assets.Asset(self, "ModelData0", path=str(model_data_archive(self.root, [primary])))
@@ -462,9 +473,9 @@ class DeploymentStack(Stack):
         self.lambda_package = code.package_type
         return code
 
-    def _batch_image(self, models: list[ModelSpec]) -> ecr_assets.DockerImageAsset:
-        """The CPU image for a Fargate batch task, built from a context that carries the deployment's model
-        packages (servestack/cdk/images.py): a task has no SageMaker to fetch its model."""
+    def _batch_image(self, models: list[ModelSpec], architecture: Architecture) -> ecr_assets.DockerImageAsset:
+        """The CPU image for a Fargate batch task, built for the task's architecture from a context that carries
+        the deployment's model packages (servestack/cdk/images.py): a task has no SageMaker to fetch its model."""
         context = image_context(
             flavour="cpu",
             entry_points=self.entry_points,
@@ -476,16 +487,20 @@ class DeploymentStack(Stack):
             "BatchImage",
             directory=str(context),
             file=dockerfile_name("cpu"),
-            platform=ecr_assets.Platform.LINUX_AMD64,
+            platform=_PLATFORMS[architecture],
         )
 
     def _image_for(self, instance_type: str) -> ecr_assets.DockerImageAsset:
-        """The GPU image on a GPU instance type (ml.g*, ml.p*), else the CPU image."""
-        gpu = uses_gpu(instance_type)
-        return self._image("GpuImage" if gpu else "CpuImage", "gpu" if gpu else "cpu")
+        """The GPU image on a GPU instance type (ml.g*, ml.p*), else the CPU image, each built for the type's CPU
+        architecture (servestack/architectures.py: linux/arm64 on Graviton)."""
+        flavour = "gpu" if uses_gpu(instance_type) else "cpu"
+        return self._image(flavour, instance_architecture(instance_type))
 
-    def _image(self, id: str, flavour: str) -> ecr_assets.DockerImageAsset:
-        """The realtime container's image: its model comes from SageMaker (ModelDataUrl), so it carries none."""
+    def _image(self, flavour: str, architecture: Architecture = "x86_64") -> ecr_assets.DockerImageAsset:
+        """The realtime container's image of `flavour` for `architecture`, one per stack: its model comes from
+        SageMaker (ModelDataUrl), so it carries none."""
+        # The x86_64 ids are the ones every stack had before arm64 images: their logical ids stay the same.
+        id = f"{flavour.title()}Image" if architecture == "x86_64" else f"{flavour.title()}Arm64Image"
         existing = self.node.try_find_child(id)
         if isinstance(existing, ecr_assets.DockerImageAsset):
             return existing
@@ -497,7 +512,7 @@ class DeploymentStack(Stack):
             id,
             directory=str(context),
             file=dockerfile_name(flavour),
-            platform=ecr_assets.Platform.LINUX_AMD64,
+            platform=_PLATFORMS[architecture],
         )
 
 

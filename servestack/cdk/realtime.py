@@ -42,6 +42,7 @@ from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 import servestack.cdk.guardrails as guardrails
+from servestack.architectures import instance_architecture
 from servestack.aws_rules import SAGEMAKER_REALTIME, SAGEMAKER_SERVERLESS, EngineLimit
 from servestack.cdk.scaling_guard import check_instance_types
 from servestack.cdk.shared import acknowledge, check_range, endpoint_log_group, grant_sagemaker_logging, logical_id
@@ -200,7 +201,8 @@ class RealtimeEndpoint(Construct):
     """A SageMaker realtime endpoint with blue/green releases, auto-rollback alarms and autoscaling.
 
     `model_data` maps each served model key (`name@version`) to its uploaded `model.tar.gz` asset. Each variant
-    runs `gpu_image` on a GPU instance type (ml.g*, ml.p*) and `cpu_image` otherwise (and on serverless).
+    runs `gpu_image` on a GPU instance type (ml.g*, ml.p*), `cpu_arm64_image` (built for linux/arm64) on an AWS
+    Graviton type (ml.c7g, ml.m6g...: servestack/architectures.py) and `cpu_image` otherwise (and on serverless).
     """
 
     def __init__(
@@ -226,6 +228,7 @@ class RealtimeEndpoint(Construct):
         batching: Batching | None = None,
         gpu_image: ecr_assets.DockerImageAsset | None = None,
         cpu_image: ecr_assets.DockerImageAsset | None = None,
+        cpu_arm64_image: ecr_assets.DockerImageAsset | None = None,
         deployment: str | None = None,
         autoscaling: bool = True,
     ) -> None:
@@ -258,13 +261,23 @@ class RealtimeEndpoint(Construct):
         )
 
         def image_for(variant_name: str, itype: str) -> ecr_assets.DockerImageAsset:
+            # Serverless Inference runs the x86_64 CPU image; an instance runs the image of its GPU and CPU
+            # architecture (servestack/architectures.py: a Graviton type needs the linux/arm64 CPU image).
             gpu = serverless is None and uses_gpu(itype)
-            chosen = gpu_image if gpu else cpu_image
+            arm64 = serverless is None and not gpu and instance_architecture(itype) == "arm64"
+            chosen, argument = (
+                (gpu_image, "gpu_image")
+                if gpu
+                else (cpu_arm64_image, "cpu_arm64_image")
+                if arm64
+                else (cpu_image, "cpu_image")
+            )
             if chosen is None:
                 where = "serverless" if serverless is not None else itype
+                kind = "GPU" if gpu else "arm64 CPU" if arm64 else "CPU"
                 raise ValueError(
-                    f"RealtimeEndpoint {endpoint_name}: variant {variant_name} on {where} runs the "
-                    f"{'GPU' if gpu else 'CPU'} image, but {'gpu_image' if gpu else 'cpu_image'}=None"
+                    f"RealtimeEndpoint {endpoint_name}: variant {variant_name} on {where} runs the {kind} image, "
+                    f"but {argument}=None"
                 )
             return chosen
 

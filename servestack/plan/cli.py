@@ -37,6 +37,7 @@ def render(result: Plan) -> str:
                 f"{option.mode:<10} ${decimal_text(option.monthly_usd, 2)}/month{marker}: {option.configuration}"
             )
             lines.extend(f"{'':<12}{line.what}: ${decimal_text(line.usd, 2)}" for line in option.lines)
+            lines.extend(f"{'':<12}beside: {line}" for line in option.beside)
             lines.extend(f"{'':<12}note: {note}" for note in option.notes)
         else:
             lines.append(f"{option.mode:<10} ruled out: {option.reason}")

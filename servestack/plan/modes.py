@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from fractions import Fraction
 from typing import Any
 
+from servestack.architectures import Architecture, describe, instance_architecture
 from servestack.plan.profile import (
     ASYNC_BATCH_WINDOW_SEC,
     ASYNC_MAX_PAYLOAD,
@@ -78,7 +79,9 @@ def plan_realtime(traffic: Traffic, runs: list[Measurement], prices: Prices) -> 
         if measured:
             source = max(measured, key=lambda m: m.ok_qps)
             capacity, estimate = source.ok_qps, False
-        elif best_local is not None and instance.gpus == 0:
+        elif best_local is not None and instance.gpus == 0 and _architecture(instance) == LOCAL_ARCHITECTURE:
+            # A local core's rate stands for a vCPU of the same architecture only: onnxruntime's kernels, and
+            # what a vCPU is (a Graviton vCPU is a core, an x86 one a hyperthread), differ across them.
             source = best_local
             capacity, estimate = best_local.per_vcpu_qps * instance.vcpus, True
         else:
@@ -90,9 +93,50 @@ def plan_realtime(traffic: Traffic, runs: list[Measurement], prices: Prices) -> 
             skipped.append(option.reason)
     if not candidates:
         return Option.ruled_out("realtime", "; ".join(skipped) or "no instance type has a measurement or an estimate")
-    return min(
+    by_cost = sorted(
         candidates, key=lambda o: (o.monthly_usd, order.index(o.deployment["instance_type"] if o.deployment else ""))
     )
+    chosen = by_cost[0]
+    if chosen.details["gpus"] == 0:
+        chosen.beside = _other_architecture(chosen, by_cost, prices)
+    return chosen
+
+
+# What `servestack loadtest` reports measured on "local" cores are taken to be (servestack/architectures.py).
+LOCAL_ARCHITECTURE: Architecture = "x86_64"
+
+
+def _architecture(instance: InstancePrice) -> Architecture:
+    return instance_architecture(instance.instance_type)
+
+
+def _other_architecture(chosen: Option, by_cost: list[Option], prices: Prices) -> list[str]:
+    """The cheapest CPU option of the other architecture, priced beside the chosen one (Graviton beside x86 and
+    the reverse), or what to measure to price it."""
+    assert chosen.deployment is not None
+    mine = instance_architecture(chosen.deployment["instance_type"])
+    other: Architecture = "arm64" if mine == "x86_64" else "x86_64"
+    for option in by_cost:
+        assert option.deployment is not None
+        itype = option.deployment["instance_type"]
+        if option.details["gpus"] == 0 and instance_architecture(itype) == other:
+            assert option.monthly_usd is not None
+            how = "estimated from local cores" if option.estimate else "measured"
+            lo, hi = option.deployment["min_instances"], option.deployment["max_instances"]
+            return [
+                f"{describe(other)}: {itype} x {lo}..{hi} ${decimal_text(option.monthly_usd, 2)}/month "
+                f"({decimal_text(Fraction(option.details['capacity_qps']), 0)} req/s per instance, {how})"
+            ]
+    vcpus = prices.instances[chosen.deployment["instance_type"]].vcpus
+    same_size = [i for i in prices.instances.values() if i.gpus == 0 and _architecture(i) == other and i.vcpus == vcpus]
+    if not same_size:
+        return []
+    cheapest = min(same_size, key=lambda i: i.usd_per_hour)
+    return [
+        f"{describe(other)}: not priced for this traffic: no load test on an {other} instance type (a local core's "
+        f"rate stands for {LOCAL_ARCHITECTURE} vCPUs only); {cheapest.instance_type} costs "
+        f"${decimal_text(cheapest.usd_per_hour, 4)}/h: load-test one and pass --measured {cheapest.instance_type}=FILE"
+    ]
 
 
 def _realtime_on(
@@ -144,6 +188,7 @@ def _realtime_on(
         estimate=estimate,
         details={
             "capacity_qps": capacity,
+            "gpus": instance.gpus,
             "instances_for_peak": for_peak,
             "instances_for_average": for_average,
             "instance_hours": instance_hours,

@@ -39,6 +39,8 @@ class Option:
     estimate: bool = False
     # Figures behind the configuration (instances, concurrency, seconds per job...), exact.
     details: dict[str, Fraction | int] = field(default_factory=dict)
+    # The same mode on the other CPU architecture (AWS Graviton beside x86_64), priced or what would price it.
+    beside: list[str] = field(default_factory=list)
 
     @property
     def monthly_usd(self) -> Fraction | None:
@@ -104,6 +106,7 @@ class Plan:
                         for line in o.lines
                     ],
                     "notes": o.notes,
+                    "beside": o.beside,
                 }
                 for o in self.options
             ],

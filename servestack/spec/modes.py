@@ -10,7 +10,6 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import Field, model_validator
 
 from servestack.aws_rules import (
-    FARGATE_ARM64_RULE,
     FARGATE_MEMORY_MIB,
     FARGATE_SIZE_RULE,
     HTTP_API_TIMEOUT_SEC,
@@ -205,5 +204,3 @@ class BatchDeployment(_DeploymentBase):
                 f"a memory size Fargate allows with fargate_cpu: {self.fargate_cpu} ({allowed} MiB); "
                 f"{FARGATE_SIZE_RULE}",
             )
-        if self.architecture == "arm64":
-            _fail("architecture", "'arm64'", f"available with runner: fargate (use x86_64); {FARGATE_ARM64_RULE}")

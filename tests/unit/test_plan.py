@@ -15,7 +15,7 @@ import yaml
 
 from servestack.cli.main import main
 from servestack.loadtest.driver import Report, Sample, rows_in, summarize
-from servestack.plan import PRICES_FILE, Measurement, Plan, Prices, load_measurement, plan, traffic_from
+from servestack.plan import PRICES_FILE, Measurement, Plan, Prices, load_measurement, plan, render, traffic_from
 from servestack.sizing import concurrency
 from servestack.spec import parse_spec
 
@@ -332,3 +332,62 @@ def test_plan_says_how_a_lambda_deployment_of_the_model_ships(prices: Prices, lo
     # AND without a package to measure (no project), it says nothing of it
     none = plan(traffic, [local_run], prices, model="digits")
     assert not [n for n in option(none, "serverless").notes if n.startswith("ships as")]
+
+
+def test_graviton_is_priced_beside_x86_and_recommended_where_its_measured_capacity_is_cheaper(
+    prices: Prices, tmp_path: Path
+) -> None:
+    # GIVEN a steady 10,000 req/s (peak 12,000), a load test on a real ml.c6i.xlarge (Intel, 8,000 req/s) and
+    # one on a real ml.c7g.xlarge (Graviton3, 12,000 req/s), both at p99 4 ms
+    def measured(instance_type: str, ok_qps: float) -> Measurement:
+        path = loadtest_report(
+            tmp_path / f"{instance_type}.json", ok_qps=ok_qps, p99_ms=4.0, mean_ms=2.0, body=1370, rows=4
+        )
+        return load_measurement(path, instance_type, prices.instances[instance_type].vcpus)
+
+    intel = measured("ml.c6i.xlarge", 8000.0)
+    traffic = traffic_from({"peak_qps": 12000, "average_qps": 10000, "payload": "1.4 KB", "p99_ms": 50})
+
+    # WHEN planned
+    result = plan(traffic, [intel, measured("ml.c7g.xlarge", 12000.0)], prices)
+    realtime = option(result, "realtime")
+
+    # THEN realtime runs on the Graviton type: 10,000 x 1.5 / 12,000 -> 2 instances all day, 2 x 730 h x $0.174
+    # = $254.04 a month, where the Intel type needs 15,000 / 8,000 -> 2 (3 at peak) x 730 h x $0.204 = $297.84
+    assert realtime.deployment["instance_type"] == "ml.c7g.xlarge"
+    assert (realtime.deployment["min_instances"], realtime.deployment["max_instances"]) == (2, 2)
+    assert realtime.monthly_usd == 730 * 2 * price_of("sagemaker:ml.c7g.xlarge")
+    # AND the x86_64 option is priced beside it, in the output too
+    assert realtime.beside == ["x86_64: ml.c6i.xlarge x 2..3 $297.84/month (8,000 req/s per instance, measured)"]
+    text = render(result)
+    assert "ml.c7g.xlarge x 2..2" in text
+    assert "beside: x86_64: ml.c6i.xlarge x 2..3 $297.84/month" in text
+    assert "instance_type: ml.c7g.xlarge" in text  # the fragment
+
+    # WHEN the Graviton type measured only 6,000 req/s: 15,000 / 6,000 -> 3 x 730 h x $0.174 = $381.06
+    slower = option(plan(traffic, [intel, measured("ml.c7g.xlarge", 6000.0)], prices), "realtime")
+    # THEN the Intel type is recommended, and the Graviton row beside it says what it would cost
+    assert slower.deployment["instance_type"] == "ml.c6i.xlarge"
+    assert slower.beside == [
+        "arm64 (AWS Graviton): ml.c7g.xlarge x 3..3 $381.06/month (6,000 req/s per instance, measured)"
+    ]
+
+
+def test_without_a_graviton_load_test_the_plan_says_what_would_price_one(
+    prices: Prices, local_run: Measurement
+) -> None:
+    # GIVEN only one local x86 core at 8,000 req/s, and 600 req/s of traffic
+    traffic = traffic_from({"peak_qps": 600, "average_qps": 500, "payload": "1.4 KB", "p99_ms": 50})
+
+    # WHEN planned
+    result = plan(traffic, [local_run], prices)
+    realtime = option(result, "realtime")
+
+    # THEN realtime stays on an x86_64 type, estimated from the local core (a local core's rate is not a
+    # Graviton vCPU's) ...
+    assert realtime.deployment["instance_type"] == "ml.c6i.large"
+    # ... and the output has a Graviton row saying which type to load-test, at its price
+    (row,) = realtime.beside
+    assert row.startswith("arm64 (AWS Graviton): not priced for this traffic")
+    assert "--measured ml.c6g.large=FILE" in row
+    assert "beside: arm64 (AWS Graviton): not priced" in render(result)

@@ -14,6 +14,7 @@ class ImageAsset:
     tag: str  # the asset hash
     context: Path  # the staged build context in cdk.out
     dockerfile: str  # relative to the context
+    platform: str = ""  # what `cdk deploy` builds it for (`linux/amd64`, `linux/arm64`); "" when undeclared
 
 
 def image_assets(out_dir: Path) -> dict[str, ImageAsset]:
@@ -28,7 +29,10 @@ def image_assets(out_dir: Path) -> dict[str, ImageAsset]:
             for destination in entry.get("destinations", {}).values():
                 tag = str(destination.get("imageTag", asset_hash))
                 found[tag] = ImageAsset(
-                    tag, out_dir / str(source["directory"]), str(source.get("dockerFile", "Dockerfile"))
+                    tag,
+                    out_dir / str(source["directory"]),
+                    str(source.get("dockerFile", "Dockerfile")),
+                    str(source.get("platform", "")),
                 )
     return found
 

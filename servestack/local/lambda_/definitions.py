@@ -22,6 +22,7 @@ class FunctionDef:
     log_group: str = ""  # LoggingConfig.LogGroup, else Lambda's default /aws/lambda/<name>
     code_dir: Path | None = None  # what its Code asset is made from (the function's /var/task); None: inline code
     image_uri: str | None = None  # a container-image function's image (PackageType: Image)
+    architecture: str = "x86_64"  # Architectures: x86_64 or arm64 (AWS Graviton)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ become their resource policies, and the SQS event source mappings."""
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,7 @@ def read_functions(
                 ),
                 code_dir=None if image else _code_dir(p.get("Code") or {}, sources),
                 image_uri=str(r((p.get("Code") or {}).get("ImageUri"))) if image else None,
+                architecture=str((r(p.get("Architectures")) or ["x86_64"])[0]),
             )
     return functions
 
@@ -96,11 +97,7 @@ def read_lambda(
             function_id = logical_id_of(p["FunctionName"])
             if function_id in found.functions:
                 f = found.functions[function_id]
-                found.functions[function_id] = FunctionDef(
-                    f.logical_id, f.name, f.arn, f.handler, f.environment, f.timeout_sec, f.memory_mib,
-                    f.reserved_concurrency, f.role, (*f.aliases, str(r(p["Name"]))), f.runtime, f.log_group,
-                    f.code_dir, f.image_uri,
-                )  # fmt: skip
+                found.functions[function_id] = replace(f, aliases=(*f.aliases, str(r(p["Name"]))))
         elif res.type == "AWS::Lambda::Permission":
             target = str(r(p["FunctionName"]))
             function = next(

@@ -4,6 +4,7 @@ it, under the same role), what is approximated (done differently, and how), and 
 
 from __future__ import annotations
 
+import platform
 import sys
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,7 @@ def fidelity_rows(topologies: list[StackTopology], out_dir: Path) -> list[tuple[
                 )
             )
             rows += _image_approximations(image, where)
+            rows += _architecture_rows(asset.platform.rpartition("/")[2], where)
             rows.append((APPROXIMATED, where, "the instance type, its accelerators and its AMI are this machine's"))
         for endpoint in topology.endpoints.values():
             group = f"/aws/sagemaker/Endpoints/{endpoint.name}"
@@ -153,6 +155,7 @@ def fidelity_rows(topologies: list[StackTopology], out_dir: Path) -> list[tuple[
         for function in topology.functions.values():
             if function.handler == "index.handler":
                 continue  # inline code: run by CodeDeploy only
+            rows += _architecture_rows(function.architecture, f"{function.name} code")
             rows.append(
                 (
                     EMULATED,
@@ -252,7 +255,30 @@ def _task_rows(
     if asset.tag not in images_seen:
         images_seen.add(asset.tag)
         rows += _image_approximations(image, where)
+        rows += _architecture_rows(asset.platform.rpartition("/")[2], where)
     return rows
+
+
+# What a Docker platform, a Lambda architecture and `uname -m` call each CPU architecture.
+_ARCHITECTURE_OF = {"amd64": "x86_64", "x86_64": "x86_64", "arm64": "arm64", "aarch64": "arm64"}
+
+
+def _architecture_rows(declared: str, subject: str) -> list[tuple[str, str, str]]:
+    """The approximation of running code built for another CPU architecture (an image for linux/arm64, an arm64
+    function: AWS Graviton) on this machine: local mode runs its equivalent for this machine's architecture."""
+    wanted = _ARCHITECTURE_OF.get(declared)
+    here = _ARCHITECTURE_OF.get(platform.machine().lower(), platform.machine())
+    if wanted is None or wanted == here:
+        return []
+    graviton = " (AWS Graviton)" if wanted == "arm64" else ""
+    return [
+        (
+            APPROXIMATED,
+            subject,
+            f"built for {wanted}{graviton}, run here as its {here} equivalent: the same sources and locked "
+            f"versions, with this machine's {here} wheels and interpreter (speed and numerics are {here}'s)",
+        )
+    ]
 
 
 def fidelity(topologies: list[StackTopology], out_dir: Path) -> str:
