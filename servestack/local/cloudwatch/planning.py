@@ -4,6 +4,7 @@ emulator, and named in the deployment's entry of the state file (what `local run
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from servestack.local.cloudwatch.alarms import AlarmDef, ensure_alarm
@@ -11,6 +12,9 @@ from servestack.local.planning import PlanContext, ServicePlan
 
 
 class PlayedRule(Protocol):
+    """What CloudWatch reads of an EventBridge rule that local mode plays: its name, which an alarm's
+    `TriggeredRules` metric names."""
+
     @property
     def name(self) -> str: ...
 
@@ -21,7 +25,7 @@ class AlarmStack(Protocol):
     @property
     def alarms(self) -> list[AlarmDef]: ...
     @property
-    def rules(self) -> list[Any]: ...
+    def rules(self) -> Sequence[PlayedRule]: ...
 
 
 class AlarmsPlanner:
