@@ -127,9 +127,9 @@ def deployed_template(stack: Stack) -> dict[str, Any] | None:
         raise _Unreadable("boto3 is not installed (pip install 'servestack[aws]')") from None
     region = None if Token.is_unresolved(stack.region) else stack.region  # else the environment's
     try:
-        client = boto3.client(
+        # A session of its own: boto3's default one keeps the credentials it found first in this process.
+        client = boto3.session.Session(region_name=region).client(
             "cloudformation",
-            region_name=region,
             config=Config(connect_timeout=5, read_timeout=20, retries={"mode": "standard", "max_attempts": 3}),
         )
         # The template as submitted (`Original`): what `cdk deploy` sent, as this synth writes it.
