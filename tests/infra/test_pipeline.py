@@ -311,12 +311,13 @@ def test_pipeline_commands_that_are_not_a_list_of_commands_are_refused_by_prop()
 
 def synth_step(pipeline: dict[str, Any]) -> dict[str, Any]:
     """The CodeBuild project of the pipeline's synth step: the one whose build spec runs `make synth`."""
-    (project,) = [
+    projects: list[dict[str, Any]] = [
         r
         for r in pipeline["Resources"].values()
         if r["Type"] == "AWS::CodeBuild::Project"
         and "make synth" in json.dumps(json.loads(r["Properties"]["Source"]["BuildSpec"])["phases"])
     ]
+    (project,) = projects
     return project
 
 
