@@ -145,3 +145,8 @@ AUTOSCALED_INSTANCE_TYPE_RULE = AwsRule(
     "auto scaling, the update fails",
     "https://docs.aws.amazon.com/sagemaker/latest/dg/endpoint-scaling-update.html",
 )
+BLUE_GREEN_VARIANT_NAME_RULE = AwsRule(
+    "when doing a blue/green or rolling deployment, your new endpoint configuration must have the same variant name "
+    "as the old endpoint configuration",
+    "https://docs.aws.amazon.com/sagemaker/latest/dg/deployment-guardrails-exclusions.html",
+)

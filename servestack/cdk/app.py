@@ -118,12 +118,12 @@ def build_app(
 def main(root: Path, *, extend: Extend | None = None) -> None:
     """Synthesize the app of the project in `root`; a serving.yaml or context problem is one line, exit 2."""
     from servestack.cdk.pipeline import MissingContext
-    from servestack.cdk.scaling_guard import InstanceTypeChangeRefused
+    from servestack.cdk.scaling_guard import DeployedChangeRefused
     from servestack.cdk.sources import RequirementsError
 
     try:
         app = build_app(root=root, extend=extend)
-    except (SpecError, MissingContext, InstanceTypeChangeRefused, RequirementsError) as exc:
+    except (SpecError, MissingContext, DeployedChangeRefused, RequirementsError) as exc:
         print(f"servestack: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     except FileNotFoundError as exc:  # a package without its sample request/response: the message says how

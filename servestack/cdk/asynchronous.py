@@ -51,7 +51,7 @@ from servestack.cdk.realtime import (
     servestack_model,
     single_model_environment,
 )
-from servestack.cdk.scaling_guard import check_instance_types
+from servestack.cdk.scaling_guard import check_variants
 from servestack.cdk.serverless import runtime_environment, servestack_function
 from servestack.cdk.shared import (
     IamHttpApi,
@@ -478,8 +478,12 @@ class AsyncEndpoint(Construct):
             endpoint_config_name=config.attr_endpoint_config_name,
         )
         # SageMaker refuses an instance type change of an autoscaled variant (servestack/cdk/scaling_guard.py).
-        check_instance_types(
-            self, deployment=self.deployment, endpoint_name=endpoint_name, instance_types={"AllTraffic": instance_type}
+        check_variants(
+            self,
+            deployment=self.deployment,
+            endpoint_name=endpoint_name,
+            instance_types={"AllTraffic": instance_type},
+            blue_green=False,  # no DeploymentConfig, and its one variant keeps its name
         )
         if not self.autoscaling:
             return endpoint_name

@@ -9,6 +9,11 @@ servestack:pipeline=true -c servestack:repo=owner/name -c servestack:connection-
 lists in cdk.json's context: `servestack:pipeline-install-commands`, `servestack:pipeline-build-commands`,
 `servestack:pipeline-smoke-commands`.
 
+The synth step compares each deployment's SageMaker variants with its deployed stack's template
+(servestack/cdk/scaling_guard.py: its checkout is fresh, so there is no earlier synth to compare with): it sets
+SERVESTACK_COMPARE_WITH=deployed, and its role may call cloudformation:GetTemplate, and no other CloudFormation
+action, on the app's deployment stacks (those of both stages, and the app's own).
+
 The container images are built by CDK Pipelines' asset stage, in CodeBuild, whose outbound IPs are shared: their
 base images come from ECR Public, pulled without credentials (servestack/cdk/images.py says why), so the
 pipeline passes no `docker_credentials` and logs in to no registry to build them.
@@ -25,6 +30,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from servestack.cdk.deployment import DeploymentStack, add_deployments
+from servestack.cdk.scaling_guard import COMPARE_ENVIRONMENT, DEPLOYED
 from servestack.cdk.shared import acknowledge, logical_id
 from servestack.spec import ServingSpec
 
@@ -100,7 +106,9 @@ class PipelineStack(Stack):
         projects = [
             logical_id(c) for c in self.node.find_all() if isinstance(c, codebuild.CfnProject) and Stack.of(c) is self
         ]
-        return _generated_findings_for(self, projects, logical_id(self.pipeline.pipeline.artifact_bucket))
+        return _generated_findings_for(
+            self, projects, logical_id(self.pipeline.pipeline.artifact_bucket), read_stacks=self.compared_stacks
+        )
 
     def __init__(
         self,
@@ -127,16 +135,27 @@ class PipelineStack(Stack):
         if repo.count("/") != 1 or repo.startswith("/") or repo.endswith("/"):
             raise MissingContext(f"PipelineStack: repo={repo!r} is not 'owner/name' (-c servestack:repo=owner/name)")
         source = pipelines.CodePipelineSource.connection(repo, branch, connection_arn=connection_arn)
+        stages = [
+            ServingStage(self, name, spec=spec, root=root, deployments=deployments, entry_points=entry_points, env=env)
+            for name in ("Staging", "Production")
+        ]
+        # Every deployment stack the synth builds compares with its deployed template (the stages' and, when the
+        # app added them before this stack, the app's own), so the synth's role may read exactly those.
+        self.compared_stacks = sorted(
+            {c.stack_name for c in self.node.root.node.find_all() if isinstance(c, DeploymentStack)}
+        )
         self.pipeline = pipelines.CodePipeline(
             self,
             "Pipeline",
             pipeline_name="servestack",
-            synth=pipelines.ShellStep(
+            synth=pipelines.CodeBuildStep(
                 "Synth",
                 input=source,
                 install_commands=list(install_commands),
                 commands=list(build_commands),
                 primary_output_directory="cdk.out",
+                env={COMPARE_ENVIRONMENT: DEPLOYED},
+                role_policy_statements=[template_read_statement(self, self.compared_stacks)],
             ),
             code_build_defaults=pipelines.CodeBuildOptions(
                 build_environment=codebuild.BuildEnvironment(
@@ -147,15 +166,10 @@ class PipelineStack(Stack):
             enable_key_rotation=True,
             cross_account_keys=True,
         )
-        stages: list[ServingStage] = []
-        for name in ("Staging", "Production"):
-            stage = ServingStage(
-                self, name, spec=spec, root=root, deployments=deployments, entry_points=entry_points, env=env
-            )
+        for stage in stages:
             smoke = smoke_step(stage, install_commands=install_commands, commands=smoke_commands)
             pre = [pipelines.ManualApprovalStep("PromoteToProduction", comment="Staging smoke test passed?")]
-            self.pipeline.add_stage(stage, pre=pre if stages else None, post=[smoke])
-            stages.append(stage)
+            self.pipeline.add_stage(stage, pre=pre if stage is not stages[0] else None, post=[smoke])
         self.staging, self.production = stages
         self.pipeline.build_pipeline()
         acknowledge(self, self._generated_role_findings())
@@ -170,13 +184,28 @@ class PipelineStack(Stack):
         )
 
 
+def template_read_statement(stack: Stack, stack_names: Sequence[str]) -> iam.PolicyStatement:
+    """cloudformation:GetTemplate on the named stacks of `stack`'s account and region: GetTemplate takes a stack
+    ARN, whose last part is the stack's id, unknown before it is created
+    (https://docs.aws.amazon.com/service-authorization/latest/reference/list_awscloudformation.html)."""
+    return iam.PolicyStatement(
+        actions=["cloudformation:GetTemplate"],
+        resources=[
+            stack.format_arn(service="cloudformation", resource="stack", resource_name=f"{name}/*")
+            for name in stack_names
+        ],
+    )
+
+
 _ARTIFACT_ACCESS = (
     "CDK Pipelines' generated role: read/write of the pipeline's own artifact bucket and its KMS key, with the "
     "wildcard actions CDK's grants use (s3:GetObject*, kms:GenerateDataKey*, ...); scoped to those resources."
 )
 
 
-def _generated_findings_for(stack: Stack, projects: list[str], artifact_bucket: str) -> dict[str, str]:
+def _generated_findings_for(
+    stack: Stack, projects: list[str], artifact_bucket: str, *, read_stacks: Sequence[str] = ()
+) -> dict[str, str]:
     # cdk-nag names an unresolved pseudo parameter `<AWS::...>`: the partition always is one (CDK writes
     # `arn:${AWS::Partition}:` so the same template deploys to aws, aws-cn and aws-us-gov); the region and the
     # account are too unless the stack has a concrete environment.
@@ -212,6 +241,11 @@ def _generated_findings_for(stack: Stack, projects: list[str], artifact_bucket: 
     for project in projects:
         findings[f"AwsSolutions-IAM5[Resource::{codebuild}<{project}>-*]"] = reason
         findings[f"AwsSolutions-IAM5[Resource::{logs}<{project}>:*]"] = reason
+    for name in read_stacks:
+        findings[f"AwsSolutions-IAM5[Resource::arn:{partition}:cloudformation:{region}:{account}:stack/{name}/*]"] = (
+            "The synth step reads the deployed template of this one stack (cloudformation:GetTemplate); a stack "
+            "ARN ends in the stack's id, which CloudFormation assigns at creation."
+        )
     return findings
 
 

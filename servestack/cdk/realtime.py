@@ -44,7 +44,7 @@ from constructs import Construct
 import servestack.cdk.guardrails as guardrails
 from servestack.architectures import instance_architecture
 from servestack.aws_rules import SAGEMAKER_REALTIME, SAGEMAKER_SERVERLESS, EngineLimit
-from servestack.cdk.scaling_guard import check_instance_types
+from servestack.cdk.scaling_guard import check_variants
 from servestack.cdk.shared import acknowledge, check_range, endpoint_log_group, grant_sagemaker_logging, logical_id
 from servestack.cdk.sources import package_members
 from servestack.gpu_families import AL2023_GPU_4_1, inference_ami
@@ -435,12 +435,14 @@ class RealtimeEndpoint(Construct):
 
         self.scaling: list[appscaling.ScalableTarget] = []
         if serverless is None:
-            # SageMaker refuses an instance type change of an autoscaled variant (servestack/cdk/scaling_guard.py).
-            check_instance_types(
+            # SageMaker refuses an instance type change of an autoscaled variant, and a variant renamed or removed
+            # under the blue/green policy above (servestack/cdk/scaling_guard.py).
+            check_variants(
                 self,
                 deployment=deployment or endpoint_name,
                 endpoint_name=endpoint_name,
                 instance_types={v.name: v.instance_type or instance_type for v in variants},
+                blue_green=True,
             )
         if serverless is None and autoscaling:
             for v in variants:

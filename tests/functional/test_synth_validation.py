@@ -105,3 +105,26 @@ def test_a_context_file_that_is_not_json_is_a_synth_error_naming_it(tmp_path: Pa
     (tmp_path / "cdk.json").write_text("{not json")
     with pytest.raises(SynthError, match=r"cdk\.json: not readable JSON"):
         project_context(tmp_path)
+
+
+def test_local_mode_compares_with_its_previous_synth_whatever_the_environment_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aws_cdk import App
+
+    from servestack.cdk.scaling_guard import compare_with
+
+    # GIVEN a shell that tells servestack's guards to read the deployed stacks from AWS
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("SERVESTACK_COMPARE_WITH", "deployed")
+    (tmp_path / "cdk.json").write_text(json.dumps({"app": "python app.py"}))
+    spec = tmp_path / "serving.yaml"
+    spec.write_text("models: {}\n")
+
+    # WHEN local mode gives its app the context
+    given = context(tmp_path, spec)
+
+    # THEN the guards compare with local mode's previous synth (what it deployed), never with an AWS account
+    assert compare_with(App(context=given)) == "last-synth"
+    # AND outside local mode the environment decides, as in the pipeline's synth step
+    assert compare_with(App()) == "deployed"

@@ -307,3 +307,47 @@ def test_pipeline_commands_that_are_not_a_list_of_commands_are_refused_by_prop()
             App(), "p", spec=None, root=Path(), repo="a/b", connection_arn=CONNECTION_ARN,  # type: ignore[arg-type]
             install_commands="make setup",
         )  # fmt: skip
+
+
+def synth_step(pipeline: dict[str, Any]) -> dict[str, Any]:
+    """The CodeBuild project of the pipeline's synth step: the one whose build spec runs `make synth`."""
+    projects: list[dict[str, Any]] = [
+        r
+        for r in pipeline["Resources"].values()
+        if r["Type"] == "AWS::CodeBuild::Project"
+        and "make synth" in json.dumps(json.loads(r["Properties"]["Source"]["BuildSpec"])["phases"])
+    ]
+    (project,) = projects
+    return project
+
+
+def test_the_synth_step_may_read_exactly_the_deployed_templates_of_the_apps_stacks(synth: Synth) -> None:
+    from servestack.cdk.deployment import DeploymentStack
+
+    # GIVEN the session's app: every deployment as its own stack, and the pipeline's two stages of two of them
+    stacks = sorted({s.stack_name for s in synth.app.node.find_all() if isinstance(s, DeploymentStack)})
+    assert "Staging-servestack-staging-digits-api" in stacks  # a staged stack's name starts with its stage's
+    assert "Production-servestack-production-cancer-nightly" in stacks
+    assert f"servestack-{next(iter(synth.deployments))}" in stacks
+    project = synth_step(synth.pipeline)
+
+    # THEN its synth step compares with the deployed templates (servestack/cdk/scaling_guard.py)
+    environment = project["Properties"]["Environment"]["EnvironmentVariables"]
+    assert {"Name": "SERVESTACK_COMPARE_WITH", "Type": "PLAINTEXT", "Value": "deployed"} in environment
+    # AND its role's one CloudFormation permission is GetTemplate, on exactly those stacks
+    role = project["Properties"]["ServiceRole"]["Fn::GetAtt"][0]
+    statements = [
+        statement
+        for r in synth.pipeline["Resources"].values()
+        if r["Type"] == "AWS::IAM::Policy" and {"Ref": role} in r["Properties"]["Roles"]
+        for statement in r["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    cloudformation = [s for s in statements if "cloudformation:" in json.dumps(s["Action"])]
+    assert cloudformation == [
+        {
+            "Effect": "Allow",
+            "Action": "cloudformation:GetTemplate",
+            # the pipeline's account and region (PIPELINE_CONTEXT); a stack ARN ends in the id of the stack
+            "Resource": [f"arn:aws:cloudformation:us-east-1:111111111111:stack/{name}/*" for name in stacks],
+        }
+    ]

@@ -115,6 +115,9 @@ def context(root: Path, spec: Path, *, pipeline: bool = False) -> dict[str, obje
     merged["servestack:project"] = str(spec.resolve().parent)
     merged["servestack:pipeline"] = pipeline  # the pipeline stack deploys nothing local up runs
     merged["aws:cdk:bundling-stacks"] = []
+    # What local mode deployed is its previous synth: the guards of SageMaker updates (servestack/cdk/
+    # scaling_guard.py) compare with that, never with an AWS account a SERVESTACK_COMPARE_WITH may point them at.
+    merged["servestack:compare-with"] = "last-synth"
     return merged
 
 
