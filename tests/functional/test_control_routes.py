@@ -194,8 +194,9 @@ def router() -> Iterator[RouterPorts]:
     ready = threading.Event()
 
     async def wait_started() -> None:
-        while not server.started:
-            await asyncio.sleep(0.01)
+        async with asyncio.timeout(60):  # uvicorn's start, however busy the machine: a poll with a deadline
+            while not server.started:
+                await asyncio.sleep(0.01)
         ready.set()
 
     asyncio.run(wait_started())
