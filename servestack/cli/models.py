@@ -166,7 +166,8 @@ def optional_registry(uri: str | None, state_path: Path | None) -> tuple[ModelRe
 def run_push(args: argparse.Namespace) -> int:
     from servestack import project
     from servestack.inference.errors import VersionConflict
-    from servestack.inference.packaging import build_package, gather_files
+    from servestack.inference.package_files import gather_files
+    from servestack.inference.packaging import build_package
     from servestack.inference.registry import DirectoryStore, ModelRegistry, check_name, check_version
 
     check_name(args.name)

@@ -268,7 +268,8 @@ class ModelRegistry:
         """Any ONNX file: the manifest comes from its own signature (servestack/inference/packaging.py, which also
         writes the sample request and response); version default: the next integer. The external data beside
         the file travels with it; `files`: other files or folders the package carries (`--file`)."""
-        from servestack.inference.packaging import build_package, gather_files
+        from servestack.inference.package_files import gather_files
+        from servestack.inference.packaging import build_package
 
         check_name(name)
         if not model_path.is_file():

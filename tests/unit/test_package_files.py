@@ -21,7 +21,8 @@ import pytest
 from servestack.inference.errors import ChecksumMismatch, InvalidInput, ModelLoadError, VersionConflict
 from servestack.inference.manifest import PackageFile, package_files, read_manifest
 from servestack.inference.multi_model import MultiModelStore
-from servestack.inference.packaging import build_package, gather_files
+from servestack.inference.package_files import gather_files
+from servestack.inference.packaging import build_package
 from servestack.inference.registry import DirectoryStore, ModelRegistry
 from servestack.inference.service import ServedModel
 from servestack.inference.settings import ServingSettings
