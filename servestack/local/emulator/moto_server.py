@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from servestack.local.hosting.processes import listening_port
 from servestack.local.iam import DEVELOPER, Credentials
 
 SERVICES = ("s3", "sqs", "dynamodb", "sns", "events", "iam", "sts", "logs")
@@ -105,7 +106,9 @@ class EmbeddedEmulator:
             app = middleware(app)
         if not allow_admin:
             app = AdminRefused(app)  # and as it was sent
-        self._server = make_server(host, port, app, threaded=True, request_handler=MotoRequestHandler)
+        self._server = make_server(
+            host, listening_port(port, host), app, threaded=True, request_handler=MotoRequestHandler
+        )
         self._thread = threading.Thread(target=self._server.serve_forever, name="moto", daemon=True)
         self._thread.start()
         bound_port = int(self._server.server_address[1])

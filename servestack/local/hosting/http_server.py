@@ -38,6 +38,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from servestack.adapters.body import ClientDisconnected, ReadDeadlines, read_asgi_body
 from servestack.inference.errors import InvalidInput, ServingError
+from servestack.local.hosting.processes import listening_port
 
 logger = logging.getLogger("servestack.local")
 HOP_BY_HOP = frozenset({"connection", "content-length", "transfer-encoding", "keep-alive"})
@@ -227,7 +228,7 @@ class LocalHttpServer:
         )
         self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.socket.bind((host, port))
+        self.socket.bind((host, listening_port(port, host)))
         self.socket.listen(LISTEN_BACKLOG)
         self.port = int(self.socket.getsockname()[1])
         self.url = f"http://{host}:{self.port}"

@@ -55,19 +55,49 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 _HANDED_OUT: set[int] = set()
+# Ports picked by any process of this user, until their server has surely bound them: a pick is only a
+# probe (bind to port 0, close), and another process's probe, or a server of ours binding port 0, could take
+# the same port before our child binds it. Every pick and every port-0 bind of local mode goes through this
+# registry, so no two of our processes ever hold the same port (seen in CI: two xdist workers' `local up`s, a
+# Lambda front answering a router's request to its container).
+PORT_CLAIM_TTL_SEC = 300.0
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on now, never one this process handed out before (the kernel may offer the same
-    free port twice while the first taker has not bound it yet)."""
-    for _ in range(100):
+    """A port nothing listens on now, claimed for this process in the user's port registry: no other process
+    of ours is handed it for `PORT_CLAIM_TTL_SEC`, long enough for the child it is meant for to bind it."""
+    for _ in range(200):
         with socket.socket() as sock:
             sock.bind((host, 0))
             port = int(sock.getsockname()[1])
-        if port not in _HANDED_OUT:
+        if port not in _HANDED_OUT and _claim(port):
             _HANDED_OUT.add(port)
             return port
-    return port
+    raise OSError(f"no free port on {host}: 200 picks were all claimed by other processes")
+
+
+def listening_port(port: int, host: str = "127.0.0.1") -> int:
+    """The port a server of local mode binds: `port`, or for 0 a claimed `free_port` (never the kernel's own
+    pick, which may be a port another process claimed but has not bound yet)."""
+    return port or free_port(host)
+
+
+def _claim(port: int) -> bool:
+    import fcntl
+    import tempfile
+
+    registry = Path(tempfile.gettempdir()) / f"servestack-ports-{os.getuid()}"
+    registry.mkdir(mode=0o700, exist_ok=True)
+    with (registry / ".lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # claims are serialized across processes; released on close
+        claim = registry / str(port)
+        try:
+            if time.time() - claim.stat().st_mtime < PORT_CLAIM_TTL_SEC:
+                return False
+        except FileNotFoundError:
+            pass
+        claim.write_text(str(os.getpid()))
+        return True
 
 
 def http_status(url: str, timeout_sec: float = 2.0) -> int | None:

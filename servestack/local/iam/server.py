@@ -11,6 +11,7 @@ import logging
 import threading
 from typing import Any
 
+from servestack.local.hosting.processes import listening_port
 from servestack.local.iam.enforcer import IamEnforcer
 
 
@@ -24,7 +25,9 @@ class EnforcedMotoServer:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
         self.enforcer = enforcer
         app = enforcer.wsgi(DomainDispatcherApplication(create_backend_app))
-        self._server: Any = make_server(host, port, app, threaded=True, request_handler=MotoRequestHandler)
+        self._server: Any = make_server(
+            host, listening_port(port, host), app, threaded=True, request_handler=MotoRequestHandler
+        )
         self.host, self.port = str(self._server.server_address[0]), int(self._server.server_address[1])
         self.url = f"http://{self.host}:{self.port}"
         self._thread = threading.Thread(target=self._server.serve_forever, name="moto-iam", daemon=True)
