@@ -7,7 +7,10 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import io
+import json
 import shutil
+import subprocess
+import sys
 import wave
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +25,7 @@ from PIL import Image
 from servestack.inference.packaging import create_package
 from tests.conftest import ARTIFACTS, LambdaHandler, RealtimeServer, lambda_event, response_body
 
+SERVESTACK = str(Path(sys.executable).parent / "servestack")
 RAW_HOOKS = Path(__file__).resolve().parents[1] / "fixtures" / "raw_digits_process.py"
 PIXEL_SCALE = 15  # as the hook reads them: features 0..16 times 15 fit a byte
 BOUNDARY = "----servestack-test-boundary"
@@ -226,3 +230,63 @@ def test_the_lambda_handler_refuses_a_raw_body_for_a_model_without_a_hook(handle
     response = handler(event)
     assert response["statusCode"] == 415
     assert orjson.loads(response_body(response))["error"]["value"] == "image/jpeg"
+
+
+@pytest.mark.parametrize(
+    ("file_name", "given", "sent_as"),
+    [
+        ("digit.png", None, "image/png"),  # mimetypes' guess from the extension
+        ("digit.jpg", None, "image/jpeg"),
+        ("digit", "image/png", "image/png"),  # no extension: --content-type says what it is
+    ],
+)
+def test_servestack_invoke_sends_a_file_with_its_media_type(
+    server: RealtimeServer,
+    digits: tuple[np.ndarray, np.ndarray],
+    tmp_path: Path,
+    file_name: str,
+    given: str | None,
+    sent_as: str,
+) -> None:
+    features, _ = digits
+    # GIVEN an image file, and a state file naming a serverless deployment served by the raw-digits container
+    data = tmp_path / file_name
+    data.write_bytes(jpeg(features[0]) if sent_as == "image/jpeg" else png(features[0]))
+    state = tmp_path / "state.json"
+    state.write_text(
+        json.dumps({"region": "us-east-1", "deployments": {"api": {"mode": "serverless", "url": server.url}}})
+    )
+    # WHEN `servestack invoke` sends it
+    command = [SERVESTACK, "invoke", "api", "--data", str(data), "--state", str(state)]
+    if given is not None:
+        command += ["--content-type", given]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    # THEN it went as an image: the hook read it (sent as JSON, the hook would have refused it with a 400)
+    assert done.returncode == 0, done.stdout + done.stderr
+    answer = json.loads(done.stdout)
+    if sent_as == "image/png":
+        assert answer["predictions"] == expected_predictions(server, features[:1])
+    else:
+        assert len(answer["predictions"]) == 1
+
+
+def test_servestack_invoke_without_an_extension_or_content_type_sends_json(
+    server: RealtimeServer, tmp_path: Path
+) -> None:
+    # GIVEN a file without an extension, WHEN it is sent without --content-type, THEN as JSON (as before): the hook,
+    # which reads no JSON, refuses it by name
+    data = tmp_path / "request"
+    data.write_text('{"instances": []}')
+    state = tmp_path / "state.json"
+    state.write_text(
+        json.dumps({"region": "us-east-1", "deployments": {"api": {"mode": "serverless", "url": server.url}}})
+    )
+    done = subprocess.run(
+        [SERVESTACK, "invoke", "api", "--data", str(data), "--state", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "not application/json" in json.loads(done.stdout)["error"]["message"]
