@@ -280,8 +280,14 @@ def invoke_arguments(invoke: argparse.ArgumentParser) -> None:
         "--data",
         type=Path,
         required=True,
-        help="request body (.json, .csv or .npy); an async payload over the inline limit (256 KiB) goes through "
-        "a presigned S3 upload, up to 1 GiB",
+        help="request body (.json, .csv, .npy, or any file a model's preprocess hook reads: an image, audio...); an "
+        "async payload over the inline limit (256 KiB) goes through a presigned S3 upload, up to 1 GiB",
+    )
+    invoke.add_argument(
+        "--content-type",
+        default=None,
+        help="the body's media type (default: from the file's extension: .json, .csv and .npy as the codecs read "
+        "them, others as Python's mimetypes guesses, e.g. .jpg image/jpeg; unknown: application/octet-stream)",
     )
     invoke.add_argument(
         "--component", default=None, help="realtime endpoints hosting inference components: the component to call"
@@ -298,7 +304,14 @@ def run_invoke(args: argparse.Namespace) -> int:
     if args.state is None and not os.environ.get(state.STATE_ENV) and project.find_project() is None:
         # Said before "local up is not running": outside a project, no local up could be found at all.
         raise CommandError(project.not_found_hint(instead="--state (the state file of a running local up)"))
-    return invoke(args.name, args.data, state_path=args.state, timeout_sec=args.timeout_sec, component=args.component)
+    return invoke(
+        args.name,
+        args.data,
+        state_path=args.state,
+        timeout_sec=args.timeout_sec,
+        component=args.component,
+        content_type=args.content_type,
+    )
 
 
 # ------------------------------------------------------------------------------------------ loadtest, serve

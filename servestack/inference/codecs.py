@@ -54,10 +54,16 @@ def decode_body(body: bytes, content_type: str) -> Any:
         return _parse_csv(body)
     if content_type == NPY:
         return parse_npy(body)
-    raise UnsupportedMediaType(
-        f"Content-Type: {content_type!r} is not supported",
+    raise unsupported_media_type(content_type)
+
+
+def unsupported_media_type(content_type: str) -> UnsupportedMediaType:
+    """The 415 for a body no codec reads, sent to a model without a `preprocess` hook to read it instead."""
+    media_type = content_type.split(";", 1)[0].strip()  # a raw body's type keeps its parameters (service.py)
+    return UnsupportedMediaType(
+        f"Content-Type: {media_type!r} is not supported",
         field="Content-Type",
-        value=content_type,
+        value=media_type,
         allowed=", ".join(READABLE_TYPES),
     )
 

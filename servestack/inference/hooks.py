@@ -3,7 +3,8 @@
     def preprocess(payload, content_type):   # decoded request -> ndarray or {input name: ndarray}
     def postprocess(outputs):                # {output name: ndarray} -> response fields (a dict)
 
-The payload is what the codec decoded: a JSON document, CSV rows as lists of strings, or an ndarray.
+The payload is what the codec decoded: a JSON document, CSV rows as lists of strings, or an ndarray; a body no
+codec reads (an image, audio, a multipart form...) comes as its bytes, with the request's whole Content-Type.
 Hooks run identically in every mode because every mode calls the core. A hook that raises `InvalidInput`
 or `ValueError` is blaming the request (400); anything else is a bug in the hook (500 naming the hook).
 """

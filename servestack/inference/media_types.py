@@ -41,10 +41,16 @@ def media_type_of(header: str | None) -> str:
 
 
 def request_type_of(header: str | None) -> str:
-    """`media_type_of`, keeping `header=present` of a CSV type: `CSV_HEADER`, whose first row names the columns."""
+    """`media_type_of`, keeping `header=present` of a CSV type: `CSV_HEADER`, whose first row names the columns.
+    A type no codec reads keeps all its parameters (`multipart/form-data; boundary=...`, `text/plain;
+    charset=latin-1`): its body goes to a `preprocess` hook as bytes, and the hook needs them to read it."""
     media_type = media_type_of(header)
     if media_type == CSV and header is not None and _has_parameter(header, "header", "present"):
         return CSV_HEADER
+    if header is not None and media_type not in READABLE_TYPES:
+        _, semicolon, parameters = header.partition(";")
+        if semicolon and parameters.strip():
+            return f"{media_type}; {parameters.strip()}"
     return media_type
 
 

@@ -128,6 +128,8 @@ class ServedModel:
         if content_type == media_types.CSV_HEADER:
             content_type, header = media_types.CSV, True
         if content_type != media_types.NPY:
+            if content_type != media_types.JSON and content_type != media_types.CSV:
+                return self.decode_raw(body, content_type)  # past two string compares: the codecs' types never are
             fast_paths.check_value_count(
                 body, self.max_values if self.hooks.preprocess is None else fast_paths.MAX_VALUES_FREE_SHAPE
             )
@@ -145,6 +147,15 @@ class ServedModel:
         # and says "may hold" (the conservative answer: any later tensor path then checks every element).
         booleans = content_type == media_types.JSON and (_by_name(payload) or fast_paths.may_hold_booleans(body))
         return self.decode_payload(payload, content_type, may_hold_booleans=booleans, header=header)
+
+    def decode_raw(self, body: bytes, content_type: str) -> Arrays:
+        """A body no codec reads (an image, audio, `application/octet-stream`, `text/plain`, a multipart form)
+        -> validated input arrays: its bytes go to `preprocess` as they came, with the request's whole
+        `content_type` (a multipart boundary, a charset). Without the hook, the 415 the codecs give, naming
+        what they read. Its commas are not counted (`check_value_count`): they are bytes of an image, not values."""
+        if self.hooks.preprocess is None:
+            raise codecs.unsupported_media_type(content_type)
+        return self.decode_payload(body, content_type)
 
     def decode_mapped(self, body: mmap.mmap) -> Arrays:
         """A large `.npy` body mapped from its file (servestack/adapters/body.py's `SpooledBody`) -> validated

@@ -511,3 +511,30 @@ def test_the_npy_body_fast_path_of_a_one_dimensional_input_leaves_a_scalar_to_th
     taken = fast_paths.fast_npy_body(npy(np.arange(3, dtype=np.float32)), plan)
     assert taken is not None
     np.testing.assert_array_equal(taken["input"], [0.0, 1.0, 2.0])
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        ("application/json; charset=utf-8", media_types.JSON),
+        ("text/csv; header=present", media_types.CSV_HEADER),
+        ("multipart/form-data; boundary=----x", "multipart/form-data; boundary=----x"),
+        ("IMAGE/JPEG", "image/jpeg"),
+        ("text/plain;charset=latin-1", "text/plain; charset=latin-1"),
+        ("application/octet-stream;", "application/octet-stream"),
+    ],
+)
+def test_a_type_no_codec_reads_keeps_its_parameters_for_the_hook(header: str, expected: str) -> None:
+    # GIVEN a request's Content-Type, WHEN it is read, THEN a codec's type is bare, any other keeps its parameters
+    assert media_types.request_type_of(header) == expected
+
+
+def test_a_model_without_a_hook_refuses_a_raw_body_naming_the_bare_type() -> None:
+    # GIVEN the digits model (no preprocess hook), WHEN a form is sent to it, THEN the codecs' 415, without the boundary
+    model = ServedModel.load(ARTIFACTS / "digits" / "1", ServingSettings())
+    with pytest.raises(UnsupportedMediaType) as caught:
+        model.infer(b"--x\r\n", "multipart/form-data; boundary=x", None)
+    assert (caught.value.value, caught.value.allowed) == (
+        "multipart/form-data",
+        "application/json, text/csv, application/x-npy",
+    )

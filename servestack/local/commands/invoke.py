@@ -20,16 +20,43 @@ from servestack.failures import CommandError, ExitCode
 from servestack.local.batch import print_manifest
 from servestack.local.emulator import developer, sagemaker_runtime, signed, state
 
+# The codecs' types first: `mimetypes` knows no `.npy`, and what it says of `.csv` or `.json` varies by platform.
 CONTENT_TYPES = {".json": "application/json", ".csv": "text/csv", ".npy": "application/x-npy"}
 
 
+def content_type_of(data: Path, given: str | None = None) -> str:
+    """The media type `data` is sent with: `given` (`--content-type`) when there is one, else the codecs' type of
+    its extension, else the one `mimetypes` guesses (`.jpg` -> `image/jpeg`, `.wav` -> `audio/x-wav`: a model's
+    `preprocess` hook reads those bytes); a file without an extension is JSON, as it always was, and one whose
+    extension nothing knows is `application/octet-stream`."""
+    if given:
+        return given
+    suffix = data.suffix.lower()
+    if not suffix:
+        return "application/json"
+    known = CONTENT_TYPES.get(suffix)
+    if known is not None:
+        return known
+    import mimetypes
+
+    guessed, encoding = mimetypes.guess_type(data.name, strict=False)
+    # `x.json.gz` guesses JSON with gzip as its coding; this command sends no Content-Encoding: the bytes as they are.
+    return guessed if guessed is not None and encoding is None else "application/octet-stream"
+
+
 def invoke(
-    name: str, data: Path, *, state_path: Path | None = None, timeout_sec: float = 120, component: str | None = None
+    name: str,
+    data: Path,
+    *,
+    state_path: Path | None = None,
+    timeout_sec: float = 120,
+    component: str | None = None,
+    content_type: str | None = None,
 ) -> int:
-    """Send the file to the deployment (to one of its inference components); for async, wait for the job and
-    print its result."""
+    """Send the file to the deployment (to one of its inference components) with its media type
+    (`content_type_of`); for async, wait for the job and print its result."""
     if not data.is_file():
-        raise CommandError(f"--data {data}: no such file; give a request body (.json, .csv or .npy)")
+        raise CommandError(f"--data {data}: no such file; give a request body (.json, .csv, .npy, or any file)")
     about = state.read(state_path)
     deployments: dict[str, Any] = about["deployments"]
     if name not in deployments:
@@ -38,7 +65,7 @@ def invoke(
         )
     d = deployments[name]
     body = data.read_bytes()
-    content_type = CONTENT_TYPES.get(data.suffix.lower(), "application/json")
+    content_type = content_type_of(data, content_type)
     region = about.get("region", "us-east-1")
     keys = developer(about)
     if d["mode"] == "realtime":
