@@ -57,7 +57,7 @@ _REQUEST_FAILURES = re.compile(
     re.IGNORECASE,
 )
 _ORT_PREFIX = re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : ")
-_ORT_SOURCE = re.compile(r"(?:/\S*)?\b\w+\.(?:cc|h|cpp):\d+ (?:[\w:~<>]+\(.*?\) )?(?:[\w :=|&]+ was false\. )?")
+_ORT_SOURCE = re.compile(r"(?:/\S*)?\b\w+\.(?:cc|h|cpp):\d+ (?:[\w:~<>*&, ]+\(.*?\) )?(?:[\w :=|&]+ was false\. )?")
 _MAX_ORT_MESSAGE = 300
 
 
