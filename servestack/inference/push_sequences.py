@@ -116,7 +116,10 @@ def sequence_inputs(
         unknown = sorted(set(named) - set(by_name))
         if unknown:
             raise InvalidInput(
-                f"{flag}: {unknown} are not inputs of the model", field=flag, value=unknown, allowed=str(sorted(by_name))
+                f"{flag}: {unknown} are not inputs of the model",
+                field=flag,
+                value=unknown,
+                allowed=str(sorted(by_name)),
             )
     bounded = {
         name

@@ -121,7 +121,10 @@ def test_only_request_caused_onnxruntime_errors_count_as_the_callers() -> None:
 
 def test_row_objects_of_several_inputs_answer_as_the_inputs_form(unbounded: ServedModel) -> None:
     # GIVEN the same two rows as TF-Serving row objects and as named inputs
-    rows = [{"input_ids": [1, 2, 3], "attention_mask": [1, 1, 0]}, {"input_ids": [4, 5, 6], "attention_mask": [1, 1, 1]}]
+    rows = [
+        {"input_ids": [1, 2, 3], "attention_mask": [1, 1, 0]},
+        {"input_ids": [4, 5, 6], "attention_mask": [1, 1, 1]},
+    ]
     by_input = {name: [row[name] for row in rows] for name in ("input_ids", "attention_mask")}
     # THEN both answer the same
     assert _predict(unbounded, {"instances": rows}) == _predict(unbounded, {"inputs": by_input})
@@ -135,7 +138,10 @@ def test_a_row_object_missing_an_input_names_the_row(unbounded: ServedModel) -> 
 def test_ragged_rows_are_padded_where_the_manifest_declares_a_pad_value(bounded: ServedModel) -> None:
     # GIVEN ragged row objects, and the same rows padded by hand with the declared pad value 0
     ragged = [{"input_ids": [1, 2, 3, 4], "attention_mask": [1, 1, 1, 1]}, {"input_ids": [5], "attention_mask": [1]}]
-    padded = [{"input_ids": [1, 2, 3, 4], "attention_mask": [1, 1, 1, 1]}, {"input_ids": [5, 0, 0, 0], "attention_mask": [1, 0, 0, 0]}]
+    padded = [
+        {"input_ids": [1, 2, 3, 4], "attention_mask": [1, 1, 1, 1]},
+        {"input_ids": [5, 0, 0, 0], "attention_mask": [1, 0, 0, 0]},
+    ]
     # THEN the ragged request answers as the padded one
     assert _predict(bounded, {"instances": ragged}) == _predict(bounded, {"instances": padded})
 
