@@ -93,6 +93,28 @@ def push_arguments(parser: argparse.ArgumentParser) -> None:
         "float column, or only in the comma-separated COLUMNS",
     )
     parser.add_argument(
+        "--pad",
+        action="append",
+        default=[],
+        metavar="INPUT=VALUE",
+        help="pad ragged rows of a sequence input ([N, L]) with VALUE, to the batch's longest row (repeatable)",
+    )
+    parser.add_argument(
+        "--max-length",
+        action="append",
+        default=[],
+        metavar="INPUT=N",
+        help="refuse rows of a sequence input longer than N values, with a 400 naming the row (repeatable)",
+    )
+    parser.add_argument(
+        "--id-range",
+        action="append",
+        default=[],
+        metavar="INPUT=LOW:HIGH",
+        help="refuse ids of an integer sequence input outside LOW..HIGH-1 (default: read from the graph where the "
+        "input indexes a Gather on a constant, e.g. a word embedding)",
+    )
+    parser.add_argument(
         "--artifacts",
         type=Path,
         default=None,
@@ -168,6 +190,7 @@ def run_push(args: argparse.Namespace) -> int:
     from servestack.inference.errors import VersionConflict
     from servestack.inference.package_files import gather_files
     from servestack.inference.packaging import build_package
+    from servestack.inference.push_sequences import sequence_options
     from servestack.inference.registry import DirectoryStore, ModelRegistry, check_name, check_version
 
     check_name(args.name)
@@ -207,6 +230,7 @@ def run_push(args: argparse.Namespace) -> int:
             columns=columns,
             allow_nan=allow_nan,
             files=files,
+            sequences=sequence_options(args.pad, args.max_length, args.id_range),
         )
         outcomes: list[str] = []
         try:

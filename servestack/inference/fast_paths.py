@@ -74,6 +74,8 @@ def fast_instances(
     `may_hold_booleans`: the body has `true`/`false` in it (see `may_hold_booleans()`); then None."""
     if type(payload) is not dict or len(payload) != 1 or len(manifest.inputs) != 1 or may_hold_booleans:
         return None
+    if manifest.sequences:  # padding and id bounds: the general path applies them
+        return None
     value = payload.get("instances")
     spec = manifest.inputs[0]
     if type(value) is not list or not 0 < len(value) <= max_batch_rows or spec.dtype == "string":
@@ -95,7 +97,7 @@ def fast_npy(array: np.ndarray, manifest: Manifest, *, max_batch_rows: int) -> A
     in one pass and cast without a copy when the dtype is already the model's (the array stays a view of the
     body). Anything else, or anything wrong, returns None: `validate_inputs` then decides and names the
     problem, so both accept and refuse exactly the same bodies (tests/unit/test_codecs.py)."""
-    if len(manifest.inputs) != 1 or array.ndim == 0:
+    if len(manifest.inputs) != 1 or array.ndim == 0 or manifest.sequences:  # bounds: the general path
         return None
     spec = manifest.inputs[0]
     target = spec.numpy_dtype
@@ -129,7 +131,7 @@ class RowsPlan:
 def rows_plan(manifest: Manifest, max_batch_rows: int) -> RowsPlan | None:
     """The plan for a one-input model of float32 or float64 rows of a fixed shape that does not take non-finite
     values (almost every tabular or image model); None for any other (it takes the general path)."""
-    if len(manifest.inputs) != 1 or manifest.allow_non_finite:
+    if len(manifest.inputs) != 1 or manifest.allow_non_finite or manifest.sequences:
         return None
     spec = manifest.inputs[0]
     row_shape = spec.row_shape

@@ -16,7 +16,7 @@ import numpy as np
 
 from servestack.inference.codecs import Arrays
 from servestack.inference.errors import InvalidInput, short_repr
-from servestack.inference.manifest import Manifest, TensorSpec
+from servestack.inference.manifest import Manifest, SequenceInput, TensorSpec
 from servestack.inference.media_types import CSV
 
 
@@ -40,6 +40,9 @@ def validate_inputs(
         name: _to_array(field, value, expected[name], manifest, max_batch_rows, may_hold_booleans)
         for name, (field, value) in raw.items()
     }
+    for entry in manifest.sequences:
+        if entry.input in arrays:
+            check_sequence_bounds(raw[entry.input][0], arrays[entry.input], entry)
     batch_sizes = {name: array.shape[0] for name, array in arrays.items()}
     if len(batch_sizes) > 1 and len(set(batch_sizes.values())) > 1:
         raise InvalidInput(
@@ -96,6 +99,9 @@ def _to_array(
         _check_shape(field, value, spec)
         return _cast(field, value, target, manifest)
     _check_rows(field, len(value), max_rows)
+    sequence = manifest.sequence_of(spec.name) if manifest.sequences else None
+    if sequence is not None:
+        value = padded_rows(field, value, spec, sequence)
     try:
         array = np.asarray(value)
     except (ValueError, OverflowError):  # ragged or too deep: numpy refuses to build the array
@@ -117,6 +123,61 @@ def _to_array(
     if spec.dtype != "string":
         array = _cast(field, array, target, manifest)
     return array
+
+
+def padded_rows(field: str, rows: list[Any], spec: TensorSpec, sequence: SequenceInput) -> list[Any]:
+    """The rows of a sequence input with each row's length checked against `max_length` (the row is named) and,
+    where the manifest declares a pad value, the shorter rows padded at their end to the longest (or to the
+    graph's fixed length). Anything that is not a list of lists is returned as it is, for the checks that follow
+    to name."""
+    lengths = [len(row) if type(row) is list else -1 for row in rows]
+    if not lengths or min(lengths) < 0:
+        return rows
+    longest = max(lengths)
+    if sequence.max_length is not None and longest > sequence.max_length:
+        row = lengths.index(longest)
+        raise InvalidInput(
+            f"{field}[{row}]: row {row} of input {spec.name!r} holds {longest} values, past its maximum length "
+            f"{sequence.max_length}",
+            field=f"{field}[{row}]",
+            value=longest,
+            allowed=f"at most {sequence.max_length} values",
+        )
+    target = spec.row_shape[0] or longest
+    if sequence.pad is None or all(length == target for length in lengths) or longest > target:
+        return rows  # nothing to pad, or a row too long for the fixed length: the shape check names it
+    pad = [sequence.pad]
+    return [row if len(row) == target else row + pad * (target - len(row)) for row in rows]
+
+
+def check_sequence_bounds(field: str, array: np.ndarray, sequence: SequenceInput) -> None:
+    """Refuse a sequence longer than `max_length` or an id outside `ids`, naming the input's row (whatever form
+    carried it: the rows were checked before padding; an `.npy` array or a hook's output is checked here)."""
+    if array.ndim != 2:
+        return
+    if sequence.max_length is not None and array.shape[1] > sequence.max_length:
+        raise InvalidInput(
+            f"{field}[0]: rows of input {sequence.input!r} hold {array.shape[1]} values, past its maximum length "
+            f"{sequence.max_length}",
+            field=f"{field}[0]",
+            value=int(array.shape[1]),
+            allowed=f"at most {sequence.max_length} values",
+        )
+    if sequence.ids is None or array.size == 0:
+        return
+    low, high = sequence.ids
+    smallest, largest = int(array.min()), int(array.max())
+    if low <= smallest and largest < high:
+        return
+    row, position = (int(i) for i in np.argwhere((array < low) | (array >= high))[0])
+    value = int(array[row, position])
+    raise InvalidInput(
+        f"{field}[{row}][{position}]: id {value} in row {row} of input {sequence.input!r} is outside its id range "
+        f"{low}..{high - 1}",
+        field=f"{field}[{row}][{position}]",
+        value=value,
+        allowed=f"ids {low}..{high - 1}",
+    )
 
 
 def _string_array(field: str, value: np.ndarray, spec: TensorSpec) -> np.ndarray:

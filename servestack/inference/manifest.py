@@ -78,6 +78,20 @@ class ColumnSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_d
     allow_nan: bool = False
 
 
+class SequenceInput(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+    """What a sequence input (a `[N, L]` input such as a BERT classifier's `input_ids`) takes beyond its dtype and
+    shape. `pad`: rows of different lengths are padded with it, at their end, to the batch's longest row (or to
+    L where the graph fixes it); `max_length`: the longest row taken (the graph's position table, say);
+    `ids`: `[low, high)`, the values the graph can look up (a Gather on an embedding of `high` rows). A request
+    past `max_length` or `ids` is refused with a 400 naming the input, the row and the bound, before
+    onnxruntime sees it."""
+
+    input: str
+    pad: int | None = None
+    max_length: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    ids: tuple[int, int] | None = None
+
+
 class SpeedFigures(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """Calls of one batch size through the float and the optimized model, measured in the same run."""
 
@@ -157,6 +171,8 @@ class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_def
     optimization: Optimization | None = None
     # Every other file the package carries (external data, vocabularies...), each with its checksum and size.
     files: tuple[PackageFile, ...] = ()
+    # Sequence inputs' padding value and bounds (`models push --pad/--max-length/--id-range`, or the graph).
+    sequences: tuple[SequenceInput, ...] = ()
 
     def __post_init__(self) -> None:
         if self.file in (MANIFEST_FILE, HOOKS_FILE):
@@ -170,6 +186,12 @@ class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_def
                 raise ValueError(f"{role}: {chosen!r} is not one of the outputs {sorted(names)}")
         if self.columns is not None:
             _check_columns(self.columns, self.inputs)
+        if self.sequences:
+            _check_sequences(self.sequences, self.inputs)
+
+    def sequence_of(self, input_name: str) -> SequenceInput | None:
+        """The declared padding and bounds of an input, if any."""
+        return next((entry for entry in self.sequences if entry.input == input_name), None)
 
     @property
     def primary_output(self) -> str:
@@ -196,6 +218,32 @@ def _check_files(model_file: str, files: tuple[PackageFile, ...]) -> None:
         clash = parents & (set(names) | reserved)
         if clash:
             raise ValueError(f"files: {name!r} needs a folder {sorted(clash)[0]!r}, which is a file of the package")
+
+
+def _check_sequences(sequences: tuple[SequenceInput, ...], inputs: tuple[TensorSpec, ...]) -> None:
+    """Each entry names a `[N, L]` input once; padding and ids need a numeric input (ids an integer one), a
+    maximum length at most a fixed L, and an id range at least one id wide."""
+    by_name = {spec.name: spec for spec in inputs}
+    seen: set[str] = set()
+    for entry in sequences:
+        spec = by_name.get(entry.input)
+        if spec is None:
+            raise ValueError(f"sequences: input {entry.input!r} is not one of {sorted(by_name)}")
+        if entry.input in seen:
+            raise ValueError(f"sequences: input {entry.input!r} is named twice")
+        seen.add(entry.input)
+        if len(spec.row_shape) != 1:
+            raise ValueError(f"sequences.{entry.input}: a sequence input is [N, L], this one is {list(spec.shape)}")
+        if spec.dtype in ("string", "bool") and (entry.pad is not None or entry.ids is not None):
+            raise ValueError(f"sequences.{entry.input}: pad and ids need a numeric input, this one is {spec.dtype}")
+        if entry.ids is not None:
+            if not spec.dtype.startswith(("int", "uint")):
+                raise ValueError(f"sequences.{entry.input}: ids need an integer input, this one is {spec.dtype}")
+            if entry.ids[0] >= entry.ids[1]:
+                raise ValueError(f"sequences.{entry.input}: ids [{entry.ids[0]}, {entry.ids[1]}) hold no id")
+        fixed = spec.row_shape[0]
+        if entry.max_length is not None and fixed is not None and entry.max_length > fixed:
+            raise ValueError(f"sequences.{entry.input}: max_length {entry.max_length}, but the graph fixes {fixed}")
 
 
 def _check_columns(columns: tuple[ColumnSpec, ...], inputs: tuple[TensorSpec, ...]) -> None:

@@ -46,6 +46,7 @@ from servestack.inference.manifest import (
 )
 from servestack.inference.package_files import RESERVED_NAMES, checked_requirements, copy_files, named_for_user
 from servestack.inference.push_columns import ColumnNames, named_columns
+from servestack.inference.push_sequences import SequenceOptions, graph_id_ranges, sequence_inputs
 from servestack.inference.sample_files import Sample, read_sample, sample_request
 
 SAMPLE_ROWS = 2
@@ -82,6 +83,8 @@ class Prepared:
     # A category each string input's encoder knows, for a sample request it accepts.
     categories: dict[str, str] = field(default_factory=dict)
     changes: list[str] = field(default_factory=list)
+    # The id range of each integer input that indexes a Gather on a constant (servestack/inference/push_sequences.py).
+    id_ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
     # The external data files the graph reads, by their location (relative to the model), and where they were.
     external_data: dict[str, Path] = field(default_factory=dict)
 
@@ -183,6 +186,7 @@ def prepare_model(source: Path, target: Path) -> Prepared:
     prepared.labels, prepared.labels_note = _graph_labels(model)
     prepared.routes_missing_values = _routes_missing_values(onnx, model)
     prepared.categories = _known_categories(onnx, model)
+    prepared.id_ranges = graph_id_ranges(model)
     if not mapped:
         if source.resolve() != target.resolve():
             shutil.copyfile(source, target)
@@ -384,6 +388,7 @@ def create_package(
     allow_nan: bool | Sequence[str] = False,
     requirements: Sequence[str] = (),
     files: Mapping[str, Path] | None = None,
+    sequences: SequenceOptions | None = None,
 ) -> Manifest:
     """Copy `model_path` (with its external data, and hooks) into `destination` and write a manifest with
     checksums. `columns`: the names of a single `[N, k]` input's columns; `allow_nan`: True for every float
@@ -403,6 +408,7 @@ def create_package(
         allow_nan=allow_nan,
         requirements=requirements,
         files=files or {},
+        sequences=sequences,
     )[0]
 
 
@@ -422,6 +428,7 @@ def _create(
     requirements: Sequence[str] = (),
     files: Mapping[str, Path] | None = None,
     sources: dict[str, Path] | None = None,
+    sequences: SequenceOptions | None = None,
 ) -> tuple[Manifest, Prepared]:
     """`sources` is filled, as files are copied, with each package file's origin (for errors to name it)."""
     declared = checked_requirements(requirements)
@@ -461,6 +468,7 @@ def _create(
             "requirements": declared,
             "description": description,
             "files": listed,
+            "sequences": sequence_inputs(inputs, sequences or SequenceOptions(), prepared.id_ranges),
         },
         Manifest,
     )
@@ -570,6 +578,7 @@ def build_package(
     allow_nan: bool | Sequence[str] = False,
     requirements: Sequence[str] = (),
     files: Mapping[str, Path] | None = None,
+    sequences: SequenceOptions | None = None,
 ) -> BuiltPackage:
     """A complete package from any ONNX file: model (with its external data), manifest, hooks, `files` (by
     their path in the package: `gather_files`) and sample request/response. `sample`: a file of rows
@@ -596,6 +605,7 @@ def build_package(
             requirements=requirements,
             files=files or {},
             sources=sources,
+            sequences=sequences,
         )
         request = sample_request(rows, manifest.columns or ()) if rows is not None else None
         write_samples(destination, manifest, request, prepared.categories)

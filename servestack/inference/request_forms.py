@@ -24,7 +24,8 @@ from servestack.inference.columns import (
     columns_from_split,
     columns_of,
 )
-from servestack.inference.errors import InvalidInput
+from servestack.inference.errors import InvalidInput, short_repr
+from servestack.inference.input_checks import validate_inputs
 from servestack.inference.manifest import Manifest
 from servestack.inference.runtime import Arrays
 
@@ -54,6 +55,8 @@ def json_arrays(payload: Any, manifest: Manifest, *, max_rows: int) -> Arrays | 
         rows = payload["instances"]
         if type(rows) is not list or not rows:
             return None
+        if type(rows[0]) is dict and not columns_of(manifest):
+            return tensor_rows(rows, manifest, field="instances", max_rows=max_rows)
         if type(rows[0]) is dict:
             return arrays_from_columns(
                 manifest, columns_from_records(rows, field="instances"), field="instances", max_rows=max_rows
@@ -76,6 +79,30 @@ def json_arrays(payload: Any, manifest: Manifest, *, max_rows: int) -> Arrays | 
             return None
         return arrays_from_columns(manifest, named, field="inputs", max_rows=max_rows)
     return None
+
+
+def tensor_rows(rows: list[Any], manifest: Manifest, *, field: str, max_rows: int) -> Arrays:
+    """TF-Serving's row form for a model of named tensor inputs: one object per row, each input by name
+    (`{"instances": [{"input_ids": [...], "attention_mask": [...]}, ...]}`). Each input's rows are gathered and
+    checked as its `inputs` form would be (ragged rows padded where the manifest declares a pad value); errors
+    name `instances.<input>[row]...`."""
+    names = [spec.name for spec in manifest.inputs]
+    expected = set(names)
+    if len(rows) > max_rows:
+        raise InvalidInput(
+            f"batch of {len(rows)} rows is over the limit", field=field, value=len(rows), allowed=f"1..{max_rows} rows"
+        )
+    for index, row in enumerate(rows):
+        if type(row) is not dict or row.keys() != expected:
+            keys = sorted(row)[:8] if type(row) is dict else type(row).__name__
+            raise InvalidInput(
+                f"{field}[{index}]: a row object needs exactly the inputs {names}, got {short_repr(keys)}",
+                field=f"{field}[{index}]",
+                value=keys,
+                allowed=f"an object with keys {names}",
+            )
+    raw = {name: (f"{field}.{name}", [row[name] for row in rows]) for name in names}
+    return validate_inputs(raw, manifest, max_batch_rows=max_rows)
 
 
 def _rows_by_position(manifest: Manifest) -> bool:

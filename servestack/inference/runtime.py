@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -10,7 +11,7 @@ import numpy as np
 import onnxruntime as ort
 
 from servestack.inference.devices import gpu_count
-from servestack.inference.errors import ConfigurationError, InferenceError, ModelLoadError
+from servestack.inference.errors import ConfigurationError, InferenceError, InvalidInput, ModelLoadError
 from servestack.inference.manifest import Manifest
 
 CUDA = "CUDAExecutionProvider"
@@ -38,6 +39,41 @@ def choose_providers(requested: str, available: Sequence[str], gpus: int | None 
             allowed=f"'auto' or a comma list of {list(available)}",
         )
     return chosen
+
+
+# How a failed run is told apart: the inputs already match the manifest's names, dtypes and shapes, so what
+# onnxruntime still refuses is either a value the graph cannot take (the request's fault, a 400) or the runtime
+# failing (a 500, which counts toward the 5xx alarms that roll a release back). onnxruntime raises a class per
+# status code: INVALID_ARGUMENT (`InvalidArgument`) is what its kernels and its feed checks return for a bad
+# input, e.g. a Gather's "indices element out of data bounds" (a token id past the vocabulary) or a wrong
+# dtype or rank. Shape mismatches between inputs (an attention mask longer than its ids) come back as a plain
+# FAIL from the broadcasting code, so those few messages are matched; every other FAIL, RUNTIME_EXCEPTION,
+# EP_FAIL, ENGINE_ERROR (out of memory, a CUDA error, a kernel bug) stays an `InferenceError`.
+_REQUEST_STATUS = "INVALID_ARGUMENT"
+_REQUEST_FAILURES = re.compile(
+    r"Attempting to broadcast an axis by a dimension other than 1|Incompatible dimensions|"
+    r"indices element out of data bounds|dimension mismatch|Invalid input shape|"
+    r"Can't broadcast|cannot broadcast|Got invalid dimensions for input|Shape mismatch",
+    re.IGNORECASE,
+)
+_ORT_PREFIX = re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : ")
+_ORT_SOURCE = re.compile(r"(?:/\S*)?\b\w+\.(?:cc|h|cpp):\d+ (?:[\w:~<>*&, ]+\(.*?\) )?(?:[\w :=|&]+ was false\. )?")
+_MAX_ORT_MESSAGE = 300
+
+
+def caused_by_request(error: BaseException) -> bool:
+    """Whether onnxruntime refused a run for its input (INVALID_ARGUMENT, or a shape mismatch between inputs)
+    rather than failing on its own (see the comment above)."""
+    text = str(error)
+    if type(error).__name__ == "InvalidArgument" or f": {_REQUEST_STATUS} :" in text:
+        return True
+    return type(error).__name__ == "Fail" and _REQUEST_FAILURES.search(text) is not None
+
+
+def onnxruntime_message(error: BaseException) -> str:
+    """onnxruntime's message without its status prefix and C++ source location, bounded."""
+    text = _ORT_SOURCE.sub("", _ORT_PREFIX.sub("", " ".join(str(error).split()))).strip()
+    return text if len(text) <= _MAX_ORT_MESSAGE else text[: _MAX_ORT_MESSAGE - 3] + "..."
 
 
 class ModelRuntime:
@@ -85,6 +121,13 @@ class ModelRuntime:
         try:
             results = self.session.run(self._output_names, dict(inputs))
         except Exception as exc:  # onnxruntime's errors carry no stable type
+            if caused_by_request(exc):
+                raise InvalidInput(
+                    f"model {self.manifest.key}: the model refused the input: {onnxruntime_message(exc)}",
+                    field="inputs",
+                    value=type(exc).__name__,
+                    allowed="values the model's graph accepts (token ids within its vocabulary, matching lengths)",
+                ) from exc
             raise InferenceError(f"model {self.manifest.key}: inference failed: {exc}") from exc
         return dict(zip(self._output_names, results, strict=True))
 
