@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from servestack.local.hosting.processes import listening_port
+from servestack.local.hosting import listening_port
 from servestack.local.iam import DEVELOPER, Credentials
 
 SERVICES = ("s3", "sqs", "dynamodb", "sns", "events", "iam", "sts", "logs")

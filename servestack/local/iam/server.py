@@ -11,7 +11,7 @@ import logging
 import threading
 from typing import Any
 
-from servestack.local.hosting.processes import listening_port
+from servestack.local.hosting import listening_port
 from servestack.local.iam.enforcer import IamEnforcer
 
 
