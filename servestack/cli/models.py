@@ -70,6 +70,16 @@ def push_arguments(parser: argparse.ArgumentParser) -> None:
         "beside the .onnx file and needs no flag",
     )
     parser.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=None,
+        metavar="TOKENIZER_JSON",
+        help="a Hugging Face tokenizer.json the package carries: requests may then send texts (a text/plain body, "
+        '{"instances": ["text", ...]}), tokenized into input_ids, attention_mask and token_type_ids by name, '
+        "truncated to the model's maximum length and padded with the tokenizer's pad id; every deployment "
+        "installs `tokenizers` for it",
+    )
+    parser.add_argument(
         "--sample",
         type=Path,
         default=None,
@@ -231,6 +241,7 @@ def run_push(args: argparse.Namespace) -> int:
             allow_nan=allow_nan,
             files=files,
             sequences=sequence_options(args.pad, args.max_length, args.id_range),
+            tokenizer=args.tokenizer,
         )
         outcomes: list[str] = []
         try:
@@ -318,6 +329,7 @@ def _report(built: BuiltPackage, source: Path, outcomes: list[str], previous: tu
         print(f"  note     version {previous[0]} has labels {previous[1]}; pass --labels {previous[1]} to keep them")
     for entry in manifest.files:
         role = "external data, found beside the model" if entry.external_data else "--file"
+        role = "--tokenizer" if entry.name == manifest.tokenizer else role
         print(f"  file     {entry.name} ({_size(entry.size)}, {role})")
     listed = {entry.name: entry.sha256 for entry in manifest.files}
     files = [manifest.file, *([HOOKS_FILE] if manifest.process_sha256 else []), *listed]

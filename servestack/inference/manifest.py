@@ -173,6 +173,10 @@ class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_def
     files: tuple[PackageFile, ...] = ()
     # Sequence inputs' padding value and bounds (`models push --pad/--max-length/--id-range`, or the graph).
     sequences: tuple[SequenceInput, ...] = ()
+    # A Hugging Face `tokenizers` file among `files` (`models push --tokenizer`): texts are tokenized into the
+    # inputs by name, `input_ids` and `attention_mask` / `token_type_ids` where the model has them
+    # (servestack/inference/text_inputs.py).
+    tokenizer: Annotated[str, msgspec.Meta(pattern=PATH_PATTERN)] | None = None
 
     def __post_init__(self) -> None:
         if self.file in (MANIFEST_FILE, HOOKS_FILE):
@@ -188,6 +192,8 @@ class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_def
             _check_columns(self.columns, self.inputs)
         if self.sequences:
             _check_sequences(self.sequences, self.inputs)
+        if self.tokenizer is not None:
+            _check_tokenizer(self.tokenizer, self.files, self.inputs)
 
     def sequence_of(self, input_name: str) -> SequenceInput | None:
         """The declared padding and bounds of an input, if any."""
@@ -244,6 +250,22 @@ def _check_sequences(sequences: tuple[SequenceInput, ...], inputs: tuple[TensorS
         fixed = spec.row_shape[0]
         if entry.max_length is not None and fixed is not None and entry.max_length > fixed:
             raise ValueError(f"sequences.{entry.input}: max_length {entry.max_length}, but the graph fixes {fixed}")
+
+
+TOKENIZED_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def _check_tokenizer(tokenizer: str, files: tuple[PackageFile, ...], inputs: tuple[TensorSpec, ...]) -> None:
+    """The tokenizer is a listed file (so verified at every load), and the model's inputs are what it fills:
+    `input_ids`, with `attention_mask` and `token_type_ids` where the model has them, each an integer `[N, L]`."""
+    if tokenizer not in {entry.name for entry in files}:
+        raise ValueError(f"tokenizer: {tokenizer!r} is not one of the package's files")
+    names = [spec.name for spec in inputs]
+    if "input_ids" not in names or not set(names) <= set(TOKENIZED_INPUTS):
+        raise ValueError(f"tokenizer: the model's inputs {names} are not input_ids [, attention_mask, token_type_ids]")
+    for spec in inputs:
+        if len(spec.row_shape) != 1 or not spec.dtype.startswith(("int", "uint")):
+            raise ValueError(f"tokenizer: input {spec.name!r} is {spec.dtype} {list(spec.shape)}, not integer [N, L]")
 
 
 def _check_columns(columns: tuple[ColumnSpec, ...], inputs: tuple[TensorSpec, ...]) -> None:

@@ -44,9 +44,16 @@ from servestack.inference.manifest import (
     TensorSpec,
     sha256_of,
 )
-from servestack.inference.package_files import RESERVED_NAMES, checked_requirements, copy_files, named_for_user
+from servestack.inference.package_files import (
+    RESERVED_NAMES,
+    checked_requirements,
+    copy_files,
+    gather_files,
+    named_for_user,
+)
 from servestack.inference.push_columns import ColumnNames, named_columns
 from servestack.inference.push_sequences import SequenceOptions, graph_id_ranges, sequence_inputs
+from servestack.inference.push_tokenizer import check_vocabulary, read_tokenizer, with_tokenizer
 from servestack.inference.sample_files import Sample, read_sample, sample_request
 
 SAMPLE_ROWS = 2
@@ -389,11 +396,13 @@ def create_package(
     requirements: Sequence[str] = (),
     files: Mapping[str, Path] | None = None,
     sequences: SequenceOptions | None = None,
+    tokenizer: Path | None = None,
 ) -> Manifest:
     """Copy `model_path` (with its external data, and hooks) into `destination` and write a manifest with
     checksums. `columns`: the names of a single `[N, k]` input's columns; `allow_nan`: True for every float
     column, or the names of those that may hold NaN; `files`: other files the package carries, by their path in
-    the package (`gather_files` makes it from `--file` arguments)."""
+    the package (`gather_files` makes it from `--file` arguments); `tokenizer`: a Hugging Face tokenizer file the
+    package carries to tokenize texts (servestack/inference/text_inputs.py)."""
     return _create(
         model_path,
         destination,
@@ -409,6 +418,7 @@ def create_package(
         requirements=requirements,
         files=files or {},
         sequences=sequences,
+        tokenizer=tokenizer,
     )[0]
 
 
@@ -429,8 +439,28 @@ def _create(
     files: Mapping[str, Path] | None = None,
     sources: dict[str, Path] | None = None,
     sequences: SequenceOptions | None = None,
+    tokenizer: Path | None = None,
 ) -> tuple[Manifest, Prepared]:
     """`sources` is filled, as files are copied, with each package file's origin (for errors to name it)."""
+    pushed = read_tokenizer(tokenizer) if tokenizer is not None else None
+    files = dict(files or {})
+    tokenizer_name = None
+    if pushed is not None:
+        if process_file is not None:
+            raise InvalidInput(
+                "--tokenizer and --process: the hook reads the request itself; tokenize in it, or leave it out",
+                field="--tokenizer",
+                allowed="one of --tokenizer, --process",
+            )
+        ((tokenizer_name, source),) = gather_files([pushed.path], "--tokenizer").items()
+        if tokenizer_name in files and files[tokenizer_name].resolve() != source.resolve():
+            raise InvalidInput(
+                f"--tokenizer {source}: {tokenizer_name!r} is also {files[tokenizer_name]}",
+                field="--tokenizer",
+                value=tokenizer_name,
+            )
+        files[tokenizer_name] = source
+        requirements = [*requirements, pushed.requirement]
     declared = checked_requirements(requirements)
     sources = sources if sources is not None else {}
     destination.mkdir(parents=True, exist_ok=True)
@@ -441,7 +471,7 @@ def _create(
     if process_file is not None:
         shutil.copyfile(process_file, destination / HOOKS_FILE)
         sources[HOOKS_FILE] = process_file
-    listed = copy_files(destination, dict(files or {}), prepared.external_data, sources)
+    listed = copy_files(destination, files, prepared.external_data, sources)
     inputs, outputs = signature_of(target, shown=model_path)
     output_names = [spec.name for spec in outputs]
     probability_output = probability_output or _first(output_names, ("probabilities", "output_probability"))
@@ -452,6 +482,10 @@ def _create(
     chosen = tuple(labels) if labels is not None else prepared.labels
     _check_label_count(chosen, labels is not None, outputs, probability_output)
     named = named_columns(inputs, columns, allow_nan)
+    sequence_entries = sequence_inputs(
+        inputs, with_tokenizer(pushed, sequences or SequenceOptions(), inputs), prepared.id_ranges
+    )
+    check_vocabulary(pushed, sequence_entries)
     manifest = msgspec.convert(
         {
             "name": name,
@@ -468,7 +502,8 @@ def _create(
             "requirements": declared,
             "description": description,
             "files": listed,
-            "sequences": sequence_inputs(inputs, sequences or SequenceOptions(), prepared.id_ranges),
+            "sequences": sequence_entries,
+            "tokenizer": tokenizer_name,
         },
         Manifest,
     )
@@ -518,6 +553,8 @@ def sample_request_from_signature(
         values = np.broadcast_to(np.arange(rows).reshape(rows, *[1] * (len(shape) - 1)), shape)
         return values.astype(bool if spec.dtype == "bool" else spec.numpy_dtype).tolist()  # type: ignore[no-any-return]
 
+    if manifest.tokenizer is not None:  # a model of texts: texts, as its users send them
+        return {"instances": [f"sample text {row}" for row in range(rows)]}
     if manifest.columns:  # a tabular model: rows by column name, as its users send them
         by_input = {spec.name: filled(spec) for spec in manifest.inputs}
         names = [column.name for column in manifest.columns]
@@ -579,6 +616,7 @@ def build_package(
     requirements: Sequence[str] = (),
     files: Mapping[str, Path] | None = None,
     sequences: SequenceOptions | None = None,
+    tokenizer: Path | None = None,
 ) -> BuiltPackage:
     """A complete package from any ONNX file: model (with its external data), manifest, hooks, `files` (by
     their path in the package: `gather_files`) and sample request/response. `sample`: a file of rows
@@ -606,6 +644,7 @@ def build_package(
             files=files or {},
             sources=sources,
             sequences=sequences,
+            tokenizer=tokenizer,
         )
         request = sample_request(rows, manifest.columns or ()) if rows is not None else None
         write_samples(destination, manifest, request, prepared.categories)

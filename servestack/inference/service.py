@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from servestack.inference import answers, codecs, fast_paths, input_checks, media_types, request_forms
+from servestack.inference import answers, codecs, fast_paths, input_checks, media_types, request_forms, text_inputs
 from servestack.inference.columns import columns_of
 from servestack.inference.errors import (
     InferenceError,
@@ -64,6 +64,8 @@ class ServedModel:
     hooks: Hooks
     package_dir: Path
     max_batch_rows: int
+    # The package's tokenizer (`models push --tokenizer`): texts become its inputs without a hook.
+    text: text_inputs.TextInputs | None = None
 
     @classmethod
     def load(cls, package_dir: Path, settings: ServingSettings) -> ServedModel:
@@ -80,7 +82,8 @@ class ServedModel:
             intra_op_threads=settings.intra_op_threads,
         )
         hooks = load_hooks(package_dir / HOOKS_FILE, manifest.key, manifest.requirements)
-        model = cls(manifest, runtime, hooks, package_dir, settings.max_batch_rows)
+        text = text_inputs.load_text_inputs(package_dir, manifest)
+        model = cls(manifest, runtime, hooks, package_dir, settings.max_batch_rows, text)
         if settings.warmup:
             model.warm_up()
         return model
@@ -154,6 +157,8 @@ class ServedModel:
         `content_type` (a multipart boundary, a charset). Without the hook, the 415 the codecs give, naming
         what they read. Its commas are not counted (`check_value_count`): they are bytes of an image, not values."""
         if self.hooks.preprocess is None:
+            if self.text is not None and media_types.media_type_of(content_type) == text_inputs.PLAIN_TEXT:
+                return self.text.from_plain(body, content_type, max_rows=self.max_batch_rows)
             raise codecs.unsupported_media_type(content_type)
         return self.decode_payload(body, content_type)
 
@@ -170,6 +175,9 @@ class ServedModel:
         or OverflowError of a conversion that no check named first is the caller's `InvalidInput`."""
         try:  # no cost on the way through (Python 3.11's try is free until something raises)
             if self.hooks.preprocess is None:
+                texts = text_inputs.texts_of(payload) if self.text is not None else None
+                if texts is not None and self.text is not None and content_type == media_types.JSON:
+                    return self.text.arrays(texts[1], field=texts[0], max_rows=self.max_batch_rows)
                 if content_type == media_types.JSON:
                     fast = fast_paths.fast_instances(
                         payload, self.manifest, max_batch_rows=self.max_batch_rows, may_hold_booleans=may_hold_booleans
