@@ -56,14 +56,14 @@ class TextInputs:
         spec = next(spec for spec in manifest.inputs if spec.name == "input_ids")
         fixed = spec.row_shape[0]
         self.max_length = fixed or (ids.max_length if ids is not None else None)
-        pad = ids.pad if ids is not None and ids.pad is not None else 0
+        # The manifest's pad id, read from this tokenizer at push; the batch is padded here, to its longest text or
+        # to L where the graph fixes it.
+        self.pad = ids.pad if ids is not None and ids.pad is not None else 0
+        self.fixed = fixed
+        tokenizer.no_padding()
         tokenizer.no_truncation()
         if self.max_length is not None:
             tokenizer.enable_truncation(self.max_length)
-        # Padding to the batch's longest text, or to L where the graph fixes it. The pad token's text only shows in
-        # decoded output: the id is the manifest's, read from this tokenizer at push.
-        pad_token = tokenizer.id_to_token(pad) or "[PAD]"
-        tokenizer.enable_padding(pad_id=pad, pad_token=pad_token, length=fixed)
         self.tokenizer = tokenizer
         self.manifest = manifest
         self.names = [spec.name for spec in manifest.inputs]
@@ -91,6 +91,10 @@ class TextInputs:
                 value=len(items),
                 allowed=f"1..{max_rows} texts",
             )
+        # One text at a time, not `encode_batch`: it is no faster on the few cores a function or a container has
+        # (bench/tokenizing.py), starts a thread pool in every serving process, and could not name the text it
+        # failed on.
+        encodings = []
         for index, item in enumerate(items):
             where = field if field == "body" else f"{field}[{index}]"
             if type(item) is not str:
@@ -102,31 +106,28 @@ class TextInputs:
                 )
             if not item.strip():
                 raise InvalidInput(f"{where}: an empty text", field=where, value=item, allowed="a non-empty text")
-        try:
-            encodings = self.tokenizer.encode_batch(list(items))
-        except Exception:  # the tokenizer's own errors carry no type of their own: found item by item
-            raise self._refused(items, field) from None
-        arrays = {"input_ids": np.array([encoding.ids for encoding in encodings], dtype=np.int64)}
-        if "attention_mask" in self.names:
-            arrays["attention_mask"] = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-        if "token_type_ids" in self.names:
-            arrays["token_type_ids"] = np.array([e.type_ids for e in encodings], dtype=np.int64)
+            try:
+                encodings.append(self.tokenizer.encode(item))
+            except Exception as error:  # the tokenizer's own errors carry no type of their own
+                raise InvalidInput(
+                    f"{where}: the tokenizer refused this text ({error})", field=where, value=item, allowed=_ALLOWED
+                ) from None
+        longest = self.fixed or max(len(encoding.ids) for encoding in encodings)
+        input_ids = np.full((len(encodings), longest), self.pad, dtype=np.int64)
+        attention_mask = np.zeros((len(encodings), longest), dtype=np.int64)
+        token_type_ids = np.zeros((len(encodings), longest), dtype=np.int64)
+        for row, encoding in enumerate(encodings):
+            length = len(encoding.ids)
+            input_ids[row, :length] = encoding.ids
+            attention_mask[row, :length] = encoding.attention_mask
+            token_type_ids[row, :length] = encoding.type_ids
+        arrays = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+        arrays = {name: arrays[name] for name in self.names}
         # The checks every input takes (dtype, id range): the tokenizer's ids are the model's only if its vocabulary
         # is the embedding's, which push checks where it can.
         return validate_inputs(
             {name: (field, array) for name, array in arrays.items()}, self.manifest, max_batch_rows=max_rows
         )
-
-    def _refused(self, items: Sequence[str], field: str) -> InvalidInput:
-        for index, item in enumerate(items):
-            where = field if field == "body" else f"{field}[{index}]"
-            try:
-                self.tokenizer.encode(item)
-            except Exception as error:
-                return InvalidInput(
-                    f"{where}: the tokenizer refused this text ({error})", field=where, value=item, allowed=_ALLOWED
-                )
-        return InvalidInput(f"{field}: the tokenizer refused these texts", field=field, allowed=_ALLOWED)
 
 
 def _charset(content_type: str) -> str:
