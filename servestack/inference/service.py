@@ -337,6 +337,7 @@ class ServedModel:
             "labels": list(manifest.labels) if manifest.labels else None,
             "columns": [{"name": c.name, "dtype": c.dtype, "allow_nan": c.allow_nan} for c in self.columns] or None,
             "has_hooks": self.hooks.preprocess is not None or self.hooks.postprocess is not None,
+            "tokenizer": manifest.tokenizer,  # texts are taken as well as ids (servestack/inference/text_inputs.py)
         }
 
 

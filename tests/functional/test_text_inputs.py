@@ -122,6 +122,12 @@ def test_the_container_answers_a_json_list_of_texts_padded_to_the_longest(server
     close_to_torch(answer.json()["predictions"], slice(None))
 
 
+def test_the_models_description_names_its_tokenizer(server: RealtimeServer) -> None:
+    described = httpx.get(f"{server.url}/v1/models/sentiment", timeout=30).json()
+    assert described["tokenizer"] == "tokenizer.json"
+    assert described["has_hooks"] is False
+
+
 def test_the_rest_route_takes_one_text_as_inputs(server: RealtimeServer) -> None:
     answer = httpx.post(f"{server.url}/v1/models/sentiment/predict", json={"inputs": SENTENCES[2]}, timeout=30)
     assert answer.status_code == 200, answer.text
