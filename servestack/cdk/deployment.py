@@ -121,6 +121,7 @@ class DeploymentStack(Stack):
                 strategy=d.strategy,
                 alarms=d.alarms,
                 batching=d.batching,
+                gpu=d.gpu,
             )
             self.construct = ce
             alarms = [*ce.alarms, *ce.overload_alarms]
@@ -192,6 +193,7 @@ class DeploymentStack(Stack):
                 strategy=d.strategy,
                 alarms=d.alarms,
                 batching=d.batching,
+                gpu=d.gpu,
                 deployment=deployment,
                 autoscaling=deployment not in suspended(self),
             )

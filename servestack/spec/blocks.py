@@ -83,6 +83,26 @@ class Batching(Strict):
     max_queue: Annotated[int, Between(1, 1_000_000)] = 64
 
 
+class GpuSettings(Strict):
+    """How a GPU instance runs the model: `provider: tensorrt` puts onnxruntime's TensorRT provider before CUDA
+    (engines built on a model's first runs and cached on the instance), `fp16: true` lets TensorRT run layers in
+    float16. The container reads them as SERVESTACK_GPU_PROVIDER and SERVESTACK_GPU_FP16
+    (servestack/inference/providers.py)."""
+
+    provider: Literal["cuda", "tensorrt"] = "cuda"
+    fp16: bool = False
+
+    @property
+    def environment(self) -> dict[str, str]:
+        return {"SERVESTACK_GPU_PROVIDER": self.provider, "SERVESTACK_GPU_FP16": str(self.fp16).lower()}
+
+    @model_validator(mode="after")
+    def _fp16_is_tensorrts(self) -> Self:
+        if self.fp16 and self.provider != "tensorrt":
+            _fail("fp16", "true", "allowed with provider: cuda (float16 is TensorRT's option: provider: tensorrt)")
+        return self
+
+
 class _DeploymentBase(Strict):
     model: Name
     version: Version | None = Field(default=None, description="default: the only declared version of `model`")

@@ -40,6 +40,7 @@ EXTRA_DEPLOYMENTS: dict[str, dict[str, Any]] = {
         "model": "digits",
         "shadow": {"model": "breast-cancer", "sample_percent": 20},
         "strategy": {"type": "all_at_once", "bake_minutes": 0},
+        "gpu": {"provider": "tensorrt", "fp16": True},
     },
     "digits-mme": {
         "mode": "realtime",
