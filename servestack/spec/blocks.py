@@ -15,7 +15,18 @@ from servestack.aws_rules import (
     SAGEMAKER_REALTIME,
     EngineLimit,
 )
-from servestack.spec.base import Between, BetweenByRule, LogRetentionDays, Name, OneOf, Percent, Strict, Version, _fail
+from servestack.spec.base import (
+    Between,
+    BetweenByRule,
+    LogRetentionDays,
+    Name,
+    OneOf,
+    Percent,
+    Strict,
+    Version,
+    _fail,
+    uses_gpu,
+)
 
 
 class ModelSpec(Strict):
@@ -101,6 +112,22 @@ class GpuSettings(Strict):
         if self.fp16 and self.provider != "tensorrt":
             _fail("fp16", "true", "allowed with provider: cuda (float16 is TensorRT's option: provider: tensorrt)")
         return self
+
+
+def check_gpu(gpu: GpuSettings | None, instance_type: str, *, runs_on_instances: bool, instead: str) -> None:
+    """`gpu:` of an async or batch deployment: only where it runs on SageMaker instances (`runs_on_instances`;
+    else `instead` says what to choose) of a GPU instance type."""
+    if gpu is None:
+        return
+    if not runs_on_instances:
+        _fail("gpu", "a gpu block", f"used here: {instead}")
+    if not uses_gpu(instance_type):
+        _fail(
+            "instance_type",
+            repr(instance_type),
+            "a GPU instance type (ml.g*, ml.p*) with gpu: set: a CPU instance runs the CPU image, without CUDA or "
+            "TensorRT (remove gpu:, or choose a GPU type)",
+        )
 
 
 class _DeploymentBase(Strict):

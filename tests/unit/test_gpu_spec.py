@@ -63,3 +63,38 @@ def test_serverless_and_unknown_providers_and_cuda_fp16_are_refused() -> None:
     assert any("'cuda'" in problem and "'tensorrt'" in problem for problem in unknown)
     fp16 = _problems(_spec(gpu={"fp16": True}))
     assert any("provider: tensorrt" in problem for problem in fp16)
+
+
+def _problems_of(mode: str, **deployment: Any) -> list[str]:
+    data = {
+        "models": [{"name": "digits", "version": 1}],
+        "deployments": {"d": {"model": "digits", "mode": mode, **deployment}},
+    }
+    return _problems(data)
+
+
+def test_async_and_batch_take_a_gpu_block_only_on_sagemaker_gpu_instances() -> None:
+    tensorrt = {"provider": "tensorrt"}
+    # GIVEN async on SageMaker and a batch transform, each on a GPU type: accepted
+    spec = _spec()
+    spec["deployments"] = {
+        "a": {"model": "digits", "mode": "async", "backend": "sagemaker", "gpu": tensorrt},
+        "b": {
+            "model": "digits",
+            "mode": "batch",
+            "runner": "transform",
+            "instance_type": "ml.g5.xlarge",
+            "gpu": tensorrt,
+        },
+    }
+    parsed = parse_spec(spec)
+    assert [getattr(d, "gpu", None) for d in parsed.deployments.values()] == [GpuSettings(provider="tensorrt")] * 2
+    # WHEN the runner has no GPU (Lambda, Fargate) or the instance type is a CPU one THEN refused, naming why
+    (lambda_async,) = _problems_of("async", gpu=tensorrt)
+    assert "deployments.d.gpu" in lambda_async
+    assert "backend: sagemaker" in lambda_async
+    (fargate,) = _problems_of("batch", runner="fargate", gpu=tensorrt)
+    assert "runner: transform" in fargate
+    (cpu_transform,) = _problems_of("batch", runner="transform", gpu=tensorrt)  # default ml.m5.xlarge
+    assert "deployments.d.instance_type: 'ml.m5.xlarge'" in cpu_transform
+    assert "a GPU instance type" in cpu_transform
