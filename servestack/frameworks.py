@@ -139,6 +139,15 @@ def _from_torch(module: Any, sample: Any) -> tuple[Converted, dict[str, np.ndarr
         name: value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
         for name, value in _sample_inputs(sample, "torch").items()
     }
+    small = [name for name, value in named.items() if value.dim() == 0 or value.shape[0] < 2]
+    if small:
+        raise InvalidInput(
+            f"the sample's input {small[0]!r} has fewer than 2 rows: torch.export fixes a dimension of size 0 or 1, "
+            "so the batch axis would not stay free",
+            field=f"sample.{small[0]}",
+            value=list(named[small[0]].shape),
+            allowed="a sample of 2 or more rows in every input (dim 0 is the batch axis)",
+        )
     module.eval()
     with torch.no_grad():
         expected = _named_outputs(module(**named) if isinstance(sample, Mapping) else module(named["input"]))
