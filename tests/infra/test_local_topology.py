@@ -209,3 +209,6 @@ def test_local_up_says_where_a_gpu_instance_type_runs_on_the_cpu(synth: Synth) -
     (transform,) = gpu_notes([topology(synth, "cancer-transform")])
     assert "the transform job of schedule" in transform
     assert "(ml.g4dn.xlarge, NVIDIA T4)" in transform
+    # AND an async deployment on SageMaker (cancer-gpu-async: the default ml.g5.xlarge)
+    (endpoint,) = gpu_notes([topology(synth, "cancer-gpu-async")])
+    assert "(ml.g5.xlarge, NVIDIA A10G)" in endpoint
