@@ -51,6 +51,7 @@ from servestack.gpu_families import AL2023_GPU_4_1, inference_ami
 from servestack.spec import (
     AlarmSettings,
     Batching,
+    GpuSettings,
     ModelSpec,
     RealtimeServerless,
     ShadowVariant,
@@ -226,6 +227,7 @@ class RealtimeEndpoint(Construct):
         strategy: Strategy | None = None,
         alarms: AlarmSettings | None = None,
         batching: Batching | None = None,
+        gpu: GpuSettings | None = None,
         gpu_image: ecr_assets.DockerImageAsset | None = None,
         cpu_image: ecr_assets.DockerImageAsset | None = None,
         cpu_arm64_image: ecr_assets.DockerImageAsset | None = None,
@@ -326,6 +328,8 @@ class RealtimeEndpoint(Construct):
             "SERVESTACK_MAX_BATCH_SIZE": str(batching.max_batch_size),
             "SERVESTACK_MAX_DELAY_MS": str(batching.max_delay_ms),
             "SERVESTACK_MAX_QUEUE_REQUESTS": str(batching.max_queue),
+            # serving.yaml's `gpu:` (the spec allows it on GPU instance types only)
+            **(gpu.environment if gpu is not None else {}),
         }
 
         def model(variant_name: str, model_key: str, model_name: str) -> sagemaker.CfnModel:

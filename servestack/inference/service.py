@@ -80,6 +80,9 @@ class ServedModel:
             confined(package_dir, manifest.file, field="file"),
             providers=settings.providers,
             intra_op_threads=settings.intra_op_threads,
+            gpu_provider=settings.gpu_provider,
+            gpu_fp16=settings.gpu_fp16,
+            engine_cache=settings.cache_dir / "tensorrt-engines" / manifest.name / manifest.version,
         )
         hooks = load_hooks(package_dir / HOOKS_FILE, manifest.key, manifest.requirements)
         text = text_inputs.load_text_inputs(package_dir, manifest)

@@ -33,7 +33,7 @@ from servestack.spec.base import (
     TransformInstanceType,
     _fail,
 )
-from servestack.spec.blocks import Strategy, _DeploymentBase
+from servestack.spec.blocks import GpuSettings, Strategy, _DeploymentBase, check_gpu
 
 
 class ServerlessDeployment(_DeploymentBase):
@@ -88,6 +88,7 @@ class AsyncDeployment(_DeploymentBase):
     instance_type: InstanceType = "ml.g5.xlarge"
     max_instances: Annotated[int, Between(1, 100)] = 2
     target_backlog_per_instance: Annotated[int, Between(1, 10_000)] = 5
+    gpu: GpuSettings | None = Field(default=None, description="backend: sagemaker on a GPU type: provider, fp16")
 
     @classmethod
     def engine_of(cls, data: Mapping[str, Any]) -> EngineLimit:
@@ -98,6 +99,12 @@ class AsyncDeployment(_DeploymentBase):
     def _coherent(self) -> Self:
         if self.batch_size > 10 and self.batch_window_sec < 1:
             _fail("batch_window_sec", self.batch_window_sec, "in 1..300 when batch_size > 10 (an SQS rule)")
+        check_gpu(
+            self.gpu,
+            self.instance_type,
+            runs_on_instances=self.backend == "sagemaker",
+            instead="backend: sagemaker on a GPU instance type (the Lambda backend has no GPU)",
+        )
         return self
 
 
@@ -134,6 +141,7 @@ class BatchDeployment(_DeploymentBase):
     id_column: Annotated[str, Field(min_length=1, max_length=255)] | None = None
     # A longer input line is an error row, never read whole: 1 MiB keeps a record's parse ~1% of a job's memory.
     max_record_bytes: Annotated[int, Between(1024, 64 * 1024 * 1024)] = 1024 * 1024
+    gpu: GpuSettings | None = Field(default=None, description="runner: transform on a GPU type: provider, fp16")
 
     @classmethod
     def engine_of(cls, data: Mapping[str, Any]) -> EngineLimit:
@@ -189,6 +197,12 @@ class BatchDeployment(_DeploymentBase):
                 f"{self.max_concurrent_transforms * self.max_payload_mb} MB",
                 f"<= 100 MB; {TRANSFORM_PAYLOAD_RULE}",
             )
+        check_gpu(
+            self.gpu,
+            self.instance_type,
+            runs_on_instances=self.runner == "transform",
+            instead="runner: transform on a GPU instance type (Lambda and Fargate have no GPU)",
+        )
         if self.runner == "fargate":
             self._fargate_coherent()
         return self
