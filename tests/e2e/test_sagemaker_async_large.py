@@ -3,9 +3,10 @@ as a developer's boto3 does it, `InvokeEndpointAsync` on cancer-sm (tests/e2e/co
 stand-in streaming the object to the container and the container's answer back to S3, and the container's peak
 memory read from /proc once the answer is in: under three times the payload, as the issue asks.
 
-The peak is each serving worker's VmHWM (the most resident memory it ever held, file-backed pages of its spooled
-body included); the router's and local up's own are printed beside it, for the record (local up's holds the
-embedded emulator, which keeps the objects it stores)."""
+The peak is the sum of the container's processes' VmHWM (the most resident memory each ever held, file-backed
+pages of the spooled body included): its master and its serving workers. The router's and local up's peaks during
+the job are printed beside it, for the record (local up's process holds the embedded emulator, which reads an
+object whole to serve it, and joins a multipart upload's parts in memory)."""
 
 from __future__ import annotations
 
@@ -147,11 +148,17 @@ def run_job(up: LocalUp, s3: Any, bucket: str, key: str, size: int, pids: tuple[
     out_bucket, _, out_key = accepted["OutputLocation"].removeprefix("s3://").partition("/")
     made.append((out_bucket, out_key))
 
+    failure = accepted.get("FailureLocation", "").removeprefix("s3://").partition("/")
+
     def written() -> bool:
         try:
             s3.head_object(Bucket=out_bucket, Key=out_key)
         except ClientError:
-            return False
+            try:  # a container's error answer: fail now, with it
+                answer = s3.get_object(Bucket=failure[0], Key=failure[2])["Body"].read()
+            except ClientError:
+                return False
+            raise AssertionError(f"the job failed: {answer[:2000]!r}") from None
         return True
 
     # THEN the answer lands at OutputLocation (written whole, then announced: a multipart upload's object exists
@@ -160,13 +167,15 @@ def run_job(up: LocalUp, s3: Any, bucket: str, key: str, size: int, pids: tuple[
     elapsed = time.monotonic() - started
     labels = np.load(io.BytesIO(s3.get_object(Bucket=out_bucket, Key=out_key)["Body"].read()))
     assert labels.shape == (ROWS,)
-    # AND no serving worker of the container held three times the payload at any time
+    # AND the container never held three times the payload: the sum of its processes' peaks (its master's and
+    # each serving worker's, whenever each was reached) is under it
     peak_kib = {pid: memory_kib(pid, "VmHWM") for pid in workers}
+    container_kib = memory_kib(container, "VmHWM") + sum(peak_kib.values())
     print(
         f"payload {size:,} bytes, answered in {elapsed:.1f} s; container workers VmHWM (MiB) ready -> peak: "
         + ", ".join(f"{pid}: {ready_kib[pid] / 1024:.0f} -> {peak_kib[pid] / 1024:.0f}" for pid in workers)
-        + f"; container master {memory_kib(container, 'VmHWM') / 1024:.0f}"
+        + f"; container master {memory_kib(container, 'VmHWM') / 1024:.0f}, in all {container_kib / 1024:.0f}"
         + f"; during the job: router {memory_kib(router, 'VmHWM') / 1024:.0f}"
         + f", local up {memory_kib(up.process.pid, 'VmHWM') / 1024:.0f}"
     )
-    assert max(peak_kib.values()) * 1024 < 3 * size, peak_kib
+    assert container_kib * 1024 < 3 * size, (container_kib, peak_kib)
