@@ -54,24 +54,30 @@ def session_providers(
     fp16: bool = False,
     engine_cache: Path,
     gpus: int | None = None,
+    device_id: int = 0,
 ) -> list[ProviderChoice]:
     """The providers a session is created with, each with its options. `gpu_provider: tensorrt` puts TensorRT
     before CUDA where CUDA was chosen and this build offers TensorRT (the GPU image's onnxruntime-gpu does, given
     TensorRT's libraries); elsewhere CUDA serves alone, as TensorRT takes no graph CUDA could not run. TensorRT
     builds an engine per model and input shape on the first runs (minutes for a large graph): it keeps them in
     `engine_cache`, so a worker or a restart on the same host reuses them instead of building again. `fp16` lets
-    TensorRT run layers in float16 (faster on tensor cores, answers within float16's precision)."""
+    TensorRT run layers in float16 (faster on tensor cores, answers within float16's precision). `device_id`: the
+    GPU this worker runs on (servestack/inference/devices.py's `worker_gpu`)."""
     names = choose_providers(requested, available, gpus)
     if gpu_provider == "tensorrt" and CUDA in names and TENSORRT in available and TENSORRT not in names:
         names.insert(names.index(CUDA), TENSORRT)
-    return [(name, _options(name, fp16=fp16, engine_cache=engine_cache)) for name in names]
+    return [(name, _options(name, fp16=fp16, engine_cache=engine_cache, device_id=device_id)) for name in names]
 
 
-def _options(name: str, *, fp16: bool, engine_cache: Path) -> dict[str, str]:
+def _options(name: str, *, fp16: bool, engine_cache: Path, device_id: int) -> dict[str, str]:
+    device = {"device_id": str(device_id)} if device_id else {}  # onnxruntime's default device is 0
+    if name == CUDA:
+        return device
     if name != TENSORRT:
         return {}
     # onnxruntime's TensorRT options are strings ("True"/"False"), as its Python API documents them.
     return {
+        **device,
         "trt_engine_cache_enable": "True",
         "trt_engine_cache_path": str(engine_cache),
         "trt_fp16_enable": str(fp16),

@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from servestack.inference.devices import gpu_count, worker_gpu
 from servestack.inference.errors import InferenceError, InvalidInput, ModelLoadError
 from servestack.inference.manifest import Manifest
-from servestack.inference.providers import GpuProvider, binding_device, session_providers
+from servestack.inference.providers import CUDA, GpuProvider, binding_device, session_providers
 
 Arrays = dict[str, np.ndarray]
 
@@ -79,12 +80,18 @@ class ModelRuntime:
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        available = ort.get_available_providers()
+        gpus = gpu_count()
+        # One worker per GPU (servestack/adapters/realtime.py): each opens its own device, not all device 0.
+        self.device_id = worker_gpu(gpus) if CUDA in available and gpus > 1 else 0
         chosen = session_providers(
             providers,
-            ort.get_available_providers(),
+            available,
             gpu_provider=gpu_provider,
             fp16=gpu_fp16,
             engine_cache=engine_cache or Path(tempfile.gettempdir()) / "servestack-tensorrt-engines" / manifest.key,
+            gpus=gpus,
+            device_id=self.device_id,
         )
         started = time.perf_counter()
         try:
@@ -142,10 +149,13 @@ class ModelRuntime:
             if array.dtype == object:
                 binding.bind_cpu_input(name, array)
             else:
-                value = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), device, 0)
+                value = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), device, self.device_id)
                 binding.bind_ortvalue_input(name, value)
         for spec in self.manifest.outputs:
-            binding.bind_output(spec.name, "cpu" if spec.dtype == "string" else device)
+            if spec.dtype == "string":
+                binding.bind_output(spec.name, "cpu")
+            else:
+                binding.bind_output(spec.name, device, self.device_id)
         self.session.run_with_iobinding(binding)
         # The binding's outputs come back in the order they were bound: the manifest's, as `session.run`'s.
         results: list[np.ndarray] = binding.copy_outputs_to_cpu()
