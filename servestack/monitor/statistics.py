@@ -24,10 +24,11 @@ PSI_FLOOR = 1e-4
 
 def quantile_edges(baseline: np.ndarray, bins: int = PSI_BINS) -> np.ndarray:
     """The inner edges of `bins` bins holding equal shares of the baseline (fewer where values repeat): the
-    outer bins are open, so every value of the current window falls in one."""
+    outer bins are open, so every value of the current window falls in one. Each edge is a baseline value (no
+    interpolation), so a column of few distinct values (a count, a flag) gets one bin per value."""
     if baseline.size == 0:
         return np.empty(0)
-    inner = np.quantile(baseline, np.linspace(0.0, 1.0, bins + 1)[1:-1])
+    inner = np.quantile(baseline, np.linspace(0.0, 1.0, bins + 1)[1:-1], method="inverted_cdf")
     return np.unique(inner)
 
 
@@ -109,9 +110,10 @@ def chi_square_p(baseline: Mapping[str, int], current: Mapping[str, int]) -> flo
 def chi_square_survival(statistic: float, dof: int) -> float:
     """P(X >= statistic) for X chi-square with `dof` degrees of freedom: Q(dof / 2, statistic / 2), the
     regularized upper incomplete gamma function."""
-    if statistic <= 0:
+    half = statistic / 2.0
+    if half <= 0:  # the smallest positive float halves to 0
         return 1.0
-    return _upper_gamma(dof / 2.0, statistic / 2.0)
+    return _upper_gamma(dof / 2.0, half)
 
 
 def _upper_gamma(a: float, x: float) -> float:
