@@ -33,7 +33,7 @@ th, td { border: 1px solid #ddd; padding: 4px 8px; text-align: left; vertical-al
 th { background: #f4f4f4; }
 tr.drifted td { background: #fff3f2; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
-.grid { display: flex; flex-wrap: wrap; gap: 12px; }
+.grid { display: flex; flex-wrap: wrap; gap: 12px; margin-top: 12px; }
 figure.plot { margin: 0; border: 1px solid #e4e4e4; padding: 6px; border-radius: 4px; }
 figure.plot.drifted { border-color: #e5989b; }
 figure.plot img { display: block; width: 340px; height: auto; }
