@@ -202,10 +202,14 @@ def test_a_window_holds_the_records_of_its_time_only(wine: Setup) -> None:
     assert done.returncode == ExitCode.OK, done.stdout + done.stderr
     assert summary["current"]["records"] == 30
     assert summary["current"]["rows"] == 180
-    # AND a window too small for statistics is refused with exit 2, saying so and what to do
-    done, _ = monitor(wine, wine.normal, "small", "--since", "2026-12-03T09:58:00Z", "--until", "2026-12-03T10:00:00Z")
+    # AND a window too small for statistics is refused with exit 2, saying so and what to do; the model given as
+    # a package folder (models/artifacts/NAME/VERSION) rather than through the registry
+    small = ("--since", "2026-12-03T09:58:00Z", "--until", "2026-12-03T10:00:00Z")
+    package = str(wine.registry / "wine" / "1")
+    baseline = ("--baseline", str(wine.baseline))
+    done = servestack("monitor", "--capture", str(wine.normal), "--model", package, *baseline, *small, cwd=wine.work)
     assert done.returncode == ExitCode.USAGE
-    assert "the captured window holds 12 rows, fewer than --min-rows 100" in done.stderr
+    assert "the captured window holds 12 rows, fewer than --min-rows 100" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
 
 
