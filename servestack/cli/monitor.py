@@ -162,6 +162,8 @@ def _package(args: argparse.Namespace, cache: Path) -> Path:
     given = Path(args.model)
     if (given / MANIFEST_FILE).is_file():
         return given
+    if "/" in args.model or given.exists():
+        raise CommandError(f"--model {args.model}: no {MANIFEST_FILE} there; give a package folder or NAME[@VERSION]")
     name, _, version = args.model.partition("@")
     registry = registry_from(args.registry, args.state)
     resolved = registry.resolve(name, version or None)

@@ -73,13 +73,14 @@ def compare_traffic(inputs: Inputs) -> drift.Comparison:
         )
         for name in names
     ]
-    window = inputs.window
+    # The window as given, else the times of the first and the last record read.
+    since, until = inputs.window.since or captured.earliest, inputs.window.until or captured.latest
     return drift.Comparison(
         model=model.manifest.key,
         baseline_source=source,
         capture_source=inputs.capture,
-        since=window.since.isoformat() if window.since else None,
-        until=window.until.isoformat() if window.until else None,
+        since=since.isoformat() if since else None,
+        until=until.isoformat() if until else None,
         records=captured.records,
         baseline_rows=baseline.rows,
         current_rows=current.rows,

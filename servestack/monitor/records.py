@@ -117,6 +117,8 @@ class Captured:
     records: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
     first_seen: dict[str, str] = field(default_factory=dict)
+    earliest: datetime | None = None  # the inference times of the records read: the window the data covers
+    latest: datetime | None = None
 
     def skip(self, reason: str, where: str) -> None:
         self.skipped[reason] += 1
@@ -144,7 +146,8 @@ def read_capture(lines: Iterator[tuple[str, str]], model: ServedModel, window: W
         except (ValueError, KeyError, TypeError):
             captured.skip("not a capture record (captureData.endpointInput, eventMetadata.inferenceTime)", where)
             continue
-        if not window.holds(moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)):
+        moment = moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+        if not window.holds(moment):
             continue
         about = record.get("servestack")
         if isinstance(about, dict) and about.get("model") not in (None, model.manifest.name):
@@ -162,6 +165,8 @@ def read_capture(lines: Iterator[tuple[str, str]], model: ServedModel, window: W
             continue
         table.add_inputs(arrays, absent)
         captured.records += 1
+        captured.earliest = min(captured.earliest or moment, moment)
+        captured.latest = max(captured.latest or moment, moment)
         if not _read_answer(data.get("endpointOutput"), table):
             captured.skip("its answer holds no predictions (an error, a hook's own form, or .npy)", where)
     return captured

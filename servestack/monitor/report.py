@@ -79,7 +79,7 @@ def _summary(comparison: Comparison) -> str:
     else:
         verdict = '<p class="verdict stable">No drift past the thresholds</p>'
     limits = comparison.thresholds
-    window = f"{comparison.since or 'the first record'} to {comparison.until or 'the last record'}"
+    window = f"{comparison.since or 'no record'} to {comparison.until or 'no record'}"
     facts = [
         ("Model", comparison.model),
         ("Baseline", f"{comparison.baseline_source}: {comparison.baseline_rows} rows"),

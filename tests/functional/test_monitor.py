@@ -116,6 +116,11 @@ def test_traffic_from_the_training_distribution_reports_no_drift(wine: Setup) ->
     assert summary["current"]["rows"] == TRAFFIC_ROWS
     assert summary["baseline"]["rows"] == 178
     assert summary["notes"] == []
+    # AND with no --since/--until the window is the first and the last record's time (150 records a minute apart)
+    assert (summary["current"]["since"], summary["current"]["until"]) == (
+        "2026-12-03T09:00:00+00:00",
+        "2026-12-03T11:29:00+00:00",
+    )
     # AND a column left out of some core records is counted only where it was sent, and not as missing
     proline = next(column for column in summary["columns"] if column["name"] == LEFT_OUT)
     assert 0 < proline["current_rows"] < TRAFFIC_ROWS
@@ -202,6 +207,10 @@ def test_a_window_holds_the_records_of_its_time_only(wine: Setup) -> None:
     assert done.returncode == ExitCode.OK, done.stdout + done.stderr
     assert summary["current"]["records"] == 30
     assert summary["current"]["rows"] == 180
+    assert (summary["current"]["since"], summary["current"]["until"]) == (
+        "2026-12-03T09:30:00+00:00",
+        "2026-12-03T10:00:00+00:00",
+    )
     # AND a window too small for statistics is refused with exit 2, saying so and what to do; the model given as
     # a package folder (models/artifacts/NAME/VERSION) rather than through the registry
     small = ("--since", "2026-12-03T09:58:00Z", "--until", "2026-12-03T10:00:00Z")
@@ -222,3 +231,9 @@ def test_the_package_sample_as_baseline_is_refused_below_min_rows(wine: Setup) -
     assert done.returncode == ExitCode.USAGE, done.stdout + done.stderr
     assert "the baseline holds 2 rows, fewer than --min-rows 100" in done.stderr
     assert "--baseline FILE" in done.stderr
+
+
+def test_a_model_path_without_a_package_is_named(wine: Setup) -> None:
+    done = servestack("monitor", "--capture", str(wine.normal), "--model", "models/artifacts/nope/1", cwd=wine.work)
+    assert done.returncode == ExitCode.USAGE, done.stderr
+    assert "--model models/artifacts/nope/1: no manifest.json there" in done.stderr
