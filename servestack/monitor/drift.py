@@ -19,6 +19,7 @@ from servestack.monitor import statistics
 Kind = Literal["numeric", "categorical"]
 MOST_UNSEEN = 10  # unseen categories listed by name, the most frequent first
 HISTOGRAM_BINS = 20  # the report's bins of a numeric column
+MOST_SHARES = 50  # categories whose shares the summary keeps per side: an id-like column has thousands
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,7 @@ def category(value: Any) -> str:
 
 def _shares(counts: Counter[str]) -> dict[str, float]:
     total = sum(counts.values()) or 1
-    return {value: count / total for value, count in counts.most_common()}
+    return {value: count / total for value, count in counts.most_common(MOST_SHARES)}
 
 
 # ------------------------------------------------------------------------------------------ the whole comparison

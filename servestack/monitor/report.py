@@ -169,17 +169,27 @@ def _plot(drift: ColumnDrift) -> bytes:
                 "unseen", (position + width / 2, share), ha="center", va="bottom", fontsize=7, color="#a4161a"
             )
     step = max(1, len(labels) // 8) if drift.kind == "numeric" else 1
-    axes.set_xticks(positions[::step], [labels[i] for i in range(0, len(labels), step)], fontsize=7, rotation=30)
+    ticks = [_plain_text(labels[i]) for i in range(0, len(labels), step)]
+    axes.set_xticks(positions[::step], ticks, fontsize=7, rotation=30)
     axes.tick_params(axis="y", labelsize=7)
     axes.set_ylabel("share of rows", fontsize=8)
     axes.set_title(
-        drift.name + ("  (drift)" if drift.drifted else ""), fontsize=9, color="#a4161a" if drift.drifted else "#222"
+        _plain_text(drift.name, 60) + ("  (drift)" if drift.drifted else ""),
+        fontsize=9,
+        color="#a4161a" if drift.drifted else "#222",
     )
     axes.legend(fontsize=7, frameon=False)
     figure.tight_layout()
     stream = io.BytesIO()
     figure.savefig(stream, format="png")
     return stream.getvalue()
+
+
+def _plain_text(text: str, longest: int = 24) -> str:
+    """A category or a column name as matplotlib draws it verbatim: `$` escaped (two of them would start
+    mathtext, which refuses most text from traffic), cut to `longest` characters."""
+    cut = text if len(text) <= longest else text[: longest - 1] + "…"
+    return cut.replace("$", r"\$")
 
 
 def _bars(drift: ColumnDrift) -> tuple[list[str], np.ndarray, np.ndarray, list[bool]]:
@@ -191,7 +201,7 @@ def _bars(drift: ColumnDrift) -> tuple[list[str], np.ndarray, np.ndarray, list[b
             shown,
             np.array([base.get(name, 0.0) for name in shown]),
             np.array([now.get(name, 0.0) for name in shown]),
-            [name not in base for name in shown],
+            [name in drift.unseen for name in shown],
         )
     hist = drift.summary["histogram"]
     edges = hist["edges"]
