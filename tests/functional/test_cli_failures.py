@@ -63,6 +63,7 @@ def cases() -> dict[str, Case]:
             ExitCode.FAILED,
             "no 2xx",
         ),
+        "monitor": Case(["monitor", "--capture", "capture", "--model", "digits"], ExitCode.NOT_RUNNING, "no registry"),
         "serve": Case(["serve"], ExitCode.USAGE, "SERVESTACK_PORT", env={"SAGEMAKER_BIND_TO_PORT": "not-a-port"}),
         "models optimize": Case(["models", "optimize", "digits"], ExitCode.NOT_RUNNING, "no registry"),
         "plan": Case(["plan", "--peak-qps", "-3"], ExitCode.USAGE, "peak"),
