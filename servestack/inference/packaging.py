@@ -54,7 +54,14 @@ from servestack.inference.package_files import (
 from servestack.inference.push_columns import ColumnNames, named_columns
 from servestack.inference.push_sequences import SequenceOptions, graph_id_ranges, sequence_inputs
 from servestack.inference.push_tokenizer import check_vocabulary, read_tokenizer, with_tokenizer
-from servestack.inference.sample_files import Sample, read_sample, sample_request
+from servestack.inference.sample_files import (
+    BASELINE_MAX_BYTES,
+    BASELINE_STEM,
+    BASELINE_SUFFIXES,
+    Sample,
+    read_sample,
+    sample_request,
+)
 
 SAMPLE_ROWS = 2
 _PACKAGE_PATH = re.compile(PATH_PATTERN)
@@ -601,6 +608,17 @@ def write_samples(
     return response
 
 
+def baseline_files(sample: Path | None, files: Mapping[str, Path]) -> dict[str, Path]:
+    """The `--sample` file, kept whole in the package as `baseline.<suffix>` (a checksummed file like any other)
+    where it is at most BASELINE_MAX_BYTES: `servestack monitor` compares captured traffic with it. The sample
+    request keeps only its first rows; the baseline keeps them all. A larger file is left out (every deployment
+    ships the package), and monitor then asks for `--baseline`."""
+    if sample is None or sample.suffix.lower() not in BASELINE_SUFFIXES or sample.stat().st_size > BASELINE_MAX_BYTES:
+        return {}
+    name = f"{BASELINE_STEM}{sample.suffix.lower()}"
+    return {} if name in files else {name: sample}
+
+
 def build_package(
     model_path: Path,
     destination: Path,
@@ -623,6 +641,7 @@ def build_package(
     (servestack/inference/sample_files.py), which also names a `[N, k]` input's columns when `columns` does not.
     Errors name the files the caller gave, never `destination` (a scratch folder, usually)."""
     rows: Sample | None = read_sample(sample) if sample is not None else None
+    files = {**(files or {}), **baseline_files(sample, files or {})}
     names = ColumnNames(columns, "--columns") if columns is not None else None
     if names is None and rows is not None and rows.names is not None:
         names = ColumnNames(rows.names, f"--sample {sample.name if sample else ''}".strip())
@@ -641,7 +660,7 @@ def build_package(
             columns=names,
             allow_nan=allow_nan,
             requirements=requirements,
-            files=files or {},
+            files=files,
             sources=sources,
             sequences=sequences,
             tokenizer=tokenizer,

@@ -20,7 +20,7 @@ from servestack.inference import media_types
 from servestack.inference.columns import column_names, columns_of
 from servestack.inference.errors import ServingError
 from servestack.inference.manifest import SAMPLE_REQUEST
-from servestack.inference.sample_files import Sample, sample_request
+from servestack.inference.sample_files import BASELINE_STEM, Sample, sample_request
 from servestack.inference.service import ServedModel
 from servestack.monitor.table import Table
 
@@ -42,6 +42,12 @@ def read_baseline(path: Path, model: ServedModel, table: Table) -> None:
 
 
 def read_package_sample(package_dir: Path, model: ServedModel, table: Table) -> None:
+    """The package's baseline: the whole `--sample` file push kept (`baseline.<suffix>`, listed with its
+    checksum), else the few rows of its sample request."""
+    kept = [entry.name for entry in model.manifest.files if entry.name.startswith(f"{BASELINE_STEM}.")]
+    if kept:
+        read_baseline(package_dir / kept[0], model, table)
+        return
     sample = package_dir / SAMPLE_REQUEST
     if not sample.is_file():
         raise BaselineError(f"{package_dir} carries no {SAMPLE_REQUEST}: pass --baseline FILE (the training rows)")

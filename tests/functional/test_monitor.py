@@ -237,3 +237,26 @@ def test_a_model_path_without_a_package_is_named(wine: Setup) -> None:
     done = servestack("monitor", "--capture", str(wine.normal), "--model", "models/artifacts/nope/1", cwd=wine.work)
     assert done.returncode == ExitCode.USAGE, done.stderr
     assert "--model models/artifacts/nope/1: no manifest.json there" in done.stderr
+
+
+def test_the_sample_given_at_push_is_the_baseline(wine: Setup) -> None:
+    # GIVEN the model pushed with its training rows as --sample (the package keeps them whole as its baseline)
+    features = wine.work / "features.csv"
+    with wine.baseline.open(newline="") as source, features.open("w", newline="") as target:
+        csv.writer(target).writerows(row[:-1] for row in csv.reader(source))  # the label left out
+    pushed = servestack(
+        "models", "push", str(wine.work / "wine.onnx"), "--name", "wine", "--version", "2",
+        "--sample", str(features), "--registry", str(wine.registry), cwd=wine.work,
+    )  # fmt: skip
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+    package = wine.registry / "wine" / "2"
+    assert (package / "baseline.csv").read_bytes() == features.read_bytes()
+    # WHEN monitor runs without --baseline
+    done = servestack(
+        "monitor", "--capture", str(wine.normal), "--model", "wine@2", "--registry", str(wine.registry),
+        "--json", "from-push.json", cwd=wine.work,
+    )  # fmt: skip
+    # THEN the whole sample is the baseline, and traffic like it shows no drift
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((wine.work / "from-push.json").read_text())
+    assert summary["baseline"]["rows"] == 178
