@@ -46,6 +46,9 @@ from servestack.inference.manifest import (
 )
 from servestack.inference.package_files import RESERVED_NAMES, checked_requirements, copy_files, named_for_user
 from servestack.inference.push_columns import ColumnNames, named_columns
+from servestack.inference.push_images import ImageOptions, image_spec, with_pillow
+from servestack.inference.push_images import sample_request as image_sample_request
+from servestack.inference.push_outputs import class_outputs
 from servestack.inference.push_sequences import SequenceOptions, graph_id_ranges, sequence_inputs
 from servestack.inference.sample_files import Sample, read_sample, sample_request
 
@@ -389,6 +392,9 @@ def create_package(
     requirements: Sequence[str] = (),
     files: Mapping[str, Path] | None = None,
     sequences: SequenceOptions | None = None,
+    image: ImageOptions | None = None,
+    outputs_role: tuple[str, str | None] | None = None,
+    top_k: int | None = None,
 ) -> Manifest:
     """Copy `model_path` (with its external data, and hooks) into `destination` and write a manifest with
     checksums. `columns`: the names of a single `[N, k]` input's columns; `allow_nan`: True for every float
@@ -409,6 +415,9 @@ def create_package(
         requirements=requirements,
         files=files or {},
         sequences=sequences,
+        image=image,
+        outputs_role=outputs_role,
+        top_k=top_k,
     )[0]
 
 
@@ -429,6 +438,9 @@ def _create(
     files: Mapping[str, Path] | None = None,
     sources: dict[str, Path] | None = None,
     sequences: SequenceOptions | None = None,
+    image: ImageOptions | None = None,
+    outputs_role: tuple[str, str | None] | None = None,
+    top_k: int | None = None,
 ) -> tuple[Manifest, Prepared]:
     """`sources` is filled, as files are copied, with each package file's origin (for errors to name it)."""
     declared = checked_requirements(requirements)
@@ -450,7 +462,18 @@ def _create(
     if prediction_output is None and probability_output is not None and len(output_names) == 2:
         prediction_output = next(n for n in output_names if n != probability_output)
     chosen = tuple(labels) if labels is not None else prepared.labels
-    _check_label_count(chosen, labels is not None, outputs, probability_output)
+    roles = class_outputs(
+        outputs,
+        role=outputs_role,
+        top_k=top_k,
+        labels=chosen,
+        labels_given=labels is not None,
+        prediction_output=prediction_output,
+        probability_output=probability_output,
+    )
+    declared_image = image_spec(image, inputs) if image is not None else None
+    if declared_image is not None:  # Pillow decodes the pictures: every deployment serving the package installs it
+        declared = checked_requirements(with_pillow(declared))
     named = named_columns(inputs, columns, allow_nan)
     manifest = msgspec.convert(
         {
@@ -461,8 +484,11 @@ def _create(
             "process_sha256": sha256_of(destination / HOOKS_FILE) if (destination / HOOKS_FILE).exists() else None,
             "inputs": [spec.to_dict() for spec in inputs],
             "outputs": [spec.to_dict() for spec in outputs],
-            "prediction_output": prediction_output,
-            "probability_output": probability_output,
+            "prediction_output": roles.prediction_output,
+            "probability_output": roles.probability_output,
+            "logits_output": roles.logits_output,
+            "top_k": roles.top_k,
+            "image": msgspec.to_builtins(declared_image) if declared_image is not None else None,
             "labels": chosen,
             "columns": [msgspec.to_builtins(column) for column in named] if named is not None else None,
             "requirements": declared,
@@ -478,23 +504,6 @@ def _create(
 
 def _first(names: Sequence[str], wanted: Sequence[str]) -> str | None:
     return next((name for name in wanted if name in names), None)
-
-
-def _check_label_count(
-    labels: tuple[str | int, ...] | None, given: bool, outputs: Sequence[TensorSpec], probability_output: str | None
-) -> None:
-    """`--labels` must name every class the probability output has, no more and no fewer."""
-    if labels is None or not given or probability_output is None:
-        return
-    spec = next(spec for spec in outputs if spec.name == probability_output)
-    classes = spec.shape[-1] if len(spec.shape) >= 2 else None
-    if classes is not None and classes != len(labels):
-        raise InvalidInput(
-            f"--labels: {len(labels)} labels given, but the model's {probability_output!r} has {classes} classes",
-            field="labels",
-            value=",".join(map(str, labels)),
-            allowed=f"{classes} comma-separated labels, in class id order",
-        )
 
 
 def write_manifest(destination: Path, manifest: Manifest) -> None:
@@ -579,6 +588,9 @@ def build_package(
     requirements: Sequence[str] = (),
     files: Mapping[str, Path] | None = None,
     sequences: SequenceOptions | None = None,
+    image: ImageOptions | None = None,
+    outputs_role: tuple[str, str | None] | None = None,
+    top_k: int | None = None,
 ) -> BuiltPackage:
     """A complete package from any ONNX file: model (with its external data), manifest, hooks, `files` (by
     their path in the package: `gather_files`) and sample request/response. `sample`: a file of rows
@@ -606,8 +618,13 @@ def build_package(
             files=files or {},
             sources=sources,
             sequences=sequences,
+            image=image,
+            outputs_role=outputs_role,
+            top_k=top_k,
         )
         request = sample_request(rows, manifest.columns or ()) if rows is not None else None
+        if request is None and manifest.image is not None and process_file is None:
+            request = image_sample_request(manifest.image)  # a picture, as its users send them
         write_samples(destination, manifest, request, prepared.categories)
     except ServingError as error:
         raise named_for_user(error, destination, sources) from error.__cause__
