@@ -28,9 +28,8 @@ import numpy as np
 
 from servestack.inference.errors import InvalidInput, PayloadTooLarge, UnsupportedMediaType
 from servestack.inference.image_spec import ImageSpec
+from servestack.inference.media_types import IMAGE_TYPES, MULTIPART
 
-IMAGE_TYPES = ("image/jpeg", "image/png", "image/webp")
-MULTIPART = "multipart/form-data"
 ACCEPTED = (
     'an image/jpeg, image/png or image/webp body (one picture), JSON {"instances": [{"b64": "<base64>"}, ...]}, '
     "or multipart/form-data with image parts"

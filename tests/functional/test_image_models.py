@@ -26,6 +26,8 @@ import pytest
 from servestack.inference.errors import InvalidInput
 from servestack.inference.packaging import build_package
 from servestack.inference.push_images import image_options
+from servestack.inference.service import ServedModel
+from servestack.inference.settings import ServingSettings
 from tests.conftest import LambdaHandler, RealtimeServer, lambda_event, response_body
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "deep_learning"
@@ -351,3 +353,30 @@ def test_push_records_the_image_and_requires_pillow(model_dir: Path) -> None:
 def test_push_refuses_an_image_the_model_cannot_take(tmp_path: Path, given: str, message: str) -> None:
     with pytest.raises(InvalidInput, match="--image: .*" + message.replace("(", r"\(").replace(")", r"\)")):
         build_package(FIXTURES / "cnn.onnx", tmp_path, name="cnn", version="1", image=image_options(given))
+
+
+def test_the_docs_push_command_runs_as_written(tmp_path: Path) -> None:
+    # GIVEN docs/model-packages.md's `--image` push command, in a project beside the fixture CNN
+    document = (Path(__file__).resolve().parents[2] / "docs" / "model-packages.md").read_text(encoding="utf-8")
+    command = next(
+        line for line in document.splitlines() if line.startswith("servestack models push cnn.onnx --name cnn --image")
+    )
+    (tmp_path / "serving.yaml").touch()
+    (tmp_path / "cnn.onnx").write_bytes((FIXTURES / "cnn.onnx").read_bytes())
+    # WHEN it runs
+    done = subprocess.run(
+        ["bash", "-e", "-c", command.replace("servestack ", f"{SERVESTACK} ", 1)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    # THEN the package answers the docs' example (landscape.jpg) as the docs show it
+    assert done.returncode == 0, done.stdout + done.stderr
+    package = tmp_path / "models" / "artifacts" / "cnn" / "1"
+    settings = ServingSettings(model_dir=package, default_model="cnn", providers="CPUExecutionProvider", warmup=False)
+    answer = orjson.loads(ServedModel.load(package, settings).infer(picture("landscape.jpg"), "image/jpeg", None).body)
+    shown = orjson.loads(document.split("The CNN above answers a JPEG with:")[1].split("```json\n")[1].split("```")[0])
+    assert answer["predictions"] == shown["predictions"]
+    assert answer["labels"] == shown["labels"]
+    np.testing.assert_allclose(answer["probabilities"], shown["probabilities"], atol=1e-3)
+    assert [[entry["label"] for entry in row] for row in answer["top_k"]] == [
+        [entry["label"] for entry in row] for row in shown["top_k"]
+    ]
