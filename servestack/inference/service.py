@@ -18,16 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from servestack.inference import (
-    answers,
-    codecs,
-    fast_paths,
-    images,
-    input_checks,
-    media_types,
-    output_roles,
-    request_forms,
-)
+from servestack.inference import answers, codecs, fast_paths, images, input_checks, media_types, request_forms
 from servestack.inference.columns import columns_of
 from servestack.inference.errors import (
     InferenceError,
@@ -50,6 +41,7 @@ from servestack.inference.manifest import (
     read_manifest,
     verify_checksums,
 )
+from servestack.inference.output_roles import class_roles
 from servestack.inference.paths import confined
 from servestack.inference.runtime import Arrays, ModelRuntime
 from servestack.inference.settings import ServingSettings
@@ -126,7 +118,7 @@ class ServedModel:
             fast_paths.rows_plan(self.manifest, self.max_batch_rows) if self.hooks.preprocess is None else None
         )
         # Class scores that need their prediction derived (output_roles.py): answered as the derived outputs.
-        self.roles = output_roles.class_roles(self.manifest) if self.hooks.postprocess is None else None
+        self.roles = class_roles(self.manifest) if self.hooks.postprocess is None else None
         self.answer_manifest = self.roles.manifest if self.roles is not None else self.manifest
         plain = self.hooks.postprocess is None and (self.roles is None or self.roles.top_k is None)
         self.answer_plan = answers.answer_plan(self.answer_manifest) if plain else None
