@@ -49,6 +49,35 @@ def push_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--process", type=Path, default=None, help="a process.py with preprocess/postprocess hooks")
     parser.add_argument(
+        "--image",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="KEY=VALUE,...",
+        help='serve the model\'s one image input from pictures (JPEG, PNG, WebP bodies; JSON {"instances": '
+        '[{"b64": ...}]}; multipart forms), with no hook: decoded to RGB, the shorter side resized to resize=N '
+        "(optional), the centre cropped to crop=N or HxW (default: the input's size), scaled to [0, 1], normalized "
+        "by mean=R:G:B and std=R:G:B (default 0 and 1), in layout=NCHW or NHWC (default: read from the input's "
+        "shape). E.g. --image resize=256,crop=224,mean=0.485:0.456:0.406,std=0.229:0.224:0.225. Adds Pillow to "
+        "the package's requirements; a --process preprocess hook, if given, reads the pictures instead",
+    )
+    parser.add_argument(
+        "--outputs",
+        default=None,
+        metavar="ROLE[=OUTPUT]",
+        help="what a classifier's output holds: logits (answered as their softmax `probabilities`, their argmax "
+        "`predictions` and its `labels`) or probabilities (answered with their argmax as `predictions`); OUTPUT "
+        "defaults to the only output (default: an output named `logits` is logits, one named `probabilities` "
+        "probabilities)",
+    )
+    parser.add_argument(
+        "--top-k",
+        type=int,
+        default=None,
+        metavar="K",
+        help="JSON answers add each row's K most probable classes (class, label, probability), best first",
+    )
+    parser.add_argument(
         "--requirement",
         action="append",
         default=[],
@@ -200,6 +229,8 @@ def run_push(args: argparse.Namespace) -> int:
     from servestack.inference.errors import VersionConflict
     from servestack.inference.package_files import gather_files
     from servestack.inference.packaging import build_package
+    from servestack.inference.push_images import image_options
+    from servestack.inference.push_outputs import parse_role
     from servestack.inference.push_sequences import sequence_options
     from servestack.inference.registry import DirectoryStore, ModelRegistry, check_name, check_version
 
@@ -242,6 +273,9 @@ def run_push(args: argparse.Namespace) -> int:
             files=files,
             sequences=sequence_options(args.pad, args.max_length, args.id_range),
             tokenizer=args.tokenizer,
+            image=image_options(args.image),
+            outputs_role=parse_role(args.outputs),
+            top_k=args.top_k,
         )
         outcomes: list[str] = []
         try:
@@ -305,7 +339,11 @@ def _report(built: BuiltPackage, source: Path, outcomes: list[str], previous: tu
         shape = ", ".join(
             "N" if i == 0 and s is None else ("any" if s is None else str(s)) for i, s in enumerate(spec.shape)
         )
-        role = {manifest.prediction_output: " (prediction)", manifest.probability_output: " (probabilities)"}
+        role = {
+            manifest.prediction_output: " (prediction)",
+            manifest.probability_output: " (probabilities)",
+            manifest.logits_output: " (logits)",
+        }
         return f"{spec.name} {spec.dtype} [{shape}]{role.get(spec.name, '')}"
 
     print(f"{manifest.key}: packaged from {source}")
@@ -317,6 +355,15 @@ def _report(built: BuiltPackage, source: Path, outcomes: list[str], previous: tu
         print(f"  labels   {', '.join(map(str, manifest.labels))} (from {built.labels_source})")
     else:
         print(f"  labels   none{f' ({built.labels_note})' if built.labels_note else ''}")
+    if manifest.image is not None:
+        image = manifest.image
+        resize = f"shorter side to {image.resize}, " if image.resize is not None else ""
+        print(
+            f"  image    {image.input}: JPEG/PNG/WebP -> RGB, {resize}centre {image.crop[0]}x{image.crop[1]}, "
+            f"[0, 1], mean {list(image.mean)}, std {list(image.std)}, {image.layout}"
+        )
+    if manifest.top_k is not None:
+        print(f"  top k    {manifest.top_k} classes in JSON answers")
     if manifest.columns:
         print(f"  columns  {', '.join(f'{c.name} {c.dtype}' for c in manifest.columns)}")
         nan = [column.name for column in manifest.columns if column.allow_nan]

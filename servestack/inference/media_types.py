@@ -18,6 +18,9 @@ JSON = "application/json"
 CSV = "text/csv"
 NPY = "application/x-npy"
 READABLE_TYPES = (JSON, CSV, NPY)
+# The bodies a model that declares an image input reads with no hook (servestack/inference/images.py).
+IMAGE_TYPES = ("image/jpeg", "image/png", "image/webp")
+MULTIPART = "multipart/form-data"
 WRITABLE_TYPES = (JSON, CSV, NPY)
 # Variants a parameter asks for (RFC 4180's `header`; ours, `probabilities=by-label`): the request and answer
 # types a request carries through every mode (an async job records them), each read or written as its base type.

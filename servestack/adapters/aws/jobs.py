@@ -119,7 +119,10 @@ class JobService(JobWorker):
 
     def _check_types(self, content_type: str | None, accept: str | None) -> str:
         base_type = media_types.media_type_of(content_type)
-        if base_type not in media_types.READABLE_TYPES:
+        # Pictures too: the submit function does not load the model, whose worker reads them when it declares an
+        # image input (`models push --image`) and answers the job with its 415 when it does not.
+        pictures = base_type in media_types.IMAGE_TYPES or base_type == media_types.MULTIPART
+        if base_type not in media_types.READABLE_TYPES and not pictures:
             codecs.decode_body(b"", base_type)  # raises UnsupportedMediaType naming the allowed types
         media_types.negotiate(accept)
         return media_types.request_type_of(content_type)  # `text/csv; header=present` stays so for the worker
