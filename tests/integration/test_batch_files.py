@@ -252,3 +252,19 @@ def test_put_input_takes_any_file_and_the_download_keys_each_by_its_file(
         ("in/seven.jpg", "in/seven.jpg", 1, None),
     ]
     assert rows[0]["prediction"] == digits_answers(models, features[8:9])[0]
+
+
+def test_with_an_id_column_a_files_id_is_its_key(
+    aws: Aws, unique: str, models: Path, digits: tuple[np.ndarray, np.ndarray]
+) -> None:
+    features, _ = digits
+    # GIVEN two images, WHEN a job with an id column runs over them
+    ensure_bucket(aws.s3, unique)
+    for index in range(2):
+        aws.s3.put_object(Bucket=unique, Key=f"in/{index}.png", Body=png(features[index]))
+    manifest = run_batch(settings(unique, "raw-digits", id_column="image"))
+    # THEN each row carries its file's key in that column
+    assert [(row["image"], row["file"]) for row in scored(aws, unique, manifest)] == [
+        ("in/0.png", "in/0.png"),
+        ("in/1.png", "in/1.png"),
+    ]

@@ -54,7 +54,9 @@ def decode_piece(
     if isinstance(piece, Refused):
         return Decoded(np.empty(0, dtype=np.int64), None, list(enumerate(piece.errors)))
     if isinstance(piece, Lines) and piece.whole:  # a whole file, for the hook: no line limit applies
-        return Decoded(*decode_files(model, piece))
+        good, arrays, bad = decode_files(model, piece)
+        # A file has no columns: with an id column, its id is the object's key (as `file` is).
+        return Decoded(good, arrays, bad, [piece.source] * len(good) if id_column is not None else None)
     if max_record_bytes is not None and isinstance(piece, Lines):
         lengths = piece.ends - piece.starts
         if int(lengths.max(initial=0)) > max_record_bytes:
