@@ -57,6 +57,19 @@ def request_type_of(header: str | None) -> str:
     return media_type
 
 
+OCTET_STREAM = "application/octet-stream"
+
+
+def guessed_type(name: str) -> str:
+    """The media type a file's name suggests, as Python's `mimetypes` guesses it (`.jpg` -> `image/jpeg`, `.wav`
+    -> `audio/x-wav`, `.txt` -> `text/plain`); `application/octet-stream` for a name it knows nothing of, and for
+    one it reads as compressed (`x.json.gz`): the bytes go as they are, with no Content-Encoding to undo."""
+    import mimetypes
+
+    guessed, encoding = mimetypes.guess_type(name, strict=False)
+    return guessed if guessed is not None and encoding is None else OCTET_STREAM
+
+
 def answer_type_of(accept: str | None) -> str:
     """`negotiate`, keeping what a parameter of the chosen type asks for: `text/csv; header=present` (a header
     row naming the columns) -> `CSV_HEADER`; `application/json; probabilities=by-label` -> `JSON_BY_LABEL`."""

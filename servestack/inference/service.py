@@ -184,6 +184,18 @@ class ServedModel:
             raise codecs.unsupported_media_type(content_type)
         return self.decode_payload(body, content_type)
 
+    def reads_raw(self, media_type: str) -> bool:
+        """Whether a body of `media_type` that no codec reads is this model's to read (`decode_raw`): any, with a
+        preprocess hook; pictures and forms, with a declared image input; plain text, with a tokenizer."""
+        return (
+            self.hooks.preprocess is not None
+            or (
+                self.image is not None
+                and (media_type in media_types.IMAGE_TYPES or media_type == media_types.MULTIPART)
+            )
+            or (self.text is not None and media_type == text_inputs.PLAIN_TEXT)
+        )
+
     def image_arrays(self, pictures: list[images.Picture]) -> Arrays:
         """The image input of a package that declares one (`models push --image`), from the request's pictures."""
         assert self.image is not None

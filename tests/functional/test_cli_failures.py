@@ -131,7 +131,7 @@ def test_a_missing_data_file_is_one_line_naming_it(project: Path) -> None:
     assert done.returncode == ExitCode.USAGE
     assert (
         done.stderr.strip()
-        == "servestack invoke: --data missing.json: no such file; give a request body (.json, .csv or .npy)"
+        == "servestack invoke: --data missing.json: no such file; give a request body (.json, .csv, .npy, or any file)"
     )
 
 
