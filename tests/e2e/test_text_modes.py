@@ -68,10 +68,15 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
         assert up.stop() == 0
 
 
-def close_to_torch(predictions: Any, rows: slice | list[int], where: str) -> None:
-    found = np.asarray(predictions, dtype=np.float32)
-    assert found.shape == LOGITS[rows].shape, where
-    assert np.abs(found - LOGITS[rows]).max() < TOLERANCE, (where, found, LOGITS[rows])
+def close_to_torch(answer: Any, rows: slice | list[int], where: str) -> None:
+    """A logits model's answer (its output named `logits`): softmax as `probabilities`, argmax as `predictions`."""
+    logits = LOGITS[rows]
+    softmax = np.exp(logits - logits.max(axis=1, keepdims=True))
+    softmax /= softmax.sum(axis=1, keepdims=True)
+    found = np.asarray(answer["probabilities"], dtype=np.float32)
+    assert found.shape == logits.shape, where
+    assert np.abs(found - softmax).max() < TOLERANCE, (where, found, softmax)
+    assert answer["predictions"] == logits.argmax(axis=1).tolist(), where
 
 
 @pytest.mark.parametrize("suffix", ["rt", "api", "jobs"])
@@ -79,12 +84,12 @@ def test_an_online_deployment_answers_texts_as_torch_does(project: Project, suff
     # WHEN a JSON list of texts is sent to the deployment
     listed = json.loads(project.cli("invoke", f"sentiment-{suffix}", "--data", "texts.json").stdout)
     # THEN it answers torch's logits (the long texts truncated to the model's maximum length)
-    close_to_torch(listed["predictions"], slice(None), f"sentiment-{suffix} list")
+    close_to_torch(listed, slice(None), f"sentiment-{suffix} list")
     if suffix == "jobs":
         return  # the async front takes the codecs' types only (it reads no model to know what else one takes)
     # AND one text sent as text/plain too
     plain = project.cli("invoke", f"sentiment-{suffix}", "--data", "one.txt", "--content-type", "text/plain")
-    close_to_torch(json.loads(plain.stdout)["predictions"], [0], f"sentiment-{suffix} text/plain")
+    close_to_torch(json.loads(plain.stdout), [0], f"sentiment-{suffix} text/plain")
 
 
 def test_a_batch_job_answers_each_line_of_text(project: Project, tmp_path: Path) -> None:
@@ -94,4 +99,8 @@ def test_a_batch_job_answers_each_line_of_text(project: Project, tmp_path: Path)
     project.cli("local", "run-batch", "sentiment-nightly", "--download", str(scores))
     rows = [json.loads(line) for line in scores.read_text().splitlines() if line.strip()]
     # THEN a row per line, each torch's logits for its text
-    close_to_torch([row["prediction"] for row in rows], slice(None), "sentiment-nightly")
+    close_to_torch(
+        {"predictions": [row["prediction"] for row in rows], "probabilities": [row["probabilities"] for row in rows]},
+        slice(None),
+        "sentiment-nightly",
+    )

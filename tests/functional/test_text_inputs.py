@@ -80,10 +80,15 @@ def post(server: RealtimeServer, body: bytes, content_type: str) -> httpx.Respon
     return httpx.post(f"{server.url}/invocations", content=body, headers={"content-type": content_type}, timeout=30)
 
 
-def close_to_torch(predictions: Any, rows: slice | list[int]) -> None:
-    found = np.asarray(predictions, dtype=np.float32)
-    assert found.shape == LOGITS[rows].shape
-    assert np.abs(found - LOGITS[rows]).max() < TOLERANCE, (found, LOGITS[rows])
+def close_to_torch(answer: Any, rows: slice | list[int]) -> None:
+    """A logits model's answer (its output named `logits`): softmax as `probabilities`, argmax as `predictions`."""
+    logits = LOGITS[rows]
+    softmax = np.exp(logits - logits.max(axis=1, keepdims=True))
+    softmax /= softmax.sum(axis=1, keepdims=True)
+    found = np.asarray(answer["probabilities"], dtype=np.float32)
+    assert found.shape == logits.shape
+    assert np.abs(found - softmax).max() < TOLERANCE, (found, softmax)
+    assert answer["predictions"] == logits.argmax(axis=1).tolist()
 
 
 def test_the_package_records_its_tokenizer_pad_and_requirement(model_dir: Path) -> None:
@@ -110,7 +115,7 @@ def test_the_container_answers_a_plain_text_body_as_torch_does(server: RealtimeS
     answer = post(server, SENTENCES[row].encode(), "text/plain; charset=utf-8")
     # THEN the model answers torch's logits for it (the longest text truncated to the model's maximum length)
     assert answer.status_code == 200, answer.text
-    close_to_torch(answer.json()["predictions"], [row])
+    close_to_torch(answer.json(), [row])
 
 
 @pytest.mark.parametrize("form", ["instances", "inputs"])
@@ -119,7 +124,7 @@ def test_the_container_answers_a_json_list_of_texts_padded_to_the_longest(server
     answer = post(server, orjson.dumps({form: SENTENCES}), "application/json")
     # THEN each row is torch's logits for its text alone: padding with the tokenizer's pad id, masked, changes none
     assert answer.status_code == 200, answer.text
-    close_to_torch(answer.json()["predictions"], slice(None))
+    close_to_torch(answer.json(), slice(None))
 
 
 def test_the_models_description_names_its_tokenizer(server: RealtimeServer) -> None:
@@ -131,7 +136,7 @@ def test_the_models_description_names_its_tokenizer(server: RealtimeServer) -> N
 def test_the_rest_route_takes_one_text_as_inputs(server: RealtimeServer) -> None:
     answer = httpx.post(f"{server.url}/v1/models/sentiment/predict", json={"inputs": SENTENCES[2]}, timeout=30)
     assert answer.status_code == 200, answer.text
-    close_to_torch(answer.json()["predictions"], [2])
+    close_to_torch(answer.json(), [2])
 
 
 def test_a_text_past_the_maximum_length_is_truncated_not_refused(server: RealtimeServer) -> None:
@@ -140,7 +145,7 @@ def test_a_text_past_the_maximum_length_is_truncated_not_refused(server: Realtim
     assert len(untruncated.ids) > MAX_LENGTH
     answer = post(server, longest.encode(), "text/plain")
     assert answer.status_code == 200, answer.text
-    close_to_torch(answer.json()["predictions"], [len(SENTENCES) - 1])
+    close_to_torch(answer.json(), [len(SENTENCES) - 1])
 
 
 def test_ragged_ids_sent_directly_are_padded_with_the_manifests_pad(server: RealtimeServer) -> None:
@@ -148,7 +153,7 @@ def test_ragged_ids_sent_directly_are_padded_with_the_manifests_pad(server: Real
     assert len({len(row["input_ids"]) for row in rows}) > 1
     answer = post(server, orjson.dumps({"instances": rows}), "application/json")
     assert answer.status_code == 200, answer.text
-    close_to_torch(answer.json()["predictions"], slice(None))
+    close_to_torch(answer.json(), slice(None))
 
 
 @pytest.mark.parametrize(
@@ -194,9 +199,9 @@ def test_the_lambda_handler_answers_texts_as_torch_does(handler: LambdaHandler) 
     )
     # THEN both answer torch's logits
     assert plain["statusCode"] == 200, response_body(plain)
-    close_to_torch(orjson.loads(response_body(plain))["predictions"], [0])
+    close_to_torch(orjson.loads(response_body(plain)), [0])
     assert listed["statusCode"] == 200, response_body(listed)
-    close_to_torch(orjson.loads(response_body(listed))["predictions"], slice(None))
+    close_to_torch(orjson.loads(response_body(listed)), slice(None))
     # AND an empty text is its 400, naming the item
     empty = handler(
         lambda_event(
