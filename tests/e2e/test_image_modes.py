@@ -28,9 +28,15 @@ SERVESTACK = str(Path(sys.executable).parent / "servestack")
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "deep_learning"
 PREPROCESS = "resize=72,crop=64,mean=0.485:0.456:0.406,std=0.229:0.224:0.225"  # export_image.PREPROCESS
 PICTURES = ["landscape.jpg", "portrait.jpg", "grey.jpg", "square.png", "transparent.png"]  # export_image.IMAGES
+SENT_ONLINE = {"landscape.jpg": 0, "square.png": 3}  # a raw JPEG body and a raw PNG body, by their index
 LABELS = [f"class-{index}" for index in range(10)]
-MODES = {"cnn-rt": "realtime", "cnn-api": "serverless", "cnn-jobs": "async", "cnn-nightly": "batch"}
-TOLERANCE = 1e-4
+MODES = {"rt": "realtime", "api": "serverless", "jobs": "async", "nightly": "batch"}
+# model -> (its ONNX file, torch's logits, the tolerance of its probabilities against their softmax)
+MODELS = {
+    "cnn": ("cnn.onnx", "image_logits.npy", 1e-4),
+    "cnn16": ("cnn-fp16.onnx", "image_logits_fp16.npy", 1e-2),  # half precision: about 3 decimal digits
+}
+DEPLOYMENTS = [f"{model}-{suffix}" for model in MODELS for suffix in MODES]
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -48,50 +54,63 @@ def cli(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProc
 
 @pytest.fixture(scope="module")
 def answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[list[int], list[str], np.ndarray]]]:
-    """Each deployment's (predictions, labels, probabilities) for the pictures it was sent."""
+    """Each deployment's (predictions, labels, probabilities) for the pictures it was sent: online, the JPEG then
+    the PNG (`SENT_ONLINE`); batch, every picture."""
     root = tmp_path_factory.mktemp("image-modes")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SERVESTACK_"))}
     cli(root, env, "init", ".")
-    # GIVEN the CNN pushed with one command: its image preprocessing and labels declared, no hook
-    cli(root, env, "models", "push", str(FIXTURES / "cnn.onnx"), "--name", "cnn", "--image", PREPROCESS,
-        "--labels", ",".join(LABELS))  # fmt: skip
-    deployments: dict[str, dict[str, object]] = {name: {"mode": mode, "model": "cnn"} for name, mode in MODES.items()}
-    deployments["cnn-rt"]["instance_type"] = "ml.c6i.xlarge"
-    spec = {"models": [{"name": "cnn", "version": 1}], "deployments": deployments}
+    deployments: dict[str, dict[str, object]] = {}
+    for model, (onnx_file, _, _) in MODELS.items():
+        # GIVEN each CNN pushed with one command: its image preprocessing and labels declared, no hook
+        cli(root, env, "models", "push", str(FIXTURES / onnx_file), "--name", model, "--image", PREPROCESS,
+            "--labels", ",".join(LABELS))  # fmt: skip
+        deployments.update({f"{model}-{suffix}": {"mode": mode, "model": model} for suffix, mode in MODES.items()})
+        deployments[f"{model}-rt"]["instance_type"] = "ml.c6i.xlarge"
+    spec = {"models": [{"name": model, "version": 1} for model in MODELS], "deployments": deployments}
     (root / "serving.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
-    (root / "landscape.jpg").write_bytes((FIXTURES / "images" / "landscape.jpg").read_bytes())
+    for picture in SENT_ONLINE:
+        (root / picture).write_bytes((FIXTURES / "images" / picture).read_bytes())
     lines = [json.dumps({"b64": base64.b64encode((FIXTURES / "images" / n).read_bytes()).decode()}) for n in PICTURES]
     (root / "pictures.jsonl").write_text("".join(line + "\n" for line in lines))
     up = start_local_up(root, "--fresh", cwd=root, env=env, timeout_sec=600,
                         found_state=root / ".servestack" / "local.json")  # fmt: skip
     found: dict[str, tuple[list[int], list[str], np.ndarray]] = {}
     try:
-        # WHEN each online deployment is sent the JPEG, and the batch deployment the pictures' lines
-        for name in ("cnn-rt", "cnn-api", "cnn-jobs"):
-            body = json.loads(cli(root, env, "invoke", name, "--data", "landscape.jpg").stdout)
-            found[name] = (body["predictions"], body["labels"], np.asarray(body["probabilities"], dtype=np.float32))
-        cli(root, env, "local", "put-input", "cnn-nightly", "pictures.jsonl")
-        scores = root / "scores.jsonl"
-        cli(root, env, "local", "run-batch", "cnn-nightly", "--download", str(scores))
-        rows = [json.loads(line) for line in scores.read_text().splitlines() if line.strip()]
-        found["cnn-nightly"] = (
-            [row["prediction"] for row in rows],
-            [row["label"] for row in rows],
-            np.asarray([row["probabilities"] for row in rows], dtype=np.float32),
-        )
+        for model in MODELS:
+            # WHEN each online deployment is sent the JPEG and the PNG as raw bodies (invoke sends a file with its
+            # media type), and the batch deployment the pictures' lines
+            for suffix in ("rt", "api", "jobs"):
+                bodies = [json.loads(cli(root, env, "invoke", f"{model}-{suffix}", "--data", picture).stdout)
+                          for picture in SENT_ONLINE]  # fmt: skip
+                found[f"{model}-{suffix}"] = (
+                    [p for body in bodies for p in body["predictions"]],
+                    [label for body in bodies for label in body["labels"]],
+                    np.asarray([row for body in bodies for row in body["probabilities"]], dtype=np.float32),
+                )
+            cli(root, env, "local", "put-input", f"{model}-nightly", "pictures.jsonl")
+            scores = root / f"{model}-scores.jsonl"
+            cli(root, env, "local", "run-batch", f"{model}-nightly", "--download", str(scores))
+            rows = [json.loads(line) for line in scores.read_text().splitlines() if line.strip()]
+            found[f"{model}-nightly"] = (
+                [row["prediction"] for row in rows],
+                [row["label"] for row in rows],
+                np.asarray([row["probabilities"] for row in rows], dtype=np.float32),
+            )
         yield found
     finally:
         assert up.stop() == 0
 
 
-@pytest.mark.parametrize("deployment", list(MODES))
+@pytest.mark.parametrize("deployment", DEPLOYMENTS)
 def test_every_mode_answers_a_picture_as_torch_does(
     answers: dict[str, tuple[list[int], list[str], np.ndarray]], deployment: str
 ) -> None:
-    logits = np.load(FIXTURES / "image_logits.npy")
-    sent = [0] if deployment != "cnn-nightly" else list(range(len(PICTURES)))
+    model, suffix = deployment.rsplit("-", 1)
+    _, logits_file, tolerance = MODELS[model]
+    logits = np.load(FIXTURES / logits_file).astype(np.float32)
+    sent = list(SENT_ONLINE.values()) if suffix != "nightly" else list(range(len(PICTURES)))
     predictions, labels, probabilities = answers[deployment]
-    # THEN torch's classes, their labels, and its logits' softmax within 1e-4
+    # THEN torch's classes, their labels, and its logits' softmax within the model's precision
     assert predictions == logits[sent].argmax(axis=1).tolist()
     assert labels == [LABELS[index] for index in predictions]
-    np.testing.assert_allclose(probabilities, softmax(logits[sent]), atol=TOLERANCE)
+    np.testing.assert_allclose(probabilities, softmax(logits[sent]), atol=tolerance)
