@@ -92,7 +92,8 @@ def wrk(url: str, connections: int, seconds: float, payload: Payload, script: Pa
 
 
 class PinnedServer:
-    """A server started on the server core, ready once `ready_path` answers one of `ready_statuses`."""
+    """A server started on the server core, ready once `ready_path` answers one of `ready_statuses`; with
+    `log`, its output goes there, and a server that does not start is reported with the log's end."""
 
     def __init__(
         self,
@@ -102,20 +103,23 @@ class PinnedServer:
         ready_path: str = "/ping",
         ready_statuses: tuple[int, ...] = (200, 404, 405),
         cwd: Path = REPO_ROOT,
+        log: Path | None = None,
     ) -> None:
         self.port = port
-        self.process = subprocess.Popen(
-            ["taskset", "-c", SERVER_CORE, *argv],
-            cwd=cwd,
-            env={**os.environ, **env},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        with (log or Path(os.devnull)).open("wb") as output:
+            self.process = subprocess.Popen(
+                ["taskset", "-c", SERVER_CORE, *argv],
+                cwd=cwd,
+                env={**os.environ, **env},
+                stdout=output,
+                stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + 60
         while http_status(f"http://127.0.0.1:{port}{ready_path}") not in ready_statuses:
             if time.monotonic() > deadline or self.process.poll() is not None:
                 self.stop()
-                raise RuntimeError(f"server {argv} did not start")
+                tail = log.read_text(errors="replace")[-2000:] if log else ""
+                raise RuntimeError(f"server {argv} did not start\n{tail}")
             time.sleep(0.1)
 
     def rss_mib(self) -> float:
