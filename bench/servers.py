@@ -19,8 +19,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench.overload import overload_median
 from bench.pairs import LOAD_CORE, SERVER_CORE, WRK_SCRIPT, LoadResult, PinnedServer, median
-from bench.realtime import measure, overload_median
+from bench.realtime import measure
 from bench.subjects import HTTP_SERVERS, ceiling, ours, payloads
 
 
