@@ -18,7 +18,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 # was half of pytest's collection time and over a third of a local up's start-up CPU.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help setup local test lint typecheck docs pytest synth bench models requirements clean test-localstack
+.PHONY: help setup local test lint typecheck docs pytest synth bench bench-peers models requirements clean test-localstack
 
 help:
 	@echo "make local   set up, then run the whole local topology (servestack local up)"
@@ -27,6 +27,8 @@ help:
 	@echo "            outside the nav, fails it; .venv/bin/mkdocs serve shows it while you edit"
 	@echo "make synth   synthesize the CDK app into cdk.out (offline)"
 	@echo "make bench   print benchmark figures: realtime, Lambda cold start, batch, async (needs wrk)"
+	@echo "make bench-peers  ours against MLServer on the same models, in interleaved pairs (needs wrk; installs"
+	@echo "            MLServer into .bench/peers once; not part of make test nor make bench)"
 	@echo "make models  rebuild the bundled model artifacts"
 	@echo "make requirements  write the locked runtime that bundles and images install (from uv.lock)"
 	@echo "make test-localstack  S3/SQS integration tests on LocalStack in host mode (not part of make test)"
@@ -87,6 +89,17 @@ bench: setup
 	$(PY) -m bench.batch_job --rows 1000000 --input-format parquet --output-format parquet --chunk-rows 50000
 	$(PY) -m bench.async_jobs --jobs 1000 --poison 20
 	$(PY) -m bench.images
+
+# The peers bench: MLServer in an environment of its own (.bench/peers, every version pinned in
+# bench/peers-requirements.txt), rebuilt only when that file changes.
+PEERS := .bench/peers
+$(PEERS)/.synced: bench/peers-requirements.txt | $(UV)
+	$(UV) venv -q --allow-existing $(PEERS)
+	$(UV) pip sync -q --python $(PEERS)/bin/python bench/peers-requirements.txt
+	touch $@
+
+bench-peers: setup $(PEERS)/.synced
+	$(PY) -m bench.peers --mlserver $(PEERS)/bin/mlserver
 
 models: setup
 	$(PY) -m servestack.sample_models

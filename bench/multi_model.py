@@ -18,7 +18,8 @@ from pathlib import Path
 
 import httpx
 
-from bench.realtime import ARTIFACT, LoadResult, Payload, PinnedServer, median, wrk
+from bench.pairs import LoadResult, Payload, PinnedServer, median, wrk
+from bench.subjects import ARTIFACT
 from servestack.inference.registry import DirectoryStore, ModelRegistry
 from servestack.local.hosting.processes import free_port
 

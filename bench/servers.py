@@ -19,20 +19,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.realtime import (
-    HTTP_SERVERS,
-    LOAD_CORE,
-    SERVER_CORE,
-    WRK_SCRIPT,
-    LoadResult,
-    PinnedServer,
-    ceiling,
-    measure,
-    median,
-    ours,
-    overload_median,
-    payloads,
-)
+from bench.overload import overload_median
+from bench.pairs import LOAD_CORE, SERVER_CORE, WRK_SCRIPT, LoadResult, PinnedServer, median
+from bench.realtime import measure
+from bench.subjects import HTTP_SERVERS, ceiling, ours, payloads
 
 
 def compare(runs: int, seconds: float, overload_sec: float) -> dict[str, dict[str, Any]]:

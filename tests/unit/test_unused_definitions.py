@@ -27,8 +27,8 @@ from pathlib import Path
 from tests.conftest import REPO_ROOT
 
 CHECKED = ("models", "handlers", "stacks", "servestack")
-SKIPPED_DIRS = {".venv", ".tools", "node_modules", ".servestack", "cdk.out", ".git", "__pycache__", ".mypy_cache",
-                ".ruff_cache", ".pytest_cache", "site", "dist", "build"}  # fmt: skip
+SKIPPED_DIRS = {".venv", ".tools", ".bench", "node_modules", ".servestack", "cdk.out", ".git", "__pycache__",
+                ".mypy_cache", ".ruff_cache", ".pytest_cache", "site", "dist", "build"}  # fmt: skip
 TEXT_SUFFIXES = {".py", ".toml", ".json", ".yaml", ".yml", ".md", ".sh", ".cfg", ".ini", ".txt", ".Dockerfile"}
 ALLOWLIST = Path(__file__).with_name("unused_allowlist.txt")
 # Decorators that leave a function to be called by name; any other (a route, a fixture, a handler wrapper)
