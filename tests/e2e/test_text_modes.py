@@ -59,6 +59,15 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
     (root / "serving.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
     (root / "texts.json").write_text(json.dumps({"instances": SENTENCES}))
     (root / "one.txt").write_text(SENTENCES[0])
+    too_long = [2] + [5] * (EXPECTED["max_length"] + 4) + [3]
+    bad = {"past-vocabulary": [2, 1_000_000, 3], "too-long": too_long}
+    for name, ids in bad.items():
+        (root / f"{name}.json").write_text(
+            json.dumps({"instances": [{"input_ids": ids, "attention_mask": [1] * len(ids)}]})
+        )
+    (root / "bad.jsonl").write_text(
+        "".join(json.dumps({"input_ids": ids, "attention_mask": [1] * len(ids)}) + "\n" for ids in bad.values())
+    )
     (root / "texts.jsonl").write_text("".join(json.dumps(text) + "\n" for text in SENTENCES))
     up: LocalUp = start_local_up(root, "--fresh", cwd=root, env=env, timeout_sec=600,
                                  found_state=root / ".servestack" / "local.json")  # fmt: skip
@@ -85,8 +94,6 @@ def test_an_online_deployment_answers_texts_as_torch_does(project: Project, suff
     listed = json.loads(project.cli("invoke", f"sentiment-{suffix}", "--data", "texts.json").stdout)
     # THEN it answers torch's logits (the long texts truncated to the model's maximum length)
     close_to_torch(listed, slice(None), f"sentiment-{suffix} list")
-    if suffix == "jobs":
-        return  # the async front takes the codecs' types only (it reads no model to know what else one takes)
     # AND one text sent as text/plain too
     plain = project.cli("invoke", f"sentiment-{suffix}", "--data", "one.txt", "--content-type", "text/plain")
     close_to_torch(json.loads(plain.stdout), [0], f"sentiment-{suffix} text/plain")
@@ -104,3 +111,43 @@ def test_a_batch_job_answers_each_line_of_text(project: Project, tmp_path: Path)
         slice(None),
         "sentiment-nightly",
     )
+
+
+def invoke_refused(project: Project, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([SERVESTACK, "invoke", *args], cwd=project.root, env=project.env, capture_output=True,
+                          text=True, timeout=600, check=False)  # fmt: skip
+
+
+@pytest.mark.parametrize("suffix", ["rt", "api", "jobs"])
+@pytest.mark.parametrize("case", ["past-vocabulary", "too-long"])
+def test_ids_past_the_vocabulary_and_sequences_past_the_maximum_are_400s_online(
+    project: Project, suffix: str, case: str
+) -> None:
+    # WHEN token ids past the vocabulary, or more than the model's positions, are sent directly
+    done = invoke_refused(project, f"sentiment-{suffix}", "--data", f"{case}.json")
+    # THEN the request's error (InvalidInput, the adapters' 400; the endpoint's error says "client error (400)")
+    # naming the input, the row and the bound, never a 500
+    said = done.stdout + done.stderr
+    assert done.returncode != 0, said
+    error = json.loads(said[said.index("{") : said.rindex("}") + 1].replace('\\"', '"'))
+    error = error.get("error", error)
+    assert error["type"] == "InvalidInput", said
+    assert error["field"].startswith("instances.input_ids[0]"), said
+    assert error["allowed"] == (
+        "ids 0..91" if case == "past-vocabulary" else f"at most {EXPECTED['max_length']} values"
+    )
+    if suffix == "rt":
+        assert "client error (400)" in said, said
+
+
+def test_ids_past_the_bounds_are_error_rows_in_batch(project: Project, tmp_path: Path) -> None:
+    # WHEN a batch job reads lines of such ids
+    project.cli("local", "put-input", "sentiment-nightly", "bad.jsonl")
+    scores = tmp_path / "bad-scores.jsonl"
+    argv = [SERVESTACK, "local", "run-batch", "sentiment-nightly", "--download", str(scores)]
+    done = subprocess.run(argv, cwd=project.root, env=project.env, capture_output=True, text=True, timeout=600)
+    # THEN each line is an error row naming the input and its bound
+    assert scores.exists(), done.stdout + done.stderr
+    refused = [row for row in map(json.loads, scores.read_text().splitlines()) if row["file"].endswith("bad.jsonl")]
+    assert [row["error"]["allowed"] for row in refused] == ["ids 0..91", f"at most {EXPECTED['max_length']} values"]
+    assert all(row["error"]["type"] == "InvalidInput" and row["prediction"] is None for row in refused)
