@@ -22,11 +22,11 @@ import pytest
 import yaml
 
 from tests.e2e.conftest import start_local_up
+from tests.e2e.test_docs import Block, parse_blocks
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 SERVESTACK = str(Path(sys.executable).parent / "servestack")
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "deep_learning"
-PREPROCESS = "resize=72,crop=64,mean=0.485:0.456:0.406,std=0.229:0.224:0.225"  # export_image.PREPROCESS
 PICTURES = ["landscape.jpg", "portrait.jpg", "grey.jpg", "square.png", "transparent.png"]  # export_image.IMAGES
 SENT_ONLINE = {"landscape.jpg": 0, "square.png": 3}  # a raw JPEG body and a raw PNG body, by their index
 LABELS = [f"class-{index}" for index in range(10)]
@@ -37,6 +37,24 @@ MODELS = {
     "cnn16": ("cnn-fp16.onnx", "image_logits_fp16.npy", 1e-2),  # half precision: about 3 decimal digits
 }
 DEPLOYMENTS = [f"{model}-{suffix}" for model in MODELS for suffix in MODES]
+
+
+DOCUMENT = "docs/deep-learning.md"
+
+
+def doc_blocks() -> list[Block]:
+    """docs/deep-learning.md's blocks this module runs as written: the push commands, serving.yaml, the sends."""
+    text = (Path(__file__).resolve().parents[2] / DOCUMENT).read_text(encoding="utf-8")
+    tested = [b for b in parse_blocks(text, DOCUMENT) if b.marker is not None and b.marker.kind == "tested"]
+    return [b for b in tested if b.marker is not None and Path(__file__).name in b.marker.text]
+
+
+def shell(root: Path, env: dict[str, str], block: Block) -> None:
+    """A docs block run as written by `bash -e -o pipefail`, with this environment's servestack first on PATH."""
+    path = f"{Path(SERVESTACK).parent}{os.pathsep}{env['PATH']}"
+    done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block.text], cwd=root, env={**env, "PATH": path},
+                          capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+    assert done.returncode == 0, f"{block.where}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -59,15 +77,15 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tupl
     root = tmp_path_factory.mktemp("image-modes")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SERVESTACK_"))}
     cli(root, env, "init", ".")
-    deployments: dict[str, dict[str, object]] = {}
-    for model, (onnx_file, _, _) in MODELS.items():
-        # GIVEN each CNN pushed with one command: its image preprocessing and labels declared, no hook
-        cli(root, env, "models", "push", str(FIXTURES / onnx_file), "--name", model, "--image", PREPROCESS,
-            "--labels", ",".join(LABELS))  # fmt: skip
-        deployments.update({f"{model}-{suffix}": {"mode": mode, "model": model} for suffix, mode in MODES.items()})
-        deployments[f"{model}-rt"]["instance_type"] = "ml.c6i.xlarge"
-    spec = {"models": [{"name": model, "version": 1} for model in MODELS], "deployments": deployments}
-    (root / "serving.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    push, spec, sends = doc_blocks()
+    for onnx_file, _, _ in MODELS.values():
+        (root / onnx_file).write_bytes((FIXTURES / onnx_file).read_bytes())
+    # GIVEN each CNN pushed with one command (the docs' own): its image preprocessing and labels declared, no hook
+    assert f"--labels {','.join(LABELS)}" in push.text
+    shell(root, env, push)
+    # AND the docs' serving.yaml: each in all four modes
+    (root / "serving.yaml").write_text(spec.text)
+    assert set(yaml.safe_load(spec.text)["deployments"]) == set(DEPLOYMENTS)
     for picture in SENT_ONLINE:
         (root / picture).write_bytes((FIXTURES / "images" / picture).read_bytes())
     lines = [json.dumps({"b64": base64.b64encode((FIXTURES / "images" / n).read_bytes()).decode()}) for n in PICTURES]
@@ -76,6 +94,7 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tupl
                         found_state=root / ".servestack" / "local.json")  # fmt: skip
     found: dict[str, tuple[list[int], list[str], np.ndarray]] = {}
     try:
+        shell(root, env, sends)  # the docs' sends, as written
         for model in MODELS:
             # WHEN each online deployment is sent the JPEG and the PNG as raw bodies (invoke sends a file with its
             # media type), and the batch deployment the pictures' lines

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from tests.e2e.conftest import LocalUp, start_local_up
+from tests.e2e.test_docs import Block, parse_blocks
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 SERVESTACK = str(Path(sys.executable).parent / "servestack")
@@ -30,16 +31,36 @@ MODES = {"rt": "realtime", "api": "serverless", "jobs": "async", "nightly": "bat
 TOLERANCE = 1e-4
 
 
+DOCUMENT = "docs/deep-learning.md"
+
+
+def doc_blocks() -> list[Block]:
+    """docs/deep-learning.md's blocks this module runs as written: the push command, serving.yaml, the sends."""
+    text = (Path(__file__).resolve().parents[2] / DOCUMENT).read_text(encoding="utf-8")
+    tested = [b for b in parse_blocks(text, DOCUMENT) if b.marker is not None and b.marker.kind == "tested"]
+    return [b for b in tested if b.marker is not None and Path(__file__).name in b.marker.text]
+
+
 @dataclass
 class Project:
     root: Path
     env: dict[str, str]
+    sends: Block | None = None
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         done = subprocess.run([SERVESTACK, *args], cwd=self.root, env=self.env, capture_output=True, text=True,
                               timeout=600, check=False)  # fmt: skip
         assert done.returncode == 0, f"servestack {' '.join(args)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         return done
+
+    def shell(self, block: Block) -> str:
+        """A docs block run as written by `bash -e -o pipefail`, with this environment's servestack first on PATH."""
+        path = f"{Path(SERVESTACK).parent}{os.pathsep}{self.env['PATH']}"
+        done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block.text], cwd=self.root,
+                              env={**self.env, "PATH": path}, capture_output=True, text=True, timeout=600,
+                              check=False)  # fmt: skip
+        assert done.returncode == 0, f"{block.where}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        return done.stdout
 
 
 @pytest.fixture(scope="module")
@@ -48,15 +69,16 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SERVESTACK_"))}
     made = Project(root, env)
     made.cli("init", ".")
-    # GIVEN the classifier pushed with its tokenizer, with one command
-    made.cli("models", "push", str(FIXTURE / "text_classifier.onnx"), "--name", "sentiment", "--tokenizer",
-             str(FIXTURE / "tokenizer.json"), "--max-length", f"input_ids={EXPECTED['max_length']}")  # fmt: skip
-    deployments: dict[str, dict[str, object]] = {
-        f"sentiment-{suffix}": {"mode": mode, "model": "sentiment"} for suffix, mode in MODES.items()
-    }
-    deployments["sentiment-rt"]["instance_type"] = "ml.c6i.xlarge"
-    spec = {"models": [{"name": "sentiment", "version": 1}], "deployments": deployments}
-    (root / "serving.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    push, spec, sends = doc_blocks()
+    for name in ("text_classifier.onnx", "tokenizer.json"):
+        (root / name).write_bytes((FIXTURE / name).read_bytes())
+    # GIVEN the classifier pushed with its tokenizer, with one command (the docs' own)
+    assert f"--max-length input_ids={EXPECTED['max_length']}" in push.text
+    made.shell(push)
+    # AND the docs' serving.yaml: the classifier in all four modes
+    (root / "serving.yaml").write_text(spec.text)
+    assert set(yaml.safe_load(spec.text)["deployments"]) == {f"sentiment-{suffix}" for suffix in MODES}
+    made.sends = sends
     (root / "texts.json").write_text(json.dumps({"instances": SENTENCES}))
     (root / "one.txt").write_text(SENTENCES[0])
     too_long = [2] + [5] * (EXPECTED["max_length"] + 4) + [3]
@@ -151,3 +173,16 @@ def test_ids_past_the_bounds_are_error_rows_in_batch(project: Project, tmp_path:
     refused = [row for row in map(json.loads, scores.read_text().splitlines()) if row["file"].endswith("bad.jsonl")]
     assert [row["error"]["allowed"] for row in refused] == ["ids 0..91", f"at most {EXPECTED['max_length']} values"]
     assert all(row["error"]["type"] == "InvalidInput" and row["prediction"] is None for row in refused)
+
+
+def test_the_docs_sends_run_as_written(project: Project) -> None:
+    # WHEN the docs' invoke commands run as written
+    assert project.sends is not None
+    printed = project.shell(project.sends)
+    # THEN each prints an answer: one text (twice, text/plain) and the list of texts
+    answers, decoder, at = [], json.JSONDecoder(), printed.find("{")
+    while at != -1:
+        answer, end = decoder.raw_decode(printed, at)
+        answers.append(answer)
+        at = printed.find("{", end)
+    assert [len(answer["predictions"]) for answer in answers] == [1, len(SENTENCES), 1], printed
