@@ -138,8 +138,8 @@ class RealtimeDeployment(_DeploymentBase):
         return self
 
     def _serverless_coherent(self) -> None:
-        """What Serverless Inference excludes, of what the spec can express (servestack sets no VPC, data capture
-        or Model Monitor, and leaves network isolation off for serverless variants: servestack/cdk/realtime.py)."""
+        """What Serverless Inference excludes, of what the spec can express (servestack sets no VPC or Model
+        Monitor, and leaves network isolation off for serverless variants: servestack/cdk/realtime.py)."""
         if self.shadow:
             _fail(
                 "shadow",
@@ -154,6 +154,8 @@ class RealtimeDeployment(_DeploymentBase):
             )
         if self.multi_model:
             _fail("multi_model", "true", f"combinable with serverless; {SERVERLESS_EXCLUSIONS_RULE}")
+        if self.capture is not None:
+            _fail("capture", "a capture block", f"combinable with serverless; {SERVERLESS_EXCLUSIONS_RULE}")
         # The deployment's own instance_type (default ml.g5.xlarge) is unused with serverless; refuse it only when
         # set, as one set to a GPU type says the user expects a GPU.
         chosen: list[tuple[str, str | None]] = (
