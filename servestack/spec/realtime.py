@@ -182,6 +182,12 @@ class RealtimeDeployment(_DeploymentBase):
                 "inference components",
                 "combinable with variants or shadow in servestack (its component endpoints have one variant)",
             )
+        if self.capture is not None:
+            _fail(
+                "capture",
+                "a capture block",
+                "combinable with components in servestack yet (capture an instance-based endpoint without components)",
+            )
         if self.model not in {c.model for c in self.components}:
             served = ", ".join(sorted({c.model for c in self.components}))
             _fail("model", repr(self.model), f"one of the components' models ({served}): the endpoint serves only them")
