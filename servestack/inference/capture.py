@@ -111,9 +111,17 @@ def input_columns(
                 continue
             array = arrays[column.input]
             values = array[:, column.index] if column.index is not None else array.reshape(array.shape[0], -1)[:, 0]
-            out[column.name] = values.tolist()
+            out[column.name] = _jsonable(values)
         return out
-    return {name: array.tolist() for name, array in arrays.items() if name not in left_out}
+    return {name: _jsonable(array) for name, array in arrays.items() if name not in left_out}
+
+
+def _jsonable(array: np.ndarray) -> Any:
+    """Numbers stay an array, which orjson writes itself (several times faster than `tolist()` and its floats);
+    text and the rest become lists."""
+    if array.dtype.kind in "biuf":
+        return np.ascontiguousarray(array)
+    return array.tolist()
 
 
 def _part(mode: str, media_type: str, data: bytes) -> dict[str, str]:
@@ -175,9 +183,18 @@ def inputs_json(
     """`{"inputs": {...}}` as JSON text; None for inputs JSON cannot hold (raw bytes)."""
     try:
         # NaN and infinities become null (orjson), as the request forms read null in a float column.
-        return orjson.dumps({"inputs": input_columns(arrays, columns, exclude)})
+        return orjson.dumps(
+            {"inputs": input_columns(arrays, columns, exclude)}, option=orjson.OPT_SERIALIZE_NUMPY, default=_as_list
+        )
     except TypeError:
         return None
+
+
+def _as_list(value: Any) -> Any:
+    # orjson hands over the arrays it does not write itself (a dtype it lacks: float16 in older releases).
+    if isinstance(value, np.ndarray | np.generic):
+        return value.tolist()
+    raise TypeError(type(value).__name__)
 
 
 def _write_stdout(line: bytes) -> None:
