@@ -95,7 +95,7 @@ def captured(tmp_path_factory: pytest.TempPathFactory, zoo: dict[str, ZooModel])
         for i in range(REQUESTS):
             request = model.request(np.arange(i, i + 2 + i))  # 2, 3 and 4 rows
             (root / f"request-{i}.json").write_text(json.dumps(request))
-            for name in ONLINE:
+            for name in (*ONLINE, "wine-native"):
                 made.answers.setdefault(name, []).append(
                     json.loads(made.cli("invoke", name, "--data", f"request-{i}.json"))
                 )
