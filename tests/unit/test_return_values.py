@@ -165,6 +165,8 @@ ROWS = [
         {"Arn": literal(ARN.format(service="logs", resource="log-group:/batch:*"))}),
     Row("AWS::Logs::LogStream", "Ref returns the resource name", literal("S3Delivery"),
         {"LogGroupName": "/firehose", "LogStreamName": "S3Delivery"}),
+    Row("AWS::Logs::SubscriptionFilter", "no Ref documented: CloudFormation's generated physical ID",
+        literal("servestack-demo-Subject-") + "[A-Z0-9]{12}", {"LogGroupName": "/g", "FilterPattern": ""}),
     Row("AWS::S3::Bucket", "Ref returns the bucket name ... Arn: arn:aws:s3:::DOC-EXAMPLE-BUCKET; DomainName: "
         "DOC-EXAMPLE-BUCKET.s3.amazonaws.com; RegionalDomainName: DOC-EXAMPLE-BUCKET.s3.us-east-2.amazonaws.com; "
         "DualStackDomainName: DOC-EXAMPLE-BUCKET.s3.dualstack.us-east-2.amazonaws.com; WebsiteURL: "

@@ -223,6 +223,7 @@ RETURN_VALUES: dict[str, ReturnValues] = {
     "AWS::Lambda::Version": ReturnValues(_lambda_version_arn, {"Version": lambda s: "1", "FunctionArn": _function_arn}),
     "AWS::Logs::LogGroup": ReturnValues(_name, {"Arn": lambda s: s.arn("logs", f"log-group:{s.name}:*")}),
     "AWS::Logs::LogStream": ReturnValues(_name, {}),
+    "AWS::Logs::SubscriptionFilter": ReturnValues(_name, {}),
     "AWS::S3::Bucket": ReturnValues(_name, {
         "Arn": lambda s: f"arn:{PARTITION}:s3:::{s.name}",
         "DomainName": lambda s: f"{s.name}.s3.{URL_SUFFIX}",
