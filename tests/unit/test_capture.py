@@ -3,15 +3,18 @@ docs/monitoring.md, without a server."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import re
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import orjson
 import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -28,6 +31,7 @@ from servestack.inference.capture import (
 )
 from servestack.inference.errors import ConfigurationError
 from servestack.inference.manifest import ColumnSpec
+from servestack.spec import SpecError, load_spec
 
 COLUMNS = (
     ColumnSpec("age", "float32", "numbers", index=0),
@@ -211,3 +215,29 @@ def test_records_of_reads_native_and_log_lines_alike() -> None:
 
     assert records_of(lines) == [native, native]
     assert native["eventMetadata"]["inferenceTime"] == "2026-01-02T00:00:00.000Z"
+
+
+def test_excluded_columns_must_be_the_models_inputs_or_columns(tmp_path: Path) -> None:
+    package = tmp_path / "models" / "artifacts" / "people" / "1"
+    package.mkdir(parents=True)
+    manifest = {"name": "people", "inputs": [{"name": "numbers"}], "columns": [{"name": "age"}, {"name": "email"}]}
+    (package / "manifest.json").write_text(json.dumps(manifest))
+    (package / "model.onnx").write_bytes(b"a graph")  # only its presence is checked here
+    spec = {
+        "models": [{"name": "people", "version": 1}],
+        "deployments": {"api": {"mode": "serverless", "model": "people", "capture": {"exclude_columns": []}}},
+    }
+    for columns in (["email"], ["numbers"]):
+        spec["deployments"]["api"]["capture"]["exclude_columns"] = columns
+        (tmp_path / "serving.yaml").write_text(yaml.safe_dump(spec))
+        assert load_spec(tmp_path / "serving.yaml", bundled=False).deployments["api"].capture is not None
+
+    spec["deployments"]["api"]["capture"]["exclude_columns"] = ["e-mail"]
+    (tmp_path / "serving.yaml").write_text(yaml.safe_dump(spec))
+    with pytest.raises(SpecError) as caught:
+        load_spec(tmp_path / "serving.yaml", bundled=False)
+
+    assert caught.value.problems == [
+        "deployments.api.capture.exclude_columns: 'e-mail' is not one of the models' inputs or columns "
+        "(age, email, numbers)"
+    ]
