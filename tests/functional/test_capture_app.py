@@ -87,3 +87,35 @@ def test_a_captured_input_is_a_request_the_model_answers_alike() -> None:
 
     assert "endpointOutput" not in record["captureData"]
     assert replayed.json() == first.json()
+
+
+def test_ten_percent_of_2000_answered_requests_are_captured_within_binomial_bounds() -> None:
+    """Through the app itself, its own random source: 2,000 requests at 10% (mean 200, sd 13.4); the bound of
+    4.5 sd fails a correct sampler about once in 150,000 runs."""
+    built = pipeline_model()
+    app, lines = capture_app(built, sample_percent=10)
+    body = bodies(built)[0][0]
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/invocations",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+    }
+    statuses: list[int] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+
+    async def run() -> None:
+        for _ in range(2000):
+            await app(scope, receive, send)
+
+    asyncio.run(run())
+
+    assert statuses == [200] * 2000
+    assert abs(len(lines) - 200) <= 4.5 * (2000 * 0.1 * 0.9) ** 0.5, len(lines)
+    assert len(records_of(lines)) == len(lines)
