@@ -6,8 +6,9 @@ becomes one record in the documented format under the deployment's capture prefi
 the log group's subscription and the Firehose stream, written with the stream's role (IAM enforced), never with
 `shade` in it. Batch: the run's input and output objects are its record, joined by the id column.
 
-The 10% sampling check over 2,000 requests is the sampler's, in process (tests/unit/test_capture.py): through
-local up's fronts it would take minutes.
+The 10% sampling check over 2,000 requests runs in process, through the HTTP app (tests/functional/
+test_capture_app.py) and the sampler alone (tests/unit/test_capture.py): through local up's fronts it would take
+minutes.
 """
 
 from __future__ import annotations
