@@ -86,6 +86,7 @@ bench: setup
 	$(PY) -m bench.batch_job --rows 1000000
 	$(PY) -m bench.batch_job --rows 1000000 --input-format parquet --output-format parquet --chunk-rows 50000
 	$(PY) -m bench.async_jobs --jobs 1000 --poison 20
+	$(PY) -m bench.images
 
 models: setup
 	$(PY) -m servestack.sample_models

@@ -33,7 +33,7 @@ class ExitCode(IntEnum):
 
 EXIT_CODE_HELP = {
     ExitCode.OK: "success",
-    ExitCode.FAILED: "the command ran and its outcome is a failure (an error answer, a rollback, no 2xx)",
+    ExitCode.FAILED: "the command ran and its outcome is a failure (an error answer, a rollback, no 2xx, drift)",
     ExitCode.USAGE: "bad arguments, serving.yaml, input file or model file",
     ExitCode.NOT_RUNNING: "`servestack local up` is not running (or not answering)",
     ExitCode.NOT_FOUND: "no such deployment, model, version or alias",

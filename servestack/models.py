@@ -76,9 +76,16 @@ def push(
     (`CommandError`, `ServingError`) otherwise, as the command line reports them."""
     import importlib.util
 
+    from servestack.frameworks import convert, framework_of
     from servestack.inference.registry import check_name
 
     check_name(name)
+    pushing = PushOptions(version, labels, process, requirements, files, artifacts, registry, promote)
+    framework = framework_of(estimator)
+    if framework is not None:
+        converted = convert(estimator, sample, framework)
+        args = _write_and_push(converted.onnx_model, tensor_sample_request(converted.inputs), name, pushing)
+        return Pushed(_pushed_manifest(name, version, args), len(next(iter(converted.inputs.values()))))
     if importlib.util.find_spec("skl2onnx") is None:
         raise InvalidInput(
             "servestack.models.push converts with skl2onnx, which is not installed",
@@ -98,22 +105,61 @@ def push(
             value=f"{worst.output} row {worst.row}",
             allowed=f"a conversion whose answers match the estimator's on every sample row ({TOLERANCE_TEXT})",
         )
+    args = _write_and_push(onnx_model, sample_request(columns), name, pushing, allow_nan=_has_nan(columns))
+    return Pushed(_pushed_manifest(name, version, args), len(columns[0].values))
+
+
+@dataclass(frozen=True)
+class PushOptions:
+    """`push`'s arguments that are `servestack models push`'s flags."""
+
+    version: str | None
+    labels: list[str] | None
+    process: Path | str | None
+    requirements: list[str] | None
+    files: Sequence[Path | str] | Path | str
+    artifacts: Path | str | None
+    registry: str | None
+    promote: bool
+
+
+def _write_and_push(
+    onnx_model: bytes, sample_text: str, name: str, options: PushOptions, *, allow_nan: bool = False
+) -> argparse.Namespace:
+    """Write the ONNX model and its sample request to a scratch folder and run `servestack models push` on them."""
     with tempfile.TemporaryDirectory(prefix="servestack-python-push-") as scratch:
         model_file = Path(scratch) / "model.onnx"
         model_file.write_bytes(onnx_model)
         sample_file = Path(scratch) / "sample.json"
-        sample_file.write_text(sample_request(columns), encoding="utf-8")
+        sample_file.write_text(sample_text, encoding="utf-8")
         argv = [str(model_file), "--name", name, "--sample", str(sample_file)]
-        argv += _flags(version=version, labels=labels, process=process, artifacts=artifacts, registry=registry)
-        argv += [f"--requirement={requirement}" for requirement in requirements or []]
-        chosen = [files] if isinstance(files, str | Path) else list(files)
+        argv += _flags(
+            version=options.version,
+            labels=options.labels,
+            process=options.process,
+            artifacts=options.artifacts,
+            registry=options.registry,
+        )
+        argv += [f"--requirement={requirement}" for requirement in options.requirements or []]
+        chosen = [options.files] if isinstance(options.files, str | Path) else list(options.files)
         argv += [argument for path in chosen for argument in ("--file", str(path))]
-        argv += ["--promote"] if promote else []
-        args = _push_arguments(argv, allow_nan=_has_nan(columns))
+        argv += ["--promote"] if options.promote else []
+        args = _push_arguments(argv, allow_nan=allow_nan)
         from servestack.cli.models import run_push
 
         run_push(args)
-    return Pushed(_pushed_manifest(name, version, args), len(columns[0].values))
+    return args
+
+
+def tensor_sample_request(inputs: dict[str, np.ndarray]) -> str:
+    """A deep learning model's sample request: its first sample rows, `{"instances": ...}` for one input named
+    `input`, `{"inputs": {...}}` by name otherwise."""
+    import json
+
+    rows = {name: array[:SAMPLE_REQUEST_ROWS].tolist() for name, array in inputs.items()}
+    if list(rows) == ["input"]:
+        return json.dumps({"instances": rows["input"]})
+    return json.dumps({"inputs": rows})
 
 
 def sample_request_rows(columns: list[Column]) -> np.ndarray:
@@ -186,4 +232,4 @@ def _pushed_manifest(name: str, version: str | None, args: argparse.Namespace) -
     return manifest
 
 
-__all__ = ["Pushed", "push", "sample_request", "sample_request_rows"]
+__all__ = ["Pushed", "push", "sample_request", "sample_request_rows", "tensor_sample_request"]

@@ -231,6 +231,7 @@ SHARED_LOCAL_UP_MODULES = frozenset(
         "tests/e2e/test_fargate_batch_up.py",
         "tests/e2e/test_local_boundaries.py",
         "tests/e2e/test_sagemaker_paths.py",
+        "tests/e2e/test_sagemaker_async_large.py",
         "tests/e2e/test_transform_batch.py",
         "tests/e2e/test_transform_schedule_fires.py",
     }

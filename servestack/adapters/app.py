@@ -74,6 +74,8 @@ PREDICT_PREFIX, PREDICT_SUFFIX = "/v1/models/", "/predict"
 # for long. Decoding costs 5 to 150 microseconds per KiB, by form (bench: orjson rows of floats the least, CSV
 # by column name the most), so a body on the loop holds it at most ~10 ms; handing one to the thread and back
 # costs ~50 microseconds, at most a fifth of decoding even the cheapest 64 KiB body (docs/http-contract.md).
+# A model that decodes pictures (`models push --image`) decodes every body on the thread, however small: a JPEG
+# costs milliseconds (bench/images.py), and Pillow's decoder lets go of the GIL meanwhile.
 DECODE_INLINE_BYTES = 64 * 1024
 
 
@@ -289,7 +291,7 @@ class ServingApp:
             )
             if type(body) is not bytes:  # spooled to disk (SageMaker async's large bodies)
                 arrays = await self._decode_aside(model, body, request_type, headers.get(CONTENT_ENCODING), limit)
-            elif len(body) <= DECODE_INLINE_BYTES and CONTENT_ENCODING not in headers:
+            elif len(body) <= DECODE_INLINE_BYTES and CONTENT_ENCODING not in headers and model.image is None:
                 arrays = model.decode(body, request_type)
             else:  # on the decode thread: the loop goes on answering (/ping, other requests) meanwhile
                 arrays = await self._decode_aside(model, body, request_type, headers.get(CONTENT_ENCODING), limit)

@@ -1,10 +1,11 @@
 """Async mode on Lambda: `submit_handler` (HTTP API: submit + status) and `worker_handler` (SQS batches).
 
 Routes (API Gateway HTTP API v2 events):
-- `POST /jobs`: the body is the payload (JSON, CSV or .npy, up to the presign threshold, optionally with
-  `Content-Encoding: gzip`): 202 + job id. With an `Idempotency-Key` header, retries of the same request
-  are the same job (`"replayed": true` on a repeat); the same key with another body, `Content-Type` or
-  `Accept` is 422, and a retry while the first call is still submitting is 409 (servestack/adapters/aws/jobs.py).
+- `POST /jobs`: the body is the payload (JSON, CSV or .npy, or for a model with a `preprocess` hook any body it
+  reads, an image say; up to the presign threshold, optionally with `Content-Encoding: gzip`): 202 + job id.
+  With an `Idempotency-Key` header, retries of the same request are the same job (`"replayed": true` on a
+  repeat); the same key with another body, `Content-Type` or `Accept` is 422, and a retry while the first call
+  is still submitting is 409 (servestack/adapters/aws/jobs.py).
 - `POST /jobs/uploads`: a presigned S3 PUT URL for a payload up to 1 GB; the job starts when the object
   lands (S3 notification on the upload prefix) or on `POST /jobs/{id}/confirm`.
 - `GET /jobs/{id}`: `queued | running | succeeded | failed`, the result location and a presigned GET URL, or

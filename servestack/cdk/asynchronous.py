@@ -62,7 +62,7 @@ from servestack.cdk.shared import (
     grant_sagemaker_logging,
     logical_id,
 )
-from servestack.spec import AlarmSettings
+from servestack.spec import AlarmSettings, GpuSettings
 
 SUBMIT_HANDLER = "handlers.asynchronous.submit_handler"
 WORKER_HANDLER = "handlers.asynchronous.worker_handler"
@@ -118,8 +118,11 @@ class AsyncEndpoint(Construct):
         target_backlog_per_instance: int = 5,
         deployment: str | None = None,
         autoscaling: bool = True,
+        gpu: GpuSettings | None = None,
     ) -> None:
         super().__init__(scope, id)
+        # serving.yaml's `gpu:` (the spec allows it with backend: sagemaker on a GPU instance type only)
+        self.gpu_environment = gpu.environment if gpu is not None else {}
         self.deployment = deployment or name
         self.autoscaling = autoscaling
         check_range("AsyncEndpoint", "batch_size", batch_size, 1, 10_000)
@@ -441,6 +444,7 @@ class AsyncEndpoint(Construct):
             environment={
                 **single_model_environment(model_name),
                 **engine_environment(SAGEMAKER_ASYNC, max_payload_bytes),
+                **self.gpu_environment,
             },
         )
         config = sagemaker.CfnEndpointConfig(

@@ -47,7 +47,7 @@ from servestack.cdk.bundling import FunctionCode
 from servestack.cdk.realtime import GPU_TRANSFORM_AMI_VERSION, servestack_model, single_model_environment
 from servestack.cdk.serverless import runtime_environment, servestack_function
 from servestack.cdk.shared import acknowledge, check_choice, check_range, log_group, logical_id
-from servestack.spec import uses_gpu
+from servestack.spec import GpuSettings, uses_gpu
 
 HANDLER = "handlers.batch.handler"
 TRANSFORM_DONE_HANDLER = "handlers.batch.transform_done"
@@ -104,8 +104,11 @@ class BatchJob(Construct):
         max_event_age_sec: int = 3600,
         max_payload_bytes: int = 6_291_456,
         log_retention_days: int = 30,
+        gpu: GpuSettings | None = None,
     ) -> None:
         super().__init__(scope, id)
+        # serving.yaml's `gpu:` (the spec allows it with runner: transform on a GPU instance type only)
+        self.gpu_environment = gpu.environment if gpu is not None else {}
         check_choice("BatchJob", "runner", runner, RUNNERS)
         check_range("BatchJob", "retry_attempts", retry_attempts, 0, 185)
         check_range("BatchJob", "max_event_age_sec", max_event_age_sec, 60, 86_400)
@@ -491,6 +494,7 @@ class BatchJob(Construct):
                 # What /execution-parameters reports (servestack/adapters/transform.py): the job's own values.
                 "SERVESTACK_TRANSFORM_MAX_CONCURRENT_TRANSFORMS": str(max_concurrent_transforms),
                 "SERVESTACK_TRANSFORM_MAX_PAYLOAD_MB": str(max_payload_mb),
+                **self.gpu_environment,
             },
         )
         self.model = model

@@ -49,7 +49,7 @@ from servestack.cdk.realtime import (
     servestack_model,
 )
 from servestack.cdk.shared import acknowledge, check_range, endpoint_log_group, grant_sagemaker_logging, log_group
-from servestack.spec import AlarmSettings, Batching, Component, Strategy
+from servestack.spec import AlarmSettings, Batching, Component, GpuSettings, Strategy
 
 VARIANT_NAME = "primary"
 # SageMaker names: 63 characters, letters, digits and '-' (CreateInferenceComponent's InferenceComponentName).
@@ -88,6 +88,7 @@ class ComponentEndpoint(Construct):
         strategy: Strategy | None = None,
         alarms: AlarmSettings | None = None,
         batching: Batching | None = None,
+        gpu: GpuSettings | None = None,
     ) -> None:
         super().__init__(scope, id)
         check_range("ComponentEndpoint", "len(components)", len(components), 1, 100)
@@ -190,6 +191,8 @@ class ComponentEndpoint(Construct):
                 "SERVESTACK_MAX_BATCH_SIZE": str(batching.max_batch_size),
                 "SERVESTACK_MAX_DELAY_MS": str(batching.max_delay_ms),
                 "SERVESTACK_MAX_QUEUE_REQUESTS": str(batching.max_queue),
+                # serving.yaml's `gpu:` (the spec allows it on GPU instance types only)
+                **(gpu.environment if gpu is not None else {}),
                 "SERVESTACK_ENDPOINT_NAME": endpoint_name,
                 # The containers' overload metrics (servestack/adapters/metrics.py) are per component: its name stands
                 # in the VariantName dimension.

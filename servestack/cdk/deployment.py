@@ -124,6 +124,7 @@ class DeploymentStack(Stack):
                 strategy=d.strategy,
                 alarms=d.alarms,
                 batching=d.batching,
+                gpu=d.gpu,
             )
             self.construct = ce
             alarms = [*ce.alarms, *ce.overload_alarms]
@@ -195,6 +196,7 @@ class DeploymentStack(Stack):
                 strategy=d.strategy,
                 alarms=d.alarms,
                 batching=d.batching,
+                gpu=d.gpu,
                 deployment=deployment,
                 autoscaling=deployment not in suspended(self),
                 capture=d.capture,
@@ -324,6 +326,7 @@ class DeploymentStack(Stack):
                 instance_type=d.instance_type,
                 max_instances=d.max_instances,
                 target_backlog_per_instance=d.target_backlog_per_instance,
+                gpu=d.gpu,
                 deployment=deployment,
                 autoscaling=deployment not in suspended(self),
             )
@@ -429,6 +432,7 @@ class DeploymentStack(Stack):
                 max_payload_mb=d.max_payload_mb,
                 max_concurrent_transforms=d.max_concurrent_transforms,
                 transform_timeout_sec=d.transform_timeout_sec,
+                gpu=d.gpu,
                 memory_mib=d.memory_mib,
                 timeout_sec=d.timeout_sec,
                 architecture=d.architecture,

@@ -53,6 +53,7 @@ from servestack.spec import (
     AlarmSettings,
     Batching,
     Capture,
+    GpuSettings,
     ModelSpec,
     RealtimeServerless,
     ShadowVariant,
@@ -228,6 +229,7 @@ class RealtimeEndpoint(Construct):
         strategy: Strategy | None = None,
         alarms: AlarmSettings | None = None,
         batching: Batching | None = None,
+        gpu: GpuSettings | None = None,
         gpu_image: ecr_assets.DockerImageAsset | None = None,
         cpu_image: ecr_assets.DockerImageAsset | None = None,
         cpu_arm64_image: ecr_assets.DockerImageAsset | None = None,
@@ -332,6 +334,8 @@ class RealtimeEndpoint(Construct):
             "SERVESTACK_MAX_BATCH_SIZE": str(batching.max_batch_size),
             "SERVESTACK_MAX_DELAY_MS": str(batching.max_delay_ms),
             "SERVESTACK_MAX_QUEUE_REQUESTS": str(batching.max_queue),
+            # serving.yaml's `gpu:` (the spec allows it on GPU instance types only)
+            **(gpu.environment if gpu is not None else {}),
         }
         # SageMaker captures the endpoint itself, unless columns are left out: then its containers write capture
         # log lines, which the deployment's LogCapture ships (servestack/cdk/capture.py).

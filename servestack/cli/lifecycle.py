@@ -120,7 +120,8 @@ def put_input_arguments(parser: argparse.ArgumentParser) -> None:
         "files",
         nargs="+",
         type=Path,
-        help="input files (.jsonl, .ndjson, .json, .csv, .parquet), each keyed by its name",
+        help="input files, each keyed by its name: rows (.jsonl, .ndjson, .json, .csv, .parquet), or any other file "
+        "(an image, audio...) as one record for a model whose preprocess hook reads it",
     )
     state_argument(parser)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servestack.cli import init as init_command
-from servestack.cli import lifecycle, models
+from servestack.cli import lifecycle, models, monitor
 from servestack.extras import missing_module
 from servestack.failures import CommandError, ExitCode, MissingExtra, exit_codes_text, failure_of
 
@@ -540,6 +540,14 @@ COMMANDS: tuple[Command, ...] = (
         "drive an endpoint and report QPS, latency and what to provision",
         loadtest_arguments,
         run_loadtest,
+        extra="cli",
+    ),
+    Command(
+        ("monitor",),
+        "compare captured traffic of a time window with a baseline: drift per column and in the predictions, an "
+        "HTML report and a JSON summary; exit code 1 on drift past the thresholds",
+        monitor.arguments,
+        monitor.run,
         extra="cli",
     ),
     Command(

@@ -49,6 +49,35 @@ def push_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--process", type=Path, default=None, help="a process.py with preprocess/postprocess hooks")
     parser.add_argument(
+        "--image",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="KEY=VALUE,...",
+        help='serve the model\'s one image input from pictures (JPEG, PNG, WebP bodies; JSON {"instances": '
+        '[{"b64": ...}]}; multipart forms), with no hook: decoded to RGB, the shorter side resized to resize=N '
+        "(optional), the centre cropped to crop=N or HxW (default: the input's size), scaled to [0, 1], normalized "
+        "by mean=R:G:B and std=R:G:B (default 0 and 1), in layout=NCHW or NHWC (default: read from the input's "
+        "shape). E.g. --image resize=256,crop=224,mean=0.485:0.456:0.406,std=0.229:0.224:0.225. Adds Pillow to "
+        "the package's requirements; a --process preprocess hook, if given, reads the pictures instead",
+    )
+    parser.add_argument(
+        "--outputs",
+        default=None,
+        metavar="ROLE[=OUTPUT]",
+        help="what a classifier's output holds: logits (answered as their softmax `probabilities`, their argmax "
+        "`predictions` and its `labels`) or probabilities (answered with their argmax as `predictions`); OUTPUT "
+        "defaults to the only output (default: an output named `logits` is logits, one named `probabilities` "
+        "probabilities)",
+    )
+    parser.add_argument(
+        "--top-k",
+        type=int,
+        default=None,
+        metavar="K",
+        help="JSON answers add each row's K most probable classes (class, label, probability), best first",
+    )
+    parser.add_argument(
         "--requirement",
         action="append",
         default=[],
@@ -68,6 +97,16 @@ def push_arguments(parser: argparse.ArgumentParser) -> None:
         "for more. Each is checksummed in the manifest and verified at every load; a hook reads them beside "
         "itself, Path(__file__).parent. The ONNX external data the model references (model.onnx.data) is found "
         "beside the .onnx file and needs no flag",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=None,
+        metavar="TOKENIZER_JSON",
+        help="a Hugging Face tokenizer.json the package carries: requests may then send texts (a text/plain body, "
+        '{"instances": ["text", ...]}), tokenized into input_ids, attention_mask and token_type_ids by name, '
+        "truncated to the model's maximum length and padded with the tokenizer's pad id; every deployment "
+        "installs `tokenizers` for it",
     )
     parser.add_argument(
         "--sample",
@@ -190,6 +229,8 @@ def run_push(args: argparse.Namespace) -> int:
     from servestack.inference.errors import VersionConflict
     from servestack.inference.package_files import gather_files
     from servestack.inference.packaging import build_package
+    from servestack.inference.push_images import image_options
+    from servestack.inference.push_outputs import parse_role
     from servestack.inference.push_sequences import sequence_options
     from servestack.inference.registry import DirectoryStore, ModelRegistry, check_name, check_version
 
@@ -231,6 +272,10 @@ def run_push(args: argparse.Namespace) -> int:
             allow_nan=allow_nan,
             files=files,
             sequences=sequence_options(args.pad, args.max_length, args.id_range),
+            tokenizer=args.tokenizer,
+            image=image_options(args.image),
+            outputs_role=parse_role(args.outputs),
+            top_k=args.top_k,
         )
         outcomes: list[str] = []
         try:
@@ -294,7 +339,11 @@ def _report(built: BuiltPackage, source: Path, outcomes: list[str], previous: tu
         shape = ", ".join(
             "N" if i == 0 and s is None else ("any" if s is None else str(s)) for i, s in enumerate(spec.shape)
         )
-        role = {manifest.prediction_output: " (prediction)", manifest.probability_output: " (probabilities)"}
+        role = {
+            manifest.prediction_output: " (prediction)",
+            manifest.probability_output: " (probabilities)",
+            manifest.logits_output: " (logits)",
+        }
         return f"{spec.name} {spec.dtype} [{shape}]{role.get(spec.name, '')}"
 
     print(f"{manifest.key}: packaged from {source}")
@@ -306,6 +355,15 @@ def _report(built: BuiltPackage, source: Path, outcomes: list[str], previous: tu
         print(f"  labels   {', '.join(map(str, manifest.labels))} (from {built.labels_source})")
     else:
         print(f"  labels   none{f' ({built.labels_note})' if built.labels_note else ''}")
+    if manifest.image is not None:
+        image = manifest.image
+        resize = f"shorter side to {image.resize}, " if image.resize is not None else ""
+        print(
+            f"  image    {image.input}: JPEG/PNG/WebP -> RGB, {resize}centre {image.crop[0]}x{image.crop[1]}, "
+            f"[0, 1], mean {list(image.mean)}, std {list(image.std)}, {image.layout}"
+        )
+    if manifest.top_k is not None:
+        print(f"  top k    {manifest.top_k} classes in JSON answers")
     if manifest.columns:
         print(f"  columns  {', '.join(f'{c.name} {c.dtype}' for c in manifest.columns)}")
         nan = [column.name for column in manifest.columns if column.allow_nan]
@@ -318,6 +376,7 @@ def _report(built: BuiltPackage, source: Path, outcomes: list[str], previous: tu
         print(f"  note     version {previous[0]} has labels {previous[1]}; pass --labels {previous[1]} to keep them")
     for entry in manifest.files:
         role = "external data, found beside the model" if entry.external_data else "--file"
+        role = "--tokenizer" if entry.name == manifest.tokenizer else role
         print(f"  file     {entry.name} ({_size(entry.size)}, {role})")
     listed = {entry.name: entry.sha256 for entry in manifest.files}
     files = [manifest.file, *([HOOKS_FILE] if manifest.process_sha256 else []), *listed]

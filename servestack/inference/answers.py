@@ -46,7 +46,8 @@ def default_response(
         response["probabilities"] = outputs[probabilities]
         if by_label and manifest.labels is not None:
             response["probabilities"] = _keyed_by_label(manifest.labels, outputs[probabilities])
-    if with_labels and manifest.labels is not None:
+    if with_labels and manifest.labels is not None and np.ndim(predictions) <= 1:
+        # One label per row: predictions of several columns (scores, say) are no class to name.
         response["labels"] = _label_names(manifest.labels, np.asarray(predictions).reshape(-1))
     if len(outputs) > (2 if probabilities is not None else 1):
         extra = {name: value for name, value in outputs.items() if name not in (primary, probabilities)}
@@ -197,7 +198,7 @@ def json_answer(plan: AnswerPlan, outputs: Mapping[str, np.ndarray]) -> bytes | 
         probabilities = orjson.dumps(outputs[plan.probability], option=_NUMPY_OPTION, default=json_default)
         written = b"".join((written, b',"probabilities":', probabilities))
     label_by_id = plan.label_by_id
-    if label_by_id is None:
+    if label_by_id is None or predictions.ndim > 1:  # several columns per row: no class to name (default_response)
         return b"".join((plan.json_head, written, b"}"))
     if predictions.dtype.kind in "iub":  # class ids (and booleans, which `_label_names` takes for 0 and 1)
         ids = predictions.reshape(-1).tolist() if predictions.ndim != 1 else predictions.tolist()

@@ -18,6 +18,7 @@ import msgspec
 import numpy as np
 
 from servestack.inference.errors import ChecksumMismatch, ModelLoadError
+from servestack.inference.image_spec import ImageSpec, check_image
 from servestack.inference.paths import confined
 
 MANIFEST_FILE = "manifest.json"
@@ -156,6 +157,10 @@ class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_def
     # Which output is "the" prediction, and which carries class probabilities, if any.
     prediction_output: str | None = None
     probability_output: str | None = None
+    # An output of raw class scores (`models push --outputs logits`): answered as the softmax's probabilities, the
+    # argmax's class and its label, and the `top_k` classes when set.
+    logits_output: str | None = None
+    top_k: Annotated[int, msgspec.Meta(ge=1)] | None = None
     # Class labels, in the order of the probability columns. String labels also name integer class ids
     # (`--labels`); integer labels are the class values the model itself predicts.
     labels: tuple[str | int, ...] | None = None
@@ -173,6 +178,13 @@ class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_def
     files: tuple[PackageFile, ...] = ()
     # Sequence inputs' padding value and bounds (`models push --pad/--max-length/--id-range`, or the graph).
     sequences: tuple[SequenceInput, ...] = ()
+    # A Hugging Face `tokenizers` file among `files` (`models push --tokenizer`): texts are tokenized into the
+    # inputs by name, `input_ids` and `attention_mask` / `token_type_ids` where the model has them
+    # (servestack/inference/text_inputs.py).
+    tokenizer: Annotated[str, msgspec.Meta(pattern=PATH_PATTERN)] | None = None
+    # How a picture becomes a row of the image input (`models push --image`): decoded and preprocessed by
+    # servestack when the package has no preprocess hook (servestack/inference/images.py).
+    image: ImageSpec | None = None
 
     def __post_init__(self) -> None:
         if self.file in (MANIFEST_FILE, HOOKS_FILE):
@@ -180,7 +192,7 @@ class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_def
         if self.files:
             _check_files(self.file, self.files)
         names = {output.name for output in self.outputs}
-        for role in ("prediction_output", "probability_output"):
+        for role in ("prediction_output", "probability_output", "logits_output"):
             chosen = getattr(self, role)
             if chosen is not None and chosen not in names:
                 raise ValueError(f"{role}: {chosen!r} is not one of the outputs {sorted(names)}")
@@ -188,6 +200,12 @@ class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_def
             _check_columns(self.columns, self.inputs)
         if self.sequences:
             _check_sequences(self.sequences, self.inputs)
+        if self.tokenizer is not None:
+            _check_tokenizer(self.tokenizer, self.files, self.inputs)
+        if self.image is not None:
+            check_image(self.image, self.inputs)
+        if self.logits_output is not None or self.top_k is not None:
+            _check_class_roles(self)
 
     def sequence_of(self, input_name: str) -> SequenceInput | None:
         """The declared padding and bounds of an input, if any."""
@@ -203,6 +221,29 @@ class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_def
 
     def to_json(self) -> bytes:
         return msgspec.json.format(msgspec.json.encode(self), indent=2) + b"\n"
+
+
+def class_output(manifest: Manifest) -> str | None:
+    """The output whose columns are the classes: the logits, else the probabilities."""
+    return manifest.logits_output or manifest.probability_output
+
+
+def _check_class_roles(manifest: Manifest) -> None:
+    """Logits are a float `[N, K]` output other than the probabilities; top k needs class scores and at most K."""
+    by_name = {spec.name: spec for spec in manifest.outputs}
+    if manifest.logits_output is not None:
+        spec = by_name[manifest.logits_output]
+        if not spec.dtype.startswith("float") or len(spec.shape) != 2:
+            raise ValueError(f"logits_output: {spec.name!r} is {spec.dtype} {list(spec.shape)}, not float [N, classes]")
+        if manifest.logits_output in (manifest.probability_output, manifest.prediction_output):
+            raise ValueError(f"logits_output: {spec.name!r} also has another role")
+    scores = class_output(manifest)
+    if manifest.top_k is not None:
+        if scores is None:
+            raise ValueError("top_k: needs an output of class scores (logits_output or probability_output)")
+        classes = by_name[scores].shape[-1]
+        if classes is not None and manifest.top_k > classes:
+            raise ValueError(f"top_k: {manifest.top_k}, but {scores!r} has {classes} classes")
 
 
 def _check_files(model_file: str, files: tuple[PackageFile, ...]) -> None:
@@ -244,6 +285,22 @@ def _check_sequences(sequences: tuple[SequenceInput, ...], inputs: tuple[TensorS
         fixed = spec.row_shape[0]
         if entry.max_length is not None and fixed is not None and entry.max_length > fixed:
             raise ValueError(f"sequences.{entry.input}: max_length {entry.max_length}, but the graph fixes {fixed}")
+
+
+TOKENIZED_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def _check_tokenizer(tokenizer: str, files: tuple[PackageFile, ...], inputs: tuple[TensorSpec, ...]) -> None:
+    """The tokenizer is a listed file (so verified at every load), and the model's inputs are what it fills:
+    `input_ids`, with `attention_mask` and `token_type_ids` where the model has them, each an integer `[N, L]`."""
+    if tokenizer not in {entry.name for entry in files}:
+        raise ValueError(f"tokenizer: {tokenizer!r} is not one of the package's files")
+    names = [spec.name for spec in inputs]
+    if "input_ids" not in names or not set(names) <= set(TOKENIZED_INPUTS):
+        raise ValueError(f"tokenizer: the model's inputs {names} are not input_ids [, attention_mask, token_type_ids]")
+    for spec in inputs:
+        if len(spec.row_shape) != 1 or not spec.dtype.startswith(("int", "uint")):
+            raise ValueError(f"tokenizer: input {spec.name!r} is {spec.dtype} {list(spec.shape)}, not integer [N, L]")
 
 
 def _check_columns(columns: tuple[ColumnSpec, ...], inputs: tuple[TensorSpec, ...]) -> None:

@@ -18,6 +18,9 @@ JSON = "application/json"
 CSV = "text/csv"
 NPY = "application/x-npy"
 READABLE_TYPES = (JSON, CSV, NPY)
+# The bodies a model that declares an image input reads with no hook (servestack/inference/images.py).
+IMAGE_TYPES = ("image/jpeg", "image/png", "image/webp")
+MULTIPART = "multipart/form-data"
 WRITABLE_TYPES = (JSON, CSV, NPY)
 # Variants a parameter asks for (RFC 4180's `header`; ours, `probabilities=by-label`): the request and answer
 # types a request carries through every mode (an async job records them), each read or written as its base type.
@@ -52,6 +55,19 @@ def request_type_of(header: str | None) -> str:
         if semicolon and parameters.strip():
             return f"{media_type}; {parameters.strip()}"
     return media_type
+
+
+OCTET_STREAM = "application/octet-stream"
+
+
+def guessed_type(name: str) -> str:
+    """The media type a file's name suggests, as Python's `mimetypes` guesses it (`.jpg` -> `image/jpeg`, `.wav`
+    -> `audio/x-wav`, `.txt` -> `text/plain`); `application/octet-stream` for a name it knows nothing of, and for
+    one it reads as compressed (`x.json.gz`): the bytes go as they are, with no Content-Encoding to undo."""
+    import mimetypes
+
+    guessed, encoding = mimetypes.guess_type(name, strict=False)
+    return guessed if guessed is not None and encoding is None else OCTET_STREAM
 
 
 def answer_type_of(accept: str | None) -> str:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import re
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
@@ -30,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import numpy as np
 import onnxruntime as ort
 
 from servestack.inference.errors import InvalidInput, ModelLoadError, ServingError
@@ -38,18 +36,33 @@ from servestack.inference.manifest import (
     HOOKS_FILE,
     MANIFEST_FILE,
     PATH_PATTERN,
-    SAMPLE_REQUEST,
-    SAMPLE_RESPONSE,
     Manifest,
     TensorSpec,
     sha256_of,
 )
-from servestack.inference.package_files import RESERVED_NAMES, checked_requirements, copy_files, named_for_user
+from servestack.inference.package_files import (
+    RESERVED_NAMES,
+    checked_requirements,
+    copy_files,
+    gather_files,
+    named_for_user,
+)
 from servestack.inference.push_columns import ColumnNames, named_columns
+from servestack.inference.push_images import ImageOptions, image_spec, with_pillow
+from servestack.inference.push_images import sample_request as image_sample_request
+from servestack.inference.push_outputs import class_outputs
+from servestack.inference.push_samples import write_samples
 from servestack.inference.push_sequences import SequenceOptions, graph_id_ranges, sequence_inputs
-from servestack.inference.sample_files import Sample, read_sample, sample_request
+from servestack.inference.push_tokenizer import check_vocabulary, read_tokenizer, with_tokenizer
+from servestack.inference.sample_files import (
+    BASELINE_MAX_BYTES,
+    BASELINE_STEM,
+    BASELINE_SUFFIXES,
+    Sample,
+    read_sample,
+    sample_request,
+)
 
-SAMPLE_ROWS = 2
 _PACKAGE_PATH = re.compile(PATH_PATTERN)
 
 _ORT_TYPES = {
@@ -389,11 +402,16 @@ def create_package(
     requirements: Sequence[str] = (),
     files: Mapping[str, Path] | None = None,
     sequences: SequenceOptions | None = None,
+    tokenizer: Path | None = None,
+    image: ImageOptions | None = None,
+    outputs_role: tuple[str, str | None] | None = None,
+    top_k: int | None = None,
 ) -> Manifest:
     """Copy `model_path` (with its external data, and hooks) into `destination` and write a manifest with
     checksums. `columns`: the names of a single `[N, k]` input's columns; `allow_nan`: True for every float
     column, or the names of those that may hold NaN; `files`: other files the package carries, by their path in
-    the package (`gather_files` makes it from `--file` arguments)."""
+    the package (`gather_files` makes it from `--file` arguments); `tokenizer`: a Hugging Face tokenizer file the
+    package carries to tokenize texts (servestack/inference/text_inputs.py)."""
     return _create(
         model_path,
         destination,
@@ -409,6 +427,10 @@ def create_package(
         requirements=requirements,
         files=files or {},
         sequences=sequences,
+        tokenizer=tokenizer,
+        image=image,
+        outputs_role=outputs_role,
+        top_k=top_k,
     )[0]
 
 
@@ -429,8 +451,31 @@ def _create(
     files: Mapping[str, Path] | None = None,
     sources: dict[str, Path] | None = None,
     sequences: SequenceOptions | None = None,
+    tokenizer: Path | None = None,
+    image: ImageOptions | None = None,
+    outputs_role: tuple[str, str | None] | None = None,
+    top_k: int | None = None,
 ) -> tuple[Manifest, Prepared]:
     """`sources` is filled, as files are copied, with each package file's origin (for errors to name it)."""
+    pushed = read_tokenizer(tokenizer) if tokenizer is not None else None
+    files = dict(files or {})
+    tokenizer_name = None
+    if pushed is not None:
+        if process_file is not None:
+            raise InvalidInput(
+                "--tokenizer and --process: the hook reads the request itself; tokenize in it, or leave it out",
+                field="--tokenizer",
+                allowed="one of --tokenizer, --process",
+            )
+        ((tokenizer_name, source),) = gather_files([pushed.path], "--tokenizer").items()
+        if tokenizer_name in files and files[tokenizer_name].resolve() != source.resolve():
+            raise InvalidInput(
+                f"--tokenizer {source}: {tokenizer_name!r} is also {files[tokenizer_name]}",
+                field="--tokenizer",
+                value=tokenizer_name,
+            )
+        files[tokenizer_name] = source
+        requirements = [*requirements, pushed.requirement]
     declared = checked_requirements(requirements)
     sources = sources if sources is not None else {}
     destination.mkdir(parents=True, exist_ok=True)
@@ -441,7 +486,7 @@ def _create(
     if process_file is not None:
         shutil.copyfile(process_file, destination / HOOKS_FILE)
         sources[HOOKS_FILE] = process_file
-    listed = copy_files(destination, dict(files or {}), prepared.external_data, sources)
+    listed = copy_files(destination, files, prepared.external_data, sources)
     inputs, outputs = signature_of(target, shown=model_path)
     output_names = [spec.name for spec in outputs]
     probability_output = probability_output or _first(output_names, ("probabilities", "output_probability"))
@@ -450,8 +495,23 @@ def _create(
     if prediction_output is None and probability_output is not None and len(output_names) == 2:
         prediction_output = next(n for n in output_names if n != probability_output)
     chosen = tuple(labels) if labels is not None else prepared.labels
-    _check_label_count(chosen, labels is not None, outputs, probability_output)
+    roles = class_outputs(
+        outputs,
+        role=outputs_role,
+        top_k=top_k,
+        labels=chosen,
+        labels_given=labels is not None,
+        prediction_output=prediction_output,
+        probability_output=probability_output,
+    )
+    declared_image = image_spec(image, inputs) if image is not None else None
+    if declared_image is not None:  # Pillow decodes the pictures: every deployment serving the package installs it
+        declared = checked_requirements(with_pillow(declared))
     named = named_columns(inputs, columns, allow_nan)
+    sequence_entries = sequence_inputs(
+        inputs, with_tokenizer(pushed, sequences or SequenceOptions(), inputs), prepared.id_ranges
+    )
+    check_vocabulary(pushed, sequence_entries)
     manifest = msgspec.convert(
         {
             "name": name,
@@ -461,14 +521,18 @@ def _create(
             "process_sha256": sha256_of(destination / HOOKS_FILE) if (destination / HOOKS_FILE).exists() else None,
             "inputs": [spec.to_dict() for spec in inputs],
             "outputs": [spec.to_dict() for spec in outputs],
-            "prediction_output": prediction_output,
-            "probability_output": probability_output,
+            "prediction_output": roles.prediction_output,
+            "probability_output": roles.probability_output,
+            "logits_output": roles.logits_output,
+            "top_k": roles.top_k,
+            "image": msgspec.to_builtins(declared_image) if declared_image is not None else None,
             "labels": chosen,
             "columns": [msgspec.to_builtins(column) for column in named] if named is not None else None,
             "requirements": declared,
             "description": description,
             "files": listed,
-            "sequences": sequence_inputs(inputs, sequences or SequenceOptions(), prepared.id_ranges),
+            "sequences": sequence_entries,
+            "tokenizer": tokenizer_name,
         },
         Manifest,
     )
@@ -480,88 +544,19 @@ def _first(names: Sequence[str], wanted: Sequence[str]) -> str | None:
     return next((name for name in wanted if name in names), None)
 
 
-def _check_label_count(
-    labels: tuple[str | int, ...] | None, given: bool, outputs: Sequence[TensorSpec], probability_output: str | None
-) -> None:
-    """`--labels` must name every class the probability output has, no more and no fewer."""
-    if labels is None or not given or probability_output is None:
-        return
-    spec = next(spec for spec in outputs if spec.name == probability_output)
-    classes = spec.shape[-1] if len(spec.shape) >= 2 else None
-    if classes is not None and classes != len(labels):
-        raise InvalidInput(
-            f"--labels: {len(labels)} labels given, but the model's {probability_output!r} has {classes} classes",
-            field="labels",
-            value=",".join(map(str, labels)),
-            allowed=f"{classes} comma-separated labels, in class id order",
-        )
-
-
 def write_manifest(destination: Path, manifest: Manifest) -> None:
     (destination / MANIFEST_FILE).write_bytes(manifest.to_json())
 
 
-# ------------------------------------------------------------------------------------------ samples
-
-
-def sample_request_from_signature(
-    manifest: Manifest, rows: int = SAMPLE_ROWS, categories: dict[str, str] | None = None
-) -> dict[str, Any]:
-    """A request every mode accepts: `rows` rows per input, row i filled with i (free dimensions: 1); a string
-    input with a known category (`categories`, from the graph's encoders) filled with it, else with ""."""
-
-    def filled(spec: TensorSpec) -> list[Any]:
-        shape = (rows, *[size or 1 for size in spec.row_shape])
-        if spec.dtype == "string":
-            text = (categories or {}).get(spec.name, "")
-            return np.full(shape, text, dtype=object).tolist()  # type: ignore[no-any-return]
-        values = np.broadcast_to(np.arange(rows).reshape(rows, *[1] * (len(shape) - 1)), shape)
-        return values.astype(bool if spec.dtype == "bool" else spec.numpy_dtype).tolist()  # type: ignore[no-any-return]
-
-    if manifest.columns:  # a tabular model: rows by column name, as its users send them
-        by_input = {spec.name: filled(spec) for spec in manifest.inputs}
-        names = [column.name for column in manifest.columns]
-        data = [[by_input[column.input][row][column.index or 0] for column in manifest.columns] for row in range(rows)]
-        return {"dataframe_split": {"columns": names, "data": data}}
-    if len(manifest.inputs) == 1:
-        return {"instances": filled(manifest.inputs[0])}
-    return {"inputs": {spec.name: filled(spec) for spec in manifest.inputs}}
-
-
-def write_samples(
-    package_dir: Path,
-    manifest: Manifest,
-    request: dict[str, Any] | None = None,
-    categories: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """Write the sample request and the response the package gives it (predictions, and labels when the
-    manifest has them), through the pipeline every mode uses, so the pre-traffic hook and smoke tests
-    compare like with like. Returns the response."""
-    from servestack.inference.service import ServedModel
-    from servestack.inference.settings import ServingSettings
-
-    body = request if request is not None else sample_request_from_signature(manifest, categories=categories)
-    settings = ServingSettings(
-        model_dir=package_dir, default_model=manifest.name, providers="CPUExecutionProvider", warmup=False
-    )
-    served = ServedModel.load(package_dir, settings)
-    raw = json.dumps(body).encode()
-    try:
-        answer = json.loads(served.infer(raw, "application/json", "application/json").body)
-    except ServingError as error:
-        where = "--sample" if request is not None else "the sample built from the signature"
-        hint = "" if request is not None else "; pass --sample rows.json with a request the model accepts"
-        raise InvalidInput(
-            f"{where}: the model refused it: {error.message}{hint}",
-            field="sample",
-            value=error.value,
-            allowed=error.allowed,
-        ) from None
-    kept = {key: answer[key] for key in ("predictions", "labels") if key in answer}
-    response = kept or {key: value for key, value in answer.items() if key not in ("model", "version")}
-    (package_dir / SAMPLE_REQUEST).write_text(json.dumps(body) + "\n", encoding="utf-8")
-    (package_dir / SAMPLE_RESPONSE).write_text(json.dumps(response) + "\n", encoding="utf-8")
-    return response
+def baseline_files(sample: Path | None, files: Mapping[str, Path]) -> dict[str, Path]:
+    """The `--sample` file, kept whole in the package as `baseline.<suffix>` (a checksummed file like any other)
+    where it is at most BASELINE_MAX_BYTES: `servestack monitor` compares captured traffic with it. The sample
+    request keeps only its first rows; the baseline keeps them all. A larger file is left out (every deployment
+    ships the package), and monitor then asks for `--baseline`."""
+    if sample is None or sample.suffix.lower() not in BASELINE_SUFFIXES or sample.stat().st_size > BASELINE_MAX_BYTES:
+        return {}
+    name = f"{BASELINE_STEM}{sample.suffix.lower()}"
+    return {} if name in files else {name: sample}
 
 
 def build_package(
@@ -579,12 +574,17 @@ def build_package(
     requirements: Sequence[str] = (),
     files: Mapping[str, Path] | None = None,
     sequences: SequenceOptions | None = None,
+    tokenizer: Path | None = None,
+    image: ImageOptions | None = None,
+    outputs_role: tuple[str, str | None] | None = None,
+    top_k: int | None = None,
 ) -> BuiltPackage:
     """A complete package from any ONNX file: model (with its external data), manifest, hooks, `files` (by
     their path in the package: `gather_files`) and sample request/response. `sample`: a file of rows
     (servestack/inference/sample_files.py), which also names a `[N, k]` input's columns when `columns` does not.
     Errors name the files the caller gave, never `destination` (a scratch folder, usually)."""
     rows: Sample | None = read_sample(sample) if sample is not None else None
+    files = {**(files or {}), **baseline_files(sample, files or {})}
     names = ColumnNames(columns, "--columns") if columns is not None else None
     if names is None and rows is not None and rows.names is not None:
         names = ColumnNames(rows.names, f"--sample {sample.name if sample else ''}".strip())
@@ -603,11 +603,17 @@ def build_package(
             columns=names,
             allow_nan=allow_nan,
             requirements=requirements,
-            files=files or {},
+            files=files,
             sources=sources,
             sequences=sequences,
+            tokenizer=tokenizer,
+            image=image,
+            outputs_role=outputs_role,
+            top_k=top_k,
         )
         request = sample_request(rows, manifest.columns or ()) if rows is not None else None
+        if request is None and manifest.image is not None and process_file is None:
+            request = image_sample_request(manifest.image)  # a picture, as its users send them
         write_samples(destination, manifest, request, prepared.categories)
     except ServingError as error:
         raise named_for_user(error, destination, sources) from error.__cause__

@@ -1,44 +1,23 @@
-"""onnxruntime sessions: provider choice, threads, warmup and batch prediction on numpy arrays."""
+"""onnxruntime sessions: threads, warmup and batch prediction on numpy arrays, bound to the accelerator's memory
+where the session runs on one (providers.py chooses the providers)."""
 
 from __future__ import annotations
 
 import re
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 
-from servestack.inference.devices import gpu_count
-from servestack.inference.errors import ConfigurationError, InferenceError, InvalidInput, ModelLoadError
+from servestack.inference.devices import gpu_count, worker_gpu
+from servestack.inference.errors import InferenceError, InvalidInput, ModelLoadError
 from servestack.inference.manifest import Manifest
-
-CUDA = "CUDAExecutionProvider"
-CPU = "CPUExecutionProvider"
+from servestack.inference.providers import CUDA, GpuProvider, binding_device, session_providers
 
 Arrays = dict[str, np.ndarray]
-
-
-def choose_providers(requested: str, available: Sequence[str], gpus: int | None = None) -> list[str]:
-    """`auto` prefers CUDA when this onnxruntime build offers it and a GPU is visible (`gpus`, counted when not
-    given); an explicit list must be available. A CUDA build (the GPU image's `onnxruntime-gpu`) lists CUDA
-    whether or not there is a GPU, and asked for it on a machine without one, logs an error (colored, with a
-    library path) before it falls back to the CPU: `local up` runs the GPU image's environment on a laptop."""
-    if requested.strip().lower() == "auto":
-        if CUDA in available and (gpu_count() if gpus is None else gpus) > 0:
-            return [CUDA, CPU]
-        return [CPU]
-    chosen = [name.strip() for name in requested.split(",") if name.strip()]
-    unknown = [name for name in chosen if name not in available]
-    if not chosen or unknown:
-        raise ConfigurationError(
-            f"providers: {requested!r} names providers this onnxruntime does not offer",
-            field="providers",
-            value=requested,
-            allowed=f"'auto' or a comma list of {list(available)}",
-        )
-    return chosen
 
 
 # How a failed run is told apart: the inputs already match the manifest's names, dtypes and shapes, so what
@@ -84,7 +63,16 @@ class ModelRuntime:
     holding a second copy of the weights. The caller verifies that folder's files first (`ServedModel.load`)."""
 
     def __init__(
-        self, manifest: Manifest, model_path: Path, *, providers: str = "auto", intra_op_threads: int = 1
+        self,
+        manifest: Manifest,
+        model_path: Path,
+        *,
+        providers: str = "auto",
+        intra_op_threads: int = 1,
+        gpu_provider: GpuProvider = "cuda",
+        gpu_fp16: bool = False,
+        engine_cache: Path | None = None,
+        io_binding: bool | None = None,
     ) -> None:
         self.manifest = manifest
         options = ort.SessionOptions()
@@ -92,7 +80,19 @@ class ModelRuntime:
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        chosen = choose_providers(providers, ort.get_available_providers())
+        available = ort.get_available_providers()
+        gpus = gpu_count()
+        # One worker per GPU (servestack/adapters/realtime.py): each opens its own device, not all device 0.
+        self.device_id = worker_gpu(gpus) if CUDA in available and gpus > 1 else 0
+        chosen = session_providers(
+            providers,
+            available,
+            gpu_provider=gpu_provider,
+            fp16=gpu_fp16,
+            engine_cache=engine_cache or Path(tempfile.gettempdir()) / "servestack-tensorrt-engines" / manifest.key,
+            gpus=gpus,
+            device_id=self.device_id,
+        )
         started = time.perf_counter()
         try:
             self.session = ort.InferenceSession(str(model_path), sess_options=options, providers=chosen)
@@ -102,6 +102,12 @@ class ModelRuntime:
         self.providers: list[str] = list(self.session.get_providers())
         self._check_signature(model_path)
         self._output_names = [output.name for output in manifest.outputs]
+        # IO binding: where the session runs on an accelerator, `session.run` would copy each input to the device
+        # inside the run and allocate the outputs anew; binding copies each input once, into an OrtValue on the
+        # device, and lets onnxruntime place the outputs. `io_binding=True` binds on the CPU too (device 'cpu',
+        # the same code path, which the tests run without a GPU); False never binds.
+        device = binding_device(self.providers)
+        self.binding_device: str | None = (device or "cpu") if io_binding or (io_binding is None and device) else None
         self.warmed_up = False
 
     def _check_signature(self, model_path: Path) -> None:
@@ -119,7 +125,10 @@ class ModelRuntime:
     def predict(self, inputs: Mapping[str, np.ndarray]) -> Arrays:
         """Run one batch. Inputs must already match the manifest (the codecs validate them)."""
         try:
-            results = self.session.run(self._output_names, dict(inputs))
+            if self.binding_device is None:
+                results = self.session.run(self._output_names, dict(inputs))
+            else:
+                results = self._run_bound(inputs, self.binding_device)
         except Exception as exc:  # onnxruntime's errors carry no stable type
             if caused_by_request(exc):
                 raise InvalidInput(
@@ -130,6 +139,27 @@ class ModelRuntime:
                 ) from exc
             raise InferenceError(f"model {self.manifest.key}: inference failed: {exc}") from exc
         return dict(zip(self._output_names, results, strict=True))
+
+    def _run_bound(self, inputs: Mapping[str, np.ndarray], device: str) -> list[np.ndarray]:
+        """One run through an IO binding on `device`. Numeric inputs are copied there once, as OrtValues; string
+        tensors stay in host memory (onnxruntime keeps strings on the CPU, and the nodes reading them run there).
+        The outputs are bound to the device too, string ones to the CPU, and copied back once at the end."""
+        binding = self.session.io_binding()
+        for name, array in inputs.items():
+            if array.dtype == object:
+                binding.bind_cpu_input(name, array)
+            else:
+                value = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), device, self.device_id)
+                binding.bind_ortvalue_input(name, value)
+        for spec in self.manifest.outputs:
+            if spec.dtype == "string":
+                binding.bind_output(spec.name, "cpu")
+            else:
+                binding.bind_output(spec.name, device, self.device_id)
+        self.session.run_with_iobinding(binding)
+        # The binding's outputs come back in the order they were bound: the manifest's, as `session.run`'s.
+        results: list[np.ndarray] = binding.copy_outputs_to_cpu()
+        return results
 
     def warm_up(self, rows: int = 1) -> None:
         """Run a zero batch so the first real request does not pay for lazy initialisation."""

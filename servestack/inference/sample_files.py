@@ -26,6 +26,11 @@ from servestack.inference.errors import InvalidInput
 from servestack.inference.manifest import ColumnSpec
 
 MAX_SAMPLE_ROWS = 5
+# The whole --sample file, kept as the package's monitoring baseline (servestack/inference/packaging.py's
+# `baseline_files`) up to this size: every deployment ships the package.
+BASELINE_STEM = "baseline"
+BASELINE_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".parquet", ".pq")
+BASELINE_MAX_BYTES = 8 * 1024 * 1024
 SAMPLE_FORMS = ".json (a request or a list of rows), .jsonl of row objects, .csv with a header row, or .parquet"
 _REQUEST_KEYS = ("instances", "inputs", "dataframe_split", "dataframe_records")
 _MISSING_CELLS = frozenset({"", "nan", "NaN", "NAN", "null", "NA"})

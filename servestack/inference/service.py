@@ -18,7 +18,16 @@ from typing import Any
 
 import numpy as np
 
-from servestack.inference import answers, codecs, fast_paths, input_checks, media_types, request_forms
+from servestack.inference import (
+    answers,
+    codecs,
+    fast_paths,
+    images,
+    input_checks,
+    media_types,
+    request_forms,
+    text_inputs,
+)
 from servestack.inference.columns import columns_of
 from servestack.inference.errors import (
     InferenceError,
@@ -30,7 +39,7 @@ from servestack.inference.errors import (
     short_repr,
     unconvertible,
 )
-from servestack.inference.hooks import Hooks, load_hooks
+from servestack.inference.hooks import Hooks, check_requirements, load_hooks
 from servestack.inference.manifest import (
     HOOKS_FILE,
     MANIFEST_FILE,
@@ -41,6 +50,7 @@ from servestack.inference.manifest import (
     read_manifest,
     verify_checksums,
 )
+from servestack.inference.output_roles import class_roles
 from servestack.inference.paths import confined
 from servestack.inference.runtime import Arrays, ModelRuntime
 from servestack.inference.settings import ServingSettings
@@ -64,6 +74,8 @@ class ServedModel:
     hooks: Hooks
     package_dir: Path
     max_batch_rows: int
+    # The package's tokenizer (`models push --tokenizer`): texts become its inputs without a hook.
+    text: text_inputs.TextInputs | None = None
 
     @classmethod
     def load(cls, package_dir: Path, settings: ServingSettings) -> ServedModel:
@@ -78,9 +90,15 @@ class ServedModel:
             confined(package_dir, manifest.file, field="file"),
             providers=settings.providers,
             intra_op_threads=settings.intra_op_threads,
+            gpu_provider=settings.gpu_provider,
+            gpu_fp16=settings.gpu_fp16,
+            engine_cache=settings.cache_dir / "tensorrt-engines" / manifest.name / manifest.version,
         )
         hooks = load_hooks(package_dir / HOOKS_FILE, manifest.key, manifest.requirements)
-        model = cls(manifest, runtime, hooks, package_dir, settings.max_batch_rows)
+        text = text_inputs.load_text_inputs(package_dir, manifest)
+        if manifest.image is not None and hooks.preprocess is None:
+            check_requirements(manifest.requirements, manifest.key)  # Pillow, which decodes its pictures
+        model = cls(manifest, runtime, hooks, package_dir, settings.max_batch_rows, text)
         if settings.warmup:
             model.warm_up()
         return model
@@ -114,7 +132,12 @@ class ServedModel:
         self.rows_plan = (
             fast_paths.rows_plan(self.manifest, self.max_batch_rows) if self.hooks.preprocess is None else None
         )
-        self.answer_plan = answers.answer_plan(self.manifest) if self.hooks.postprocess is None else None
+        # Class scores that need their prediction derived (output_roles.py): answered as the derived outputs.
+        self.roles = class_roles(self.manifest) if self.hooks.postprocess is None else None
+        self.answer_manifest = self.roles.manifest if self.roles is not None else self.manifest
+        plain = self.hooks.postprocess is None and (self.roles is None or self.roles.top_k is None)
+        self.answer_plan = answers.answer_plan(self.answer_manifest) if plain else None
+        self.image = self.manifest.image if self.hooks.preprocess is None else None
         self.key = self.manifest.key
         self.columns = columns_of(self.manifest)
         self._accepted_row_read = False
@@ -153,9 +176,31 @@ class ServedModel:
         -> validated input arrays: its bytes go to `preprocess` as they came, with the request's whole
         `content_type` (a multipart boundary, a charset). Without the hook, the 415 the codecs give, naming
         what they read. Its commas are not counted (`check_value_count`): they are bytes of an image, not values."""
+        if self.image is not None:
+            return self.image_arrays(images.pictures_of_body(body, content_type))
         if self.hooks.preprocess is None:
+            if self.text is not None and media_types.media_type_of(content_type) == text_inputs.PLAIN_TEXT:
+                return self.text.from_plain(body, content_type, max_rows=self.max_batch_rows)
             raise codecs.unsupported_media_type(content_type)
         return self.decode_payload(body, content_type)
+
+    def reads_raw(self, media_type: str) -> bool:
+        """Whether a body of `media_type` that no codec reads is this model's to read (`decode_raw`): any, with a
+        preprocess hook; pictures and forms, with a declared image input; plain text, with a tokenizer."""
+        return (
+            self.hooks.preprocess is not None
+            or (
+                self.image is not None
+                and (media_type in media_types.IMAGE_TYPES or media_type == media_types.MULTIPART)
+            )
+            or (self.text is not None and media_type == text_inputs.PLAIN_TEXT)
+        )
+
+    def image_arrays(self, pictures: list[images.Picture]) -> Arrays:
+        """The image input of a package that declares one (`models push --image`), from the request's pictures."""
+        assert self.image is not None
+        spec = next(spec for spec in self.manifest.inputs if spec.name == self.image.input)
+        return {spec.name: images.image_rows(pictures, self.image, spec.numpy_dtype, self.max_batch_rows)}
 
     def decode_mapped(self, body: mmap.mmap) -> Arrays:
         """A large `.npy` body mapped from its file (servestack/adapters/body.py's `SpooledBody`) -> validated
@@ -170,6 +215,11 @@ class ServedModel:
         or OverflowError of a conversion that no check named first is the caller's `InvalidInput`."""
         try:  # no cost on the way through (Python 3.11's try is free until something raises)
             if self.hooks.preprocess is None:
+                texts = text_inputs.texts_of(payload) if self.text is not None else None
+                if texts is not None and self.text is not None and content_type == media_types.JSON:
+                    return self.text.arrays(texts[1], field=texts[0], max_rows=self.max_batch_rows)
+                if content_type == media_types.JSON and self.image is not None and images.is_b64_instances(payload):
+                    return self.image_arrays(images.pictures_of_json(payload))
                 if content_type == media_types.JSON:
                     fast = fast_paths.fast_instances(
                         payload, self.manifest, max_batch_rows=self.max_batch_rows, may_hold_booleans=may_hold_booleans
@@ -286,17 +336,29 @@ class ServedModel:
     def respond(self, outputs: Arrays, media_type: str = media_types.JSON) -> dict[str, Any]:
         """Model outputs -> response fields, identical in every mode. `media_type`: the type they will be
         written in; only JSON writes class labels, so only JSON pays for naming them."""
+        if self.roles is not None:
+            outputs = self.roles.derive(outputs)
+        return self._respond(outputs, media_type)
+
+    def _respond(self, outputs: Arrays, media_type: str) -> dict[str, Any]:
+        """`respond` of outputs whose class roles are derived already."""
         if self.hooks.postprocess is None:
             by_label = media_type == media_types.JSON_BY_LABEL
-            return answers.default_response(
-                self.manifest, outputs, with_labels=by_label or media_type == media_types.JSON, by_label=by_label
+            with_labels = by_label or media_type == media_types.JSON
+            response = answers.default_response(
+                self.answer_manifest, outputs, with_labels=with_labels, by_label=by_label
             )
+            if with_labels and self.roles is not None and self.roles.top_k is not None:
+                response["top_k"] = self.roles.top(outputs[self.roles.scores])
+            return response
         fields = self.hooks.run_postprocess(outputs)
         return {"model": self.manifest.name, "version": self.manifest.version, **fields}
 
     def answer(self, outputs: Arrays, media_type: str) -> media_types.Encoded:
         """Model outputs -> the response body in `media_type`: `respond` then `answers.encode_response`, written
         straight from the outputs when no postprocess hook shapes them (`answers.AnswerPlan`, `npy_answer`)."""
+        if self.roles is not None:
+            outputs = self.roles.derive(outputs)
         plan = self.answer_plan
         if plan is not None:
             if media_type == media_types.JSON:
@@ -308,8 +370,8 @@ class ServedModel:
             if body is not None:
                 return media_types.Encoded(body, media_type)
         if media_type == media_types.NPY and self.hooks.postprocess is None:
-            return media_types.Encoded(answers.npy_answer(self.manifest, outputs), media_types.NPY)
-        return answers.encode_response(self.respond(outputs, media_type), media_type, self.manifest.labels)
+            return media_types.Encoded(answers.npy_answer(self.answer_manifest, outputs), media_types.NPY)
+        return answers.encode_response(self._respond(outputs, media_type), media_type, self.manifest.labels)
 
     def infer(self, body: bytes, content_type: str | None, accept: str | None) -> media_types.Encoded:
         """The whole pipeline for one request. Raises only `ServingError`s."""
@@ -329,6 +391,7 @@ class ServedModel:
             "labels": list(manifest.labels) if manifest.labels else None,
             "columns": [{"name": c.name, "dtype": c.dtype, "allow_nan": c.allow_nan} for c in self.columns] or None,
             "has_hooks": self.hooks.preprocess is not None or self.hooks.postprocess is not None,
+            "tokenizer": manifest.tokenizer,  # texts are taken as well as ids (servestack/inference/text_inputs.py)
         }
 
 

@@ -12,7 +12,7 @@ import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
 import msgspec
 
@@ -91,6 +91,11 @@ class ServingSettings(EnvironmentSettings, frozen=True, kw_only=True):
     default_model: str = "digits"
     # "auto" takes CUDA when onnxruntime offers it, else CPU; or a comma list such as "CPUExecutionProvider".
     providers: str = "auto"
+    # On a GPU: `cuda` runs onnxruntime's CUDA provider; `tensorrt` puts TensorRT before it where this onnxruntime
+    # offers it (servestack/inference/providers.py), its engines cached under `cache_dir`; `gpu_fp16` lets
+    # TensorRT run layers in float16. serving.yaml's `gpu: {provider: tensorrt, fp16: true}` sets both.
+    gpu_provider: Literal["cuda", "tensorrt"] = "cuda"
+    gpu_fp16: bool = False
     intra_op_threads: Annotated[int, msgspec.Meta(ge=1, le=256)] = 1
     warmup: bool = True
     max_payload_bytes: Annotated[int, msgspec.Meta(ge=1)] = SIX_MEBIBYTES

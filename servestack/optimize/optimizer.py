@@ -333,7 +333,8 @@ def _finish_package(
     smoke tests compare), written by the same code as `models push`."""
     import msgspec
 
-    from servestack.inference.packaging import write_manifest, write_samples
+    from servestack.inference.packaging import write_manifest
+    from servestack.inference.push_samples import write_samples
 
     manifest = msgspec.structs.replace(
         source,

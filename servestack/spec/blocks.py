@@ -26,6 +26,7 @@ from servestack.spec.base import (
     Strict,
     Version,
     _fail,
+    uses_gpu,
 )
 
 
@@ -114,6 +115,42 @@ class Capture(Strict):
 
     def prefix_of(self, deployment: str) -> str:
         return self.prefix or f"capture/{deployment}/"
+
+
+class GpuSettings(Strict):
+    """How a GPU instance runs the model: `provider: tensorrt` puts onnxruntime's TensorRT provider before CUDA
+    (engines built on a model's first runs and cached on the instance), `fp16: true` lets TensorRT run layers in
+    float16. The container reads them as SERVESTACK_GPU_PROVIDER and SERVESTACK_GPU_FP16
+    (servestack/inference/providers.py)."""
+
+    provider: Literal["cuda", "tensorrt"] = "cuda"
+    fp16: bool = False
+
+    @property
+    def environment(self) -> dict[str, str]:
+        return {"SERVESTACK_GPU_PROVIDER": self.provider, "SERVESTACK_GPU_FP16": str(self.fp16).lower()}
+
+    @model_validator(mode="after")
+    def _fp16_is_tensorrts(self) -> Self:
+        if self.fp16 and self.provider != "tensorrt":
+            _fail("fp16", "true", "allowed with provider: cuda (float16 is TensorRT's option: provider: tensorrt)")
+        return self
+
+
+def check_gpu(gpu: GpuSettings | None, instance_type: str, *, runs_on_instances: bool, instead: str) -> None:
+    """`gpu:` of an async or batch deployment: only where it runs on SageMaker instances (`runs_on_instances`;
+    else `instead` says what to choose) of a GPU instance type."""
+    if gpu is None:
+        return
+    if not runs_on_instances:
+        _fail("gpu", "a gpu block", f"used here: {instead}")
+    if not uses_gpu(instance_type):
+        _fail(
+            "instance_type",
+            repr(instance_type),
+            "a GPU instance type (ml.g*, ml.p*) with gpu: set: a CPU instance runs the CPU image, without CUDA or "
+            "TensorRT (remove gpu:, or choose a GPU type)",
+        )
 
 
 class _DeploymentBase(Strict):

@@ -33,7 +33,7 @@ from servestack.spec.base import (
     TransformInstanceType,
     _fail,
 )
-from servestack.spec.blocks import Strategy, _DeploymentBase
+from servestack.spec.blocks import GpuSettings, Strategy, _DeploymentBase, check_gpu
 
 
 class ServerlessDeployment(_DeploymentBase):
@@ -88,6 +88,7 @@ class AsyncDeployment(_DeploymentBase):
     instance_type: InstanceType = "ml.g5.xlarge"
     max_instances: Annotated[int, Between(1, 100)] = 2
     target_backlog_per_instance: Annotated[int, Between(1, 10_000)] = 5
+    gpu: GpuSettings | None = Field(default=None, description="backend: sagemaker on a GPU type: provider, fp16")
 
     @classmethod
     def engine_of(cls, data: Mapping[str, Any]) -> EngineLimit:
@@ -105,6 +106,12 @@ class AsyncDeployment(_DeploymentBase):
                 "combinable with backend: sagemaker in servestack yet (its container does not know the job id a "
                 "record carries); use backend: lambda",
             )
+        check_gpu(
+            self.gpu,
+            self.instance_type,
+            runs_on_instances=self.backend == "sagemaker",
+            instead="backend: sagemaker on a GPU instance type (the Lambda backend has no GPU)",
+        )
         return self
 
 
@@ -141,6 +148,7 @@ class BatchDeployment(_DeploymentBase):
     id_column: Annotated[str, Field(min_length=1, max_length=255)] | None = None
     # A longer input line is an error row, never read whole: 1 MiB keeps a record's parse ~1% of a job's memory.
     max_record_bytes: Annotated[int, Between(1024, 64 * 1024 * 1024)] = 1024 * 1024
+    gpu: GpuSettings | None = Field(default=None, description="runner: transform on a GPU type: provider, fp16")
 
     @classmethod
     def engine_of(cls, data: Mapping[str, Any]) -> EngineLimit:
@@ -196,6 +204,12 @@ class BatchDeployment(_DeploymentBase):
                 f"{self.max_concurrent_transforms * self.max_payload_mb} MB",
                 f"<= 100 MB; {TRANSFORM_PAYLOAD_RULE}",
             )
+        check_gpu(
+            self.gpu,
+            self.instance_type,
+            runs_on_instances=self.runner == "transform",
+            instead="runner: transform on a GPU instance type (Lambda and Fargate have no GPU)",
+        )
         if self.runner == "fargate":
             self._fargate_coherent()
         if self.capture is not None:

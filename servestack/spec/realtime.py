@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 from servestack.aws_rules import SAGEMAKER_REALTIME, SAGEMAKER_SERVERLESS, SERVERLESS_EXCLUSIONS_RULE, EngineLimit
 from servestack.instance_types import instance_shape
 from servestack.spec.base import Between, InstanceType, Name, OneOf, Strict, Version, _fail, _num, uses_gpu
-from servestack.spec.blocks import Strategy, _DeploymentBase
+from servestack.spec.blocks import GpuSettings, Strategy, _DeploymentBase
 
 
 class Variant(Strict):
@@ -93,6 +93,7 @@ class RealtimeDeployment(_DeploymentBase):
     components: list[Component] = Field(
         default_factory=list, description="several models on one endpoint, each an inference component"
     )
+    gpu: GpuSettings | None = Field(default=None, description="GPU instance types only: the GPU provider and fp16")
 
     @classmethod
     def engine_of(cls, data: Mapping[str, Any]) -> EngineLimit:
@@ -128,6 +129,8 @@ class RealtimeDeployment(_DeploymentBase):
             self._serverless_coherent()
         if self.multi_model and (self.variants or self.shadow):
             _fail("multi_model", "true", "combinable with variants or shadow")
+        if self.gpu is not None:
+            self._gpu_coherent()
         if self.multi_model and uses_gpu(self.instance_type):
             _fail(
                 "instance_type",
@@ -136,6 +139,23 @@ class RealtimeDeployment(_DeploymentBase):
                 "multi-model containers on CPU instances only (GPU multi-model endpoints need its Triton container)",
             )
         return self
+
+    def _gpu_coherent(self) -> None:
+        """`gpu:` sets the GPU image's provider: every instance type of the deployment must be a GPU one, as a CPU
+        instance runs the CPU image, which has neither CUDA nor TensorRT."""
+        if self.serverless is not None:
+            _fail("gpu", "a gpu block", "combinable with serverless (SageMaker Serverless Inference has no GPU)")
+        chosen: list[tuple[str, str | None]] = [("instance_type", self.instance_type)]
+        chosen += [(f"variants.{i}.instance_type", v.instance_type) for i, v in enumerate(self.variants)]
+        chosen += [("shadow.instance_type", self.shadow.instance_type)] if self.shadow is not None else []
+        for where, itype in chosen:
+            if itype is not None and not uses_gpu(itype):
+                _fail(
+                    where,
+                    repr(itype),
+                    "a GPU instance type (ml.g*, ml.p*) with gpu: set: a CPU instance runs the CPU image, without "
+                    "CUDA or TensorRT (remove gpu:, or choose a GPU type)",
+                )
 
     def _serverless_coherent(self) -> None:
         """What Serverless Inference excludes, of what the spec can express (servestack sets no VPC or Model

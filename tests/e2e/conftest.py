@@ -147,6 +147,7 @@ def running(
 # - test_fargate_batch_up.py: weekly (a Fargate batch and its schedule's role)
 # - test_local_boundaries.py: every child's environment and every control route (reads; changes nothing)
 # - test_sagemaker_paths.py: digits-mme (a multi-model endpoint) and cancer-sm (async on SageMaker)
+# - test_sagemaker_async_large.py: cancer-sm (a 200 MB job; it deletes its objects when done)
 # - test_transform_batch.py: on-lambda and on-transform (the same input, run by both batch engines)
 # - test_transform_schedule_fires.py: nightly (a transform on a one-minute schedule)
 SHARED_SPEC = """\

@@ -41,6 +41,7 @@ MINIMAL_ARGUMENTS: dict[str, list[str]] = {
     "models optimize": ["digits"],
     "plan": ["--peak-qps", "10", "--average-qps", "5"],
     "loadtest": ["http://127.0.0.1:9/invocations"],
+    "monitor": ["--capture", "capture", "--model", "digits"],
     "serve": [],
     "completion": ["bash"],
 }

@@ -70,3 +70,8 @@ def test_a_terminal_sees_progress_during_synth(tmp_path: Path) -> None:
     assert re.search(r"✓ synth: templates written \(\d+\.\ds\)", text)
     assert b"resource types:" in process.stdout
     assert b"\x1b[" not in process.stdout
+    # AND it says that the realtime deployment's GPU instance type (the default, ml.g5.xlarge) runs on the CPU here
+    assert (
+        b"digits-rt: variant primary of servestack-digits-rt is a GPU instance type on AWS (ml.g5.xlarge, NVIDIA "
+        b"A10G); here it runs on this machine's CPU, with onnxruntime's CPU provider"
+    ) in process.stdout

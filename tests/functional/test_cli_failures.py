@@ -63,6 +63,7 @@ def cases() -> dict[str, Case]:
             ExitCode.FAILED,
             "no 2xx",
         ),
+        "monitor": Case(["monitor", "--capture", "capture", "--model", "digits"], ExitCode.NOT_RUNNING, "no registry"),
         "serve": Case(["serve"], ExitCode.USAGE, "SERVESTACK_PORT", env={"SAGEMAKER_BIND_TO_PORT": "not-a-port"}),
         "models optimize": Case(["models", "optimize", "digits"], ExitCode.NOT_RUNNING, "no registry"),
         "plan": Case(["plan", "--peak-qps", "-3"], ExitCode.USAGE, "peak"),
@@ -130,7 +131,7 @@ def test_a_missing_data_file_is_one_line_naming_it(project: Path) -> None:
     assert done.returncode == ExitCode.USAGE
     assert (
         done.stderr.strip()
-        == "servestack invoke: --data missing.json: no such file; give a request body (.json, .csv or .npy)"
+        == "servestack invoke: --data missing.json: no such file; give a request body (.json, .csv, .npy, or any file)"
     )
 
 

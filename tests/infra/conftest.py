@@ -40,6 +40,7 @@ EXTRA_DEPLOYMENTS: dict[str, dict[str, Any]] = {
         "model": "digits",
         "shadow": {"model": "breast-cancer", "sample_percent": 20},
         "strategy": {"type": "all_at_once", "bake_minutes": 0},
+        "gpu": {"provider": "tensorrt", "fp16": True},
     },
     "digits-mme": {
         "mode": "realtime",
@@ -73,6 +74,7 @@ EXTRA_DEPLOYMENTS: dict[str, dict[str, Any]] = {
         "model": "breast-cancer",
         "backend": "sagemaker",
         "max_instances": 3,
+        "gpu": {"provider": "tensorrt"},
     },
     "two-models": {
         "mode": "realtime",
@@ -132,6 +134,7 @@ EXTRA_DEPLOYMENTS: dict[str, dict[str, Any]] = {
         "schedule": "cron(0 4 * * ? *)",
         "instance_type": "ml.g4dn.xlarge",
         "instance_count": 3,
+        "gpu": {"provider": "tensorrt", "fp16": True},
         "max_payload_mb": 4,
         "input_format": "csv",
     },

@@ -191,3 +191,24 @@ def test_every_role_policy_of_every_stack_is_one_iam_accepts(synth: Synth) -> No
         assert {"Action": "ecs:RunTask", "Effect": "Allow", "Resource": task.arn} in statements
     finally:
         emulator.stop()
+
+
+def test_local_up_says_where_a_gpu_instance_type_runs_on_the_cpu(synth: Synth) -> None:
+    from servestack.local.up.devices import gpu_notes
+
+    # GIVEN digits-mixed: a CPU primary variant (ml.m5.large) and a GPU variant (ml.g6.xlarge)
+    (note,) = gpu_notes([topology(synth, "digits-mixed")])
+    # THEN local up names the GPU variant alone, its instance type and GPU, and that it runs on the CPU here
+    assert note.startswith("digits-mixed: variant gpu of servestack-digits-mixed is a GPU instance type on AWS")
+    assert "(ml.g6.xlarge, NVIDIA L4)" in note
+    assert "here it runs on this machine's CPU, with onnxruntime's CPU provider" in note
+    # AND a shadow variant on the default GPU type is named too; CPU-only deployments get no line
+    assert len(gpu_notes([topology(synth, "digits-shadow")])) == 2
+    assert gpu_notes([topology(synth, "digits-mme"), topology(synth, "digits-sls")]) == []
+    # AND a Batch Transform job on a GPU type (cancer-transform: ml.g4dn.xlarge)
+    (transform,) = gpu_notes([topology(synth, "cancer-transform")])
+    assert "the transform job of schedule" in transform
+    assert "(ml.g4dn.xlarge, NVIDIA T4)" in transform
+    # AND an async deployment on SageMaker (cancer-gpu-async: the default ml.g5.xlarge)
+    (endpoint,) = gpu_notes([topology(synth, "cancer-gpu-async")])
+    assert "(ml.g5.xlarge, NVIDIA A10G)" in endpoint

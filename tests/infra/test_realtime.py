@@ -450,3 +450,24 @@ def test_execution_roles_get_awss_four_log_actions_on_their_own_log_groups_only(
         "GetAtt",
         "bare",
     }
+
+
+def test_the_gpu_block_reaches_every_container_and_only_its_deployments(synth: Synth) -> None:
+    # GIVEN digits-shadow with `gpu: {provider: tensorrt, fp16: true}` and digits-realtime without a gpu block
+    for model in synth.resources("digits-shadow", "AWS::SageMaker::Model").values():
+        environment = model["Properties"]["PrimaryContainer"]["Environment"]
+        # THEN its production and shadow containers are told TensorRT with fp16
+        assert environment["SERVESTACK_GPU_PROVIDER"] == "tensorrt"
+        assert environment["SERVESTACK_GPU_FP16"] == "true"
+    for model in synth.resources("digits-realtime", "AWS::SageMaker::Model").values():
+        assert "SERVESTACK_GPU_PROVIDER" not in model["Properties"]["PrimaryContainer"]["Environment"]
+
+
+def test_the_gpu_block_reaches_async_and_transform_containers(synth: Synth) -> None:
+    # GIVEN cancer-gpu-async (backend: sagemaker) with `provider: tensorrt`, cancer-transform with fp16 too
+    expected = {"cancer-gpu-async": "false", "cancer-transform": "true"}
+    for deployment, fp16 in expected.items():
+        (model,) = synth.resources(deployment, "AWS::SageMaker::Model").values()
+        environment = model["Properties"]["PrimaryContainer"]["Environment"]
+        # THEN their SageMaker models' containers are told so
+        assert (environment["SERVESTACK_GPU_PROVIDER"], environment["SERVESTACK_GPU_FP16"]) == ("tensorrt", fp16)

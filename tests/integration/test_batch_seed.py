@@ -28,6 +28,7 @@ SAMPLES: dict[str, Any] = {
     "dataframe_records": {"dataframe_records": RECORDS},
     "dataframe_split": {"dataframe_split": {"columns": ["x", "site"], "data": [[1.5, "north"], [2.0, "east"]]}},
     "inputs by column": {"inputs": {"x": [1.5, 2.0], "site": ["north", "east"]}},
+    "inputs by tensor": {"inputs": {"input_ids": [[1, 2, 3], [4, 5]], "attention_mask": [[1, 1, 1], [1, 1]]}},
 }
 
 
@@ -50,8 +51,8 @@ def test_a_sample_of_any_row_form_seeds_one_line_per_row(aws: Aws, unique: str, 
 
 @pytest.mark.parametrize(
     "document",
-    [{"inputs": {"a": [[1.0]], "b": [[2.0]]}}, {"instances": []}, {"anything": 1}, [1, 2], "text"],
-    ids=["two tensor inputs", "no rows", "unknown form", "a list", "a string"],
+    [{"inputs": {"a": [[1.0], [2.0]], "b": [[2.0]]}}, {"instances": []}, {"anything": 1}, [1, 2], "text"],
+    ids=["tensor inputs of other row counts", "no rows", "unknown form", "a list", "a string"],
 )
 def test_a_sample_that_gives_no_rows_seeds_nothing_and_never_raises(
     aws: Aws, unique: str, tmp_path: Path, document: Any

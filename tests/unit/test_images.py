@@ -125,6 +125,17 @@ def test_every_piped_workflow_step_runs_under_pipefail() -> None:
                     assert "set -o pipefail" in script, f"{workflow.name}: {job_name}: {script!r}"
 
 
+def test_the_workflows_aws_jobs_synthesize_against_the_deployed_stacks() -> None:
+    # The jobs that synthesize with AWS credentials (cdk diff, cdk deploy) run on a fresh checkout: with no earlier
+    # synth to compare with, the scaling guard (servestack/cdk/scaling_guard.py) must read the deployed templates,
+    # as the pipeline's synth step does. The test job has no credentials: it keeps the default (last-synth).
+    # (scaling_guard's COMPARE_ENVIRONMENT and DEPLOYED, spelt out: importing it imports aws_cdk, seconds here)
+    document = yaml.safe_load((REPO / ".github" / "workflows" / "deploy.yml").read_text(encoding="utf-8"))
+    for job_name in ("diff", "deploy"):
+        assert document["jobs"][job_name]["env"]["SERVESTACK_COMPARE_WITH"] == "deployed", job_name
+    assert "SERVESTACK_COMPARE_WITH" not in document.get("env", {}) | document["jobs"]["test"].get("env", {})
+
+
 def test_the_images_carry_pyarrow_for_parquet_batch_runs() -> None:
     # GIVEN the lock's pyarrow / THEN both images install it (the spec sends Parquet to engine: fargate)
     version = locked_version("pyarrow")

@@ -76,6 +76,12 @@ def test_hooks_without_a_checksum_are_refused(digits_copy: Path) -> None:
         ({"inputs": []}, "inputs"),
         ({"prediction_output": "nope"}, "prediction_output"),
         ({"surprise": 1}, "surprise"),
+        # a hand-edited image or class role is refused at load as at push
+        ({"image": {"input": "input", "layout": "NCHW", "crop": [8, 8]}}, r"image: input 'input' is \[None, 64\]"),
+        ({"image": {"input": "pixels", "layout": "NCHW", "crop": [8, 8]}}, "image.input: 'pixels' is not one of"),
+        ({"logits_output": "nope"}, "logits_output"),
+        ({"logits_output": "label"}, r"logits_output: 'label' is int64 \[None\], not float"),
+        ({"top_k": 11}, "top_k: 11, but 'probabilities' has 10 classes"),
     ],
 )
 def test_invalid_manifest_names_the_field(digits_copy: Path, change: dict[str, object], expected: str) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from servestack.inference.errors import ConfigurationError, ModelLoadError, ModelNotFound, ModelNotReady
-from servestack.inference.runtime import CPU, CUDA, choose_providers
+from servestack.inference.providers import CPU, CUDA, TENSORRT, binding_device, choose_providers, session_providers
 from servestack.inference.service import ModelRepository
 from servestack.inference.settings import ServingSettings
 from tests.conftest import ARTIFACTS
@@ -40,6 +40,41 @@ def test_unknown_provider_lists_the_available_ones() -> None:
         choose_providers("TensorrtExecutionProvider", [CPU])
     assert caught.value.allowed is not None
     assert CPU in caught.value.allowed
+
+
+ENGINES = Path("/tmp/servestack-tensorrt-engines/digits/1")
+TRT_OPTIONS = {"trt_engine_cache_enable": "True", "trt_engine_cache_path": str(ENGINES), "trt_fp16_enable": "True"}
+
+
+def test_tensorrt_goes_before_cuda_with_its_engine_cache_and_fp16() -> None:
+    # GIVEN the GPU image's onnxruntime (TensorRT, CUDA, CPU) on a GPU, and `gpu: {provider: tensorrt, fp16: true}`
+    chosen = session_providers(
+        "auto", [TENSORRT, CUDA, CPU], gpu_provider="tensorrt", fp16=True, engine_cache=ENGINES, gpus=1
+    )
+    # THEN TensorRT comes first, caching its engines and allowed float16, then CUDA, then the CPU
+    assert chosen == [(TENSORRT, TRT_OPTIONS), (CUDA, {}), (CPU, {})]
+    assert binding_device([name for name, _ in chosen]) == "cuda"
+
+
+def test_tensorrt_is_asked_for_only_with_cuda_and_where_onnxruntime_offers_it() -> None:
+    # GIVEN `provider: tensorrt`: without a GPU the CPU serves alone, and a build without TensorRT serves on CUDA
+    cpu_only = session_providers("auto", [TENSORRT, CUDA, CPU], gpu_provider="tensorrt", engine_cache=ENGINES, gpus=0)
+    assert cpu_only == [(CPU, {})]
+    assert binding_device([name for name, _ in cpu_only]) is None
+    no_trt = session_providers("auto", [CUDA, CPU], gpu_provider="tensorrt", engine_cache=ENGINES, gpus=1)
+    assert no_trt == [(CUDA, {}), (CPU, {})]
+    # AND the default (`cuda`) never adds TensorRT, fp16 off where it is named in the explicit list
+    assert session_providers("auto", [TENSORRT, CUDA, CPU], engine_cache=ENGINES, gpus=1) == [(CUDA, {}), (CPU, {})]
+    named = session_providers(f"{TENSORRT},{CPU}", [TENSORRT, CUDA, CPU], engine_cache=ENGINES)
+    assert named == [(TENSORRT, {**TRT_OPTIONS, "trt_fp16_enable": "False"}), (CPU, {})]
+
+
+def test_the_gpu_provider_setting_is_read_from_the_environment() -> None:
+    settings = ServingSettings.from_environment({"SERVESTACK_GPU_PROVIDER": "tensorrt", "SERVESTACK_GPU_FP16": "1"})
+    assert (settings.gpu_provider, settings.gpu_fp16) == ("tensorrt", True)
+    with pytest.raises(ConfigurationError) as caught:
+        ServingSettings.from_environment({"SERVESTACK_GPU_PROVIDER": "openvino"})
+    assert caught.value.field == "SERVESTACK_GPU_PROVIDER"
 
 
 @pytest.fixture(scope="module")

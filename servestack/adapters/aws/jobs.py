@@ -118,9 +118,12 @@ class JobService(JobWorker):
         return self._record(job, digest)
 
     def _check_types(self, content_type: str | None, accept: str | None) -> str:
+        """The request type the job records. A body no codec reads (an image, audio, octet-stream, text, a
+        form) is taken where the model reads it online (a `preprocess` hook, a declared image input, a tokenizer's
+        plain text: `ServedModel.reads_raw`), else refused here with the online 415, before anything is stored."""
         base_type = media_types.media_type_of(content_type)
-        if base_type not in media_types.READABLE_TYPES:
-            codecs.decode_body(b"", base_type)  # raises UnsupportedMediaType naming the allowed types
+        if base_type not in media_types.READABLE_TYPES and not self.model.reads_raw(base_type):
+            raise codecs.unsupported_media_type(base_type)
         media_types.negotiate(accept)
         return media_types.request_type_of(content_type)  # `text/csv; header=present` stays so for the worker
 

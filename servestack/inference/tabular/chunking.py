@@ -1,9 +1,9 @@
 """Every input object's rows, in order (`pieces`), and the chunks a batch job scores them in (`chunks`).
 
-A chunk holds at most `chunk_rows` rows and, of Parquet rows (which the reader measures: parquet_reading.py),
-at most MAX_CHUNK_DECODED_BYTES decoded. Lines need no byte bound of their own: a line is at most
-`max_record_bytes`, and a block of them what the store reads at a time. Chunks are cut the same way on every
-run of the same input, so a rerun finds its parts where the first run put them.
+A chunk holds at most `chunk_rows` rows and, of Parquet rows (which the reader measures: parquet_reading.py)
+or whole files (files.py), at most MAX_CHUNK_DECODED_BYTES decoded or held. Lines need no byte bound of their
+own: a line is at most `max_record_bytes`, and a block of them what the store reads at a time. Chunks are cut
+the same way on every run of the same input, so a rerun finds its parts where the first run put them.
 """
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ from collections.abc import Iterator
 import numpy as np
 
 from servestack.inference.errors import ServingError
+from servestack.inference.tabular.files import is_row_format, media_type_of, object_file
 from servestack.inference.tabular.parquet_reading import MAX_CHUNK_DECODED_BYTES, object_records
 from servestack.inference.tabular.rows import (
     FILE_LINE,
     FORMATS,
     PARQUET,
+    Lines,
     Piece,
     Progress,
     Records,
@@ -41,10 +43,12 @@ def pieces(
     """Every object's rows, in order. An object that cannot be read (or stops being readable) becomes one
     `Refused` row, line `FILE_LINE`, saying why (recorded in `failed`), and the next object is read."""
     for obj in inputs:
-        media_type = FORMATS[suffix(obj.key)]
+        media_type = FORMATS.get(suffix(obj.key)) or media_type_of(obj.key)
         rows: Iterator[Piece] = (
             object_records(store, obj, progress, batch_rows)
             if media_type == PARQUET
+            else object_file(store, obj, progress)
+            if not is_row_format(obj.key)
             else object_lines(store, obj, media_type, progress, max_record_bytes=max_record_bytes)
         )
         try:
@@ -64,7 +68,11 @@ def chunks(
     chunk: list[Piece] = []
     rows = weight = 0
     for piece in source:
-        ends = np.cumsum(piece.row_bytes) if isinstance(piece, Records) and piece.row_bytes is not None else None
+        ends = (
+            np.cumsum(piece.row_bytes) if isinstance(piece, Records) and piece.row_bytes is not None
+            else np.cumsum(piece.ends - piece.starts) if isinstance(piece, Lines) and piece.whole
+            else None
+        )  # fmt: skip
         offset = 0
         while offset < len(piece):
             take = min(chunk_rows - rows, len(piece) - offset)

@@ -27,6 +27,8 @@ from servestack.inference.errors import InvalidInput, ServingError
 from servestack.inference.manifest import TensorSpec
 from servestack.inference.runtime import Arrays
 from servestack.inference.service import ServedModel
+from servestack.inference.tabular.files import decode_files
+from servestack.inference.tabular.joining import join
 from servestack.inference.tabular.named import decode_named
 from servestack.inference.tabular.parquet_tensors import tensor_records
 from servestack.inference.tabular.rows import Lines, Piece, Records, Refused, record_too_long
@@ -51,6 +53,10 @@ def decode_piece(
     `id_column`, each good row's value of that column comes back in `ids`."""
     if isinstance(piece, Refused):
         return Decoded(np.empty(0, dtype=np.int64), None, list(enumerate(piece.errors)))
+    if isinstance(piece, Lines) and piece.whole:  # a whole file, for the hook: no line limit applies
+        good, arrays, bad = decode_files(model, piece)
+        # A file has no columns: with an id column, its id is the object's key (as `file` is).
+        return Decoded(good, arrays, bad, [piece.source] * len(good) if id_column is not None else None)
     if max_record_bytes is not None and isinstance(piece, Lines):
         lengths = piece.ends - piece.starts
         if int(lengths.max(initial=0)) > max_record_bytes:
@@ -327,16 +333,20 @@ def slow_lines(model: ServedModel, lines: Lines) -> Decoded:
         return Decoded(np.array([p.index for p in parsed], dtype=np.int64), arrays, bad)
     except ServingError:
         pass
-    good: list[_Parsed] = []
+    good: list[tuple[int, Arrays]] = []
     for item in parsed:
         try:
-            _decode_rows(model, [item], lines.media_type)
-            good.append(item)
+            good.append((item.index, _decode_rows(model, [item], lines.media_type)))
         except ServingError as error:
             bad.append((item.index, error))
+    # Rows each fine alone may still not batch together (sequences of different lengths and no pad value): the
+    # ones that fit the first good row's shape are scored, the others refused by name (joining.py).
+    good_arrays, unfit = join(model.manifest, [arrays for _, arrays in good])
+    refused = {position for position, _ in unfit}
+    bad += [(good[position][0], error) for position, error in unfit]
     bad.sort(key=lambda pair: pair[0])
-    good_arrays = _decode_rows(model, good, lines.media_type) if good else None
-    return Decoded(np.array([p.index for p in good], dtype=np.int64), good_arrays, bad)
+    kept = [index for position, (index, _) in enumerate(good) if position not in refused]
+    return Decoded(np.array(kept, dtype=np.int64), good_arrays, bad)
 
 
 def decode_records(model: ServedModel, records: Records) -> Decoded:

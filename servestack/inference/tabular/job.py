@@ -36,6 +36,7 @@ from servestack.inference.tabular.encode import (
     parquet_keys,
     parquet_table,
 )
+from servestack.inference.tabular.joining import join
 from servestack.inference.tabular.parquet_reading import parquet_module
 from servestack.inference.tabular.refused import predict_rows, refused_by_piece
 from servestack.inference.tabular.rows import FILE_LINE, FORMATS, MAX_RECORD_BYTES, PARQUET, Piece, Progress, suffix
@@ -149,9 +150,20 @@ class BatchJob:
         """Keys in the manifest are relative to it, so output moved elsewhere stays byte-identical."""
         return key.removeprefix(self.output_prefix)
 
+    def reads_files(self) -> bool:
+        """Whether every object under the prefix is input, the ones of no row format each one record for the
+        model's `preprocess` hook (files.py); else only the row formats are."""
+        return self.input_format is None and self.model.hooks.preprocess is not None
+
     def inputs(self) -> list[StoredObject]:
         wanted = FORMATS if self.input_format is None else INPUT_SUFFIXES[self.input_format]
-        found = [o for o in self.store.list(self.input_prefix) if suffix(o.key) in wanted]
+        files = self.reads_files()
+        found = [
+            o
+            for o in self.store.list(self.input_prefix)
+            if (suffix(o.key) in wanted or (files and not o.key.endswith("/")))  # `x/`: a console's folder marker
+            and not (self.output_prefix and o.key.startswith(self.output_prefix))  # never this job's own output
+        ]
         return sorted(found, key=lambda o: o.key)
 
     def fingerprint(self, inputs: list[StoredObject]) -> str:
@@ -172,13 +184,14 @@ class BatchJob:
         inputs = self.inputs()
         if not inputs:
             wanted = FORMATS if self.input_format is None else INPUT_SUFFIXES[self.input_format]
+            ending = "" if self.reads_files() else f" ending in {', '.join(wanted)}"
             raise NoInput(
-                f"no input under {self.input_prefix}: no object ending in {', '.join(wanted)}",
+                f"no input under {self.input_prefix}: no object{ending}",
                 field="input_prefix",
                 value=self.input_prefix,
-                allowed=f"objects ending in {', '.join(wanted)}",
+                allowed=f"objects{ending}",
             )
-        if self.output_format == "parquet" or any(FORMATS[suffix(o.key)] == PARQUET for o in inputs):
+        if self.output_format == "parquet" or any(FORMATS.get(suffix(o.key)) == PARQUET for o in inputs):
             parquet_module()  # no pyarrow here: say so before anything is read
         self.progress.total_bytes = sum(o.size for o in inputs)
         run_id = self.fingerprint(inputs)
@@ -259,7 +272,7 @@ class BatchJob:
             if result.bad and self.strict:
                 raise _strict_stop(piece, result)
             decoded.append(result)
-        batch = _chunk_batch(decoded)
+        batch, decoded = _chunk_batch(self.model, decoded)
         outputs = None
         if batch is not None:
             outputs, refused = predict_rows(self.model, batch)
@@ -428,14 +441,21 @@ class BatchJob:
         return entry
 
 
-def _chunk_batch(decoded: list[Decoded]) -> Arrays | None:
-    """The good rows of a chunk's pieces as one batch, in piece order; None when no piece has any."""
-    scored = [result.arrays for result in decoded if result.arrays is not None]
-    if not scored:
-        return None
-    if len(scored) == 1:
-        return dict(scored[0])
-    return {name: np.concatenate([arrays[name] for arrays in scored]) for name in scored[0]}
+def _chunk_batch(model: ServedModel, decoded: list[Decoded]) -> tuple[Arrays | None, list[Decoded]]:
+    """The good rows of a chunk's pieces as one batch, in piece order (None when no piece has any), and the
+    pieces again: a piece whose rows cannot join the others' (sequences of another length and no pad value to
+    even them: joining.py) has them as error rows instead."""
+    having = [index for index, result in enumerate(decoded) if result.arrays is not None]
+    batch, refused = join(model.manifest, [decoded[index].arrays or {} for index in having])
+    if not refused:
+        return batch, decoded
+    pieces = list(decoded)
+    for position, error in refused:
+        result = pieces[having[position]]
+        bad = sorted([*result.bad, *((int(row), error) for row in result.good)], key=lambda pair: pair[0])
+        ids: list[Any] | None = [] if result.ids is not None else None
+        pieces[having[position]] = Decoded(np.empty(0, dtype=np.int64), None, bad, ids)
+    return batch, pieces
 
 
 def _strict_stop(piece: Piece, result: Decoded) -> InvalidInput:

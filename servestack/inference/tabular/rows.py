@@ -76,6 +76,7 @@ class Lines:
     ends: np.ndarray
     lines: np.ndarray
     header: tuple[str, ...] | None = None  # a CSV object's column names, from its first line, on every block
+    whole: bool = False  # each row is a whole file, for a `preprocess` hook (files.py), not a line
 
     def __len__(self) -> int:
         return len(self.lines)
@@ -86,7 +87,14 @@ class Lines:
     def select(self, rows: slice | np.ndarray) -> Lines:
         """The rows `rows` picks (a slice, or ascending indices), of the same block."""
         return Lines(
-            self.source, self.media_type, self.data, self.starts[rows], self.ends[rows], self.lines[rows], self.header
+            self.source,
+            self.media_type,
+            self.data,
+            self.starts[rows],
+            self.ends[rows],
+            self.lines[rows],
+            self.header,
+            self.whole,
         )
 
     def raw(self, index: int) -> bytes:

@@ -4,9 +4,10 @@ into one file.
 
 The merge reads the run's manifest (`manifests/<run>.json` under the output prefix, else `manifest.json`), its
 parts in order and its error file, and writes one row per input row, in input order (the manifest's inputs,
-then line): `id` when the input row carries one (a JSON Lines object's `id`, a CSV or Parquet column `id`),
-`file`, `line`, the prediction fields, and `error` (null where the row was scored). `.jsonl`, `.csv` (lists and
-objects as JSON text) or `.parquet` by the output's suffix.
+then line): `id` when the input row carries one (a JSON Lines object's `id`, a CSV or Parquet column `id`; a
+file read whole as one record, an image say, is its own key), `file`, `line`, the prediction fields, and `error`
+(null where the row was scored). `.jsonl`, `.csv` (lists and objects as JSON text) or `.parquet` by the output's
+suffix.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from servestack.failures import CommandError, ExitCode
+from servestack.inference import media_types
 from servestack.local.emulator import state
 
 INPUT_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".parquet")
@@ -57,20 +59,23 @@ def s3_client(about: dict[str, Any]) -> Any:
 
 
 def put_input(name: str, files: list[Path], *, state_path: Path | None = None) -> int:
-    """Upload each file under the deployment's input prefix (its own name as the key); print each object URL."""
+    """Upload each file under the deployment's input prefix (its own name as the key, the media type its name
+    suggests as its Content-Type); print each object URL. Any file: rows (JSON Lines, CSV, Parquet) for any
+    model, and anything else (an image, audio...) as one record each for a model whose `preprocess` hook reads
+    it (servestack/inference/tabular/files.py); a model without one leaves those out of its runs."""
     for path in files:
         if not path.is_file():
-            raise CommandError(f"{path}: no such file; give input files ({', '.join(INPUT_SUFFIXES)})")
-        if path.suffix.lower() not in INPUT_SUFFIXES:
             raise CommandError(
-                f"{path}: a batch job reads {', '.join(INPUT_SUFFIXES)} objects only; rename or convert the file"
+                f"{path}: no such file; give input files ({', '.join(INPUT_SUFFIXES)}, or any file a preprocess "
+                "hook reads)"
             )
     about = state.read(state_path)
     bucket, input_prefix, _ = batch_location(about, name)
     s3 = s3_client(about)
     for path in files:
         key = f"{input_prefix}{path.name}"
-        s3.upload_file(str(path), bucket, key)
+        content_type = media_types.guessed_type(path.name)
+        s3.upload_file(str(path), bucket, key, ExtraArgs={"ContentType": content_type})
         print(f"s3://{bucket}/{key}", flush=True)
     return 0
 
@@ -122,6 +127,9 @@ def merged_rows(s3: Any, manifest_url: str) -> list[dict[str, Any]]:
     rows.sort(key=lambda row: (order.get(row["file"], len(order)), int(row["line"])))
     ids: dict[tuple[str, int], Any] = {}
     for entry in manifest["inputs"]:
+        if not entry["key"].lower().endswith(INPUT_SUFFIXES):  # a file read whole, one record: its key is its id
+            ids[(entry["key"], 1)] = entry["key"]
+            continue
         ids |= {
             (entry["key"], line): value for line, value in _input_ids(_read(s3, bucket, entry["key"]), entry["key"])
         }

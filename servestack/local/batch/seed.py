@@ -8,7 +8,7 @@ a seeded row never ends up in the results of a user's input, and a prefix the us
 input prefix: the first run would find nothing to score.)
 
 The rows come from the model's `sample-request.json` in any request form (`instances` of rows or row objects,
-`dataframe_records`, `dataframe_split`, `inputs` by column); a sample that gives no rows seeds nothing, and
+`dataframe_records`, `dataframe_split`, `inputs` by column or by tensor); a sample that gives no rows seeds nothing, and
 says why, rather than stopping `local up`.
 """
 
@@ -24,8 +24,8 @@ MARK = "servestack-seeded"
 
 
 def sample_rows(document: Any) -> list[Any] | None:
-    """The rows of a sample request, one JSON value (a list or an object of column to value) per row; None
-    when the request is not in a form whose rows a batch line can hold (several tensor inputs, say)."""
+    """The rows of a sample request, one JSON value (a list, or an object of column or input to value) per row;
+    None when the request is not in a form whose rows a batch line can hold."""
     if not isinstance(document, dict):
         return None
     rows: Any = None
@@ -39,10 +39,13 @@ def sample_rows(document: Any) -> list[Any] | None:
         if isinstance(names, list) and isinstance(data, list) and all(isinstance(row, list) for row in data):
             rows = [dict(zip(names, row, strict=False)) for row in data]
     elif isinstance(document.get("inputs"), dict):
+        # By column (one value per row) or by tensor (one list per row: a row object of the named inputs, which a
+        # batch line holds as a request's `instances` does, ragged sequences padded as there).
         columns = document["inputs"]
         values = list(columns.values())
         by_column = all(isinstance(v, list) and v and not isinstance(v[0], list | dict) for v in values)
-        if values and by_column and len({len(v) for v in values}) == 1:
+        by_tensor = all(isinstance(v, list) and v and all(isinstance(row, list) for row in v) for v in values)
+        if values and (by_column or by_tensor) and len({len(v) for v in values}) == 1:
             rows = [dict(zip(columns, row, strict=True)) for row in zip(*values, strict=True)]
     if not isinstance(rows, list) or not rows or not all(isinstance(row, list | dict) for row in rows):
         return None

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from servestack.failures import CommandError, ExitCode
+from servestack.inference import media_types
 from servestack.local.batch import print_manifest
 from servestack.local.emulator import developer, sagemaker_runtime, signed, state
 
@@ -37,11 +38,7 @@ def content_type_of(data: Path, given: str | None = None) -> str:
     known = CONTENT_TYPES.get(suffix)
     if known is not None:
         return known
-    import mimetypes
-
-    guessed, encoding = mimetypes.guess_type(data.name, strict=False)
-    # `x.json.gz` guesses JSON with gzip as its coding; this command sends no Content-Encoding: the bytes as they are.
-    return guessed if guessed is not None and encoding is None else "application/octet-stream"
+    return media_types.guessed_type(data.name)  # as a batch job types a file it hands to the hook
 
 
 def invoke(

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 import threading
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import IO, Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -37,6 +39,12 @@ from servestack.local.sagemaker.multi_model import sagemaker_error
 
 logger = logging.getLogger("servestack.sagemaker_async")
 INVOCATION_TIMEOUT_SEC = 900  # SageMaker's default InvocationTimeoutSeconds for async endpoints (15 minutes)
+# Payloads go up to 1 GB (servestack/aws_rules.py): the input is streamed from S3 to the container in chunks of
+# CHUNK_BYTES, and the container's answer is spooled to a temporary file past SPOOL_BYTES, then uploaded to S3 in
+# parts of PART_BYTES, one at a time, so that one invocation holds a few MiB of it in memory whatever its size.
+CHUNK_BYTES = 1 << 20
+SPOOL_BYTES = 8 << 20
+PART_BYTES = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,23 @@ def _located(uri: str) -> tuple[str, str]:
     if where is None:
         raise ValueError(f"{uri!r} is not an s3://bucket/key URI")
     return where
+
+
+class _InputUnreadable(Exception):
+    """The input object's stream failed while it was being sent to the container (its cause says why)."""
+
+
+def _chunks(body: Any) -> Iterator[bytes]:
+    """The chunks of a botocore StreamingBody; a failure to read it is told apart from the container's."""
+    try:
+        yield from body.iter_chunks(CHUNK_BYTES)
+    except Exception as error:  # botocore's ReadTimeoutError, IncompleteReadError...
+        raise _InputUnreadable from error
+
+
+def _download_failed(error: BaseException | None) -> str:
+    code = getattr(error, "response", {}).get("Error", {}).get("Code", type(error).__name__)
+    return f"ClientError: Failed to download input data ({code})"
 
 
 def _join(prefix: str, name: str) -> str:
@@ -206,10 +231,9 @@ class AsyncInvocations:
     def _run(self, invocation: Invocation) -> None:
         bucket, key = _located(invocation.input_location)
         try:
-            payload = bytes(self.s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+            found = self.s3.get_object(Bucket=bucket, Key=key)
         except Exception as error:  # botocore's NoSuchKey, AccessDenied...: SageMaker cannot read the input
-            code = getattr(error, "response", {}).get("Error", {}).get("Code", type(error).__name__)
-            self._fail(invocation, f"ClientError: Failed to download input data ({code})", None, None)
+            self._fail(invocation, _download_failed(error), None, None)
             return
         headers = {
             name: value
@@ -220,34 +244,60 @@ class AsyncInvocations:
             )
             if value
         }
-        try:
-            response = self.http.post(f"{self.container_url}/invocations", content=payload, headers=headers)
-        except httpx.HTTPError as error:
-            reason = f"ServerError: the model container did not answer ({type(error).__name__})"
-            self._fail(invocation, reason, None, None)
-            return
-        if response.status_code >= 400:
-            kind = "client" if response.status_code < 500 else "server"
-            reason = (
-                f"ClientError: Received {kind} error ({response.status_code}) from model. See the SageMaker "
-                "Endpoint logs in your account for more information."
-            )
-            self._fail(invocation, reason, response.content, response.headers.get("content-type"))
-            return
-        content_type = response.headers.get("content-type", "application/octet-stream")
-        out_bucket, out_key = _located(invocation.output_location)
-        self.s3.put_object(Bucket=out_bucket, Key=out_key, Body=response.content, ContentType=content_type)
+        # A declared length: the container sees a plain body (no chunked transfer encoding), streamed from S3
+        # to the container in chunks, so that a 1 GB input never sits whole in this process.
+        headers["Content-Length"] = str(found["ContentLength"])
+        source = found["Body"]
+        with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as answer:
+            try:
+                with self.http.stream(
+                    "POST", f"{self.container_url}/invocations", content=_chunks(source), headers=headers
+                ) as response:
+                    for chunk in response.iter_bytes(CHUNK_BYTES):
+                        answer.write(chunk)
+            except _InputUnreadable as unreadable:  # the object's stream broke off half-way
+                self._fail(invocation, _download_failed(unreadable.__cause__), None, None)
+                return
+            except httpx.HTTPError as error:
+                reason = f"ServerError: the model container did not answer ({type(error).__name__})"
+                self._fail(invocation, reason, None, None)
+                return
+            finally:
+                source.close()
+            answer.seek(0)
+            if response.status_code >= 400:
+                kind = "client" if response.status_code < 500 else "server"
+                reason = (
+                    f"ClientError: Received {kind} error ({response.status_code}) from model. See the SageMaker "
+                    "Endpoint logs in your account for more information."
+                )
+                self._fail(invocation, reason, answer, response.headers.get("content-type"))
+                return
+            content_type = response.headers.get("content-type", "application/octet-stream")
+            self._store(invocation.output_location, answer, content_type)
         self._publish(
             self.config.success_topic,
             self._notification(invocation, "Completed")
             | {"responseParameters": {"contentType": content_type, "outputLocation": invocation.output_location}},
         )
 
-    def _fail(self, invocation: Invocation, reason: str, body: bytes | None, content_type: str | None) -> None:
+    def _fail(self, invocation: Invocation, reason: str, body: IO[bytes] | None, content_type: str | None) -> None:
         if body is not None and invocation.failure_location is not None:
-            bucket, key = _located(invocation.failure_location)
-            self.s3.put_object(Bucket=bucket, Key=key, Body=body, ContentType=content_type or "application/json")
+            self._store(invocation.failure_location, body, content_type or "application/json")
         self._publish(self.config.error_topic, self._notification(invocation, "Failed") | {"failureReason": reason})
+
+    def _store(self, location: str, body: IO[bytes], content_type: str) -> None:
+        """The container's answer, spooled to a file past SPOOL_BYTES, written to S3 from there: in one
+        PutObject below the multipart threshold, in parts above it (CreateMultipartUpload, UploadPart and
+        CompleteMultipartUpload, each of them s3:PutObject to IAM), never whole in memory."""
+        from boto3.s3.transfer import TransferConfig
+
+        bucket, key = _located(location)
+        # One part at a time, in this invocation's thread: parts uploaded at once would each be held in memory.
+        config = TransferConfig(
+            multipart_threshold=PART_BYTES, multipart_chunksize=PART_BYTES, max_concurrency=1, use_threads=False
+        )
+        self.s3.upload_fileobj(body, bucket, key, ExtraArgs={"ContentType": content_type}, Config=config)
 
     def _notification(self, invocation: Invocation, status: str) -> dict[str, Any]:
         request = {

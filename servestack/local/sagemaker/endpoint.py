@@ -54,6 +54,15 @@ def plan_of(entry: dict[str, Any]) -> VariantPlan:
     )
 
 
+def read_timeout_sec(own: float, variants: list[VariantPlan]) -> float:
+    """How long the router waits for a body: as long as the longest its containers wait (an async endpoint's
+    take 300 s, servestack/cdk/realtime.py's LARGE_BODY_READ_TIMEOUT_SEC: SageMaker streams a payload of up to
+    1 GB from S3), so that a body the container would take is never cut off in front of it."""
+    found = [float(v.environment["SERVESTACK_BODY_READ_TIMEOUT_SEC"]) for v in variants
+             if v.environment.get("SERVESTACK_BODY_READ_TIMEOUT_SEC")]  # fmt: skip
+    return max([own, *found])
+
+
 def main(args: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="servestack.local.sagemaker.endpoint", description=__doc__)
     parser.add_argument("--config", type=Path, required=True, help="the endpoint's variants, from the template")
@@ -92,7 +101,7 @@ def main(args: list[str] | None = None) -> int:
         workers=int(config.get("workers", 1)),
         rehearsal_factory=rehearsal_factory,
         max_body_bytes=int(config.get("max_body_bytes", limits.max_payload_bytes)),
-        body_read_timeout_sec=limits.body_read_timeout_sec,
+        body_read_timeout_sec=read_timeout_sec(limits.body_read_timeout_sec, [*variants, *filter(None, [shadow])]),
         control_port=options.control_port,
         max_in_flight=int(config.get("max_in_flight", DEFAULT_MAX_IN_FLIGHT)),
         control_gate=control_gate(os.environ),

@@ -24,6 +24,7 @@ class Upstream:
 
     IDLE_SEC = 2.0
     MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+    SLICE_BYTES = 1 << 20
 
     def __init__(self, host: str, port: int) -> None:
         self.host, self.port = host, port
@@ -46,7 +47,6 @@ class Upstream:
         head = [method.encode() + b" " + raw_target + b" HTTP/1.1\r\n", self._host_header]
         head += [name + b": " + value + b"\r\n" for name, value in headers]
         head.append(b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n")
-        message = b"".join(head) + body
         pooled = self._pooled()
         while True:
             if pooled is not None:
@@ -54,7 +54,7 @@ class Upstream:
             else:
                 reader, writer = await asyncio.open_connection(self.host, self.port)
             try:
-                writer.write(message)
+                await self._send(writer, b"".join(head), body)
                 raw = await reader.readuntil(b"\r\n\r\n")
             except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
                 writer.close()
@@ -73,6 +73,19 @@ class Upstream:
         else:
             writer.close()
         return status, response_headers, payload
+
+    async def _send(self, writer: asyncio.StreamWriter, head: bytes, body: bytes) -> None:
+        """A small request in one write; a large one (an async endpoint's, up to 1 GB) in slices of the body,
+        each sent before the next is handed over: one write of it all would copy what the socket did not take
+        at once into the transport's buffer, a second copy of the body in this process."""
+        if len(body) <= self.SLICE_BYTES:
+            writer.write(head + body)
+            return
+        writer.write(head)
+        view = memoryview(body)
+        for start in range(0, len(body), self.SLICE_BYTES):
+            writer.write(view[start : start + self.SLICE_BYTES])
+            await writer.drain()
 
     async def _read_answer(
         self, method: str, reader: asyncio.StreamReader, raw: bytes

@@ -18,6 +18,7 @@ from servestack.local.hosting import free_port, port_is_free
 from servestack.local.planning import PlanError
 from servestack.local.stack import StackTopology
 from servestack.local.up.children import Child, Supervisor, stop_children
+from servestack.local.up.devices import gpu_notes
 from servestack.local.up.environment import (
     base_environment,
     project_of,
@@ -121,6 +122,8 @@ def _run(options: UpOptions) -> int:
 
         print(explain(topologies))
         print(fidelity(topologies, work / "cdk.out"))
+        for note in gpu_notes(topologies):
+            print(note)
         return 0
 
     from servestack.local.iam import LocalAccess
@@ -221,6 +224,8 @@ def _run(options: UpOptions) -> int:
         }
         state.write(state_file, about, plan.deployments)
         print(world.banner(plan, state_file, timings), flush=True)
+        for note in gpu_notes(topologies):
+            print(note, flush=True)
         for notice in notices:  # after the banner too, where the eye lands
             print(notice, file=sys.stderr, flush=True)
 
