@@ -20,11 +20,15 @@ from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 from servestack.cdk.shared import acknowledge, logical_id
-from servestack.inference.capture import LOG_KEY
 from servestack.spec import Capture
 
-# The capture lines among a log group's events: JSON whose `servestack_capture` record has our event version.
-FILTER_PATTERN = f'{{ $.{LOG_KEY}.eventVersion = "0" }}'
+
+def filter_pattern(deployment: str) -> str:
+    """The capture lines among a log group's events (its other lines: logs, EMF metrics): JSON records whose
+    `servestack.deployment` is this deployment's."""
+    return f'{{ $.servestack.deployment = "{deployment}" }}'
+
+
 # Firehose buffers up to this long or this much before writing an object (its defaults: 300 s, 5 MiB).
 BUFFER_SECONDS = 60
 BUFFER_MIB = 5
@@ -84,6 +88,7 @@ class LogCapture(Construct):
         bucket: s3.IBucket,
         prefix: str,
         stream_name: str,
+        deployment: str,
     ) -> None:
         super().__init__(scope, id)
         self.prefix = prefix
@@ -170,7 +175,7 @@ class LogCapture(Construct):
                 self,
                 f"Subscription{i}",
                 log_group_name=group.log_group_name,
-                filter_pattern=FILTER_PATTERN,
+                filter_pattern=filter_pattern(deployment),
                 destination_arn=self.stream.attr_arn,
                 role_arn=self.subscription_role.role_arn,
             )

@@ -482,6 +482,7 @@ class DeploymentStack(Stack):
             bucket=self.shared.bucket,
             prefix=capture.prefix_of(self.deployment),
             stream_name=f"{self.resource_name}-capture",
+            deployment=self.deployment,
         )
 
     def _smoke(self, kind: str, target: str, grant: SmokeGrant) -> None:

@@ -5,7 +5,7 @@ A record is SageMaker's data capture shape plus a `servestack` block (deployment
 async job id). Its input is the decoded inputs the model saw, column by column (`{"inputs": {name: [values]}}`, a
 body servestack's request forms accept again), without the excluded columns; its output, the answer's body.
 
-Emission is one line on stdout, `{"servestack_capture": <record>}`, written after the answer has been sent: the
+Emission is one line on stdout, the record itself, written after the answer has been sent: the
 platform ships stdout to CloudWatch Logs (Lambda, SageMaker, ECS), where a subscription filter hands the capture
 lines to Kinesis Data Firehose, which writes them to S3 (servestack/cdk/capture.py). A request pays a JSON dump
 and one write(2); a slow or failing S3 or Firehose never touches it, and no AWS client is called per request.
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("servestack.capture")
 
-LOG_KEY = "servestack_capture"
 EVENT_VERSION = "0"
 MODES = ("realtime", "serverless", "async", "batch")
 WHATS = ("inputs", "outputs", "both")
@@ -252,11 +251,13 @@ class Capturer:
             output_type=output_type,
             job_id=job_id,
         )
-        line = orjson.dumps({LOG_KEY: record}, option=orjson.OPT_APPEND_NEWLINE)
+        # The record as it is, so the objects Firehose writes hold the one format (docs/monitoring.md); a log
+        # subscription tells these lines from the others by their `servestack.deployment`.
+        line = orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
         if len(line) > MAX_LINE_BYTES:
             record["captureData"] = {}
             record["servestack"]["dropped"] = f"record of {len(line)} bytes > {MAX_LINE_BYTES} (a log event's limit)"
-            line = orjson.dumps({LOG_KEY: record}, option=orjson.OPT_APPEND_NEWLINE)
+            line = orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
         self.write(line)
 
     def answered(
@@ -291,12 +292,5 @@ def capturer_from(text: str, *, variant: str | None = None) -> Capturer | None:
 
 
 def records_of(lines: Iterable[bytes | str]) -> list[dict[str, Any]]:
-    """The capture records of JSON Lines text: native SageMaker lines as they are, log lines unwrapped from
-    `servestack_capture` (blank lines skipped)."""
-    out: list[dict[str, Any]] = []
-    for line in lines:
-        if not line.strip():
-            continue
-        value = orjson.loads(line)
-        out.append(value.get(LOG_KEY, value) if isinstance(value, dict) else value)
-    return out
+    """The capture records of JSON Lines text (blank lines skipped)."""
+    return [orjson.loads(line) for line in lines if line.strip()]

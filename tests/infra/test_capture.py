@@ -51,7 +51,7 @@ def test_realtime_capture_leaving_columns_out_goes_through_the_containers_log_li
     (stream,) = synth.resources("digits-captured-private", "AWS::KinesisFirehose::DeliveryStream").values()
     assert stream["Properties"]["ExtendedS3DestinationConfiguration"]["Prefix"].startswith("private-capture/")
     (subscription,) = synth.resources("digits-captured-private", "AWS::Logs::SubscriptionFilter").values()
-    assert "servestack_capture" in subscription["Properties"]["FilterPattern"]
+    assert subscription["Properties"]["FilterPattern"] == '{ $.servestack.deployment = "digits-captured-private" }'
 
 
 @pytest.mark.parametrize(
@@ -77,7 +77,7 @@ def test_lambda_capture_ships_log_lines_through_firehose(synth: Synth, deploymen
     processors = [p["Type"] for p in destination["ProcessingConfiguration"]["Processors"]]
     assert processors == ["Decompression", "CloudWatchLogProcessing", "AppendDelimiterToRecord"]
     (subscription,) = synth.resources(deployment, "AWS::Logs::SubscriptionFilter").values()
-    assert subscription["Properties"]["FilterPattern"] == '{ $.servestack_capture.eventVersion = "0" }'
+    assert subscription["Properties"]["FilterPattern"] == f'{{ $.servestack.deployment = "{deployment}" }}'
     # The subscription's group is the capturing function's own.
     assert _joined(subscription["Properties"]["LogGroupName"]) in _joined(captured[0]["Properties"]["LoggingConfig"])
 

@@ -19,7 +19,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from servestack.inference.capture import (
-    LOG_KEY,
     MAX_LINE_BYTES,
     CapturePolicy,
     Capturer,
@@ -201,7 +200,7 @@ def test_the_setting_is_one_json_variable_whose_errors_name_it() -> None:
     assert caught.value.field == "SERVESTACK_CAPTURE"
 
 
-def test_records_of_reads_native_and_log_lines_alike() -> None:
+def test_records_of_reads_json_lines() -> None:
     native = capture_record(
         setting(),
         model="m",
@@ -211,7 +210,7 @@ def test_records_of_reads_native_and_log_lines_alike() -> None:
         output=b"{}",
         now=datetime(2026, 1, 2, tzinfo=UTC),
     )
-    lines = [orjson.dumps(native), b"", orjson.dumps({LOG_KEY: native})]
+    lines = [orjson.dumps(native), b"", orjson.dumps(native)]
 
     assert records_of(lines) == [native, native]
     assert native["eventMetadata"]["inferenceTime"] == "2026-01-02T00:00:00.000Z"

@@ -16,19 +16,20 @@ DELIVERY = DeliveryDef(
     prefix="capture/d/!{timestamp:yyyy/MM/dd/HH}/",
     role="Role",
     groups=("/aws/lambda/d",),
-    path=("servestack_capture", "eventVersion"),
-    value="0",
+    path=("servestack", "deployment"),
+    value="d",
 )
 
 
 def test_the_pattern_selects_capture_lines_only() -> None:
     player = FirehosePlayer(DELIVERY, s3=None, report=print)
 
-    assert player.selects('{"servestack_capture": {"eventVersion": "0", "captureData": {}}}')
-    assert not player.selects('{"servestack_capture": {"eventVersion": "1"}}')
-    assert not player.selects('{"level": "INFO", "message": "servestack_capture"}')
+    assert player.selects('{"captureData": {}, "eventVersion": "0", "servestack": {"deployment": "d"}}')
+    assert not player.selects('{"captureData": {}, "servestack": {"deployment": "other"}}')
+    assert not player.selects('{"level": "INFO", "message": "servestack deployment d"}')
+    assert not player.selects('{"_aws": {"CloudWatchMetrics": []}, "QueueDepth": 0}')
     assert not player.selects("START RequestId: 1 Version: $LATEST")
-    assert not player.selects('["servestack_capture"]')
+    assert not player.selects('["servestack"]')
 
 
 def test_a_timestamp_prefix_is_evaluated_in_utc() -> None:
