@@ -156,6 +156,37 @@ def _predictions(answer: dict[str, Any]) -> Any:
     return answer.get("predictions", answer)
 
 
+def test_servestack_monitor_reads_the_records_as_captured(captured: Captured, zoo: dict[str, ZooModel]) -> None:
+    # GIVEN the serverless deployment's records in the emulator's S3 (the left-out column absent from each)
+    wait_for(lambda: len(capture_records(captured, "wine-api")) >= REQUESTS, "wine-api's records", timeout_sec=60)
+    bucket = next(
+        b["Name"]
+        for b in captured.up.emulator("s3").list_buckets()["Buckets"]
+        if captured.up.emulator("s3").list_objects_v2(Bucket=b["Name"], Prefix="capture/wine-api/").get("KeyCount")
+    )
+    zoo[PIPELINE].sample.to_pandas().to_csv(captured.root / "train.csv", index=False)
+    env = captured.env | {
+        "AWS_ACCESS_KEY_ID": captured.up.state["developer"]["AWS_ACCESS_KEY_ID"],
+        "AWS_SECRET_ACCESS_KEY": captured.up.state["developer"]["AWS_SECRET_ACCESS_KEY"],
+    }
+    # WHEN `servestack monitor` reads them where Firehose wrote them
+    done = subprocess.run(
+        [SERVESTACK, "monitor", "--capture", f"s3://{bucket}/capture/wine-api/", "--model",
+         f"models/artifacts/{PIPELINE}/1", "--baseline", "train.csv", "--min-rows", "1", "--json", "monitor.json",
+         "--endpoint-url", captured.up.state["endpoint_url"], "--region", captured.up.state["region"],
+         "--report", "m.html"],
+        cwd=captured.root, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    # THEN it reads every record, every row, and skips none
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+    summary = json.loads((captured.root / "monitor.json").read_text())
+    assert summary["current"]["rows"] == 2 + 3 + 4
+    assert summary["notes"] == []
+    shade = next(column for column in summary["columns"] if column["name"] == EXCLUDED)
+    assert shade["current_rows"] == 0  # left out of every record, and not counted as missing
+    assert shade["current_missing"] == 0
+
+
 def test_a_realtime_endpoint_without_excluded_columns_is_captured_by_sagemaker_itself(captured: Captured) -> None:
     # SageMaker's own records (the local router plays DataCaptureConfig): the body as received, no servestack
     # block, at SageMaker's keys <prefix><endpoint>/<variant>/yyyy/mm/dd/hh/<name>.jsonl
