@@ -32,6 +32,12 @@ def filter_pattern(deployment: str) -> str:
 # Firehose buffers up to this long or this much before writing an object (its defaults: 300 s, 5 MiB).
 BUFFER_SECONDS = 60
 BUFFER_MIB = 5
+FILE_EXTENSION = ".jsonl"
+
+
+def errors_prefix(prefix: str) -> str:
+    """Where Firehose writes the records it could not process: `capture/<deployment>-errors/`."""
+    return f"{prefix.rstrip('/')}-errors/"
 
 
 def capture_environment(capture: Capture, *, deployment: str, mode: str) -> dict[str, str]:
@@ -102,7 +108,8 @@ class LogCapture(Construct):
         )
         self.delivery_role.add_to_policy(
             iam.PolicyStatement(
-                actions=["s3:AbortMultipartUpload", "s3:PutObject"], resources=[bucket.arn_for_objects(f"{prefix}*")]
+                actions=["s3:AbortMultipartUpload", "s3:PutObject"],
+                resources=[bucket.arn_for_objects(f"{prefix}*"), bucket.arn_for_objects(f"{errors_prefix(prefix)}*")],
             )
         )
         self.delivery_role.add_to_policy(
@@ -128,7 +135,10 @@ class LogCapture(Construct):
                 bucket_arn=bucket.bucket_arn,
                 role_arn=self.delivery_role.role_arn,
                 prefix=f"{prefix}!{{timestamp:yyyy/MM/dd/HH}}/",
-                error_output_prefix=f"{prefix}errors/!{{firehose:error-output-type}}/!{{timestamp:yyyy/MM/dd/HH}}/",
+                # Failed records go beside the prefix, not under it: a reader of the prefix sees records only.
+                error_output_prefix=f"{errors_prefix(prefix)}!{{firehose:error-output-type}}/!{{timestamp:yyyy/MM/dd/HH}}/",
+                # `.jsonl`, as SageMaker names its capture files (what `servestack monitor` reads under a prefix)
+                file_extension=FILE_EXTENSION,
                 buffering_hints=firehose.CfnDeliveryStream.BufferingHintsProperty(
                     interval_in_seconds=BUFFER_SECONDS, size_in_m_bs=BUFFER_MIB
                 ),
@@ -181,8 +191,13 @@ class LogCapture(Construct):
             )
             found.node.add_dependency(self.subscription_role)
             self.filters.append(found)
+        bucket_id = logical_id(bucket)
         acknowledge(
-            self.delivery_role, {f"AwsSolutions-IAM5[Resource::<{logical_id(bucket)}.Arn>/{prefix}*]": PREFIX_REASON}
+            self.delivery_role,
+            {
+                f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{prefix}*]": PREFIX_REASON,
+                f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{errors_prefix(prefix)}*]": PREFIX_REASON,
+            },
         )
 
 

@@ -74,6 +74,8 @@ def test_lambda_capture_ships_log_lines_through_firehose(synth: Synth, deploymen
     assert props["DeliveryStreamEncryptionConfigurationInput"] == {"KeyType": "AWS_OWNED_CMK"}
     destination = props["ExtendedS3DestinationConfiguration"]
     assert destination["Prefix"].startswith(f"capture/{deployment}/")
+    assert destination["ErrorOutputPrefix"].startswith(f"capture/{deployment}-errors/")  # beside, not under it
+    assert destination["FileExtension"] == ".jsonl"
     processors = [p["Type"] for p in destination["ProcessingConfiguration"]["Processors"]]
     assert processors == ["Decompression", "CloudWatchLogProcessing", "AppendDelimiterToRecord"]
     (subscription,) = synth.resources(deployment, "AWS::Logs::SubscriptionFilter").values()
@@ -88,7 +90,9 @@ def test_lambda_capture_ships_log_lines_through_firehose(synth: Synth, deploymen
     # Firehose's role alone writes there, and only there (the functions write nowhere under capture/).
     s3_writes = [s for s in statements if "s3:PutObject" in _joined(s["Action"]) and "/capture/" in _joined(s)]
     assert len(s3_writes) == 1
-    assert _joined(s3_writes[0]["Resource"]).endswith(f'/capture/{deployment}/*"]]}}')
+    written = _joined(s3_writes[0]["Resource"])
+    assert f'/capture/{deployment}/*"' in written
+    assert f'/capture/{deployment}-errors/*"' in written
 
 
 def _spec(deployment: dict[str, Any]) -> Any:

@@ -14,6 +14,7 @@ DELIVERY = DeliveryDef(
     name="servestack-d-capture",
     bucket="b",
     prefix="capture/d/!{timestamp:yyyy/MM/dd/HH}/",
+    extension=".jsonl",
     role="Role",
     groups=("/aws/lambda/d",),
     path=("servestack", "deployment"),

@@ -36,6 +36,7 @@ class DeliveryDef:
     name: str
     bucket: str
     prefix: str  # Firehose's prefix, `!{timestamp:...}` expressions unevaluated
+    extension: str  # FileExtension (`.jsonl`), '' for none
     role: str  # the stream's role (logical id): it writes the objects
     groups: tuple[str, ...]  # the log groups whose subscription filters name it
     path: tuple[str, ...]  # the pattern `{ $.a.b = "value" }`: ("a", "b")
@@ -78,6 +79,7 @@ def read_deliveries(resolver: Resolver, resources: Sequence[Resource]) -> tuple[
                 name=str(props.get("DeliveryStreamName") or resolver.physical_name(logical_id)),
                 bucket=str(destination["BucketARN"]).split(":::", 1)[1],
                 prefix=str(destination.get("Prefix", "")),
+                extension=str(destination.get("FileExtension", "")),
                 role=role,
                 groups=tuple(group for group, _ in subscriptions),
                 path=tuple(matched.group(1).split(".")),
@@ -127,7 +129,7 @@ class FirehosePlayer:
         now = datetime.now(UTC)
         key = (
             f"{evaluate_prefix(self.delivery.prefix, now)}{self.delivery.name}-1-"
-            f"{now.strftime('%Y-%m-%d-%H-%M-%S')}-{uuid.uuid4()}"
+            f"{now.strftime('%Y-%m-%d-%H-%M-%S')}-{uuid.uuid4()}{self.delivery.extension}"
         )
         body = "".join(f"{line}\n" for line in records).encode()
         try:
