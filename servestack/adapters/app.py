@@ -35,6 +35,7 @@ from servestack.adapters.transform import TransformRoutes, TransformSettings
 from servestack.inference import media_types
 from servestack.inference.batching import BatchingConfig, MicroBatcher, running_loop
 from servestack.inference.cache import ModelCache
+from servestack.inference.capture import Capturer, capturer_from
 from servestack.inference.errors import InternalError, Overloaded, ServingError, redact
 from servestack.inference.multi_model import MultiModelStore
 from servestack.inference.runtime import Arrays
@@ -105,6 +106,8 @@ class ServingApp:
         self._metrics_task: asyncio.Task[None] | None = None
         self._decoder: ThreadPoolExecutor | None = None  # started by the first large body (`_decode_aside`)
         self.read_deadlines = ReadDeadlines(self.settings.body_read_timeout_sec)
+        # Data capture: a record per sampled request, written once its answer is sent (None: off, one test).
+        self.capturer: Capturer | None = capturer_from(self.settings.capture, variant=self.settings.variant_name)
         if isinstance(repository, ModelCache | MultiModelStore):
             repository.on_evict = self._drop_batcher
         # SageMaker Batch Transform's routes (servestack/adapters/transform.py), kept apart from the realtime ones.
@@ -321,6 +324,9 @@ class ServingApp:
             await respond(500, error_body(internal), b"application/json", extra)
             return
         await respond(200, encoded.body, _MEDIA_TYPE_BYTES[encoded.media_type], extra)
+        capturer = self.capturer
+        if capturer is not None and capturer.sampled():
+            capturer.answered(model, arrays, encoded, body if type(body) is bytes else None)
 
     def _decode_aside(
         self, model: ServedModel, body: bytes | SpooledBody, content_type: str, encoding: str | None, limit: int

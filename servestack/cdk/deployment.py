@@ -16,6 +16,7 @@ from aws_cdk import CfnOutput, Environment, Stack, Tags
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_s3_assets as s3_assets
+from aws_cdk.aws_logs import ILogGroup
 from constructs import Construct
 
 from servestack.architectures import Architecture, instance_architecture
@@ -23,6 +24,7 @@ from servestack.artifacts import sample_file
 from servestack.cdk.asynchronous import AsyncEndpoint
 from servestack.cdk.batch import BatchJob
 from servestack.cdk.bundling import FunctionCode, function_code
+from servestack.cdk.capture import LogCapture, capture_environment
 from servestack.cdk.components import ComponentEndpoint
 from servestack.cdk.images import MODEL_PACKAGES, dockerfile_name, dockerfile_workdir, image_context
 from servestack.cdk.observability import PERIOD, DeploymentDashboard, Panel, percentiles
@@ -33,6 +35,7 @@ from servestack.cdk.shared import ArtifactBucket
 from servestack.spec import (
     AsyncDeployment,
     BatchDeployment,
+    Capture,
     ModelSpec,
     RealtimeDeployment,
     ServerlessDeployment,
@@ -196,8 +199,12 @@ class DeploymentStack(Stack):
                 gpu=d.gpu,
                 deployment=deployment,
                 autoscaling=deployment not in suspended(self),
+                capture=d.capture,
+                capture_bucket=bucket if d.capture is not None else None,
             )
             self.construct = rt
+            if d.capture is not None and rt.log_capture:
+                self._log_capture(d.capture, [rt.logs])
             alarms = [*rt.alarms, *rt.overload_alarms]
             instance_ns = "/aws/sagemaker/Endpoints"
             overload_ns = "servestack"  # the containers' EMF metrics (servestack/adapters/metrics.py)
@@ -252,6 +259,10 @@ class DeploymentStack(Stack):
                 alarms=d.alarms,
             )
             self.construct = sl
+            if d.capture is not None:
+                for variable, value in capture_environment(d.capture, deployment=deployment, mode="serverless").items():
+                    sl.function.add_environment(variable, value)
+                self._log_capture(d.capture, [sl.function.log_group])
             alarms = [*sl.alarms, sl.api_5xx_alarm]
             alias = sl.alias
             panels = [
@@ -320,6 +331,10 @@ class DeploymentStack(Stack):
                 autoscaling=deployment not in suspended(self),
             )
             self.construct = ae
+            if d.capture is not None:  # the Lambda backend's worker (the spec refuses the SageMaker backend's)
+                for variable, value in capture_environment(d.capture, deployment=deployment, mode="async").items():
+                    ae.worker.add_environment(variable, value)
+                self._log_capture(d.capture, [ae.worker.log_group])
             alarms = ae.alarms
             panels = [
                 Panel(
@@ -457,6 +472,18 @@ class DeploymentStack(Stack):
         CfnOutput(self, "Bucket", value=bucket.bucket_name)
         self.alarms = alarms
         self.dashboard = DeploymentDashboard(self, "Dashboard", dashboard_name=name, panels=panels, alarms=alarms)
+
+    def _log_capture(self, capture: Capture, log_groups: list[ILogGroup]) -> None:
+        """Ship the capture lines of `log_groups` to the capture prefix (servestack/cdk/capture.py)."""
+        LogCapture(
+            self,
+            "Capture",
+            log_groups=log_groups,
+            bucket=self.shared.bucket,
+            prefix=capture.prefix_of(self.deployment),
+            stream_name=f"{self.resource_name}-capture",
+            deployment=self.deployment,
+        )
 
     def _smoke(self, kind: str, target: str, grant: SmokeGrant) -> None:
         """Outputs the pipeline's smoke test reads: what to invoke and how (see servestack/cdk/smoke.py), and what its

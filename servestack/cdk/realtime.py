@@ -44,6 +44,7 @@ from constructs import Construct
 import servestack.cdk.guardrails as guardrails
 from servestack.architectures import instance_architecture
 from servestack.aws_rules import SAGEMAKER_REALTIME, SAGEMAKER_SERVERLESS, EngineLimit
+from servestack.cdk.capture import capture_environment, data_capture_config, native_capture
 from servestack.cdk.scaling_guard import check_variants
 from servestack.cdk.shared import acknowledge, check_range, endpoint_log_group, grant_sagemaker_logging, logical_id
 from servestack.cdk.sources import package_members
@@ -51,6 +52,7 @@ from servestack.gpu_families import AL2023_GPU_4_1, inference_ami
 from servestack.spec import (
     AlarmSettings,
     Batching,
+    Capture,
     GpuSettings,
     ModelSpec,
     RealtimeServerless,
@@ -233,8 +235,12 @@ class RealtimeEndpoint(Construct):
         cpu_arm64_image: ecr_assets.DockerImageAsset | None = None,
         deployment: str | None = None,
         autoscaling: bool = True,
+        capture: Capture | None = None,
+        capture_bucket: s3.IBucket | None = None,
     ) -> None:
         super().__init__(scope, id)
+        if capture is not None and capture_bucket is None:
+            raise ValueError(f"RealtimeEndpoint {endpoint_name}: capture needs capture_bucket")
         check_range("RealtimeEndpoint", "len(variants)", len(variants), 1, 10)
         check_range("RealtimeEndpoint", "min_instances", min_instances, 1, 100)
         check_range("RealtimeEndpoint", "max_instances", max_instances, min_instances, 100)
@@ -331,6 +337,11 @@ class RealtimeEndpoint(Construct):
             # serving.yaml's `gpu:` (the spec allows it on GPU instance types only)
             **(gpu.environment if gpu is not None else {}),
         }
+        # SageMaker captures the endpoint itself, unless columns are left out: then its containers write capture
+        # log lines, which the deployment's LogCapture ships (servestack/cdk/capture.py).
+        self.log_capture = capture is not None and not native_capture(capture)
+        if capture is not None and self.log_capture:
+            base_env |= capture_environment(capture, deployment=deployment or endpoint_name, mode="realtime")
 
         def model(variant_name: str, model_key: str, model_name: str) -> sagemaker.CfnModel:
             image_uri = self.images[variant_name].image_uri
@@ -409,11 +420,15 @@ class RealtimeEndpoint(Construct):
                     1,
                 )
             )
+        self.capture_prefix = capture.prefix_of(deployment or endpoint_name) if capture is not None else None
         self.endpoint_config = sagemaker.CfnEndpointConfig(
             self,
             "EndpointConfig",
             production_variants=production,
             shadow_production_variants=shadows or None,
+            data_capture_config=data_capture_config(capture, capture_bucket, self.capture_prefix, self.role)
+            if capture is not None and capture_bucket is not None and self.capture_prefix and not self.log_capture
+            else None,
         )
 
         self.alarms: list[cw.Alarm] = []

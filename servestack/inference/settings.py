@@ -142,6 +142,8 @@ class ServingSettings(EnvironmentSettings, frozen=True, kw_only=True):
     metrics_interval_sec: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 0.0
     endpoint_name: str = ""
     variant_name: str = ""
+    # Data capture (servestack/inference/capture.py): a JSON object, '' for none.
+    capture: str = ""
 
     @classmethod
     def aliases(cls) -> dict[str, tuple[str, ...]]:

@@ -60,7 +60,10 @@ def missing_mask(values: np.ndarray) -> np.ndarray:
     if values.dtype.kind == "f":
         return np.asarray(np.isnan(values), dtype=bool)
     if values.dtype.kind == "O":
-        return np.array([value is None or (isinstance(value, float) and value != value) for value in values])
+        # dtype given: a column left out of every record (personal data) is an empty array, still a mask
+        return np.array(
+            [value is None or (isinstance(value, float) and value != value) for value in values], dtype=bool
+        )
     return np.zeros(values.shape, dtype=bool)
 
 

@@ -22,6 +22,7 @@ from servestack.spec.base import (
     Name,
     OneOf,
     Percent,
+    S3Prefix,
     Strict,
     Version,
     _fail,
@@ -94,6 +95,28 @@ class Batching(Strict):
     max_queue: Annotated[int, Between(1, 1_000_000)] = 64
 
 
+class Capture(Strict):
+    """Data capture (docs/monitoring.md): which share of the requests is recorded, what of them, without which
+    columns, and where under the deployment's bucket. The same keys in every mode; SageMaker Serverless
+    Inference alone cannot capture (realtime `serverless:` refuses the block)."""
+
+    sample_percent: Annotated[float, Between(0, 100)] = 100.0
+    what: Literal["inputs", "outputs", "both"] = "both"
+    # Personal data: these model inputs (or a pipeline's columns) never reach a captured record.
+    exclude_columns: list[str] = Field(default_factory=list)
+    prefix: S3Prefix | None = Field(default=None, description="default capture/<deployment>/")
+
+    @model_validator(mode="after")
+    def _columns_unique(self) -> Self:
+        for name in self.exclude_columns:
+            if self.exclude_columns.count(name) > 1:
+                _fail("exclude_columns", repr(name), "listed once")
+        return self
+
+    def prefix_of(self, deployment: str) -> str:
+        return self.prefix or f"capture/{deployment}/"
+
+
 class GpuSettings(Strict):
     """How a GPU instance runs the model: `provider: tensorrt` puts onnxruntime's TensorRT provider before CUDA
     (engines built on a model's first runs and cached on the instance), `fp16: true` lets TensorRT run layers in
@@ -140,6 +163,7 @@ class _DeploymentBase(Strict):
         SAGEMAKER_REALTIME.max_payload_bytes
     )
     log_retention_days: LogRetentionDays = 30
+    capture: Capture | None = Field(default=None, description="data capture (docs/monitoring.md); default off")
 
     @classmethod
     def engine_of(cls, data: Mapping[str, Any]) -> EngineLimit:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -158,7 +159,35 @@ def load_spec(
     if check_artifacts:
         from servestack import artifacts
 
-        missing = list(artifacts.problems(spec, artifacts_root or p.resolve().parent, bundled=bundled))
+        root = artifacts_root or p.resolve().parent
+        missing = list(artifacts.problems(spec, root, bundled=bundled))
+        missing += list(_excluded_columns(spec, root, bundled=bundled))
         if missing:
             raise SpecError(str(p), missing)
     return spec
+
+
+def _excluded_columns(spec: ServingSpec, root: Path, *, bundled: bool) -> Iterator[str]:
+    """`capture.exclude_columns` must name inputs or columns of the deployment's models (a misspelt name would
+    leave personal data in the records): checked against each package's manifest."""
+    from servestack import artifacts
+
+    for name, d in spec.deployments.items():
+        if d.capture is None or not d.capture.exclude_columns:
+            continue
+        known: set[str] = set()
+        for model in spec.models_of(name):
+            folder = artifacts.package_dir(model, root, bundled=bundled)
+            if folder is None:
+                continue
+            manifest = json.loads((folder / artifacts.MANIFEST).read_text(encoding="utf-8"))
+            for key in ("inputs", "columns"):
+                known |= {str(entry.get("name")) for entry in manifest.get(key) or () if isinstance(entry, dict)}
+        if not known:
+            continue  # no manifest declares its inputs: nothing to check against
+        for column in d.capture.exclude_columns:
+            if column not in known:
+                yield (
+                    f"deployments.{name}.capture.exclude_columns: {column!r} is not one of the models' inputs or "
+                    f"columns ({', '.join(sorted(known))})"
+                )

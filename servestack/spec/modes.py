@@ -99,6 +99,13 @@ class AsyncDeployment(_DeploymentBase):
     def _coherent(self) -> Self:
         if self.batch_size > 10 and self.batch_window_sec < 1:
             _fail("batch_window_sec", self.batch_window_sec, "in 1..300 when batch_size > 10 (an SQS rule)")
+        if self.capture is not None and self.backend == "sagemaker":
+            _fail(
+                "capture",
+                "a capture block",
+                "combinable with backend: sagemaker in servestack yet (its container does not know the job id a "
+                "record carries); use backend: lambda",
+            )
         check_gpu(
             self.gpu,
             self.instance_type,
@@ -205,7 +212,25 @@ class BatchDeployment(_DeploymentBase):
         )
         if self.runner == "fargate":
             self._fargate_coherent()
+        if self.capture is not None:
+            self._capture_coherent()
         return self
+
+    def _capture_coherent(self) -> None:
+        """A run's input and output objects are its capture (docs/monitoring.md): every row of them, as written."""
+        assert self.capture is not None
+        if self.capture.exclude_columns:
+            _fail(
+                "capture.exclude_columns",
+                self.capture.exclude_columns,
+                "usable in batch mode (its capture is the run's own input objects, which hold every column)",
+            )
+        if self.capture.sample_percent != 100:
+            _fail(
+                "capture.sample_percent",
+                self.capture.sample_percent,
+                "other than 100 in batch mode (its capture is the run's own input and output objects, whole)",
+            )
 
     def _fargate_coherent(self) -> None:
         choices = fargate_memory_choices(self.fargate_cpu)

@@ -158,8 +158,8 @@ class RealtimeDeployment(_DeploymentBase):
                 )
 
     def _serverless_coherent(self) -> None:
-        """What Serverless Inference excludes, of what the spec can express (servestack sets no VPC, data capture
-        or Model Monitor, and leaves network isolation off for serverless variants: servestack/cdk/realtime.py)."""
+        """What Serverless Inference excludes, of what the spec can express (servestack sets no VPC or Model
+        Monitor, and leaves network isolation off for serverless variants: servestack/cdk/realtime.py)."""
         if self.shadow:
             _fail(
                 "shadow",
@@ -174,6 +174,8 @@ class RealtimeDeployment(_DeploymentBase):
             )
         if self.multi_model:
             _fail("multi_model", "true", f"combinable with serverless; {SERVERLESS_EXCLUSIONS_RULE}")
+        if self.capture is not None:
+            _fail("capture", "a capture block", f"combinable with serverless; {SERVERLESS_EXCLUSIONS_RULE}")
         # The deployment's own instance_type (default ml.g5.xlarge) is unused with serverless; refuse it only when
         # set, as one set to a GPU type says the user expects a GPU.
         chosen: list[tuple[str, str | None]] = (
@@ -199,6 +201,12 @@ class RealtimeDeployment(_DeploymentBase):
                 "components",
                 "inference components",
                 "combinable with variants or shadow in servestack (its component endpoints have one variant)",
+            )
+        if self.capture is not None:
+            _fail(
+                "capture",
+                "a capture block",
+                "combinable with components in servestack yet (capture an instance-based endpoint without components)",
             )
         if self.model not in {c.model for c in self.components}:
             served = ", ".join(sorted({c.model for c in self.components}))

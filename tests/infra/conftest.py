@@ -107,6 +107,26 @@ EXTRA_DEPLOYMENTS: dict[str, dict[str, Any]] = {
         "schedule": "rate(7 days)",
         "fargate_cpu": 2048,
     },
+    # Data capture (servestack/cdk/capture.py): SageMaker's own; through log lines where columns are left out;
+    # and the log lines of a Lambda function and an async worker.
+    "digits-captured": {
+        "mode": "realtime",
+        "model": "digits",
+        "instance_type": "ml.m5.large",
+        "capture": {"sample_percent": 12.5, "what": "both"},
+    },
+    "digits-captured-private": {
+        "mode": "realtime",
+        "model": "digits",
+        "instance_type": "ml.m5.large",
+        "capture": {"exclude_columns": ["pixel"], "prefix": "private-capture/"},
+    },
+    "digits-api-captured": {
+        "mode": "serverless",
+        "model": "digits",
+        "capture": {"sample_percent": 10, "what": "inputs"},
+    },
+    "cancer-async-captured": {"mode": "async", "model": "breast-cancer", "capture": {}},
     "cancer-transform": {
         "mode": "batch",
         "model": "breast-cancer",

@@ -155,9 +155,18 @@ ROWS = [
         "function:helloworld:1 ... Version: the version number",
         literal(ARN.format(service="lambda", resource="function:fn:1")), {"FunctionName": {"Ref": "Fn"}},
         {"Version": "1", "FunctionArn": literal(ARN.format(service="lambda", resource="function:fn"))}),
+    Row("AWS::KinesisFirehose::DeliveryStream", "Ref returns the delivery stream name, such as "
+        "mystack-deliverystream-1ABCD2EF3GHIJ ... Arn: the ARN of the delivery stream, such as "
+        "arn:aws:firehose:us-east-2:123456789012:deliverystream/delivery-stream-name", literal("capture"),
+        {"DeliveryStreamName": "capture"},
+        {"Arn": literal(ARN.format(service="firehose", resource="deliverystream/capture"))}),
     Row("AWS::Logs::LogGroup", "Ref returns the resource name ... Arn: arn:aws:logs:us-west-1:123456789012:"
         "log-group:/mystack-testgroup-12ABC1AB12A1:*", literal("/batch"), {"LogGroupName": "/batch"},
         {"Arn": literal(ARN.format(service="logs", resource="log-group:/batch:*"))}),
+    Row("AWS::Logs::LogStream", "Ref returns the resource name", literal("S3Delivery"),
+        {"LogGroupName": "/firehose", "LogStreamName": "S3Delivery"}),
+    Row("AWS::Logs::SubscriptionFilter", "no Ref documented: CloudFormation's generated physical ID",
+        literal("servestack-demo-Subject-") + "[A-Z0-9]{12}", {"LogGroupName": "/g", "FilterPattern": ""}),
     Row("AWS::S3::Bucket", "Ref returns the bucket name ... Arn: arn:aws:s3:::DOC-EXAMPLE-BUCKET; DomainName: "
         "DOC-EXAMPLE-BUCKET.s3.amazonaws.com; RegionalDomainName: DOC-EXAMPLE-BUCKET.s3.us-east-2.amazonaws.com; "
         "DualStackDomainName: DOC-EXAMPLE-BUCKET.s3.dualstack.us-east-2.amazonaws.com; WebsiteURL: "

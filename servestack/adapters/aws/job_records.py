@@ -22,6 +22,7 @@ from botocore.exceptions import ClientError
 
 from servestack.adapters.aws.clients import aws_client
 from servestack.adapters.aws.idempotency import SUBMITTING
+from servestack.inference.capture import capturer_from
 from servestack.inference.errors import InvalidInput, JobNotFound
 from servestack.inference.service import ModelRepository, ServedModel
 from servestack.inference.settings import EnvironmentSettings
@@ -163,6 +164,7 @@ class JobStore:
         self.s3 = aws_client("s3")
         self.sqs = aws_client("sqs")
         self.table = boto3.resource("dynamodb").Table(settings.jobs_table)
+        self.capturer = capturer_from(repository.settings.capture)
 
     def get(self, job_id: str) -> dict[str, Any]:
         """The job's record; `JobNotFound` for an id that is none (a hostile one never reaches the table, which

@@ -118,7 +118,7 @@ class JobWorker(JobStore):
                 try:
                     assert outcome.ref is not None
                     assert outcome.outputs is not None
-                    done, new = self._write_result(outcome.ref.job_id, outcome.job, outcome.outputs)
+                    done, new = self._write_result(outcome.ref.job_id, outcome.job, outcome.outputs, outcome.arrays)
                     (created if new else found).append((outcome, done))
                     continue
                 except Exception as error:
@@ -282,9 +282,12 @@ class JobWorker(JobStore):
         chunks = list(response["Body"].iter_chunks(1024 * 1024))
         return b"".join(chunks)
 
-    def _write_result(self, job_id: str, job: dict[str, Any], outputs: Arrays) -> tuple[dict[str, Any], bool]:
+    def _write_result(
+        self, job_id: str, job: dict[str, Any], outputs: Arrays, arrays: Arrays | None = None
+    ) -> tuple[dict[str, Any], bool]:
         """Write the result object (once: `If-None-Match: *`); returns the `succeeded` record to put, and whether
-        this call created the object."""
+        this call created the object. A sampled job is captured (its record carries the job id) once its result
+        is stored; a redelivery that finds the result written by an earlier one captures nothing more."""
         encoded = self.model.answer(outputs, job.get("accept") or media_types.JSON)
         key = f"{self.settings.result_prefix}{job_id}"
         created = True
@@ -296,6 +299,9 @@ class JobWorker(JobStore):
             if not _conditional_failed(error):
                 raise
             created = False  # an earlier delivery wrote it and crashed before recording success: it stands
+        capturer = self.capturer
+        if created and arrays is not None and capturer is not None and capturer.sampled():
+            capturer.answered(self.model, arrays, encoded, job_id=job_id)
         return {name: value for name, value in job.items() if name != "error"} | {
             "job_id": job_id,
             "status": SUCCEEDED,

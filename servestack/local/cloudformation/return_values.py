@@ -205,6 +205,9 @@ RETURN_VALUES: dict[str, ReturnValues] = {
     "AWS::IAM::Role": ReturnValues(_name, {
         "Arn": lambda s: s.arn("iam", f"role/{s.name}", region=False), "RoleId": lambda s: s.unique_id("AROA"),
     }),
+    "AWS::KinesisFirehose::DeliveryStream": ReturnValues(_name, {
+        "Arn": lambda s: s.arn("firehose", f"deliverystream/{s.name}"),
+    }),
     "AWS::KMS::Alias": ReturnValues(_name, {}),
     "AWS::KMS::Key": ReturnValues(lambda s: s.uuid(), {
         "KeyId": lambda s: s.uuid(), "Arn": lambda s: s.arn("kms", f"key/{s.uuid()}"),
@@ -219,6 +222,8 @@ RETURN_VALUES: dict[str, ReturnValues] = {
     # Local mode publishes version 1 of a function (it runs the bundle the template names).
     "AWS::Lambda::Version": ReturnValues(_lambda_version_arn, {"Version": lambda s: "1", "FunctionArn": _function_arn}),
     "AWS::Logs::LogGroup": ReturnValues(_name, {"Arn": lambda s: s.arn("logs", f"log-group:{s.name}:*")}),
+    "AWS::Logs::LogStream": ReturnValues(_name, {}),
+    "AWS::Logs::SubscriptionFilter": ReturnValues(_name, {}),
     "AWS::S3::Bucket": ReturnValues(_name, {
         "Arn": lambda s: f"arn:{PARTITION}:s3:::{s.name}",
         "DomainName": lambda s: f"{s.name}.s3.{URL_SUFFIX}",

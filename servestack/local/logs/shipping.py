@@ -95,6 +95,7 @@ class LogShipper:
         role: str,
         report: Callable[[str], None],
         metrics: Any | None = None,
+        subscribers: list[Callable[[list[str]], None]] | None = None,
     ) -> None:
         self.name = name
         self.logs = logs  # a CloudWatch Logs client signing as the child's role
@@ -103,6 +104,9 @@ class LogShipper:
         self.role = role
         self.report = report
         self.metrics = metrics  # a CloudWatch client as the service (EMF extraction)
+        # The group's subscription filters' destinations (servestack/local/firehose/): given the lines the group
+        # accepted, as CloudWatch Logs hands a subscription only what PutLogEvents took.
+        self.subscribers = subscribers or []
         self.lines: queue.Queue[tuple[int, str] | None] = queue.Queue()
         self.dropped = 0
         self.refused: str | None = None  # the first refusal, reported once
@@ -158,6 +162,8 @@ class LogShipper:
             return
         if self.metrics is not None:
             self._extract_metrics(self.metrics, [line for _, line in batch])
+        for subscriber in self.subscribers:
+            subscriber([line for _, line in batch])
 
     def _extract_metrics(self, metrics: Any, lines: list[str]) -> None:
         for line in lines:

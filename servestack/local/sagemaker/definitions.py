@@ -54,6 +54,7 @@ class EndpointDef:
     deployment_config: dict[str, Any] | None
     components: tuple[ComponentDef, ...] = ()
     execution_role: str | None = None  # the endpoint config's (role logical id): component endpoints need one
+    data_capture: dict[str, Any] | None = None  # the endpoint config's DataCaptureConfig, resolved
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from servestack.local.sagemaker.backends import VariantPlan
+from servestack.local.sagemaker.data_capture import NativeCapture
 from servestack.local.sagemaker.rehearsal import Rehearsal
 from servestack.local.sagemaker.router import DEFAULT_MAX_IN_FLIGHT, Router
 from servestack.local.sagemaker.variant_start import ContainerSource
@@ -104,6 +105,7 @@ def main(args: list[str] | None = None) -> int:
         control_port=options.control_port,
         max_in_flight=int(config.get("max_in_flight", DEFAULT_MAX_IN_FLIGHT)),
         control_gate=control_gate(os.environ),
+        capture=_capture(config),
     )
     # The router's socket is bound before its lifespan starts the variants: each variant takes a free port
     # then, and an unbound router port could be handed to one of them (seen once in twenty runs).
@@ -122,6 +124,19 @@ def main(args: list[str] | None = None) -> int:
     )
     server.run(sockets=sockets)
     return 0
+
+
+def _capture(config: Mapping[str, Any]) -> NativeCapture | None:
+    """The endpoint's data capture (its DataCaptureConfig), writing as its execution role; None without one."""
+    found = config.get("capture")
+    if not found:
+        return None
+    from servestack.local.emulator import client_as
+    from servestack.local.iam import Credentials
+
+    keys = Credentials.from_dict(found["credentials"])
+    s3 = client_as("s3", found["emulator_url"], keys, found["region"])
+    return NativeCapture(str(config.get("endpoint") or config["deployment"]), found["config"], s3)
 
 
 def control_gate(environ: Mapping[str, str]) -> ControlGate:

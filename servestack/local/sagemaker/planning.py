@@ -192,6 +192,13 @@ class SageMakerPlanner:
             # What SageMaker lets through to the containers: the router refuses past it, as the engine does.
             "max_body_bytes": endpoint_payload_limit(endpoint),
         }
+        role = next((v.execution_role for v in endpoint.variants if v.execution_role), None)
+        if endpoint.data_capture is not None and role is not None:
+            # SageMaker writes the captured records with the model's execution role (data_capture.py).
+            config["capture"] = {
+                "config": endpoint.data_capture, "emulator_url": context.emulator_url, "region": context.region,
+                "credentials": credentials[role].to_dict(),
+            }  # fmt: skip
         path = context.run_dir / f"endpoint-{endpoint.name}.json"
         path.touch(mode=0o600)
         path.chmod(0o600)  # it holds each variant's execution role keys: your user's alone, as the state file

@@ -187,6 +187,7 @@ def read_endpoint(
         else None,
         components,
         execution_role,
+        resolver.resolve(p["DataCaptureConfig"]) if "DataCaptureConfig" in p else None,
     )
 
 

@@ -65,6 +65,7 @@ from servestack.local.sagemaker.router_http import (
 
 if TYPE_CHECKING:
     from servestack.local.iam import ControlGate
+    from servestack.local.sagemaker.data_capture import NativeCapture
 
 logger = logging.getLogger("servestack.router")
 
@@ -95,6 +96,7 @@ class Router:
         control_port: int | None = None,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         control_gate: ControlGate | None = None,
+        capture: NativeCapture | None = None,
     ) -> None:
         self.deployment = deployment
         # The admin routes answer only on this port (None: nowhere); the port callers invoke refuses them.
@@ -103,6 +105,7 @@ class Router:
         # None: every admin request is refused).
         self.control_gate = control_gate
         self.max_in_flight = max_in_flight
+        self.capture = capture  # the endpoint config's DataCaptureConfig, played (data_capture.py)
         self.in_flight = 0
         self.shed = 0
         self.plans = plans
@@ -234,6 +237,8 @@ class Router:
             await self.rehearsal.cancel()
         backends = [*self.variants, *([self.shadow] if self.shadow else [])]
         await asyncio.gather(*(self.stop_backend(backend) for backend in backends))
+        if self.capture is not None:
+            await asyncio.to_thread(self.capture.close)
 
     # ------------------------------------------------------------------------------------------ routing
     def pick(self, component: str | None = None) -> Backend | None:
@@ -326,6 +331,11 @@ class Router:
         backend.record(status, elapsed * 1e6)
         extra = [(VARIANT_HEADER, backend.name.encode())]
         await respond(send, status, [*returned_headers(response_headers), *extra], payload)
+        if self.capture is not None and method == "POST" and status == 200:
+            self.capture.observe(
+                backend.name, _header(request_headers, b"content-type") or "application/json", body,
+                _header(response_headers, b"content-type") or "application/json", payload,
+            )  # fmt: skip
         if self.shadow is not None and method == "POST" and self._random.random() * 100 < self.shadow_percent:
             self._copy_to_shadow(method, target, headers, body, status, payload, elapsed)
         return None
@@ -457,3 +467,7 @@ class Router:
                 await self.stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
+    return next((value.decode("latin-1") for key, value in headers if key.lower() == name), None)

@@ -16,6 +16,7 @@ from servestack.local.cloudwatch import EVALUATED_ALARM, NOT_EVALUATED_ALARM, re
 from servestack.local.codedeploy import CODEDEPLOY_TYPES
 from servestack.local.ecs import ECS_TYPES
 from servestack.local.events import NOT_PLAYED_RULE, PLAYED_RULE, pattern_of, played, read_rules
+from servestack.local.firehose import FIREHOSE_TYPES
 from servestack.local.lambda_ import LAMBDA_TYPES
 from servestack.local.logs import LOGS_TYPES
 from servestack.local.sagemaker import SAGEMAKER_TYPES
@@ -43,6 +44,7 @@ EMULATED: dict[str, str] = {
     **ECS_TYPES,
     **CODEDEPLOY_TYPES,
     **LOGS_TYPES,
+    **FIREHOSE_TYPES,
 }
 REPORTED: dict[str, str] = {
     "AWS::CloudWatch::Alarm": NOT_EVALUATED_ALARM,

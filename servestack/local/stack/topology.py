@@ -26,6 +26,7 @@ from servestack.local.cloudwatch import AlarmDef, read_alarms
 from servestack.local.codedeploy import LambdaDeploymentDef, read_lambda_deployments
 from servestack.local.ecs import read_task_definitions
 from servestack.local.events import RuleDef, read_rules
+from servestack.local.firehose import DeliveryDef, read_deliveries
 from servestack.local.lambda_ import EventSourceMappingDef, FunctionDef, read_functions, read_lambda
 from servestack.local.sagemaker import (
     EndpointDef,
@@ -114,6 +115,7 @@ class StackTopology:
     bucket_notifications: list[BucketNotificationsDef] = field(default_factory=list)  # applied as their handler
     rules: list[RuleDef] = field(default_factory=list)  # the EventBridge rules local mode plays
     alarms: list[AlarmDef] = field(default_factory=list)  # the alarms local mode can evaluate
+    deliveries: list[DeliveryDef] = field(default_factory=list)  # Firehose streams fed by log subscriptions
 
     def function_by_arn(self, arn: str) -> FunctionDef | None:
         base = ":".join(arn.split(":")[:7])
@@ -257,6 +259,7 @@ def read_stack(template: StackTemplate, resolver: Resolver) -> StackTopology:
     topology.bucket_notifications = read_bucket_notifications(template, resolver)
     topology.rules, _ = read_rules(resolver, resources)
     topology.alarms, _ = read_alarms(resolver, resources)
+    topology.deliveries, _ = read_deliveries(resolver, resources)
     return topology
 
 

@@ -94,6 +94,8 @@ class World:
     components: dict[str, ComponentState] = field(default_factory=dict)  # inference component name -> its state
     component_routers: dict[str, str] = field(default_factory=dict)  # inference component -> router control URL
     notices: list[str] = field(default_factory=list)  # lines for the developer (releases applied at start)
+    # (stack, stream logical id) -> its player, shared by the children whose log groups feed the stream
+    firehose_players: dict[tuple[str, str], Callable[[list[str]], None]] = field(default_factory=dict)
 
     # ------------------------------------------------------------------------------------ what to run
     def plan(
@@ -159,7 +161,8 @@ class World:
         """What the service packages' planners are given of this world for one stack."""
 
         def log_shipper(name: str, group: str, keys: Credentials, stream: str | None) -> Callable[[str], None]:
-            return self._log_shipper(plan, name, group, keys, stream)
+            subscribers = self._subscribers(topology, group, credentials)
+            return self._log_shipper(plan, name, group, keys, stream, subscribers)
 
         return PlanContext(
             region=self.region, emulator_url=self.emulator_url, work=self.work,
@@ -204,8 +207,33 @@ class World:
             notices=self.notices,
         )  # fmt: skip
 
+    def _subscribers(
+        self, topology: StackTopology, group: str, credentials: dict[str, Credentials]
+    ) -> list[Callable[[list[str]], None]]:
+        """The Firehose streams the log group's subscription filters feed, each played once per stack with its
+        role's keys (servestack/local/firehose/)."""
+        from servestack.local.emulator import client_as
+        from servestack.local.firehose import FirehosePlayer
+
+        found: list[Callable[[list[str]], None]] = []
+        for delivery in topology.deliveries:
+            if group not in delivery.groups or delivery.role not in credentials:
+                continue
+            key = (topology.stack, delivery.logical_id)
+            if key not in self.firehose_players:
+                s3 = client_as("s3", self.emulator_url, credentials[delivery.role], self.region)
+                self.firehose_players[key] = FirehosePlayer(delivery, s3, _report)
+            found.append(self.firehose_players[key])
+        return found
+
     def _log_shipper(
-        self, plan: Plan, name: str, group: str, credentials: Credentials, stream: str | None = None
+        self,
+        plan: Plan,
+        name: str,
+        group: str,
+        credentials: Credentials,
+        stream: str | None = None,
+        subscribers: list[Callable[[list[str]], None]] | None = None,
     ) -> Callable[[str], None]:
         from servestack.local.emulator import client_as
         from servestack.local.logs import LogShipper, ensure_log_group, lambda_stream_name
@@ -215,7 +243,7 @@ class World:
             name=name, group=group, stream=stream or lambda_stream_name(), role=credentials.arn,
             logs=client_as("logs", self.emulator_url, credentials, self.region),
             metrics=client_as("cloudwatch", self.emulator_url, self.access.developer, self.region),
-            report=lambda line: print(line, file=sys.stderr, flush=True),
+            report=lambda line: print(line, file=sys.stderr, flush=True), subscribers=subscribers,
         )  # fmt: skip
         plan.log_shippers.append(shipper)
         return shipper
@@ -256,3 +284,7 @@ class World:
         lines.append("\nstartup: " + ", ".join(f"{what} {sec:.1f}s" for what, sec in timings))
         lines.append("\nCtrl-C stops everything.")
         return "\n".join(lines)
+
+
+def _report(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

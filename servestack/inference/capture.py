@@ -1,0 +1,296 @@
+"""Data capture: which requests are recorded (`CapturePolicy`), the record (`capture_record`, docs/monitoring.md's
+"Capture records"), and its emission as one log line per sampled request (`Capturer`).
+
+A record is SageMaker's data capture shape plus a `servestack` block (deployment, mode, model, version, variant,
+async job id). Its input is the decoded inputs the model saw, column by column (`{"inputs": {name: [values]}}`, a
+body servestack's request forms accept again), without the excluded columns; its output, the answer's body.
+
+Emission is one line on stdout, the record itself, written after the answer has been sent: the
+platform ships stdout to CloudWatch Logs (Lambda, SageMaker, ECS), where a subscription filter hands the capture
+lines to Kinesis Data Firehose, which writes them to S3 (servestack/cdk/capture.py). A request pays a JSON dump
+and one write(2); a slow or failing S3 or Firehose never touches it, and no AWS client is called per request.
+
+The policy comes from one setting, `SERVESTACK_CAPTURE` (a JSON object the CDK constructs and local mode write).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import random
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import numpy as np
+import orjson
+
+from servestack.inference.errors import ConfigurationError
+from servestack.inference.manifest import ColumnSpec
+from servestack.inference.media_types import CSV, JSON, Encoded
+
+if TYPE_CHECKING:
+    from servestack.inference.service import ServedModel
+
+logger = logging.getLogger("servestack.capture")
+
+EVENT_VERSION = "0"
+MODES = ("realtime", "serverless", "async", "batch")
+WHATS = ("inputs", "outputs", "both")
+# CloudWatch Logs takes events of at most 256 KiB, 26 bytes of which are its own; a longer line would be cut (and
+# be no JSON any more). A record past it is written without its data, marked `"dropped"` with its size.
+MAX_LINE_BYTES = 256 * 1024 - 26
+
+
+class CaptureSetting(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """`SERVESTACK_CAPTURE`: serving.yaml's `capture:` block and where the deployment runs."""
+
+    deployment: str
+    mode: str
+    sample_percent: float = 100.0
+    what: str = "both"
+    exclude_columns: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.sample_percent <= 100:
+            raise ValueError(f"sample_percent {self.sample_percent} is not in 0..100")
+        if self.what not in WHATS:
+            raise ValueError(f"what {self.what!r} is not one of {', '.join(WHATS)}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+
+
+def parse_setting(text: str) -> CaptureSetting | None:
+    """The capture setting of `SERVESTACK_CAPTURE` ('' or absent: capture is off)."""
+    if not text.strip():
+        return None
+    try:
+        return msgspec.json.decode(text, type=CaptureSetting)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise ConfigurationError(
+            f"SERVESTACK_CAPTURE: {text[:200]!r} is invalid: {exc}",
+            field="SERVESTACK_CAPTURE",
+            value=text[:200],
+            allowed='{"deployment": ..., "mode": ..., "sample_percent": 0..100, "what": inputs|outputs|both, '
+            '"exclude_columns": [...]}',
+        ) from None
+
+
+@dataclass
+class CapturePolicy:
+    """Whether a request is captured (`sampled`: each with probability `sample_percent`/100, drawn from `draw`,
+    uniform in [0, 1)) and what of it."""
+
+    setting: CaptureSetting
+    draw: Callable[[], float] = field(default=random.random)
+
+    def sampled(self) -> bool:
+        percent = self.setting.sample_percent
+        return percent >= 100 or (percent > 0 and self.draw() * 100 < percent)
+
+
+def _event_time(now: datetime | None = None) -> str:
+    return (now or datetime.now(UTC)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def input_columns(
+    arrays: Mapping[str, np.ndarray], columns: tuple[ColumnSpec, ...], exclude: Iterable[str]
+) -> dict[str, Any]:
+    """The inputs column by column: a tabular model's named columns (an `[N, k]` input split into its k columns),
+    else each input whole; the excluded names (columns or inputs) left out."""
+    left_out = set(exclude)
+    if columns:
+        out: dict[str, Any] = {}
+        for column in columns:
+            if column.name in left_out or column.input in left_out or column.input not in arrays:
+                continue
+            array = arrays[column.input]
+            values = array[:, column.index] if column.index is not None else array.reshape(array.shape[0], -1)[:, 0]
+            out[column.name] = _jsonable(values)
+        return out
+    return {name: _jsonable(array) for name, array in arrays.items() if name not in left_out}
+
+
+def _jsonable(array: np.ndarray) -> Any:
+    """Numbers stay an array, which orjson writes itself (several times faster than `tolist()` and its floats);
+    text and the rest become lists."""
+    if array.dtype.kind in "biuf":
+        return np.ascontiguousarray(array)
+    return array.tolist()
+
+
+def _part(mode: str, media_type: str, data: bytes) -> dict[str, str]:
+    """SageMaker's `endpointInput`/`endpointOutput`: text as it is (JSON or CSV), anything else in base64."""
+    text_kind = {JSON: "JSON", CSV: "CSV"}.get(media_type.split(";")[0].strip())
+    if text_kind is not None:
+        try:
+            text = data.decode("utf-8")
+            return {"observedContentType": media_type, "mode": mode, "data": text, "encoding": text_kind}
+        except UnicodeDecodeError:
+            pass
+    return {
+        "observedContentType": media_type,
+        "mode": mode,
+        "data": base64.b64encode(data).decode("ascii"),
+        "encoding": "BASE64",
+    }
+
+
+def capture_record(
+    setting: CaptureSetting,
+    *,
+    model: str,
+    version: str,
+    variant: str | None,
+    inputs: bytes | None,
+    output: bytes | None,
+    output_type: str = JSON,
+    job_id: str | None = None,
+    event_id: str | None = None,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """One capture record (docs/monitoring.md): `inputs` is the JSON text of `{"inputs": {...}}` (or a raw body,
+    `application/octet-stream`), `output` the answer's body; each is left out as `what` says."""
+    data: dict[str, Any] = {}
+    if inputs is not None and setting.what != "outputs":
+        kind = JSON if inputs[:1] == b"{" else "application/octet-stream"
+        data["endpointInput"] = _part("INPUT", kind, inputs)
+    if output is not None and setting.what != "inputs":
+        data["endpointOutput"] = _part("OUTPUT", output_type, output)
+    return {
+        "captureData": data,
+        "eventMetadata": {"eventId": event_id or str(uuid.uuid4()), "inferenceTime": _event_time(now)},
+        "eventVersion": EVENT_VERSION,
+        "servestack": {
+            "deployment": setting.deployment,
+            "mode": setting.mode,
+            "model": model,
+            "version": version,
+            "variant": variant or None,
+            "job_id": job_id,
+        },
+    }
+
+
+def inputs_json(
+    arrays: Mapping[str, np.ndarray], columns: tuple[ColumnSpec, ...], exclude: Iterable[str]
+) -> bytes | None:
+    """`{"inputs": {...}}` as JSON text; None for inputs JSON cannot hold (raw bytes)."""
+    try:
+        # NaN and infinities become null (orjson), as the request forms read null in a float column.
+        return orjson.dumps(
+            {"inputs": input_columns(arrays, columns, exclude)}, option=orjson.OPT_SERIALIZE_NUMPY, default=_as_list
+        )
+    except TypeError:
+        return None
+
+
+def _as_list(value: Any) -> Any:
+    # orjson hands over the arrays it does not write itself (a dtype it lacks: float16 in older releases).
+    if isinstance(value, np.ndarray | np.generic):
+        return value.tolist()
+    raise TypeError(type(value).__name__)
+
+
+def _write_stdout(line: bytes) -> None:
+    # One write(2) per line: the workers of a container share its stdout, and a line written in one call is not
+    # interleaved with another's up to the pipe's atomic size (4 KiB); CloudWatch takes each line as one event.
+    os.write(1, line)
+
+
+class Capturer:
+    """Records the sampled requests of one serving process as log lines (`emit`)."""
+
+    def __init__(
+        self,
+        setting: CaptureSetting,
+        *,
+        variant: str | None = None,
+        draw: Callable[[], float] = random.random,
+        write: Callable[[bytes], None] = _write_stdout,
+    ) -> None:
+        self.setting = setting
+        self.policy = CapturePolicy(setting, draw)
+        self.variant = variant or None
+        self.write = write
+        self.exclude = frozenset(setting.exclude_columns)
+
+    def sampled(self) -> bool:
+        return self.policy.sampled()
+
+    def emit(
+        self,
+        *,
+        model: str,
+        version: str,
+        columns: tuple[ColumnSpec, ...],
+        arrays: Mapping[str, np.ndarray] | None,
+        output: bytes | None,
+        output_type: str = JSON,
+        body: bytes | None = None,
+        job_id: str | None = None,
+    ) -> None:
+        """Write the record of one sampled request (call `sampled()` first). `body`: the raw request, recorded
+        (base64) only when the inputs are none JSON can hold, and never with excluded columns (it holds them)."""
+        inputs: bytes | None = None
+        if arrays is not None and self.setting.what != "outputs":
+            inputs = inputs_json(arrays, columns, self.exclude)
+            if inputs is None and not self.exclude:
+                inputs = body
+        record = capture_record(
+            self.setting,
+            model=model,
+            version=version,
+            variant=self.variant,
+            inputs=inputs,
+            output=output,
+            output_type=output_type,
+            job_id=job_id,
+        )
+        # The record as it is, so the objects Firehose writes hold the one format (docs/monitoring.md); a log
+        # subscription tells these lines from the others by their `servestack.deployment`.
+        line = orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+        if len(line) > MAX_LINE_BYTES:
+            record["captureData"] = {}
+            record["servestack"]["dropped"] = f"record of {len(line)} bytes > {MAX_LINE_BYTES} (a log event's limit)"
+            line = orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+        self.write(line)
+
+    def answered(
+        self,
+        model: ServedModel,
+        arrays: Mapping[str, np.ndarray],
+        encoded: Encoded,
+        body: bytes | None = None,
+        job_id: str | None = None,
+    ) -> None:
+        """Record a sampled request `model` answered; a failure here is logged, never the client's: its answer
+        has been sent (or stored) already."""
+        try:
+            self.emit(
+                model=model.manifest.name,
+                version=model.manifest.version,
+                columns=model.columns,
+                arrays=arrays,
+                output=encoded.body,
+                output_type=encoded.media_type,
+                body=body,
+                job_id=job_id,
+            )
+        except Exception:
+            logger.exception("data capture failed for %s", model.key)
+
+
+def capturer_from(text: str, *, variant: str | None = None) -> Capturer | None:
+    """The process's capturer from `SERVESTACK_CAPTURE`, None when capture is off."""
+    setting = parse_setting(text)
+    return None if setting is None else Capturer(setting, variant=variant)
+
+
+def records_of(lines: Iterable[bytes | str]) -> list[dict[str, Any]]:
+    """The capture records of JSON Lines text (blank lines skipped)."""
+    return [orjson.loads(line) for line in lines if line.strip()]

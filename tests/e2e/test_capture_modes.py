@@ -1,0 +1,234 @@
+"""Data capture under `local up` (docs/monitoring.md): the zoo's ColumnTransformer pipeline (`wine-pipeline`,
+tests/zoo.py) deployed in all four modes with `capture:` at 100%, its text column `shade` left out.
+
+Realtime (its columns left out, so its container's log lines), serverless and async: each answered request
+becomes one record in the documented format under the deployment's capture prefix in the emulator's S3, through
+the log group's subscription and the Firehose stream, written with the stream's role (IAM enforced), never with
+`shade` in it. Batch: the run's input and output objects are its record, joined by the id column.
+
+The 10% sampling check over 2,000 requests runs in process, through the HTTP app (tests/functional/
+test_capture_app.py) and the sampler alone (tests/unit/test_capture.py): through local up's fronts it would take
+minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from servestack.inference.capture import records_of
+from servestack.local.batch.data import batch_location
+from tests.e2e.conftest import LocalUp, start_local_up
+from tests.waiting import wait_for
+from tests.zoo import ZooModel
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+SERVESTACK = str(Path(sys.executable).parent / "servestack")
+PIPELINE = "wine-pipeline"
+EXCLUDED = "shade"
+ONLINE = {"wine-rt": "realtime", "wine-api": "serverless", "wine-jobs": "async"}
+REQUESTS = 3
+
+
+@dataclass
+class Captured:
+    up: LocalUp
+    root: Path
+    env: dict[str, str]
+    answers: dict[str, list[dict[str, Any]]]
+
+    def cli(self, *args: str) -> str:
+        done = subprocess.run([SERVESTACK, *args], cwd=self.root, env=self.env, capture_output=True, text=True,
+                              timeout=300, check=False)  # fmt: skip
+        assert done.returncode == 0, f"servestack {' '.join(args)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        return done.stdout
+
+
+def serving_yaml() -> dict[str, Any]:
+    private = {"sample_percent": 100, "exclude_columns": [EXCLUDED]}
+    return {
+        "models": [{"name": PIPELINE, "version": 1}],
+        "deployments": {
+            "wine-rt": {"mode": "realtime", "model": PIPELINE, "instance_type": "ml.c6i.xlarge", "capture": private},
+            "wine-native": {"mode": "realtime", "model": PIPELINE, "instance_type": "ml.c6i.xlarge", "capture": {}},
+            "wine-api": {"mode": "serverless", "model": PIPELINE, "capture": private},
+            "wine-jobs": {"mode": "async", "model": PIPELINE, "capture": private},
+            "wine-nightly": {
+                "mode": "batch",
+                "model": PIPELINE,
+                "input_format": "jsonl",
+                "id_column": "id",
+                "capture": {},
+            },
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory: pytest.TempPathFactory, zoo: dict[str, ZooModel]) -> Iterator[Captured]:
+    root = tmp_path_factory.mktemp("capture-project")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SERVESTACK_", "AWS_"))}
+    env["PYTHONUNBUFFERED"] = "1"
+    (root / "serving.yaml").touch()
+    assert subprocess.run([SERVESTACK, "init", str(root)], env=env, capture_output=True, check=False).returncode == 0
+    model = zoo[PIPELINE]
+    shutil.copy(model.onnx_path, root / f"{PIPELINE}.onnx")
+    push = subprocess.run([SERVESTACK, "models", "push", f"{PIPELINE}.onnx", "--name", PIPELINE], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert push.returncode == 0, push.stdout[-3000:] + push.stderr[-3000:]
+    (root / "serving.yaml").write_text(yaml.safe_dump(serving_yaml(), sort_keys=False))
+    up = start_local_up(root, cwd=root, env=env, found_state=root / ".servestack" / "local.json", timeout_sec=300)
+    try:
+        assert up.state["iam_enforced"] is True
+        made = Captured(up, root, env, {})
+        for i in range(REQUESTS):
+            request = model.request(np.arange(i, i + 2 + i))  # 2, 3 and 4 rows
+            (root / f"request-{i}.json").write_text(json.dumps(request))
+            for name in (*ONLINE, "wine-native"):
+                made.answers.setdefault(name, []).append(
+                    json.loads(made.cli("invoke", name, "--data", f"request-{i}.json"))
+                )
+        yield made
+    finally:
+        assert up.stop() == 0, up.log_text()[-4000:]
+
+
+def capture_records(captured: Captured, deployment: str) -> list[dict[str, Any]]:
+    s3 = captured.up.emulator("s3")
+    found: list[dict[str, Any]] = []
+    for bucket in s3.list_buckets()["Buckets"]:
+        listing = s3.list_objects_v2(Bucket=bucket["Name"], Prefix=f"capture/{deployment}/")
+        for item in listing.get("Contents", []):
+            body = s3.get_object(Bucket=bucket["Name"], Key=item["Key"])["Body"].read()
+            found += records_of(body.splitlines())
+    return found
+
+
+@pytest.mark.parametrize("deployment", list(ONLINE))
+def test_every_request_and_answer_is_captured_in_the_documented_format(captured: Captured, deployment: str) -> None:
+    model = ONLINE[deployment]
+    records = wait_for(
+        lambda: found if len(found := capture_records(captured, deployment)) >= REQUESTS else None,
+        f"{REQUESTS} capture records of {deployment}",
+        timeout_sec=60,
+        poll_sec=0.5,
+    )
+    assert len(records) == REQUESTS  # one per request, no more
+    for record in records:
+        assert record["eventVersion"] == "0"
+        meta = record["servestack"]
+        assert (meta["deployment"], meta["mode"], meta["model"], meta["version"]) == (deployment, model, PIPELINE, "1")
+        assert (meta["job_id"] is not None) == (model == "async")
+        assert (meta["variant"] is not None) == (model == "realtime")
+        assert record["captureData"]["endpointInput"]["encoding"] == "JSON"
+        # THEN the left-out column is nowhere in the record, and every other column is there
+        inputs = json.loads(record["captureData"]["endpointInput"]["data"])["inputs"]
+        assert EXCLUDED not in inputs
+        assert not any(shade in json.dumps(record) for shade in ("amber", "ruby", "pale"))
+        assert "alcohol" in inputs
+    # AND each record's answer is an answer the client got, its rows its request's
+    answers = sorted(json.dumps(_predictions(answer), sort_keys=True) for answer in captured.answers[deployment])
+    recorded = sorted(
+        json.dumps(_predictions(json.loads(r["captureData"]["endpointOutput"]["data"])), sort_keys=True)
+        for r in records
+    )
+    assert recorded == answers
+    assert sorted(len(json.loads(r["captureData"]["endpointInput"]["data"])["inputs"]["alcohol"]) for r in records) == [
+        2,
+        3,
+        4,
+    ]
+
+
+def _predictions(answer: dict[str, Any]) -> Any:
+    return answer.get("predictions", answer)
+
+
+def test_servestack_monitor_reads_the_records_as_captured(captured: Captured, zoo: dict[str, ZooModel]) -> None:
+    # GIVEN the serverless deployment's records in the emulator's S3 (the left-out column absent from each)
+    wait_for(lambda: len(capture_records(captured, "wine-api")) >= REQUESTS, "wine-api's records", timeout_sec=60)
+    bucket = next(
+        b["Name"]
+        for b in captured.up.emulator("s3").list_buckets()["Buckets"]
+        if captured.up.emulator("s3").list_objects_v2(Bucket=b["Name"], Prefix="capture/wine-api/").get("KeyCount")
+    )
+    zoo[PIPELINE].sample.to_pandas().to_csv(captured.root / "train.csv", index=False)
+    env = captured.env | {
+        "AWS_ACCESS_KEY_ID": captured.up.state["developer"]["AWS_ACCESS_KEY_ID"],
+        "AWS_SECRET_ACCESS_KEY": captured.up.state["developer"]["AWS_SECRET_ACCESS_KEY"],
+    }
+    # WHEN `servestack monitor` reads them where Firehose wrote them
+    done = subprocess.run(
+        [SERVESTACK, "monitor", "--capture", f"s3://{bucket}/capture/wine-api/", "--model",
+         f"models/artifacts/{PIPELINE}/1", "--baseline", "train.csv", "--min-rows", "1", "--json", "monitor.json",
+         "--endpoint-url", captured.up.state["endpoint_url"], "--region", captured.up.state["region"],
+         "--report", "m.html"],
+        cwd=captured.root, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    # THEN it reads every record, every row, and skips none
+    assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
+    summary = json.loads((captured.root / "monitor.json").read_text())
+    assert summary["current"]["rows"] == 2 + 3 + 4
+    assert summary["notes"] == []
+    shade = next(column for column in summary["columns"] if column["name"] == EXCLUDED)
+    assert shade["current_rows"] == 0  # left out of every record, and not counted as missing
+    assert shade["current_missing"] == 0
+
+
+def test_a_realtime_endpoint_without_excluded_columns_is_captured_by_sagemaker_itself(captured: Captured) -> None:
+    # SageMaker's own records (the local router plays DataCaptureConfig): the body as received, no servestack
+    # block, at SageMaker's keys <prefix><endpoint>/<variant>/yyyy/mm/dd/hh/<name>.jsonl
+    s3 = captured.up.emulator("s3")
+
+    def native() -> list[tuple[str, dict[str, Any]]] | None:
+        found: list[tuple[str, dict[str, Any]]] = []
+        for bucket in s3.list_buckets()["Buckets"]:
+            listing = s3.list_objects_v2(Bucket=bucket["Name"], Prefix="capture/wine-native/")
+            for item in listing.get("Contents", []):
+                body = s3.get_object(Bucket=bucket["Name"], Key=item["Key"])["Body"].read()
+                found += [(item["Key"], record) for record in records_of(body.splitlines())]
+        return found if len(found) >= REQUESTS else None
+
+    records = wait_for(native, "SageMaker's capture records of wine-native", timeout_sec=60, poll_sec=0.5)
+    assert len(records) == REQUESTS
+    for key, record in records:
+        assert re.fullmatch(r"capture/wine-native/[^/]+/primary/\d{4}/\d\d/\d\d/\d\d/[^/]+\.jsonl", key), key
+        assert "servestack" not in record
+        request = json.loads(record["captureData"]["endpointInput"]["data"])
+        assert "inputs" in request  # the body as the client sent it
+    answers = sorted(json.dumps(a, sort_keys=True) for a in captured.answers["wine-native"])
+    recorded = sorted(
+        json.dumps(json.loads(r["captureData"]["endpointOutput"]["data"]), sort_keys=True) for _, r in records
+    )
+    assert recorded == answers
+
+
+def test_a_batch_runs_objects_are_its_capture_joined_by_id(captured: Captured, zoo: dict[str, ZooModel]) -> None:
+    table = zoo[PIPELINE].sample.slice(0, 5).to_pylist()
+    rows = [{"id": f"r{i}", **row} for i, row in enumerate(table)]
+    bucket, prefix, output = batch_location(captured.up.state, "wine-nightly")
+    s3 = captured.up.emulator("s3")
+    s3.put_object(Bucket=bucket, Key=f"{prefix}rows.jsonl", Body="\n".join(map(json.dumps, rows)).encode())
+    captured.cli("local", "run-batch", "wine-nightly", "--state", str(captured.up.state_path))
+    manifest = json.loads(s3.get_object(Bucket=bucket, Key=f"{output}manifest.json")["Body"].read())
+    scored = [
+        json.loads(line)
+        for part in manifest["parts"]
+        for line in s3.get_object(Bucket=bucket, Key=f"{output}{part['key']}")["Body"].read().splitlines()
+        if line.strip()
+    ]
+    # THEN every input row has its output row, joined by the id column: no copy under capture/
+    assert sorted(row["id"] for row in scored) == sorted(row["id"] for row in rows)
+    assert capture_records(captured, "wine-nightly") == []
