@@ -184,6 +184,12 @@ class ServedModel:
             raise codecs.unsupported_media_type(content_type)
         return self.decode_payload(body, content_type)
 
+    @property
+    def reads_raw_bodies(self) -> bool:
+        """Whether some body no codec reads is this model's to read (`reads_raw`): a hook, an image input, a
+        tokenizer. A batch job of such a model reads every file under its prefix (tabular/files.py)."""
+        return self.hooks.preprocess is not None or self.image is not None or self.text is not None
+
     def reads_raw(self, media_type: str) -> bool:
         """Whether a body of `media_type` that no codec reads is this model's to read (`decode_raw`): any, with a
         preprocess hook; pictures and forms, with a declared image input; plain text, with a tokenizer."""

@@ -73,7 +73,7 @@ def cli(root: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProc
 @pytest.fixture(scope="module")
 def answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[list[int], list[str], np.ndarray]]]:
     """Each deployment's (predictions, labels, probabilities) for the pictures it was sent: online, the JPEG then
-    the PNG (`SENT_ONLINE`); batch, every picture."""
+    the PNG (`SENT_ONLINE`); batch, every picture as a line of `{"b64": ...}`, then the JPEG and PNG files."""
     root = tmp_path_factory.mktemp("image-modes")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SERVESTACK_"))}
     cli(root, env, "init", ".")
@@ -106,10 +106,18 @@ def answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tupl
                     [label for body in bodies for label in body["labels"]],
                     np.asarray([row for body in bodies for row in body["probabilities"]], dtype=np.float32),
                 )
-            cli(root, env, "local", "put-input", f"{model}-nightly", "pictures.jsonl")
+            # (the lines of pictures, then the raw picture files: a file is one record, its key the id)
+            for given in ("pictures.jsonl", *SENT_ONLINE):
+                cli(root, env, "local", "put-input", f"{model}-nightly", given)
             scores = root / f"{model}-scores.jsonl"
             cli(root, env, "local", "run-batch", f"{model}-nightly", "--download", str(scores))
-            rows = [json.loads(line) for line in scores.read_text().splitlines() if line.strip()]
+            by_file = [json.loads(line) for line in scores.read_text().splitlines() if line.strip()]
+            assert all(row["error"] is None for row in by_file), by_file
+            line_rows = sorted(
+                (row for row in by_file if row["file"].endswith("pictures.jsonl")), key=lambda r: r["line"]
+            )
+            files = [next(row for row in by_file if row["file"].endswith(f"/{picture}")) for picture in SENT_ONLINE]
+            rows = [*line_rows, *files]
             found[f"{model}-nightly"] = (
                 [row["prediction"] for row in rows],
                 [row["label"] for row in rows],
@@ -127,7 +135,8 @@ def test_every_mode_answers_a_picture_as_torch_does(
     model, suffix = deployment.rsplit("-", 1)
     _, logits_file, tolerance = MODELS[model]
     logits = np.load(FIXTURES / logits_file).astype(np.float32)
-    sent = list(SENT_ONLINE.values()) if suffix != "nightly" else list(range(len(PICTURES)))
+    online = list(SENT_ONLINE.values())
+    sent = online if suffix != "nightly" else [*range(len(PICTURES)), *online]
     predictions, labels, probabilities = answers[deployment]
     # THEN torch's classes, their labels, and its logits' softmax within the model's precision
     assert predictions == logits[sent].argmax(axis=1).tolist()

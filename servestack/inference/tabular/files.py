@@ -1,12 +1,13 @@
 """Binary input files: an image, audio, raw bytes, text... under a batch job's input prefix, one record each.
 
-A model with a `preprocess` hook reads every object under the prefix, not only the row formats (JSON Lines, CSV,
-Parquet: rows.py). Any other object is one record: its bytes go to the hook as one request does online, with the
+A model that reads bodies no codec reads (a `preprocess` hook, a declared image input, a tokenizer:
+`ServedModel.reads_raw_bodies`) reads every object under the prefix, not only the row formats (JSON Lines, CSV,
+Parquet: rows.py). Any other object is one record: its bytes go to the model as one request does online, with the
 media type its name suggests (`media_types.guessed_type`: `.png` -> `image/png`, `.wav` -> `audio/x-wav`, unknown
 -> `application/octet-stream`), and its prediction is one output row whose `file` is the object's key (its id) and
 `line` 1. So every file is accounted for: scored, or an error row with the reason (the hook refused it, it gave
-other than one row, it is over the size limit). A model without a hook has no reader for such objects, and the
-job leaves them out as it always did.
+other than one row, it is over the size limit). A model that reads no such body has no reader for these objects,
+and the job leaves them out as it always did.
 
 A file is held whole while its chunk is scored: one over `MAX_FILE_BYTES` is an error record (line 0, the
 file's outcome `failed`) whose bytes are never read, and chunks of files are cut at that many bytes

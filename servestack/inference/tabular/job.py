@@ -152,8 +152,9 @@ class BatchJob:
 
     def reads_files(self) -> bool:
         """Whether every object under the prefix is input, the ones of no row format each one record for the
-        model's `preprocess` hook (files.py); else only the row formats are."""
-        return self.input_format is None and self.model.hooks.preprocess is not None
+        model to read as it reads such a body online (files.py: its `preprocess` hook, its declared image input,
+        its tokenizer); else only the row formats are."""
+        return self.input_format is None and self.model.reads_raw_bodies
 
     def inputs(self) -> list[StoredObject]:
         wanted = FORMATS if self.input_format is None else INPUT_SUFFIXES[self.input_format]
