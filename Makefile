@@ -89,6 +89,7 @@ bench: setup
 	$(PY) -m bench.batch_job --rows 1000000 --input-format parquet --output-format parquet --chunk-rows 50000
 	$(PY) -m bench.async_jobs --jobs 1000 --poison 20
 	$(PY) -m bench.images
+	$(PY) -m bench.images --model resnet18
 
 # The peers bench: MLServer in an environment of its own (.bench/peers, every version pinned in
 # bench/peers-requirements.txt), rebuilt only when that file changes.
