@@ -90,6 +90,10 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Project]:
     (root / "bad.jsonl").write_text(
         "".join(json.dumps({"input_ids": ids, "attention_mask": [1] * len(ids)}) + "\n" for ids in bad.values())
     )
+    ragged = [{"input_ids": entry["ids"], "attention_mask": [1] * len(entry["ids"])} for entry in EXPECTED["sentences"]]
+    assert len({len(row["input_ids"]) for row in ragged}) > 1  # ragged: the sentences' token counts differ
+    (root / "ragged.json").write_text(json.dumps({"instances": ragged}))
+    (root / "ragged.jsonl").write_text("".join(json.dumps(row) + "\n" for row in ragged))
     (root / "texts.jsonl").write_text("".join(json.dumps(text) + "\n" for text in SENTENCES))
     up: LocalUp = start_local_up(root, "--fresh", cwd=root, env=env, timeout_sec=600,
                                  found_state=root / ".servestack" / "local.json")  # fmt: skip
@@ -126,7 +130,8 @@ def test_a_batch_job_answers_each_line_of_text(project: Project, tmp_path: Path)
     project.cli("local", "put-input", "sentiment-nightly", "texts.jsonl")
     scores = tmp_path / "scores.jsonl"
     project.cli("local", "run-batch", "sentiment-nightly", "--download", str(scores))
-    rows = [json.loads(line) for line in scores.read_text().splitlines() if line.strip()]
+    every = [json.loads(line) for line in scores.read_text().splitlines() if line.strip()]
+    rows = sorted((row for row in every if row["file"].endswith("texts.jsonl")), key=lambda row: row["line"])
     # THEN a row per line, each torch's logits for its text
     close_to_torch(
         {"predictions": [row["prediction"] for row in rows], "probabilities": [row["probabilities"] for row in rows]},
@@ -186,3 +191,27 @@ def test_the_docs_sends_run_as_written(project: Project) -> None:
         answers.append(answer)
         at = printed.find("{", end)
     assert [len(answer["predictions"]) for answer in answers] == [1, len(SENTENCES), 1], printed
+
+
+@pytest.mark.parametrize("suffix", ["rt", "api", "jobs"])
+def test_ragged_token_ids_are_padded_and_answered_as_torch_does(project: Project, suffix: str) -> None:
+    # WHEN the sentences' token ids, of different lengths, are sent directly (no tokenizer on the way)
+    answer = json.loads(project.cli("invoke", f"sentiment-{suffix}", "--data", "ragged.json").stdout)
+    # THEN they are padded with the tokenizer's pad id, masked, and answered with torch's logits
+    close_to_torch(answer, slice(None), f"sentiment-{suffix} ragged ids")
+
+
+def test_a_batch_job_answers_lines_of_ragged_ids(project: Project, tmp_path: Path) -> None:
+    project.cli("local", "put-input", "sentiment-nightly", "ragged.jsonl")
+    scores = tmp_path / "ragged-scores.jsonl"
+    project.cli("local", "run-batch", "sentiment-nightly", "--download", str(scores))
+    rows = [json.loads(line) for line in scores.read_text().splitlines() if line.strip()]
+    ragged = sorted((row for row in rows if row["file"].endswith("ragged.jsonl")), key=lambda row: row["line"])
+    close_to_torch(
+        {
+            "predictions": [row["prediction"] for row in ragged],
+            "probabilities": [row["probabilities"] for row in ragged],
+        },
+        slice(None),
+        "sentiment-nightly ragged ids",
+    )
