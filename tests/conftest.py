@@ -180,6 +180,29 @@ class LambdaHandler:
             asyncio.set_event_loop(None)
 
 
+def fresh_lambda_handler(model_dir: Path, default_model: str, module_name: str) -> Iterator[LambdaHandler]:
+    """A fresh copy of the Lambda entry module, initialised as a Lambda process does (models load at import) on
+    `model_dir`'s models: a module fixture yields from it, and the loop closes when the fixture ends."""
+    import importlib.util
+
+    entry = importlib.util.find_spec("servestack.adapters.serverless")  # found, not imported: its init loads
+    assert entry is not None
+    assert entry.origin is not None
+    spec = importlib.util.spec_from_file_location(module_name, entry.origin)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SERVESTACK_MODEL_DIR", str(model_dir))
+        patch.setenv("SERVESTACK_DEFAULT_MODEL", default_model)
+        spec.loader.exec_module(module)
+    asyncio.set_event_loop(None)
+    yield LambdaHandler(module.handler, loop)
+    loop.close()
+
+
 @pytest.fixture(scope="session")
 def lambda_handler() -> Iterator[LambdaHandler]:
     from servestack.adapters import serverless

@@ -7,9 +7,7 @@ prediction, labels, top k; a model of probabilities alone gets its prediction de
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import importlib.util
 import io
 import subprocess
 import sys
@@ -28,7 +26,7 @@ from servestack.inference.packaging import build_package
 from servestack.inference.push_images import image_options
 from servestack.inference.service import ServedModel
 from servestack.inference.settings import ServingSettings
-from tests.conftest import LambdaHandler, RealtimeServer, lambda_event, response_body
+from tests.conftest import LambdaHandler, RealtimeServer, fresh_lambda_handler, lambda_event, response_body
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "deep_learning"
 # As export_image.py's PREPROCESS: the preprocessing its reference tensors went through.
@@ -107,22 +105,7 @@ def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 @pytest.fixture(scope="module")
 def handler(model_dir: Path) -> Iterator[LambdaHandler]:
     """The Lambda entry module, initialised as a Lambda process does (models load at import), on these models."""
-    entry = importlib.util.find_spec("servestack.adapters.serverless")  # found, not imported: its init loads
-    assert entry is not None
-    assert entry.origin is not None
-    spec = importlib.util.spec_from_file_location("serverless_image_models", entry.origin)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("SERVESTACK_MODEL_DIR", str(model_dir))
-        patch.setenv("SERVESTACK_DEFAULT_MODEL", "cnn")
-        spec.loader.exec_module(module)
-    asyncio.set_event_loop(None)
-    yield LambdaHandler(module.handler, loop)
-    loop.close()
+    yield from fresh_lambda_handler(model_dir, "cnn", "serverless_image_models")
 
 
 Post = Callable[[str, bytes, str], tuple[int, Any]]

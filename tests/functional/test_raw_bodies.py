@@ -4,8 +4,6 @@ refuses them with the codecs' 415."""
 
 from __future__ import annotations
 
-import asyncio
-import importlib.util
 import io
 import json
 import shutil
@@ -23,7 +21,7 @@ import pytest
 from PIL import Image
 
 from servestack.inference.packaging import create_package
-from tests.conftest import ARTIFACTS, LambdaHandler, RealtimeServer, lambda_event, response_body
+from tests.conftest import ARTIFACTS, LambdaHandler, RealtimeServer, fresh_lambda_handler, lambda_event, response_body
 
 SERVESTACK = str(Path(sys.executable).parent / "servestack")
 RAW_HOOKS = Path(__file__).resolve().parents[1] / "fixtures" / "raw_digits_process.py"
@@ -54,22 +52,7 @@ def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 @pytest.fixture(scope="module")
 def handler(model_dir: Path) -> Iterator[LambdaHandler]:
     """The Lambda entry module, initialised as a Lambda process does (models load at import), on these models."""
-    entry = importlib.util.find_spec("servestack.adapters.serverless")  # found, not imported: its init loads
-    assert entry is not None
-    assert entry.origin is not None
-    spec = importlib.util.spec_from_file_location("serverless_raw_bodies", entry.origin)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("SERVESTACK_MODEL_DIR", str(model_dir))
-        patch.setenv("SERVESTACK_DEFAULT_MODEL", "raw-digits")
-        spec.loader.exec_module(module)
-    asyncio.set_event_loop(None)
-    yield LambdaHandler(module.handler, loop)
-    loop.close()
+    yield from fresh_lambda_handler(model_dir, "raw-digits", "serverless_raw_bodies")
 
 
 def png(features: np.ndarray) -> bytes:

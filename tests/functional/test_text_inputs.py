@@ -5,8 +5,6 @@ tests/fixtures/deep_learning/export_text.py). Ids sent directly keep the tensor 
 
 from __future__ import annotations
 
-import asyncio
-import importlib.util
 import json
 import os
 import subprocess
@@ -24,7 +22,7 @@ from tokenizers import Tokenizer
 from servestack.inference.manifest import read_manifest
 from servestack.inference.packaging import create_package
 from servestack.inference.push_sequences import sequence_options
-from tests.conftest import ARTIFACTS, LambdaHandler, RealtimeServer, lambda_event, response_body
+from tests.conftest import ARTIFACTS, LambdaHandler, RealtimeServer, fresh_lambda_handler, lambda_event, response_body
 from tests.token_model import write_token_model
 
 SERVESTACK = str(Path(sys.executable).parent / "servestack")
@@ -58,22 +56,7 @@ def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 @pytest.fixture(scope="module")
 def handler(model_dir: Path) -> Iterator[LambdaHandler]:
     """The Lambda entry module, initialised as a Lambda process does (models load at import), on this model."""
-    entry = importlib.util.find_spec("servestack.adapters.serverless")  # found, not imported: its init loads
-    assert entry is not None
-    assert entry.origin is not None
-    spec = importlib.util.spec_from_file_location("serverless_text_inputs", entry.origin)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("SERVESTACK_MODEL_DIR", str(model_dir))
-        patch.setenv("SERVESTACK_DEFAULT_MODEL", "sentiment")
-        spec.loader.exec_module(module)
-    asyncio.set_event_loop(None)
-    yield LambdaHandler(module.handler, loop)
-    loop.close()
+    yield from fresh_lambda_handler(model_dir, "sentiment", "serverless_text_inputs")
 
 
 def post(server: RealtimeServer, body: bytes, content_type: str) -> httpx.Response:
