@@ -96,6 +96,10 @@ class DeploymentStack(Stack):
         models = spec.models_of(deployment)
         primary = models[0]
         self.served_packages = [m.artifact_path for m in models]  # whose declared requirements its images install
+        # The architectures of the container images this stack builds (its endpoint's, its Fargate task's, its
+        # function's when a container image): a pipeline that builds a linux/arm64 one on x86_64 hosts needs QEMU
+        # (servestack/cdk/pipeline.py).
+        self.image_architectures: set[Architecture] = set()
         self.shared = ArtifactBucket(self, "Artifacts")
         bucket = self.shared.bucket
         name = self.resource_name
@@ -502,6 +506,8 @@ class DeploymentStack(Stack):
             package=package,
         )
         self.lambda_package = code.package_type
+        if code.image_context is not None:
+            self.image_architectures.add("arm64" if architecture == "arm64" else "x86_64")
         return code
 
     def _batch_image(self, models: list[ModelSpec], architecture: Architecture) -> ecr_assets.DockerImageAsset:
@@ -513,6 +519,7 @@ class DeploymentStack(Stack):
             artifacts_root=self.root,
             artifacts=[m.artifact_path for m in models],
         )
+        self.image_architectures.add(architecture)
         return ecr_assets.DockerImageAsset(
             self,
             "BatchImage",
@@ -535,6 +542,7 @@ class DeploymentStack(Stack):
         existing = self.node.try_find_child(id)
         if isinstance(existing, ecr_assets.DockerImageAsset):
             return existing
+        self.image_architectures.add(architecture)
         context = image_context(
             flavour=flavour, entry_points=self.entry_points, artifacts_root=self.root, serves=self.served_packages
         )

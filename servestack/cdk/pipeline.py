@@ -16,7 +16,10 @@ action, on the app's deployment stacks (those of both stages, and the app's own)
 
 The container images are built by CDK Pipelines' asset stage, in CodeBuild, whose outbound IPs are shared: their
 base images come from ECR Public, pulled without credentials (servestack/cdk/images.py says why), so the
-pipeline passes no `docker_credentials` and logs in to no registry to build them.
+pipeline passes no `docker_credentials` and logs in to no registry to build them. Those CodeBuild hosts are x86_64:
+when a stage builds a linux/arm64 image (an AWS Graviton endpoint, an arm64 Fargate task or container-image
+function), the asset projects first register QEMU's arm64 emulator with the kernel (`binfmt_misc`, from the image
+that docker/setup-qemu-action also uses, on ECR Public), so that the image's `RUN` steps execute as arm64.
 """
 
 from __future__ import annotations
@@ -37,6 +40,11 @@ from servestack.spec import ServingSpec
 # The defaults build a project that `servestack init` wrote (its Makefile's `setup`, `test` and `synth`, its
 # .venv); a project built otherwise passes its own commands (props, or the context keys of `pipeline_stack`).
 INSTALL_COMMANDS = ("make setup",)
+# Registers QEMU's arm64 emulator on an x86_64 Docker host (privileged, as CDK Pipelines' image asset projects are),
+# so that `docker build --platform linux/arm64` can run the image's RUN steps. The image is EKS Distro's binfmt
+# build on ECR Public (pulled without credentials, like the base images), pinned to its QEMU version.
+BINFMT_IMAGE = "public.ecr.aws/eks-distro-build-tooling/binfmt-misc:qemu-v7.0.0"
+REGISTER_ARM64_EMULATOR = f"docker run --privileged --rm {BINFMT_IMAGE} --install arm64"
 BUILD_COMMANDS = ("make test", "make synth")
 SMOKE_COMMANDS = (".venv/bin/python -m servestack.cdk.smoke",)
 
@@ -144,6 +152,9 @@ class PipelineStack(Stack):
         self.compared_stacks = sorted(
             {c.stack_name for c in self.node.root.node.find_all() if isinstance(c, DeploymentStack)}
         )
+        self.builds_arm64_images = any(
+            "arm64" in stack.image_architectures for stage in stages for stack in stage.deployment_stacks
+        )
         self.pipeline = pipelines.CodePipeline(
             self,
             "Pipeline",
@@ -162,6 +173,7 @@ class PipelineStack(Stack):
                     build_image=codebuild.LinuxBuildImage.STANDARD_7_0, compute_type=codebuild.ComputeType.MEDIUM
                 )
             ),
+            asset_publishing_code_build_defaults=arm64_emulation() if self.builds_arm64_images else None,
             docker_enabled_for_synth=False,
             enable_key_rotation=True,
             cross_account_keys=True,
@@ -182,6 +194,15 @@ class PipelineStack(Stack):
                 "(cross_account_keys=True); CDK Pipelines does not expose a separate key per project.",
             },
         )
+
+
+def arm64_emulation() -> pipelines.CodeBuildOptions:
+    """The asset projects' install phase registers the arm64 emulator before cdk-assets builds any image."""
+    return pipelines.CodeBuildOptions(
+        partial_build_spec=codebuild.BuildSpec.from_object(
+            {"version": "0.2", "phases": {"install": {"commands": [REGISTER_ARM64_EMULATOR]}}}
+        )
+    )
 
 
 def template_read_statement(stack: Stack, stack_names: Sequence[str]) -> iam.PolicyStatement:

@@ -22,7 +22,7 @@ import yaml
 
 from servestack.cdk.bundling import find_uv
 from servestack.cdk.images import image_context
-from tests.infra.conftest import REPO
+from tests.infra.conftest import PIPELINE_CONTEXT, REPO
 
 pytestmark = pytest.mark.slow  # a synth with one real Lambda bundle
 
@@ -86,6 +86,8 @@ def assembly(tmp_path_factory: pytest.TempPathFactory) -> Path:
     outdir = tmp_path_factory.mktemp("cdk.out")
     context = json.loads((REPO / "cdk.json").read_text(encoding="utf-8"))["context"]
     context |= {"servestack:project": str(project), "aws:cdk:bundling-stacks": ["servestack-graviton-fn"]}
+    # The delivery pipeline too, releasing the Graviton endpoint: its image is built for linux/arm64 in CodeBuild.
+    context |= PIPELINE_CONTEXT | {"servestack:pipeline-deployments": "graviton-api"}
     cdk_app.build_app(root=REPO, context=context, outdir=str(outdir), nag=False, builtin_validation=False).synth()
     return outdir
 
@@ -124,6 +126,43 @@ def test_a_graviton_endpoint_runs_an_image_built_for_linux_arm64(assembly: Path)
 
     assert by_variant["graviton"]["InstanceType"] == "ml.c7g.xlarge"
     assert image_of("graviton") != image_of("intel")
+
+
+def asset_projects(pipeline: dict[str, Any]) -> list[list[str]]:
+    """The commands of each CodeBuild project of the pipeline's asset stage (those that run cdk-assets)."""
+    specs = [
+        json.loads(r["Properties"]["Source"]["BuildSpec"])
+        for r in pipeline["Resources"].values()
+        if r["Type"] == "AWS::CodeBuild::Project"
+    ]
+    commands = [[c for phase in s["phases"].values() for c in phase.get("commands", [])] for s in specs]
+    return [c for c in commands if any("cdk-assets" in command for command in c)]
+
+
+def test_the_pipeline_registers_the_arm64_emulator_before_building_a_graviton_image(assembly: Path) -> None:
+    from servestack.cdk.pipeline import REGISTER_ARM64_EMULATOR
+
+    # GIVEN the pipeline releasing the endpoint with a Graviton variant (its CodeBuild hosts are x86_64)
+    # WHEN it is synthesized
+    projects = asset_projects(template(assembly, "servestack-pipeline"))
+    # THEN every asset project registers QEMU's arm64 emulator first, from ECR Public, then builds and publishes
+    assert projects
+    for commands in projects:
+        assert commands[0] == REGISTER_ARM64_EMULATOR, commands
+        assert "public.ecr.aws/" in commands[0]
+        assert any("cdk-assets" in c for c in commands[1:]), commands
+
+
+def test_the_workflows_deploy_job_sets_up_the_arm64_emulator_before_cdk_deploy() -> None:
+    # GIVEN the example GitHub workflow, whose deploy job builds the images on an x86_64 runner
+    document = yaml.safe_load((REPO / ".github" / "workflows" / "deploy.yml").read_text(encoding="utf-8"))
+    steps = document["jobs"]["deploy"]["steps"]
+    uses = [str(step.get("uses", "")) for step in steps]
+    runs = [str(step.get("run", "")) for step in steps]
+    # THEN QEMU is set up for arm64 before the step that runs cdk deploy
+    qemu = next(i for i, u in enumerate(uses) if u.startswith("docker/setup-qemu-action@"))
+    assert "arm64" in steps[qemu]["with"]["platforms"]
+    assert qemu < next(i for i, r in enumerate(runs) if "cdk deploy" in r)
 
 
 def test_a_graviton_async_endpoint_and_an_arm64_fargate_task_get_arm64_images(assembly: Path) -> None:

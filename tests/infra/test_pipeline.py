@@ -262,6 +262,14 @@ def test_smoke_grants_name_the_resources_each_mode_creates(synth: Synth) -> None
     assert all(isinstance(s.smoke_grant.resources, tuple) and s.smoke_grant.resources for s in stacks.values())
 
 
+def test_a_pipeline_without_arm64_images_registers_no_emulator(synth: Synth) -> None:
+    from servestack.cdk.pipeline import BINFMT_IMAGE
+
+    # GIVEN the session's pipeline, whose stages build x86_64 code only
+    # THEN no CodeBuild project of it runs the arm64 emulator's registration (tests/infra/test_arm64.py: one does)
+    assert BINFMT_IMAGE not in json.dumps(build_commands(synth.pipeline))
+
+
 def build_commands(pipeline: dict) -> list[list[str]]:
     """Each CodeBuild project's commands (install phase, then the others), in the template's order."""
     projects = [r for r in pipeline["Resources"].values() if r["Type"] == "AWS::CodeBuild::Project"]
