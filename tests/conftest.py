@@ -180,6 +180,24 @@ class LambdaHandler:
             asyncio.set_event_loop(None)
 
 
+RAW_HOOKS = REPO_ROOT / "tests" / "fixtures" / "raw_digits_process.py"
+
+
+def raw_digits_models(root: Path) -> Path:
+    """`raw-digits` (the digits model behind the raw-body hook of tests/fixtures/raw_digits_process.py) beside the
+    plain `digits` model, under `root`."""
+    import shutil
+
+    from servestack.inference.packaging import create_package
+
+    create_package(
+        ARTIFACTS / "digits" / "1" / "model.onnx", root / "raw-digits" / "1", name="raw-digits", version="1",
+        process_file=RAW_HOOKS,
+    )  # fmt: skip
+    shutil.copytree(ARTIFACTS / "digits" / "1", root / "digits" / "1")
+    return root
+
+
 def fresh_lambda_handler(model_dir: Path, default_model: str, module_name: str) -> Iterator[LambdaHandler]:
     """A fresh copy of the Lambda entry module, initialised as a Lambda process does (models load at import) on
     `model_dir`'s models: a module fixture yields from it, and the loop closes when the fixture ends."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 import subprocess
 import sys
 import wave
@@ -20,11 +19,17 @@ import orjson
 import pytest
 from PIL import Image
 
-from servestack.inference.packaging import create_package
-from tests.conftest import ARTIFACTS, LambdaHandler, RealtimeServer, fresh_lambda_handler, lambda_event, response_body
+from tests.conftest import (
+    LambdaHandler,
+    RealtimeServer,
+    fresh_lambda_handler,
+    lambda_event,
+    raw_digits_models,
+    response_body,
+)
 
 SERVESTACK = str(Path(sys.executable).parent / "servestack")
-RAW_HOOKS = Path(__file__).resolve().parents[1] / "fixtures" / "raw_digits_process.py"
+
 PIXEL_SCALE = 15  # as the hook reads them: features 0..16 times 15 fit a byte
 BOUNDARY = "----servestack-test-boundary"
 
@@ -32,13 +37,7 @@ BOUNDARY = "----servestack-test-boundary"
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`raw-digits` (the digits model behind the raw-body hook) beside the plain `digits` model."""
-    root = tmp_path_factory.mktemp("raw-bodies")
-    create_package(
-        ARTIFACTS / "digits" / "1" / "model.onnx", root / "raw-digits" / "1", name="raw-digits", version="1",
-        process_file=RAW_HOOKS,
-    )  # fmt: skip
-    shutil.copytree(ARTIFACTS / "digits" / "1", root / "digits" / "1")
-    return root
+    return raw_digits_models(tmp_path_factory.mktemp("raw-bodies"))
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ the online 415, storing nothing."""
 from __future__ import annotations
 
 import json
-import shutil
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,11 +15,10 @@ import numpy as np
 import pytest
 
 import servestack.adapters.asynchronous
-from servestack.inference.packaging import create_package
 from servestack.inference.service import ModelRepository
 from servestack.inference.settings import ServingSettings
-from tests.conftest import ARTIFACTS
-from tests.functional.test_raw_bodies import PIXEL_SCALE, RAW_HOOKS, png
+from tests.conftest import raw_digits_models
+from tests.functional.test_raw_bodies import PIXEL_SCALE, png
 from tests.integration.asyncjobs import AsyncDeploymentUnderTest, deploy_async
 from tests.integration.conftest import Aws
 
@@ -28,13 +26,7 @@ from tests.integration.conftest import Aws
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`raw-digits` (the digits model behind the raw-body hook) beside the plain `digits` model."""
-    root = tmp_path_factory.mktemp("async-raw")
-    create_package(
-        ARTIFACTS / "digits" / "1" / "model.onnx", root / "raw-digits" / "1", name="raw-digits", version="1",
-        process_file=RAW_HOOKS,
-    )  # fmt: skip
-    shutil.copytree(ARTIFACTS / "digits" / "1", root / "digits" / "1")
-    return root
+    return raw_digits_models(tmp_path_factory.mktemp("async-raw"))
 
 
 def deployed(

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,13 +21,13 @@ import pytest
 
 from servestack.adapters.batch import BatchSettings, run_batch
 from servestack.inference import media_types
-from servestack.inference.packaging import build_package, create_package
+from servestack.inference.packaging import build_package
 from servestack.inference.push_sequences import sequence_options
 from servestack.inference.service import ServedModel
 from servestack.inference.settings import ServingSettings
 from servestack.local.batch.data import merged_rows
-from tests.conftest import ARTIFACTS
-from tests.functional.test_raw_bodies import PIXEL_SCALE, RAW_HOOKS, jpeg, png, wav
+from tests.conftest import raw_digits_models
+from tests.functional.test_raw_bodies import PIXEL_SCALE, jpeg, png, wav
 from tests.integration.conftest import Aws
 from tests.integration.resources import ensure_bucket
 from tests.token_model import write_token_model
@@ -62,13 +61,7 @@ def errors(aws: Aws, bucket: str, manifest: dict[str, Any]) -> list[dict[str, An
 
 @pytest.fixture(scope="module")
 def digit_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("batch-files")
-    create_package(
-        ARTIFACTS / "digits" / "1" / "model.onnx", root / "raw-digits" / "1", name="raw-digits", version="1",
-        process_file=RAW_HOOKS,
-    )  # fmt: skip
-    shutil.copytree(ARTIFACTS / "digits" / "1", root / "digits" / "1")
-    return root
+    return raw_digits_models(tmp_path_factory.mktemp("batch-files"))
 
 
 @pytest.fixture
