@@ -247,12 +247,14 @@ def test_a_batch_runs_objects_are_its_capture_joined_by_id(captured: Captured, z
     assert capture_records(captured, "wine-nightly") == []
 
 
-def drift_alarm(captured: Captured) -> dict[str, Any]:
-    """The watched deployment's drift alarm as `local status --json` shows it (evaluated as it reads it)."""
+def drift_alarm(captured: Captured, state: str) -> dict[str, Any] | None:
+    """The watched deployment's drift alarm as `local status --json` shows it (evaluated as it reads it), once a
+    check's datapoint has put it in `state`."""
     shown = json.loads(captured.cli("local", "status", "--json", "--state", str(captured.up.state_path)))
     (row,) = [r for r in shown["deployments"] if r["deployment"] == WATCHED]
     (alarm,) = [a for a in row["alarms"] if a["name"] == f"servestack-{WATCHED}-drift"]
-    return dict(alarm)
+    evaluated = alarm["state"] == state and str(alarm["reason"]).startswith("Threshold Crossed")
+    return dict(alarm) if evaluated else None
 
 
 def send(captured: Captured, request: dict[str, Any], name: str) -> None:
@@ -278,8 +280,7 @@ def test_the_scheduled_drift_check_sets_the_alarm_local_status_shows(
     # WHEN the check's schedule fires
     fire_check(captured, 1)
     # THEN the check, run as its role, finds no drift: its alarm is OK
-    alarm = wait_for(lambda: a if (a := drift_alarm(captured))["state"] == "OK" else None, "the drift alarm OK",
-                     timeout_sec=180, poll_sec=1.0)  # fmt: skip
+    alarm = wait_for(lambda: drift_alarm(captured, "OK"), "the drift alarm OK", timeout_sec=180, poll_sec=1.0)
     assert alarm["reason"].startswith("Threshold Crossed: 1 datapoint [0.0")
     # WHEN alcohol reads 3 points high and a fifth of the wines are a shade the model never saw, in most of the
     # window's rows
@@ -295,8 +296,7 @@ def test_the_scheduled_drift_check_sets_the_alarm_local_status_shows(
         send(captured, drifted, f"watch-{i + 1}.json")
     fire_check(captured, 4)
     # THEN the drift alarm goes to ALARM, and `local status` shows it with CloudWatch's reason
-    alarm = wait_for(lambda: a if (a := drift_alarm(captured))["state"] == "ALARM" else None, "the drift alarm",
-                     timeout_sec=180, poll_sec=1.0)  # fmt: skip
+    alarm = wait_for(lambda: drift_alarm(captured, "ALARM"), "the drift alarm in ALARM", timeout_sec=180, poll_sec=1.0)
     assert alarm["reason"].startswith("Threshold Crossed: 1 datapoint [1.0")
     table = captured.cli("local", "status", "--state", str(captured.up.state_path))
     assert re.search(rf"^{WATCHED} +serverless +running +\S+ +1 +\d+ +ALARM$", table, re.MULTILINE), table

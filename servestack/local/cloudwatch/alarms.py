@@ -161,7 +161,10 @@ def _terms(alarm: str, expression: str, ids: set[str]) -> list[tuple[str, float 
 
 
 def ensure_alarm(cloudwatch: Any, alarm: AlarmDef) -> None:
-    """PutMetricAlarm of the alarm as the template declares it (idempotent, as a stack update is)."""
+    """PutMetricAlarm of the alarm as the template declares it (idempotent, as a stack update is); a new one starts
+    INSUFFICIENT_DATA, as in CloudWatch (the emulator starts it OK, which an alarm ignoring missing data would
+    keep before any datapoint)."""
+    existed = cloudwatch.describe_alarms(AlarmNames=[alarm.name])["MetricAlarms"]
     queries: list[dict[str, Any]] = [
         {"Id": m.id, "ReturnData": False, "MetricStat": {
             "Metric": {"Namespace": m.namespace, "MetricName": m.name,
@@ -176,6 +179,10 @@ def ensure_alarm(cloudwatch: Any, alarm: AlarmDef) -> None:
         Threshold=alarm.threshold, EvaluationPeriods=alarm.evaluation_periods,
         TreatMissingData=alarm.treat_missing_data, Metrics=queries,
     )  # fmt: skip
+    if not existed:
+        cloudwatch.set_alarm_state(
+            AlarmName=alarm.name, StateValue="INSUFFICIENT_DATA", StateReason="Unchecked: Initial alarm creation"
+        )
 
 
 def evaluate(
