@@ -24,7 +24,7 @@ from aws_cdk import aws_scheduler_targets as targets
 from constructs import Construct
 
 from servestack.cdk.bundling import FunctionCode, function_code
-from servestack.cdk.serverless import runtime_environment, servestack_function
+from servestack.cdk.serverless import LAMBDA_MODEL_DIR, servestack_function
 from servestack.cdk.shared import acknowledge, logical_id
 from servestack.cdk.sources import MONITOR_RUNTIME, Member
 from servestack.monitor.setting import (
@@ -75,8 +75,8 @@ class DriftMonitor(Construct):
             "Function",
             code=code,
             handler=HANDLER,
-            environment=runtime_environment(model_name=setting.model, max_payload_bytes=6_291_456)
-            | {SETTING_ENV: setting.to_json()},
+            # It serves no request: only where its packages are, and what to check.
+            environment={"SERVESTACK_MODEL_DIR": LAMBDA_MODEL_DIR, SETTING_ENV: setting.to_json()},
             memory_mib=memory_mib,
             timeout_sec=timeout_sec,
             architecture=architecture,
