@@ -23,6 +23,12 @@ def _monitor(synth: Synth) -> tuple[str, dict[str, Any]]:
     return logical, function
 
 
+def _bucket(synth: Synth) -> str:
+    """The deployment's bucket (its capture's), not the one of its access logs."""
+    (found,) = [k for k in synth.resources(DEPLOYMENT, "AWS::S3::Bucket") if k.startswith("ArtifactsBucket")]
+    return found
+
+
 def _statements(synth: Synth, role: str) -> list[dict[str, Any]]:
     return [
         statement
@@ -40,7 +46,7 @@ def test_the_check_is_told_its_capture_package_window_and_thresholds(synth: Synt
     bucket = joined[1]
     setting = json.loads(joined[0] + "BUCKET" + joined[2])
 
-    assert bucket == {"Ref": next(iter(synth.resources(DEPLOYMENT, "AWS::S3::Bucket")))}
+    assert bucket == {"Ref": _bucket(synth)}
     assert setting == {
         "baseline": "train.csv",
         "bucket": "BUCKET",
@@ -64,7 +70,7 @@ def test_the_check_is_told_its_capture_package_window_and_thresholds(synth: Synt
 def test_the_checks_role_reads_the_capture_prefix_and_puts_drift_metrics_only(synth: Synth) -> None:
     _, function = _monitor(synth)
     role = function["Properties"]["Role"]["Fn::GetAtt"][0]
-    bucket = next(iter(synth.resources(DEPLOYMENT, "AWS::S3::Bucket")))
+    bucket = _bucket(synth)
     logs = function["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
     prefix = f"capture/{DEPLOYMENT}/"
 
