@@ -70,7 +70,14 @@ def serving_yaml() -> dict[str, Any]:
         "models": [{"name": PIPELINE, "version": 1}],
         "deployments": {
             "wine-rt": {"mode": "realtime", "model": PIPELINE, "instance_type": "ml.c6i.xlarge", "capture": private},
-            "wine-native": {"mode": "realtime", "model": PIPELINE, "instance_type": "ml.c6i.xlarge", "capture": {}},
+            # Its check reads SageMaker's own records (no servestack block) of the few requests the tests send.
+            "wine-native": {
+                "mode": "realtime",
+                "model": PIPELINE,
+                "instance_type": "ml.c6i.xlarge",
+                "capture": {},
+                "monitor": {"min_rows": 5},
+            },
             "wine-api": {"mode": "serverless", "model": PIPELINE, "capture": private},
             "wine-jobs": {"mode": "async", "model": PIPELINE, "capture": private},
             # Its schedule never comes round during the tests: they fire it (local up's own route).
@@ -247,12 +254,16 @@ def test_a_batch_runs_objects_are_its_capture_joined_by_id(captured: Captured, z
     assert capture_records(captured, "wine-nightly") == []
 
 
-def drift_alarm(captured: Captured, state: str) -> dict[str, Any] | None:
-    """The watched deployment's drift alarm as `local status --json` shows it (evaluated as it reads it), once a
-    check's datapoint has put it in `state`."""
+def status_alarms(captured: Captured, deployment: str) -> list[dict[str, Any]]:
+    """A deployment's alarms as `local status --json` shows them (evaluated as it reads them)."""
     shown = json.loads(captured.cli("local", "status", "--json", "--state", str(captured.up.state_path)))
-    (row,) = [r for r in shown["deployments"] if r["deployment"] == WATCHED]
-    (alarm,) = [a for a in row["alarms"] if a["name"] == f"servestack-{WATCHED}-drift"]
+    (row,) = [r for r in shown["deployments"] if r["deployment"] == deployment]
+    return list(row["alarms"])
+
+
+def drift_alarm(captured: Captured, state: str) -> dict[str, Any] | None:
+    """The watched deployment's drift alarm, once a check's datapoint has put it in `state`."""
+    (alarm,) = [a for a in status_alarms(captured, WATCHED) if a["name"] == f"servestack-{WATCHED}-drift"]
     evaluated = alarm["state"] == state and str(alarm["reason"]).startswith("Threshold Crossed")
     return dict(alarm) if evaluated else None
 
@@ -262,11 +273,11 @@ def send(captured: Captured, request: dict[str, Any], name: str) -> None:
     captured.cli("invoke", WATCHED, "--data", name)
 
 
-def fire_check(captured: Captured, records: int) -> None:
+def fire_check(captured: Captured, records: int, deployment: str = WATCHED) -> None:
     """Once `records` requests are captured, the check's schedule fires (now, as at its next time)."""
-    wait_for(lambda: len(capture_records(captured, WATCHED)) >= records, f"{records} records of {WATCHED}",
+    wait_for(lambda: len(capture_records(captured, deployment)) >= records, f"{records} records of {deployment}",
              timeout_sec=60, poll_sec=0.5)  # fmt: skip
-    fire = f"{captured.up.api}/_servestack/schedules/servestack-{WATCHED}-monitor/fire"
+    fire = f"{captured.up.api}/_servestack/schedules/servestack-{deployment}-monitor/fire"
     assert control("POST", fire, developer(captured.up.state), "us-east-1", timeout_sec=120) == (200, {"invoked": True})
 
 
@@ -311,8 +322,31 @@ def test_the_scheduled_drift_check_sets_the_alarm_local_status_shows(
             Dimensions=[{"Name": "Deployment", "Value": WATCHED}, {"Name": "Column", "Value": column}],
             StartTime=datetime.now(UTC) - timedelta(hours=1), EndTime=datetime.now(UTC) + timedelta(minutes=1),
         )["Datapoints"]  # fmt: skip
-        return max(point["Maximum"] for point in points)
+        return float(max(point["Maximum"] for point in points))
 
     assert score("alcohol") > 0.2
     assert score("shade") > 0.1
     assert score("malic_acid") < 0.2
+
+
+def test_a_realtime_endpoints_check_reads_sagemakers_own_records(captured: Captured) -> None:
+    # GIVEN the realtime endpoint captured by SageMaker itself (the local router), whose check is the stack's one
+    # function / WHEN its schedule fires
+    fire_check(captured, REQUESTS, "wine-native")
+    cloudwatch = captured.up.emulator("cloudwatch")
+
+    def rows() -> float | None:
+        points = cloudwatch.get_metric_statistics(
+            Namespace="servestack/Drift", MetricName="CapturedRows", Period=3600, Statistics=["Maximum"],
+            Dimensions=[{"Name": "Deployment", "Value": "wine-native"}],
+            StartTime=datetime.now(UTC) - timedelta(hours=1), EndTime=datetime.now(UTC) + timedelta(minutes=1),
+        )["Datapoints"]  # fmt: skip
+        return float(max(point["Maximum"] for point in points)) if points else None
+
+    # THEN it read every row of the requests as SageMaker recorded them, as its role, and published its verdict
+    assert wait_for(rows, "the realtime check's metrics", timeout_sec=120, poll_sec=1.0) == 2 + 3 + 4
+    alarm = wait_for(
+        lambda: next((a for a in status_alarms(captured, "wine-native") if a["state"] in ("OK", "ALARM")), None),
+        "the realtime drift alarm's verdict", timeout_sec=60, poll_sec=1.0,
+    )  # fmt: skip
+    assert alarm["name"] == "servestack-wine-native-drift"
