@@ -21,7 +21,6 @@ alarm, which ignores missing data, keeps its state until a check can say.
 from __future__ import annotations
 
 import json
-import logging
 import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -39,8 +38,6 @@ from servestack.monitor.setting import (
     SETTING_ENV,
     MonitorSetting,
 )
-
-logger = logging.getLogger("servestack.monitor")
 
 SCORE = {"numeric": "psi", "categorical": "js"}  # the statistic of each kind that its threshold is compared with
 _PUT_LIMIT = 1000  # metrics per PutMetricData call
