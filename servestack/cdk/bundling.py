@@ -39,6 +39,7 @@ from aws_cdk import aws_lambda as lambda_
 from servestack.cdk.shared import check_choice
 from servestack.cdk.sources import (
     CONTAINERS,
+    RUNTIME,
     Member,
     deployment_requirements,
     entry_point_files,
@@ -233,15 +234,22 @@ def tree_size_bytes(tree: Path) -> int:
 
 
 def lambda_source(
-    *, entry_points: Path, artifacts: Sequence[str], artifacts_root: Path, cache_dir: Path | None = None
+    *,
+    entry_points: Path,
+    artifacts: Sequence[str],
+    artifacts_root: Path,
+    cache_dir: Path | None = None,
+    runtime: Sequence[str] = RUNTIME,
+    extra: Sequence[Member] = (),
 ) -> Path:
-    """The function's sources staged for its bundle: servestack's runtime, the entry points (as `handlers`) and
-    the model packages `artifacts` (relative to `artifacts_root`)."""
+    """The function's sources staged for its bundle: servestack's runtime (its `runtime` parts), the entry points
+    (as `handlers`), the model packages `artifacts` (relative to `artifacts_root`) and any `extra` members."""
     members = [
         (REQUIREMENTS_FILE, deployment_requirements("lambda.txt", artifacts_root, artifacts)),
-        *runtime_files(),
+        *runtime_files(parts=runtime),
         *entry_point_files(entry_points),
         *package_files(artifacts_root, artifacts),
+        *extra,
     ]
     return stage(members, "lambda-source", cache_dir)
 
@@ -270,6 +278,8 @@ def function_code(
     artifacts_root: Path,
     architecture: str = "x86_64",
     package: str = "auto",
+    runtime: Sequence[str] = RUNTIME,
+    extra: Sequence[Member] = (),
 ) -> FunctionCode:
     """The code of a servestack function: a zip bundle while it fits Lambda's limit, else a container image of
     the same sources (`package` forces one: `zip`, `image`)."""
@@ -277,10 +287,17 @@ def function_code(
     if kind == "zip":
         return FunctionCode(
             zip=lambda_code(
-                entry_points=entry_points, artifacts=artifacts, artifacts_root=artifacts_root, architecture=architecture
+                entry_points=entry_points,
+                artifacts=artifacts,
+                artifacts_root=artifacts_root,
+                architecture=architecture,
+                runtime=runtime,
+                extra=extra,
             )
         )
-    source = lambda_source(entry_points=entry_points, artifacts=artifacts, artifacts_root=artifacts_root)
+    source = lambda_source(
+        entry_points=entry_points, artifacts=artifacts, artifacts_root=artifacts_root, runtime=runtime, extra=extra
+    )
     members = [(LAMBDA_DOCKERFILE, CONTAINERS / LAMBDA_DOCKERFILE), *_tree(source)]
     return FunctionCode(image_context=stage(members, "lambda-image-context"), reason=reason)
 
@@ -296,10 +313,14 @@ def lambda_code(
     artifacts_root: Path,
     architecture: str = "x86_64",
     python_version: str = PYTHON_VERSION,
+    runtime: Sequence[str] = RUNTIME,
+    extra: Sequence[Member] = (),
 ) -> lambda_.Code:
     """`lambda_.Code` for a servestack function, bundled locally (never with Docker): servestack's runtime, the
     entry points in the folder `entry_points`, and the model packages `artifacts` of the project `artifacts_root`."""
-    source = lambda_source(entry_points=entry_points, artifacts=artifacts, artifacts_root=artifacts_root)
+    source = lambda_source(
+        entry_points=entry_points, artifacts=artifacts, artifacts_root=artifacts_root, runtime=runtime, extra=extra
+    )
     bundler = LocalPythonBundler(source=source, architecture=architecture, python_version=python_version)
     return lambda_.Code.from_asset(
         str(source),

@@ -27,6 +27,7 @@ from servestack.cdk.bundling import FunctionCode, function_code
 from servestack.cdk.capture import LogCapture, capture_environment
 from servestack.cdk.components import ComponentEndpoint
 from servestack.cdk.images import MODEL_PACKAGES, dockerfile_name, dockerfile_workdir, image_context
+from servestack.cdk.monitoring import add_drift_monitor
 from servestack.cdk.observability import PERIOD, DeploymentDashboard, Panel, percentiles
 from servestack.cdk.realtime import RealtimeEndpoint, model_data_archive
 from servestack.cdk.scaling_guard import suspended
@@ -473,6 +474,14 @@ class DeploymentStack(Stack):
         else:  # pragma: no cover - the spec's discriminated union is exhaustive
             raise TypeError(f"unknown deployment mode {d!r}")
 
+        if d.monitor is not None and d.capture is not None:  # the spec refuses monitor: without capture:
+            monitor = add_drift_monitor(
+                self, name=name, deployment=deployment, monitor=d.monitor, capture=d.capture, model=primary,
+                bucket=bucket, root=root, entry_points=self.entry_points,
+                architecture=getattr(d, "architecture", "x86_64"), log_retention_days=d.log_retention_days,
+            )  # fmt: skip
+            alarms = [*alarms, monitor.alarm]
+            panels.append(Panel("Drift score by column (PSI or Jensen-Shannon distance)", [monitor.scores]))
         CfnOutput(self, "Bucket", value=bucket.bucket_name)
         self.alarms = alarms
         self.dashboard = DeploymentDashboard(self, "Dashboard", dashboard_name=name, panels=panels, alarms=alarms)

@@ -38,6 +38,8 @@ from servestack.inference.paths import confined
 
 FRAMEWORK = Path(servestack.__file__).resolve().parent
 RUNTIME = ("__init__.py", "inference", "adapters")
+# The scheduled drift check's function (servestack/cdk/monitoring.py) carries the monitor's statistics too.
+MONITOR_RUNTIME = (*RUNTIME, "monitor")
 REQUIREMENTS = FRAMEWORK / "cdk" / "requirements"
 CONTAINERS = FRAMEWORK / "cdk" / "containers"
 ENTRY_POINTS = "handlers"
@@ -130,9 +132,9 @@ def _uv() -> str:
     return found
 
 
-def runtime_files(framework: Path = FRAMEWORK) -> Iterator[Member]:
-    """servestack's runtime as `servestack/...` members."""
-    for part in RUNTIME:
+def runtime_files(framework: Path = FRAMEWORK, parts: Sequence[str] = RUNTIME) -> Iterator[Member]:
+    """servestack's runtime (`parts` of it) as `servestack/...` members."""
+    for part in parts:
         yield from _walk(framework / part, f"servestack/{part}")
 
 

@@ -15,7 +15,7 @@ This package must not import aws_cdk: the CLI imports it and has to start fast.
 """
 
 from servestack.spec.base import SpecError, uses_gpu
-from servestack.spec.blocks import AlarmSettings, Batching, Capture, GpuSettings, ModelSpec, Strategy
+from servestack.spec.blocks import AlarmSettings, Batching, Capture, GpuSettings, ModelSpec, Monitor, Strategy
 from servestack.spec.loading import MODES, Deployment, ServingSpec, load_spec, parse_spec
 from servestack.spec.modes import AsyncDeployment, BatchDeployment, ServerlessDeployment
 from servestack.spec.realtime import Component, RealtimeDeployment, RealtimeServerless, ShadowVariant, Variant
@@ -31,6 +31,7 @@ __all__ = [
     "Deployment",
     "GpuSettings",
     "ModelSpec",
+    "Monitor",
     "RealtimeDeployment",
     "RealtimeServerless",
     "ServerlessDeployment",

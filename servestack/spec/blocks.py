@@ -23,7 +23,9 @@ from servestack.spec.base import (
     OneOf,
     Percent,
     S3Prefix,
+    Schedule,
     Strict,
+    TimeZone,
     Version,
     _fail,
     uses_gpu,
@@ -117,6 +119,41 @@ class Capture(Strict):
         return self.prefix or f"capture/{deployment}/"
 
 
+# The monitor's baseline files the scheduled check reads in its function (servestack/monitor/baseline.py): not
+# Parquet, which needs pyarrow, left out of the Lambda bundle to stay under its size limit.
+MONITOR_BASELINE_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".json")
+
+
+class Monitor(Strict):
+    """Scheduled drift monitoring (docs/monitoring.md): on `schedule`, the same check as `servestack monitor` over
+    the last `window_hours` of the deployment's capture, against `baseline` (a project file; default: the
+    package's `baseline.<suffix>`, `models push --sample`), with the command's thresholds and their defaults
+    (servestack/monitor/drift.py `Thresholds`, tests/unit/test_spec.py keeps them equal)."""
+
+    schedule: Schedule = "rate(1 day)"
+    timezone: TimeZone = "UTC"
+    window_hours: Annotated[int, Between(1, 24 * 31)] = 24
+    min_rows: Annotated[int, Between(1, 10_000_000)] = 100
+    max_psi: Annotated[float, Between(0, 1000)] = 0.2
+    max_js: Annotated[float, Between(0, 1)] = 0.1
+    max_unseen: Annotated[float, Between(0, 1)] = 0.01
+    max_out_of_range: Annotated[float, Between(0, 1)] = 0.05
+    max_missing_increase: Annotated[float, Between(0, 1)] = 0.05
+    baseline: Annotated[str, Field(min_length=1, max_length=1024)] | None = Field(
+        default=None, description="a .csv or .jsonl file of the project (relative to serving.yaml)"
+    )
+
+    @model_validator(mode="after")
+    def _baseline_readable(self) -> Self:
+        if self.baseline is not None and not self.baseline.lower().endswith(MONITOR_BASELINE_SUFFIXES):
+            _fail(
+                "baseline",
+                repr(self.baseline),
+                f"a {', '.join(MONITOR_BASELINE_SUFFIXES)} file (the check's function has no pyarrow for Parquet)",
+            )
+        return self
+
+
 class GpuSettings(Strict):
     """How a GPU instance runs the model: `provider: tensorrt` puts onnxruntime's TensorRT provider before CUDA
     (engines built on a model's first runs and cached on the instance), `fp16: true` lets TensorRT run layers in
@@ -164,6 +201,7 @@ class _DeploymentBase(Strict):
     )
     log_retention_days: LogRetentionDays = 30
     capture: Capture | None = Field(default=None, description="data capture (docs/monitoring.md); default off")
+    monitor: Monitor | None = Field(default=None, description="scheduled drift check of the capture; default off")
 
     @classmethod
     def engine_of(cls, data: Mapping[str, Any]) -> EngineLimit:
@@ -180,6 +218,26 @@ class _DeploymentBase(Strict):
         if isinstance(data, Mapping) and "max_payload_bytes" not in data:
             data = {**data, "max_payload_bytes": cls.engine_of(data).max_payload_bytes}
         return data
+
+    def _monitor_refusal(self) -> str | None:
+        """Why this mode refuses `monitor:` whatever its capture (None: it takes it)."""
+        return None
+
+    @model_validator(mode="after")
+    def _monitor_reads_capture(self) -> Self:
+        """The scheduled check reads what capture records: the inputs, under the capture prefix."""
+        if self.monitor is None:
+            return self
+        refused = self._monitor_refusal()
+        if refused is not None:
+            _fail("monitor", "a monitor block", refused)
+        if self.capture is None:
+            _fail("monitor", "a monitor block", "allowed without capture: (the check reads the captured records); "
+                  "add a capture: block")  # fmt: skip
+        elif self.capture.what == "outputs":
+            _fail("monitor", "a monitor block", "allowed with capture.what: outputs (the check compares the inputs "
+                  "too); capture inputs or both")  # fmt: skip
+        return self
 
     @model_validator(mode="after")
     def _payload_within_engine(self) -> Self:

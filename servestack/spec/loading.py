@@ -162,6 +162,7 @@ def load_spec(
         root = artifacts_root or p.resolve().parent
         missing = list(artifacts.problems(spec, root, bundled=bundled))
         missing += list(_excluded_columns(spec, root, bundled=bundled))
+        missing += list(_monitor_baselines(spec, root, bundled=bundled))
         if missing:
             raise SpecError(str(p), missing)
     return spec
@@ -191,3 +192,35 @@ def _excluded_columns(spec: ServingSpec, root: Path, *, bundled: bool) -> Iterat
                     f"deployments.{name}.capture.exclude_columns: {column!r} is not one of the models' inputs or "
                     f"columns ({', '.join(sorted(known))})"
                 )
+
+
+def _monitor_baselines(spec: ServingSpec, root: Path, *, bundled: bool) -> Iterator[str]:
+    """`monitor.baseline` must be a file of the project; without it the package must keep a baseline its function
+    reads (`models push --sample` of a .csv or .jsonl file): its sample request alone holds 5 rows at most."""
+    from servestack import artifacts
+    from servestack.spec.blocks import MONITOR_BASELINE_SUFFIXES
+
+    for name, d in spec.deployments.items():
+        if d.monitor is None:
+            continue
+        where = f"deployments.{name}.monitor.baseline"
+        if d.monitor.baseline is not None:
+            if not (root / d.monitor.baseline).is_file():
+                yield f"{where}: {d.monitor.baseline!r} is not a file of the project (a path relative to {root})"
+            continue
+        folder = artifacts.package_dir(spec.model(d.model, d.version), root, bundled=bundled)
+        if folder is None:
+            continue  # the missing package is its own problem
+        manifest = json.loads((folder / artifacts.MANIFEST).read_text(encoding="utf-8"))
+        names = [str(entry.get("name", "")) for entry in manifest.get("files") or () if isinstance(entry, dict)]
+        kept = [file for file in names if file.startswith("baseline.")]
+        if not kept:
+            yield (
+                f"{where}: missing is not allowed when the package {folder} keeps no baseline; push the model with "
+                "--sample FILE (its training rows, .csv or .jsonl) or give baseline: FILE"
+            )
+        elif not kept[0].lower().endswith(MONITOR_BASELINE_SUFFIXES):
+            yield (
+                f"{where}: missing is not allowed when the package's baseline is {kept[0]} (the check's function "
+                "has no pyarrow for Parquet); give baseline: FILE (.csv or .jsonl)"
+            )

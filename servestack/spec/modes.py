@@ -165,6 +165,12 @@ class BatchDeployment(_DeploymentBase):
             data = {("runner" if key == "engine" else key): value for key, value in data.items()}
         return data
 
+    def _monitor_refusal(self) -> str | None:
+        return (
+            "usable in batch mode yet (its capture is the run's own input and output objects, which the scheduled "
+            "check does not read: it reads capture records)"
+        )
+
     @model_validator(mode="after")
     def _coherent(self) -> Self:
         # pyarrow alone is ~165 MB installed: the Lambda bundle (<= 150 MB unzipped, servestack/cdk/bundling.py) leaves

@@ -6,6 +6,11 @@ becomes one record in the documented format under the deployment's capture prefi
 the log group's subscription and the Firehose stream, written with the stream's role (IAM enforced), never with
 `shade` in it. Batch: the run's input and output objects are its record, joined by the id column.
 
+`wine-watch` (serverless, every column captured) has a `monitor:` block: its scheduled drift check, fired through
+the local scheduler, runs under its own role (IAM enforced), puts its metrics to the emulator's CloudWatch, and
+its drift alarm is what `local status` shows, OK for traffic like the training rows, ALARM once a column shifts
+and a category the model never saw comes in.
+
 The 10% sampling check over 2,000 requests runs in process, through the HTTP app (tests/functional/
 test_capture_app.py) and the sampler alone (tests/unit/test_capture.py): through local up's fronts it would take
 minutes.
@@ -21,6 +26,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +36,7 @@ import yaml
 
 from servestack.inference.capture import records_of
 from servestack.local.batch.data import batch_location
+from servestack.local.emulator import control, developer
 from tests.e2e.conftest import LocalUp, start_local_up
 from tests.waiting import wait_for
 from tests.zoo import ZooModel
@@ -40,6 +47,7 @@ PIPELINE = "wine-pipeline"
 EXCLUDED = "shade"
 ONLINE = {"wine-rt": "realtime", "wine-api": "serverless", "wine-jobs": "async"}
 REQUESTS = 3
+WATCHED = "wine-watch"  # the deployment with a scheduled drift check
 
 
 @dataclass
@@ -62,9 +70,18 @@ def serving_yaml() -> dict[str, Any]:
         "models": [{"name": PIPELINE, "version": 1}],
         "deployments": {
             "wine-rt": {"mode": "realtime", "model": PIPELINE, "instance_type": "ml.c6i.xlarge", "capture": private},
-            "wine-native": {"mode": "realtime", "model": PIPELINE, "instance_type": "ml.c6i.xlarge", "capture": {}},
+            # Its check reads SageMaker's own records (no servestack block) of the few requests the tests send.
+            "wine-native": {
+                "mode": "realtime",
+                "model": PIPELINE,
+                "instance_type": "ml.c6i.xlarge",
+                "capture": {},
+                "monitor": {"min_rows": 5},
+            },
             "wine-api": {"mode": "serverless", "model": PIPELINE, "capture": private},
             "wine-jobs": {"mode": "async", "model": PIPELINE, "capture": private},
+            # Its schedule never comes round during the tests: they fire it (local up's own route).
+            WATCHED: {"mode": "serverless", "model": PIPELINE, "capture": {}, "monitor": {"window_hours": 1}},
             "wine-nightly": {
                 "mode": "batch",
                 "model": PIPELINE,
@@ -85,8 +102,11 @@ def captured(tmp_path_factory: pytest.TempPathFactory, zoo: dict[str, ZooModel])
     assert subprocess.run([SERVESTACK, "init", str(root)], env=env, capture_output=True, check=False).returncode == 0
     model = zoo[PIPELINE]
     shutil.copy(model.onnx_path, root / f"{PIPELINE}.onnx")
-    push = subprocess.run([SERVESTACK, "models", "push", f"{PIPELINE}.onnx", "--name", PIPELINE], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    # The training rows kept in the package (`--sample`): the scheduled check's baseline.
+    model.sample.to_pandas().to_csv(root / "train.csv", index=False)
+    push = subprocess.run([SERVESTACK, "models", "push", f"{PIPELINE}.onnx", "--name", PIPELINE, "--sample",
+                           "train.csv"], cwd=root, env=env, capture_output=True, text=True, timeout=300,
+                          check=False)  # fmt: skip
     assert push.returncode == 0, push.stdout[-3000:] + push.stderr[-3000:]
     (root / "serving.yaml").write_text(yaml.safe_dump(serving_yaml(), sort_keys=False))
     up = start_local_up(root, cwd=root, env=env, found_state=root / ".servestack" / "local.json", timeout_sec=300)
@@ -232,3 +252,101 @@ def test_a_batch_runs_objects_are_its_capture_joined_by_id(captured: Captured, z
     # THEN every input row has its output row, joined by the id column: no copy under capture/
     assert sorted(row["id"] for row in scored) == sorted(row["id"] for row in rows)
     assert capture_records(captured, "wine-nightly") == []
+
+
+def status_alarms(captured: Captured, deployment: str) -> list[dict[str, Any]]:
+    """A deployment's alarms as `local status --json` shows them (evaluated as it reads them)."""
+    shown = json.loads(captured.cli("local", "status", "--json", "--state", str(captured.up.state_path)))
+    (row,) = [r for r in shown["deployments"] if r["deployment"] == deployment]
+    return list(row["alarms"])
+
+
+def drift_alarm(captured: Captured, state: str) -> dict[str, Any] | None:
+    """The watched deployment's drift alarm, once a check's datapoint has put it in `state`."""
+    (alarm,) = [a for a in status_alarms(captured, WATCHED) if a["name"] == f"servestack-{WATCHED}-drift"]
+    evaluated = alarm["state"] == state and str(alarm["reason"]).startswith("Threshold Crossed")
+    return dict(alarm) if evaluated else None
+
+
+def send(captured: Captured, request: dict[str, Any], name: str) -> None:
+    (captured.root / name).write_text(json.dumps(request))
+    captured.cli("invoke", WATCHED, "--data", name)
+
+
+def fire_check(captured: Captured, records: int, deployment: str = WATCHED) -> None:
+    """Once `records` requests are captured, the check's schedule fires (now, as at its next time)."""
+    wait_for(lambda: len(capture_records(captured, deployment)) >= records, f"{records} records of {deployment}",
+             timeout_sec=60, poll_sec=0.5)  # fmt: skip
+    fire = f"{captured.up.api}/_servestack/schedules/servestack-{deployment}-monitor/fire"
+    assert control("POST", fire, developer(captured.up.state), "us-east-1", timeout_sec=120) == (200, {"invoked": True})
+
+
+def test_the_scheduled_drift_check_sets_the_alarm_local_status_shows(
+    captured: Captured, zoo: dict[str, ZooModel]
+) -> None:
+    model = zoo[PIPELINE]
+    every_row = model.request(np.arange(model.rows))
+    # GIVEN traffic drawn from the training rows (the package's baseline)
+    send(captured, every_row, "watch-0.json")
+    # WHEN the check's schedule fires
+    fire_check(captured, 1)
+    # THEN the check, run as its role, finds no drift: its alarm is OK
+    alarm = wait_for(lambda: drift_alarm(captured, "OK"), "the drift alarm OK", timeout_sec=180, poll_sec=1.0)
+    assert alarm["reason"].startswith("Threshold Crossed: 1 datapoint [0.0")
+    # WHEN alcohol reads 3 points high and a fifth of the wines are a shade the model never saw, in most of the
+    # window's rows
+    inputs = every_row["inputs"]
+    drifted = {
+        "inputs": inputs
+        | {
+            "alcohol": [[value + 3] for (value,) in inputs["alcohol"]],
+            "shade": [["violet"] if i % 5 == 0 else shade for i, shade in enumerate(inputs["shade"])],
+        }
+    }
+    for i in range(3):
+        send(captured, drifted, f"watch-{i + 1}.json")
+    fire_check(captured, 4)
+    # THEN the drift alarm goes to ALARM, and `local status` shows it with CloudWatch's reason
+    alarm = wait_for(lambda: drift_alarm(captured, "ALARM"), "the drift alarm in ALARM", timeout_sec=180, poll_sec=1.0)
+    assert alarm["reason"].startswith("Threshold Crossed: 1 datapoint [1.0")
+    table = captured.cli("local", "status", "--state", str(captured.up.state_path))
+    assert re.search(rf"^{WATCHED} +serverless +running +\S+ +1 +\d+ +ALARM$", table, re.MULTILINE), table
+    assert f"servestack-{WATCHED}-drift: ALARM since " in table
+    # AND each column's score was published for the deployment: alcohol's PSI and shade's distance past their
+    # thresholds, malic acid's not
+    cloudwatch = captured.up.emulator("cloudwatch")
+
+    def score(column: str) -> float:
+        points = cloudwatch.get_metric_statistics(
+            Namespace="servestack/Drift", MetricName="DriftScore", Period=3600, Statistics=["Maximum"],
+            Dimensions=[{"Name": "Deployment", "Value": WATCHED}, {"Name": "Column", "Value": column}],
+            StartTime=datetime.now(UTC) - timedelta(hours=1), EndTime=datetime.now(UTC) + timedelta(minutes=1),
+        )["Datapoints"]  # fmt: skip
+        return float(max(point["Maximum"] for point in points))
+
+    assert score("alcohol") > 0.2
+    assert score("shade") > 0.1
+    assert score("malic_acid") < 0.2
+
+
+def test_a_realtime_endpoints_check_reads_sagemakers_own_records(captured: Captured) -> None:
+    # GIVEN the realtime endpoint captured by SageMaker itself (the local router), whose check is the stack's one
+    # function / WHEN its schedule fires
+    fire_check(captured, REQUESTS, "wine-native")
+    cloudwatch = captured.up.emulator("cloudwatch")
+
+    def rows() -> float | None:
+        points = cloudwatch.get_metric_statistics(
+            Namespace="servestack/Drift", MetricName="CapturedRows", Period=3600, Statistics=["Maximum"],
+            Dimensions=[{"Name": "Deployment", "Value": "wine-native"}],
+            StartTime=datetime.now(UTC) - timedelta(hours=1), EndTime=datetime.now(UTC) + timedelta(minutes=1),
+        )["Datapoints"]  # fmt: skip
+        return float(max(point["Maximum"] for point in points)) if points else None
+
+    # THEN it read every row of the requests as SageMaker recorded them, as its role, and published its verdict
+    assert wait_for(rows, "the realtime check's metrics", timeout_sec=120, poll_sec=1.0) == 2 + 3 + 4
+    alarm = wait_for(
+        lambda: next((a for a in status_alarms(captured, "wine-native") if a["state"] in ("OK", "ALARM")), None),
+        "the realtime drift alarm's verdict", timeout_sec=60, poll_sec=1.0,
+    )  # fmt: skip
+    assert alarm["name"] == "servestack-wine-native-drift"

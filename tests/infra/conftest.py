@@ -24,6 +24,7 @@ if str(REPO) not in sys.path:  # `pytest` (not `python -m pytest`) does not put 
     sys.path.insert(0, str(REPO))
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
+MONITOR_BASELINE = "monitoring/train.csv"
 # Deployments added to the repo's serving.yaml for coverage of every construct option.
 EXTRA_DEPLOYMENTS: dict[str, dict[str, Any]] = {
     "digits-ab": {
@@ -114,6 +115,8 @@ EXTRA_DEPLOYMENTS: dict[str, dict[str, Any]] = {
         "model": "digits",
         "instance_type": "ml.m5.large",
         "capture": {"sample_percent": 12.5, "what": "both"},
+        # Scheduled drift monitoring (servestack/cdk/monitoring.py), with a baseline file of the project.
+        "monitor": {"schedule": "rate(6 hours)", "window_hours": 6, "max_psi": 0.3, "baseline": MONITOR_BASELINE},
     },
     "digits-captured-private": {
         "mode": "realtime",
@@ -186,6 +189,8 @@ def make_project(root: Path) -> Path:
         (d / "manifest.json").write_text(json.dumps({"name": model["name"]}), encoding="utf-8")
         (d / "sample-request.json").write_text(json.dumps(SAMPLE_REQUEST), encoding="utf-8")
         (d / "sample-response.json").write_text(json.dumps(SAMPLE_RESPONSE), encoding="utf-8")
+    (root / MONITOR_BASELINE).parent.mkdir(parents=True)
+    (root / MONITOR_BASELINE).write_text("pixel\n0.5\n", encoding="utf-8")
     return root
 
 

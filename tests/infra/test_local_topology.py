@@ -212,3 +212,22 @@ def test_local_up_says_where_a_gpu_instance_type_runs_on_the_cpu(synth: Synth) -
     # AND an async deployment on SageMaker (cancer-gpu-async: the default ml.g5.xlarge)
     (endpoint,) = gpu_notes([topology(synth, "cancer-gpu-async")])
     assert "(ml.g5.xlarge, NVIDIA A10G)" in endpoint
+
+
+def test_a_deployments_drift_check_is_scheduled_as_its_role_and_its_drift_alarm_evaluated(synth: Synth) -> None:
+    # GIVEN the realtime deployment with capture: and monitor: / WHEN local up reads it
+    read = topology(synth, "digits-captured")
+    # THEN its one schedule, in the deployment's own group, invokes the check's function (a Lambda target, invoked
+    # as the schedule's role)
+    (schedule,) = read.schedules
+    assert (schedule.name, schedule.group) == ("servestack-digits-captured-monitor", "servestack-digits-captured")
+    assert (schedule.task, schedule.universal) == (None, None)
+    assert [f.handler for f in read.functions.values()] == ["servestack.monitor.scheduled.handler"]
+    # AND its drift alarm is evaluated (its metric is the check's own), the endpoint's guardrails only reported
+    (drift,) = [alarm for alarm in read.alarms if alarm.evaluated_locally(set())]
+    assert drift.name == "servestack-digits-captured-drift"
+    assert drift.treat_missing_data == "ignore"
+    rows = [row for row in read.report if row.type == "AWS::CloudWatch::Alarm"]
+    assert [row.logical_id for row in rows if row.emulated] == [
+        next(k for k in synth.resources("digits-captured", "AWS::CloudWatch::Alarm") if "DriftAlarm" in k)
+    ]

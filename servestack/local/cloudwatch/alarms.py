@@ -1,16 +1,17 @@
 """CloudWatch alarms of the templates that local mode evaluates: those that watch the `TriggeredRules` metric of an
 EventBridge rule local mode plays (servestack/local/events/), as a batch deployment's failure alarm watches the rule
-on its Fargate cluster's failed tasks.
+on its Fargate cluster's failed tasks; and those that watch metrics servestack's own code puts to the emulator's
+CloudWatch with its role (`PUBLISHED_NAMESPACES`: the scheduled drift check's, servestack/monitor/scheduled.py).
 
 Each is created on the emulator as CloudFormation creates it (PutMetricAlarm, with its metrics and math), so
 that `DescribeAlarms` answers it, and is evaluated as CloudWatch evaluates it
 (https://docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/AlarmThatSendsEmail.html): each metric's
 statistic over the alarm's last period from the datapoints the emulator holds, the alarm's math over them
 (`FILL(m, v)` standing for a metric without a datapoint), compared with the threshold; with no value at all,
-its `TreatMissingData`. CloudWatch evaluates every period; local mode evaluates when a rule it plays matches an
-event, and when `local status` reads the state, so an alarm goes back to OK once a period passes without a
-breach. The state is set on the emulator (SetAlarmState) only when it changes, so its `StateUpdatedTimestamp`
-says since when.
+its `TreatMissingData` (`ignore`: the state stays as it is). CloudWatch evaluates every period; local mode
+evaluates when a rule it plays matches an event, and when `local status` reads the state, so an alarm goes back
+to OK once a period passes without a breach. The state is set on the emulator (SetAlarmState) only when it
+changes, so its `StateUpdatedTimestamp` says since when.
 
 What local mode does not evaluate, it refuses here rather than guesses: a math expression other than a sum of
 metrics and `FILL`s, a percentile statistic, an anomaly band. Such an alarm stays reported (`--explain`).
@@ -26,8 +27,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from servestack.monitor.setting import NAMESPACE as DRIFT_NAMESPACE
+
 EVENTS_NAMESPACE = "AWS/Events"
 TRIGGERED_RULES = "TriggeredRules"
+# Namespaces whose datapoints come from servestack's own code running locally, put to the emulator's CloudWatch as
+# its role (IAM enforced), and who puts them.
+PUBLISHED_NAMESPACES = {DRIFT_NAMESPACE: "the scheduled drift check (monitor:)"}
 _STATISTICS = ("Sum", "Maximum", "Minimum", "Average", "SampleCount")
 _COMPARISONS: dict[str, tuple[Callable[[float, float], bool], str]] = {
     "GreaterThanThreshold": (operator.gt, "greater than"),
@@ -76,6 +82,13 @@ class AlarmDef:
             for key, value in metric.dimensions
             if key == "RuleName"
         }
+
+    def evaluated_locally(self, played_rules: set[str]) -> bool:
+        """Whether local mode has this alarm's datapoints: it watches a rule it plays (`played_rules`, by name),
+        or only metrics servestack's code publishes locally."""
+        return bool(self.watched_rules() & played_rules) or all(
+            metric.namespace in PUBLISHED_NAMESPACES for metric in self.metrics
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -148,7 +161,10 @@ def _terms(alarm: str, expression: str, ids: set[str]) -> list[tuple[str, float 
 
 
 def ensure_alarm(cloudwatch: Any, alarm: AlarmDef) -> None:
-    """PutMetricAlarm of the alarm as the template declares it (idempotent, as a stack update is)."""
+    """PutMetricAlarm of the alarm as the template declares it (idempotent, as a stack update is); a new one starts
+    INSUFFICIENT_DATA, as in CloudWatch (the emulator starts it OK, which an alarm ignoring missing data would
+    keep before any datapoint)."""
+    existed = cloudwatch.describe_alarms(AlarmNames=[alarm.name])["MetricAlarms"]
     queries: list[dict[str, Any]] = [
         {"Id": m.id, "ReturnData": False, "MetricStat": {
             "Metric": {"Namespace": m.namespace, "MetricName": m.name,
@@ -163,10 +179,17 @@ def ensure_alarm(cloudwatch: Any, alarm: AlarmDef) -> None:
         Threshold=alarm.threshold, EvaluationPeriods=alarm.evaluation_periods,
         TreatMissingData=alarm.treat_missing_data, Metrics=queries,
     )  # fmt: skip
+    if not existed:
+        cloudwatch.set_alarm_state(
+            AlarmName=alarm.name, StateValue="INSUFFICIENT_DATA", StateReason="Unchecked: Initial alarm creation"
+        )
 
 
-def evaluate(cloudwatch: Any, alarm: AlarmDef, now: datetime | None = None) -> tuple[str, str]:
-    """(state, reason) of the alarm now, from the datapoints the emulator holds over its last period."""
+def evaluate(
+    cloudwatch: Any, alarm: AlarmDef, now: datetime | None = None, current: str = "INSUFFICIENT_DATA"
+) -> tuple[str, str]:
+    """(state, reason) of the alarm now, from the datapoints the emulator holds over its last period; `current`,
+    its state so far, is what `TreatMissingData: ignore` keeps."""
     now = now or datetime.now(UTC)
     values = {metric.id: _statistic(cloudwatch, metric, now) for metric in alarm.metrics}
     total: float | None = 0.0
@@ -174,7 +197,8 @@ def evaluate(cloudwatch: Any, alarm: AlarmDef, now: datetime | None = None) -> t
         value = values[metric] if values[metric] is not None else filled
         total = None if value is None or total is None else total + value
     if total is None:
-        state = {"breaching": "ALARM", "notBreaching": "OK"}.get(alarm.treat_missing_data, "INSUFFICIENT_DATA")
+        missing = {"breaching": "ALARM", "notBreaching": "OK", "ignore": current}
+        state = missing.get(alarm.treat_missing_data, "INSUFFICIENT_DATA")
         return state, f"no datapoint in the last {alarm.period_sec} s (TreatMissingData: {alarm.treat_missing_data})"
     breached, words = _COMPARISONS[alarm.comparison]
     when = now.strftime("%d/%m/%y %H:%M:%S")
@@ -216,7 +240,7 @@ def evaluate_alarms(cloudwatch: Any, alarms: Iterable[AlarmDef], now: datetime |
     }
     states: dict[str, str] = {}
     for alarm in alarms:
-        state, reason = evaluate(cloudwatch, alarm, now)
+        state, reason = evaluate(cloudwatch, alarm, now, current.get(alarm.name, "INSUFFICIENT_DATA"))
         if current.get(alarm.name) != state:
             cloudwatch.set_alarm_state(AlarmName=alarm.name, StateValue=state, StateReason=reason[:1023])
         states[alarm.name] = state

@@ -1,6 +1,6 @@
-"""CloudWatch's part of `local up`'s plan: the alarms of a stack that watch a rule local mode plays, created on the
-emulator, and named in the deployment's entry of the state file (what `local run-batch`, the scheduler and
-`local status` evaluate)."""
+"""CloudWatch's part of `local up`'s plan: the alarms of a stack that watch a rule local mode plays or metrics its
+code publishes, created on the emulator, and named in the deployment's entry of the state file (what
+`local run-batch`, the scheduler and `local status` evaluate)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ class AlarmsPlanner:
     def plan(self, topology: AlarmStack, context: PlanContext) -> ServicePlan:
         part = ServicePlan()
         played = {rule.name for rule in topology.rules}
-        evaluated = [alarm for alarm in topology.alarms if alarm.watched_rules() & played]
+        evaluated = [alarm for alarm in topology.alarms if alarm.evaluated_locally(played)]
         for alarm in evaluated:
             ensure_alarm(self.cloudwatch, alarm)
         if evaluated:

@@ -24,7 +24,8 @@ def read_alarms(resolver: Resolver, resources: Sequence[Resource]) -> tuple[list
     return alarms, not_evaluated
 
 
-# How local mode plays an alarm that watches a rule it plays (`local up --explain`); any other alarm is reported.
+# How local mode plays an alarm that watches a rule it plays or metrics its code publishes (`local up --explain`);
+# any other alarm is reported.
 EVALUATED_ALARM = (
     "evaluated: created on the emulator (DescribeAlarms answers it), its state set from the datapoints the emulator "
     "holds when a rule it watches matches an event, and when `servestack local status` reads it"

@@ -94,7 +94,7 @@ def report_of(template: StackTemplate, resolver: Resolver) -> list[ResourceRepor
     rules, refused_rules = read_rules(resolver, resources)
     played_rules = {rule.logical_id for rule in rules}
     alarms, _ = read_alarms(resolver, resources)
-    evaluated = {alarm.name for alarm in alarms if alarm.watched_rules() & {rule.name for rule in rules}}
+    evaluated = {alarm.name for alarm in alarms if alarm.evaluated_locally({rule.name for rule in rules})}
     for resource in template.resources.values():
         how = EMULATED.get(resource.type)
         emulated = how is not None

@@ -1,0 +1,150 @@
+"""Scheduled drift monitoring in the templates (servestack/cdk/monitoring.py): the check's function and its
+least-privilege role, its schedule in the deployment's own group, and the drift alarm on the dashboard.
+`digits-captured` (tests/infra/conftest.py) is a realtime endpoint with `capture:` and `monitor:`, whose baseline is
+a file of the project."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from servestack.local.cloudformation import file_asset_sources
+from tests.infra.conftest import MONITOR_BASELINE, Synth
+
+DEPLOYMENT = "digits-captured"
+NAME = f"servestack-{DEPLOYMENT}"
+
+
+def _monitor(synth: Synth) -> tuple[str, dict[str, Any]]:
+    functions = synth.resources(DEPLOYMENT, "AWS::Lambda::Function")
+    ((logical, function),) = [
+        (k, f) for k, f in functions.items() if f["Properties"]["Handler"] == "servestack.monitor.scheduled.handler"
+    ]
+    return logical, function
+
+
+def _bucket(synth: Synth) -> str:
+    """The deployment's bucket (its capture's), not the one of its access logs."""
+    (found,) = [k for k in synth.resources(DEPLOYMENT, "AWS::S3::Bucket") if k.startswith("ArtifactsBucket")]
+    return found
+
+
+def _statements(synth: Synth, role: str) -> list[dict[str, Any]]:
+    return [
+        statement
+        for policy in synth.resources(DEPLOYMENT, "AWS::IAM::Policy").values()
+        if {"Ref": role} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def test_the_check_is_told_its_capture_package_window_and_thresholds(synth: Synth) -> None:
+    _, function = _monitor(synth)
+    variables = function["Properties"]["Environment"]["Variables"]
+    # The bucket is a Ref, so the setting is a join: its text around the bucket's name
+    joined = variables["SERVESTACK_MONITOR"]["Fn::Join"][1]
+    bucket = joined[1]
+    setting = json.loads(joined[0] + "BUCKET" + joined[2])
+
+    assert bucket == {"Ref": _bucket(synth)}
+    assert setting == {
+        "baseline": "train.csv",
+        "bucket": "BUCKET",
+        "deployment": DEPLOYMENT,
+        "min_rows": 100,
+        "model": "digits",
+        "prefix": f"capture/{DEPLOYMENT}/",
+        "thresholds": {"js": 0.1, "missing": 0.05, "out_of_range": 0.05, "psi": 0.3, "unseen": 0.01},
+        "version": "1",
+        "window_hours": 6,
+    }
+    # AND its code carries the monitor, the model package and the baseline file (bundling skipped: the staged
+    # sources are the asset)
+    code = file_asset_sources(synth.outdir)[function["Properties"]["Code"]["S3Key"]]
+    assert (code / "servestack" / "monitor" / "scheduled.py").is_file()
+    assert (code / "models" / "artifacts" / "digits" / "1" / "manifest.json").is_file()
+    assert MONITOR_BASELINE.endswith("/train.csv")
+    assert (code / "monitor-baseline" / "train.csv").read_text() == "pixel\n0.5\n"
+
+
+def test_the_checks_role_reads_the_capture_prefix_and_puts_drift_metrics_only(synth: Synth) -> None:
+    _, function = _monitor(synth)
+    role = function["Properties"]["Role"]["Fn::GetAtt"][0]
+    bucket = _bucket(synth)
+    logs = function["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
+    prefix = f"capture/{DEPLOYMENT}/"
+
+    assert _statements(synth, role) == [
+        {
+            "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+            "Effect": "Allow",
+            "Resource": {"Fn::GetAtt": [logs, "Arn"]},
+        },
+        {
+            "Action": "s3:GetObject",
+            "Effect": "Allow",
+            "Resource": {"Fn::Join": ["", [{"Fn::GetAtt": [bucket, "Arn"]}, f"/{prefix}*"]]},
+        },
+        {
+            "Action": "s3:ListBucket",
+            "Condition": {"StringLike": {"s3:prefix": [f"{prefix}*"]}},
+            "Effect": "Allow",
+            "Resource": {"Fn::GetAtt": [bucket, "Arn"]},
+        },
+        {
+            "Action": "cloudwatch:PutMetricData",
+            "Condition": {"StringEquals": {"cloudwatch:namespace": "servestack/Drift"}},
+            "Effect": "Allow",
+            "Resource": "*",
+        },
+    ]
+    # AND the role is the function's alone, with no managed policy
+    (role_resource,) = [r for k, r in synth.resources(DEPLOYMENT, "AWS::IAM::Role").items() if k == role]
+    assert "ManagedPolicyArns" not in role_resource["Properties"]
+
+
+def test_the_schedule_is_in_the_deployments_group_and_invokes_the_check_with_its_own_role(synth: Synth) -> None:
+    logical, _ = _monitor(synth)
+    (group,) = synth.resources(DEPLOYMENT, "AWS::Scheduler::ScheduleGroup").values()
+    (schedule,) = synth.resources(DEPLOYMENT, "AWS::Scheduler::Schedule").values()
+    props = schedule["Properties"]
+
+    assert group["Properties"]["Name"] == NAME
+    assert (props["Name"], props["GroupName"]) == (f"{NAME}-monitor", NAME)
+    assert (props["ScheduleExpression"], props["ScheduleExpressionTimezone"]) == ("rate(6 hours)", "UTC")
+    assert props["Target"]["Arn"] == {"Fn::GetAtt": [logical, "Arn"]}
+    scheduler_role = props["Target"]["RoleArn"]["Fn::GetAtt"][0]
+    function_arn = {"Fn::GetAtt": [logical, "Arn"]}
+    assert _statements(synth, scheduler_role) == [
+        {
+            "Action": "lambda:InvokeFunction",
+            "Effect": "Allow",
+            "Resource": [function_arn, {"Fn::Join": ["", [function_arn, ":*"]]}],
+        }
+    ]
+
+
+def test_the_drift_alarm_watches_the_drift_flag_and_is_on_the_dashboard(synth: Synth) -> None:
+    alarms = synth.resources(DEPLOYMENT, "AWS::CloudWatch::Alarm")
+    ((logical, alarm),) = [(k, a) for k, a in alarms.items() if a["Properties"]["AlarmName"] == f"{NAME}-drift"]
+    props = alarm["Properties"]
+
+    assert (props["Namespace"], props["MetricName"], props["Statistic"], props["Period"]) == (
+        "servestack/Drift",
+        "DriftDetected",
+        "Maximum",
+        3600,
+    )
+    assert props["Dimensions"] == [{"Name": "Deployment", "Value": DEPLOYMENT}]
+    assert (props["ComparisonOperator"], props["Threshold"], props["EvaluationPeriods"]) == (
+        "GreaterThanOrEqualToThreshold",
+        1,
+        1,
+    )
+    # Between two checks there is no datapoint: the alarm keeps the last verdict
+    assert props["TreatMissingData"] == "ignore"
+    (dashboard,) = synth.resources(DEPLOYMENT, "AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    assert logical in body  # the alarm status widget names its ARN
+    assert "SEARCH(" in body
+    assert "DriftScore" in body
