@@ -11,9 +11,9 @@ the local scheduler, runs under its own role (IAM enforced), puts its metrics to
 its drift alarm is what `local status` shows, OK for traffic like the training rows, ALARM once a column shifts
 and a category the model never saw comes in.
 
-The 10% sampling check over 2,000 requests runs in process, through the HTTP app (tests/functional/
-test_capture_app.py) and the sampler alone (tests/unit/test_capture.py): through local up's fronts it would take
-minutes.
+`wine-sampled` (serverless) captures 10%: 2,000 signed requests through its HTTP API front, and the records
+Firehose wrote are the sampled share within binomial bounds, each sampled line shipped (as many records as capture
+lines in its log group). The same bound is checked in process too (tests/functional/test_capture_app.py).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -48,6 +49,8 @@ EXCLUDED = "shade"
 ONLINE = {"wine-rt": "realtime", "wine-api": "serverless", "wine-jobs": "async"}
 REQUESTS = 3
 WATCHED = "wine-watch"  # the deployment with a scheduled drift check
+SAMPLED = "wine-sampled"  # capture at 10%
+SAMPLED_REQUESTS = 2_000
 
 
 @dataclass
@@ -82,6 +85,7 @@ def serving_yaml() -> dict[str, Any]:
             "wine-jobs": {"mode": "async", "model": PIPELINE, "capture": private},
             # Its schedule never comes round during the tests: they fire it (local up's own route).
             WATCHED: {"mode": "serverless", "model": PIPELINE, "capture": {}, "monitor": {"window_hours": 1}},
+            SAMPLED: {"mode": "serverless", "model": PIPELINE, "capture": {"sample_percent": 10}},
             "wine-nightly": {
                 "mode": "batch",
                 "model": PIPELINE,
@@ -170,6 +174,67 @@ def test_every_request_and_answer_is_captured_in_the_documented_format(captured:
         3,
         4,
     ]
+
+
+def log_lines(captured: Captured, deployment: str) -> list[str]:
+    """Every line the deployment's log groups hold (as the developer reads them), every page."""
+    logs = captured.up.emulator("logs")
+    found: list[str] = []
+    for group in captured.up.deployment(deployment)["log_groups"].values():
+        for page in logs.get_paginator("filter_log_events").paginate(logGroupName=group):
+            found += [event["message"] for event in page.get("events", [])]
+    return found
+
+
+def test_at_ten_percent_the_share_captured_of_2000_requests_is_within_binomial_bounds(captured: Captured) -> None:
+    import boto3
+    import httpx
+
+    from servestack.client import SigV4
+
+    keys = developer(captured.up.state)
+    session = boto3.session.Session(
+        aws_access_key_id=keys.access_key_id,
+        aws_secret_access_key=keys.secret_access_key,
+        aws_session_token=keys.session_token,
+    )
+    url = captured.up.deployment(SAMPLED)["url"]
+    body = (captured.root / "request-0.json").read_bytes()
+    auth = SigV4(captured.up.state["region"], "execute-api", session=session)
+
+    # GIVEN 2,000 answered requests to the deployment that captures 10%, four at a time
+    def send(count: int) -> list[int]:
+        headers = {"Content-Type": "application/json"}
+        with httpx.Client(auth=auth, timeout=60) as client:
+            return [client.post(f"{url}/invocations", content=body, headers=headers).status_code for _ in range(count)]
+
+    with ThreadPoolExecutor(4) as pool:
+        statuses = [s for done in pool.map(send, [SAMPLED_REQUESTS // 4] * 4) for s in done]
+    assert statuses == [200] * SAMPLED_REQUESTS
+
+    # WHEN every invocation's REPORT line is in its log group (its capture line, if sampled, came before it)
+    def all_reported() -> list[str] | None:
+        found = log_lines(captured, SAMPLED)
+        return found if sum(line.startswith("REPORT RequestId:") for line in found) >= SAMPLED_REQUESTS else None
+
+    lines = wait_for(
+        all_reported,
+        f"{SAMPLED_REQUESTS} REPORT lines of {SAMPLED}",
+        timeout_sec=120,
+        poll_sec=1,
+    )
+    sampled = sum('"captureData"' in line for line in lines)
+    # THEN the sampled share is within 4.5 sd of 10% (mean 200, sd 13.4: a correct sampler fails it about once in
+    # 150,000 runs), and Firehose wrote a record for every sampled line, no more
+    assert abs(sampled - SAMPLED_REQUESTS * 0.1) <= 4.5 * (SAMPLED_REQUESTS * 0.1 * 0.9) ** 0.5, sampled
+    records = wait_for(
+        lambda: found if len(found := capture_records(captured, SAMPLED)) >= sampled else None,
+        f"{sampled} capture records of {SAMPLED}",
+        timeout_sec=60,
+        poll_sec=0.5,
+    )
+    assert len(records) == sampled
+    assert {r["servestack"]["deployment"] for r in records} == {SAMPLED}
 
 
 def _predictions(answer: dict[str, Any]) -> Any:
