@@ -18,7 +18,16 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.pairs import LOAD_CORE, PAIR_CONNECTIONS, LoadResult, PinnedServer, markdown_table, median, wrk
+from bench.pairs import (
+    LOAD_CORE,
+    PAIR_CONNECTIONS,
+    LoadResult,
+    PinnedServer,
+    markdown_table,
+    median,
+    ratio_cell,
+    wrk,
+)
 from bench.subjects import interface, ours, payloads
 from servestack.local.hosting.processes import free_port
 
@@ -29,11 +38,16 @@ CAPTURE_SLICE_SEC = 3.0
 
 @dataclass
 class CaptureFigures:
-    """Each side's wrk figures, one per pair, and what the capture side wrote on its stdout."""
+    """Each side's wrk figures and server CPU µs per request, one per pair, and what the capture side wrote on
+    its stdout."""
 
     results: dict[str, list[LoadResult]]
+    cpu_us: dict[str, list[float]]
     lines: int
     bytes_written: int
+
+    def cpu_ratios(self) -> list[float]:
+        return [full / off for full, off in zip(self.cpu_us[FULL], self.cpu_us[OFF], strict=True)]
 
     def ratios(self, figure: str) -> list[float]:
         """The pairs' own ratios of 100% to off, of `figure` (a field of LoadResult)."""
@@ -65,11 +79,17 @@ def measure_capture(scratch: Path, script: Path, http_server: str, pairs: int) -
             flush=True,
         )
         results: dict[str, list[LoadResult]] = {OFF: [], FULL: []}
+        cpu_us: dict[str, list[float]] = {OFF: [], FULL: []}
         for pair in range(pairs):
             for side in (OFF, FULL) if pair % 2 == 0 else (FULL, OFF):
-                results[side].append(wrk(urls[side], PAIR_CONNECTIONS, CAPTURE_SLICE_SEC, payload, script))
+                server = servers[0 if side == OFF else 1]
+                used = server.cpu_sec()
+                result = wrk(urls[side], PAIR_CONNECTIONS, CAPTURE_SLICE_SEC, payload, script)
+                results[side].append(result)
+                cpu_us[side].append((server.cpu_sec() - used) * 1e6 / (result.requests_per_sec * CAPTURE_SLICE_SEC))
             cells = (
-                f"capture {side} {r.requests_per_sec:.0f} req/s p99 {r.p99_ms:.2f} ms" for side, r in latest(results)
+                f"capture {side} {r.requests_per_sec:.0f} req/s p99 {r.p99_ms:.2f} ms, {cpu_us[side][-1]:.0f} µs CPU"
+                for side, r in latest(results)
             )
             print(f"  pair {pair + 1}: " + ", ".join(cells), flush=True)
     finally:
@@ -81,7 +101,7 @@ def measure_capture(scratch: Path, script: Path, http_server: str, pairs: int) -
     counts = drain.stdout.read()  # wc's counts, once the server (the pipe's last writer) has exited
     drain.wait(timeout=60)
     lines, written = (int(n) for n in counts.split())
-    return CaptureFigures(results, lines, written)
+    return CaptureFigures(results, cpu_us, lines, written)
 
 
 def latest(results: dict[str, list[LoadResult]]) -> list[tuple[str, LoadResult]]:
@@ -91,20 +111,24 @@ def latest(results: dict[str, list[LoadResult]]) -> list[tuple[str, LoadResult]]
 def capture_table(figures: CaptureFigures, http_server: str) -> list[str]:
     """The row: each side's median figures, and the medians of the pairs' ratios (their range in brackets)."""
     off, full = figures.results[OFF], figures.results[FULL]
-    p99, qps = figures.ratios("p99_ms"), figures.ratios("requests_per_sec")
+    p99, qps, cpu = figures.ratios("p99_ms"), figures.ratios("requests_per_sec"), figures.cpu_ratios()
     answered = sum(r.requests_per_sec for r in full) * CAPTURE_SLICE_SEC
     lines = [
         f"issue 39 row: capture at 100% against capture off (servestack on {interface(http_server)}, one core; "
         "target in brackets):"
     ]
     lines += markdown_table(
-        ("row", "off: req/s, p99", "100%: req/s, p99", "p99 100% / off", "req/s 100% / off"),
+        ("row", "off: req/s, p99, CPU/request", "100%: req/s, p99, CPU/request", "p99 100% / off",
+         "req/s 100% / off", "server CPU per request, 100% / off"),
         [[
             f"1-row JSON, {PAIR_CONNECTIONS} connections",
-            f"{median([r.requests_per_sec for r in off]):.0f}, {median([r.p99_ms for r in off]):.2f} ms",
-            f"{median([r.requests_per_sec for r in full]):.0f}, {median([r.p99_ms for r in full]):.2f} ms",
-            f"{median(p99):.2f} ({min(p99):.2f}-{max(p99):.2f}) [<= 1.10]",
-            f"{median(qps):.2f} ({min(qps):.2f}-{max(qps):.2f})",
+            f"{median([r.requests_per_sec for r in off]):.0f}, {median([r.p99_ms for r in off]):.2f} ms, "
+            f"{median(figures.cpu_us[OFF]):.0f} µs",
+            f"{median([r.requests_per_sec for r in full]):.0f}, {median([r.p99_ms for r in full]):.2f} ms, "
+            f"{median(figures.cpu_us[FULL]):.0f} µs",
+            ratio_cell(p99, " [<= 1.10]"),
+            ratio_cell(qps),
+            ratio_cell(cpu),
         ]],
     )  # fmt: skip
     lines.append(
