@@ -17,6 +17,7 @@ import json
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.pairs import (
     LOAD_CORE,
@@ -138,3 +139,11 @@ def capture_table(figures: CaptureFigures, http_server: str) -> list[str]:
         else "  capture lines written: none (capture did not run)"
     )
     return lines
+
+
+def capture_json(figures: CaptureFigures) -> dict[str, Any]:
+    """The row's figures, pair by pair, for `--json`."""
+    return {
+        side: {"wrk": [vars(r) for r in figures.results[side]], "cpu_us_per_request": figures.cpu_us[side]}
+        for side in (OFF, FULL)
+    } | {"capture_lines": figures.lines, "capture_bytes": figures.bytes_written}

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.capture_row import capture_table, measure_capture
+from bench.capture_row import capture_json, capture_table, measure_capture
 from bench.ceilings import (
     CEILING,
     JSON1,
@@ -276,9 +276,7 @@ def main(argv: list[str] | None = None) -> None:
             figures = measure_capture(scratch, script, args.http_server, args.pairs)
             print("\n".join(capture_table(figures, args.http_server)))
             if args.json:
-                args.json.write_text(
-                    json.dumps({"capture": {k: [vars(r) for r in v] for k, v in figures.results.items()}}, indent=2)
-                )
+                args.json.write_text(json.dumps({"capture": capture_json(figures)}, indent=2))
             return
         if args.only != "all":
             rows_only(scratch, script, args)
