@@ -5,9 +5,9 @@ The line is byte for byte what `orjson.dumps(capture_record(...))` writes (tests
 holds the two equal), built from pieces made once per process (a model's `servestack` block, a media type's
 part openings) and the request's own: its inputs' JSON text and its answer, each written as a JSON string,
 and the event's id and time (`EventStamps`). Building the record as a dict and dumping it, with a fresh
-`uuid.uuid4()` and `datetime.isoformat`, was ~20 µs of a one-row request's ~25 µs of capture
-(bench/capture_cost.py), which over HTTP was a quarter of the realtime container's throughput
-(`bench.realtime --only capture`).
+`uuid.uuid4()` and `datetime.isoformat`, made a one-row record cost about twice as much in process
+(bench/capture_cost.py), and the realtime container's CPU per one-row request 1.32x capture off against 1.22x
+now (`bench.realtime --only capture`; docs/performance.md).
 """
 
 from __future__ import annotations
