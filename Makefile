@@ -26,7 +26,7 @@ help:
 	@echo "make docs    build the docs site (mkdocs.yml, docs/) into site/ with --strict: a broken link or anchor, or a page"
 	@echo "            outside the nav, fails it; .venv/bin/mkdocs serve shows it while you edit"
 	@echo "make synth   synthesize the CDK app into cdk.out (offline)"
-	@echo "make bench   print benchmark figures: realtime, Lambda cold start, batch, async (needs wrk)"
+	@echo "make bench   print benchmark figures: realtime, capture, Lambda cold start, batch, async (needs wrk)"
 	@echo "make bench-peers  ours against MLServer on the same models, in interleaved pairs (needs wrk; installs"
 	@echo "            MLServer into .bench/peers once; not part of make test nor make bench)"
 	@echo "make models  rebuild the bundled model artifacts"
@@ -82,6 +82,7 @@ synth: setup
 
 bench: setup
 	$(PY) -m bench.realtime
+	$(PY) -m bench.realtime --only capture
 	$(PY) -m bench.servers
 	$(PY) -m bench.multi_model
 	$(PY) -m bench.cold_start

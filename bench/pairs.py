@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from servestack.local.hosting.processes import REPO_ROOT, http_status
 
@@ -93,7 +94,8 @@ def wrk(url: str, connections: int, seconds: float, payload: Payload, script: Pa
 
 class PinnedServer:
     """A server started on the server core, ready once `ready_path` answers one of `ready_statuses`; with
-    `log`, its output goes there, and a server that does not start is reported with the log's end."""
+    `log`, its output goes there, and a server that does not start is reported with the log's end; with
+    `stdout`, its stdout alone goes there instead (a pipe, as a container's log driver reads it)."""
 
     def __init__(
         self,
@@ -104,6 +106,7 @@ class PinnedServer:
         ready_statuses: tuple[int, ...] = (200, 404, 405),
         cwd: Path = REPO_ROOT,
         log: Path | None = None,
+        stdout: IO[bytes] | None = None,
     ) -> None:
         self.port = port
         with (log or Path(os.devnull)).open("wb") as output:
@@ -111,8 +114,8 @@ class PinnedServer:
                 ["taskset", "-c", SERVER_CORE, *argv],
                 cwd=cwd,
                 env={**os.environ, **env},
-                stdout=output,
-                stderr=subprocess.STDOUT,
+                stdout=output if stdout is None else stdout,
+                stderr=subprocess.STDOUT if stdout is None else output,
             )
         deadline = time.monotonic() + 60
         while http_status(f"http://127.0.0.1:{port}{ready_path}") not in ready_statuses:
@@ -128,10 +131,37 @@ class PinnedServer:
         match = re.search(r"VmRSS:\s+(\d+) kB", status)
         return int(match.group(1)) / 1024 if match else float("nan")
 
+    def cpu_sec(self) -> float:
+        """CPU seconds (user and system) the server and its processes (granian's workers) have used so far: what a
+        request costs the server core, which other load on a shared machine shifts far less than its latency."""
+        return sum(_process_cpu_sec(pid) for pid in _tree(self.process.pid))
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
         self.process.wait(timeout=20)
+
+
+def _tree(pid: int) -> list[int]:
+    """`pid` and its descendants, each process once."""
+    found, i = [pid], 0
+    while i < len(found):
+        for children in Path(f"/proc/{found[i]}/task").glob("*/children"):
+            try:
+                found += [int(child) for child in children.read_text().split()]
+            except OSError:  # the thread or process has just ended
+                continue
+        i += 1
+    return list(dict.fromkeys(found))
+
+
+def _process_cpu_sec(pid: int) -> float:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat.rsplit(")", 1)[1].split()  # after the command's name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 # ------------------------------------------------------------------------------------------ interleaved pairs

@@ -8,7 +8,8 @@ bench/peers.py (`make bench-peers`). Every request asks for its answer in its ow
 `Content-Type`): `.npy` in, `.npy` out.
 
     make bench            (or: .venv/bin/python -m bench.realtime --runs 3 --duration-sec 5;
-                           --only rows: the rows against their ceilings alone; --only split: issue 23's row)
+                           --only rows: the rows against their ceilings alone; --only split: issue 23's row;
+                           --only capture: issue 39's row, capture at 100% against off, bench/capture_row.py)
 
 Servers are pinned to core 0, load generators to core 1 (taskset); onnxruntime uses one intra-op thread.
 Throughput and latency come from wrk; the overload run uses servestack's own load generator, which splits
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.capture_row import capture_json, capture_table, measure_capture
 from bench.ceilings import (
     CEILING,
     JSON1,
@@ -254,10 +256,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--only",
-        choices=("all", "rows", "split"),
+        choices=("all", "rows", "split", "capture"),
         default="all",
         help="'rows': only the table of every row against its own ceiling (interleaved pairs); 'split': only "
-        "issue 23's row (32-row dataframe_split to the pipeline), for work on that path",
+        "issue 23's row (32-row dataframe_split to the pipeline), for work on that path; 'capture': only issue "
+        "39's row (capture at 100% against capture off, `make bench` runs it as its own line)",
     )
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None or shutil.which("taskset") is None:
@@ -269,6 +272,12 @@ def main(argv: list[str] | None = None) -> None:
         scratch = Path(scratch_dir)
         script = scratch / "post.lua"
         script.write_text(WRK_SCRIPT)
+        if args.only == "capture":
+            figures = measure_capture(scratch, script, args.http_server, args.pairs)
+            print("\n".join(capture_table(figures, args.http_server)))
+            if args.json:
+                args.json.write_text(json.dumps({"capture": capture_json(figures)}, indent=2))
+            return
         if args.only != "all":
             rows_only(scratch, script, args)
             return

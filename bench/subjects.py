@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -61,7 +62,12 @@ def interface(http_server: str) -> str:
     return "granian RSGI" if http_server == "granian" else f"{http_server} ASGI"
 
 
-def ours(port: int, http_server: str = DEFAULT_SERVER, extra_env: dict[str, str] | None = None) -> PinnedServer:
+def ours(
+    port: int,
+    http_server: str = DEFAULT_SERVER,
+    extra_env: dict[str, str] | None = None,
+    stdout: IO[bytes] | None = None,
+) -> PinnedServer:
     env = {
         "SAGEMAKER_BIND_TO_PORT": str(port),
         "SERVESTACK_HOST": "127.0.0.1",
@@ -70,7 +76,7 @@ def ours(port: int, http_server: str = DEFAULT_SERVER, extra_env: dict[str, str]
         "SERVESTACK_HTTP_SERVER": http_server,
         **(extra_env or {}),
     }
-    return PinnedServer([sys.executable, "-m", "servestack.adapters.realtime", "serve"], env, port)
+    return PinnedServer([sys.executable, "-m", "servestack.adapters.realtime", "serve"], env, port, stdout=stdout)
 
 
 def naive(port: int) -> PinnedServer:

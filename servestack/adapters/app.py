@@ -160,11 +160,13 @@ class ServingApp:
                 return
 
     def startup(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Start-up, whichever interface runs the app: models load in the background if asked, and the
-        overload metrics start on `loop`."""
+        """Start-up, whichever interface runs a container's app (not Lambda's): models load in the background if
+        asked, the overload metrics start on `loop`, capture lines go out a loop turn's at a time."""
         if self.load_in_background:
             threading.Thread(target=self._load_quietly, name="model-loader", daemon=True).start()
         self._start_metrics(loop)
+        if self.capturer is not None:
+            self.capturer.coalesce(loop)
 
     def shutdown(self) -> None:
         """Shut-down: the metrics stop, batchers and model caches close."""
@@ -176,6 +178,8 @@ class ServingApp:
             batcher.close()
         if isinstance(self.repository, ModelCache | MultiModelStore):
             self.repository.close()
+        if self.capturer is not None:  # the lines of the last loop turn
+            self.capturer.flush()
 
     def _start_metrics(self, loop: asyncio.AbstractEventLoop) -> None:
         """With `metrics_interval_sec` set, write overload metrics (EMF) to stdout (servestack/adapters/metrics.py)."""

@@ -7,38 +7,39 @@ body servestack's request forms accept again), without the excluded columns; its
 
 Emission is one line on stdout, the record itself, written after the answer has been sent: the
 platform ships stdout to CloudWatch Logs (Lambda, SageMaker, ECS), where a subscription filter hands the capture
-lines to Kinesis Data Firehose, which writes them to S3 (servestack/cdk/capture.py). A request pays a JSON dump
-and one write(2); a slow or failing S3 or Firehose never touches it, and no AWS client is called per request.
+lines to Kinesis Data Firehose, which writes them to S3 (servestack/cdk/capture.py). A request pays its inputs'
+JSON dump, the line's bytes (servestack/inference/capture_line.py) and one write(2); a slow or failing S3 or
+Firehose never touches it, and no AWS client is called per request.
 
 The policy comes from one setting, `SERVESTACK_CAPTURE` (a JSON object the CDK constructs and local mode write).
 """
 
 from __future__ import annotations
 
-import base64
+import asyncio
 import logging
 import os
 import random
-import uuid
+import select
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
 import orjson
 
+from servestack.inference.capture_line import EVENT_VERSION, STAMPS, LineWriter, part
 from servestack.inference.errors import ConfigurationError
 from servestack.inference.manifest import ColumnSpec
-from servestack.inference.media_types import CSV, JSON, Encoded
+from servestack.inference.media_types import JSON, Encoded
 
 if TYPE_CHECKING:
     from servestack.inference.service import ServedModel
 
 logger = logging.getLogger("servestack.capture")
 
-EVENT_VERSION = "0"
 MODES = ("realtime", "serverless", "async", "batch")
 WHATS = ("inputs", "outputs", "both")
 # CloudWatch Logs takes events of at most 256 KiB, 26 bytes of which are its own; a longer line would be cut (and
@@ -93,8 +94,10 @@ class CapturePolicy:
         return percent >= 100 or (percent > 0 and self.draw() * 100 < percent)
 
 
-def _event_time(now: datetime | None = None) -> str:
-    return (now or datetime.now(UTC)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def _inference_time(now: datetime | None) -> str:
+    if now is None:
+        return STAMPS.inference_time().decode("ascii")
+    return now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def input_columns(
@@ -123,23 +126,6 @@ def _jsonable(array: np.ndarray) -> Any:
     return array.tolist()
 
 
-def _part(mode: str, media_type: str, data: bytes) -> dict[str, str]:
-    """SageMaker's `endpointInput`/`endpointOutput`: text as it is (JSON or CSV), anything else in base64."""
-    text_kind = {JSON: "JSON", CSV: "CSV"}.get(media_type.split(";")[0].strip())
-    if text_kind is not None:
-        try:
-            text = data.decode("utf-8")
-            return {"observedContentType": media_type, "mode": mode, "data": text, "encoding": text_kind}
-        except UnicodeDecodeError:
-            pass
-    return {
-        "observedContentType": media_type,
-        "mode": mode,
-        "data": base64.b64encode(data).decode("ascii"),
-        "encoding": "BASE64",
-    }
-
-
 def capture_record(
     setting: CaptureSetting,
     *,
@@ -152,18 +138,22 @@ def capture_record(
     job_id: str | None = None,
     event_id: str | None = None,
     now: datetime | None = None,
+    inference_time: str | None = None,
 ) -> dict[str, Any]:
     """One capture record (docs/monitoring.md): `inputs` is the JSON text of `{"inputs": {...}}` (or a raw body,
     `application/octet-stream`), `output` the answer's body; each is left out as `what` says."""
     data: dict[str, Any] = {}
     if inputs is not None and setting.what != "outputs":
         kind = JSON if inputs[:1] == b"{" else "application/octet-stream"
-        data["endpointInput"] = _part("INPUT", kind, inputs)
+        data["endpointInput"] = part("INPUT", kind, inputs)
     if output is not None and setting.what != "inputs":
-        data["endpointOutput"] = _part("OUTPUT", output_type, output)
+        data["endpointOutput"] = part("OUTPUT", output_type, output)
     return {
         "captureData": data,
-        "eventMetadata": {"eventId": event_id or str(uuid.uuid4()), "inferenceTime": _event_time(now)},
+        "eventMetadata": {
+            "eventId": event_id or STAMPS.event_id().decode("ascii"),
+            "inferenceTime": inference_time or _inference_time(now),
+        },
         "eventVersion": EVENT_VERSION,
         "servestack": {
             "deployment": setting.deployment,
@@ -196,10 +186,11 @@ def _as_list(value: Any) -> Any:
     raise TypeError(type(value).__name__)
 
 
-def _write_stdout(line: bytes) -> None:
-    # One write(2) per line: the workers of a container share its stdout, and a line written in one call is not
-    # interleaved with another's up to the pipe's atomic size (4 KiB); CloudWatch takes each line as one event.
-    os.write(1, line)
+def _write_stdout(lines: bytes) -> None:
+    # Whole lines in one write(2): the workers of a container share its stdout, and what one call writes is not
+    # interleaved with another's up to the pipe's atomic size (PIPE_BUF, 4 KiB); CloudWatch takes each line as
+    # one event.
+    os.write(1, lines)
 
 
 class Capturer:
@@ -218,6 +209,33 @@ class Capturer:
         self.variant = variant or None
         self.write = write
         self.exclude = frozenset(setting.exclude_columns)
+        self.lines = LineWriter(setting.deployment, setting.mode, setting.what, self.variant)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pending: list[bytes] = []
+
+    def coalesce(self, loop: asyncio.AbstractEventLoop) -> None:
+        """From now on, the lines of the requests answered in one turn of `loop` are written together, soon after
+        (`flush`, at the loop's next turn), in writes of whole lines of at most `select.PIPE_BUF` bytes (a longer
+        line alone), so that a write stays as atomic as one line's was. A micro-batch answers several requests
+        in one turn (~3 lines a write at 64 connections, `bench.realtime --only capture`), and three 1 KB lines
+        in one write to a pipe cost 0.7 µs of CPU a line against 1.6 alone, and wake the log reader a third as
+        often. For a serving container's loop, on whose thread every request is answered; never for a Lambda
+        function, frozen as soon as its invocation returns."""
+        self._loop = loop
+
+    def flush(self) -> None:
+        """Write the lines waiting (`coalesce`)."""
+        pending, self._pending = self._pending, []
+        batch: list[bytes] = []
+        size = 0
+        for line in pending:
+            if batch and size + len(line) > select.PIPE_BUF:
+                self.write(b"".join(batch))
+                batch, size = [], 0
+            batch.append(line)
+            size += len(line)
+        if batch:
+            self.write(b"".join(batch))
 
     def sampled(self) -> bool:
         return self.policy.sampled()
@@ -241,24 +259,30 @@ class Capturer:
             inputs = inputs_json(arrays, columns, self.exclude)
             if inputs is None and not self.exclude:
                 inputs = body
-        record = capture_record(
-            self.setting,
-            model=model,
-            version=version,
-            variant=self.variant,
-            inputs=inputs,
-            output=output,
-            output_type=output_type,
-            job_id=job_id,
-        )
+        event_id, inference_time = STAMPS.event_id(), STAMPS.inference_time()
         # The record as it is, so the objects Firehose writes hold the one format (docs/monitoring.md); a log
         # subscription tells these lines from the others by their `servestack.deployment`.
-        line = orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+        line = self.lines.line(model, version, inputs, output, output_type, job_id, event_id, inference_time)
         if len(line) > MAX_LINE_BYTES:
-            record["captureData"] = {}
+            record = capture_record(
+                self.setting,
+                model=model,
+                version=version,
+                variant=self.variant,
+                inputs=None,
+                output=None,
+                job_id=job_id,
+                event_id=event_id.decode("ascii"),
+                inference_time=inference_time.decode("ascii"),
+            )
             record["servestack"]["dropped"] = f"record of {len(line)} bytes > {MAX_LINE_BYTES} (a log event's limit)"
             line = orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
-        self.write(line)
+        if self._loop is None:
+            self.write(line)
+            return
+        self._pending.append(line)
+        if len(self._pending) == 1:
+            self._loop.call_soon(self.flush)
 
     def answered(
         self,

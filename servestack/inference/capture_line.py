@@ -1,0 +1,167 @@
+"""A capture record's log line, written straight as bytes: the hot half of data capture
+(servestack/inference/capture.py), paid by every sampled request.
+
+The line is byte for byte what `orjson.dumps(capture_record(...))` writes (tests/unit/test_capture_line.py
+holds the two equal), built from pieces made once per process (a model's `servestack` block, a media type's
+part openings) and the request's own: its inputs' JSON text and its answer, each written as a JSON string,
+and the event's id and time (`EventStamps`). Building the record as a dict and dumping it, with a fresh
+`uuid.uuid4()` and `datetime.isoformat`, made a one-row record cost about twice as much in process
+(bench/capture_cost.py), and the realtime container's CPU per one-row request 1.32x capture off against 1.22x
+now (`bench.realtime --only capture`; docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import os
+import random
+import time
+import uuid
+from datetime import UTC, datetime
+
+import orjson
+
+from servestack.inference.media_types import CSV, JSON
+
+EVENT_VERSION = "0"
+# The encodings SageMaker names text parts by; any other media type is written in base64.
+_TEXT_KINDS = {JSON: "JSON", CSV: "CSV"}
+
+
+class EventStamps:
+    """Each record's `eventId` and `inferenceTime`, cheaply: `uuid.uuid4()` (a getrandom(2) call and a UUID
+    object) and `datetime.isoformat` were ~6 µs of a one-row record.
+
+    An id is UUID-shaped, version 4: the process's own random first 80 bits (74 of them random, as `uuid4`
+    draws them), then a 48-bit counter from a random start. Ids stay unique within a process, and across
+    processes as random UUIDs are; a forked child draws its own prefix (`os.register_at_fork`), so that workers
+    forked from one parent do not repeat each other's ids. The time's text up to the second is formatted once a
+    second; the milliseconds are truncated, as `isoformat(timespec="milliseconds")` does."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._second_text = b""
+        self.reseed()
+        os.register_at_fork(after_in_child=self.reseed)
+
+    def reseed(self) -> None:
+        self._prefix = str(uuid.uuid4())[:24].encode("ascii")  # "xxxxxxxx-xxxx-4xxx-yxxx-"
+        self._counter = itertools.count(random.getrandbits(48))
+
+    def event_id(self) -> bytes:
+        return b"%s%012x" % (self._prefix, next(self._counter) & 0xFFFFFFFFFFFF)
+
+    def inference_time(self) -> bytes:
+        now = time.time()
+        second = int(now)
+        if second != self._second:
+            self._second_text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S.").encode("ascii")
+            self._second = second
+        return b"%s%03dZ" % (self._second_text, int((now - second) * 1000))
+
+
+STAMPS = EventStamps()
+
+
+def part(mode: str, media_type: str, data: bytes) -> dict[str, str]:
+    """SageMaker's `endpointInput`/`endpointOutput`: text as it is (JSON or CSV), anything else in base64."""
+    text_kind = _TEXT_KINDS.get(media_type.split(";")[0].strip())
+    if text_kind is not None:
+        try:
+            text = data.decode("utf-8")
+            return {"observedContentType": media_type, "mode": mode, "data": text, "encoding": text_kind}
+        except UnicodeDecodeError:
+            pass
+    return {
+        "observedContentType": media_type,
+        "mode": mode,
+        "data": base64.b64encode(data).decode("ascii"),
+        "encoding": "BASE64",
+    }
+
+
+class _PartWriter:
+    """`orjson.dumps(part(mode, media_type, data))` of one mode and media type, its fixed pieces made once."""
+
+    __slots__ = ("base64_close", "open", "text_close")
+
+    def __init__(self, key: bytes, mode: str, media_type: str) -> None:
+        self.open = b'%s:{"observedContentType":%s,"mode":"%s","data":' % (
+            key,
+            orjson.dumps(media_type),
+            mode.encode("ascii"),
+        )
+        text_kind = _TEXT_KINDS.get(media_type.split(";")[0].strip())
+        self.text_close = None if text_kind is None else b',"encoding":"%s"}' % text_kind.encode("ascii")
+        self.base64_close = b'","encoding":"BASE64"}'
+
+    def write(self, data: bytes) -> bytes:
+        if self.text_close is not None:
+            try:
+                return self.open + orjson.dumps(data.decode("utf-8")) + self.text_close
+            except UnicodeDecodeError:
+                pass
+        return b'%s"%s%s' % (self.open, base64.b64encode(data), self.base64_close)
+
+
+_LINE = (
+    b'{"captureData":{%s},"eventMetadata":{"eventId":"%s","inferenceTime":"%s"},"eventVersion":"'
+    + EVENT_VERSION.encode("ascii")
+    + b'","servestack":%s}\n'
+)
+
+
+class LineWriter:
+    """The log lines of one capture setting: `line(...)` is `orjson.dumps(capture_record(...))` plus a newline,
+    with the process's `STAMPS`."""
+
+    def __init__(self, deployment: str, mode: str, what: str, variant: str | None) -> None:
+        self._deployment, self._mode, self._variant = deployment, mode, variant
+        self._inputs = what != "outputs"
+        self._outputs = what != "inputs"
+        self._parts: dict[tuple[str, str], _PartWriter] = {}
+        self._blocks: dict[tuple[str, str], bytes] = {}
+
+    def servestack_block(self, model: str, version: str, job_id: str | None) -> dict[str, str | None]:
+        return {
+            "deployment": self._deployment,
+            "mode": self._mode,
+            "model": model,
+            "version": version,
+            "variant": self._variant,
+            "job_id": job_id,
+        }
+
+    def line(
+        self,
+        model: str,
+        version: str,
+        inputs: bytes | None,
+        output: bytes | None,
+        output_type: str,
+        job_id: str | None,
+        event_id: bytes,
+        inference_time: bytes,
+    ) -> bytes:
+        data = []
+        if inputs is not None and self._inputs:
+            data.append(self._part("INPUT", JSON if inputs[:1] == b"{" else "application/octet-stream", inputs))
+        if output is not None and self._outputs:
+            data.append(self._part("OUTPUT", output_type, output))
+        if job_id is None:
+            block = self._blocks.get((model, version))
+            if block is None:  # a few models a process: each block once
+                block = self._blocks[(model, version)] = orjson.dumps(self.servestack_block(model, version, None))
+        else:
+            block = orjson.dumps(self.servestack_block(model, version, job_id))
+        return _LINE % (b",".join(data), event_id, inference_time, block)
+
+    def _part(self, mode: str, media_type: str, data: bytes) -> bytes:
+        writer = self._parts.get((mode, media_type))
+        if writer is None:
+            key = b'"endpointInput"' if mode == "INPUT" else b'"endpointOutput"'
+            writer = _PartWriter(key, mode, media_type)
+            if len(self._parts) < 64:  # media types come from a short list, but a client's parameters vary
+                self._parts[(mode, media_type)] = writer
+        return writer.write(data)
