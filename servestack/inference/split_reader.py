@@ -55,7 +55,7 @@ class SplitReader:
             return None
         if index is not None and len(index) != len(data):
             return None
-        return typed_arrays(self._plan, dict(zip(self._names, zip(*data, strict=False), strict=False)))
+        return typed_arrays(self._plan, dict(zip(self._names, zip(*data, strict=False), strict=False)), len(data))
 
 
 def split_reader(manifest: Manifest, specs: tuple[ColumnSpec, ...]) -> SplitReader | None:
