@@ -90,40 +90,52 @@ def planned_arrays(plan: ConversionPlan, columns: Mapping[str, Any], max_rows: i
     lengths = set(map(len, columns.values()))
     if len(lengths) != 1 or not 0 < lengths.pop() <= (max_rows if max_rows is not None else math.inf):
         return None
+    for _, names in plan.floats:
+        if not set(map(type, itertools.chain.from_iterable([columns[name] for name in names]))) <= _NUMBERS:
+            return None
+    for name, _, _, _ in plan.integers:
+        if not set(map(type, columns[name])) <= _INTEGERS:
+            return None
+    for name in plan.booleans:
+        if not set(map(type, columns[name])) <= _BOOLEANS:
+            return None
+    for name in plan.strings:
+        if not set(map(type, columns[name])) <= _TEXT:
+            return None
+    return typed_arrays(plan, columns, len(next(iter(columns.values()))))
+
+
+def typed_arrays(plan: ConversionPlan, columns: Mapping[str, Any], rows: int) -> Arrays | None:
+    """`planned_arrays` of columns already known to name the plan's columns, each of `rows` values (within the
+    row limit), holding only values of their columns' Python types (int or float in a float column, int in an
+    integer column, bool, str): the conversion and the range checks alone. None for a value out of range."""
     values: dict[str, np.ndarray] = {}
     for target, names in plan.floats:
-        cells = [columns[name] for name in names]
-        if not set(map(type, itertools.chain.from_iterable(cells))) <= _NUMBERS:
-            return None
+        count = len(names)
         try:
-            table = np.array(cells, dtype=np.float64)  # one row per column, parsed as each column alone is
+            # One row per column, each value read as `np.array` reads it, without first discovering a shape.
+            table = np.fromiter(
+                itertools.chain.from_iterable([columns[name] for name in names]), np.float64, count * rows
+            )
         except OverflowError:  # an integer past float64
             return None
         if not float(np.vdot(table, table)) <= SQUARED_MAX[target.char]:  # NaN and infinity fail too
             return None
-        values.update(zip(names, table.astype(target, copy=False), strict=True))
+        # Each column a [rows, 1] view of one cast, so an input of one column needs no reshape of its own.
+        values.update(zip(names, table.astype(target, copy=False).reshape(count, rows, 1), strict=True))
     for name, dtype, smallest, largest in plan.integers:
-        cells = columns[name]
-        if not set(map(type, cells)) <= _INTEGERS:
-            return None
         try:
-            array = np.array(cells, dtype=np.int64)
+            array = np.array(columns[name], dtype=np.int64)
         except OverflowError:  # past int64
             return None
         if dtype != np.int64 and not (smallest <= int(array.min()) and int(array.max()) <= largest):
             return None
-        values[name] = array.astype(dtype, copy=False)
+        values[name] = array.astype(dtype, copy=False).reshape(rows, 1)
     for name in plan.booleans:
-        cells = columns[name]
-        if not set(map(type, cells)) <= _BOOLEANS:
-            return None
-        values[name] = np.array(cells, dtype=bool)
+        values[name] = np.array(columns[name], dtype=bool).reshape(rows, 1)
     for name in plan.strings:
-        cells = columns[name]
-        if not set(map(type, cells)) <= _TEXT:
-            return None
-        values[name] = np.array(cells, dtype=object)
+        values[name] = np.array(columns[name], dtype=object).reshape(rows, 1)
     return {
-        name: values[fed[0]].reshape(-1, 1) if len(fed) == 1 else np.stack([values[c] for c in fed], axis=1)
+        name: values[fed[0]] if len(fed) == 1 else np.concatenate([values[c] for c in fed], axis=1)
         for name, fed in plan.inputs
     }

@@ -54,6 +54,7 @@ from servestack.inference.output_roles import class_roles
 from servestack.inference.paths import confined
 from servestack.inference.runtime import Arrays, ModelRuntime
 from servestack.inference.settings import ServingSettings
+from servestack.inference.split_reader import SplitReader, split_reader
 
 logger = logging.getLogger("servestack.models")
 _UNKNOWN_CATEGORY = "Unknown Category"
@@ -140,6 +141,10 @@ class ServedModel:
         self.image = self.manifest.image if self.hooks.preprocess is None else None
         self.key = self.manifest.key
         self.columns = columns_of(self.manifest)
+        # A `dataframe_split` body of the common kind, read straight into the columns; only for a model whose JSON
+        # by-name requests go to servestack/inference/request_forms.py (no hook, no tokenizer, no image input).
+        plain = self.hooks.preprocess is None and self.text is None and self.image is None
+        self.split_reader: SplitReader | None = split_reader(self.manifest, self.columns) if plain else None
         self._accepted_row_read = False
         self._accepted_row_arrays: Arrays | None = None
         self._accepted_values: set[tuple[str, str]] = set()
@@ -156,6 +161,10 @@ class ServedModel:
             fast_paths.check_value_count(
                 body, self.max_values if self.hooks.preprocess is None else fast_paths.MAX_VALUES_FREE_SHAPE
             )
+            if content_type == media_types.JSON and self.split_reader is not None:
+                split = self.split_reader.arrays(body, self.max_batch_rows)
+                if split is not None:
+                    return split
         plan = self.rows_plan
         if plan is not None:  # the common request of a one-input float model, read straight from its bytes
             fast = (

@@ -1,0 +1,98 @@
+"""A `dataframe_split` body of the common kind is read straight into the columns (servestack/inference/split_reader.py).
+Whatever the body, the reader either declines it or gives exactly the arrays of the general path (orjson, then
+servestack/inference/request_forms.py), which alone refuses and names what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servestack.inference import codecs, media_types, request_forms
+from servestack.inference.columns import columns_of
+from servestack.inference.split_reader import split_reader
+from tests.unit.test_column_conversion import NAMES, TABULAR, anything, outcome, plain
+
+READER = split_reader(TABULAR, columns_of(TABULAR))
+
+
+def general(body: bytes, max_rows: int) -> tuple[str, Any]:
+    return outcome(
+        lambda: request_forms.json_arrays(codecs.decode_body(body, media_types.JSON), TABULAR, max_rows=max_rows)
+    )
+
+
+@st.composite
+def split_bodies(draw: st.DrawFn) -> bytes:
+    """A `dataframe_split` body of plain rows in the model's column order, then now and then something else:
+    a doubtful cell, the columns in another order, a row of another width, an index, an unknown key, no rows,
+    or bytes changed in the text itself."""
+    specs = columns_of(TABULAR)
+    rows = [[draw(plain[column.dtype]) for column in specs] for _ in range(draw(st.integers(0, 4)))]
+    names = list(NAMES)
+    split: dict[str, Any] = {"columns": names, "data": rows}
+    for _ in range(draw(st.sampled_from([0, 0, 1, 1, 2]))):
+        if rows:
+            row = draw(st.sampled_from(rows))
+            row[draw(st.integers(0, len(row) - 1))] = draw(anything)
+    odd = draw(st.integers(0, 15))
+    if odd == 0:
+        split["columns"] = draw(st.permutations(names))
+    elif odd == 1 and rows:
+        rows[0] = rows[0][:-1]
+    elif odd == 2:
+        split["index"] = list(range(len(rows) + draw(st.sampled_from([0, 0, 1]))))
+    elif odd == 3:
+        split["extra"] = 1
+    elif odd == 4:
+        split["index"] = draw(st.sampled_from([None, "i", {}]))
+    elif odd == 5:
+        split["columns"] = [*names[:-1], names[0]]
+    text = json.dumps({"dataframe_split": split}, separators=draw(st.sampled_from([(",", ":"), (", ", ": ")])))
+    if draw(st.integers(0, 9)) == 0:
+        old, new = draw(st.sampled_from(["1", "e", ":", "]", '"'])), draw(st.sampled_from(["", " ", "0", "\\ud800"]))
+        text = text.replace(old, new, 1)
+    if draw(st.integers(0, 9)) == 0:
+        text = text[:-1] + ', "params": {}}'
+    return text.encode()
+
+
+@settings(max_examples=400)
+@given(body=split_bodies(), max_rows=st.sampled_from([512, 512, 3]))
+def test_the_reader_declines_or_gives_the_general_paths_arrays(body: bytes, max_rows: int) -> None:
+    assert READER is not None
+    fast = READER.arrays(body, max_rows)
+    if fast is not None:
+        assert outcome(lambda: fast) == general(body, max_rows)
+
+
+def test_the_reader_takes_plain_rows_and_declines_what_the_general_path_must_name() -> None:
+    assert READER is not None
+    row = [1, 2.5, 3.0, 1.5, 1e150, 2**62, 2**31 - 1, 255, True, "Köln"]
+    rows = [row, [*row[:-1], "north"]]
+
+    def body(**split: Any) -> bytes:
+        return json.dumps({"dataframe_split": {"columns": NAMES, "data": rows} | split}).encode()
+
+    taken = READER.arrays(body(), 512)
+    assert taken is not None
+    assert outcome(lambda: taken) == general(body(), 512)
+    assert READER.arrays(body(index=[7, 8]), 512) is not None
+    declined = [
+        body(columns=list(reversed(NAMES))),  # another order: the general path maps it
+        body(data=[[None, *row[1:]]]),  # a missing value: NaN where allowed, else named
+        body(data=[[True, *row[1:]]]),  # a boolean in a number column
+        body(data=[[*row[:5], 2**63, *row[6:]]]),  # past int64
+        body(data=[[1e39, *row[1:]]]),  # past float32
+        body(data=[]),
+        body(index=[1]),  # one label for two rows
+        body(extra=1),
+        body()[:-1],  # malformed
+    ]
+    for text in declined:
+        assert READER.arrays(text, 512) is None, text
+    assert READER.arrays(body(), 1) is None  # over the row limit: named by the general path
+    assert READER.arrays(b'{"instances": [[1.0]]}', 512) is None
