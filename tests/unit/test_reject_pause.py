@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from servestack.adapters.app import RejectPause
+from servestack.adapters.reject_pause import RejectPause
 
 
 def test_refusals_of_one_moment_share_a_timer_and_each_waits_its_whole_pause() -> None:
