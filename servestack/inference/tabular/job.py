@@ -199,6 +199,7 @@ class BatchJob:
         existing = {o.key for o in self.store.list(f"{self.output_prefix}parts/")}
         existing_errors = {o.key for o in self.store.list(f"{self.output_prefix}errors/")}
         self.progress.started = time.perf_counter()  # rows/s of the run, not of loading the model before it
+        self.progress.started_cpu = time.process_time()  # the start-up's CPU (bench/batch_job.py reports it)
         parts: list[dict[str, Any]] = []
         uploads = ThreadPoolExecutor(max_workers=_UPLOADS, thread_name_prefix="batch-upload")
         in_flight: deque[Future[tuple[dict[str, Any], int]]] = deque()
