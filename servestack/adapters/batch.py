@@ -43,7 +43,7 @@ MAX_RECORD_BYTES_CEILING = 64 * 1024 * 1024
 # pyarrow's allocator in the task's process. Its default, mimalloc, handed each chunk's freed buffers back to the
 # kernel and faulted them in again for the next chunk, as 2 MiB huge pages zeroed whole: in perf, a third of a
 # Parquet job's CPU was the kernel clearing those pages. glibc's malloc keeps freed buffers for the next chunk
-# (bench/batch_job.py: ~0.6 CPU s less per million Parquet rows on one core). Read by Arrow when pyarrow first
+# (three paired runs of a 1,000,000-row Parquet job on one core: 0.4-1.0 CPU s less). Read by Arrow when pyarrow first
 # allocates, so set before any import of it; a task definition that sets the variable keeps its own.
 ARROW_MEMORY_POOL = "system"
 
