@@ -179,11 +179,12 @@ def test_the_fargate_entry_runs_one_job_from_its_environment(aws: Aws, unique: s
         check=False,
     )  # fmt: skip
     # THEN it scores the input once and writes the manifest, and says where and how long the run took after
-    # start-up (what bench/batch_job.py reads)
+    # start-up and the CPU its start-up took (what bench/batch_job.py reads)
     assert done.returncode == 0, done.stderr[-2000:]
     said = json.loads(done.stdout.splitlines()[-1])
     assert said["manifest"] == f"s3://{unique}/fargate/manifest.json"
     assert isinstance(said["run_seconds"], float)
+    assert said["startup_cpu_seconds"] > 0
     manifest = json.loads(aws.s3.get_object(Bucket=unique, Key="fargate/manifest.json")["Body"].read())
     assert manifest["rows"]["succeeded"] == 40
 

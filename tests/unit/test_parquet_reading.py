@@ -28,13 +28,19 @@ LONG = "x" * 2000
 
 
 class OneObject:
-    """The one method of a store `object_records` calls: the object's bytes into a file."""
+    """The methods of a store `object_records` calls: the object's bytes, into a file (a large object) or whole."""
 
     def __init__(self, body: bytes) -> None:
         self.body = body
+        self.calls: list[str] = []
 
     def download(self, key: str, path: Path) -> None:
+        self.calls.append("download")
         path.write_bytes(self.body)
+
+    def get(self, key: str) -> bytes:
+        self.calls.append("get")
+        return self.body
 
 
 def parquet(table: pa.Table, **options: Any) -> bytes:
@@ -161,6 +167,21 @@ def test_a_run_length_encoded_column_is_read_in_batches_of_the_budget(monkeypatc
     pieces = read(body, batch_rows=1_000_000)
     assert max(len(piece) for piece in pieces) * 8 <= 1024 * 1024
     assert sum(len(piece) for piece in pieces) == 1_000_000
+
+
+def test_a_small_object_is_read_from_memory_and_a_large_one_from_a_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a Parquet object of 1,000 rows, read once whole and once over a bound on what is read in memory
+    body = parquet(pa.table({"n": pa.array(np.arange(1000, dtype=np.float32))}))
+    obj = StoredObject("in/a.parquet", len(body), "etag")
+    small = OneObject(body)
+    in_memory = list(object_records(small, obj, Progress(), 300))  # type: ignore[arg-type]
+    monkeypatch.setattr(parquet_reading, "MAX_IN_MEMORY_BYTES", len(body) - 1)
+    large = OneObject(body)
+    from_file = list(object_records(large, obj, Progress(), 300))  # type: ignore[arg-type]
+    # WHEN both are read THEN the small one was fetched whole, the large one into a file, with the same rows
+    assert (small.calls, large.calls) == (["get"], ["download"])
+    assert [piece.lines.tolist() for piece in in_memory] == [piece.lines.tolist() for piece in from_file]
+    assert all(isinstance(piece, Records) for piece in in_memory + from_file)
 
 
 def test_decoded_row_bytes_counts_each_kind_of_column() -> None:

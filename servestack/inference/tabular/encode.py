@@ -26,6 +26,7 @@ from servestack.inference.columns import columns_of
 from servestack.inference.errors import InternalError, ServingError
 from servestack.inference.runtime import Arrays
 from servestack.inference.service import ServedModel
+from servestack.inference.tabular.arrow_arrays import from_numbers, numbers, strings
 
 SINGULAR = {"predictions": "prediction", "labels": "label"}
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
@@ -231,18 +232,20 @@ def parquet_table(sources: Sequence[str], source_of_row: np.ndarray, lines: np.n
     """A Parquet part's table: `file` (dictionary-encoded), `line`, then a column per field."""
     import pyarrow as pa
 
+    # Numbers and names are built from numpy buffers (arrow_arrays.py), not `pa.array`, whose pandas bridge
+    # imports pandas wherever it is installed.
     columns: dict[str, Any] = {
-        "file": pa.DictionaryArray.from_arrays(
-            pa.array(source_of_row.astype(np.int32)), pa.array(list(sources), type=pa.string())
-        ),
-        "line": pa.array(np.asarray(lines, dtype=np.int64)),
+        "file": pa.DictionaryArray.from_arrays(from_numbers(source_of_row.astype(np.int32)), strings(sources)),
+        "line": from_numbers(np.asarray(lines, dtype=np.int64)),
     }
     for name, column in fields.items():
         if isinstance(column, np.ndarray) and column.dtype.kind in "biuf" and column.ndim == 1:
-            columns[name] = pa.array(column)
+            columns[name] = from_numbers(column)
         elif isinstance(column, np.ndarray) and column.dtype.kind in "biuf" and column.ndim == 2:
             flat = np.ascontiguousarray(column).reshape(-1)
-            columns[name] = pa.FixedSizeListArray.from_arrays(pa.array(flat), column.shape[1])
+            columns[name] = pa.FixedSizeListArray.from_arrays(from_numbers(flat), column.shape[1])
+        elif isinstance(column, LabelColumn) and all(type(label) is str for label in column.names):
+            columns[name] = strings([str(label) for label in column.names], np.asarray(column.indices))
         elif isinstance(column, LabelColumn):
             columns[name] = pa.array(list(column.names), type=pa.string()).take(pa.array(column.indices))
         elif (isinstance(column, np.ndarray) and column.dtype.kind in "OUS" and column.ndim == 1) or isinstance(
@@ -293,7 +296,6 @@ def parquet_keys(body: bytes, sources: Sequence[str]) -> tuple[np.ndarray, np.nd
     Only `file` and `line` are read: that no response field has a null is told by the null counts the footer
     keeps for every column chunk (read when a writer left them out)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     reader = pq.ParquetFile(pa.BufferReader(body))
@@ -320,10 +322,12 @@ def parquet_keys(body: bytes, sources: Sequence[str]) -> tuple[np.ndarray, np.nd
     file_column = table.column("file").combine_chunks()
     if pa.types.is_dictionary(file_column.type):
         named = [position.get(str(name), -1) for name in file_column.dictionary.to_pylist()]
-        which = np.asarray(named, dtype=np.int64)[file_column.indices.to_numpy(zero_copy_only=False)]
+        which = np.asarray(named, dtype=np.int64)[numbers(file_column.indices)]
     else:
+        import pyarrow.compute as pc
+
         files = pc.cast(file_column, pa.string()).to_pylist()
         which = np.array([position.get(str(name), -1) for name in files], dtype=np.int64)
     if np.any(which < 0):
         raise ValueError("a row names a file that is not in this part")
-    return which, table.column("line").to_numpy(zero_copy_only=False).astype(np.int64)
+    return which, numbers(table.column("line")).astype(np.int64)

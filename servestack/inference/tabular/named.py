@@ -24,6 +24,7 @@ from servestack.inference.columns import arrays_from_columns, column_names, firs
 from servestack.inference.errors import InvalidInput, ServingError
 from servestack.inference.runtime import Arrays
 from servestack.inference.service import ServedModel
+from servestack.inference.tabular.arrow_arrays import from_numbers, numbers
 from servestack.inference.tabular.rows import Lines, Records
 
 FIELD = "row"  # what a column's errors are named under: `row.<column>[0]`
@@ -225,20 +226,20 @@ def _arrow_values(column: Any) -> Any:
         return _dictionary_values(column)
     numeric = pa.types.is_floating(kind) or pa.types.is_integer(kind) or pa.types.is_boolean(kind)
     if numeric and not column.null_count:
-        return column.to_numpy(zero_copy_only=False)
+        return numbers(column)  # a view of the column's buffer (arrow_arrays.py: no pandas bridge)
     return column.to_pylist()
 
 
 def _dictionary_values(column: Any) -> np.ndarray:
     """A dictionary column as an object array: each distinct value used converted once, nulls as None."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
-    indices = pc.fill_null(column.indices, 0).to_numpy(zero_copy_only=False)
+    indices = numbers(pc.fill_null(column.indices, 0) if column.indices.null_count else column.indices)
     used, positions = np.unique(indices, return_inverse=True)
     if not len(used):
         return np.empty(0, dtype=object)
-    values = np.asarray(column.dictionary.take(pa.array(used)).to_numpy(zero_copy_only=False), dtype=object)
+    values = np.empty(len(used), dtype=object)
+    values[:] = column.dictionary.take(from_numbers(used)).to_pylist()
     picked: np.ndarray = values[positions.reshape(-1)]
     if column.null_count:
         picked[column.is_null().to_numpy(zero_copy_only=False)] = None

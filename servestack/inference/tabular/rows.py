@@ -54,6 +54,7 @@ class Progress:
     parts_done: int = 0
     parts_skipped: int = 0
     started: float = field(default_factory=time.perf_counter)
+    started_cpu: float = field(default_factory=time.process_time)  # the process's CPU seconds when the run started
 
     @property
     def rows_per_sec(self) -> float:
