@@ -27,9 +27,9 @@ import yaml
 from servestack.inference import media_types
 from servestack.inference.service import ServedModel
 from servestack.inference.settings import ServingSettings
-from tests.conftest import ARTIFACTS
+from tests.conftest import ARTIFACTS, RAW_HOOKS
 from tests.e2e.conftest import LocalUp, start_local_up
-from tests.functional.test_raw_bodies import RAW_HOOKS, png
+from tests.functional.test_raw_bodies import png
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 SERVESTACK = str(Path(sys.executable).parent / "servestack")
