@@ -27,7 +27,7 @@ Handler contract: the scheduled payload is {"deployment", "bucket", "input_prefi
 
 from __future__ import annotations
 
-from aws_cdk import Aws, Duration, RemovalPolicy, TimeZone
+from aws_cdk import Duration, RemovalPolicy, TimeZone
 from aws_cdk import aws_cloudwatch as cw
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
@@ -44,10 +44,11 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from servestack.cdk.bundling import FunctionCode
-from servestack.cdk.realtime import GPU_TRANSFORM_AMI_VERSION, servestack_model, single_model_environment
+from servestack.cdk.realtime import servestack_model, single_model_environment
 from servestack.cdk.serverless import runtime_environment, servestack_function
 from servestack.cdk.shared import acknowledge, check_choice, check_range, log_group, logical_id
-from servestack.spec import GpuSettings, uses_gpu
+from servestack.cdk.transform_job import transform_role, transform_target
+from servestack.spec import GpuSettings
 
 HANDLER = "handlers.batch.handler"
 TRANSFORM_DONE_HANDLER = "handlers.batch.transform_done"
@@ -438,50 +439,10 @@ class BatchJob(Construct):
                 f"BatchJob: name={name!r} is longer than {_JOB_NAME_MAX} characters: with '-' and Scheduler's "
                 "16-character execution id it must fit SageMaker's 63-character TransformJobName"
             )
-        read_input, list_input = statements[:2]
-        # The job's execution role: pull the image, read the model and the input, write answers (.out) under
-        # the output prefix, and its own logs and metrics.
-        role = iam.Role(self, "TransformRole", assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"))
-        image.repository.grant_pull(role)
-        role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["s3:GetObject"], resources=[model_data.bucket.arn_for_objects(model_data.s3_object_key)]
-            )
-        )
-        for statement in (read_input, list_input):
-            role.add_to_policy(statement)
-        role.add_to_policy(
-            iam.PolicyStatement(actions=["s3:PutObject"], resources=[bucket.arn_for_objects(f"{self.output_prefix}*")])
-        )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"],
-                resources=[
-                    f"arn:{Aws.PARTITION}:logs:{Aws.REGION}:{Aws.ACCOUNT_ID}:log-group:/aws/sagemaker/TransformJobs*"
-                ],
-            )
-        )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["cloudwatch:PutMetricData"],
-                resources=["*"],
-                conditions={"StringLike": {"cloudwatch:namespace": "/aws/sagemaker/TransformJobs*"}},
-            )
-        )
-        acknowledge(
-            role,
-            prefix_findings
-            | {
-                "AwsSolutions-IAM5[Resource::*]": (
-                    "ecr:GetAuthorizationToken and cloudwatch:PutMetricData have no resource-level permissions "
-                    "(the latter is limited to SageMaker's TransformJobs namespace by a condition)."
-                ),
-                "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:"
-                "/aws/sagemaker/TransformJobs*]": (
-                    "SageMaker names each transform job's log streams at run time under its TransformJobs log group."
-                ),
-            },
-        )
+        role = transform_role(
+            self, bucket=bucket, image=image, model_data=model_data, output_prefix=self.output_prefix,
+            statements=statements[:2], prefix_findings=prefix_findings,
+        )  # fmt: skip
         self.transform_role = role
         model = servestack_model(
             self,
@@ -498,67 +459,13 @@ class BatchJob(Construct):
             },
         )
         self.model = model
-        content_type = _TRANSFORM_CONTENT_TYPES[input_format]
-        job = {
-            "TransformJobName": f"{name}-{scheduler.ContextAttribute.execution_id}",
-            "ModelName": model.attr_model_name,
-            "MaxConcurrentTransforms": max_concurrent_transforms,
-            "MaxPayloadInMB": max_payload_mb,
-            "BatchStrategy": "MultiRecord",
-            "ModelClientConfig": {"InvocationsTimeoutInSeconds": timeout_sec, "InvocationsMaxRetries": 1},
-            "TransformInput": {
-                "DataSource": {
-                    "S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": bucket.s3_url_for_object(self.input_prefix)}
-                },
-                "ContentType": content_type,
-                "CompressionType": "None",
-                "SplitType": "Line",
-            },
-            "TransformOutput": {
-                "S3OutputPath": bucket.s3_url_for_object(self.output_prefix.rstrip("/")),
-                "Accept": "application/jsonlines",
-                "AssembleWith": "Line",
-            },
-            "TransformResources": {
-                "InstanceType": instance_type,
-                "InstanceCount": instance_count,
-                # The CUDA 12.8 GPU image needs a CUDA 12 driver; the default transform host's is 470 (CUDA 11.4).
-                **({"TransformAmiVersion": GPU_TRANSFORM_AMI_VERSION} if uses_gpu(instance_type) else {}),
-            },
-        }
-        scheduler_role = iam.Role(self, "SchedulerRole", assumed_by=iam.ServicePrincipal("scheduler.amazonaws.com"))
-        target = targets.Universal(
-            service="sagemaker",
-            action="createTransformJob",
-            input=scheduler.ScheduleTargetInput.from_object(job),
-            role=scheduler_role,
-            policy_statements=[
-                iam.PolicyStatement(
-                    actions=["sagemaker:CreateTransformJob"],
-                    resources=[
-                        f"arn:{Aws.PARTITION}:sagemaker:{Aws.REGION}:{Aws.ACCOUNT_ID}:transform-job/{name.lower()}-*"
-                    ],
-                ),
-                iam.PolicyStatement(
-                    actions=["iam:PassRole"],
-                    resources=[role.role_arn],
-                    conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
-                ),
-            ],
-            dead_letter_queue=self.dead_letters,
-            retry_attempts=retry_attempts,
-            max_event_age=Duration.seconds(max_event_age_sec),
-        )
-        acknowledge(
-            scheduler_role,
-            {
-                "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:sagemaker:<AWS::Region>:<AWS::AccountId>:"
-                f"transform-job/{name.lower()}-*]": (
-                    "Each run creates a job named <deployment>-<execution id>, only known at run time; the role "
-                    "can create jobs of this deployment's name only."
-                )
-            },
-        )
+        target = transform_target(
+            self, name=name, bucket=bucket, model=model, role=role, input_prefix=self.input_prefix,
+            output_prefix=self.output_prefix, content_type=_TRANSFORM_CONTENT_TYPES[input_format],
+            instance_type=instance_type, instance_count=instance_count, max_payload_mb=max_payload_mb,
+            max_concurrent_transforms=max_concurrent_transforms, timeout_sec=timeout_sec,
+            dead_letters=self.dead_letters, retry_attempts=retry_attempts, max_event_age_sec=max_event_age_sec,
+        )  # fmt: skip
         # The step after the job: the manifest and the error file, from the job's .out objects.
         self.function = servestack_function(
             self,
