@@ -46,7 +46,7 @@ def test_a_schedule_role_without_create_transform_job_fails_the_run_naming_the_a
     # GIVEN a project whose transform schedule's role may no longer create transform jobs
     project = tmp_path / "project"
     spec = copy_project(project, SPEC)
-    constructs = project / "servestack" / "cdk" / "batch.py"
+    constructs = project / "servestack" / "cdk" / "transform_job.py"
     original = constructs.read_text()
     assert original.count(GRANT) == 1, "the grant this test removes is not where it expects it"
     constructs.write_text(original.replace(GRANT, WITHOUT_CREATE))
