@@ -383,7 +383,8 @@ def test_the_control_plane_refuses_an_unknown_component_and_other_operations(fro
 
 
 def transform_job(name: str, **changes: Any) -> dict[str, Any]:
-    """The CreateTransformJob request an engine: transform schedule sends (servestack/cdk/transform_job.py), with `changes`."""
+    """The CreateTransformJob request an engine: transform schedule sends (servestack/cdk/transform_job.py),
+    with `changes`."""
     request: dict[str, Any] = {
         "TransformJobName": name,
         "ModelName": "m-digits",
