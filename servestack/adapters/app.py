@@ -161,7 +161,7 @@ class ServingApp:
 
     def startup(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start-up, whichever interface runs a container's app (not Lambda's): models load in the background if
-        asked, the overload metrics start on `loop`, capture lines go out a loop turn's at a time."""
+        asked, the overload metrics start on `loop`, capture lines go out in bursts (`Capturer.coalesce`)."""
         if self.load_in_background:
             threading.Thread(target=self._load_quietly, name="model-loader", daemon=True).start()
         self._start_metrics(loop)
@@ -178,7 +178,7 @@ class ServingApp:
             batcher.close()
         if isinstance(self.repository, ModelCache | MultiModelStore):
             self.repository.close()
-        if self.capturer is not None:  # the lines of the last loop turn
+        if self.capturer is not None:  # the lines still waiting
             self.capturer.flush()
 
     def _start_metrics(self, loop: asyncio.AbstractEventLoop) -> None:

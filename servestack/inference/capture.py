@@ -45,6 +45,10 @@ WHATS = ("inputs", "outputs", "both")
 # CloudWatch Logs takes events of at most 256 KiB, 26 bytes of which are its own; a longer line would be cut (and
 # be no JSON any more). A record past it is written without its data, marked `"dropped"` with its size.
 MAX_LINE_BYTES = 256 * 1024 - 26
+# A serving container's lines wait at most this long, or until this many bytes of them, before they are written
+# (`Capturer.coalesce`). 64 KiB is Linux's default pipe capacity: a burst fits in a drained pipe without blocking.
+FLUSH_AFTER_SEC = 0.05
+FLUSH_BYTES = 64 * 1024
 
 
 class CaptureSetting(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -212,20 +216,28 @@ class Capturer:
         self.lines = LineWriter(setting.deployment, setting.mode, setting.what, self.variant)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._timer: asyncio.TimerHandle | None = None
 
     def coalesce(self, loop: asyncio.AbstractEventLoop) -> None:
-        """From now on, the lines of the requests answered in one turn of `loop` are written together, soon after
-        (`flush`, at the loop's next turn), in writes of whole lines of at most `select.PIPE_BUF` bytes (a longer
-        line alone), so that a write stays as atomic as one line's was. A micro-batch answers several requests
-        in one turn (~3 lines a write at 64 connections, `bench.realtime --only capture`), and three 1 KB lines
-        in one write to a pipe cost 0.7 µs of CPU a line against 1.6 alone, and wake the log reader a third as
-        often. For a serving container's loop, on whose thread every request is answered; never for a Lambda
-        function, frozen as soon as its invocation returns."""
+        """From now on, lines wait (at most `FLUSH_AFTER_SEC`, or until `FLUSH_BYTES` of them) and go out together
+        (`flush`) in a burst of writes of whole lines, each of at most `select.PIPE_BUF` bytes (a longer line
+        alone), so that a write stays as atomic as one line's was. A pipe's reader (the container's log driver)
+        wakes once a burst rather than once a write, and the wake-up is most of what a write costs its writer:
+        1 KB lines to a pipe drained on another core cost 6.7 µs of system CPU a line written alone, 3.2 in writes
+        of 3 lines (a loop turn's at 64 connections) and 0.65 in bursts of 16 writes of 4 lines
+        (docs/performance.md, "Data capture at 100%"). For a serving container's loop, on whose thread every
+        request is answered; never for a Lambda function, frozen as soon as its invocation returns. What a
+        SIGKILLed worker held, at most `FLUSH_AFTER_SEC` of records, is lost with it, as a log line still in a
+        buffer would be."""
         self._loop = loop
 
     def flush(self) -> None:
         """Write the lines waiting (`coalesce`)."""
-        pending, self._pending = self._pending, []
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        pending, self._pending, self._pending_bytes = self._pending, [], 0
         batch: list[bytes] = []
         size = 0
         for line in pending:
@@ -255,14 +267,26 @@ class Capturer:
         """Write the record of one sampled request (call `sampled()` first). `body`: the raw request, recorded
         (base64) only when the inputs are none JSON can hold, and never with excluded columns (it holds them)."""
         inputs: bytes | None = None
+        from_orjson = False
         if arrays is not None and self.setting.what != "outputs":
             inputs = inputs_json(arrays, columns, self.exclude)
+            from_orjson = inputs is not None
             if inputs is None and not self.exclude:
                 inputs = body
         event_id, inference_time = STAMPS.event_id(), STAMPS.inference_time()
         # The record as it is, so the objects Firehose writes hold the one format (docs/monitoring.md); a log
         # subscription tells these lines from the others by their `servestack.deployment`.
-        line = self.lines.line(model, version, inputs, output, output_type, job_id, event_id, inference_time)
+        line = self.lines.line(
+            model,
+            version,
+            inputs,
+            output,
+            output_type,
+            job_id,
+            event_id,
+            inference_time,
+            inputs_from_orjson=from_orjson,
+        )
         if len(line) > MAX_LINE_BYTES:
             record = capture_record(
                 self.setting,
@@ -281,8 +305,11 @@ class Capturer:
             self.write(line)
             return
         self._pending.append(line)
-        if len(self._pending) == 1:
-            self._loop.call_soon(self.flush)
+        self._pending_bytes += len(line)
+        if self._pending_bytes >= FLUSH_BYTES:
+            self.flush()
+        elif self._timer is None:
+            self._timer = self._loop.call_later(FLUSH_AFTER_SEC, self.flush)
 
     def answered(
         self,

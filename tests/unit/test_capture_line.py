@@ -1,6 +1,6 @@
 """A capture record's line as bytes (servestack/inference/capture_line.py) against the record as a dict
-(`capture_record`, the format of docs/monitoring.md), the event's id and time, and the lines of one loop turn
-written together (`Capturer.coalesce`)."""
+(`capture_record`, the format of docs/monitoring.md), the event's id and time, and the lines of a serving
+container written in bursts (`Capturer.coalesce`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,14 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servestack.inference.capture import Capturer, CaptureSetting, capture_record, records_of
+from servestack.inference.capture import (
+    FLUSH_AFTER_SEC,
+    FLUSH_BYTES,
+    Capturer,
+    CaptureSetting,
+    capture_record,
+    records_of,
+)
 from servestack.inference.capture_line import STAMPS, EventStamps, LineWriter
 
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
@@ -80,6 +87,20 @@ def test_event_ids_are_distinct_version_4_uuids_and_a_new_process_draws_its_own(
     assert stamps.event_id().decode()[:24] != prefix
 
 
+@given(
+    values=st.lists(st.one_of(texts, st.floats(), st.integers(-(2**63), 2**63 - 1), st.none()), max_size=8), key=texts
+)
+def test_inputs_orjson_wrote_are_escaped_as_orjson_escapes_them(values: list[object], key: str) -> None:
+    inputs = orjson.dumps({"inputs": {key: values}})
+    writer = LineWriter("d", "realtime", "both", None)
+    event_id, when = STAMPS.event_id(), STAMPS.inference_time()
+
+    fast = writer.line("m", "1", inputs, b"{}", "application/json", None, event_id, when, inputs_from_orjson=True)
+
+    assert fast == writer.line("m", "1", inputs, b"{}", "application/json", None, event_id, when)
+    assert orjson.loads(orjson.loads(fast)["captureData"]["endpointInput"]["data"]) == orjson.loads(inputs)
+
+
 def test_the_inference_time_is_utc_to_the_millisecond_as_isoformat_writes_it() -> None:
     before = datetime.now(UTC).replace(microsecond=0)
     written = EventStamps().inference_time().decode()
@@ -89,23 +110,58 @@ def test_the_inference_time_is_utc_to_the_millisecond_as_isoformat_writes_it() -
     assert before <= datetime.fromisoformat(written) <= after
 
 
-def test_the_lines_of_one_loop_turn_are_written_together_in_atomic_writes() -> None:
+def test_waiting_lines_go_out_together_in_a_burst_of_atomic_writes() -> None:
     writes: list[bytes] = []
-    capturer = Capturer(CaptureSetting(deployment="d", mode="realtime"), write=writes.append)
     small = {"x": np.zeros((1, 4), dtype=np.float32)}
     wide = {"x": np.zeros((1, 1000), dtype=np.float32)}  # a line of ~4.3 KB, past PIPE_BUF
 
-    async def one_turn() -> None:
-        capturer.coalesce(asyncio.get_running_loop())
+    async def burst() -> float:
+        loop = asyncio.get_running_loop()
+        written = loop.create_future()
+
+        def write(lines: bytes) -> None:
+            writes.append(lines)
+            if not written.done():
+                written.set_result(loop.time())
+
+        capturer = Capturer(CaptureSetting(deployment="d", mode="realtime"), write=write)
+        capturer.coalesce(loop)
+        started = loop.time()
         for arrays in (small, small, wide, small):
             capturer.emit(model="m", version="1", columns=(), arrays=arrays, output=b"{}")
-        assert writes == []  # the turn goes on: nothing written yet
-        turned = asyncio.get_running_loop().create_future()
-        asyncio.get_running_loop().call_soon(turned.set_result, None)  # after the flush the first line scheduled
+        turned = loop.create_future()
+        loop.call_soon(turned.set_result, None)
         await turned
+        assert writes == []  # a loop turn later, the lines still wait for the burst
+        return await written - started
 
-    asyncio.run(one_turn())
+    waited = asyncio.run(burst())
 
+    assert waited >= FLUSH_AFTER_SEC * 0.9  # the loop's clock may round the timer's deadline down a little
     assert [write.count(b"\n") for write in writes] == [2, 1, 1]  # whole lines; the wide one alone
     assert all(len(write) <= select.PIPE_BUF for write in writes if write.count(b"\n") > 1)
     assert len(records_of(b"".join(writes).splitlines())) == 4
+
+
+def test_lines_past_the_burst_size_go_out_at_once_and_shut_down_writes_the_rest() -> None:
+    writes: list[bytes] = []
+    capturer = Capturer(CaptureSetting(deployment="d", mode="realtime"), write=writes.append)
+    wide = {"x": np.zeros((1, 1000), dtype=np.float32)}
+
+    async def lines_past_the_burst() -> int:
+        capturer.coalesce(asyncio.get_running_loop())
+        emitted = 0
+        while not writes:  # no await: only the size can have written them
+            capturer.emit(model="m", version="1", columns=(), arrays=wide, output=b"{}")
+            emitted += 1
+        capturer.emit(model="m", version="1", columns=(), arrays=wide, output=b"{}")
+        return emitted + 1
+
+    emitted = asyncio.run(lines_past_the_burst())
+    lines_at_once = sum(write.count(b"\n") for write in writes)
+    bytes_at_once = sum(len(write) for write in writes)
+    capturer.flush()  # as the app's shut-down does
+
+    assert bytes_at_once >= FLUSH_BYTES
+    assert lines_at_once == emitted - 1  # the last line waits for the next burst, or the shut-down
+    assert len(records_of(b"".join(writes).splitlines())) == emitted
