@@ -174,11 +174,11 @@ def inputs_json(
     arrays: Mapping[str, np.ndarray], columns: tuple[ColumnSpec, ...], exclude: Iterable[str]
 ) -> bytes | None:
     """`{"inputs": {...}}` as JSON text; None for inputs JSON cannot hold (raw bytes)."""
+    # A tensor model's inputs go whole: orjson writes numeric arrays itself, and hands the rest to `_as_list`.
+    inputs = input_columns(arrays, columns, exclude) if columns or exclude else dict(arrays)
     try:
         # NaN and infinities become null (orjson), as the request forms read null in a float column.
-        return orjson.dumps(
-            {"inputs": input_columns(arrays, columns, exclude)}, option=orjson.OPT_SERIALIZE_NUMPY, default=_as_list
-        )
+        return orjson.dumps({"inputs": inputs}, option=orjson.OPT_SERIALIZE_NUMPY, default=_as_list)
     except TypeError:
         return None
 
@@ -266,6 +266,20 @@ class Capturer:
     ) -> None:
         """Write the record of one sampled request (call `sampled()` first). `body`: the raw request, recorded
         (base64) only when the inputs are none JSON can hold, and never with excluded columns (it holds them)."""
+        self._record(model, version, columns, arrays, output, output_type, body, job_id)
+
+    def _record(
+        self,
+        model: str,
+        version: str,
+        columns: tuple[ColumnSpec, ...],
+        arrays: Mapping[str, np.ndarray] | None,
+        output: bytes | None,
+        output_type: str,
+        body: bytes | None,
+        job_id: str | None,
+    ) -> None:
+        # `emit`'s work, with positional arguments: every sampled request pays this call.
         inputs: bytes | None = None
         from_orjson = False
         if arrays is not None and self.setting.what != "outputs":
@@ -322,15 +336,16 @@ class Capturer:
         """Record a sampled request `model` answered; a failure here is logged, never the client's: its answer
         has been sent (or stored) already."""
         try:
-            self.emit(
-                model=model.manifest.name,
-                version=model.manifest.version,
-                columns=model.columns,
-                arrays=arrays,
-                output=encoded.body,
-                output_type=encoded.media_type,
-                body=body,
-                job_id=job_id,
+            manifest = model.manifest
+            self._record(
+                manifest.name,
+                manifest.version,
+                model.columns,
+                arrays,
+                encoded.body,
+                encoded.media_type,
+                body,
+                job_id,
             )
         except Exception:
             logger.exception("data capture failed for %s", model.key)

@@ -158,8 +158,9 @@ class LineWriter:
         *,
         inputs_from_orjson: bool = False,
     ) -> bytes:
-        """`inputs_from_orjson`: `inputs` is JSON text orjson wrote (`capture.inputs_json`), so that it is
-        escaped by `escaped_orjson_text` rather than decoded and dumped again."""
+        """`inputs_from_orjson`: `inputs` is JSON text orjson wrote (`capture.inputs_json`), escaped by
+        `escaped_orjson_text` rather than decoded and dumped again. (An answer's escape costs about the same either
+        way, being short.)"""
         pieces = [b'{"captureData":{']
         if inputs is not None and self._inputs:
             if inputs_from_orjson:
@@ -167,11 +168,11 @@ class LineWriter:
                 pieces += (writer.open, b'"', escaped_orjson_text(inputs), b'"', writer.text_close or b"")
             else:
                 kind = JSON if inputs[:1] == b"{" else "application/octet-stream"
-                pieces.append(self._part("INPUT", kind, inputs))
+                pieces.append(self._writer("INPUT", kind).write(inputs))
         if output is not None and self._outputs:
             if len(pieces) > 1:
                 pieces.append(b",")
-            pieces.append(self._part("OUTPUT", output_type, output))
+            pieces.append(self._writer("OUTPUT", output_type).write(output))
         if job_id is None:
             block = self._blocks.get((model, version))
             if block is None:  # a few models a process: each block once
@@ -181,11 +182,11 @@ class LineWriter:
         pieces += (_EVENT_OPEN, event_id, _TIME_OPEN, inference_time, _BLOCK_OPEN, block, b"}\n")
         return b"".join(pieces)
 
-    def _part(self, mode: str, media_type: str, data: bytes) -> bytes:
+    def _writer(self, mode: str, media_type: str) -> _PartWriter:
         writer = self._parts.get((mode, media_type))
         if writer is None:
             key = b'"endpointInput"' if mode == "INPUT" else b'"endpointOutput"'
             writer = _PartWriter(key, mode, media_type)
             if len(self._parts) < 64:  # media types come from a short list, but a client's parameters vary
                 self._parts[(mode, media_type)] = writer
-        return writer.write(data)
+        return writer

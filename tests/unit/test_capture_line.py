@@ -95,10 +95,14 @@ def test_inputs_orjson_wrote_are_escaped_as_orjson_escapes_them(values: list[obj
     writer = LineWriter("d", "realtime", "both", None)
     event_id, when = STAMPS.event_id(), STAMPS.inference_time()
 
-    fast = writer.line("m", "1", inputs, b"{}", "application/json", None, event_id, when, inputs_from_orjson=True)
+    for answer_type in ("application/json", "application/json; probabilities=by-label", "text/csv"):
+        answer = orjson.dumps({"predictions": values}) if "json" in answer_type else b"a,b\r\n1,2\n"
+        fast = writer.line("m", "1", inputs, answer, answer_type, None, event_id, when, inputs_from_orjson=True)
 
-    assert fast == writer.line("m", "1", inputs, b"{}", "application/json", None, event_id, when)
-    assert orjson.loads(orjson.loads(fast)["captureData"]["endpointInput"]["data"]) == orjson.loads(inputs)
+        assert fast == writer.line("m", "1", inputs, answer, answer_type, None, event_id, when)
+        record = orjson.loads(fast)["captureData"]
+        assert orjson.loads(record["endpointInput"]["data"]) == orjson.loads(inputs)
+        assert record["endpointOutput"]["data"].encode() == answer
 
 
 def test_the_inference_time_is_utc_to_the_millisecond_as_isoformat_writes_it() -> None:
