@@ -59,20 +59,24 @@ class RSGIApp:
     def __rsgi_del__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.app.shutdown()
 
-    async def __rsgi__(self, scope: Scope, protocol: HTTPProtocol) -> None:
+    def __rsgi__(self, scope: Scope, protocol: HTTPProtocol) -> Awaitable[None]:
+        """The request's coroutine itself, which granian awaits: a plain function, so a prediction is one
+        coroutine (`answer_prediction`) rather than two, one frame less to resume each time the request waits."""
         if scope.proto != "http":  # serve runs granian without websockets
-            return
+            return _nothing()
         headers = scope.headers
         if scope.method == "POST":
             target = self.app.prediction_route(scope.path)
             if target is not False:
                 exchange = _Exchange(protocol, "content-length" in headers)
                 if TARGET_MODEL in headers and headers.get(TARGET_MODEL) is None:
-                    await self.app.answer_prediction(_unreadable_target(headers), exchange, exchange, target)
-                    return
-                await self.app.answer_prediction(headers, exchange, exchange, target)
-                return
-        await self.app(asgi_scope(scope), _Receive(protocol, "content-length" in headers), _Send(protocol))
+                    return self.app.answer_prediction(_unreadable_target(headers), exchange, exchange, target)
+                return self.app.answer_prediction(headers, exchange, exchange, target)
+        return self.app(asgi_scope(scope), _Receive(protocol, "content-length" in headers), _Send(protocol))
+
+
+async def _nothing() -> None:
+    """What a request of a protocol `serve` does not run (websockets) is answered with."""
 
 
 # What stands for a target-model value granian does not hand over: a name no model has, so the app refuses it
