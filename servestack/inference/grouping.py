@@ -24,7 +24,8 @@ def signature(arrays: Mapping[str, np.ndarray]) -> Signature:
     if len(arrays) == 1:  # most models take one input: no sort, no generator (the micro-batcher asks per request)
         for name, array in arrays.items():
             return ((name, array.dtype, array.shape[1:]),)  # the dtype itself: cheaper than building its `.str`
-    return tuple((name, arrays[name].dtype, arrays[name].shape[1:]) for name in sorted(arrays))
+    # A list display, not a generator: the batcher asks once per request of a model of several inputs (columns).
+    return tuple([(name, (array := arrays[name]).dtype, array.shape[1:]) for name in sorted(arrays)])
 
 
 def stack(inputs: Sequence[Mapping[str, np.ndarray]]) -> Arrays:

@@ -6,20 +6,24 @@ split's keys, names and rows in Python, transposes the rows, then checks each ce
 converting (servestack/inference/column_plan.py). Here msgspec parses the body against a schema made once per
 model (a row is a tuple of the columns' types: int or float for a float column, int, bool, str), so the type
 of every cell, the width of every row and the absence of any other key are proven while parsing, in C; what
-is left is one transpose and the conversion itself (`column_plan.typed_arrays`). msgspec yields the same
-Python values orjson does for what it accepts (ints stay ints, floats are read to the nearest double). Anything
-else (another column order, a null, a boolean in a number column, an unknown key, malformed JSON, a value out
-of range) makes the reader decline (None), and the general path decides and names the problem: every refusal
+is left is one transpose and the conversion itself (`RowsPlan.arrays`: `column_plan.typed_arrays`' steps, by
+column position, with no mapping of column names built per request). msgspec yields the same Python values
+orjson does for what it accepts (ints stay ints, floats are read to the nearest double). Anything else
+(another column order, a null, a boolean in a number column, an unknown key, malformed JSON, a value out of
+range) makes the reader decline (None), and the general path decides and names the problem: every refusal
 comes from there (tests/unit/test_split_reader.py holds the two paths to the same arrays).
 """
 
 from __future__ import annotations
 
+import itertools
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+import numpy as np
 
-from servestack.inference.column_plan import ConversionPlan, conversion_plan, typed_arrays
+from servestack.inference.column_plan import SQUARED_MAX, ConversionPlan, conversion_plan
 from servestack.inference.manifest import ColumnSpec, Manifest, numpy_dtype_of
 
 Arrays = dict[str, Any]
@@ -29,6 +33,73 @@ _KEY = b'"dataframe_split"'
 _KEY_WITHIN = 64
 # A cell's Python type by its column's numpy kind (a string column's dtype is object).
 _CELL_TYPES: dict[str, Any] = {"f": int | float, "i": int, "u": int, "b": bool, "O": str}
+_chain = itertools.chain.from_iterable
+
+
+@dataclass(frozen=True, slots=True)
+class RowsPlan:
+    """`ConversionPlan` by column position (the model's column order, a row's order), worked out once per model."""
+
+    names: tuple[str, ...]
+    floats: tuple[tuple[np.dtype[Any], tuple[int, ...], float], ...]  # (float16/32/64, its columns, SQUARED_MAX)
+    integers: tuple[tuple[int, np.dtype[Any], int, int], ...]  # (column, dtype, its smallest and largest value)
+    booleans: tuple[int, ...]
+    strings: tuple[int, ...]
+    # Each input, when every input is fed by one column: the inputs are the columns, named in order.
+    single: bool
+    inputs: tuple[tuple[str, tuple[int, ...]], ...]
+
+    def arrays(self, columns: list[tuple[Any, ...]], rows: int) -> Arrays | None:
+        """`column_plan.typed_arrays` of the columns (each a tuple of `rows` values of its column's Python type),
+        as the same arrays, value for value; None for a value out of range."""
+        values: list[Any] = [None] * len(columns)
+        for target, positions, squared_max in self.floats:
+            count = len(positions)
+            try:  # one row per column, each value read as `np.array` reads it, without discovering a shape first
+                table = np.fromiter(_chain([columns[at] for at in positions]), np.float64, count * rows)
+            except OverflowError:  # an integer past float64
+                return None
+            if not float(np.vdot(table, table)) <= squared_max:  # NaN and infinity fail too
+                return None
+            # Each column a [rows, 1] view of one cast, so an input of one column needs no reshape of its own.
+            for at, column in zip(positions, table.astype(target, copy=False).reshape(count, rows, 1), strict=True):
+                values[at] = column
+        for at, dtype, smallest, largest in self.integers:
+            try:
+                array = np.array(columns[at], dtype=np.int64)
+            except OverflowError:  # past int64
+                return None
+            if dtype != np.int64 and not (smallest <= int(array.min()) and int(array.max()) <= largest):
+                return None
+            values[at] = array.astype(dtype, copy=False).reshape(rows, 1)
+        for at in self.booleans:
+            values[at] = np.array(columns[at], dtype=bool).reshape(rows, 1)
+        for at in self.strings:
+            values[at] = np.fromiter(columns[at], object, rows).reshape(rows, 1)
+        if self.single:
+            return dict(zip(self.names, values, strict=True))
+        return {
+            name: values[fed[0]] if len(fed) == 1 else np.concatenate([values[at] for at in fed], axis=1)
+            for name, fed in self.inputs
+        }
+
+
+def rows_plan(plan: ConversionPlan, names: list[str]) -> RowsPlan:
+    """`plan` by the position of each column in `names` (the model's column order)."""
+    at = {name: position for position, name in enumerate(names)}
+    inputs = tuple((name, tuple(at[column] for column in fed)) for name, fed in plan.inputs)
+    single = [fed[0] for _, fed in inputs if len(fed) == 1] == list(range(len(names))) and all(
+        name == names[fed[0]] for name, fed in inputs
+    )
+    return RowsPlan(
+        tuple(names),
+        tuple((dtype, tuple(at[c] for c in columns), SQUARED_MAX[dtype.char]) for dtype, columns in plan.floats),
+        tuple((at[column], dtype, smallest, largest) for column, dtype, smallest, largest in plan.integers),
+        tuple(at[column] for column in plan.booleans),
+        tuple(at[column] for column in plan.strings),
+        single,
+        inputs,
+    )
 
 
 class SplitReader:
@@ -39,7 +110,7 @@ class SplitReader:
     def __init__(self, names: list[str], decoder: msgspec.json.Decoder[Any], plan: ConversionPlan) -> None:
         self._names = names
         self._decoder = decoder
-        self._plan = plan
+        self._plan = rows_plan(plan, names)
 
     def arrays(self, body: bytes, max_rows: int) -> Arrays | None:
         """The model's input arrays from a `dataframe_split` body of the common kind; None for any other body."""
@@ -55,7 +126,7 @@ class SplitReader:
             return None
         if index is not None and len(index) != len(data):
             return None
-        return typed_arrays(self._plan, dict(zip(self._names, zip(*data, strict=False), strict=False)), len(data))
+        return self._plan.arrays(list(zip(*data, strict=False)), len(data))
 
 
 def split_reader(manifest: Manifest, specs: tuple[ColumnSpec, ...]) -> SplitReader | None:
@@ -67,7 +138,8 @@ def split_reader(manifest: Manifest, specs: tuple[ColumnSpec, ...]) -> SplitRead
         "Split",
         [("columns", list[str]), ("data", list[row]), ("index", list[Any] | None, None)],  # type: ignore[valid-type]
         forbid_unknown_fields=True,
+        gc=False,  # holds no cycles: not tracked, so a request's parse adds nothing for the collector to walk
     )
-    request = msgspec.defstruct("SplitRequest", [("dataframe_split", split)], forbid_unknown_fields=True)
+    request = msgspec.defstruct("SplitRequest", [("dataframe_split", split)], forbid_unknown_fields=True, gc=False)
     names = [column.name for column in specs]
     return SplitReader(names, msgspec.json.Decoder(request), conversion_plan(manifest, specs))

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from servestack.inference import codecs, media_types, request_forms
 from servestack.inference.columns import columns_of
+from servestack.inference.manifest import ColumnSpec, Manifest, TensorSpec
 from servestack.inference.split_reader import split_reader
-from tests.unit.test_column_conversion import NAMES, TABULAR, anything, outcome, plain
+from tests.unit.test_column_conversion import NAMES, SHA, TABULAR, anything, outcome, plain
 
 READER = split_reader(TABULAR, columns_of(TABULAR))
 
@@ -96,3 +97,40 @@ def test_the_reader_takes_plain_rows_and_declines_what_the_general_path_must_nam
         assert READER.arrays(text, 512) is None, text
     assert READER.arrays(body(), 1) is None  # over the row limit: named by the general path
     assert READER.arrays(b'{"instances": [[1.0]]}', 512) is None
+
+
+# A pipeline's kind of model (tests/pipeline_model.py): every input one column of the same name, in column order,
+# which the reader hands over as the columns themselves (`RowsPlan.single`).
+ONE_COLUMN_INPUTS = Manifest(
+    name="one-column-inputs",
+    version="1",
+    sha256=SHA,
+    inputs=(
+        TensorSpec("length", "float32", (None, 1)),
+        TensorSpec("width", "float32", (None, 1)),
+        TensorSpec("count", "int64", (None, 1)),
+        TensorSpec("site", "string", (None, 1)),
+    ),
+    outputs=(TensorSpec("y", "float32", (None, 1)),),
+    columns=(
+        ColumnSpec("length", "float32", "length"),
+        ColumnSpec("width", "float32", "width"),
+        ColumnSpec("count", "int64", "count"),
+        ColumnSpec("site", "string", "site"),
+    ),
+)
+
+
+def test_inputs_of_one_column_each_are_the_general_paths_arrays_in_its_order() -> None:
+    reader = split_reader(ONE_COLUMN_INPUTS, columns_of(ONE_COLUMN_INPUTS))
+    assert reader is not None
+    names = ["length", "width", "count", "site"]
+    body = json.dumps({"dataframe_split": {"columns": names, "data": [[5.1, 3, 7, "north"], [4.9, 3.5, -2, "é"]]}})
+    taken = reader.arrays(body.encode(), 512)
+    expected = request_forms.json_arrays(
+        codecs.decode_body(body.encode(), media_types.JSON), ONE_COLUMN_INPUTS, max_rows=512
+    )
+    assert taken is not None
+    assert expected is not None
+    assert list(taken) == list(expected) == names
+    assert outcome(lambda: taken) == outcome(lambda: expected)
