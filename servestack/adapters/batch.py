@@ -11,6 +11,7 @@ file) is `servestack.inference.tabular.BatchJob`; this module is its S3 store.
 from __future__ import annotations
 
 import base64
+import gc
 import json
 import os
 import sys
@@ -222,6 +223,18 @@ def main() -> int:
     failure (servestack's own errors: no input, a setting it cannot use, a strict run's bad row) is that one line,
     no traceback; an unexpected one (a bug, an AWS call that failed) keeps Python's traceback."""
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", ARROW_MEMORY_POOL)
+    try:
+        return _run_task()
+    finally:
+        # The process ends next. Python's shutdown collects garbage over every object still alive (the imported
+        # modules, botocore's service model, onnxruntime's and Arrow's objects), which cost a one-core job
+        # ~0.2-0.4 CPU s, a tenth of a 1,000,000-row Parquet job; frozen, they are left to the exit to free.
+        # Objects are still freed as their last reference goes; only the cycle search is skipped.
+        gc.freeze()
+
+
+def _run_task() -> int:
+    """`main`'s run: its outcome line and exit code."""
     try:
         settings = settings_from({})
     except ServingError as error:
