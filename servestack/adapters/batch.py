@@ -11,6 +11,7 @@ file) is `servestack.inference.tabular.BatchJob`; this module is its S3 store.
 from __future__ import annotations
 
 import base64
+import gc
 import json
 import os
 import sys
@@ -222,6 +223,18 @@ def main() -> int:
     failure (servestack's own errors: no input, a setting it cannot use, a strict run's bad row) is that one line,
     no traceback; an unexpected one (a bug, an AWS call that failed) keeps Python's traceback."""
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", ARROW_MEMORY_POOL)
+    try:
+        return _run_task()
+    finally:
+        # The process ends next. Python's shutdown searches every object still alive for garbage cycles (the
+        # imported modules, botocore's service model, onnxruntime's and Arrow's objects): ~0.2 CPU s of a one-core
+        # 1,000,000-row Parquet job (8 interleaved pairs: 2.11 -> 1.88 CPU s, median). Frozen, they are left to
+        # the exit to free; objects are still freed as their last reference goes, only the search is skipped.
+        gc.freeze()
+
+
+def _run_task() -> int:
+    """`main`'s run: its outcome line and exit code."""
     try:
         settings = settings_from({})
     except ServingError as error:

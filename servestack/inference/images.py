@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import email.parser
-import email.policy
 import io
 from collections.abc import Sequence
 from typing import Any
@@ -89,6 +87,11 @@ def pictures_of_json(payload: dict[str, Any]) -> list[Picture]:
 
 def _form_pictures(body: bytes, content_type: str) -> list[Picture]:
     # The stdlib reads a form as a MIME message: the Content-Type header (with its boundary) then the body.
+    # Imported here, at the first form: email.policy costs every process that imports this module ~4 ms of its
+    # start-up (a batch job, which never reads a form, among them).
+    import email.parser
+    import email.policy
+
     head = f"Content-Type: {content_type}\r\n\r\n".encode()
     form = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(head + body)
     if not form.is_multipart():

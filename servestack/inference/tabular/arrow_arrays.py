@@ -70,18 +70,25 @@ def strings(values: Sequence[str], picked: np.ndarray | None = None) -> Any:
 
     encoded = [value.encode() for value in values]
     lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-    joined = b"".join(encoded)
     row_lengths = lengths if picked is None else lengths[picked]
-    offsets = np.zeros(len(row_lengths) + 1, dtype=np.int64)
-    np.cumsum(row_lengths, out=offsets[1:])
-    if offsets[-1] >= 2**31:  # past a string array's 32-bit offsets: pyarrow's own conversion splits it into chunks
+    total = int(row_lengths.sum())
+    if total >= 2**31:  # past a string array's 32-bit offsets: pyarrow's own conversion splits it into chunks
         return pa.array(list(values) if picked is None else [values[i] for i in picked.tolist()], type=pa.string())
-    data = joined
-    if picked is not None:
-        # Byte j of row i is byte j of its name: each row's run of positions, starting where its name starts.
-        starts = np.cumsum(lengths) - lengths
-        positions = np.repeat(starts[picked] - offsets[:-1], row_lengths) + np.arange(offsets[-1])
-        data = np.frombuffer(joined, dtype=np.uint8)[positions].tobytes()
-    return pa.Array.from_buffers(
-        pa.string(), len(row_lengths), [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
-    )
+    offsets = np.zeros(len(row_lengths) + 1, dtype=np.int32)
+    np.cumsum(row_lengths, out=offsets[1:])
+    data = b"".join(encoded) if picked is None else _picked_bytes(encoded, lengths, picked, row_lengths)
+    return pa.Array.from_buffers(pa.string(), len(row_lengths), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _picked_bytes(encoded: list[bytes], lengths: np.ndarray, picked: np.ndarray, row_lengths: np.ndarray) -> Any:
+    """The bytes of `encoded[i]` for each `i` of `picked`, end to end: each name padded to the longest in a
+    table, a row of it taken per pick, and the padding masked out (a few bytes per row, where working out each
+    byte's position took ~3x the CPU)."""
+    width = max(int(lengths.max(initial=0)), 1)
+    table = np.zeros((len(encoded), width), dtype=np.uint8)
+    for row, name in enumerate(encoded):
+        table[row, : len(name)] = np.frombuffer(name, dtype=np.uint8)
+    rows = table.take(picked, axis=0)
+    if bool((lengths == width).all()):  # every name as long as the longest: no padding to take out
+        return rows.reshape(-1)
+    return rows[np.arange(width) < row_lengths[:, None]]

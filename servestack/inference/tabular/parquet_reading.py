@@ -248,8 +248,14 @@ def decoded_row_bytes(batch: Any) -> np.ndarray:
     """Each row's values at their decoded size (int64): fixed-width values at their width, strings and binaries at
     their length (a dictionary's values at theirs, however often repeated), lists as the sum of their values."""
     sizes = np.zeros(batch.num_rows, dtype=np.int64)
+    same_in_every_row = 0  # fixed-width columns add one number: summed first, added to the rows once
     for column in batch.columns:
-        sizes += _value_bytes(column)
+        size = _value_bytes(column)
+        if isinstance(size, int):
+            same_in_every_row += size
+        else:
+            sizes += size
+    sizes += same_in_every_row
     return sizes
 
 

@@ -120,10 +120,14 @@ def _columns_to_array(
         pa.types.is_floating(kind) and kind.bit_width <= 8 * target.itemsize for kind in value_types
     )
     work = target if narrow or target.kind != "f" else np.dtype(np.float64)
+    row_sums: np.ndarray | None = None
     if not nested:  # scalar columns: one per value of the row (or the input is a scalar)
         width = len(columns)
         # Uninitialised (no page zeroed for nothing): every column below fills its own, nulls as zeros.
         values = np.empty((rows, width) if row_shape else (rows,), dtype=work)
+        # Each row's sum for `_finite_rows`, added up column by column as they are read: a pass over each
+        # column's contiguous values, where summing the rows of `values` afterwards cost ~5x the CPU.
+        row_sums = np.zeros(rows, dtype=work) if row_shape and target.kind == "f" else None
         for position, column in enumerate(columns):
             if pa.types.is_nested(column.type) or not _numeric_type(column.type, target.kind):
                 error = _type_error(spec, where, column.type, position)
@@ -139,6 +143,9 @@ def _columns_to_array(
             data = numbers(filled)
             if row_shape:
                 values[:, position] = data
+                if row_sums is not None:
+                    with np.errstate(over="ignore", invalid="ignore"):  # a sum that is not finite is a suspect
+                        row_sums += values[:, position] if data.dtype != work else data
             else:
                 values[:] = data
     else:
@@ -179,7 +186,7 @@ def _columns_to_array(
         values[fits] = data[keep].reshape(-1, width)
     if target.kind == "f":
         flat_values = values.reshape(rows, -1)
-        finite = _finite_rows(flat_values)
+        finite = _finite_rows(flat_values, row_sums)
         limit = float(np.finfo(target).max)
         if not allow_non_finite:
             for index in np.flatnonzero(~finite):
@@ -207,12 +214,13 @@ def _columns_to_array(
     return values, problems
 
 
-def _finite_rows(values: np.ndarray) -> np.ndarray:
+def _finite_rows(values: np.ndarray, row_sums: np.ndarray | None = None) -> np.ndarray:
     """Whether each row of a 2-D float array holds finite numbers only. A row's sum is NaN or infinite whenever
     one of its values is, so only the rows whose sum is not finite (those, and rows of finite values whose sum
-    overflows) are checked value by value: one pass that writes a number per row, not a boolean per value."""
+    overflows) are checked value by value: one pass that writes a number per row, not a boolean per value.
+    `row_sums`: the rows' sums in any order of addition, when the caller has them."""
     with np.errstate(over="ignore", invalid="ignore"):
-        suspect = np.flatnonzero(~np.isfinite(values.sum(axis=1)))
+        suspect = np.flatnonzero(~np.isfinite(values.sum(axis=1) if row_sums is None else row_sums))
     finite = np.ones(len(values), dtype=bool)
     if len(suspect):
         finite[suspect] = np.isfinite(values[suspect]).all(axis=1)
