@@ -213,6 +213,7 @@ class Capturer:
         self.variant = variant or None
         self.write = write
         self.exclude = frozenset(setting.exclude_columns)
+        self._both = setting.what == "both"
         self.lines = LineWriter(setting.deployment, setting.mode, setting.what, self.variant)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: list[bytes] = []
@@ -315,6 +316,10 @@ class Capturer:
             )
             record["servestack"]["dropped"] = f"record of {len(line)} bytes > {MAX_LINE_BYTES} (a log event's limit)"
             line = orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+        self._out(line)
+
+    def _out(self, line: bytes) -> None:
+        """Write `line` now, or with the next burst (`coalesce`)."""
         if self._loop is None:
             self.write(line)
             return
@@ -337,6 +342,21 @@ class Capturer:
         has been sent (or stored) already."""
         try:
             manifest = model.manifest
+            if job_id is None and self._both:  # an online request: its line in one join, as `answer_line` can
+                inputs = inputs_json(arrays, model.columns, self.exclude)
+                if inputs is not None:
+                    line = self.lines.answer_line(
+                        manifest.name,
+                        manifest.version,
+                        inputs,
+                        encoded.body,
+                        encoded.media_type,
+                        STAMPS.event_id(),
+                        STAMPS.inference_time(),
+                    )
+                    if line is not None and len(line) <= MAX_LINE_BYTES:
+                        self._out(line)
+                        return
             self._record(
                 manifest.name,
                 manifest.version,

@@ -134,6 +134,7 @@ class LineWriter:
         self._parts: dict[tuple[str, str], _PartWriter] = {}
         self._blocks: dict[tuple[str, str], bytes] = {}
         self._json_input = _PartWriter(b'"endpointInput"', "INPUT", JSON)
+        self._frames: dict[tuple[str, str, str], tuple[bytes, bytes, bytes, bytes]] = {}
 
     def servestack_block(self, model: str, version: str, job_id: str | None) -> dict[str, str | None]:
         return {
@@ -173,14 +174,55 @@ class LineWriter:
             if len(pieces) > 1:
                 pieces.append(b",")
             pieces.append(self._writer("OUTPUT", output_type).write(output))
+        pieces += (_EVENT_OPEN, event_id, _TIME_OPEN, inference_time)
         if job_id is None:
-            block = self._blocks.get((model, version))
-            if block is None:  # a few models a process: each block once
-                block = self._blocks[(model, version)] = orjson.dumps(self.servestack_block(model, version, None))
+            pieces.append(self._block(model, version))
         else:
-            block = orjson.dumps(self.servestack_block(model, version, job_id))
-        pieces += (_EVENT_OPEN, event_id, _TIME_OPEN, inference_time, _BLOCK_OPEN, block, b"}\n")
+            pieces += (_BLOCK_OPEN, orjson.dumps(self.servestack_block(model, version, job_id)), b"}\n")
         return b"".join(pieces)
+
+    def answer_line(
+        self, model: str, version: str, inputs: bytes, output: bytes, output_type: str, event_id: bytes, time: bytes
+    ) -> bytes | None:
+        """`line(..., inputs_from_orjson=True)` with both parts and no job id, in one join of a few pieces made
+        once per model and media type (`_frame`): the line of a sampled online request, the one every such request
+        pays. None where it does not apply (capture of one part only, an answer that is not text), for `line`."""
+        frame = self._frames.get((model, version, output_type))
+        if frame is None:
+            frame = self._frame(model, version, output_type)
+            if frame is None:
+                return None
+        head, middle, tail, block = frame
+        try:
+            answer = orjson.dumps(output.decode("utf-8"))
+        except UnicodeDecodeError:
+            return None
+        # `escaped_orjson_text(inputs)`, inline: this runs once per sampled request.
+        escaped = inputs.replace(b"\\", b"\\\\").replace(b'"', b'\\"')
+        return b"".join((head, escaped, middle, answer, tail, event_id, _TIME_OPEN, time, block))
+
+    def _frame(self, model: str, version: str, output_type: str) -> tuple[bytes, bytes, bytes, bytes] | None:
+        output = self._writer("OUTPUT", output_type)
+        if not (self._inputs and self._outputs) or output.text_close is None:
+            return None
+        inputs = self._json_input
+        frame = (
+            b'{"captureData":{' + inputs.open + b'"',
+            b'"' + (inputs.text_close or b"") + b"," + output.open,
+            output.text_close + _EVENT_OPEN,
+            self._block(model, version),
+        )
+        if len(self._frames) < 64:  # as `_parts`: a few models and media types a process
+            self._frames[(model, version, output_type)] = frame
+        return frame
+
+    def _block(self, model: str, version: str) -> bytes:
+        """The end of a line without a job id, from its `servestack` block on."""
+        block = self._blocks.get((model, version))
+        if block is None:  # a few models a process: each block once
+            servestack = orjson.dumps(self.servestack_block(model, version, None))
+            block = self._blocks[(model, version)] = _BLOCK_OPEN + servestack + b"}\n"
+        return block
 
     def _writer(self, mode: str, media_type: str) -> _PartWriter:
         writer = self._parts.get((mode, media_type))

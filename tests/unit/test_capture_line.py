@@ -105,6 +105,39 @@ def test_inputs_orjson_wrote_are_escaped_as_orjson_escapes_them(values: list[obj
         assert record["endpointOutput"]["data"].encode() == answer
 
 
+@given(
+    what=st.sampled_from(("inputs", "outputs", "both")),
+    values=st.lists(st.one_of(texts, st.floats(), st.none()), max_size=6),
+    output=st.one_of(st.binary(max_size=30), texts.map(str.encode)),
+    output_type=st.sampled_from(MEDIA_TYPES),
+    model=texts,
+)
+def test_an_online_requests_line_is_the_general_line(
+    what: str, values: list[object], output: bytes, output_type: str, model: str
+) -> None:
+    inputs = orjson.dumps({"inputs": {"x": values}})
+    writer = LineWriter("d", "realtime", what, "blue")
+    event_id, when = STAMPS.event_id(), STAMPS.inference_time()
+
+    for _ in range(2):  # the second from the frame the first made
+        online = writer.answer_line(model, "1", inputs, output, output_type, event_id, when)
+        general = writer.line(model, "1", inputs, output, output_type, None, event_id, when, inputs_from_orjson=True)
+
+        text = "json" in output_type or "csv" in output_type
+        if what == "both" and text and _utf8(output):
+            assert online == general
+        else:  # one part only, or an answer written in base64: `line`'s
+            assert online is None
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def test_the_inference_time_is_utc_to_the_millisecond_as_isoformat_writes_it() -> None:
     before = datetime.now(UTC).replace(microsecond=0)
     written = EventStamps().inference_time().decode()
