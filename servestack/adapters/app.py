@@ -330,7 +330,8 @@ class ServingApp:
         await respond(200, encoded.body, _MEDIA_TYPE_BYTES[encoded.media_type], extra)
         capturer = self.capturer
         if capturer is not None and capturer.sampled():
-            capturer.answered(model, arrays, encoded, body if type(body) is bytes else None)
+            # The body as it came, with the media type it was read as (a spooled one is not kept: its inputs are).
+            capturer.answered(model, arrays, encoded, body if type(body) is bytes else None, None, request_type)
 
     def _decode_aside(
         self, model: ServedModel, body: bytes | SpooledBody, content_type: str, encoding: str | None, limit: int

@@ -2,14 +2,17 @@
 "Capture records"), and its emission as one log line per sampled request (`Capturer`).
 
 A record is SageMaker's data capture shape plus a `servestack` block (deployment, mode, model, version, variant,
-async job id). Its input is the decoded inputs the model saw, column by column (`{"inputs": {name: [values]}}`, a
-body servestack's request forms accept again), without the excluded columns; its output, the answer's body.
+async job id). Its input is the request's body as it came, with its media type (as SageMaker's own capture
+records it); with columns excluded (or where the body is not at hand: an async job, a spooled body), the decoded
+inputs the model saw, column by column (`{"inputs": {name: [values]}}`, a body servestack's request forms accept
+again), without the excluded ones. Its output is the answer's body.
 
 Emission is one line on stdout, the record itself, written after the answer has been sent: the
 platform ships stdout to CloudWatch Logs (Lambda, SageMaker, ECS), where a subscription filter hands the capture
-lines to Kinesis Data Firehose, which writes them to S3 (servestack/cdk/capture.py). A request pays its inputs'
-JSON dump, the line's bytes (servestack/inference/capture_line.py) and one write(2); a slow or failing S3 or
-Firehose never touches it, and no AWS client is called per request.
+lines to Kinesis Data Firehose, which writes them to S3 (servestack/cdk/capture.py). A request pays its body's
+escape (or its inputs' JSON dump), the line's bytes (servestack/inference/capture_line.py) and its share of a
+burst of writes (`Capturer.coalesce`); a slow or failing S3 or Firehose never touches it, and no AWS client is
+called per request.
 
 The policy comes from one setting, `SERVESTACK_CAPTURE` (a JSON object the CDK constructs and local mode write).
 """
@@ -267,7 +270,7 @@ class Capturer:
     ) -> None:
         """Write the record of one sampled request (call `sampled()` first). `body`: the raw request, recorded
         (base64) only when the inputs are none JSON can hold, and never with excluded columns (it holds them)."""
-        self._record(model, version, columns, arrays, output, output_type, body, job_id)
+        self._record(model, version, columns, arrays, output, output_type, body, job_id, None)
 
     def _record(
         self,
@@ -279,15 +282,20 @@ class Capturer:
         output_type: str,
         body: bytes | None,
         job_id: str | None,
+        body_type: str | None,
     ) -> None:
-        # `emit`'s work, with positional arguments: every sampled request pays this call.
+        # `emit`'s work, with positional arguments. `body_type`: `body` is the request as it came, in this media
+        # type, recorded as it is when no column is left out (`answered`).
         inputs: bytes | None = None
         from_orjson = False
-        if arrays is not None and self.setting.what != "outputs":
-            inputs = inputs_json(arrays, columns, self.exclude)
-            from_orjson = inputs is not None
-            if inputs is None and not self.exclude:
+        if self.setting.what != "outputs":
+            if body is not None and body_type is not None and not self.exclude:
                 inputs = body
+            elif arrays is not None:
+                inputs = inputs_json(arrays, columns, self.exclude)
+                from_orjson = inputs is not None
+                if inputs is None and not self.exclude:
+                    inputs, body_type = body, None
         event_id, inference_time = STAMPS.event_id(), STAMPS.inference_time()
         # The record as it is, so the objects Firehose writes hold the one format (docs/monitoring.md); a log
         # subscription tells these lines from the others by their `servestack.deployment`.
@@ -301,6 +309,7 @@ class Capturer:
             event_id,
             inference_time,
             inputs_from_orjson=from_orjson,
+            input_type=body_type,
         )
         if len(line) > MAX_LINE_BYTES:
             record = capture_record(
@@ -337,18 +346,23 @@ class Capturer:
         encoded: Encoded,
         body: bytes | None = None,
         job_id: str | None = None,
+        body_type: str | None = None,
     ) -> None:
         """Record a sampled request `model` answered; a failure here is logged, never the client's: its answer
-        has been sent (or stored) already."""
+        has been sent (or stored) already. `body` and `body_type`: the request's body as it came and its media
+        type, which the record holds when no column is left out (as SageMaker's own capture does); without them,
+        or with columns left out, the record holds the decoded inputs column by column."""
         try:
             manifest = model.manifest
             if job_id is None and self._both:  # an online request: its line in one join, as `answer_line` can
-                inputs = inputs_json(arrays, model.columns, self.exclude)
+                raw = body is not None and body_type is not None and not self.exclude
+                inputs = body if raw else inputs_json(arrays, model.columns, self.exclude)
                 if inputs is not None:
                     line = self.lines.answer_line(
                         manifest.name,
                         manifest.version,
                         inputs,
+                        body_type if raw else None,
                         encoded.body,
                         encoded.media_type,
                         STAMPS.event_id(),
@@ -366,6 +380,7 @@ class Capturer:
                 encoded.media_type,
                 body,
                 job_id,
+                body_type,
             )
         except Exception:
             logger.exception("data capture failed for %s", model.key)

@@ -118,6 +118,7 @@ class _PartWriter:
         return b'%s"%s%s' % (self.open, base64.b64encode(data), self.base64_close)
 
 
+_CAPTURE_OPEN = b'{"captureData":{'
 _EVENT_OPEN = b'},"eventMetadata":{"eventId":"'
 _TIME_OPEN = b'","inferenceTime":"'
 _BLOCK_OPEN = b'"},"eventVersion":"' + EVENT_VERSION.encode("ascii") + b'","servestack":'
@@ -134,7 +135,9 @@ class LineWriter:
         self._parts: dict[tuple[str, str], _PartWriter] = {}
         self._blocks: dict[tuple[str, str], bytes] = {}
         self._json_input = _PartWriter(b'"endpointInput"', "INPUT", JSON)
-        self._frames: dict[tuple[str, str, str], tuple[bytes, bytes, bytes, bytes]] = {}
+        self._frames: dict[tuple[str, str, str], tuple[bytes, bytes, bytes]] = {}
+        self._json_input_open = _CAPTURE_OPEN + self._json_input.open + b'"'
+        self._json_input_close = b'"' + (self._json_input.text_close or b"")
 
     def servestack_block(self, model: str, version: str, job_id: str | None) -> dict[str, str | None]:
         return {
@@ -158,17 +161,18 @@ class LineWriter:
         inference_time: bytes,
         *,
         inputs_from_orjson: bool = False,
+        input_type: str | None = None,
     ) -> bytes:
         """`inputs_from_orjson`: `inputs` is JSON text orjson wrote (`capture.inputs_json`), escaped by
         `escaped_orjson_text` rather than decoded and dumped again. (An answer's escape costs about the same either
         way, being short.)"""
-        pieces = [b'{"captureData":{']
+        pieces = [_CAPTURE_OPEN]
         if inputs is not None and self._inputs:
             if inputs_from_orjson:
                 writer = self._json_input
                 pieces += (writer.open, b'"', escaped_orjson_text(inputs), b'"', writer.text_close or b"")
             else:
-                kind = JSON if inputs[:1] == b"{" else "application/octet-stream"
+                kind = input_type or (JSON if inputs[:1] == b"{" else "application/octet-stream")
                 pieces.append(self._writer("INPUT", kind).write(inputs))
         if output is not None and self._outputs:
             if len(pieces) > 1:
@@ -182,36 +186,46 @@ class LineWriter:
         return b"".join(pieces)
 
     def answer_line(
-        self, model: str, version: str, inputs: bytes, output: bytes, output_type: str, event_id: bytes, time: bytes
+        self,
+        model: str,
+        version: str,
+        inputs: bytes,
+        input_type: str | None,
+        output: bytes,
+        output_type: str,
+        event_id: bytes,
+        time: bytes,
     ) -> bytes | None:
-        """`line(..., inputs_from_orjson=True)` with both parts and no job id, in one join of a few pieces made
-        once per model and media type (`_frame`): the line of a sampled online request, the one every such request
-        pays. None where it does not apply (capture of one part only, an answer that is not text), for `line`."""
+        """`line` with both parts and no job id, in one join of a few pieces made once per model and media type
+        (`_frame`): the line of a sampled online request, the one every such request pays. `input_type`: the
+        request body's media type, `inputs` the body as it came; None: `inputs` is JSON text orjson wrote
+        (`line(..., inputs_from_orjson=True)`). None where it does not apply (capture of one part only, an answer
+        that is not text), for `line`."""
         frame = self._frames.get((model, version, output_type))
         if frame is None:
             frame = self._frame(model, version, output_type)
             if frame is None:
                 return None
-        head, middle, tail, block = frame
+        output_open, tail, block = frame
         try:
             answer = orjson.dumps(output.decode("utf-8"))
         except UnicodeDecodeError:
             return None
-        # `escaped_orjson_text(inputs)`, inline: this runs once per sampled request.
-        escaped = inputs.replace(b"\\", b"\\\\").replace(b'"', b'\\"')
-        return b"".join((head, escaped, middle, answer, tail, event_id, _TIME_OPEN, time, block))
+        if input_type is None:
+            # `escaped_orjson_text(inputs)`, inline: this runs once per sampled request.
+            escaped = inputs.replace(b"\\", b"\\\\").replace(b'"', b'\\"')
+            return b"".join(
+                (self._json_input_open, escaped, self._json_input_close, output_open, answer, tail, event_id,
+                 _TIME_OPEN, time, block)
+            )  # fmt: skip
+        part = self._writer("INPUT", input_type).write(inputs)
+        return b"".join((_CAPTURE_OPEN, part, output_open, answer, tail, event_id, _TIME_OPEN, time, block))
 
-    def _frame(self, model: str, version: str, output_type: str) -> tuple[bytes, bytes, bytes, bytes] | None:
+    def _frame(self, model: str, version: str, output_type: str) -> tuple[bytes, bytes, bytes] | None:
         output = self._writer("OUTPUT", output_type)
         if not (self._inputs and self._outputs) or output.text_close is None:
             return None
-        inputs = self._json_input
-        frame = (
-            b'{"captureData":{' + inputs.open + b'"',
-            b'"' + (inputs.text_close or b"") + b"," + output.open,
-            output.text_close + _EVENT_OPEN,
-            self._block(model, version),
-        )
+        frame = (b"," + output.open, output.text_close + _EVENT_OPEN, self._block(model, version))
         if len(self._frames) < 64:  # as `_parts`: a few models and media types a process
             self._frames[(model, version, output_type)] = frame
         return frame

@@ -154,7 +154,7 @@ def read_capture(lines: Iterator[tuple[str, str]], model: ServedModel, window: W
             captured.skip(f"a record of another model ({about.get('model')})", where)
             continue
         try:
-            body, content_type = _body(request)
+            body, content_type = captured_body(request)
             body, absent = _fill_absent(body, content_type, model) if isinstance(about, dict) else (body, frozenset())
             arrays = model.decode(body, content_type)
         except ServingError as error:
@@ -172,7 +172,7 @@ def read_capture(lines: Iterator[tuple[str, str]], model: ServedModel, window: W
     return captured
 
 
-def _body(capture: dict[str, Any]) -> tuple[bytes, str]:
+def captured_body(capture: dict[str, Any]) -> tuple[bytes, str]:
     """A captured request or answer's bytes and its media type (as the server read it)."""
     data, encoding = capture["data"], str(capture.get("encoding", "JSON")).upper()
     body = base64.b64decode(data, validate=True) if encoding == "BASE64" else str(data).encode("utf-8")
@@ -201,7 +201,7 @@ def _read_answer(capture: Any, table: Table) -> bool:
     if not isinstance(capture, dict) or "data" not in capture:
         return False
     try:
-        body, media_type = _body(capture)
+        body, media_type = captured_body(capture)
     except (ValueError, TypeError):
         return False
     if media_type == media_types.JSON:

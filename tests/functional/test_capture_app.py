@@ -15,8 +15,10 @@ import pytest
 
 from servestack.adapters.app import ServingApp
 from servestack.inference.capture import records_of
+from servestack.inference.media_types import request_type_of
 from servestack.inference.service import ModelRepository
 from servestack.inference.settings import ServingSettings
+from servestack.monitor.records import captured_body
 from tests.pipeline_model import COLUMNS, PipelineModel, pipeline_model
 
 pytestmark = pytest.mark.slow
@@ -119,3 +121,30 @@ def test_ten_percent_of_2000_answered_requests_are_captured_within_binomial_boun
     assert statuses == [200] * 2000
     assert abs(len(lines) - 200) <= 4.5 * (2000 * 0.1 * 0.9) ** 0.5, len(lines)
     assert len(records_of(lines)) == len(lines)
+
+
+def test_without_excluded_columns_a_record_holds_the_body_as_it_came_which_monitor_reads_alike() -> None:
+    # GIVEN capture without excluded columns, and requests in three forms (JSON columns, JSON records, CSV)
+    built = pipeline_model()
+    app, lines = capture_app(built)
+    sent = bodies(built)
+
+    answers = asyncio.run(post(app, sent))
+
+    # THEN each record's input is the request's own body and media type, as SageMaker's own capture writes it
+    records = records_of(lines)
+    assert [a.status_code for a in answers] == [200, 200, 200]
+    for record, (body, kind), answer in zip(records, sent, answers, strict=True):
+        recorded = record["captureData"]["endpointInput"]
+        assert recorded["observedContentType"] == kind
+        assert recorded["encoding"] == ("CSV" if kind.startswith("text/csv") else "JSON")
+        assert recorded["data"].encode() == body
+        assert record["captureData"]["endpointOutput"]["data"] == answer.text
+    # AND the monitor's reader decodes each, with the model's own decoder, to the arrays the server read
+    model = app.repository.get("flowers")
+    for record, (body, kind) in zip(records, sent, strict=True):
+        recorded_body, recorded_type = captured_body(record["captureData"]["endpointInput"])
+        decoded, served = model.decode(recorded_body, recorded_type), model.decode(body, request_type_of(kind))
+        assert decoded.keys() == served.keys()
+        for name in served:
+            assert decoded[name].tolist() == served[name].tolist()

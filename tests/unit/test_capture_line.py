@@ -120,7 +120,7 @@ def test_an_online_requests_line_is_the_general_line(
     event_id, when = STAMPS.event_id(), STAMPS.inference_time()
 
     for _ in range(2):  # the second from the frame the first made
-        online = writer.answer_line(model, "1", inputs, output, output_type, event_id, when)
+        online = writer.answer_line(model, "1", inputs, None, output, output_type, event_id, when)
         general = writer.line(model, "1", inputs, output, output_type, None, event_id, when, inputs_from_orjson=True)
 
         text = "json" in output_type or "csv" in output_type
@@ -128,6 +128,14 @@ def test_an_online_requests_line_is_the_general_line(
             assert online == general
         else:  # one part only, or an answer written in base64: `line`'s
             assert online is None
+
+        # AND a request's body as it came, in any media type (text, or base64 where it is not UTF-8 text)
+        for body_type in MEDIA_TYPES:
+            raw = writer.answer_line(model, "1", output, body_type, inputs, "application/json", event_id, when)
+            expected = writer.line(
+                model, "1", output, inputs, "application/json", None, event_id, when, input_type=body_type
+            )
+            assert raw == (expected if what == "both" else None)
 
 
 def _utf8(data: bytes) -> bool:
