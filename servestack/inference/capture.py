@@ -230,10 +230,10 @@ class Capturer:
         wakes once a burst rather than once a write, and the wake-up is most of what a write costs its writer:
         1 KB lines to a pipe drained on another core cost 4.9-6.7 µs of system CPU a line written alone, 2.8-3.2 in
         writes of 3 lines (a loop turn's at 64 connections) and 0.65-1.0 in bursts of 16 writes of 4 lines
-        (`python -m bench.pipe_writes`; docs/performance.md, "Data capture at 100%"). For a serving container's loop, on whose thread every
-        request is answered; never for a Lambda function, frozen as soon as its invocation returns. What a
-        SIGKILLed worker held, at most `FLUSH_AFTER_SEC` of records, is lost with it, as a log line still in a
-        buffer would be."""
+        (`python -m bench.pipe_writes`; docs/performance.md, "Data capture at 100%"). For a serving container's
+        loop, on whose thread every request is answered; never for a Lambda function, frozen as soon as its
+        invocation returns. What a SIGKILLed worker held, at most `FLUSH_AFTER_SEC` of records, is lost with it, as
+        a log line still in a buffer would be."""
         self._loop = loop
 
     def flush(self) -> None:
