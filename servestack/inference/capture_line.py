@@ -13,6 +13,7 @@ now (`bench.realtime --only capture`; docs/performance.md).
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import os
 import random
@@ -124,6 +125,11 @@ _TIME_OPEN = b'","inferenceTime":"'
 _BLOCK_OPEN = b'"},"eventVersion":"' + EVENT_VERSION.encode("ascii") + b'","servestack":'
 
 
+# What `LineWriter.answer_line` keeps per model and answer type: the answer's part writer, the pieces around a text
+# answer, and the line's end from its `servestack` block on.
+_Frame = tuple[_PartWriter, bytes, bytes, bytes]
+
+
 class LineWriter:
     """The log lines of one capture setting: `line(...)` is `orjson.dumps(capture_record(...))` plus a newline.
     A line is joined once from its pieces (`bytes.join`), which is cheaper than `%`-formatting them."""
@@ -135,7 +141,7 @@ class LineWriter:
         self._parts: dict[tuple[str, str], _PartWriter] = {}
         self._blocks: dict[tuple[str, str], bytes] = {}
         self._json_input = _PartWriter(b'"endpointInput"', "INPUT", JSON)
-        self._frames: dict[tuple[str, str, str], tuple[bytes, bytes, bytes]] = {}
+        self._frames: dict[tuple[str, str, str], _Frame] = {}
         self._json_input_open = _CAPTURE_OPEN + self._json_input.open + b'"'
         self._json_input_close = b'"' + (self._json_input.text_close or b"")
 
@@ -199,18 +205,20 @@ class LineWriter:
         """`line` with both parts and no job id, in one join of a few pieces made once per model and media type
         (`_frame`): the line of a sampled online request, the one every such request pays. `input_type`: the
         request body's media type, `inputs` the body as it came; None: `inputs` is JSON text orjson wrote
-        (`line(..., inputs_from_orjson=True)`). None where it does not apply (capture of one part only, an answer
-        that is not text), for `line`."""
+        (`line(..., inputs_from_orjson=True)`). None where it does not apply (capture of one part only), for
+        `line`."""
         frame = self._frames.get((model, version, output_type))
         if frame is None:
             frame = self._frame(model, version, output_type)
             if frame is None:
                 return None
-        output_open, tail, block = frame
-        try:
-            answer = orjson.dumps(output.decode("utf-8"))
-        except UnicodeDecodeError:
-            return None
+        writer, output_open, tail, block = frame
+        answer = None
+        if writer.text_close is not None:
+            with contextlib.suppress(UnicodeDecodeError):
+                answer = orjson.dumps(output.decode("utf-8"))
+        if answer is None:  # an answer that is not text (`.npy`) or not UTF-8: base64, as `line` writes it
+            output_open, answer, tail = b",", writer.write(output), _EVENT_OPEN
         if input_type is None:
             # `escaped_orjson_text(inputs)`, inline: this runs once per sampled request.
             escaped = inputs.replace(b"\\", b"\\\\").replace(b'"', b'\\"')
@@ -221,11 +229,12 @@ class LineWriter:
         part = self._writer("INPUT", input_type).write(inputs)
         return b"".join((_CAPTURE_OPEN, part, output_open, answer, tail, event_id, _TIME_OPEN, time, block))
 
-    def _frame(self, model: str, version: str, output_type: str) -> tuple[bytes, bytes, bytes] | None:
-        output = self._writer("OUTPUT", output_type)
-        if not (self._inputs and self._outputs) or output.text_close is None:
+    def _frame(self, model: str, version: str, output_type: str) -> _Frame | None:
+        if not (self._inputs and self._outputs):
             return None
-        frame = (b"," + output.open, output.text_close + _EVENT_OPEN, self._block(model, version))
+        output = self._writer("OUTPUT", output_type)
+        close = output.text_close or b""  # unused for an answer that is not text: `answer_line` writes it whole
+        frame = (output, b"," + output.open, close + _EVENT_OPEN, self._block(model, version))
         if len(self._frames) < 64:  # as `_parts`: a few models and media types a process
             self._frames[(model, version, output_type)] = frame
         return frame
