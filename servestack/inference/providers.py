@@ -16,8 +16,8 @@ from servestack.inference.errors import ConfigurationError
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
 TENSORRT = "TensorrtExecutionProvider"
-# The accelerators IO binding puts a run's inputs on (servestack/inference/binding.py): onnxruntime's device name
-# of each; TensorRT's inputs live in CUDA memory too.
+# The accelerators IO binding puts a run's inputs on (`ModelRuntime._run_bound`, servestack/inference/runtime.py):
+# onnxruntime's device name of each; TensorRT's inputs live in CUDA memory too.
 DEVICE_OF_PROVIDER = {CUDA: "cuda", TENSORRT: "cuda"}
 
 GpuProvider = Literal["cuda", "tensorrt"]
@@ -72,7 +72,10 @@ def session_providers(
 def _options(name: str, *, fp16: bool, engine_cache: Path, device_id: int) -> dict[str, str]:
     device = {"device_id": str(device_id)} if device_id else {}  # onnxruntime's default device is 0
     if name == CUDA:
-        return device
+        # float32 math as on the CPU: onnxruntime's CUDA provider otherwise multiplies in TF32 on Ampere and later
+        # (a 10-bit mantissa), and the digits model's probabilities moved by up to 3e-3 against the CPU's on an
+        # H200 (bench/gpu_check.py). A model served locally on the CPU then answers as it does deployed on a GPU.
+        return {**device, "use_tf32": "0"}
     if name != TENSORRT:
         return {}
     # onnxruntime's TensorRT options are strings ("True"/"False"), as its Python API documents them.

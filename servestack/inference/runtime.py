@@ -55,6 +55,10 @@ def onnxruntime_message(error: BaseException) -> str:
     return text if len(text) <= _MAX_ORT_MESSAGE else text[: _MAX_ORT_MESSAGE - 3] + "..."
 
 
+def _has_strings(manifest: Manifest) -> bool:
+    return any(spec.dtype == "string" for spec in (*manifest.inputs, *manifest.outputs))
+
+
 class ModelRuntime:
     """One loaded ONNX model: load once per process, warm up, then `predict` on whole batches.
 
@@ -106,8 +110,12 @@ class ModelRuntime:
         # inside the run and allocate the outputs anew; binding copies each input once, into an OrtValue on the
         # device, and lets onnxruntime place the outputs. `io_binding=True` binds on the CPU too (device 'cpu',
         # the same code path, which the tests run without a GPU); False never binds.
+        # onnxruntime binds no string tensor ("Only binding non-string Tensors is currently supported", on the CPU
+        # and on CUDA alike): a model with a string input or output (a pipeline's category column, its labels)
+        # runs `session.run`, which places its numeric inputs on the device itself.
         device = binding_device(self.providers)
-        self.binding_device: str | None = (device or "cpu") if io_binding or (io_binding is None and device) else None
+        bind = io_binding or (io_binding is None and device is not None)
+        self.binding_device: str | None = (device or "cpu") if bind and not _has_strings(manifest) else None
         self.warmed_up = False
 
     def _check_signature(self, model_path: Path) -> None:
@@ -141,21 +149,14 @@ class ModelRuntime:
         return dict(zip(self._output_names, results, strict=True))
 
     def _run_bound(self, inputs: Mapping[str, np.ndarray], device: str) -> list[np.ndarray]:
-        """One run through an IO binding on `device`. Numeric inputs are copied there once, as OrtValues; string
-        tensors stay in host memory (onnxruntime keeps strings on the CPU, and the nodes reading them run there).
-        The outputs are bound to the device too, string ones to the CPU, and copied back once at the end."""
+        """One run through an IO binding on `device` (a model without string tensors): the inputs are copied there
+        once, as OrtValues, the outputs bound there too and copied back once at the end."""
         binding = self.session.io_binding()
         for name, array in inputs.items():
-            if array.dtype == object:
-                binding.bind_cpu_input(name, array)
-            else:
-                value = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), device, self.device_id)
-                binding.bind_ortvalue_input(name, value)
+            value = ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), device, self.device_id)
+            binding.bind_ortvalue_input(name, value)
         for spec in self.manifest.outputs:
-            if spec.dtype == "string":
-                binding.bind_output(spec.name, "cpu")
-            else:
-                binding.bind_output(spec.name, device, self.device_id)
+            binding.bind_output(spec.name, device, self.device_id)
         self.session.run_with_iobinding(binding)
         # The binding's outputs come back in the order they were bound: the manifest's, as `session.run`'s.
         results: list[np.ndarray] = binding.copy_outputs_to_cpu()

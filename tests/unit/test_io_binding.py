@@ -106,3 +106,24 @@ def test_json_floats_are_cast_to_the_models_dtype_and_answer_alike(package: Path
     ]
     assert answers[0] == answers[1]
     assert answers[0] == plain.runtime.predict(arrays)["label"].tolist()
+
+
+def test_a_model_with_string_tensors_runs_unbound_and_answers_alike() -> None:
+    # GIVEN the zoo's pipeline (a string column in, string labels out), asked to bind: onnxruntime binds no string
+    # tensor, on the CPU or on CUDA ("Only binding non-string Tensors is currently supported": on a GPU this model
+    # failed its warm-up, and the endpoint never became ready)
+    from tests.pipeline_model import pipeline_model
+
+    pipeline = pipeline_model()
+    settings = ServingSettings(model_dir=pipeline.root, default_model="flowers", providers="CPUExecutionProvider")
+    model = ServedModel.load(pipeline.package, settings)
+    bound = ModelRuntime(model.manifest, pipeline.package / model.manifest.file, io_binding=True)
+    # THEN it runs `session.run`, and answers as the estimator does
+    assert bound.binding_device is None
+    arrays = {
+        spec.name: np.asarray(pipeline.rows[spec.name], dtype=object if spec.dtype == "string" else np.float32).reshape(
+            -1, 1
+        )
+        for spec in model.manifest.inputs
+    }
+    assert bound.predict(arrays)["label"].tolist() == pipeline.expected

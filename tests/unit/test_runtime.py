@@ -43,6 +43,7 @@ def test_unknown_provider_lists_the_available_ones() -> None:
 
 
 ENGINES = Path("/tmp/servestack-tensorrt-engines/digits/1")
+CUDA_OPTIONS = {"use_tf32": "0"}  # float32 math, as on the CPU
 TRT_OPTIONS = {"trt_engine_cache_enable": "True", "trt_engine_cache_path": str(ENGINES), "trt_fp16_enable": "True"}
 
 
@@ -52,7 +53,7 @@ def test_tensorrt_goes_before_cuda_with_its_engine_cache_and_fp16() -> None:
         "auto", [TENSORRT, CUDA, CPU], gpu_provider="tensorrt", fp16=True, engine_cache=ENGINES, gpus=1
     )
     # THEN TensorRT comes first, caching its engines and allowed float16, then CUDA, then the CPU
-    assert chosen == [(TENSORRT, TRT_OPTIONS), (CUDA, {}), (CPU, {})]
+    assert chosen == [(TENSORRT, TRT_OPTIONS), (CUDA, CUDA_OPTIONS), (CPU, {})]
     assert binding_device([name for name, _ in chosen]) == "cuda"
 
 
@@ -62,9 +63,10 @@ def test_tensorrt_is_asked_for_only_with_cuda_and_where_onnxruntime_offers_it() 
     assert cpu_only == [(CPU, {})]
     assert binding_device([name for name, _ in cpu_only]) is None
     no_trt = session_providers("auto", [CUDA, CPU], gpu_provider="tensorrt", engine_cache=ENGINES, gpus=1)
-    assert no_trt == [(CUDA, {}), (CPU, {})]
+    assert no_trt == [(CUDA, CUDA_OPTIONS), (CPU, {})]
     # AND the default (`cuda`) never adds TensorRT, fp16 off where it is named in the explicit list
-    assert session_providers("auto", [TENSORRT, CUDA, CPU], engine_cache=ENGINES, gpus=1) == [(CUDA, {}), (CPU, {})]
+    default = session_providers("auto", [TENSORRT, CUDA, CPU], engine_cache=ENGINES, gpus=1)
+    assert default == [(CUDA, CUDA_OPTIONS), (CPU, {})]
     named = session_providers(f"{TENSORRT},{CPU}", [TENSORRT, CUDA, CPU], engine_cache=ENGINES)
     assert named == [(TENSORRT, {**TRT_OPTIONS, "trt_fp16_enable": "False"}), (CPU, {})]
 

@@ -43,9 +43,9 @@ def test_a_single_gpu_is_device_zero(tmp_path: Path) -> None:
 
 def test_the_device_reaches_the_providers_options(tmp_path: Path) -> None:
     cuda = session_providers("auto", [CUDA, CPU], engine_cache=tmp_path, gpus=4, device_id=2)
-    assert cuda == [(CUDA, {"device_id": "2"}), (CPU, {})]
+    assert cuda == [(CUDA, {"device_id": "2", "use_tf32": "0"}), (CPU, {})]
     trt = session_providers("auto", [TENSORRT, CUDA, CPU], gpu_provider="tensorrt", engine_cache=tmp_path, gpus=4,
                             device_id=3)  # fmt: skip
     assert trt[0][0] == TENSORRT
     assert trt[0][1]["device_id"] == "3"
-    assert trt[1] == (CUDA, {"device_id": "3"})
+    assert trt[1] == (CUDA, {"device_id": "3", "use_tf32": "0"})
