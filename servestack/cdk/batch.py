@@ -108,7 +108,8 @@ class BatchJob(Construct):
         gpu: GpuSettings | None = None,
     ) -> None:
         super().__init__(scope, id)
-        # serving.yaml's `gpu:` (the spec allows it with runner: transform on a GPU instance type only)
+        # serving.yaml's `gpu:` (the spec allows it with runner: transform on a GPU instance type only, and refuses
+        # those while no Batch Transform host AMI runs the CUDA 13 image: servestack/gpu_families.py)
         self.gpu_environment = gpu.environment if gpu is not None else {}
         check_choice("BatchJob", "runner", runner, RUNNERS)
         check_range("BatchJob", "retry_attempts", retry_attempts, 0, 185)

@@ -65,20 +65,19 @@ from servestack.spec import (
 CONTAINER_MODEL_DIR = "/opt/ml/model"
 # How often each container worker writes its overload metrics (EMF) to stdout (servestack/adapters/metrics.py).
 METRICS_INTERVAL_SEC = 10
-# The host AMI of GPU production variants (ProductionVariant.InferenceAmiVersion). The GPU image is CUDA 12.8
-# (servestack/cdk/containers/gpu.Dockerfile), which needs an NVIDIA driver >= 570 to run without CUDA's
-# forward-compatibility libraries. SageMaker's AMI versions (ProductionVariant API reference and "Best practices to
-# minimize interruptions during GPU driver upgrades", checked 2026-12-01 against botocore 1.44's model):
+# The host AMI of GPU production variants (ProductionVariant.InferenceAmiVersion). The GPU image is CUDA 13.0
+# (servestack/cdk/containers/gpu.Dockerfile: PyPI's onnxruntime-gpu is a CUDA 13 build), which needs an NVIDIA
+# driver >= 580: CUDA 13.x runs on the r580 branch and newer, older ones only through NVIDIA's
+# forward-compatibility libraries. SageMaker's AMI versions (ProductionVariant API reference and "Best practices
+# to minimize interruptions during GPU driver upgrades", checked 2026-12-04 against botocore 1.44.8's model):
 # al2-ami-sagemaker-inference-gpu-2 and -2-1 carry driver 535 / CUDA 12.2, -gpu-3-1 driver 550 / CUDA 12.4,
 # al2023-ami-sagemaker-inference-gpu-4-1 driver 580 / CUDA 13.0; the default host AMI (none named) is older still
-# on ml.g4dn/g5/p4d. Only 4-1 carries a driver new enough for 12.8, and its container toolkit mounts no
+# on ml.g4dn/g5/p4d. Only 4-1 carries a driver that runs CUDA 13, and its container toolkit mounts no
 # CUDA-compat libraries, which the image does not need on that driver. Each GPU family's AMI, and the families the
-# image cannot run on at all, are servestack/gpu_families.py's table.
+# image cannot run on at all, are servestack/gpu_families.py's table. Batch Transform's host AMIs
+# (TransformResources.TransformAmiVersion) carry driver 470 or 535 only: the spec refuses GPU types for Batch
+# Transform (servestack/gpu_families.py `transform_refusal`).
 GPU_INFERENCE_AMI_VERSION = AL2023_GPU_4_1
-# Batch Transform's equivalent (TransformResources.TransformAmiVersion) offers driver 470 (CUDA 11.4, the default
-# on ml.g4dn/g5, too old for any CUDA 12 image) or 535: CUDA 12.8 runs on 535 through CUDA's minor-version
-# compatibility (same major version, driver >= 525; only PTX JIT of newer code is excluded).
-GPU_TRANSFORM_AMI_VERSION = "al2-ami-sagemaker-batch-gpu-535"
 _ECR_AUTH_REASON = (
     "ecr:GetAuthorizationToken has no resource-level permissions (AWS requires Resource '*'); image pulls "
     "themselves are scoped to the asset repository."
@@ -123,7 +122,7 @@ def model_data_archive(root: Path, models: Sequence[ModelSpec], cache_dir: Path 
 
 
 def gpu_inference_ami(instance_type: str) -> str | None:
-    """The InferenceAmiVersion of a production variant on `instance_type`: the CUDA 12.8 image's host AMI on GPU
+    """The InferenceAmiVersion of a production variant on `instance_type`: the CUDA 13 image's host AMI on GPU
     types (servestack/gpu_families.py; ValueError for a GPU the image cannot run on), none on CPU types."""
     return inference_ami(instance_type) if uses_gpu(instance_type) else None
 

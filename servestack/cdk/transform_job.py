@@ -17,8 +17,8 @@ from aws_cdk import aws_scheduler_targets as targets
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from servestack.cdk.realtime import GPU_TRANSFORM_AMI_VERSION
 from servestack.cdk.shared import acknowledge
+from servestack.gpu_families import transform_ami
 from servestack.spec import uses_gpu
 
 
@@ -121,8 +121,9 @@ def transform_target(
         "TransformResources": {
             "InstanceType": instance_type,
             "InstanceCount": instance_count,
-            # The CUDA 12.8 GPU image needs a CUDA 12 driver; the default transform host's is 470 (CUDA 11.4).
-            **({"TransformAmiVersion": GPU_TRANSFORM_AMI_VERSION} if uses_gpu(instance_type) else {}),
+            # The CUDA 13 GPU image needs a driver >= 580, which no TransformAmiVersion carries yet: `transform_ami`
+            # refuses GPU types (as the spec does), rather than a job whose CUDA provider cannot load.
+            **({"TransformAmiVersion": transform_ami(instance_type)} if uses_gpu(instance_type) else {}),
         },
     }
     scheduler_role = iam.Role(scope, "SchedulerRole", assumed_by=iam.ServicePrincipal("scheduler.amazonaws.com"))

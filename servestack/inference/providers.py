@@ -2,7 +2,7 @@
 CUDA where the settings ask for it (`SERVESTACK_GPU_PROVIDER=tensorrt`, serving.yaml's `gpu: {provider: tensorrt}`).
 
 Pure functions of the settings, the providers this onnxruntime build offers and the GPUs visible, so that the
-choice is tested on a machine without a GPU."""
+choice is tested on a machine without a GPU; `unloaded_gpu_provider` then checks what the session loaded."""
 
 from __future__ import annotations
 
@@ -85,6 +85,27 @@ def _options(name: str, *, fp16: bool, engine_cache: Path, device_id: int) -> di
         "trt_engine_cache_path": str(engine_cache),
         "trt_fp16_enable": str(fp16),
     }
+
+
+# How to run on the CPU on purpose: the setting that makes `auto` (or a list) a CPU-only choice.
+RUN_ON_CPU = f"SERVESTACK_PROVIDERS={CPU}"
+
+
+def unloaded_gpu_provider(chosen: Sequence[str], loaded: Sequence[str], cuda_build: str | None = None) -> str | None:
+    """Why a session asked for CUDA came back without it (its `get_providers()`, `loaded`), or None where it
+    has CUDA or was not asked for it. onnxruntime does not raise when the CUDA provider cannot load (a CUDA or
+    cuDNN library of another major version than the one its build links, a driver too old): it logs an error
+    and runs the session on the CPU, so a GPU endpoint would pass its health check and serve on the CPU. The
+    caller refuses the model instead. TensorRT is left out: without its libraries the session runs on CUDA,
+    as docs/realtime.md says. `cuda_build`: the CUDA this onnxruntime was built for, where it says."""
+    if CUDA not in chosen or CUDA in loaded:
+        return None
+    built = f" (this onnxruntime was built for CUDA {cuda_build})" if cuda_build else ""
+    return (
+        f"onnxruntime did not load the CUDA execution provider it was asked for, and would run on {', '.join(loaded)}: "
+        f"likely a CUDA/cuDNN library mismatch between onnxruntime and the image or host{built}; onnxruntime's "
+        f"log above names the library it could not load. To run on the CPU deliberately, set {RUN_ON_CPU}"
+    )
 
 
 def binding_device(providers: Sequence[str]) -> str | None:

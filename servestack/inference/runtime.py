@@ -15,7 +15,13 @@ import onnxruntime as ort
 from servestack.inference.devices import gpu_count, worker_gpu
 from servestack.inference.errors import InferenceError, InvalidInput, ModelLoadError
 from servestack.inference.manifest import Manifest
-from servestack.inference.providers import CUDA, GpuProvider, binding_device, session_providers
+from servestack.inference.providers import (
+    CUDA,
+    GpuProvider,
+    binding_device,
+    session_providers,
+    unloaded_gpu_provider,
+)
 
 Arrays = dict[str, np.ndarray]
 
@@ -38,6 +44,14 @@ _REQUEST_FAILURES = re.compile(
 _ORT_PREFIX = re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : ")
 _ORT_SOURCE = re.compile(r"(?:/\S*)?\b\w+\.(?:cc|h|cpp):\d+ (?:[\w:~<>*&, ]+\(.*?\) )?(?:[\w :=|&]+ was false\. )?")
 _MAX_ORT_MESSAGE = 300
+
+
+def _cuda_build() -> str | None:
+    """The CUDA version an onnxruntime-gpu build was made for (its package info says; CPU builds do not)."""
+    from onnxruntime.capi import build_and_package_info
+
+    version = getattr(build_and_package_info, "cuda_version", None)
+    return version if isinstance(version, str) else None
 
 
 def caused_by_request(error: BaseException) -> bool:
@@ -104,6 +118,10 @@ class ModelRuntime:
             raise ModelLoadError(f"{model_path}: onnxruntime could not load the model: {exc}") from exc
         self.load_seconds = time.perf_counter() - started
         self.providers: list[str] = list(self.session.get_providers())
+        unloaded = unloaded_gpu_provider([name for name, _ in chosen], self.providers, _cuda_build())
+        if unloaded is not None:
+            # Readiness fails with it (ServedModel.load), rather than a GPU instance serving on its CPU.
+            raise ModelLoadError(f"{model_path}: {unloaded}")
         self._check_signature(model_path)
         self._output_names = [output.name for output in manifest.outputs]
         # IO binding: where the session runs on an accelerator, `session.run` would copy each input to the device

@@ -16,7 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, GetCoreSchemaHandle
 from pydantic_core import PydanticCustomError, core_schema
 
 from servestack.aws_rules import AwsRule
-from servestack.gpu_families import gpu_family, image_refusal, runs_the_image
+from servestack.gpu_families import gpu_family, image_refusal, runs_the_image, transform_refusal
 from servestack.instance_types import KnownInstanceType, known
 
 DNS_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")
@@ -140,8 +140,15 @@ def uses_gpu(instance_type: str) -> bool:
     return GPU_FAMILY.match(instance_type) is not None
 
 
+# The kept list of Batch Transform's instance types: its GPU types run on Transform's own host AMIs
+# (TransformAmiVersion), not the endpoints' (servestack/gpu_families.py).
+TRANSFORM_ENUM = "TransformInstanceType"
+
+
 def runnable_gpu_families(enum: str) -> list[str]:
     """`ml.<family>.*` of each GPU family in the kept list of `enum` that servestack's GPU image runs on."""
+    if enum == TRANSFORM_ENUM and transform_refusal() is not None:
+        return []
     families = {gpu_family(t) for t in known(enum)}
     return sorted(f"ml.{f.family}.*" for f in families if f is not None and runs_the_image(f))
 
@@ -149,8 +156,9 @@ def runnable_gpu_families(enum: str) -> list[str]:
 @dataclass(frozen=True)
 class AcceleratorRules:
     """A pydantic validator: refuses the accelerators servestack's images cannot use (AWS Neuron; a GPU the GPU
-    image has no kernels for, or whose CPUs it is not built for: servestack/gpu_families.py), naming the GPU
-    types of `enum` it runs on."""
+    image has no kernels for, or whose CPUs it is not built for: servestack/gpu_families.py; any GPU in Batch
+    Transform while none of its host AMIs has a driver the GPU image runs on), naming the GPU types of `enum`
+    it runs on."""
 
     enum: str
 
@@ -177,11 +185,24 @@ class AcceleratorRules:
         if reason is not None:
             raise PydanticCustomError(
                 "gpu_not_runnable",
-                "{value} is not supported: {reason}; choose a GPU type the image runs on ({families}) or a CPU "
-                "type (ml.c*, ml.m*, ml.r*...)",
-                {"value": repr(value), "reason": reason, "families": ", ".join(runnable_gpu_families(self.enum))},
+                "{value} is not supported: {reason}; choose {choices}",
+                {"value": repr(value), "reason": reason, "choices": self._choices()},
+            )
+        transform = transform_refusal() if self.enum == TRANSFORM_ENUM and uses_gpu(value) else None
+        if transform is not None:
+            raise PydanticCustomError(
+                "gpu_transform",
+                "{value} is not supported for Batch Transform: {reason}; choose a CPU type (ml.c*, ml.m*, ml.r*...) "
+                "for Batch Transform, or serve the model on a GPU with mode: async (backend: sagemaker) or mode: "
+                "realtime",
+                {"value": repr(value), "reason": transform},
             )
         return value
+
+    def _choices(self) -> str:
+        families = runnable_gpu_families(self.enum)
+        cpu = "a CPU type (ml.c*, ml.m*, ml.r*...)"
+        return f"a GPU type the image runs on ({', '.join(families)}) or {cpu}" if families else cpu
 
 
 def _to_str(value: Any) -> Any:

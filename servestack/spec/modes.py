@@ -19,6 +19,7 @@ from servestack.aws_rules import (
     EngineLimit,
     fargate_memory_choices,
 )
+from servestack.gpu_families import transform_refusal
 from servestack.spec.base import (
     Architecture,
     Between,
@@ -148,6 +149,7 @@ class BatchDeployment(_DeploymentBase):
     id_column: Annotated[str, Field(min_length=1, max_length=255)] | None = None
     # A longer input line is an error row, never read whole: 1 MiB keeps a record's parse ~1% of a job's memory.
     max_record_bytes: Annotated[int, Between(1024, 64 * 1024 * 1024)] = 1024 * 1024
+    # Refused while Batch Transform has no host AMI with a driver the GPU image runs on (gpu_families.py).
     gpu: GpuSettings | None = Field(default=None, description="runner: transform on a GPU type: provider, fp16")
 
     @classmethod
@@ -210,11 +212,19 @@ class BatchDeployment(_DeploymentBase):
                 f"{self.max_concurrent_transforms * self.max_payload_mb} MB",
                 f"<= 100 MB; {TRANSFORM_PAYLOAD_RULE}",
             )
+        no_gpu_transform = transform_refusal()
         check_gpu(
             self.gpu,
             self.instance_type,
-            runs_on_instances=self.runner == "transform",
-            instead="runner: transform on a GPU instance type (Lambda and Fargate have no GPU)",
+            runs_on_instances=self.runner == "transform" and no_gpu_transform is None,
+            instead=(
+                "runner: transform on a GPU instance type (Lambda and Fargate have no GPU)"
+                if no_gpu_transform is None
+                else "no batch runner has a GPU (Lambda and Fargate have none, and Batch Transform runs on CPU "
+                "types: its GPU host AMIs' NVIDIA drivers are older than 580, which the GPU image's CUDA 13 "
+                "needs); remove gpu:, or serve the model on a GPU with mode: async (backend: sagemaker) or mode: "
+                "realtime"
+            ),
         )
         if self.runner == "fargate":
             self._fargate_coherent()

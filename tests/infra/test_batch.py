@@ -219,14 +219,11 @@ def test_transform_runner_schedules_a_batch_transform_job_of_the_realtime_image_
     assert '"SplitType":"Line"' in text
     assert '"ContentType":"text/csv"' in text
     assert '"AssembleWith":"Line"' in text
-    # (on a GPU type, a host AMI whose driver 535 runs the CUDA 12.8 image; the default's 470 cannot)
-    assert (
-        '"TransformResources":{"InstanceType":"ml.g4dn.xlarge","InstanceCount":3,'
-        '"TransformAmiVersion":"al2-ami-sagemaker-batch-gpu-535"}'
-    ) in text
+    # (a CPU type, so no GPU host AMI: none of Batch Transform's carries the driver >= 580 CUDA 13 needs)
+    assert '"TransformResources":{"InstanceType":"ml.c5.xlarge","InstanceCount":3}' in text
     assert "/batch/cancer-transform/input/" in text
     assert "/batch/cancer-transform/output" in text
-    # AND the model is the realtime (GPU) image with the model data, reporting the job's execution parameters
+    # AND the model is the realtime (CPU) image with the model data, reporting the job's execution parameters
     t.has_resource_properties(
         "AWS::SageMaker::Model",
         {

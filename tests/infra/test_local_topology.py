@@ -205,10 +205,8 @@ def test_local_up_says_where_a_gpu_instance_type_runs_on_the_cpu(synth: Synth) -
     # AND a shadow variant on the default GPU type is named too; CPU-only deployments get no line
     assert len(gpu_notes([topology(synth, "digits-shadow")])) == 2
     assert gpu_notes([topology(synth, "digits-mme"), topology(synth, "digits-sls")]) == []
-    # AND a Batch Transform job on a GPU type (cancer-transform: ml.g4dn.xlarge)
-    (transform,) = gpu_notes([topology(synth, "cancer-transform")])
-    assert "the transform job of schedule" in transform
-    assert "(ml.g4dn.xlarge, NVIDIA T4)" in transform
+    # AND a Batch Transform job gets none: it runs on CPU types (cancer-transform: ml.c5.xlarge)
+    assert gpu_notes([topology(synth, "cancer-transform")]) == []
     # AND an async deployment on SageMaker (cancer-gpu-async: the default ml.g5.xlarge)
     (endpoint,) = gpu_notes([topology(synth, "cancer-gpu-async")])
     assert "(ml.g5.xlarge, NVIDIA A10G)" in endpoint

@@ -321,11 +321,11 @@ def test_serverless_variant_option_uses_serverless_config_and_no_instances(synth
     ("deployment", "construct"),
     [("digits-realtime", "Realtime"), ("gpu-components", "Components"), ("cancer-gpu-async", "Async")],
 )
-def test_gpu_variants_run_on_an_ami_whose_driver_runs_the_cuda_12_8_image(
+def test_gpu_variants_run_on_an_ami_whose_driver_runs_the_cuda_13_image(
     synth: Synth, deployment: str, construct: str
 ) -> None:
-    # GIVEN a deployment on a GPU instance type (the CUDA 12.8 image) / THEN its variant names the AMI with
-    # NVIDIA driver 580, as the default host's driver is too old for CUDA 12.8
+    # GIVEN a deployment on a GPU instance type (the CUDA 13 image) / THEN its variant names the AMI with
+    # NVIDIA driver 580, CUDA 13's floor: the default host's driver and the other AMIs' are older
     synth.template(deployment).has_resource_properties(
         "AWS::SageMaker::EndpointConfig",
         {
@@ -339,6 +339,25 @@ def test_gpu_variants_run_on_an_ami_whose_driver_runs_the_cuda_12_8_image(
             ]
         },
     )
+
+
+def test_every_gpu_variant_of_every_deployment_names_a_host_ami_whose_driver_runs_cuda_13(synth: Synth) -> None:
+    from servestack.gpu_families import IMAGE_MIN_DRIVER, INFERENCE_AMI_DRIVERS
+
+    # GIVEN every endpoint config the session synthesized, production and shadow variants alike
+    gpu_variants = [
+        variant
+        for template in synth.templates.values()
+        for resource in template["Resources"].values()
+        if resource["Type"] == "AWS::SageMaker::EndpointConfig"
+        for key in ("ProductionVariants", "ShadowProductionVariants")
+        for variant in resource["Properties"].get(key, [])
+        if str(variant.get("InstanceType", "")).startswith(("ml.g", "ml.p"))
+    ]
+    # THEN each GPU variant names a host AMI with an NVIDIA driver >= 580: none is left on the default host
+    assert len(gpu_variants) >= 5
+    for variant in gpu_variants:
+        assert INFERENCE_AMI_DRIVERS[variant["InferenceAmiVersion"]] >= IMAGE_MIN_DRIVER, variant["VariantName"]
 
 
 def test_only_gpu_variants_name_an_inference_ami(synth: Synth) -> None:
@@ -463,11 +482,12 @@ def test_the_gpu_block_reaches_every_container_and_only_its_deployments(synth: S
         assert "SERVESTACK_GPU_PROVIDER" not in model["Properties"]["PrimaryContainer"]["Environment"]
 
 
-def test_the_gpu_block_reaches_async_and_transform_containers(synth: Synth) -> None:
-    # GIVEN cancer-gpu-async (backend: sagemaker) with `provider: tensorrt`, cancer-transform with fp16 too
-    expected = {"cancer-gpu-async": "false", "cancer-transform": "true"}
-    for deployment, fp16 in expected.items():
-        (model,) = synth.resources(deployment, "AWS::SageMaker::Model").values()
-        environment = model["Properties"]["PrimaryContainer"]["Environment"]
-        # THEN their SageMaker models' containers are told so
-        assert (environment["SERVESTACK_GPU_PROVIDER"], environment["SERVESTACK_GPU_FP16"]) == ("tensorrt", fp16)
+def test_the_gpu_block_reaches_async_containers_and_no_transform_one(synth: Synth) -> None:
+    # GIVEN cancer-gpu-async (backend: sagemaker) with `provider: tensorrt`
+    (model,) = synth.resources("cancer-gpu-async", "AWS::SageMaker::Model").values()
+    environment = model["Properties"]["PrimaryContainer"]["Environment"]
+    # THEN its SageMaker model's container is told so
+    assert (environment["SERVESTACK_GPU_PROVIDER"], environment["SERVESTACK_GPU_FP16"]) == ("tensorrt", "false")
+    # AND a transform job, on a CPU type (Batch Transform takes no GPU type), is told nothing of GPUs
+    (model,) = synth.resources("cancer-transform", "AWS::SageMaker::Model").values()
+    assert "SERVESTACK_GPU_PROVIDER" not in model["Properties"]["PrimaryContainer"]["Environment"]

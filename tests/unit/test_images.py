@@ -103,7 +103,7 @@ def test_every_base_image_is_pulled_from_ecr_public_not_docker_hub() -> None:
     # Docker Hub images they were
     assert bases == {
         "cpu.Dockerfile": "public.ecr.aws/docker/library/python:3.12-slim",
-        "gpu.Dockerfile": "public.ecr.aws/nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04",
+        "gpu.Dockerfile": "public.ecr.aws/nvidia/cuda:13.0.3-cudnn-runtime-ubuntu24.04",
         "lambda.Dockerfile": "public.ecr.aws/lambda/python:3.12",
     }
 

@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 
 from servestack.inference.errors import ConfigurationError, ModelLoadError, ModelNotFound, ModelNotReady
-from servestack.inference.providers import CPU, CUDA, TENSORRT, binding_device, choose_providers, session_providers
+from servestack.inference.providers import (
+    CPU,
+    CUDA,
+    TENSORRT,
+    binding_device,
+    choose_providers,
+    session_providers,
+    unloaded_gpu_provider,
+)
 from servestack.inference.service import ModelRepository
 from servestack.inference.settings import ServingSettings
 from tests.conftest import ARTIFACTS
@@ -44,6 +52,53 @@ def test_unknown_provider_lists_the_available_ones() -> None:
 
 ENGINES = Path("/tmp/servestack-tensorrt-engines/digits/1")
 CUDA_OPTIONS = {"use_tf32": "0"}  # float32 math, as on the CPU
+
+
+def test_a_session_asked_for_cuda_that_came_back_on_the_cpu_is_refused_saying_how_to_run_on_the_cpu() -> None:
+    # GIVEN a session asked for CUDA whose providers came back without it (onnxruntime logs the library it could
+    # not load, a CUDA 12 one under a CUDA 13 build say, and falls back to the CPU without raising)
+    why = unloaded_gpu_provider([CUDA, CPU], [CPU], cuda_build="13.0")
+
+    # THEN that is a refusal: the CUDA provider did not load, likely a library mismatch, and how to choose the CPU
+    assert why is not None
+    assert "onnxruntime did not load the CUDA execution provider it was asked for" in why
+    assert "would run on CPUExecutionProvider" in why
+    assert "likely a CUDA/cuDNN library mismatch" in why
+    assert "(this onnxruntime was built for CUDA 13.0)" in why
+    assert why.endswith("To run on the CPU deliberately, set SERVESTACK_PROVIDERS=CPUExecutionProvider")
+    # AND TensorRT asked for before CUDA changes nothing: losing CUDA is refused, with or without TensorRT
+    assert unloaded_gpu_provider([TENSORRT, CUDA, CPU], [CPU]) is not None
+    assert "built for" not in (unloaded_gpu_provider([CUDA, CPU], [CPU]) or "")
+
+
+@pytest.mark.parametrize(
+    ("chosen", "loaded"),
+    [
+        ([CUDA, CPU], [CUDA, CPU]),  # CUDA loaded
+        ([TENSORRT, CUDA, CPU], [TENSORRT, CUDA, CPU]),
+        ([TENSORRT, CUDA, CPU], [CUDA, CPU]),  # TensorRT's libraries absent: CUDA serves (docs/realtime.md)
+        ([CPU], [CPU]),  # the CPU chosen: auto without a visible GPU, or SERVESTACK_PROVIDERS=CPUExecutionProvider
+    ],
+)
+def test_a_session_with_the_cuda_it_was_asked_for_or_never_asked_for_it_is_kept(
+    chosen: list[str], loaded: list[str]
+) -> None:
+    assert unloaded_gpu_provider(chosen, loaded) is None
+
+
+def test_on_a_laptop_the_gpu_images_environment_picks_the_cpu_and_nothing_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN `local up` running the GPU image's setting (SERVESTACK_PROVIDERS=auto) where no GPU is visible, with a
+    # CUDA build of onnxruntime (it lists CUDA whether or not there is a GPU)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    chosen = [name for name, _ in session_providers("auto", [TENSORRT, CUDA, CPU], engine_cache=ENGINES)]
+
+    # THEN auto asks for the CPU alone, and the session's CPU is what was asked for
+    assert chosen == [CPU]
+    assert unloaded_gpu_provider(chosen, [CPU]) is None
+
+
 TRT_OPTIONS = {"trt_engine_cache_enable": "True", "trt_engine_cache_path": str(ENGINES), "trt_fp16_enable": "True"}
 
 

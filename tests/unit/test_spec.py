@@ -201,15 +201,21 @@ def test_every_problem_is_reported_at_once() -> None:
         (  # Kepler: CUDA 12 dropped it; AWS lists ml.p2 under NVIDIA driver 470 only
             {"mode": "realtime", "instance_type": "ml.p2.xlarge"},
             "deployments.d.instance_type: 'ml.p2.xlarge' is not supported: its NVIDIA K80 (Kepler, compute "
-            "capability 3.7) has no kernels in the GPU image",
+            "capability 3.7) is below 7.5 (Turing), the oldest GPU that CUDA 13, the GPU image's CUDA, supports",
         ),
-        (
+        (  # Volta: CUDA 13.0 dropped it (and Maxwell and Pascal)
             {"mode": "realtime", "variants": [{"name": "a", "model": "digits", "instance_type": "ml.p3.2xlarge"}]},
-            "deployments.d.variants.0.instance_type: 'ml.p3.2xlarge' is not supported: its NVIDIA V100 (Volta",
+            "deployments.d.variants.0.instance_type: 'ml.p3.2xlarge' is not supported: its NVIDIA V100 (Volta, "
+            "compute capability 7.0) is below 7.5 (Turing)",
         ),
-        (  # Batch Transform too; the types it suggests are the GPU types Transform offers
+        (  # Batch Transform too, where no GPU type is left to suggest (next case)
             {"mode": "batch", "engine": "transform", "instance_type": "ml.p2.8xlarge"},
             "deployments.d.instance_type: 'ml.p2.8xlarge' is not supported: its NVIDIA K80",
+        ),
+        (  # a GPU the image runs on, but no TransformAmiVersion carries the driver >= 580 CUDA 13 needs
+            {"mode": "batch", "engine": "transform", "instance_type": "ml.g4dn.xlarge"},
+            "deployments.d.instance_type: 'ml.g4dn.xlarge' is not supported for Batch Transform: Batch Transform's "
+            "GPU host AMIs carry NVIDIA drivers older than 580",
         ),
         (  # Grace: arm64 CPUs, an image built for amd64
             {"mode": "async", "backend": "sagemaker", "instance_type": "ml.p6e-gb200.36xlarge"},
@@ -222,6 +228,23 @@ def test_bad_values_say_what_is_allowed(deployment: dict[str, Any], expected: st
     (problem,) = problems_of(minimal(**deployment))
 
     assert problem.startswith(expected)
+
+
+def test_a_gpu_transform_is_refused_in_one_line_that_says_why_and_what_to_use_instead() -> None:
+    # GIVEN Batch Transform on a GPU type that endpoints run the GPU image on (ml.g5: A10G, compute capability 8.6)
+    (problem,) = problems_of(minimal(mode="batch", engine="transform", instance_type="ml.g5.2xlarge"))
+
+    # THEN one line: the drivers Transform's host AMIs carry, what CUDA 13 needs, and what to choose instead
+    assert "\n" not in problem
+    assert "al2-ami-sagemaker-batch-gpu-535: driver 535" in problem
+    assert "the GPU image's CUDA 13.0 needs 580 or newer, so its CUDA provider could not load" in problem
+    assert problem.endswith(
+        "choose a CPU type (ml.c*, ml.m*, ml.r*...) for Batch Transform, or serve the model on a GPU with mode: "
+        "async (backend: sagemaker) or mode: realtime"
+    )
+    # AND the same GPU type stays an endpoint's: realtime and SageMaker-async deployments take it
+    parse_spec(minimal(mode="realtime", instance_type="ml.g5.2xlarge"))
+    parse_spec(minimal(mode="async", backend="sagemaker", instance_type="ml.g5.2xlarge"))
 
 
 def test_deployment_names_must_be_dns_names() -> None:
@@ -429,9 +452,9 @@ def test_a_components_model_must_be_declared() -> None:
     assert "deployments.d.components.1.model: 'cats' is not a declared model (breast-cancer, digits)" in problems
 
 
-def test_a_transform_batch_deployment_takes_engine_and_gpu_instances_and_fargate_takes_parquet() -> None:
-    # GIVEN a batch deployment on Batch Transform (named with `engine:`) on GPU, and one on Fargate with Parquet
-    data = minimal(mode="batch", engine="transform", instance_type="ml.g4dn.xlarge", instance_count=3)
+def test_a_transform_batch_deployment_takes_engine_and_instances_and_fargate_takes_parquet() -> None:
+    # GIVEN a batch deployment on Batch Transform (named with `engine:`), and one on Fargate with Parquet
+    data = minimal(mode="batch", engine="transform", instance_type="ml.c5.xlarge", instance_count=3)
     data["deployments"]["p"] = {"model": "digits", "mode": "batch", "runner": "fargate", "output_format": "parquet"}
     # WHEN it is parsed
     spec = parse_spec(data)
@@ -439,7 +462,7 @@ def test_a_transform_batch_deployment_takes_engine_and_gpu_instances_and_fargate
     transform, fargate = spec.deployments["d"], spec.deployments["p"]
     assert isinstance(transform, BatchDeployment)
     assert isinstance(fargate, BatchDeployment)
-    assert (transform.runner, transform.instance_type, transform.instance_count) == ("transform", "ml.g4dn.xlarge", 3)
+    assert (transform.runner, transform.instance_type, transform.instance_count) == ("transform", "ml.c5.xlarge", 3)
     assert (transform.max_payload_mb, transform.output_format) == (6, "jsonl")
     assert (fargate.runner, fargate.output_format) == ("fargate", "parquet")
 

@@ -1,9 +1,15 @@
 # servestack realtime container, GPU: SageMaker runs `docker run <image> serve` and calls :8080/ping and
 # /invocations. Its build context is staged at synth (servestack/cdk/images.py), as cpu.Dockerfile's is.
-# onnxruntime-gpu 1.2x/1.3x wheels are built against CUDA 12 and cuDNN 9, which this base image carries.
+# PyPI's onnxruntime-gpu (1.31.1, requirements.txt) is a CUDA 13.0 build with cuDNN 9: its CUDA provider needs
+# libcudart.so.13, libcublas.so.13, libcublasLt.so.13 and libcurand.so.10, which a CUDA 12 base lacks (onnxruntime
+# would then run on the CPU, servestack/inference/providers.py refuses that). This tag: CUDA 13.0, the wheel's own
+# (its build_and_package_info.cuda_version), at 13.0's latest update (NVIDIA supports the latest point release of
+# each toolkit version only), with cuDNN 9 for CUDA 13 (libcudnn9-cuda-13), the runtime libraries without the
+# compiler; 13.0 rather than 13.1+, the CUDA of the host's driver 580 (SageMaker's GPU host AMI,
+# servestack/cdk/realtime.py), so that nothing leans on CUDA's minor-version compatibility.
 # NVIDIA's CUDA image as NVIDIA publishes it to ECR Public besides Docker Hub: servestack/cdk/images.py says why
 # this registry.
-FROM public.ecr.aws/nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
+FROM public.ecr.aws/nvidia/cuda:13.0.3-cudnn-runtime-ubuntu24.04
 
 LABEL com.amazonaws.sagemaker.capabilities.accept-bind-to-port=true
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
