@@ -329,9 +329,12 @@ class ServingApp:
             return
         await respond(200, encoded.body, _MEDIA_TYPE_BYTES[encoded.media_type], extra)
         capturer = self.capturer
-        if capturer is not None and capturer.sampled():
+        if capturer is not None and (capturer.always or capturer.sampled()):
             # The body as it came, with the media type it was read as (a spooled one is not kept: its inputs are).
-            capturer.answered(model, arrays, encoded, body if type(body) is bytes else None, None, request_type)
+            if capturer.raw_online and type(body) is bytes:
+                capturer.answered_raw(model, arrays, encoded, body, request_type)
+            else:
+                capturer.answered(model, arrays, encoded, body if type(body) is bytes else None, None, request_type)
 
     def _decode_aside(
         self, model: ServedModel, body: bytes | SpooledBody, content_type: str, encoding: str | None, limit: int

@@ -24,6 +24,7 @@ import logging
 import os
 import random
 import select
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -52,6 +53,9 @@ MAX_LINE_BYTES = 256 * 1024 - 26
 # (`Capturer.coalesce`). 64 KiB is Linux's default pipe capacity: a burst fits in a drained pipe without blocking.
 FLUSH_AFTER_SEC = 0.05
 FLUSH_BYTES = 64 * 1024
+_now = time.time
+# `Capturer.answered_raw`'s frame not made yet (None: made, and there is none).
+_NO_FRAME: Any = object()
 
 
 class CaptureSetting(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -217,6 +221,11 @@ class Capturer:
         self.write = write
         self.exclude = frozenset(setting.exclude_columns)
         self._both = setting.what == "both"
+        # Every request sampled: the caller need not draw (`sampled`).
+        self.always = setting.sample_percent >= 100
+        # An online request's record holds its body as it came (`answered_raw`): both parts, no column left out.
+        self.raw_online = self._both and not self.exclude
+        self._body_frames: dict[tuple[str, str, str, str], tuple[bytes, bytes, bytes, bytes] | None] = {}
         self.lines = LineWriter(setting.deployment, setting.mode, setting.what, self.variant)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: list[bytes] = []
@@ -338,6 +347,40 @@ class Capturer:
             self.flush()
         elif self._timer is None:
             self._timer = self._loop.call_later(FLUSH_AFTER_SEC, self.flush)
+
+    def answered_raw(
+        self, model: ServedModel, arrays: Mapping[str, np.ndarray], encoded: Encoded, body: bytes, body_type: str
+    ) -> None:
+        """`answered(model, arrays, encoded, body, None, body_type)` where `raw_online` holds: the line of every
+        sampled request of a serving container, in one join of the request's body and answer (each a JSON string)
+        and pieces made once per model and media types (`LineWriter.body_frame`). Anything else (a body or answer
+        that is not text, a line past a log event's limit) takes `answered`."""
+        try:
+            manifest = model.manifest
+            key = (manifest.name, manifest.version, body_type, encoded.media_type)
+            frame = self._body_frames.get(key, _NO_FRAME)
+            if frame is _NO_FRAME:
+                frame = self.lines.body_frame(manifest.name, manifest.version, body_type, encoded.media_type)
+                if len(self._body_frames) < 64:  # a few models and media types a process
+                    self._body_frames[key] = frame
+            if frame is not None:
+                opening, middle, closing, block = frame
+                stamps = STAMPS
+                if int(_now() * 1000) != stamps.millisecond:  # the time's text, made once a millisecond
+                    stamps.inference_time()
+                line = b"".join((
+                    opening, orjson.dumps(body.decode()), middle, orjson.dumps(encoded.body.decode()), closing,
+                    next(stamps.ids), stamps.time_piece, block,
+                ))  # fmt: skip
+                if len(line) <= MAX_LINE_BYTES:
+                    self._out(line)
+                    return
+        except UnicodeDecodeError:  # not UTF-8 text: base64, as `answered` writes it
+            pass
+        except Exception:
+            logger.exception("data capture failed for %s", model.key)
+            return
+        self.answered(model, arrays, encoded, body, None, body_type)
 
     def answered(
         self,

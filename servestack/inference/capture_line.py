@@ -30,6 +30,13 @@ EVENT_VERSION = "0"
 _TEXT_KINDS = {JSON: "JSON", CSV: "CSV"}
 
 
+_CAPTURE_OPEN = b'{"captureData":{'
+_EVENT_OPEN = b'},"eventMetadata":{"eventId":"'
+_TIME_OPEN = b'","inferenceTime":"'
+_ID_FORMAT = b"%s%012x"
+_BLOCK_OPEN = b'"},"eventVersion":"' + EVENT_VERSION.encode("ascii") + b'","servestack":'
+
+
 class EventStamps:
     """Each record's `eventId` and `inferenceTime`, cheaply: `uuid.uuid4()` (a getrandom(2) call and a UUID
     object) and `datetime.isoformat` were ~6 µs of a one-row record.
@@ -43,27 +50,32 @@ class EventStamps:
     def __init__(self) -> None:
         self._second = -1
         self._second_text = b""
-        self._millisecond = -1
+        self.millisecond = -1
         self._millisecond_text = b""
+        # `","inferenceTime":"` and the time's text: what follows the id in a line (`Capturer.answered_raw`).
+        self.time_piece = b""
         self.reseed()
         os.register_at_fork(after_in_child=self.reseed)
 
     def reseed(self) -> None:
-        self._prefix = str(uuid.uuid4())[:24].encode("ascii")  # "xxxxxxxx-xxxx-4xxx-yxxx-"
-        self._counter = itertools.count(random.getrandbits(48))
+        prefix = str(uuid.uuid4())[:24].encode("ascii")  # "xxxxxxxx-xxxx-4xxx-yxxx-"
+        # The ids, formatted in C as they are taken (`next(STAMPS.ids)`): no Python frame per id. The counter starts
+        # below 2^47, so it stays within its 12 hex digits for 2^47 ids of one process.
+        self.ids = map(_ID_FORMAT.__mod__, zip(itertools.repeat(prefix), itertools.count(random.getrandbits(47))))
 
     def event_id(self) -> bytes:
-        return self._prefix + b"%012x" % (next(self._counter) & 0xFFFFFFFFFFFF)
+        return next(self.ids)
 
     def inference_time(self) -> bytes:
         millisecond = int(time.time() * 1000)
-        if millisecond != self._millisecond:  # several requests a millisecond share its text under load
+        if millisecond != self.millisecond:  # several requests a millisecond share its text under load
             second = millisecond // 1000
             if second != self._second:
                 stamp = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S.").encode("ascii")
                 self._second, self._second_text = second, stamp
             self._millisecond_text = b"%s%03dZ" % (self._second_text, millisecond - second * 1000)
-            self._millisecond = millisecond
+            self.time_piece = _TIME_OPEN + self._millisecond_text
+            self.millisecond = millisecond
         return self._millisecond_text
 
 
@@ -117,12 +129,6 @@ class _PartWriter:
             except UnicodeDecodeError:
                 pass
         return b'%s"%s%s' % (self.open, base64.b64encode(data), self.base64_close)
-
-
-_CAPTURE_OPEN = b'{"captureData":{'
-_EVENT_OPEN = b'},"eventMetadata":{"eventId":"'
-_TIME_OPEN = b'","inferenceTime":"'
-_BLOCK_OPEN = b'"},"eventVersion":"' + EVENT_VERSION.encode("ascii") + b'","servestack":'
 
 
 # What `LineWriter.answer_line` keeps per model and answer type: the answer's part writer, the pieces around a text
@@ -228,6 +234,25 @@ class LineWriter:
             )  # fmt: skip
         part = self._writer("INPUT", input_type).write(inputs)
         return b"".join((_CAPTURE_OPEN, part, output_open, answer, tail, event_id, _TIME_OPEN, time, block))
+
+    def body_frame(
+        self, model: str, version: str, body_type: str, output_type: str
+    ) -> tuple[bytes, bytes, bytes, bytes] | None:
+        """The pieces of an online line around a request's body as it came and its answer, both text: the line is
+        `opening`, the body as a JSON string, `middle`, the answer as one, `closing`, the event's id,
+        `EventStamps.time_piece` and `block`, byte for byte `line(...)` (`Capturer.answered_raw`). None where either
+        is not JSON or CSV text, or where capture holds one part only."""
+        if not (self._inputs and self._outputs):
+            return None
+        body, answer = self._writer("INPUT", body_type), self._writer("OUTPUT", output_type)
+        if body.text_close is None or answer.text_close is None:
+            return None
+        return (
+            _CAPTURE_OPEN + body.open,
+            body.text_close + b"," + answer.open,
+            answer.text_close + _EVENT_OPEN,
+            self._block(model, version),
+        )
 
     def _frame(self, model: str, version: str, output_type: str) -> _Frame | None:
         if not (self._inputs and self._outputs):

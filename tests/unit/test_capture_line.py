@@ -8,6 +8,7 @@ import asyncio
 import re
 import select
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 import orjson
@@ -201,3 +202,47 @@ def test_lines_past_the_burst_size_go_out_at_once_and_shut_down_writes_the_rest(
     assert bytes_at_once >= FLUSH_BYTES
     assert lines_at_once == emitted - 1  # the last line waits for the next burst, or the shut-down
     assert len(records_of(b"".join(writes).splitlines())) == emitted
+
+
+class _Manifest:
+    def __init__(self, name: str) -> None:
+        self.name, self.version = name, "1"
+
+
+class _Model:
+    """The parts of a ServedModel that `Capturer.answered` reads."""
+
+    def __init__(self, name: str) -> None:
+        self.manifest, self.columns, self.key = _Manifest(name), (), f"{name}@1"
+
+
+_STAMPED = re.compile(rb'"eventId":"[^"]*","inferenceTime":"[^"]*"')
+
+
+@given(
+    body=st.one_of(texts.map(str.encode), st.binary(max_size=30)),
+    body_type=st.sampled_from(MEDIA_TYPES),
+    answer=st.one_of(texts.map(str.encode), st.binary(max_size=30)),
+    answer_type=st.sampled_from(MEDIA_TYPES),
+    model=texts,
+)
+def test_an_online_line_from_the_body_as_it_came_is_the_general_line(
+    body: bytes, body_type: str, answer: bytes, answer_type: str, model: str
+) -> None:
+    # GIVEN an online request's body as it came and its answer, in any media type, text or not, UTF-8 or not
+    from servestack.inference.media_types import Encoded
+
+    written: list[bytes] = []
+    capturer = Capturer(CaptureSetting(deployment="d", mode="realtime"), variant="blue", write=written.append)
+    served: Any = _Model(model)
+    arrays = {"x": np.zeros((1, 1), np.float32)}
+    for _ in range(2):  # the second from the frame the first made
+        # WHEN it is captured by the online path (`answered_raw`) and by the general one (`answered`)
+        capturer.answered_raw(served, arrays, Encoded(answer, answer_type), body, body_type)
+        capturer.answered(served, arrays, Encoded(answer, answer_type), body, None, body_type)
+        # THEN the two lines are the same but for their stamps, and each holds a fresh, valid id
+        fast, general = written[-2:]
+        assert _STAMPED.sub(b"", fast) == _STAMPED.sub(b"", general)
+        record = orjson.loads(fast)
+        assert UUID.match(record["eventMetadata"]["eventId"])
+        assert record["eventMetadata"]["eventId"] != orjson.loads(general)["eventMetadata"]["eventId"]
