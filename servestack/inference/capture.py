@@ -36,7 +36,7 @@ import orjson
 
 from servestack.inference.capture_line import EVENT_VERSION, STAMPS, LineWriter, part
 from servestack.inference.errors import ConfigurationError
-from servestack.inference.manifest import ColumnSpec
+from servestack.inference.manifest import ColumnSpec, Manifest
 from servestack.inference.media_types import JSON, Encoded
 
 if TYPE_CHECKING:
@@ -54,8 +54,6 @@ MAX_LINE_BYTES = 256 * 1024 - 26
 FLUSH_AFTER_SEC = 0.05
 FLUSH_BYTES = 64 * 1024
 _now = time.time
-# `Capturer.answered_raw`'s frame not made yet (None: made, and there is none).
-_NO_FRAME: Any = object()
 
 
 class CaptureSetting(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -226,6 +224,10 @@ class Capturer:
         # An online request's record holds its body as it came (`answered_raw`): both parts, no column left out.
         self.raw_online = self._both and not self.exclude
         self._body_frames: dict[tuple[str, str, str, str], tuple[bytes, bytes, bytes, bytes] | None] = {}
+        self._last_manifest: Manifest | None = None
+        self._last_body_type: str | None = None
+        self._last_type: str | None = None
+        self._last_frame: tuple[bytes, bytes, bytes, bytes] | None = None
         self.lines = LineWriter(setting.deployment, setting.mode, setting.what, self.variant)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: list[bytes] = []
@@ -356,13 +358,13 @@ class Capturer:
         and pieces made once per model and media types (`LineWriter.body_frame`). Anything else (a body or answer
         that is not text, a line past a log event's limit) takes `answered`."""
         try:
-            manifest = model.manifest
-            key = (manifest.name, manifest.version, body_type, encoded.media_type)
-            frame = self._body_frames.get(key, _NO_FRAME)
-            if frame is _NO_FRAME:
-                frame = self.lines.body_frame(manifest.name, manifest.version, body_type, encoded.media_type)
-                if len(self._body_frames) < 64:  # a few models and media types a process
-                    self._body_frames[key] = frame
+            manifest, answer_type = model.manifest, encoded.media_type
+            # The last request's frame, where this one has the same model and media types (their objects: the
+            # usual case, each request of a worker alike), else the frame of its model and media types.
+            if manifest is self._last_manifest and body_type is self._last_body_type and answer_type is self._last_type:
+                frame = self._last_frame
+            else:
+                frame = self._body_frame(manifest, body_type, answer_type)
             if frame is not None:
                 opening, middle, closing, block = frame
                 stamps = STAMPS
@@ -381,6 +383,20 @@ class Capturer:
             logger.exception("data capture failed for %s", model.key)
             return
         self.answered(model, arrays, encoded, body, None, body_type)
+
+    def _body_frame(
+        self, manifest: Manifest, body_type: str, answer_type: str
+    ) -> tuple[bytes, bytes, bytes, bytes] | None:
+        key = (manifest.name, manifest.version, body_type, answer_type)
+        if key in self._body_frames:
+            frame = self._body_frames[key]
+        else:
+            frame = self.lines.body_frame(manifest.name, manifest.version, body_type, answer_type)
+            if len(self._body_frames) < 64:  # a few models and media types a process
+                self._body_frames[key] = frame
+        self._last_manifest, self._last_body_type, self._last_type = manifest, body_type, answer_type
+        self._last_frame = frame
+        return frame
 
     def answered(
         self,

@@ -246,3 +246,20 @@ def test_an_online_line_from_the_body_as_it_came_is_the_general_line(
         record = orjson.loads(fast)
         assert UUID.match(record["eventMetadata"]["eventId"])
         assert record["eventMetadata"]["eventId"] != orjson.loads(general)["eventMetadata"]["eventId"]
+
+
+def test_requests_to_models_in_turn_each_name_their_own_model() -> None:
+    # GIVEN one worker's capturer answering two models and two media types in turn (its last frame then misses)
+    from servestack.inference.media_types import Encoded
+
+    written: list[bytes] = []
+    capturer = Capturer(CaptureSetting(deployment="d", mode="serverless"), write=written.append)
+    first, second = _Model("digits"), _Model("flowers")
+    turns: list[tuple[Any, str]] = [(first, "application/json"), (second, "text/csv"), (first, "text/csv")] * 2
+    for served, body_type in turns:
+        capturer.answered_raw(served, {}, Encoded(b'{"predictions": [1]}', "application/json"), b"1,2", body_type)
+    # THEN each line names the model and the body's media type of its own request
+    records = records_of(written)
+    assert [(r["servestack"]["model"], r["captureData"]["endpointInput"]["observedContentType"]) for r in records] == [
+        (served.manifest.name, body_type) for served, body_type in turns
+    ]
