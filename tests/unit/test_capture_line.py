@@ -263,3 +263,23 @@ def test_requests_to_models_in_turn_each_name_their_own_model() -> None:
     assert [(r["servestack"]["model"], r["captureData"]["endpointInput"]["observedContentType"]) for r in records] == [
         (served.manifest.name, body_type) for served, body_type in turns
     ]
+
+
+@given(lengths=st.lists(st.integers(min_value=1, max_value=3 * select.PIPE_BUF), max_size=40))
+def test_a_burst_is_cut_into_the_fewest_writes_of_whole_lines_within_pipe_buf(lengths: list[int]) -> None:
+    # GIVEN lines of any length waiting for a burst
+    lines = [b"x" * (length - 1) + b"\n" for length in lengths]
+    writes: list[bytes] = []
+    capturer = Capturer(CaptureSetting(deployment="d", mode="realtime"), write=writes.append)
+    capturer._pending, capturer._pending_bytes = list(lines), sum(lengths)
+    # WHEN they go out
+    capturer.flush()
+    # THEN every byte goes out once, in order, each write whole lines within PIPE_BUF (a longer line alone), and a
+    # write ends only where the next line would not fit
+    assert b"".join(writes) == b"".join(lines)
+    for number, write in enumerate(writes):
+        assert write.endswith(b"\n")
+        assert len(write) <= select.PIPE_BUF or write.count(b"\n") == 1
+        if number + 1 < len(writes):
+            following = writes[number + 1].split(b"\n", 1)[0] + b"\n"
+            assert len(write) + len(following) > select.PIPE_BUF
