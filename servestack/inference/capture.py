@@ -23,7 +23,6 @@ import asyncio
 import logging
 import os
 import random
-import select
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ import msgspec
 import numpy as np
 import orjson
 
+from servestack.inference.capture_bursts import LineBursts
 from servestack.inference.capture_line import EVENT_VERSION, STAMPS, LineWriter, part
 from servestack.inference.errors import ConfigurationError
 from servestack.inference.manifest import ColumnSpec, Manifest
@@ -49,10 +49,6 @@ WHATS = ("inputs", "outputs", "both")
 # CloudWatch Logs takes events of at most 256 KiB, 26 bytes of which are its own; a longer line would be cut (and
 # be no JSON any more). A record past it is written without its data, marked `"dropped"` with its size.
 MAX_LINE_BYTES = 256 * 1024 - 26
-# A serving container's lines wait at most this long, or until this many bytes of them, before they are written
-# (`Capturer.coalesce`). 64 KiB is Linux's default pipe capacity: a burst fits in a drained pipe without blocking.
-FLUSH_AFTER_SEC = 0.05
-FLUSH_BYTES = 64 * 1024
 _now = time.time
 
 
@@ -229,41 +225,23 @@ class Capturer:
         self._last_type: str | None = None
         self._last_frame: tuple[bytes, bytes, bytes, bytes] | None = None
         self.lines = LineWriter(setting.deployment, setting.mode, setting.what, self.variant)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._pending: list[bytes] = []
-        self._pending_bytes = 0
-        self._timer: asyncio.TimerHandle | None = None
+        self._bursts: LineBursts | None = None
 
     def coalesce(self, loop: asyncio.AbstractEventLoop) -> None:
-        """From now on, lines wait (at most `FLUSH_AFTER_SEC`, or until `FLUSH_BYTES` of them) and go out together
-        (`flush`) in a burst of writes of whole lines, each of at most `select.PIPE_BUF` bytes (a longer line
-        alone), so that a write stays as atomic as one line's was. A pipe's reader (the container's log driver)
-        wakes once a burst rather than once a write, and the wake-up is most of what a write costs its writer:
-        1 KB lines to a pipe drained on another core cost 4.9-6.7 µs of system CPU a line written alone, 2.8-3.2 in
-        writes of 3 lines (a loop turn's at 64 connections) and 0.65-1.0 in bursts of 16 writes of 4 lines
-        (`python -m bench.pipe_writes`; docs/performance.md, "Data capture at 100%"). For a serving container's
-        loop, on whose thread every request is answered; never for a Lambda function, frozen as soon as its
-        invocation returns. What a SIGKILLed worker held, at most `FLUSH_AFTER_SEC` of records, is lost with it, as
-        a log line still in a buffer would be."""
-        self._loop = loop
+        """From now on, lines wait and go out together in bursts that never stall `loop`
+        (servestack/inference/capture_bursts.py): for a serving container's loop, on whose thread every request is
+        answered; never for a Lambda function, frozen as soon as its invocation returns. What a SIGKILLed worker
+        held, at most `FLUSH_AFTER_SEC` of records (more while its log driver lags), is lost with it, as a log line
+        still in a buffer would be; SIGTERM writes it (`flush`)."""
+        if self.write is _write_stdout:
+            self._bursts = LineBursts.to_fd(loop, 1)
+        else:
+            self._bursts = LineBursts(loop, self.write, None)
 
     def flush(self) -> None:
-        """Write the lines waiting (`coalesce`)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        pending, self._pending, self._pending_bytes = self._pending, [], 0
-        # The lines joined once, then cut at the last line's end within each PIPE_BUF (a longer line alone): a
-        # search per write rather than Python's work per line.
-        data = b"".join(pending)
-        start, size = 0, len(data)
-        while start < size:
-            end = start + select.PIPE_BUF
-            if end < size:
-                cut = data.rfind(b"\n", start, end)
-                end = cut + 1 if cut >= start else data.index(b"\n", start) + 1
-            self.write(data[start:end])
-            start = end
+        """Write every line waiting (`coalesce`), waiting for the pipe if need be: at shutdown."""
+        if self._bursts is not None:
+            self._bursts.flush(wait=True)
 
     def sampled(self) -> bool:
         return self.policy.sampled()
@@ -341,15 +319,10 @@ class Capturer:
 
     def _out(self, line: bytes) -> None:
         """Write `line` now, or with the next burst (`coalesce`)."""
-        if self._loop is None:
+        if self._bursts is None:
             self.write(line)
-            return
-        self._pending.append(line)
-        self._pending_bytes += len(line)
-        if self._pending_bytes >= FLUSH_BYTES:
-            self.flush()
-        elif self._timer is None:
-            self._timer = self._loop.call_later(FLUSH_AFTER_SEC, self.flush)
+        else:
+            self._bursts.add(line)
 
     def answered_raw(
         self, model: ServedModel, arrays: Mapping[str, np.ndarray], encoded: Encoded, body: bytes, body_type: str

@@ -5,6 +5,7 @@ container written in bursts (`Capturer.coalesce`)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import select
 from datetime import UTC, datetime
@@ -16,13 +17,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from servestack.inference.capture import (
-    FLUSH_AFTER_SEC,
-    FLUSH_BYTES,
     Capturer,
     CaptureSetting,
     capture_record,
     records_of,
 )
+from servestack.inference.capture_bursts import FLUSH_AFTER_SEC, FLUSH_BYTES, LineBursts, PipeSpace
 from servestack.inference.capture_line import STAMPS, EventStamps, LineWriter
 
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
@@ -270,10 +270,15 @@ def test_a_burst_is_cut_into_the_fewest_writes_of_whole_lines_within_pipe_buf(le
     # GIVEN lines of any length waiting for a burst
     lines = [b"x" * (length - 1) + b"\n" for length in lengths]
     writes: list[bytes] = []
-    capturer = Capturer(CaptureSetting(deployment="d", mode="realtime"), write=writes.append)
-    capturer._pending, capturer._pending_bytes = list(lines), sum(lengths)
-    # WHEN they go out
-    capturer.flush()
+    loop = asyncio.new_event_loop()
+    try:
+        bursts = LineBursts(loop, writes.append, None)
+        for line in lines:
+            bursts._pending.append(line)
+        # WHEN they go out
+        bursts.flush()
+    finally:
+        loop.close()
     # THEN every byte goes out once, in order, each write whole lines within PIPE_BUF (a longer line alone), and a
     # write ends only where the next line would not fit
     assert b"".join(writes) == b"".join(lines)
@@ -283,3 +288,40 @@ def test_a_burst_is_cut_into_the_fewest_writes_of_whole_lines_within_pipe_buf(le
         if number + 1 < len(writes):
             following = writes[number + 1].split(b"\n", 1)[0] + b"\n"
             assert len(write) + len(following) > select.PIPE_BUF
+
+
+def test_a_full_pipe_never_stalls_the_loop_and_gets_every_line_once_its_reader_drains_it() -> None:
+    # GIVEN lines for a pipe whose reader is not reading: a log driver lagging behind
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, True)
+    lines = [b'{"n": %d, "pad": "%s"}\n' % (number, b"p" * 900) for number in range(1600)]  # ~1.5 MB
+    received = bytearray()
+
+    async def lagging_reader() -> int:
+        loop = asyncio.get_running_loop()
+        space = PipeSpace.of(write_end)
+        assert space is not None  # a pipe, widened where the system allows
+        bursts = LineBursts(loop, lambda data: os.write(write_end, data), space)
+        # WHEN more than the pipe holds is added before the reader reads (a write that waited would wait forever
+        # here: the reader runs on this loop), then the reader catches up
+        for line in lines:
+            bursts.add(line)
+        bursts.flush()
+        kept = len(bursts._carry)
+        os.set_blocking(read_end, False)
+        while len(received) < sum(map(len, lines)):
+            try:
+                received.extend(os.read(read_end, 1 << 16))
+            except BlockingIOError:
+                await asyncio.sleep(0)  # the loop turns: the bursts' retries write the rest
+        return kept
+
+    try:
+        kept = asyncio.run(lagging_reader())
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    # THEN what the full pipe could not take was kept rather than waited for, and every line arrived once, whole
+    # and in order
+    assert kept > 0
+    assert bytes(received).splitlines(keepends=True) == lines
