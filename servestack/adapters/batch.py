@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import gc
 
-# The Fargate task's start-up (`python -m servestack.adapters.batch`) imports its modules with garbage collection
-# off: the ~100 collections they set off find nothing (modules, classes, functions live as long as the task) and
-# cost ~0.03 CPU s. `main` sets those objects aside for good (`gc.freeze`) and turns collection back on.
+# The Fargate task's start-up (`python -m handlers.batch`, or this module run the same way) imports its modules
+# with garbage collection off: the ~100 collections they set off find nothing (modules, classes, functions live as
+# long as the task) and cost ~0.03 CPU s. `main` sets those objects aside for good (`gc.freeze`) and turns
+# collection back on.
 if __name__ == "__main__":
     gc.disable()
 
@@ -223,7 +224,7 @@ def _package_dir(model_dir: Path, name: str) -> Path:
 
 
 def main() -> int:
-    """The Fargate task's entry (`python -m servestack.adapters.batch`, servestack/cdk/batch.py FARGATE_COMMAND): one
+    """The Fargate task's entry (`python -m handlers.batch`, servestack/cdk/batch.py FARGATE_COMMAND): one
     run with the `SERVESTACK_BATCH_*` settings the task definition sets. Its last line is its outcome, one JSON
     object: the manifest's location and rows, or `{"error": {"type", "message"}, "exit_code"}`. A failed run exits
     non-zero, which ECS reports: EXIT_NO_INPUT for an empty input prefix, EXIT_FAILED otherwise. An expected
