@@ -63,32 +63,17 @@ def from_numbers(values: np.ndarray) -> Any:
     )
 
 
-def strings(values: Sequence[str], picked: np.ndarray | None = None) -> Any:
-    """An Arrow string array of `values`, or of `values[i]` for each `i` of `picked` (class names by predicted
-    index): offsets and bytes built by numpy, not a Python object per row."""
+def strings(values: Sequence[str]) -> Any:
+    """An Arrow string array of `values` (a dictionary's names): offsets and bytes built by numpy, not by
+    `pa.array`."""
     import pyarrow as pa
 
     encoded = [value.encode() for value in values]
     lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
-    row_lengths = lengths if picked is None else lengths[picked]
-    total = int(row_lengths.sum())
+    total = int(lengths.sum())
     if total >= 2**31:  # past a string array's 32-bit offsets: pyarrow's own conversion splits it into chunks
-        return pa.array(list(values) if picked is None else [values[i] for i in picked.tolist()], type=pa.string())
-    offsets = np.zeros(len(row_lengths) + 1, dtype=np.int32)
-    np.cumsum(row_lengths, out=offsets[1:])
-    data = b"".join(encoded) if picked is None else _picked_bytes(encoded, lengths, picked, row_lengths)
-    return pa.Array.from_buffers(pa.string(), len(row_lengths), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-
-
-def _picked_bytes(encoded: list[bytes], lengths: np.ndarray, picked: np.ndarray, row_lengths: np.ndarray) -> Any:
-    """The bytes of `encoded[i]` for each `i` of `picked`, end to end: each name padded to the longest in a
-    table, a row of it taken per pick, and the padding masked out (a few bytes per row, where working out each
-    byte's position took ~3x the CPU)."""
-    width = max(int(lengths.max(initial=0)), 1)
-    table = np.zeros((len(encoded), width), dtype=np.uint8)
-    for row, name in enumerate(encoded):
-        table[row, : len(name)] = np.frombuffer(name, dtype=np.uint8)
-    rows = table.take(picked, axis=0)
-    if bool((lengths == width).all()):  # every name as long as the longest: no padding to take out
-        return rows.reshape(-1)
-    return rows[np.arange(width) < row_lengths[:, None]]
+        return pa.array(list(values), type=pa.string())
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    data = b"".join(encoded)
+    return pa.Array.from_buffers(pa.string(), len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(data)])

@@ -47,8 +47,10 @@ OUTPUT_FORMATS = ("jsonl", "parquet")
 # Bumped when the bytes of a part change for the same input: a part written by another version is scored
 # again rather than reused. 2: floats in their shortest form (float32 as float32), columnar encoding. 3: Parquet
 # parts dictionary-encode only their string columns, and are compressed with snappy rather than zstd. 4: string
-# predictions and ids are typed Parquet columns; `label` is left out where it repeats `prediction`.
-PART_FORMAT = 4
+# predictions and ids are typed Parquet columns; `label` is left out where it repeats `prediction`. 5: a Parquet
+# part's `label` is an Arrow dictionary column (its Arrow schema says so; the Parquet column is the same strings),
+# and its integer columns (`line`, class indices) are delta-encoded.
+PART_FORMAT = 5
 # Parts being stored at once. A PUT is mostly waiting on the store (S3: tens of ms), so one at a time would
 # make the store's latency, not the job's CPU, set the pace; a few in flight hide it. Parts are still recorded
 # (manifest order, progress) in order.
