@@ -54,8 +54,9 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 # How a prediction route answers, whichever interface carries the request: (status, body, content type, extra
-# headers). ASGI sends two messages (`_respond`); granian's RSGI makes one call (servestack/adapters/rsgi.py).
-Respond = Callable[[int, bytes, bytes, list[tuple[bytes, bytes]] | None], Awaitable[None]]
+# headers). ASGI sends two messages (`_respond`: an awaitable); granian's RSGI makes one call at once and returns
+# None (servestack/adapters/rsgi.py), so the usual answer costs no coroutine.
+Respond = Callable[[int, bytes, bytes, list[tuple[bytes, bytes]] | None], Awaitable[None] | None]
 # Single-model serving, the registry-backed LRU cache, or SageMaker's multi-model contract.
 Repository = ModelRepository | ModelCache | MultiModelStore
 
@@ -310,12 +311,12 @@ class ServingApp:
         except Overloaded as error:
             retry_after, refusal_body = self._refusal(error.retry_after_sec)
             await self._reject_pause.wait()
-            await respond(429, refusal_body, b"application/json", [retry_after, *(extra or ())])
+            await _sent(respond(429, refusal_body, b"application/json", [retry_after, *(extra or ())]))
             return
         except ServingError as error:
             if error.status_code >= 500 and not error.retryable:
                 logger.error("%s: %s", error.error_type, error.message)
-            await respond(error.status_code, error_body(error), b"application/json", extra)
+            await _sent(respond(error.status_code, error_body(error), b"application/json", extra))
             return
         except ClientDisconnected:
             return
@@ -325,9 +326,11 @@ class ServingApp:
             # Never let a bug escape as an exception: under Mangum it would fail the whole invocation.
             logger.exception("unexpected failure serving %s", target or self.settings.default_model)
             internal = InternalError("internal error; see the server log")
-            await respond(500, error_body(internal), b"application/json", extra)
+            await _sent(respond(500, error_body(internal), b"application/json", extra))
             return
-        await respond(200, encoded.body, _MEDIA_TYPE_BYTES[encoded.media_type], extra)
+        sent = respond(200, encoded.body, _MEDIA_TYPE_BYTES[encoded.media_type], extra)
+        if sent is not None:
+            await sent
         capturer = self.capturer
         if capturer is not None and (capturer.always or capturer.sampled()):
             # The body as it came, with the media type it was read as (a spooled one is not kept: its inputs are).
@@ -379,7 +382,7 @@ class ServingApp:
         if CUSTOM_ATTRIBUTES in headers:
             extra.extend(_custom_attributes(headers))
         await self._reject_pause.wait()
-        await respond(429, body, b"application/json", extra)
+        await _sent(respond(429, body, b"application/json", extra))
 
     def _refusal(self, retry_after_sec: int) -> tuple[tuple[bytes, bytes], bytes]:
         """Every 429's Retry-After header and body, built once per Retry-After value."""
@@ -431,6 +434,12 @@ async def _respond(
         headers.extend(extra)
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _sent(sent: Awaitable[None] | None) -> None:
+    """A `Respond`'s answer sent: awaited where it is an awaitable (ASGI), already sent where it is None (RSGI)."""
+    if sent is not None:
+        await sent
 
 
 def _custom_attributes(headers: RequestHeaders) -> list[tuple[bytes, bytes]]:

@@ -60,18 +60,21 @@ class RSGIApp:
         self.app.shutdown()
 
     async def __rsgi__(self, scope: Scope, protocol: HTTPProtocol) -> None:
-        if scope.proto != "http":  # serve runs granian without websockets
-            return
-        headers = scope.headers
+        # A POST is HTTP (a websocket opens with a GET), so only other methods ask for the protocol: serve runs
+        # granian without websockets, and each of scope's attributes is a call into granian.
         if scope.method == "POST":
             target = self.app.prediction_route(scope.path)
             if target is not False:
-                exchange = _Exchange(protocol, "content-length" in headers)
+                headers = scope.headers
+                exchange = _Exchange(protocol, headers)
                 if TARGET_MODEL in headers and headers.get(TARGET_MODEL) is None:
                     await self.app.answer_prediction(_unreadable_target(headers), exchange, exchange, target)
                     return
                 await self.app.answer_prediction(headers, exchange, exchange, target)
                 return
+        elif scope.proto != "http":
+            return
+        headers = scope.headers
         await self.app(asgi_scope(scope), _Receive(protocol, "content-length" in headers), _Send(protocol))
 
 
@@ -162,14 +165,14 @@ class _Exchange:
 
     A body of declared length within the limit is one `await protocol()`, under the same read deadline as
     ASGI's; everything else (no length, a length over the limit, a drain) goes through `read_body` /
-    `drain_body` over `_Receive`, so the rules are ASGI's. The answer is one call; granian adds
-    Content-Length."""
+    `drain_body` over `_Receive`, so the rules are ASGI's. The answer is one call, made at once (no coroutine:
+    `Respond` may return None); granian adds Content-Length."""
 
-    __slots__ = ("_declared", "_protocol")
+    __slots__ = ("_headers", "_protocol")
 
-    def __init__(self, protocol: HTTPProtocol, declared: bool) -> None:
+    def __init__(self, protocol: HTTPProtocol, headers: RequestHeaders) -> None:
         self._protocol = protocol
-        self._declared = declared
+        self._headers = headers  # only a drain asks it anything (whether the length was declared)
 
     async def read(
         self, limit: int, declared_length: str | None, deadlines: ReadDeadlines, *, expect_continue: bool = False
@@ -196,9 +199,9 @@ class _Exchange:
         return body
 
     def drain(self, max_bytes: int, deadlines: ReadDeadlines) -> Awaitable[None]:
-        return drain_body(_Receive(self._protocol, self._declared), max_bytes, deadlines)
+        return drain_body(_Receive(self._protocol, "content-length" in self._headers), max_bytes, deadlines)
 
-    async def __call__(
+    def __call__(
         self, status: int, body: bytes, content_type: bytes, extra: list[tuple[bytes, bytes]] | None = None
     ) -> None:
         if extra:

@@ -119,7 +119,9 @@ class MicroBatcher:
         count, so requests that arrive together cannot all pass the check before any of them counts; and it
         is taken after the body has arrived, so a client stalling mid-body holds no slot. Pair with
         `release()` in a `finally`."""
-        self.check_admission()
+        if self._in_flight >= self._max_requests or self._queued_rows >= self._max_rows:  # `full()`, inline
+            self.stats.rejected += 1
+            raise self._overloaded()
         self._in_flight += 1
 
     def release(self) -> None:
@@ -141,7 +143,9 @@ class MicroBatcher:
         if self._queued_rows + rows > self._max_rows and self._queued_rows > 0:
             self.stats.rejected += 1
             raise self._overloaded()
-        loop = self._loop = running_loop(self._loop)
+        loop = self._loop
+        if loop is None or not loop.is_running():  # `running_loop`, inline: once per request
+            loop = self._loop = asyncio.get_running_loop()
         now = time.monotonic()
         pending = _Pending(arrays, rows, loop.create_future(), now + timeout_sec, now)
         self._queue.append(pending)

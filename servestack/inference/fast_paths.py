@@ -197,9 +197,8 @@ def fast_npy_body(body: bytes, plan: RowsPlan) -> Arrays | None:
         return None
     end = 10 + (body[8] | body[9] << 8)  # .npy 1.0: the header's length, two bytes little-endian
     header = body[:end]
-    if header in plan.npy_headers:
-        known = plan.npy_headers[header]
-    else:
+    known = plan.npy_headers.get(header, _UNSEEN)  # one lookup: a header's hash is not cached between requests
+    if known is _UNSEEN:
         known = _planned_npy_header(body, end, plan)
         if end <= NPY_MEMO_HEADER_BYTES and len(plan.npy_headers) < NPY_HEADER_MEMO_LIMIT:
             plan.npy_headers[header] = known
@@ -210,6 +209,9 @@ def fast_npy_body(body: bytes, plan: RowsPlan) -> Arrays | None:
     if not math.isfinite(squares) or squares > plan.max_square:  # or not sure: the general path checks each
         return None
     return {plan.name: array}
+
+
+_UNSEEN: Any = object()  # a header not read before (`npy_headers` holds None for one the fast path leaves)
 
 
 def _planned_npy_header(body: bytes, end: int, plan: RowsPlan) -> tuple[tuple[int, ...], int] | None:

@@ -383,7 +383,7 @@ class ServedModel:
             else:
                 body = None
             if body is not None:
-                return media_types.Encoded(body, media_type)
+                return _new_encoded(media_types.Encoded, (body, media_type))  # the NamedTuple's own __new__ is Python
         if media_type == media_types.NPY and self.hooks.postprocess is None:
             return media_types.Encoded(answers.npy_answer(self.answer_manifest, outputs), media_types.NPY)
         return answers.encode_response(self._respond(outputs, media_type), media_type, self.manifest.labels)
@@ -410,6 +410,7 @@ class ServedModel:
         }
 
 
+_new_encoded = tuple.__new__
 _VERSION_PART = re.compile(r"(\d+)|(\D+)")
 _NAME = re.compile(NAME_PATTERN)
 _VERSION = re.compile(VERSION_PATTERN)
