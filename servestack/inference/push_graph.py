@@ -22,6 +22,7 @@ import onnxruntime as ort
 from servestack.inference.errors import ModelLoadError
 from servestack.inference.manifest import PATH_PATTERN
 from servestack.inference.package_files import RESERVED_NAMES
+from servestack.inference.push_scaler import split_scalers
 from servestack.inference.push_sequences import graph_id_ranges
 
 _PACKAGE_PATH = re.compile(PATH_PATTERN)
@@ -85,7 +86,8 @@ def open_session(model_path: Path, shown: Path | None = None) -> ort.InferenceSe
 def prepare_model(source: Path, target: Path) -> Prepared:
     """Copy `source` to `target`, with the external data files its graph references (beside it, at the same
     relative locations); rewrite a ZipMap output (`seq(map(...))`) into the probability tensor it wraps,
-    keeping the output's name; read class labels from the graph."""
+    keeping the output's name, and a float32 `Scaler` into `Sub` and `Mul` (push_scaler.py); read class labels
+    from the graph."""
     # Labels, ZipMap and external data need the graph; without onnx, plain models still package.
     onnx: Any = importlib.import_module("onnx") if importlib.util.find_spec("onnx") is not None else None
     prepared = Prepared()
@@ -115,7 +117,8 @@ def prepare_model(source: Path, target: Path) -> Prepared:
     prepared.routes_missing_values = _routes_missing_values(onnx, model)
     prepared.categories = _known_categories(onnx, model)
     prepared.id_ranges = graph_id_ranges(model)
-    if not mapped:
+    prepared.changes.extend(split_scalers(onnx, model))
+    if not mapped and not prepared.changes:
         if source.resolve() != target.resolve():
             shutil.copyfile(source, target)
         return prepared
