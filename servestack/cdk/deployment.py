@@ -480,7 +480,7 @@ class DeploymentStack(Stack):
                 bucket=bucket, root=root, entry_points=self.entry_points,
                 architecture=getattr(d, "architecture", "x86_64"), log_retention_days=d.log_retention_days,
             )  # fmt: skip
-            alarms = [*alarms, monitor.alarm]
+            alarms = [*alarms, *monitor.alarms]  # drift, and the check's own failures
             panels.append(Panel("Drift score by column (PSI or Jensen-Shannon distance)", [monitor.scores]))
         CfnOutput(self, "Bucket", value=bucket.bucket_name)
         self.alarms = alarms

@@ -7,8 +7,12 @@ under it), put metric data to the drift namespace alone (`cloudwatch:PutMetricDa
 permission, so a `cloudwatch:namespace` condition narrows it) and write its own log group: nothing else. Its
 code carries the model package and any explicit baseline file, so it reads no other object.
 
-The alarm watches `DriftDetected` (1 when the last check found drift) and ignores missing data: the check runs
-once per schedule, so between checks the alarm keeps the last verdict rather than going back to OK.
+The drift alarm watches `DriftDetected` (1 when the last check found drift) and ignores missing data: the check
+runs once per schedule, so between checks the alarm keeps the last verdict rather than going back to OK. Missing
+data also follows from a check that did not run, or raised: the failure alarm says so, as a batch deployment's
+does (servestack/cdk/batch.py). It adds the function's `Errors` (the check raised or timed out), the schedule
+group's `TargetErrorCount` (Scheduler could not invoke it) and the visible messages of the schedule's dead-letter
+queue (an invocation that failed every retry), so that a broken check never reads as "no drift".
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_scheduler_targets as targets
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from servestack.cdk.bundling import FunctionCode, function_code
@@ -40,6 +45,12 @@ from servestack.spec import Capture, ModelSpec, Monitor
 HANDLER = "servestack.monitor.scheduled.handler"
 # The alarm's period: one check's datapoint falls in it; missing data (between checks) is ignored.
 ALARM_PERIOD = Duration.hours(1)
+# The failure alarm's period, as the batch failure alarm's: a failed check raises it for this long at least.
+FAILURE_PERIOD = Duration.minutes(5)
+# Scheduler's retries of an invocation it could not make, and how long it keeps trying: a daily check's event is
+# stale after an hour, and the dead-letter queue then says it was lost.
+RETRY_ATTEMPTS = 2
+MAX_EVENT_AGE = Duration.hours(1)
 _PREFIX_REASON = (
     "The check reads every capture object under the deployment's capture prefix; their names (by time) are only "
     "known at run time, so the prefix ends in a wildcard."
@@ -47,8 +58,9 @@ _PREFIX_REASON = (
 
 
 class DriftMonitor(Construct):
-    """The scheduled check of one deployment: its function and role, schedule (in `schedule_group`, the
-    deployment's own) and the drift alarm."""
+    """The scheduled check of one deployment: its function and role, schedule (in the deployment's own schedule
+    group: `schedule_group` when the deployment already has one, a batch deployment's, else a new one), its
+    dead-letter queue, the drift alarm and the failure alarm."""
 
     def __init__(
         self,
@@ -65,6 +77,7 @@ class DriftMonitor(Construct):
         log_retention_days: int = 30,
         memory_mib: int = 2048,
         timeout_sec: int = 900,
+        schedule_group: scheduler.IScheduleGroup | None = None,
     ) -> None:
         super().__init__(scope, id)
         if not schedule.startswith(("cron(", "rate(")):
@@ -121,9 +134,22 @@ class DriftMonitor(Construct):
                 )
             },
         )
-        # The deployment's own group (as a batch deployment's schedule is in its own): Scheduler's metrics have the
-        # group as their one dimension.
-        self.schedule_group = scheduler.ScheduleGroup(
+        # Invocations Scheduler could not make after its retries land here, sent by the scheduler's role (the
+        # target's grant): the function's own role gets nothing on it.
+        self.dead_letters = sqs.Queue(
+            self,
+            "DeadLetters",
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=Duration.days(14),
+        )
+        acknowledge(
+            self.dead_letters,
+            {"AwsSolutions-SQS3": "This queue is the check schedule's dead-letter queue; it has no DLQ."},
+        )
+        # The deployment's own group (as a batch deployment's schedule is in its own, which a batch deployment's
+        # check shares): Scheduler's metrics have the group as their one dimension.
+        self.schedule_group = schedule_group or scheduler.ScheduleGroup(
             self, "ScheduleGroup", schedule_group_name=name, removal_policy=RemovalPolicy.DESTROY
         )
         self.schedule = scheduler.Schedule(
@@ -132,9 +158,16 @@ class DriftMonitor(Construct):
             schedule_name=f"{name}-monitor",
             schedule_group=self.schedule_group,
             schedule=scheduler.ScheduleExpression.expression(schedule, TimeZone.of(timezone)),
-            target=targets.LambdaInvoke(self.function, role=scheduler_role, retry_attempts=2),
+            target=targets.LambdaInvoke(
+                self.function,
+                role=scheduler_role,
+                dead_letter_queue=self.dead_letters,
+                retry_attempts=RETRY_ATTEMPTS,
+                max_event_age=MAX_EVENT_AGE,
+            ),
             description=f"servestack {name}: drift check of its capture",
         )
+        # The schedule names its group by a plain string: without this, CloudFormation may create it first.
         self.schedule.node.add_dependency(self.schedule_group)
         self.alarm = cw.Alarm(
             self,
@@ -165,6 +198,32 @@ class DriftMonitor(Construct):
             label="drift score by column",
             period=ALARM_PERIOD,
         )
+        self.failure_alarm = cw.Alarm(
+            self,
+            "FailureAlarm",
+            alarm_name=f"{name}-monitor-failures",
+            alarm_description=(
+                f"{name}: the scheduled drift check failed (it raised or timed out: its log says why), its schedule "
+                "could not invoke it, or its invocation was dead-lettered; the drift alarm then has no new verdict"
+            ),
+            metric=cw.MathExpression(
+                expression="FILL(failed, 0) + FILL(target_errors, 0) + FILL(dlq, 0)",
+                using_metrics={
+                    "failed": self.function.metric_errors(period=FAILURE_PERIOD, statistic="Sum"),
+                    "target_errors": self.schedule_group.metric_target_errors(period=FAILURE_PERIOD, statistic="Sum"),
+                    "dlq": self.dead_letters.metric_approximate_number_of_messages_visible(
+                        period=FAILURE_PERIOD, statistic="Maximum"
+                    ),
+                },
+                period=FAILURE_PERIOD,
+                label="failed checks + target errors + dead letters",
+            ),
+            threshold=0,
+            comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=1,
+            treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+        )
+        self.alarms = [self.alarm, self.failure_alarm]
 
 
 def add_drift_monitor(

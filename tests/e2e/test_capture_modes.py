@@ -410,8 +410,45 @@ def test_a_realtime_endpoints_check_reads_sagemakers_own_records(captured: Captu
 
     # THEN it read every row of the requests as SageMaker recorded them, as its role, and published its verdict
     assert wait_for(rows, "the realtime check's metrics", timeout_sec=120, poll_sec=1.0) == 2 + 3 + 4
+    drift = "servestack-wine-native-drift"
     alarm = wait_for(
-        lambda: next((a for a in status_alarms(captured, "wine-native") if a["state"] in ("OK", "ALARM")), None),
+        lambda: next((a for a in status_alarms(captured, "wine-native")
+                      if a["name"] == drift and a["state"] in ("OK", "ALARM")), None),
         "the realtime drift alarm's verdict", timeout_sec=60, poll_sec=1.0,
     )  # fmt: skip
-    assert alarm["name"] == "servestack-wine-native-drift"
+    assert str(alarm["reason"]).startswith("Threshold Crossed")
+
+
+def test_a_check_that_fails_sets_its_failure_alarm_local_status_shows(captured: Captured) -> None:
+    import gzip
+
+    failures = "servestack-wine-native-monitor-failures"
+
+    def failure_alarm() -> dict[str, Any]:
+        (alarm,) = [a for a in status_alarms(captured, "wine-native") if a["name"] == failures]
+        return dict(alarm)
+
+    # GIVEN the check's failure alarm, quiet: no check has failed
+    assert failure_alarm()["state"] == "OK"
+    # WHEN someone copies capture records in gzip under the capture prefix, keeping the .jsonl name, and the check's
+    # schedule fires: the check cannot read that object as text, and raises
+    s3 = captured.up.emulator("s3")
+    bucket = captured.up.deployment("wine-native")["bucket"]
+    key = "capture/wine-native/copied/records.jsonl"
+    s3.put_object(Bucket=bucket, Key=key, Body=gzip.compress(b'{"captureData": {}}\n'))
+    try:
+        fire = f"{captured.up.api}/_servestack/schedules/servestack-wine-native-monitor/fire"
+        assert control("POST", fire, developer(captured.up.state), "us-east-1", timeout_sec=120) == (
+            200, {"invoked": True},
+        )  # fmt: skip
+        # THEN the schedule's part succeeded (Lambda accepted the event), but the function's Errors count the failed
+        # check: `local status` shows the failure alarm in ALARM, with CloudWatch's reason
+        alarm = wait_for(lambda: (a := failure_alarm())["state"] == "ALARM" and a, "the failure alarm in ALARM",
+                         timeout_sec=180, poll_sec=1.0)  # fmt: skip
+        assert str(alarm["reason"]).startswith("Threshold Crossed: 1 datapoint [1.0")
+        table = captured.cli("local", "status", "--state", str(captured.up.state_path))
+        assert f"{failures}: ALARM since " in table
+        # AND the check's log says why, as its log group in AWS would
+        assert any("UnicodeDecodeError" in line for line in log_lines(captured, "wine-native"))
+    finally:
+        s3.delete_object(Bucket=bucket, Key=key)

@@ -1,5 +1,6 @@
 """Scheduled drift monitoring in the templates (servestack/cdk/monitoring.py): the check's function and its
-least-privilege role, its schedule in the deployment's own group, and the drift alarm on the dashboard.
+least-privilege role, its schedule in the deployment's own group with retries and a dead-letter queue, and the drift
+and failure alarms on the dashboard.
 `digits-captured` (tests/infra/conftest.py) is a realtime endpoint with `capture:` and `monitor:`, whose baseline is
 a file of the project."""
 
@@ -115,13 +116,76 @@ def test_the_schedule_is_in_the_deployments_group_and_invokes_the_check_with_its
     assert props["Target"]["Arn"] == {"Fn::GetAtt": [logical, "Arn"]}
     scheduler_role = props["Target"]["RoleArn"]["Fn::GetAtt"][0]
     function_arn = {"Fn::GetAtt": [logical, "Arn"]}
+    dead_letters = _dead_letters(synth)
+    # AND Scheduler retries an invocation it could not make, then sends it to the check's dead-letter queue
+    assert props["Target"]["RetryPolicy"] == {"MaximumEventAgeInSeconds": 3600, "MaximumRetryAttempts": 2}
+    assert props["Target"]["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": [dead_letters, "Arn"]}}
+    # AND its role may invoke the check and send to that queue, nothing else
     assert _statements(synth, scheduler_role) == [
         {
             "Action": "lambda:InvokeFunction",
             "Effect": "Allow",
             "Resource": [function_arn, {"Fn::Join": ["", [function_arn, ":*"]]}],
-        }
+        },
+        {"Action": "sqs:SendMessage", "Effect": "Allow", "Resource": {"Fn::GetAtt": [dead_letters, "Arn"]}},
     ]
+
+
+def _dead_letters(synth: Synth) -> str:
+    (logical,) = [k for k in synth.resources(DEPLOYMENT, "AWS::SQS::Queue") if k.startswith("MonitorDeadLetters")]
+    return logical
+
+
+def test_the_dead_letter_queue_is_encrypted_tls_only_and_kept_14_days(synth: Synth) -> None:
+    dead_letters = _dead_letters(synth)
+    queue = synth.resources(DEPLOYMENT, "AWS::SQS::Queue")[dead_letters]["Properties"]
+    assert (queue["SqsManagedSseEnabled"], queue["MessageRetentionPeriod"]) == (True, 14 * 24 * 3600)
+    (policy,) = [
+        p["Properties"]["PolicyDocument"]["Statement"]
+        for p in synth.resources(DEPLOYMENT, "AWS::SQS::QueuePolicy").values()
+        if p["Properties"]["Queues"] == [{"Ref": dead_letters}]
+    ]
+    assert [(s["Effect"], s["Condition"]) for s in policy] == [("Deny", {"Bool": {"aws:SecureTransport": "false"}})]
+
+
+def test_the_failure_alarm_counts_failed_checks_target_errors_and_dead_letters(synth: Synth) -> None:
+    logical, _ = _monitor(synth)
+    alarms = synth.resources(DEPLOYMENT, "AWS::CloudWatch::Alarm")
+    ((alarm_id, alarm),) = [
+        (k, a) for k, a in alarms.items() if a["Properties"]["AlarmName"] == f"{NAME}-monitor-failures"
+    ]
+    props = alarm["Properties"]
+    assert (props["ComparisonOperator"], props["Threshold"], props["EvaluationPeriods"], props["TreatMissingData"]) == (
+        "GreaterThanThreshold",
+        0,
+        1,
+        "notBreaching",
+    )
+    queries = {q["Id"]: q for q in props["Metrics"]}
+    (expression,) = [q["Expression"] for q in props["Metrics"] if "Expression" in q]
+    assert expression == "FILL(failed, 0) + FILL(target_errors, 0) + FILL(dlq, 0)"
+
+    def watched(id_: str) -> tuple[str, str, Any, str, int]:
+        stat = queries[id_]["MetricStat"]
+        metric = stat["Metric"]
+        return metric["Namespace"], metric["MetricName"], metric["Dimensions"], stat["Stat"], stat["Period"]
+
+    # The check raising (or timing out) is the function's Errors; Scheduler's errors are the group's
+    assert watched("failed") == ("AWS/Lambda", "Errors", [{"Name": "FunctionName", "Value": {"Ref": logical}}], "Sum",
+                                 300)  # fmt: skip
+    assert watched("target_errors") == (
+        "AWS/Scheduler", "TargetErrorCount", [{"Name": "ScheduleGroup", "Value": NAME}], "Sum", 300,
+    )  # fmt: skip
+    assert watched("dlq") == (
+        "AWS/SQS",
+        "ApproximateNumberOfMessagesVisible",
+        [{"Name": "QueueName", "Value": {"Fn::GetAtt": [_dead_letters(synth), "QueueName"]}}],
+        "Maximum",
+        300,
+    )
+    # AND it is on the dashboard, beside the drift alarm
+    (dashboard,) = synth.resources(DEPLOYMENT, "AWS::CloudWatch::Dashboard").values()
+    assert alarm_id in json.dumps(dashboard["Properties"]["DashboardBody"])
 
 
 def test_the_drift_alarm_watches_the_drift_flag_and_is_on_the_dashboard(synth: Synth) -> None:
