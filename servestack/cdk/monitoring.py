@@ -3,9 +3,10 @@ check of `servestack monitor` over the deployment's capture (servestack/monitor/
 Scheduler schedule in the deployment's own schedule group that invokes it, and an alarm on its drift flag.
 
 The function's role may read the capture prefix (`s3:GetObject` under it, `s3:ListBucket` with `s3:prefix`
-under it), put metric data to the drift namespace alone (`cloudwatch:PutMetricData` has no resource-level
-permission, so a `cloudwatch:namespace` condition narrows it) and write its own log group: nothing else. Its
-code carries the model package and any explicit baseline file, so it reads no other object.
+under it; a batch deployment's: its input and output prefixes, where its runs' objects are), put metric data
+to the drift namespace alone (`cloudwatch:PutMetricData` has no resource-level permission, so a
+`cloudwatch:namespace` condition narrows it) and write its own log group: nothing else. Its code carries the
+model package and any explicit baseline file, so it reads no other object.
 
 The drift alarm watches `DriftDetected` (1 when the last check found drift) and ignores missing data: the check
 runs once per schedule, so between checks the alarm keeps the last verdict rather than going back to OK. Missing
@@ -36,13 +37,13 @@ from servestack.monitor.setting import (
     BASELINE_DIR,
     DRIFT_DETECTED,
     DRIFT_SCORE,
+    HANDLER,
     NAMESPACE,
     SETTING_ENV,
     MonitorSetting,
 )
 from servestack.spec import Capture, ModelSpec, Monitor
 
-HANDLER = "servestack.monitor.scheduled.handler"
 # The alarm's period: one check's datapoint falls in it; missing data (between checks) is ignored.
 ALARM_PERIOD = Duration.hours(1)
 # The failure alarm's period, as the batch failure alarm's: a failed check raises it for this long at least.
@@ -52,8 +53,8 @@ FAILURE_PERIOD = Duration.minutes(5)
 RETRY_ATTEMPTS = 2
 MAX_EVENT_AGE = Duration.hours(1)
 _PREFIX_REASON = (
-    "The check reads every capture object under the deployment's capture prefix; their names (by time) are only "
-    "known at run time, so the prefix ends in a wildcard."
+    "The check reads the capture objects under the deployment's capture prefix (a batch deployment's: its runs' "
+    "input and output objects); their names are only known at run time, so the prefix ends in a wildcard."
 )
 
 
@@ -78,11 +79,14 @@ class DriftMonitor(Construct):
         memory_mib: int = 2048,
         timeout_sec: int = 900,
         schedule_group: scheduler.IScheduleGroup | None = None,
+        read_prefixes: list[str] | None = None,
     ) -> None:
         super().__init__(scope, id)
         if not schedule.startswith(("cron(", "rate(")):
             raise ValueError(f"DriftMonitor: schedule={schedule!r} is not 'cron(...)' or 'rate(...)'")
         prefix = setting.prefix
+        # What it reads: the capture prefix; a batch deployment's input and output prefixes
+        prefixes = read_prefixes or [prefix]
         self.function = servestack_function(
             self,
             "Function",
@@ -97,13 +101,14 @@ class DriftMonitor(Construct):
             description=f"servestack {name}: scheduled drift check of s3://<bucket>/{prefix}",
         )
         self.function.add_to_role_policy(
-            iam.PolicyStatement(actions=["s3:GetObject"], resources=[bucket.arn_for_objects(f"{prefix}*")])
+            iam.PolicyStatement(actions=["s3:GetObject"], resources=[bucket.arn_for_objects(f"{p}*") for p in prefixes])
         )
+        # Listing the input prefix too: a batch input gone since its run is then NoSuchKey, not AccessDenied.
         self.function.add_to_role_policy(
             iam.PolicyStatement(
                 actions=["s3:ListBucket"],
                 resources=[bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{prefix}*"]}},
+                conditions={"StringLike": {"s3:prefix": [f"{p}*" for p in prefixes]}},
             )
         )
         self.function.add_to_role_policy(
@@ -117,7 +122,7 @@ class DriftMonitor(Construct):
         acknowledge(
             self.function.role,
             {
-                f"AwsSolutions-IAM5[Resource::<{logical_id(bucket)}.Arn>/{prefix}*]": _PREFIX_REASON,
+                **{f"AwsSolutions-IAM5[Resource::<{logical_id(bucket)}.Arn>/{p}*]": _PREFIX_REASON for p in prefixes},
                 "AwsSolutions-IAM5[Resource::*]": (
                     "cloudwatch:PutMetricData has no resource-level permissions; a condition limits it to the "
                     f"{NAMESPACE} namespace."
@@ -165,7 +170,7 @@ class DriftMonitor(Construct):
                 retry_attempts=RETRY_ATTEMPTS,
                 max_event_age=MAX_EVENT_AGE,
             ),
-            description=f"servestack {name}: drift check of its capture",
+            description=f"servestack {name}: drift check of its {'runs' if setting.source == 'batch' else 'capture'}",
         )
         # The schedule names its group by a plain string: without this, CloudFormation may create it first.
         self.schedule.node.add_dependency(self.schedule_group)
@@ -239,9 +244,12 @@ def add_drift_monitor(
     entry_points: Path,
     architecture: str,
     log_retention_days: int,
+    batch_prefixes: tuple[str, str] | None = None,
+    schedule_group: scheduler.IScheduleGroup | None = None,
 ) -> DriftMonitor:
     """The `DriftMonitor` of a deployment's `monitor:` block: its code is servestack's runtime with the monitor,
-    the deployment's model package and the explicit baseline file, if any."""
+    the deployment's model package and the explicit baseline file, if any. A batch deployment's check reads its
+    runs: `batch_prefixes` (its input and output prefixes), in its own schedule group (`schedule_group`)."""
     extra: list[Member] = []
     if monitor.baseline is not None:
         extra.append((f"{BASELINE_DIR}/{Path(monitor.baseline).name}", root / monitor.baseline))
@@ -263,13 +271,14 @@ def add_drift_monitor(
     setting = MonitorSetting(
         deployment=deployment,
         bucket=bucket.bucket_name,
-        prefix=capture.prefix_of(deployment),
+        prefix=capture.prefix_of(deployment) if batch_prefixes is None else batch_prefixes[1],
         model=model.name,
         version=model.version,
         window_hours=monitor.window_hours,
         min_rows=monitor.min_rows,
         thresholds=thresholds,
         baseline=Path(monitor.baseline).name if monitor.baseline is not None else None,
+        source="capture" if batch_prefixes is None else "batch",
     )
     return DriftMonitor(
         scope,
@@ -282,4 +291,6 @@ def add_drift_monitor(
         timezone=monitor.timezone,
         architecture=architecture,
         log_retention_days=log_retention_days,
+        schedule_group=schedule_group,
+        read_prefixes=list(batch_prefixes) if batch_prefixes is not None else None,
     )

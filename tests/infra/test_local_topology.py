@@ -4,6 +4,7 @@ option): each mode's resources with the template's settings, and a report that l
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from servestack.local.cloudformation.return_values import RETURN_VALUES
 from servestack.local.cloudformation.templates import LocalValues, Resolver, StackTemplate
@@ -241,3 +242,28 @@ def test_a_deployments_drift_check_is_scheduled_as_its_role_and_its_drift_alarm_
         k for k in alarms if "DriftAlarm" in k or "MonitorFailureAlarm" in k
     )
     assert len(rows) > 2
+
+
+def test_a_batch_deployments_drift_check_shares_its_group_and_is_not_taken_for_its_run(
+    synth: Synth, tmp_path: Path
+) -> None:
+    from servestack.local.batch import BatchPlanner
+    from tests.integration.test_batch_seed import plan_context
+
+    # GIVEN the batch deployment with monitor: / WHEN local up reads and plans it
+    read = topology(synth, "cancer-watched")
+    entry = BatchPlanner(None).plan(read, plan_context(tmp_path, tmp_path / "no-sample")).entry
+    # THEN both schedules are in the deployment's one group, each with its dead-letter queue
+    schedules = {schedule.name: schedule for schedule in read.schedules}
+    assert sorted(schedules) == ["servestack-cancer-watched", "servestack-cancer-watched-monitor"]
+    assert {schedule.group for schedule in schedules.values()} == {"servestack-cancer-watched"}
+    assert all(schedule.dead_letter_arn for schedule in schedules.values())
+    # AND the deployment's run is the batch schedule's (`local run-batch`, the seed), never the check's
+    assert entry["schedule_name"] == "servestack-cancer-watched"
+    assert entry["input"]["input_prefix"] == "scoring/in/"
+    # AND its drift, check-failure and batch failure alarms are all evaluated
+    assert {alarm.name for alarm in read.alarms if alarm.evaluated_locally(set())} == {
+        "servestack-cancer-watched-failures",
+        "servestack-cancer-watched-drift",
+        "servestack-cancer-watched-monitor-failures",
+    }

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from servestack.local.cloudformation import file_asset_sources
+from servestack.monitor.setting import HANDLER
 from tests.infra.conftest import MONITOR_BASELINE, Synth
 
 DEPLOYMENT = "digits-captured"
@@ -55,6 +56,7 @@ def test_the_check_is_told_its_capture_package_window_and_thresholds(synth: Synt
         "min_rows": 100,
         "model": "digits",
         "prefix": f"capture/{DEPLOYMENT}/",
+        "source": "capture",
         "thresholds": {"js": 0.1, "missing": 0.05, "out_of_range": 0.05, "psi": 0.3, "unseen": 0.01},
         "version": "1",
         "window_hours": 6,
@@ -212,3 +214,73 @@ def test_the_drift_alarm_watches_the_drift_flag_and_is_on_the_dashboard(synth: S
     assert logical in body  # the alarm status widget names its ARN
     assert "SEARCH(" in body
     assert "DriftScore" in body
+
+
+# ------------------------------------------------------------------------------------------ a batch deployment's check
+
+BATCH = "cancer-watched"
+BATCH_NAME = f"servestack-{BATCH}"
+
+
+def _batch_check(synth: Synth) -> tuple[str, dict[str, Any]]:
+    functions = synth.resources(BATCH, "AWS::Lambda::Function")
+    ((logical, function),) = [(k, f) for k, f in functions.items() if f["Properties"]["Handler"] == HANDLER]
+    return logical, function
+
+
+def test_a_batch_deployments_check_reads_its_input_and_output_prefixes_and_nothing_else(synth: Synth) -> None:
+    logical, function = _batch_check(synth)
+    (bucket,) = [k for k in synth.resources(BATCH, "AWS::S3::Bucket") if k.startswith("ArtifactsBucket")]
+    joined = function["Properties"]["Environment"]["Variables"]["SERVESTACK_MONITOR"]["Fn::Join"][1]
+    setting = json.loads(joined[0] + "BUCKET" + joined[2])
+    # THEN it is told to read the runs under the output prefix
+    assert (setting["source"], setting["prefix"], setting["window_hours"]) == ("batch", "scoring/out/", 26)
+    role = function["Properties"]["Role"]["Fn::GetAtt"][0]
+    logs = function["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
+    arn = {"Fn::GetAtt": [bucket, "Arn"]}
+    objects = [{"Fn::Join": ["", [arn, f"/{prefix}*"]]} for prefix in ("scoring/in/", "scoring/out/")]
+    # AND its role reads exactly the input and output prefixes (objects, and listing under them), puts drift
+    # metrics, and writes its log: no write to S3, nothing of the batch job's
+    assert _statements_of(synth, BATCH, role) == [
+        {
+            "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+            "Effect": "Allow",
+            "Resource": {"Fn::GetAtt": [logs, "Arn"]},
+        },
+        {"Action": "s3:GetObject", "Effect": "Allow", "Resource": objects},
+        {
+            "Action": "s3:ListBucket",
+            "Condition": {"StringLike": {"s3:prefix": ["scoring/in/*", "scoring/out/*"]}},
+            "Effect": "Allow",
+            "Resource": {"Fn::GetAtt": [bucket, "Arn"]},
+        },
+        {
+            "Action": "cloudwatch:PutMetricData",
+            "Condition": {"StringEquals": {"cloudwatch:namespace": "servestack/Drift"}},
+            "Effect": "Allow",
+            "Resource": "*",
+        },
+    ]
+    # AND its schedule is in the deployment's one schedule group, the batch schedule's: no second group
+    (group,) = synth.resources(BATCH, "AWS::Scheduler::ScheduleGroup").values()
+    assert group["Properties"]["Name"] == BATCH_NAME
+    schedules = {
+        s["Properties"]["Name"]: s["Properties"] for s in synth.resources(BATCH, "AWS::Scheduler::Schedule").values()
+    }
+    assert sorted(schedules) == [BATCH_NAME, f"{BATCH_NAME}-monitor"]
+    assert {props["GroupName"] for props in schedules.values()} == {BATCH_NAME}
+    check = schedules[f"{BATCH_NAME}-monitor"]["Target"]
+    assert check["Arn"] == {"Fn::GetAtt": [logical, "Arn"]}
+    assert "DeadLetterConfig" in check
+    # AND its alarms are the deployment's, beside the batch failure alarm
+    names = {a["Properties"]["AlarmName"] for a in synth.resources(BATCH, "AWS::CloudWatch::Alarm").values()}
+    assert names == {f"{BATCH_NAME}-failures", f"{BATCH_NAME}-drift", f"{BATCH_NAME}-monitor-failures"}
+
+
+def _statements_of(synth: Synth, deployment: str, role: str) -> list[dict[str, Any]]:
+    return [
+        statement
+        for policy in synth.resources(deployment, "AWS::IAM::Policy").values()
+        if {"Ref": role} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
