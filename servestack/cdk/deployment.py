@@ -475,12 +475,16 @@ class DeploymentStack(Stack):
             raise TypeError(f"unknown deployment mode {d!r}")
 
         if d.monitor is not None and d.capture is not None:  # the spec refuses monitor: without capture:
+            # A batch deployment's runs are its capture, and its schedule group is the check's too.
+            runs = self.construct if isinstance(self.construct, BatchJob) else None
             monitor = add_drift_monitor(
                 self, name=name, deployment=deployment, monitor=d.monitor, capture=d.capture, model=primary,
                 bucket=bucket, root=root, entry_points=self.entry_points,
                 architecture=getattr(d, "architecture", "x86_64"), log_retention_days=d.log_retention_days,
+                batch_prefixes=(runs.input_prefix, runs.output_prefix) if runs is not None else None,
+                schedule_group=runs.schedule_group if runs is not None else None,
             )  # fmt: skip
-            alarms = [*alarms, monitor.alarm]
+            alarms = [*alarms, *monitor.alarms]  # drift, and the check's own failures
             panels.append(Panel("Drift score by column (PSI or Jensen-Shannon distance)", [monitor.scores]))
         CfnOutput(self, "Bucket", value=bucket.bucket_name)
         self.alarms = alarms

@@ -3,12 +3,17 @@ check of `servestack monitor` over the deployment's capture (servestack/monitor/
 Scheduler schedule in the deployment's own schedule group that invokes it, and an alarm on its drift flag.
 
 The function's role may read the capture prefix (`s3:GetObject` under it, `s3:ListBucket` with `s3:prefix`
-under it), put metric data to the drift namespace alone (`cloudwatch:PutMetricData` has no resource-level
-permission, so a `cloudwatch:namespace` condition narrows it) and write its own log group: nothing else. Its
-code carries the model package and any explicit baseline file, so it reads no other object.
+under it; a batch deployment's: its input and output prefixes, where its runs' objects are), put metric data
+to the drift namespace alone (`cloudwatch:PutMetricData` has no resource-level permission, so a
+`cloudwatch:namespace` condition narrows it) and write its own log group: nothing else. Its code carries the
+model package and any explicit baseline file, so it reads no other object.
 
-The alarm watches `DriftDetected` (1 when the last check found drift) and ignores missing data: the check runs
-once per schedule, so between checks the alarm keeps the last verdict rather than going back to OK.
+The drift alarm watches `DriftDetected` (1 when the last check found drift) and ignores missing data: the check
+runs once per schedule, so between checks the alarm keeps the last verdict rather than going back to OK. Missing
+data also follows from a check that did not run, or raised: the failure alarm says so, as a batch deployment's
+does (servestack/cdk/batch.py). It adds the function's `Errors` (the check raised or timed out), the schedule
+group's `TargetErrorCount` (Scheduler could not invoke it) and the visible messages of the schedule's dead-letter
+queue (an invocation that failed every retry), so that a broken check never reads as "no drift".
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_scheduler_targets as targets
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from servestack.cdk.bundling import FunctionCode, function_code
@@ -31,24 +37,31 @@ from servestack.monitor.setting import (
     BASELINE_DIR,
     DRIFT_DETECTED,
     DRIFT_SCORE,
+    HANDLER,
     NAMESPACE,
     SETTING_ENV,
     MonitorSetting,
 )
 from servestack.spec import Capture, ModelSpec, Monitor
 
-HANDLER = "servestack.monitor.scheduled.handler"
 # The alarm's period: one check's datapoint falls in it; missing data (between checks) is ignored.
 ALARM_PERIOD = Duration.hours(1)
+# The failure alarm's period, as the batch failure alarm's: a failed check raises it for this long at least.
+FAILURE_PERIOD = Duration.minutes(5)
+# Scheduler's retries of an invocation it could not make, and how long it keeps trying: a daily check's event is
+# stale after an hour, and the dead-letter queue then says it was lost.
+RETRY_ATTEMPTS = 2
+MAX_EVENT_AGE = Duration.hours(1)
 _PREFIX_REASON = (
-    "The check reads every capture object under the deployment's capture prefix; their names (by time) are only "
-    "known at run time, so the prefix ends in a wildcard."
+    "The check reads the capture objects under the deployment's capture prefix (a batch deployment's: its runs' "
+    "input and output objects); their names are only known at run time, so the prefix ends in a wildcard."
 )
 
 
 class DriftMonitor(Construct):
-    """The scheduled check of one deployment: its function and role, schedule (in `schedule_group`, the
-    deployment's own) and the drift alarm."""
+    """The scheduled check of one deployment: its function and role, schedule (in the deployment's own schedule
+    group: `schedule_group` when the deployment already has one, a batch deployment's, else a new one), its
+    dead-letter queue, the drift alarm and the failure alarm."""
 
     def __init__(
         self,
@@ -65,11 +78,15 @@ class DriftMonitor(Construct):
         log_retention_days: int = 30,
         memory_mib: int = 2048,
         timeout_sec: int = 900,
+        schedule_group: scheduler.IScheduleGroup | None = None,
+        read_prefixes: list[str] | None = None,
     ) -> None:
         super().__init__(scope, id)
         if not schedule.startswith(("cron(", "rate(")):
             raise ValueError(f"DriftMonitor: schedule={schedule!r} is not 'cron(...)' or 'rate(...)'")
         prefix = setting.prefix
+        # What it reads: the capture prefix; a batch deployment's input and output prefixes
+        prefixes = read_prefixes or [prefix]
         self.function = servestack_function(
             self,
             "Function",
@@ -84,13 +101,14 @@ class DriftMonitor(Construct):
             description=f"servestack {name}: scheduled drift check of s3://<bucket>/{prefix}",
         )
         self.function.add_to_role_policy(
-            iam.PolicyStatement(actions=["s3:GetObject"], resources=[bucket.arn_for_objects(f"{prefix}*")])
+            iam.PolicyStatement(actions=["s3:GetObject"], resources=[bucket.arn_for_objects(f"{p}*") for p in prefixes])
         )
+        # Listing the input prefix too: a batch input gone since its run is then NoSuchKey, not AccessDenied.
         self.function.add_to_role_policy(
             iam.PolicyStatement(
                 actions=["s3:ListBucket"],
                 resources=[bucket.bucket_arn],
-                conditions={"StringLike": {"s3:prefix": [f"{prefix}*"]}},
+                conditions={"StringLike": {"s3:prefix": [f"{p}*" for p in prefixes]}},
             )
         )
         self.function.add_to_role_policy(
@@ -104,7 +122,7 @@ class DriftMonitor(Construct):
         acknowledge(
             self.function.role,
             {
-                f"AwsSolutions-IAM5[Resource::<{logical_id(bucket)}.Arn>/{prefix}*]": _PREFIX_REASON,
+                **{f"AwsSolutions-IAM5[Resource::<{logical_id(bucket)}.Arn>/{p}*]": _PREFIX_REASON for p in prefixes},
                 "AwsSolutions-IAM5[Resource::*]": (
                     "cloudwatch:PutMetricData has no resource-level permissions; a condition limits it to the "
                     f"{NAMESPACE} namespace."
@@ -121,9 +139,22 @@ class DriftMonitor(Construct):
                 )
             },
         )
-        # The deployment's own group (as a batch deployment's schedule is in its own): Scheduler's metrics have the
-        # group as their one dimension.
-        self.schedule_group = scheduler.ScheduleGroup(
+        # Invocations Scheduler could not make after its retries land here, sent by the scheduler's role (the
+        # target's grant): the function's own role gets nothing on it.
+        self.dead_letters = sqs.Queue(
+            self,
+            "DeadLetters",
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            retention_period=Duration.days(14),
+        )
+        acknowledge(
+            self.dead_letters,
+            {"AwsSolutions-SQS3": "This queue is the check schedule's dead-letter queue; it has no DLQ."},
+        )
+        # The deployment's own group (as a batch deployment's schedule is in its own, which a batch deployment's
+        # check shares): Scheduler's metrics have the group as their one dimension.
+        self.schedule_group = schedule_group or scheduler.ScheduleGroup(
             self, "ScheduleGroup", schedule_group_name=name, removal_policy=RemovalPolicy.DESTROY
         )
         self.schedule = scheduler.Schedule(
@@ -132,9 +163,16 @@ class DriftMonitor(Construct):
             schedule_name=f"{name}-monitor",
             schedule_group=self.schedule_group,
             schedule=scheduler.ScheduleExpression.expression(schedule, TimeZone.of(timezone)),
-            target=targets.LambdaInvoke(self.function, role=scheduler_role, retry_attempts=2),
-            description=f"servestack {name}: drift check of its capture",
+            target=targets.LambdaInvoke(
+                self.function,
+                role=scheduler_role,
+                dead_letter_queue=self.dead_letters,
+                retry_attempts=RETRY_ATTEMPTS,
+                max_event_age=MAX_EVENT_AGE,
+            ),
+            description=f"servestack {name}: drift check of its {'runs' if setting.source == 'batch' else 'capture'}",
         )
+        # The schedule names its group by a plain string: without this, CloudFormation may create it first.
         self.schedule.node.add_dependency(self.schedule_group)
         self.alarm = cw.Alarm(
             self,
@@ -165,6 +203,32 @@ class DriftMonitor(Construct):
             label="drift score by column",
             period=ALARM_PERIOD,
         )
+        self.failure_alarm = cw.Alarm(
+            self,
+            "FailureAlarm",
+            alarm_name=f"{name}-monitor-failures",
+            alarm_description=(
+                f"{name}: the scheduled drift check failed (it raised or timed out: its log says why), its schedule "
+                "could not invoke it, or its invocation was dead-lettered; the drift alarm then has no new verdict"
+            ),
+            metric=cw.MathExpression(
+                expression="FILL(failed, 0) + FILL(target_errors, 0) + FILL(dlq, 0)",
+                using_metrics={
+                    "failed": self.function.metric_errors(period=FAILURE_PERIOD, statistic="Sum"),
+                    "target_errors": self.schedule_group.metric_target_errors(period=FAILURE_PERIOD, statistic="Sum"),
+                    "dlq": self.dead_letters.metric_approximate_number_of_messages_visible(
+                        period=FAILURE_PERIOD, statistic="Maximum"
+                    ),
+                },
+                period=FAILURE_PERIOD,
+                label="failed checks + target errors + dead letters",
+            ),
+            threshold=0,
+            comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+            evaluation_periods=1,
+            treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+        )
+        self.alarms = [self.alarm, self.failure_alarm]
 
 
 def add_drift_monitor(
@@ -180,9 +244,12 @@ def add_drift_monitor(
     entry_points: Path,
     architecture: str,
     log_retention_days: int,
+    batch_prefixes: tuple[str, str] | None = None,
+    schedule_group: scheduler.IScheduleGroup | None = None,
 ) -> DriftMonitor:
     """The `DriftMonitor` of a deployment's `monitor:` block: its code is servestack's runtime with the monitor,
-    the deployment's model package and the explicit baseline file, if any."""
+    the deployment's model package and the explicit baseline file, if any. A batch deployment's check reads its
+    runs: `batch_prefixes` (its input and output prefixes), in its own schedule group (`schedule_group`)."""
     extra: list[Member] = []
     if monitor.baseline is not None:
         extra.append((f"{BASELINE_DIR}/{Path(monitor.baseline).name}", root / monitor.baseline))
@@ -204,13 +271,14 @@ def add_drift_monitor(
     setting = MonitorSetting(
         deployment=deployment,
         bucket=bucket.bucket_name,
-        prefix=capture.prefix_of(deployment),
+        prefix=capture.prefix_of(deployment) if batch_prefixes is None else batch_prefixes[1],
         model=model.name,
         version=model.version,
         window_hours=monitor.window_hours,
         min_rows=monitor.min_rows,
         thresholds=thresholds,
         baseline=Path(monitor.baseline).name if monitor.baseline is not None else None,
+        source="capture" if batch_prefixes is None else "batch",
     )
     return DriftMonitor(
         scope,
@@ -223,4 +291,6 @@ def add_drift_monitor(
         timezone=monitor.timezone,
         architecture=architecture,
         log_retention_days=log_retention_days,
+        schedule_group=schedule_group,
+        read_prefixes=list(batch_prefixes) if batch_prefixes is not None else None,
     )

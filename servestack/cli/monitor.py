@@ -30,7 +30,8 @@ def arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         metavar="LOCATION",
         help="the captured records: a folder of .jsonl files (searched recursively), one .jsonl file, or "
-        "s3://bucket/prefix/",
+        "s3://bucket/prefix/; a batch deployment's output prefix, s3://bucket/<output prefix>, reads the rows its "
+        "runs scored",
     )
     parser.add_argument(
         "--model",

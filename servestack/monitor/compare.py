@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from servestack.inference.service import ServedModel
 from servestack.inference.settings import ServingSettings
 from servestack.monitor import drift
 from servestack.monitor.baseline import read_baseline, read_package_sample
-from servestack.monitor.records import Window, capture_lines, read_capture
+from servestack.monitor.batch_runs import is_batch_output, read_batch_runs
+from servestack.monitor.records import Captured, Window, capture_lines, read_capture
 from servestack.monitor.table import CONFIDENCE, Table
 
 
@@ -21,7 +23,9 @@ class NotEnoughRows(ValueError):
 @dataclass(frozen=True)
 class Inputs:
     """What to compare: the package (a folder), its baseline (a file, else the package's sample), the capture
-    location (a folder, a file or s3://bucket/prefix/) and the window."""
+    location (a folder, a file or s3://bucket/prefix/) and the window. `source`: what the location holds, capture
+    records or a batch deployment's runs (its output prefix, servestack/monitor/batch_runs.py); `auto`: runs
+    where the location holds run manifests."""
 
     package_dir: Path
     baseline: Path | None
@@ -31,12 +35,20 @@ class Inputs:
     min_rows: int
     endpoint_url: str | None = None
     region: str | None = None
+    source: Literal["auto", "capture", "batch"] = "auto"
 
 
 def load_model(package_dir: Path) -> ServedModel:
     """The package verified and loaded as a server loads it, without warming up: only its decoder and one
     prediction per baseline chunk are needed."""
     return ServedModel.load(package_dir, ServingSettings(model_dir=package_dir.parent.parent, warmup=False))
+
+
+def _read_current(inputs: Inputs, model: ServedModel, table: Table) -> Captured:
+    where = {"endpoint_url": inputs.endpoint_url, "region": inputs.region}
+    if inputs.source == "batch" or (inputs.source == "auto" and is_batch_output(inputs.capture, **where)):
+        return read_batch_runs(inputs.capture, model, inputs.window, table, **where)
+    return read_capture(capture_lines(inputs.capture, **where), model, inputs.window, table)
 
 
 def compare_traffic(inputs: Inputs) -> drift.Comparison:
@@ -49,8 +61,7 @@ def compare_traffic(inputs: Inputs) -> drift.Comparison:
         read_package_sample(inputs.package_dir, model, baseline)
         source = f"the sample of {model.manifest.key} (models push --sample)"
     current, _ = Table.for_model(model.manifest)
-    lines = capture_lines(inputs.capture, endpoint_url=inputs.endpoint_url, region=inputs.region)
-    captured = read_capture(lines, model, inputs.window, current)
+    captured = _read_current(inputs, model, current)
     for side, table, hint in (
         ("baseline", baseline, "pass --baseline FILE with the training rows"),
         ("captured window", current, "widen --since/--until, or wait for more traffic"),

@@ -2,6 +2,9 @@
 Lambda function that EventBridge Scheduler invokes (servestack/cdk/monitoring.py), over the last `window_hours`
 of the deployment's capture prefix against its baseline, published as CloudWatch metrics.
 
+A batch deployment's check reads its runs instead: `prefix` is its output prefix, and the rows each run in the
+window scored are read again from its input objects (servestack/monitor/batch_runs.py).
+
 The function's setting is `SERVESTACK_MONITOR` (JSON, written at synth: servestack/monitor/setting.py). Its
 package is the one its code carries (`SERVESTACK_MODEL_DIR/<model>/<version>`), and so is an explicit baseline
 file (`BASELINE_DIR`), so that its role reads nothing from S3 but the capture prefix. The HTML report is not drawn:
@@ -80,6 +83,7 @@ def check(
         window=Window(now - timedelta(hours=setting.window_hours), None),
         thresholds=drift.Thresholds(**setting.thresholds),
         min_rows=setting.min_rows,
+        source=setting.source,
     )
     try:
         comparison = compare_traffic(inputs)

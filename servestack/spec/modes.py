@@ -168,10 +168,21 @@ class BatchDeployment(_DeploymentBase):
         return data
 
     def _monitor_refusal(self) -> str | None:
-        return (
-            "usable in batch mode yet (its capture is the run's own input and output objects, which the scheduled "
-            "check does not read: it reads capture records)"
-        )
+        """The check reads the runs' JSON Lines and CSV inputs and JSON Lines parts (servestack/monitor/batch_runs.py),
+        joined by file and line."""
+        if self.runner == "transform":
+            return (
+                "usable with runner: transform yet (a transform job's answers hold no file and line to join them to "
+                "the rows they scored); use runner: lambda or fargate"
+            )
+        parquet = [f"{key}: parquet" for key in ("input_format", "output_format") if getattr(self, key) == "parquet"]
+        if parquet:
+            return (
+                f"usable with {' and '.join(parquet)} (the check's function reads the runs' objects without pyarrow, "
+                "left out of its bundle to stay under Lambda's size limit: JSON Lines and CSV inputs, JSON Lines "
+                "parts); write jsonl or csv input and jsonl output to monitor this deployment"
+            )
+        return None
 
     @model_validator(mode="after")
     def _coherent(self) -> Self:

@@ -9,7 +9,10 @@ the log group's subscription and the Firehose stream, written with the stream's 
 `wine-watch` (serverless, every column captured) has a `monitor:` block: its scheduled drift check, fired through
 the local scheduler, runs under its own role (IAM enforced), puts its metrics to the emulator's CloudWatch, and
 its drift alarm is what `local status` shows, OK for traffic like the training rows, ALARM once a column shifts
-and a category the model never saw comes in.
+and a category the model never saw comes in. `wine-native`'s check, given a capture object it cannot read, fails,
+and its failure alarm is what `local status` shows then. `wine-nightly` (batch) has a `monitor:` block too: its
+check reads the rows its last run scored, from the run's own input and output objects, and sets its drift alarm
+the same way.
 
 `wine-sampled` (serverless) captures 10%: 2,000 signed requests through its HTTP API front, and the records
 Firehose wrote are the sampled share within binomial bounds, each sampled line shipped (as many records as capture
@@ -51,6 +54,7 @@ REQUESTS = 3
 WATCHED = "wine-watch"  # the deployment with a scheduled drift check
 SAMPLED = "wine-sampled"  # capture at 10%
 SAMPLED_REQUESTS = 2_000
+NIGHTLY = "wine-nightly"  # batch, with a scheduled drift check of its runs
 
 
 @dataclass
@@ -86,12 +90,14 @@ def serving_yaml() -> dict[str, Any]:
             # Its schedule never comes round during the tests: they fire it (local up's own route).
             WATCHED: {"mode": "serverless", "model": PIPELINE, "capture": {}, "monitor": {"window_hours": 1}},
             SAMPLED: {"mode": "serverless", "model": PIPELINE, "capture": {"sample_percent": 10}},
-            "wine-nightly": {
+            # Its runs are its capture; its check reads them (the tests fire it, and run the batch themselves)
+            NIGHTLY: {
                 "mode": "batch",
                 "model": PIPELINE,
                 "input_format": "jsonl",
                 "id_column": "id",
                 "capture": {},
+                "monitor": {"window_hours": 1},
             },
         },
     }
@@ -303,10 +309,10 @@ def test_a_realtime_endpoint_without_excluded_columns_is_captured_by_sagemaker_i
 def test_a_batch_runs_objects_are_its_capture_joined_by_id(captured: Captured, zoo: dict[str, ZooModel]) -> None:
     table = zoo[PIPELINE].sample.slice(0, 5).to_pylist()
     rows = [{"id": f"r{i}", **row} for i, row in enumerate(table)]
-    bucket, prefix, output = batch_location(captured.up.state, "wine-nightly")
+    bucket, prefix, output = batch_location(captured.up.state, NIGHTLY)
     s3 = captured.up.emulator("s3")
     s3.put_object(Bucket=bucket, Key=f"{prefix}rows.jsonl", Body="\n".join(map(json.dumps, rows)).encode())
-    captured.cli("local", "run-batch", "wine-nightly", "--state", str(captured.up.state_path))
+    captured.cli("local", "run-batch", NIGHTLY, "--state", str(captured.up.state_path))
     manifest = json.loads(s3.get_object(Bucket=bucket, Key=f"{output}manifest.json")["Body"].read())
     scored = [
         json.loads(line)
@@ -316,7 +322,7 @@ def test_a_batch_runs_objects_are_its_capture_joined_by_id(captured: Captured, z
     ]
     # THEN every input row has its output row, joined by the id column: no copy under capture/
     assert sorted(row["id"] for row in scored) == sorted(row["id"] for row in rows)
-    assert capture_records(captured, "wine-nightly") == []
+    assert capture_records(captured, NIGHTLY) == []
 
 
 def status_alarms(captured: Captured, deployment: str) -> list[dict[str, Any]]:
@@ -410,8 +416,90 @@ def test_a_realtime_endpoints_check_reads_sagemakers_own_records(captured: Captu
 
     # THEN it read every row of the requests as SageMaker recorded them, as its role, and published its verdict
     assert wait_for(rows, "the realtime check's metrics", timeout_sec=120, poll_sec=1.0) == 2 + 3 + 4
+    drift = "servestack-wine-native-drift"
     alarm = wait_for(
-        lambda: next((a for a in status_alarms(captured, "wine-native") if a["state"] in ("OK", "ALARM")), None),
+        lambda: next((a for a in status_alarms(captured, "wine-native")
+                      if a["name"] == drift and a["state"] in ("OK", "ALARM")), None),
         "the realtime drift alarm's verdict", timeout_sec=60, poll_sec=1.0,
     )  # fmt: skip
-    assert alarm["name"] == "servestack-wine-native-drift"
+    assert str(alarm["reason"]).startswith("Threshold Crossed")
+
+
+def test_a_check_that_fails_sets_its_failure_alarm_local_status_shows(captured: Captured) -> None:
+    import gzip
+
+    failures = "servestack-wine-native-monitor-failures"
+
+    def failure_alarm() -> dict[str, Any]:
+        (alarm,) = [a for a in status_alarms(captured, "wine-native") if a["name"] == failures]
+        return dict(alarm)
+
+    # GIVEN the check's failure alarm, quiet: no check has failed
+    assert failure_alarm()["state"] == "OK"
+    # WHEN someone copies capture records in gzip under the capture prefix, keeping the .jsonl name, and the check's
+    # schedule fires: the check cannot read that object as text, and raises
+    s3 = captured.up.emulator("s3")
+    bucket = captured.up.deployment("wine-native")["bucket"]
+    key = "capture/wine-native/copied/records.jsonl"
+    s3.put_object(Bucket=bucket, Key=key, Body=gzip.compress(b'{"captureData": {}}\n'))
+    try:
+        fire = f"{captured.up.api}/_servestack/schedules/servestack-wine-native-monitor/fire"
+        assert control("POST", fire, developer(captured.up.state), "us-east-1", timeout_sec=120) == (
+            200, {"invoked": True},
+        )  # fmt: skip
+        # THEN the schedule's part succeeded (Lambda accepted the event), but the function's Errors count the failed
+        # check: `local status` shows the failure alarm in ALARM, with CloudWatch's reason
+        alarm = wait_for(lambda: (a := failure_alarm())["state"] == "ALARM" and a, "the failure alarm in ALARM",
+                         timeout_sec=180, poll_sec=1.0)  # fmt: skip
+        assert str(alarm["reason"]).startswith("Threshold Crossed: 1 datapoint [1.0")
+        table = captured.cli("local", "status", "--state", str(captured.up.state_path))
+        assert f"{failures}: ALARM since " in table
+        # AND the check's log says why, as its log group in AWS would
+        assert any("UnicodeDecodeError" in line for line in log_lines(captured, "wine-native"))
+    finally:
+        s3.delete_object(Bucket=bucket, Key=key)
+
+
+def test_a_batch_deployments_check_reads_the_rows_its_run_scored(captured: Captured, zoo: dict[str, ZooModel]) -> None:
+    model = zoo[PIPELINE]
+    training = [{"id": f"r{i}", **row} for i, row in enumerate(model.sample.to_pylist())]
+    bucket, prefix, _ = batch_location(captured.up.state, NIGHTLY)
+    s3 = captured.up.emulator("s3")
+
+    def run_then_check(rows: list[dict[str, Any]]) -> None:
+        """A run over `rows` (as `local run-batch` starts it), then the check's schedule fires."""
+        s3.put_object(Bucket=bucket, Key=f"{prefix}rows.jsonl", Body="\n".join(map(json.dumps, rows)).encode())
+        captured.cli("local", "run-batch", NIGHTLY, "--state", str(captured.up.state_path))
+        fire = f"{captured.up.api}/_servestack/schedules/servestack-{NIGHTLY}-monitor/fire"
+        assert control("POST", fire, developer(captured.up.state), "us-east-1", timeout_sec=120) == (
+            200, {"invoked": True},
+        )  # fmt: skip
+
+    def drift(state: str) -> dict[str, Any] | None:
+        (alarm,) = [a for a in status_alarms(captured, NIGHTLY) if a["name"] == f"servestack-{NIGHTLY}-drift"]
+        return dict(alarm) if alarm["state"] == state and str(alarm["reason"]).startswith("Threshold") else None
+
+    # GIVEN a run over the training rows (the package's baseline) / WHEN its check runs, as its role
+    run_then_check(training)
+    # THEN it reads every row the run scored, joined to its prediction, and finds no drift: the alarm is OK
+    alarm = wait_for(lambda: drift("OK"), "the batch drift alarm OK", timeout_sec=180, poll_sec=1.0)
+    assert alarm["reason"].startswith("Threshold Crossed: 1 datapoint [0.0")
+    cloudwatch = captured.up.emulator("cloudwatch")
+    points = cloudwatch.get_metric_statistics(
+        Namespace="servestack/Drift", MetricName="CapturedRows", Period=3600, Statistics=["Maximum"],
+        Dimensions=[{"Name": "Deployment", "Value": NIGHTLY}],
+        StartTime=datetime.now(UTC) - timedelta(hours=1), EndTime=datetime.now(UTC) + timedelta(minutes=1),
+    )["Datapoints"]  # fmt: skip
+    assert max(point["Maximum"] for point in points) == model.rows
+    # WHEN the next run scores rows whose alcohol reads 3 points high and a fifth of them a shade the model never saw
+    shifted = [
+        row | {"alcohol": row["alcohol"] + 3} | ({"shade": "violet"} if i % 5 == 0 else {})
+        for i, row in enumerate(training)
+    ]
+    run_then_check(shifted)
+    # THEN the check reads that run (the earlier one's parts were replaced by it) and the drift alarm is in ALARM
+    alarm = wait_for(lambda: drift("ALARM"), "the batch drift alarm in ALARM", timeout_sec=180, poll_sec=1.0)
+    assert alarm["reason"].startswith("Threshold Crossed: 1 datapoint [1.0")
+    # AND its check did not fail: its failure alarm is quiet
+    (failures,) = [a for a in status_alarms(captured, NIGHTLY) if a["name"].endswith("-monitor-failures")]
+    assert failures["state"] == "OK"

@@ -130,6 +130,15 @@ EXTRA_DEPLOYMENTS: dict[str, dict[str, Any]] = {
         "capture": {"sample_percent": 10, "what": "inputs"},
     },
     "cancer-async-captured": {"mode": "async", "model": "breast-cancer", "capture": {}},
+    # A batch deployment's scheduled drift check reads its runs (servestack/monitor/batch_runs.py)
+    "cancer-watched": {
+        "mode": "batch",
+        "model": "breast-cancer",
+        "input_prefix": "scoring/in/",
+        "output_prefix": "scoring/out/",
+        "capture": {},
+        "monitor": {"window_hours": 26, "baseline": MONITOR_BASELINE},
+    },
     "cancer-transform": {
         "mode": "batch",
         "model": "breast-cancer",

@@ -4,6 +4,7 @@ option): each mode's resources with the template's settings, and a report that l
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from servestack.local.cloudformation.return_values import RETURN_VALUES
 from servestack.local.cloudformation.templates import LocalValues, Resolver, StackTemplate
@@ -158,9 +159,10 @@ def test_a_fargate_deployments_failed_task_rule_and_failure_alarm_are_played(syn
     assert "ECS task's stop" in rows["AWS::Events::Rule"].how
     assert rows["AWS::CloudWatch::Alarm"].emulated
     assert "evaluated" in rows["AWS::CloudWatch::Alarm"].how
-    # AND a Lambda deployment's alarm, which watches no rule local mode plays, is still only reported
+    # AND a Lambda deployment's failure alarm is evaluated too: local mode counts its function's Errors, its group's
+    # target errors and its dead-letter queue's depth (servestack/local/cloudwatch/service_metrics.py)
     nightly = {row.type: row for row in topology(synth, "cancer-nightly").report}
-    assert not nightly["AWS::CloudWatch::Alarm"].emulated
+    assert nightly["AWS::CloudWatch::Alarm"].emulated
 
 
 def test_every_resource_type_the_app_synthesizes_has_its_documented_return_values(synth: Synth) -> None:
@@ -221,11 +223,47 @@ def test_a_deployments_drift_check_is_scheduled_as_its_role_and_its_drift_alarm_
     assert (schedule.name, schedule.group) == ("servestack-digits-captured-monitor", "servestack-digits-captured")
     assert (schedule.task, schedule.universal) == (None, None)
     assert [f.handler for f in read.functions.values()] == ["servestack.monitor.scheduled.handler"]
-    # AND its drift alarm is evaluated (its metric is the check's own), the endpoint's guardrails only reported
-    (drift,) = [alarm for alarm in read.alarms if alarm.evaluated_locally(set())]
+    # AND a failed invocation goes to the check's dead-letter queue once retried (the local scheduler honours it)
+    (queue,) = [q for q in read.queues.values() if q.arn == schedule.dead_letter_arn]
+    assert (schedule.retry_attempts, schedule.maximum_event_age_sec) == (2, 3600)
+    # AND its drift alarm is evaluated (its metric is the check's own), and so is its failure alarm (the function's
+    # Errors, the group's target errors and the queue's depth, which local mode counts); the endpoint's guardrails
+    # (SageMaker's metrics) are only reported
+    drift, failures = sorted(
+        (alarm for alarm in read.alarms if alarm.evaluated_locally(set())), key=lambda alarm: alarm.name
+    )
     assert drift.name == "servestack-digits-captured-drift"
     assert drift.treat_missing_data == "ignore"
+    assert failures.name == "servestack-digits-captured-monitor-failures"
+    assert failures.watched_queues() == {queue.name}
     rows = [row for row in read.report if row.type == "AWS::CloudWatch::Alarm"]
-    assert [row.logical_id for row in rows if row.emulated] == [
-        next(k for k in synth.resources("digits-captured", "AWS::CloudWatch::Alarm") if "DriftAlarm" in k)
-    ]
+    alarms = synth.resources("digits-captured", "AWS::CloudWatch::Alarm")
+    assert sorted(row.logical_id for row in rows if row.emulated) == sorted(
+        k for k in alarms if "DriftAlarm" in k or "MonitorFailureAlarm" in k
+    )
+    assert len(rows) > 2
+
+
+def test_a_batch_deployments_drift_check_shares_its_group_and_is_not_taken_for_its_run(
+    synth: Synth, tmp_path: Path
+) -> None:
+    from servestack.local.batch import BatchPlanner
+    from tests.integration.test_batch_seed import plan_context
+
+    # GIVEN the batch deployment with monitor: / WHEN local up reads and plans it
+    read = topology(synth, "cancer-watched")
+    entry = BatchPlanner(None).plan(read, plan_context(tmp_path, tmp_path / "no-sample")).entry
+    # THEN both schedules are in the deployment's one group, each with its dead-letter queue
+    schedules = {schedule.name: schedule for schedule in read.schedules}
+    assert sorted(schedules) == ["servestack-cancer-watched", "servestack-cancer-watched-monitor"]
+    assert {schedule.group for schedule in schedules.values()} == {"servestack-cancer-watched"}
+    assert all(schedule.dead_letter_arn for schedule in schedules.values())
+    # AND the deployment's run is the batch schedule's (`local run-batch`, the seed), never the check's
+    assert entry["schedule_name"] == "servestack-cancer-watched"
+    assert entry["input"]["input_prefix"] == "scoring/in/"
+    # AND its drift, check-failure and batch failure alarms are all evaluated
+    assert {alarm.name for alarm in read.alarms if alarm.evaluated_locally(set())} == {
+        "servestack-cancer-watched-failures",
+        "servestack-cancer-watched-drift",
+        "servestack-cancer-watched-monitor-failures",
+    }

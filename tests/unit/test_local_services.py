@@ -101,6 +101,32 @@ def test_a_qualifier_conflict_and_reserved_concurrency_zero_are_refused_as_lambd
     service.close()
 
 
+def test_an_asynchronous_invocation_is_accepted_at_once_and_its_failure_counted_by_the_service() -> None:
+    import threading
+
+    failed: list[str] = []
+    counted = threading.Event()
+
+    def on_failure(name: str) -> None:
+        failed.append(name)
+        counted.set()
+
+    # GIVEN a function whose execution environment does not answer (port 1)
+    service = LambdaService([function()], on_failure=on_failure)
+    event = {"x-amz-invocation-type": "Event"}
+    # WHEN an event is not JSON, or over 1 MB THEN Lambda refuses it at once, and nothing runs
+    bad = service.invoke("svc-Fn-ABC", b"{not json", headers=event)
+    assert (bad.status, bad.headers["x-amzn-ErrorType"]) == (400, "InvalidRequestContentException")
+    large = service.invoke("svc-Fn-ABC", b'"' + b"x" * (1024 * 1024) + b'"', headers=event)
+    assert (large.status, large.headers["x-amzn-ErrorType"]) == (413, "RequestTooLargeException")
+    # WHEN a good event comes THEN it is accepted (202), and its failure in the background is the function's Errors
+    accepted = service.invoke("svc-Fn-ABC", b'{"run": 1}', headers=event)
+    assert (accepted.status, accepted.body) == (202, b"")
+    assert counted.wait(30)
+    assert failed == ["svc-Fn-ABC"]
+    service.close()
+
+
 # ------------------------------------------------------------------------------------------ schedules
 
 

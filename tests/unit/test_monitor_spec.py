@@ -1,5 +1,6 @@
 """serving.yaml's `monitor:` block (scheduled drift monitoring): its defaults are the monitor command's, it needs
-capture of the inputs, batch mode refuses it, and `load_spec` checks that the check has a baseline to read."""
+capture of the inputs, batch mode takes it where the check can read the runs' objects (not a transform job's, not
+Parquet), and `load_spec` checks that the check has a baseline to read."""
 
 from __future__ import annotations
 
@@ -57,6 +58,24 @@ def test_every_mode_that_writes_capture_records_takes_it(mode: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "batch",
+    [
+        {},
+        {"runner": "fargate"},  # any input format: a Parquet object among the inputs is left out, with a note
+        {"runner": "fargate", "input_format": "csv", "id_column": "id"},
+        {"input_format": "jsonl", "schedule": "rate(1 hour)"},
+    ],
+)
+def test_a_batch_deployment_takes_it_where_the_check_reads_its_runs(batch: dict[str, Any]) -> None:
+    # The runs' own input and output objects are the capture: capture: {} says so, as in the other modes
+    spec = parse_spec(spec_of(mode="batch", capture={}, monitor={"window_hours": 26}, **batch))
+
+    monitor = spec.deployments["d"].monitor
+    assert monitor is not None
+    assert monitor.window_hours == 26
+
+
+@pytest.mark.parametrize(
     ("deployment", "expected"),
     [
         (
@@ -69,10 +88,30 @@ def test_every_mode_that_writes_capture_records_takes_it(mode: str) -> None:
             "deployments.d.monitor: a monitor block is not allowed with capture.what: outputs",
         ),
         (
-            {"mode": "batch", "capture": {}, "monitor": {}},
-            "deployments.d.monitor: a monitor block is not usable in batch mode yet",
+            {"mode": "batch", "runner": "transform", "capture": {}, "monitor": {}},
+            "deployments.d.monitor: a monitor block is not usable with runner: transform yet (a transform job's "
+            "answers hold no file and line",
         ),
-        ({"mode": "batch", "monitor": {}}, "deployments.d.monitor: a monitor block is not usable in batch mode"),
+        (
+            {"mode": "batch", "runner": "fargate", "input_format": "parquet", "capture": {}, "monitor": {}},
+            "deployments.d.monitor: a monitor block is not usable with input_format: parquet (the check's function "
+            "reads the runs' objects without pyarrow",
+        ),
+        (
+            {
+                "mode": "batch",
+                "runner": "fargate",
+                "input_format": "csv",
+                "output_format": "parquet",
+                "capture": {},
+                "monitor": {},
+            },
+            "deployments.d.monitor: a monitor block is not usable with output_format: parquet (",
+        ),
+        (
+            {"mode": "batch", "monitor": {}},
+            "deployments.d.monitor: a monitor block is not allowed without capture: (the check reads the captured",
+        ),
         (
             {"mode": "serverless", "capture": {}, "monitor": {"schedule": "daily"}},
             "deployments.d.monitor.schedule: 'daily' is not 'cron(<6 fields>)' or 'rate(<n> minutes|hours|days)'",

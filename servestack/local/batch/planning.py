@@ -16,6 +16,7 @@ from servestack.local.batch.seed import retire_seeded_input, seed_batch_input
 from servestack.local.lambda_ import FunctionDef
 from servestack.local.planning import PlanContext, ServicePlan, self_command
 from servestack.local.scheduler import ScheduleDef, TaskDef
+from servestack.monitor.setting import HANDLER as MONITOR_HANDLER
 
 BATCH_SETTINGS_PREFIX = "SERVESTACK_BATCH_"  # the batch task's settings (servestack/adapters/batch.py)
 
@@ -78,7 +79,11 @@ class BatchPlanner:
         part = ServicePlan()
         entry = part.entry
         sample = context.sample
+        # A `monitor:` block's drift check has its schedule too (in a batch deployment's group): not a run.
+        checks = {f.arn for f in topology.functions.values() if f.handler == MONITOR_HANDLER}
         for schedule in topology.schedules:
+            if schedule.target_arn in checks:
+                continue
             payload = json.loads(schedule.input or "{}")
             task = topology.tasks.get(schedule.task or "")
             if task is not None:  # RunTask sends no payload: the run's settings are its task definition's

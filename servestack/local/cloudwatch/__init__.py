@@ -1,5 +1,6 @@
-"""CloudWatch alarms, as `local up` plays them: those that watch a rule local mode plays, created on the emulator
-and evaluated from the datapoints it holds.
+"""CloudWatch alarms, as `local up` plays them: those whose metrics local mode has (a rule it plays, metrics its
+code publishes, the few of AWS's services it counts), created on the emulator and evaluated from the datapoints it
+holds.
 
 Other packages of local mode import from here only (tests/unit/test_import_boundaries.py).
 """
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     )
     from servestack.local.cloudwatch.planning import AlarmsPlanner
     from servestack.local.cloudwatch.reading import EVALUATED_ALARM, NOT_EVALUATED_ALARM, read_alarms
+    from servestack.local.cloudwatch.service_metrics import ServiceCounter
 else:
     from servestack.local import lazy_interface
 
@@ -28,6 +30,7 @@ __all__ = [
     "AlarmDef",
     "AlarmNotEvaluated",
     "AlarmsPlanner",
+    "ServiceCounter",
     "alarm_states",
     "ensure_alarm",
     "evaluate",

@@ -1,7 +1,11 @@
-"""CloudWatch alarms of the templates that local mode evaluates: those that watch the `TriggeredRules` metric of an
-EventBridge rule local mode plays (servestack/local/events/), as a batch deployment's failure alarm watches the rule
-on its Fargate cluster's failed tasks; and those that watch metrics servestack's own code puts to the emulator's
-CloudWatch with its role (`PUBLISHED_NAMESPACES`: the scheduled drift check's, servestack/monitor/scheduled.py).
+"""CloudWatch alarms of the templates that local mode evaluates: those whose every metric local mode has datapoints
+of. They are the `TriggeredRules` metric of an EventBridge rule local mode plays (servestack/local/events/), as a
+batch deployment's failure alarm watches the rule on its Fargate cluster's failed tasks; the metrics servestack's
+own code puts to the emulator's CloudWatch with its role (`PUBLISHED_NAMESPACES`: the scheduled drift check's,
+servestack/monitor/scheduled.py); and the few metrics of AWS's services that local mode counts where it plays
+the service (`SERVICE_DIMENSION`, servestack/local/cloudwatch/service_metrics.py: a function's Errors, a schedule
+group's target errors, a queue's visible messages), as the drift check's failure alarm and a batch deployment's
+watch them.
 
 Each is created on the emulator as CloudFormation creates it (PutMetricAlarm, with its metrics and math), so
 that `DescribeAlarms` answers it, and is evaluated as CloudWatch evaluates it
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from servestack.local.cloudwatch.service_metrics import QUEUE_DEPTH, SERVICE_DIMENSION, sample_queue_depths
 from servestack.monitor.setting import NAMESPACE as DRIFT_NAMESPACE
 
 EVENTS_NAMESPACE = "AWS/Events"
@@ -84,11 +89,19 @@ class AlarmDef:
         }
 
     def evaluated_locally(self, played_rules: set[str]) -> bool:
-        """Whether local mode has this alarm's datapoints: it watches a rule it plays (`played_rules`, by name),
-        or only metrics servestack's code publishes locally."""
-        return bool(self.watched_rules() & played_rules) or all(
-            metric.namespace in PUBLISHED_NAMESPACES for metric in self.metrics
-        )
+        """Whether local mode has this alarm's datapoints: each of its metrics is the TriggeredRules of a rule it
+        plays (`played_rules`, by name), one servestack's code publishes locally, or a service's it counts."""
+        return all(_produced_locally(metric, played_rules) for metric in self.metrics)
+
+    def watched_queues(self) -> set[str]:
+        """The names of the queues whose visible messages this alarm watches (sampled when it is evaluated)."""
+        return {
+            value
+            for metric in self.metrics
+            if (metric.namespace, metric.name) == QUEUE_DEPTH
+            for key, value in metric.dimensions
+            if key == "QueueName"
+        }
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -100,6 +113,14 @@ class AlarmDef:
             for m in data["metrics"]
         )
         return cls(**{**data, "metrics": metrics})
+
+
+def _produced_locally(metric: MetricOfAlarm, played_rules: set[str]) -> bool:
+    if (metric.namespace, metric.name) == (EVENTS_NAMESPACE, TRIGGERED_RULES):
+        return any(key == "RuleName" and value in played_rules for key, value in metric.dimensions)
+    dimension = SERVICE_DIMENSION.get((metric.namespace, metric.name))
+    counted = dimension is not None and [key for key, _ in metric.dimensions] == [dimension]
+    return metric.namespace in PUBLISHED_NAMESPACES or counted
 
 
 def alarm_of(properties: Mapping[str, Any]) -> AlarmDef:
@@ -229,11 +250,16 @@ def _statistic(cloudwatch: Any, metric: MetricOfAlarm, now: datetime) -> float |
     return sum(points) / len(points)
 
 
-def evaluate_alarms(cloudwatch: Any, alarms: Iterable[AlarmDef], now: datetime | None = None) -> dict[str, str]:
-    """Evaluate each alarm and set its state on the emulator where it changed; each alarm's state by name."""
+def evaluate_alarms(
+    cloudwatch: Any, alarms: Iterable[AlarmDef], now: datetime | None = None, *, sqs: Any | None = None
+) -> dict[str, str]:
+    """Evaluate each alarm and set its state on the emulator where it changed; each alarm's state by name. With
+    `sqs` (the developer's client), the depth of each queue an alarm watches is sampled first."""
     alarms = list(alarms)
     if not alarms:
         return {}
+    if sqs is not None:
+        sample_queue_depths(cloudwatch, sqs, {queue for alarm in alarms for queue in alarm.watched_queues()})
     current = {
         a["AlarmName"]: a["StateValue"]
         for a in cloudwatch.describe_alarms(AlarmNames=[a.name for a in alarms])["MetricAlarms"]

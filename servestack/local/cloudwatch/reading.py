@@ -24,10 +24,12 @@ def read_alarms(resolver: Resolver, resources: Sequence[Resource]) -> tuple[list
     return alarms, not_evaluated
 
 
-# How local mode plays an alarm that watches a rule it plays or metrics its code publishes (`local up --explain`);
-# any other alarm is reported.
+# How local mode plays an alarm whose every metric it has datapoints of (`local up --explain`): a rule it plays,
+# metrics its code publishes, a service's metric it counts (servestack/local/cloudwatch/service_metrics.py); any
+# other alarm is reported.
 EVALUATED_ALARM = (
     "evaluated: created on the emulator (DescribeAlarms answers it), its state set from the datapoints the emulator "
-    "holds when a rule it watches matches an event, and when `servestack local status` reads it"
+    "holds when a rule it watches matches an event, and when `servestack local status` reads it (a queue it "
+    "watches sampled then)"
 )
 NOT_EVALUATED_ALARM = "not evaluated (the `local deploy` rehearsal evaluates the rollback alarms)"

@@ -307,8 +307,9 @@ def _alarms(about: dict[str, Any]) -> dict[str, dict[str, Any]]:
         return {}
     region = str(about.get("region") or "us-east-1")
     cloudwatch = client_as("cloudwatch", str(about.get("endpoint_url")), developer(about), region)
+    sqs = client_as("sqs", str(about.get("endpoint_url")), developer(about), region)  # dead-letter queues' depth
     try:
-        evaluate_alarms(cloudwatch, defined)
+        evaluate_alarms(cloudwatch, defined, sqs=sqs)
         return {state["name"]: state for state in alarm_states(cloudwatch, [a.name for a in defined])}
     except Exception:  # the emulator is down or busy: its alarms are unknown, which the row says
         return {}

@@ -10,19 +10,39 @@ Names and qualifiers are the templates': a function is found by its physical nam
 version the template publishes (`1`: local mode runs the working tree, so every qualifier runs the same code).
 Anything else is `ResourceNotFoundException`, as in the cloud. Reserved concurrency 0 throttles, as it does
 there.
+
+An asynchronous invocation (`Event`: a schedule's, or boto3's with InvocationType Event) is the service's to run,
+as Lambda queues the event and invokes the function itself: it is validated (1 MB, JSON), answered 202, and run
+synchronously in the background here, so that its outcome is known to the service. A failed invocation (the
+handler raised or timed out: `X-Amz-Function-Error`), whoever made it, is counted as Lambda counts it, in the
+function's `Errors` metric (`on_failure`, which local up points at the emulator's CloudWatch). Lambda's own
+retries of a failed asynchronous invocation (two, minutes apart) are not played.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import re
+import threading
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
 
-from servestack.local.hosting import HOP_BY_HOP, Reply
+from servestack.local.hosting import HOP_BY_HOP, Reply, request_id
 from servestack.local.lambda_.definitions import FunctionDef
-from servestack.local.lambda_.invoke import INVOKE_PREFIX, INVOKE_SUFFIX, function_arn, lambda_error, not_found
+from servestack.local.lambda_.invoke import (
+    EVENT_PAYLOAD_BYTES,
+    INVOKE_PREFIX,
+    INVOKE_SUFFIX,
+    function_arn,
+    lambda_error,
+    not_found,
+)
+
+logger = logging.getLogger("servestack.local")
 
 FUNCTION_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 QUALIFIER = re.compile(r"^[a-zA-Z0-9$_-]{1,128}$")
@@ -79,10 +99,17 @@ class Invocation:
 
 
 class LambdaService:
-    def __init__(self, functions: list[HostedFunction], http: httpx.Client | None = None) -> None:
+    def __init__(
+        self,
+        functions: list[HostedFunction],
+        http: httpx.Client | None = None,
+        *,
+        on_failure: Callable[[str], None] | None = None,
+    ) -> None:
         self.functions = {f.name: f for f in functions}
         # Up to Lambda's 900 s timeout, plus the time a cold environment takes to start.
         self.http = http or httpx.Client(timeout=httpx.Timeout(960.0, connect=5.0))
+        self.on_failure = on_failure  # a failed invocation of the named function (its Errors metric)
 
     def close(self) -> None:
         self.http.close()
@@ -134,6 +161,42 @@ class LambdaService:
         if function.definition.reserved_concurrency == 0:
             reply = lambda_error(429, "TooManyRequestsException", "Rate Exceeded.")
             return Invocation(reply.status, reply.headers, reply.body)
+        if _invocation_type(headers) == "Event":
+            return self._queue_event(function, payload, headers or {})
+        invocation = self._call(function, payload, headers, timeout_sec)
+        self._count(function, invocation)
+        return invocation
+
+    def _count(self, function: HostedFunction, invocation: Invocation) -> None:
+        """A function error (the handler raised or timed out), or an environment that died under it (Lambda's
+        Runtime.ExitError), counts in the function's Errors."""
+        if (invocation.function_error is not None or invocation.status == 502) and self.on_failure is not None:
+            self.on_failure(function.name)
+
+    def _queue_event(self, function: HostedFunction, payload: bytes, headers: dict[str, str]) -> Invocation:
+        """Accept an asynchronous invocation as Lambda does (202, or why not), then run it in the background."""
+        refused = _event_refusal(payload)
+        if refused is not None:
+            return Invocation(refused.status, refused.headers, refused.body)
+        synchronous = {k: v for k, v in headers.items() if k.lower() not in ("x-amz-invocation-type", "x-amz-log-type")}
+
+        def run() -> None:
+            try:
+                invocation = self._call(function, payload, synchronous, None)
+            except httpx.TimeoutException as error:
+                invocation = Invocation(502, {}, f"its execution environment did not answer: {error}".encode())
+            if invocation.function_error is not None or invocation.status >= 400:
+                logger.error("%s: event invocation failed (%d): %s", function.name, invocation.status,
+                             invocation.body[:2000].decode(errors="replace"))  # fmt: skip
+            self._count(function, invocation)
+
+        threading.Thread(target=run, name=f"event-{function.name}", daemon=True).start()
+        return Invocation(202, {"x-amzn-RequestId": request_id()}, b"")
+
+    def _call(
+        self, function: HostedFunction, payload: bytes, headers: dict[str, str] | None, timeout_sec: float | None
+    ) -> Invocation:
+        """One invocation in the function's environment, as the Invoke API answers it."""
         url = f"{function.url}{INVOKE_PREFIX}{urllib.parse.quote(function.name)}{INVOKE_SUFFIX}"
         try:
             timeout = httpx.Timeout(timeout_sec, connect=5.0) if timeout_sec is not None else httpx.USE_CLIENT_DEFAULT
@@ -158,3 +221,20 @@ class LambdaService:
     @staticmethod
     def invoke_path_name(path: str) -> str:
         return urllib.parse.unquote(path[len(INVOKE_PREFIX) : -len(INVOKE_SUFFIX)])
+
+
+def _invocation_type(headers: dict[str, str] | None) -> str | None:
+    return next((v for k, v in (headers or {}).items() if k.lower() == "x-amz-invocation-type"), None)
+
+
+def _event_refusal(payload: bytes) -> Reply | None:
+    """Why Lambda refuses an asynchronous invocation at once (its payload), or None."""
+    if len(payload) > EVENT_PAYLOAD_BYTES:
+        message = f"Request must be smaller than {EVENT_PAYLOAD_BYTES} bytes for the InvokeFunction operation"
+        return lambda_error(413, "RequestTooLargeException", message)
+    try:
+        if payload.strip():
+            json.loads(payload)
+    except ValueError as error:
+        return lambda_error(400, "InvalidRequestContentException", f"Could not parse request body into json: {error}")
+    return None

@@ -9,6 +9,9 @@ else: the queue's URL comes from its ARN, not from `sqs:GetQueueUrl`) with Sched
 refused dead letter is logged, and the schedule keeps firing. A function that fails after the invocation was
 accepted is the function's business (its logs), not the schedule's.
 
+Each failed attempt counts in the schedule group's `TargetErrorCount` (`on_target_error`), as Scheduler's metrics
+count it, where a failure alarm watches it.
+
 A universal target (`aws-sdk:sagemaker:createTransformJob`, engine: transform) is fired the same way: its
 `start_job` makes the SDK call as the schedule's role (refused or failed: retried, then dead-lettered, as for
 a Lambda target) and, once SageMaker accepted the job, runs it; the job's own failure is the job's record
@@ -46,6 +49,7 @@ class ScheduleRunner:
         run_task: Callable[[ScheduleDef], str | None] | None = None,
         start_job: Callable[[ScheduleDef], str | None] | None = None,
         before_run: Callable[[ScheduleDef], None] | None = None,
+        on_target_error: Callable[[str], None] | None = None,
         backoff_sec: float = 1.0,
     ) -> None:
         self.schedule = schedule
@@ -57,6 +61,7 @@ class ScheduleRunner:
         self.lambdas = lambdas
         self.authorize = authorize
         self.send_dead_letter = send_dead_letter
+        self.on_target_error = on_target_error  # a failed attempt, by schedule group (its TargetErrorCount)
         self.backoff_sec = backoff_sec
         self.parsed = parse_schedule(schedule.expression, schedule.timezone)
         self.runs = 0
@@ -107,6 +112,7 @@ class ScheduleRunner:
                     return True
                 error = failed
                 logger.error("schedule %s: attempt %d failed: %s", s.name, attempt + 1, error)
+                self._target_error()
                 if self._stop.wait(self.backoff_sec * 2**attempt):
                     return False
                 continue
@@ -129,6 +135,7 @@ class ScheduleRunner:
                         return True
                     error = invocation.body.decode(errors="replace")
             logger.error("schedule %s: attempt %d failed: %s", s.name, attempt + 1, error)
+            self._target_error()
             if time.monotonic() - started + self.backoff_sec > s.maximum_event_age_sec:
                 break
             if self._stop.wait(self.backoff_sec * 2**attempt):
@@ -148,6 +155,10 @@ class ScheduleRunner:
                     s.name, s.dead_letter_arn, refused,
                 )  # fmt: skip
         return False
+
+    def _target_error(self) -> None:
+        if self.on_target_error is not None:
+            self.on_target_error(self.schedule.group)
 
 
 def queue_url_of(queue_arn: str, endpoint_url: str) -> str:

@@ -32,6 +32,7 @@ def start_services(world: World, plan: Plan) -> list[Callable[[], None]]:
     import httpx
 
     from servestack.local.apigateway import HttpApiFront
+    from servestack.local.cloudwatch import ServiceCounter
     from servestack.local.emulator import client_as
     from servestack.local.lambda_ import LambdaService, SqsPoller
     from servestack.local.sagemaker import SageMakerRuntime
@@ -39,7 +40,11 @@ def start_services(world: World, plan: Plan) -> list[Callable[[], None]]:
     from servestack.local.up.aws_front import AwsFront
 
     closers: list[Callable[[], None]] = []
-    lambdas = LambdaService(plan.functions, httpx.Client(timeout=httpx.Timeout(960.0, connect=5.0)))
+    # Lambda's and Scheduler's own metrics, counted as those services count them (failure alarms watch them)
+    counter = ServiceCounter(client_as("cloudwatch", world.emulator_url, world.access.developer, world.region))
+    lambdas = LambdaService(
+        plan.functions, httpx.Client(timeout=httpx.Timeout(960.0, connect=5.0)), on_failure=counter.function_failed
+    )
     closers.append(lambdas.close)
     from servestack.local.sagemaker import AsyncInferenceConfig, AsyncInvocations, AsyncTarget
 
@@ -132,7 +137,7 @@ def start_services(world: World, plan: Plan) -> list[Callable[[], None]]:
         runner = ScheduleRunner(
             schedule, lambdas, world.access.authorize, dead_letter_sender(world, keys),
             run_task=task_runner(world, plan, schedule.role_arn), start_job=start_job,
-            before_run=seed_retirement(world, plan, schedule),
+            before_run=seed_retirement(world, plan, schedule), on_target_error=counter.target_failed,
         )  # fmt: skip
         runners.append(runner.start())
         schedules.runners[schedule.name] = runner  # `POST /_servestack/schedules/{name}/fire`
