@@ -40,11 +40,11 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_scheduler_targets as targets
-from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from servestack.cdk.bundling import FunctionCode
 from servestack.cdk.realtime import servestack_model, single_model_environment
+from servestack.cdk.schedule_failures import schedule_dead_letters, schedule_failure_alarm
 from servestack.cdk.serverless import runtime_environment, servestack_function
 from servestack.cdk.shared import acknowledge, check_choice, check_range, log_group, logical_id
 from servestack.cdk.transform_job import transform_role, transform_target
@@ -140,17 +140,7 @@ class BatchJob(Construct):
             payload["id_column"] = id_column
         if max_record_bytes != 1024 * 1024:
             payload["max_record_bytes"] = str(max_record_bytes)
-        self.dead_letters = sqs.Queue(
-            self,
-            "DeadLetters",
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            retention_period=Duration.days(14),
-        )
-        acknowledge(
-            self.dead_letters,
-            {"AwsSolutions-SQS3": "This queue is the schedule target's dead-letter queue; it has no DLQ."},
-        )
+        self.dead_letters = schedule_dead_letters(self, "schedule target")
         bucket_id = logical_id(bucket)
         prefix_findings = {
             f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{self.input_prefix}*]": _PREFIX_REASON,
@@ -252,30 +242,16 @@ class BatchJob(Construct):
         )
         # The schedule names its group by a plain string: without this, CloudFormation may create it first.
         self.schedule.node.add_dependency(self.schedule_group)
-        five_minutes = Duration.minutes(5)
-        self.alarm = cw.Alarm(
+        self.alarm = schedule_failure_alarm(
             self,
-            "FailureAlarm",
             alarm_name=f"{name}-failures",
-            alarm_description=(
+            description=(
                 f"{name}: a batch run failed, its schedule could not start it, or its invocation was dead-lettered"
             ),
-            metric=cw.MathExpression(
-                expression="FILL(failed, 0) + FILL(target_errors, 0) + FILL(dlq, 0)",
-                using_metrics={
-                    "failed": failures,
-                    "target_errors": self.schedule_group.metric_target_errors(period=five_minutes, statistic="Sum"),
-                    "dlq": self.dead_letters.metric_approximate_number_of_messages_visible(
-                        period=five_minutes, statistic="Maximum"
-                    ),
-                },
-                period=five_minutes,
-                label="failed runs + target errors + dead letters",
-            ),
-            threshold=0,
-            comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            evaluation_periods=1,
-            treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+            failures=failures,
+            schedule_group=self.schedule_group,
+            dead_letters=self.dead_letters,
+            label="failed runs + target errors + dead letters",
         )
         self.alarms = [self.alarm]
 

@@ -26,10 +26,10 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_scheduler_targets as targets
-from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from servestack.cdk.bundling import FunctionCode, function_code
+from servestack.cdk.schedule_failures import FAILURE_PERIOD, schedule_dead_letters, schedule_failure_alarm
 from servestack.cdk.serverless import LAMBDA_MODEL_DIR, servestack_function
 from servestack.cdk.shared import acknowledge, logical_id
 from servestack.cdk.sources import MONITOR_RUNTIME, Member
@@ -46,8 +46,6 @@ from servestack.spec import Capture, ModelSpec, Monitor
 
 # The alarm's period: one check's datapoint falls in it; missing data (between checks) is ignored.
 ALARM_PERIOD = Duration.hours(1)
-# The failure alarm's period, as the batch failure alarm's: a failed check raises it for this long at least.
-FAILURE_PERIOD = Duration.minutes(5)
 # Scheduler's retries of an invocation it could not make, and how long it keeps trying: a daily check's event is
 # stale after an hour, and the dead-letter queue then says it was lost.
 RETRY_ATTEMPTS = 2
@@ -141,17 +139,7 @@ class DriftMonitor(Construct):
         )
         # Invocations Scheduler could not make after its retries land here, sent by the scheduler's role (the
         # target's grant): the function's own role gets nothing on it.
-        self.dead_letters = sqs.Queue(
-            self,
-            "DeadLetters",
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            retention_period=Duration.days(14),
-        )
-        acknowledge(
-            self.dead_letters,
-            {"AwsSolutions-SQS3": "This queue is the check schedule's dead-letter queue; it has no DLQ."},
-        )
+        self.dead_letters = schedule_dead_letters(self, "check schedule")
         # The deployment's own group (as a batch deployment's schedule is in its own, which a batch deployment's
         # check shares): Scheduler's metrics have the group as their one dimension.
         self.schedule_group = schedule_group or scheduler.ScheduleGroup(
@@ -203,30 +191,17 @@ class DriftMonitor(Construct):
             label="drift score by column",
             period=ALARM_PERIOD,
         )
-        self.failure_alarm = cw.Alarm(
+        self.failure_alarm = schedule_failure_alarm(
             self,
-            "FailureAlarm",
             alarm_name=f"{name}-monitor-failures",
-            alarm_description=(
+            description=(
                 f"{name}: the scheduled drift check failed (it raised or timed out: its log says why), its schedule "
                 "could not invoke it, or its invocation was dead-lettered; the drift alarm then has no new verdict"
             ),
-            metric=cw.MathExpression(
-                expression="FILL(failed, 0) + FILL(target_errors, 0) + FILL(dlq, 0)",
-                using_metrics={
-                    "failed": self.function.metric_errors(period=FAILURE_PERIOD, statistic="Sum"),
-                    "target_errors": self.schedule_group.metric_target_errors(period=FAILURE_PERIOD, statistic="Sum"),
-                    "dlq": self.dead_letters.metric_approximate_number_of_messages_visible(
-                        period=FAILURE_PERIOD, statistic="Maximum"
-                    ),
-                },
-                period=FAILURE_PERIOD,
-                label="failed checks + target errors + dead letters",
-            ),
-            threshold=0,
-            comparison_operator=cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            evaluation_periods=1,
-            treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+            failures=self.function.metric_errors(period=FAILURE_PERIOD, statistic="Sum"),
+            schedule_group=self.schedule_group,
+            dead_letters=self.dead_letters,
+            label="failed checks + target errors + dead letters",
         )
         self.alarms = [self.alarm, self.failure_alarm]
 
