@@ -21,6 +21,7 @@ if __name__ == "__main__":
 
 import base64
 import json
+import logging
 import os
 import sys
 import time
@@ -34,7 +35,7 @@ from botocore.exceptions import ClientError
 
 from servestack.adapters.aws.clients import aws_client
 from servestack.inference.errors import InternalError, NoInput, ServingError
-from servestack.inference.service import ModelRepository
+from servestack.inference.service import ModelRepository, parse_target
 from servestack.inference.settings import EnvironmentSettings, ServingSettings
 from servestack.inference.tabular import MAX_RECORD_BYTES, BatchJob, Progress, StoredObject
 
@@ -142,7 +143,7 @@ def run_batch(
     # the stack (and by local up), so a model other than the default `digits` loads.
     serving = ServingSettings.from_environment(max_batch_rows=max(settings.chunk_rows, 10_000))
     repository = ModelRepository(serving)
-    repository.load_all()
+    repository.load_all(only=parse_target(settings.model, serving.default_model)[0])
     job = BatchJob(
         store=store or S3Store(settings.bucket),
         model=repository.resolve(settings.model),
@@ -278,5 +279,17 @@ def _failed(error: ServingError, bucket: str | None = None) -> int:
     return code
 
 
+def exit_now(code: int) -> None:
+    """End the task's process with `code` once its output is flushed, without Python's shutdown: the run has
+    stored every part and its manifest, joined its threads and closed its files, and what the shutdown would
+    do besides (tear down every module, free each object one by one, run onnxruntime's and Arrow's destructors)
+    is CPU the task pays for nothing (~0.03 CPU s of a one-core 1,000,000-row Parquet job). The kernel frees
+    the memory whole either way."""
+    logging.shutdown()  # flushes every handler (the progress log is Powertools' stdout handler)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())
