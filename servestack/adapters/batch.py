@@ -21,7 +21,6 @@ if __name__ == "__main__":
 
 import base64
 import json
-import logging
 import os
 import sys
 import time
@@ -279,17 +278,5 @@ def _failed(error: ServingError, bucket: str | None = None) -> int:
     return code
 
 
-def exit_now(code: int) -> None:
-    """End the task's process with `code` once its output is flushed, without Python's shutdown: the run has
-    stored every part and its manifest, joined its threads and closed its files, and what the shutdown would
-    do besides (tear down every module, free each object one by one, run onnxruntime's and Arrow's destructors)
-    is CPU the task pays for nothing (~0.03 CPU s of a one-core 1,000,000-row Parquet job). The kernel frees
-    the memory whole either way."""
-    logging.shutdown()  # flushes every handler (the progress log is Powertools' stdout handler)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 if __name__ == "__main__":
-    exit_now(main())
+    sys.exit(main())
