@@ -146,15 +146,21 @@ def test_the_model_loader_answers_as_botocores_own_without_walking_every_service
     # THEN the answers are botocore's, and no folder but the services' own was read
     expected = theirs.list_available_services("service-2")
     assert found == {name: name in expected for name in found}
-    assert found["s3"] and found["made-up"] and not found["no-such-service"]
+    assert found["s3"]
+    assert found["made-up"]
+    assert not found["no-such-service"]
     assert walked == []
     # AND read whole (iterated, indexed, counted, compared) it is botocore's list, walked once
-    assert list(known) == expected and known == expected and len(known) == len(expected)
-    assert known[0] == expected[0] and known[-3:] == expected[-3:]
+    assert list(known) == expected
+    assert known == expected
+    assert len(known) == len(expected)
+    assert known[0] == expected[0]
+    assert known[-3:] == expected[-3:]
     assert list(ours.list_available_services("paginators-1")) == theirs.list_available_services("paginators-1")
     assert walked == ["walk"]
     # AND an unknown service still fails with every known name, as botocore words it
     with pytest.raises(UnknownServiceError) as raised:
         ours.load_service_model("no-such-service", "service-2")
-    assert "Valid service names are: " in str(raised.value) and "s3" in str(raised.value)
+    assert "Valid service names are: " in str(raised.value)
+    assert "s3" in str(raised.value)
     assert ours.load_service_model("s3", "service-2") == theirs.load_service_model("s3", "service-2")
