@@ -137,7 +137,12 @@ def test_the_model_loader_answers_as_botocores_own_without_walking_every_service
     ours = _ModelLoader(extra_search_paths=[str(tmp_path / "models")], file_loader=_ModelFiles())
     theirs = botocore.loaders.Loader(extra_search_paths=[str(tmp_path / "models")])
     walked: list[str] = []
-    monkeypatch.setattr(ours, "_walk", lambda: walked.append("walk") or _ModelLoader._walk(ours))
+
+    def counted_walk() -> dict[str, set[str]]:
+        walked.append("walk")
+        return _ModelLoader._walk(ours)
+
+    monkeypatch.setattr(ours, "_walk", counted_walk)
 
     # WHEN a service's model is looked for (what creating a client does)
     known = ours.list_available_services("service-2")
