@@ -2,10 +2,10 @@
 
     .venv/bin/python -m bench.batch_pairs --before /tmp/before --pairs 10     # /tmp/before: `git archive <rev>`
 
-Each pair runs the Fargate task's entry (`python -m handlers.batch`, bench/batch_job.py TASK_ENTRY) once from the tree given as
-`--before` and once from this one, on the same Parquet input (bench/batch_job.py's rows, Parquet in and out),
-pinned to one core, the order alternating from pair to pair; each job writes to an output prefix of its own,
-emptied after it. A job's CPU is its user and system time (getrusage of the child), start-up and exit included:
+Each pair runs the Fargate task's entry (`python -m handlers.batch`, bench/batch_job.py TASK_ENTRY) once from the
+tree given as `--before` and once from this one, on the same Parquet input (bench/batch_job.py's rows, Parquet in
+and out), pinned to one core, the order alternating from pair to pair; each job writes to an output prefix of its
+own, emptied after it. A job's CPU is its user and system time (getrusage of the child), start-up and exit included:
 what a shared machine moves least. Printed: each pair, each side's median and range, and the median of the pairs'
 own differences with their range (bench/pairs.py says why pairs). Each tree's first job is an untimed warm-up that
 writes its `.pyc` (to a cache of its own, as the images byte-compile).
