@@ -2,10 +2,10 @@
 
     .venv/bin/python -m bench.batch_pairs --before /tmp/before --pairs 10     # /tmp/before: `git archive <rev>`
 
-Each pair runs the Fargate task's entry (`python -m servestack.adapters.batch`) once from the tree given as
-`--before` and once from this one, on the same Parquet input (bench/batch_job.py's rows, Parquet in and out),
-pinned to one core, the order alternating from pair to pair; each job writes to an output prefix of its own,
-emptied after it. A job's CPU is its user and system time (getrusage of the child), start-up and exit included:
+Each pair runs the Fargate task's entry (`python -m handlers.batch`, bench/batch_job.py TASK_ENTRY) once from the
+tree given as `--before` and once from this one, on the same Parquet input (bench/batch_job.py's rows, Parquet in
+and out), pinned to one core, the order alternating from pair to pair; each job writes to an output prefix of its
+own, emptied after it. A job's CPU is its user and system time (getrusage of the child), start-up and exit included:
 what a shared machine moves least. Printed: each pair, each side's median and range, and the median of the pairs'
 own differences with their range (bench/pairs.py says why pairs). Each tree's first job is an untimed warm-up that
 writes its `.pyc` (to a cache of its own, as the images byte-compile).
@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.batch_job import BUCKET, INPUT, make_input, make_parquet_input, pin, start_moto
+from bench.batch_job import BUCKET, INPUT, TASK_ENTRY, make_input, make_parquet_input, pin, start_moto
 from servestack.local.emulator.moto_server import aws_environment, clients
 from servestack.local.hosting.processes import REPO_ROOT
 from tests.integration.resources import ensure_bucket
@@ -39,7 +39,7 @@ def job(tree: Path, url: str, output: str, chunk_rows: int, cache: Path) -> tupl
                    **{f"SERVESTACK_BATCH_{k}": v for k, v in settings.items()}}  # fmt: skip
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(
-        [sys.executable, "-m", "servestack.adapters.batch"],
+        [sys.executable, *TASK_ENTRY],
         cwd=tree, env=environment, capture_output=True, preexec_fn=pin(1), check=False,
     )  # fmt: skip
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

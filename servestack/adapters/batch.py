@@ -34,7 +34,7 @@ from botocore.exceptions import ClientError
 
 from servestack.adapters.aws.clients import aws_client
 from servestack.inference.errors import InternalError, NoInput, ServingError
-from servestack.inference.service import ModelRepository
+from servestack.inference.service import ModelRepository, parse_target
 from servestack.inference.settings import EnvironmentSettings, ServingSettings
 from servestack.inference.tabular import MAX_RECORD_BYTES, BatchJob, Progress, StoredObject
 
@@ -142,7 +142,7 @@ def run_batch(
     # the stack (and by local up), so a model other than the default `digits` loads.
     serving = ServingSettings.from_environment(max_batch_rows=max(settings.chunk_rows, 10_000))
     repository = ModelRepository(serving)
-    repository.load_all()
+    repository.load_all(only=parse_target(settings.model, serving.default_model)[0])
     job = BatchJob(
         store=store or S3Store(settings.bucket),
         model=repository.resolve(settings.model),

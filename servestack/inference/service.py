@@ -462,11 +462,16 @@ class ModelRepository:
             return [root]
         return sorted(path.parent for path in root.glob(f"*/*/{MANIFEST_FILE}"))
 
-    def load_all(self) -> None:
-        """Load, verify and warm every package; readiness flips only when all of them are good."""
+    def load_all(self, only: str | None = None) -> None:
+        """Load, verify and warm every package; readiness flips only when all of them are good. `only`: the
+        packages of that model alone, where the folder holds several models (a batch job scores one; loading the
+        others cost its start-up their verification and sessions). A name with no package loads them all, so that
+        asking for it fails as it would have."""
         started = time.perf_counter()
         try:
             packages = self.package_dirs()
+            chosen = [path for path in packages if path.parent.name == only] if only is not None else []
+            packages = chosen or packages
             if not packages:
                 raise ModelLoadError(
                     f"{self.settings.model_dir}: no model packages found "
@@ -479,7 +484,7 @@ class ModelRepository:
                     versions[model.manifest.version] = model
                     self._newest[model.manifest.name] = versions[max(versions, key=version_order)]
                 logger.info("loaded %s from %s", model.manifest.key, package_dir)
-            if self.settings.default_model not in self._models:
+            if not chosen and self.settings.default_model not in self._models:
                 raise ModelLoadError(
                     f"default_model: {self.settings.default_model!r} is not among the loaded models "
                     f"{sorted(self._models)}"

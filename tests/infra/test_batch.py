@@ -7,6 +7,7 @@ import json
 import pytest
 from aws_cdk.assertions import Capture, Match
 
+from servestack.cdk.batch import FARGATE_COMMAND
 from tests.infra.conftest import Synth
 
 
@@ -184,6 +185,10 @@ def test_fargate_runner_runs_the_same_code_in_the_cpu_container(synth: Synth) ->
         },
     )
     t.resource_count_is("AWS::EC2::NatGateway", 0)
+    # AND the batch bench times that same entry (bench/batch_job.py)
+    from bench.batch_job import TASK_ENTRY  # here only: the bench's own imports (moto) are not the infra tests'
+
+    assert ["python", *TASK_ENTRY] == FARGATE_COMMAND
 
 
 def test_transform_runner_schedules_a_batch_transform_job_of_the_realtime_image_and_model(synth: Synth) -> None:

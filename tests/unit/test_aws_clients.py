@@ -118,3 +118,54 @@ def test_write_once_holds_with_this_sdk_and_with_a_runtime_sdk_that_predates_con
     # THEN on both S3 refuses the second write (412 PreconditionFailed) and the first body stands
     assert write_twice(current, "write-once") == ("PreconditionFailed", "first")
     assert write_twice(conditional_writes(old), "write-once-old-sdk") == ("PreconditionFailed", "first")
+
+
+def test_the_model_loader_answers_as_botocores_own_without_walking_every_service(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN the handlers' loader and botocore's own, over the same data folders (AWS_DATA_PATH adds one with a
+    # made-up service, as a user's own models would)
+    import botocore.loaders
+    import botocore.session
+    from botocore.exceptions import UnknownServiceError
+
+    from servestack.adapters.aws.clients import _ModelFiles, _ModelLoader
+
+    extra = tmp_path / "models" / "made-up" / "2024-01-01"
+    extra.mkdir(parents=True)
+    (extra / "service-2.json").write_text(json.dumps({"metadata": {}, "operations": {}, "shapes": {}}))
+    ours = _ModelLoader(extra_search_paths=[str(tmp_path / "models")], file_loader=_ModelFiles())
+    theirs = botocore.loaders.Loader(extra_search_paths=[str(tmp_path / "models")])
+    walked: list[str] = []
+
+    def counted_walk() -> dict[str, set[str]]:
+        walked.append("walk")
+        return _ModelLoader._walk(ours)
+
+    monkeypatch.setattr(ours, "_walk", counted_walk)
+
+    # WHEN a service's model is looked for (what creating a client does)
+    known = ours.list_available_services("service-2")
+    found = {name: name in known for name in ("s3", "sqs", "made-up", "no-such-service", "..", "s3/../sqs", "")}
+
+    # THEN the answers are botocore's, and no folder but the services' own was read
+    expected = theirs.list_available_services("service-2")
+    assert found == {name: name in expected for name in found}
+    assert found["s3"]
+    assert found["made-up"]
+    assert not found["no-such-service"]
+    assert walked == []
+    # AND read whole (iterated, indexed, counted, compared) it is botocore's list, walked once
+    assert list(known) == expected
+    assert known == expected
+    assert len(known) == len(expected)
+    assert known[0] == expected[0]
+    assert known[-3:] == expected[-3:]
+    assert list(ours.list_available_services("paginators-1")) == theirs.list_available_services("paginators-1")
+    assert walked == ["walk"]
+    # AND an unknown service still fails with every known name, as botocore words it
+    with pytest.raises(UnknownServiceError) as raised:
+        ours.load_service_model("no-such-service", "service-2")
+    assert "Valid service names are: " in str(raised.value)
+    assert "s3" in str(raised.value)
+    assert ours.load_service_model("s3", "service-2") == theirs.load_service_model("s3", "service-2")

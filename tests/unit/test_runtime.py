@@ -196,6 +196,24 @@ def test_default_model_must_be_served() -> None:
         ModelRepository(ServingSettings(model_dir=ARTIFACTS, default_model="fraud")).load_all()
 
 
+def test_a_batch_job_loads_only_the_model_it_scores(tmp_path: Path) -> None:
+    # GIVEN a folder of two models, one of them broken (a batch job's bundle may carry more than its own)
+    shutil.copytree(ARTIFACTS / "digits", tmp_path / "digits")
+    shutil.copytree(ARTIFACTS / "breast-cancer", tmp_path / "breast-cancer")
+    (tmp_path / "digits" / "1" / "model.onnx").write_bytes(b"not the model its checksum names")
+
+    # WHEN only breast-cancer is asked for (the job's model is not the folder's default)
+    repository = ModelRepository(ServingSettings(model_dir=tmp_path, default_model="digits"))
+    repository.load_all(only="breast-cancer")
+
+    # THEN it alone was loaded and verified, and it is ready
+    assert [model.manifest.key for model in repository.models()] == ["breast-cancer@1"]
+    assert repository.resolve("breast-cancer").manifest.key == "breast-cancer@1"
+    # AND a name with no package loads them all, so the broken one fails the load as it always did
+    with pytest.raises(ModelLoadError):
+        ModelRepository(ServingSettings(model_dir=tmp_path, default_model="digits")).load_all(only="fraud")
+
+
 def test_single_package_layout_as_sagemaker_mounts_it() -> None:
     repository = ModelRepository(ServingSettings(model_dir=ARTIFACTS / "digits" / "1"))
     repository.load_all()

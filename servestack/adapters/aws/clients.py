@@ -16,9 +16,9 @@ import gc
 import gzip
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import botocore.session
 import orjson
@@ -78,16 +78,32 @@ class _ModelFiles:
 
 
 class _ModelLoader(Loader):  # type: ignore[misc]  # botocore ships no type hints
-    """botocore's Loader, whose `list_available_services` walks its data folders once for every kind of model.
-    botocore's walks them again for each kind a client loads (a service's model, its endpoint rules, its
-    paginators): ~450 service folders, a directory listing and two stat calls each, ~8 ms of CPU every time. The
-    answer is the same: the services with that kind of file in some version folder, sorted."""
+    """botocore's Loader, whose `list_available_services` walks its data folders (~450 service folders, a directory
+    listing and two stat calls each, ~8 ms of CPU) for every kind of model a client loads (a service's model, its
+    endpoint rules, its paginators), where `load_service_model` asks it only whether the one service it loads is
+    there, and names the others only when it is not. Here the answer is `ServicesWith`: that question looks in the
+    service's own folder; the full list (the same, sorted) is walked once, when something reads it whole."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._services_by_kind: dict[str, set[str]] | None = None
 
-    def list_available_services(self, type_name: str) -> list[str]:
+    def list_available_services(self, type_name: str) -> ServicesWith:
+        return ServicesWith(self, type_name)
+
+    def has_model(self, service_name: str, type_name: str) -> bool:
+        """Whether some version folder of `service_name` holds a `type_name` file (what the walk would find)."""
+        for root in self.search_paths:
+            folder = Path(root) / service_name
+            if not folder.is_dir():
+                continue
+            with os.scandir(folder) as versions:
+                for version in versions:
+                    if version.is_dir() and self.file_loader.exists(str(Path(version.path) / type_name)):
+                        return True
+        return False
+
+    def services_with(self, type_name: str) -> list[str]:
         if self._services_by_kind is None:
             self._services_by_kind = self._walk()
         return sorted(self._services_by_kind.get(type_name, ()))
@@ -112,6 +128,38 @@ class _ModelLoader(Loader):  # type: ignore[misc]  # botocore ships no type hint
                                         if file.name.endswith(suffix) and file.is_file():
                                             found.setdefault(file.name.removesuffix(suffix), set()).add(service.name)
         return found
+
+
+class ServicesWith(Sequence[str]):
+    """The services with a `type_name` model, as `list_available_services` answers: `in` looks in the one service's
+    folder; reading it whole (iterating, indexing, `len`, botocore's `", ".join` of the names when a service is
+    unknown) walks every folder once."""
+
+    def __init__(self, loader: _ModelLoader, type_name: str) -> None:
+        self._loader, self._type_name = loader, type_name
+
+    def __contains__(self, name: object) -> bool:
+        # a service's name is a folder's name: never a path, nor `.` or `..`
+        plain = isinstance(name, str) and bool(name) and "/" not in name and not name.startswith(".")
+        return plain and self._loader.has_model(str(name), self._type_name)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        return self._loader.services_with(self._type_name)[index]
+
+    def __len__(self) -> int:
+        return len(self._loader.services_with(self._type_name))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._loader.services_with(self._type_name))
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == other if isinstance(other, list) else NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # a sequence that compares by its items, as a list
 
 
 @contextlib.contextmanager

