@@ -2,7 +2,8 @@
 over every object under the input prefix and writes predictions under the output prefix.
 
 Short jobs run on Lambda (`servestack.adapters.batch.handler`); long ones on ECS Fargate with the same code in the CPU
-container (`python -m servestack.adapters.batch`). The schedule's target has a retry policy and a dead-letter queue.
+container (`python -m handlers.batch`, the project's entry around servestack/adapters/batch.py `main`). The
+schedule's target has a retry policy and a dead-letter queue.
 
 Each deployment's schedule lives in a schedule group of its own, so that Scheduler's `TargetErrorCount` with the
 `ScheduleGroup` dimension counts this deployment's target errors and no other schedule's of the account

@@ -172,7 +172,8 @@ def test_the_fargate_entry_runs_one_job_from_its_environment(aws: Aws, unique: s
         "SERVESTACK_BATCH_OUTPUT_PREFIX": "fargate/",
         "SERVESTACK_BATCH_MODEL": "breast-cancer",
     }
-    # WHEN the container command runs (`python -m servestack.adapters.batch`, as the task's entry point)
+    # WHEN the framework's own entry runs (`python -m servestack.adapters.batch`: the task's `python -m handlers.batch`
+    # calls the same `main`)
     done = subprocess.run(
         [sys.executable, "-m", "servestack.adapters.batch"], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
         timeout=300,
