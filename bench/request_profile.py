@@ -3,6 +3,9 @@ the batcher, the model, the answer) driven by 64 coroutines with a stand-in for 
 handed over at once, the answer kept), on the digits model or the pipeline, no HTTP. What granian's Rust does
 per request (parsing, the socket, waking the loop) is left out: this is the Python side of a request.
 
+`--body split32` serves the scikit-learn pipeline (tests/pipeline_model.py) as the default model with the bench's
+32-row `dataframe_split` body (bench/subjects.py `split_payload`).
+
 Per request, as the difference between two run lengths (start-up, the first batches and the run's own set-up
 cancel out):
 
@@ -18,8 +21,11 @@ import argparse
 import asyncio
 import io
 import json
+import os
 import resource
+import tempfile
 import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -56,6 +62,18 @@ def bodies() -> dict[str, tuple[bytes, str, str]]:
         "json1": (json.dumps({"instances": rows[:1].tolist()}).encode(), "application/json", "application/json"),
         "npy32": (buffer.getvalue(), "application/x-npy", "application/x-npy"),
     }
+
+
+def split_body() -> tuple[bytes, str, str]:
+    """The bench's 32-row `dataframe_split` body; the pipeline becomes the default model of `build_app`'s app."""
+    from bench.subjects import split_payload
+
+    with tempfile.TemporaryDirectory(prefix="request-profile-") as scratch:
+        payload, model_dir, _, _ = split_payload(Path(scratch))
+        body = payload.body_file.read_bytes()
+    os.environ["SERVESTACK_MODEL_DIR"] = str(model_dir)  # as bench/subjects.py `pipeline_server` serves it
+    os.environ["SERVESTACK_DEFAULT_MODEL"] = "flowers"
+    return body, "application/json", "application/json"
 
 
 def build_app() -> Any:
@@ -109,14 +127,14 @@ class _Constant:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--body", choices=("json1", "npy32"), default="json1")
+    parser.add_argument("--body", choices=("json1", "npy32", "split32"), default="json1")
     parser.add_argument("--requests", type=int, default=2560)
     parser.add_argument("--cpu", action="store_true", help="print CPU µs per request (difference of two lengths)")
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop, as granian's workers do")
     parser.add_argument("--ceiling", action="store_true", help="the constant app of bench/ceiling_server.py instead")
     args = parser.parse_args()
-    body, content_type, accept = bodies()[args.body]
+    body, content_type, accept = split_body() if args.body == "split32" else bodies()[args.body]
     app = build_app()
     if args.ceiling:
         from bench.ceiling_server import rsgi_app
