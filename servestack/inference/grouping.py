@@ -8,19 +8,19 @@ A failure in a stacked batch is retried job by job, so one bad job never fails i
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
 from servestack.inference.errors import ServingError
 from servestack.inference.runtime import Arrays
 from servestack.inference.service import ServedModel
-
-Signature = tuple[tuple[str, np.dtype[Any], tuple[int, ...]], ...]
+from servestack.inference.split_reader import PlannedArrays, Signature
 
 
 def signature(arrays: Mapping[str, np.ndarray]) -> Signature:
     """What must be equal for two inputs to be stacked: names, dtypes and the shape after the batch axis."""
+    if type(arrays) is PlannedArrays:  # a `dataframe_split` body's columns: known per model, not per request
+        return arrays.signature
     if len(arrays) == 1:  # most models take one input: no sort, no generator (the micro-batcher asks per request)
         for name, array in arrays.items():
             return ((name, array.dtype, array.shape[1:]),)  # the dtype itself: cheaper than building its `.str`

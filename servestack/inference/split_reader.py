@@ -36,24 +36,40 @@ _CELL_TYPES: dict[str, Any] = {"f": int | float, "i": int, "u": int, "b": bool, 
 _chain = itertools.chain.from_iterable
 
 
+Signature = tuple[tuple[str, np.dtype[Any], tuple[int, ...]], ...]
+
+
+class PlannedArrays(dict[str, np.ndarray]):
+    """A request's input arrays as the reader gives them, with their batching signature worked out once per
+    model (`grouping.signature`'s value for them: each input's name, dtype and row shape, by name), so the
+    micro-batcher does not work it out again for every request it queues."""
+
+    __slots__ = ("signature",)
+
+    signature: Signature
+
+
 @dataclass(frozen=True, slots=True)
 class RowsPlan:
     """`ConversionPlan` by column position (the model's column order, a row's order), worked out once per model."""
 
     names: tuple[str, ...]
-    floats: tuple[tuple[np.dtype[Any], tuple[int, ...], float], ...]  # (float16/32/64, its columns, SQUARED_MAX)
+    # (float16/32/64, its columns, SQUARED_MAX, where its columns lie in a row when they are next to each other)
+    floats: tuple[tuple[np.dtype[Any], tuple[int, ...], float, slice | None], ...]
     integers: tuple[tuple[int, np.dtype[Any], int, int], ...]  # (column, dtype, its smallest and largest value)
     booleans: tuple[int, ...]
     strings: tuple[int, ...]
     # Each input, when every input is fed by one column: the inputs are the columns, named in order.
     single: bool
     inputs: tuple[tuple[str, tuple[int, ...]], ...]
+    # The arrays' batching signature when every input is one column (`PlannedArrays`); None otherwise.
+    signature: Signature | None
 
     def arrays(self, columns: list[tuple[Any, ...]], rows: int) -> Arrays | None:
         """`column_plan.typed_arrays` of the columns (each a tuple of `rows` values of its column's Python type),
         as the same arrays, value for value; None for a value out of range."""
         values: list[Any] = [None] * len(columns)
-        for target, positions, squared_max in self.floats:
+        for target, positions, squared_max, span in self.floats:
             count = len(positions)
             try:  # one row per column, each value read as `np.array` reads it, without discovering a shape first
                 table = np.fromiter(_chain([columns[at] for at in positions]), np.float64, count * rows)
@@ -62,8 +78,12 @@ class RowsPlan:
             if not float(np.vdot(table, table)) <= squared_max:  # NaN and infinity fail too
                 return None
             # Each column a [rows, 1] view of one cast, so an input of one column needs no reshape of its own.
-            for at, column in zip(positions, table.astype(target, copy=False).reshape(count, rows, 1), strict=True):
-                values[at] = column
+            cast = table.astype(target, copy=False).reshape(count, rows, 1)
+            if span is not None:  # the views taken into the list by one slice assignment, in C
+                values[span] = cast
+            else:
+                for at, column in zip(positions, cast, strict=True):
+                    values[at] = column
         for at, dtype, smallest, largest in self.integers:
             try:
                 array = np.array(columns[at], dtype=np.int64)
@@ -76,6 +96,10 @@ class RowsPlan:
             values[at] = np.array(columns[at], dtype=bool).reshape(rows, 1)
         for at in self.strings:
             values[at] = np.fromiter(columns[at], object, rows).reshape(rows, 1)
+        if self.signature is not None:
+            planned = PlannedArrays(zip(self.names, values, strict=True))
+            planned.signature = self.signature
+            return planned
         if self.single:
             return dict(zip(self.names, values, strict=True))
         return {
@@ -84,21 +108,35 @@ class RowsPlan:
         }
 
 
-def rows_plan(plan: ConversionPlan, names: list[str]) -> RowsPlan:
-    """`plan` by the position of each column in `names` (the model's column order)."""
+def _span(positions: tuple[int, ...]) -> slice | None:
+    """`positions` as a slice when they are consecutive and ascending."""
+    if positions == tuple(range(positions[0], positions[0] + len(positions))):
+        return slice(positions[0], positions[0] + len(positions))
+    return None
+
+
+def rows_plan(plan: ConversionPlan, names: list[str], dtypes: list[np.dtype[Any]]) -> RowsPlan:
+    """`plan` by the position of each column in `names` (the model's column order; `dtypes`, their dtypes)."""
     at = {name: position for position, name in enumerate(names)}
     inputs = tuple((name, tuple(at[column] for column in fed)) for name, fed in plan.inputs)
     single = [fed[0] for _, fed in inputs if len(fed) == 1] == list(range(len(names))) and all(
         name == names[fed[0]] for name, fed in inputs
     )
+    floats = []
+    for dtype, columns in plan.floats:
+        positions = tuple(at[c] for c in columns)
+        floats.append((dtype, positions, SQUARED_MAX[dtype.char], _span(positions)))
+    # `grouping.signature` of the arrays: each input a [rows, 1] column of its column's dtype, sorted by name.
+    signature = tuple(sorted((name, dtype, (1,)) for name, dtype in zip(names, dtypes, strict=True)))
     return RowsPlan(
         tuple(names),
-        tuple((dtype, tuple(at[c] for c in columns), SQUARED_MAX[dtype.char]) for dtype, columns in plan.floats),
+        tuple(floats),
         tuple((at[column], dtype, smallest, largest) for column, dtype, smallest, largest in plan.integers),
         tuple(at[column] for column in plan.booleans),
         tuple(at[column] for column in plan.strings),
         single,
         inputs,
+        signature if single else None,
     )
 
 
@@ -107,10 +145,12 @@ class SplitReader:
 
     __slots__ = ("_decoder", "_names", "_plan")
 
-    def __init__(self, names: list[str], decoder: msgspec.json.Decoder[Any], plan: ConversionPlan) -> None:
+    def __init__(
+        self, names: list[str], decoder: msgspec.json.Decoder[Any], plan: ConversionPlan, dtypes: list[np.dtype[Any]]
+    ) -> None:
         self._names = names
         self._decoder = decoder
-        self._plan = rows_plan(plan, names)
+        self._plan = rows_plan(plan, names, dtypes)
 
     def arrays(self, body: bytes, max_rows: int) -> Arrays | None:
         """The model's input arrays from a `dataframe_split` body of the common kind; None for any other body."""
@@ -142,4 +182,5 @@ def split_reader(manifest: Manifest, specs: tuple[ColumnSpec, ...]) -> SplitRead
     )
     request = msgspec.defstruct("SplitRequest", [("dataframe_split", split)], forbid_unknown_fields=True, gc=False)
     names = [column.name for column in specs]
-    return SplitReader(names, msgspec.json.Decoder(request), conversion_plan(manifest, specs))
+    dtypes = [numpy_dtype_of(column.dtype) for column in specs]
+    return SplitReader(names, msgspec.json.Decoder(request), conversion_plan(manifest, specs), dtypes)
