@@ -57,7 +57,8 @@ class PlannedArrays(dict[str, np.ndarray]):
     would otherwise work out again for every request: the plan that made them, so their batching signature
     (`grouping.signature`'s value, known per model), and each float group's columns as the one `[k, rows, 1]`
     array the dict's columns are views of, so a batch joins each group in one `np.concatenate`
-    (`grouping.stack`) rather than one per column."""
+    (`grouping.stack`) rather than one per column. Read-only, as every request's arrays are on their way to the
+    model: an entry replaced would leave `blocks` and the signature saying otherwise."""
 
     __slots__ = ("blocks", "plan")
 
