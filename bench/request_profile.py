@@ -3,11 +3,19 @@ the batcher, the model, the answer) driven by 64 coroutines with a stand-in for 
 handed over at once, the answer kept), on the digits model or the pipeline, no HTTP. What granian's Rust does
 per request (parsing, the socket, waking the loop) is left out: this is the Python side of a request.
 
+`--body split32` serves the scikit-learn pipeline (tests/pipeline_model.py) as the default model with the bench's
+32-row `dataframe_split` body (bench/subjects.py `split_payload`).
+
 Per request, as the difference between two run lengths (start-up, the first batches and the run's own set-up
 cancel out):
 
-    valgrind --tool=callgrind --collect-atstart=no --toggle-collect='bench.request_profile.measured' \
-        .venv/bin/python -m bench.request_profile --body npy32 --requests 2560
+    valgrind --tool=callgrind --instr-atstart=no --collect-atstart=no --toggle-collect=functools_reduce \
+        .venv/bin/python -m bench.request_profile --body npy32 --requests 2560 --callgrind
+
+callgrind sees C functions only, not Python's, so `--callgrind` runs the measured requests inside
+`functools.reduce` (its C function, `functools_reduce`, is what `--toggle-collect` names; nothing on the request
+path calls it) and turns callgrind's instrumentation on only after the start-up and the warm-up (callgrind_control
+on this process), which otherwise take minutes under valgrind.
 
 or without valgrind, the CPU time per request (`--cpu`, the minimum of `--repeat` runs of each length).
 """
@@ -16,10 +24,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import io
 import json
+import os
 import resource
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -58,6 +71,18 @@ def bodies() -> dict[str, tuple[bytes, str, str]]:
     }
 
 
+def split_body() -> tuple[bytes, str, str]:
+    """The bench's 32-row `dataframe_split` body; the pipeline becomes the default model of `build_app`'s app."""
+    from bench.subjects import split_payload
+
+    with tempfile.TemporaryDirectory(prefix="request-profile-") as scratch:
+        payload, model_dir, _, _ = split_payload(Path(scratch))
+        body = payload.body_file.read_bytes()
+    os.environ["SERVESTACK_MODEL_DIR"] = str(model_dir)  # as bench/subjects.py `pipeline_server` serves it
+    os.environ["SERVESTACK_DEFAULT_MODEL"] = "flowers"
+    return body, "application/json", "application/json"
+
+
 def build_app() -> Any:
     """The app `serve` builds (bench/subjects.py `ours`: the bundled models, the digits model the default)."""
     from servestack.adapters.app import create_app
@@ -94,6 +119,16 @@ def measured(loop: asyncio.AbstractEventLoop, app: Any, body: bytes, content_typ
     loop.run_until_complete(serve(app, body, content_type, accept, n))
 
 
+def instrument_from_now() -> None:
+    """Turn on callgrind's instrumentation of this process (started with `--instr-atstart=no`) and wait until
+    callgrind has done it (it reads the command while this process runs, so wait without blocking in one call)."""
+    control = subprocess.Popen(["callgrind_control", "--instr=on", str(os.getpid())], stdout=subprocess.DEVNULL)
+    while control.poll() is None:
+        time.sleep(0.01)
+    if control.returncode != 0:
+        raise RuntimeError(f"callgrind_control failed ({control.returncode}): is this run under callgrind?")
+
+
 class _Constant:
     """The ceiling's app (bench/ceiling_server.py) in the driver's place: what the driver itself costs."""
 
@@ -109,14 +144,17 @@ class _Constant:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--body", choices=("json1", "npy32"), default="json1")
+    parser.add_argument("--body", choices=("json1", "npy32", "split32"), default="json1")
     parser.add_argument("--requests", type=int, default=2560)
     parser.add_argument("--cpu", action="store_true", help="print CPU µs per request (difference of two lengths)")
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop, as granian's workers do")
+    parser.add_argument(
+        "--callgrind", action="store_true", help="under callgrind: instrument from the measured run on (see above)"
+    )
     parser.add_argument("--ceiling", action="store_true", help="the constant app of bench/ceiling_server.py instead")
     args = parser.parse_args()
-    body, content_type, accept = bodies()[args.body]
+    body, content_type, accept = split_body() if args.body == "split32" else bodies()[args.body]
     app = build_app()
     if args.ceiling:
         from bench.ceiling_server import rsgi_app
@@ -132,6 +170,10 @@ def main() -> None:
     asyncio.set_event_loop(loop)
     app.__rsgi_init__(loop)
     loop.run_until_complete(serve(app, body, content_type, accept, 512))  # warm: memos, first batches
+    if args.callgrind:
+        instrument_from_now()
+        functools.reduce(lambda _, __: measured(loop, app, body, content_type, accept, args.requests), (0,), None)
+        return
     if not args.cpu:
         measured(loop, app, body, content_type, accept, args.requests)
         return

@@ -144,6 +144,8 @@ class AnswerPlan:
     json_head: bytes  # `{"model":...,"version":...,"predictions":`
     labels: tuple[str | int, ...] | None
     label_by_id: dict[int, bytes] | None  # each label as JSON, by the integer the model predicts for it
+    # The prediction is a string tensor: onnxruntime gives it as `str` objects, so its list needs no type check.
+    text_predictions: bool
     npy_dtypes: tuple[np.dtype[Any], ...] | None  # the dtypes `.npy` carries, in order; None: not `.npy`-able
     # The `.npy` headers of the answer arrays, by their shapes (bounded).
     npy_headers: dict[tuple[tuple[int, ...], ...], tuple[bytes, ...]]
@@ -166,6 +168,7 @@ def answer_plan(manifest: Manifest) -> AnswerPlan | None:
         head + b',"predictions":',
         labels,
         {key: orjson.dumps(label) for key, label in label_lookup(labels).items()} if labels is not None else None,
+        dtypes[primary] == np.dtype(object),
         npy_dtypes,
         {},
     )
@@ -190,7 +193,7 @@ def json_answer(plan: AnswerPlan, outputs: Mapping[str, np.ndarray]) -> bytes | 
         # str is itself), so the one list is written once and serves as both.
         items = predictions.tolist()
         written = orjson.dumps(items, option=_NUMPY_OPTION, default=json_default)
-        if set(map(type, items)) <= {str}:
+        if plan.text_predictions or set(map(type, items)) <= {str}:
             names = written
     else:
         written = orjson.dumps(predictions, option=_NUMPY_OPTION, default=json_default)

@@ -8,19 +8,19 @@ A failure in a stacked batch is retried job by job, so one bad job never fails i
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
 from servestack.inference.errors import ServingError
 from servestack.inference.runtime import Arrays
 from servestack.inference.service import ServedModel
-
-Signature = tuple[tuple[str, np.dtype[Any], tuple[int, ...]], ...]
+from servestack.inference.split_reader import PlannedArrays, Signature
 
 
 def signature(arrays: Mapping[str, np.ndarray]) -> Signature:
     """What must be equal for two inputs to be stacked: names, dtypes and the shape after the batch axis."""
+    if type(arrays) is PlannedArrays:  # a `dataframe_split` body's columns: known per model, not per request
+        return arrays.plan.signature  # type: ignore[return-value]  # a plan with PlannedArrays has one
     if len(arrays) == 1:  # most models take one input: no sort, no generator (the micro-batcher asks per request)
         for name, array in arrays.items():
             return ((name, array.dtype, array.shape[1:]),)  # the dtype itself: cheaper than building its `.str`
@@ -30,7 +30,23 @@ def signature(arrays: Mapping[str, np.ndarray]) -> Signature:
 
 def stack(inputs: Sequence[Mapping[str, np.ndarray]]) -> Arrays:
     """Inputs of one signature, concatenated along the batch axis."""
-    return {name: np.concatenate([arrays[name] for arrays in inputs]) for name in inputs[0]}
+    first = inputs[0]
+    if type(first) is PlannedArrays and all(type(arrays) is PlannedArrays for arrays in inputs):
+        return _stack_planned(first, inputs)  # type: ignore[arg-type]  # each is PlannedArrays, checked just above
+    return {name: np.concatenate([arrays[name] for arrays in inputs]) for name in first}
+
+
+def _stack_planned(first: PlannedArrays, inputs: Sequence[PlannedArrays]) -> Arrays:
+    """`stack` of a `dataframe_split` body's columns (one model's, so one plan): each float group's columns joined
+    as one `[k, rows, 1]` array, whose views are the columns (each contiguous), the other columns one by one;
+    the same arrays as column by column, in the same order."""
+    plan = first.plan
+    joined: Arrays = {}
+    for at, names in enumerate(plan.block_names):
+        joined.update(zip(names, np.concatenate([arrays.blocks[at] for arrays in inputs], axis=1), strict=True))
+    for name in plan.other_names:
+        joined[name] = np.concatenate([arrays[name] for arrays in inputs])
+    return {name: joined[name] for name in first}
 
 
 def split(outputs: Mapping[str, np.ndarray], row_counts: Sequence[int]) -> list[Arrays]:

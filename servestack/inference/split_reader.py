@@ -17,6 +17,7 @@ comes from there (tests/unit/test_split_reader.py holds the two paths to the sam
 from __future__ import annotations
 
 import itertools
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,35 @@ _KEY_WITHIN = 64
 # A cell's Python type by its column's numpy kind (a string column's dtype is object).
 _CELL_TYPES: dict[str, Any] = {"f": int | float, "i": int, "u": int, "b": bool, "O": str}
 _chain = itertools.chain.from_iterable
+# `struct` packers of n native doubles, by n (bounded: n is at most the row limit times a model's float columns).
+_PACKERS: dict[int, struct.Struct] = {}
+_PACKERS_LIMIT = 4096
+
+
+def _packer(count: int) -> struct.Struct:
+    packer = _PACKERS.get(count)
+    if packer is None:
+        packer = struct.Struct(f"{count}d")
+        if len(_PACKERS) < _PACKERS_LIMIT:
+            _PACKERS[count] = packer
+    return packer
+
+
+Signature = tuple[tuple[str, np.dtype[Any], tuple[int, ...]], ...]
+
+
+class PlannedArrays(dict[str, np.ndarray]):
+    """A request's input arrays as the reader gives them (each input one column), with what the micro-batcher
+    would otherwise work out again for every request: the plan that made them, so their batching signature
+    (`grouping.signature`'s value, known per model), and each float group's columns as the one `[k, rows, 1]`
+    array the dict's columns are views of, so a batch joins each group in one `np.concatenate`
+    (`grouping.stack`) rather than one per column. Read-only, as every request's arrays are on their way to the
+    model: an entry replaced would leave `blocks` and the signature saying otherwise."""
+
+    __slots__ = ("blocks", "plan")
+
+    plan: RowsPlan
+    blocks: list[np.ndarray]  # per float group of `plan.floats`, its columns' `[k, rows, 1]` array
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,29 +71,45 @@ class RowsPlan:
     """`ConversionPlan` by column position (the model's column order, a row's order), worked out once per model."""
 
     names: tuple[str, ...]
-    floats: tuple[tuple[np.dtype[Any], tuple[int, ...], float], ...]  # (float16/32/64, its columns, SQUARED_MAX)
+    # (float16/32/64, its columns, SQUARED_MAX, where its columns lie in a row when they are next to each other)
+    floats: tuple[tuple[np.dtype[Any], tuple[int, ...], float, slice | None], ...]
     integers: tuple[tuple[int, np.dtype[Any], int, int], ...]  # (column, dtype, its smallest and largest value)
     booleans: tuple[int, ...]
     strings: tuple[int, ...]
     # Each input, when every input is fed by one column: the inputs are the columns, named in order.
     single: bool
     inputs: tuple[tuple[str, tuple[int, ...]], ...]
+    # The arrays' batching signature when every input is one column (`PlannedArrays`); None otherwise.
+    signature: Signature | None
+    # For `grouping.stack`: the names of each float group's columns, in its block's order; the other columns.
+    block_names: tuple[tuple[str, ...], ...]
+    other_names: tuple[str, ...]
 
     def arrays(self, columns: list[tuple[Any, ...]], rows: int) -> Arrays | None:
         """`column_plan.typed_arrays` of the columns (each a tuple of `rows` values of its column's Python type),
         as the same arrays, value for value; None for a value out of range."""
         values: list[Any] = [None] * len(columns)
-        for target, positions, squared_max in self.floats:
+        blocks = []
+        for target, positions, squared_max, span in self.floats:
             count = len(positions)
-            try:  # one row per column, each value read as `np.array` reads it, without discovering a shape first
-                table = np.fromiter(_chain([columns[at] for at in positions]), np.float64, count * rows)
-            except OverflowError:  # an integer past float64
+            # One row per column, each value read as `np.array` reads it (a float as it is, an int by `float()`),
+            # packed by `struct` straight into the array's memory: a quarter fewer instructions than `np.fromiter`.
+            table = np.empty(count * rows, np.float64)
+            cells = _chain([columns[at] for at in positions])
+            try:
+                _packer(count * rows).pack_into(table, 0, *cells)  # type: ignore[arg-type]  # numpy's buffer
+            except struct.error:  # an integer past float64 (`struct` says so in its own words)
                 return None
             if not float(np.vdot(table, table)) <= squared_max:  # NaN and infinity fail too
                 return None
             # Each column a [rows, 1] view of one cast, so an input of one column needs no reshape of its own.
-            for at, column in zip(positions, table.astype(target, copy=False).reshape(count, rows, 1), strict=True):
-                values[at] = column
+            cast = table.astype(target, copy=False).reshape(count, rows, 1)
+            blocks.append(cast)
+            if span is not None:  # the views taken into the list by one slice assignment, in C
+                values[span] = cast
+            else:
+                for at, column in zip(positions, cast, strict=True):
+                    values[at] = column
         for at, dtype, smallest, largest in self.integers:
             try:
                 array = np.array(columns[at], dtype=np.int64)
@@ -76,6 +122,11 @@ class RowsPlan:
             values[at] = np.array(columns[at], dtype=bool).reshape(rows, 1)
         for at in self.strings:
             values[at] = np.fromiter(columns[at], object, rows).reshape(rows, 1)
+        if self.signature is not None:
+            planned = PlannedArrays(zip(self.names, values, strict=True))
+            planned.plan = self
+            planned.blocks = blocks
+            return planned
         if self.single:
             return dict(zip(self.names, values, strict=True))
         return {
@@ -84,21 +135,39 @@ class RowsPlan:
         }
 
 
-def rows_plan(plan: ConversionPlan, names: list[str]) -> RowsPlan:
-    """`plan` by the position of each column in `names` (the model's column order)."""
+def _span(positions: tuple[int, ...]) -> slice | None:
+    """`positions` as a slice when they are consecutive and ascending."""
+    if positions == tuple(range(positions[0], positions[0] + len(positions))):
+        return slice(positions[0], positions[0] + len(positions))
+    return None
+
+
+def rows_plan(plan: ConversionPlan, names: list[str], dtypes: list[np.dtype[Any]]) -> RowsPlan:
+    """`plan` by the position of each column in `names` (the model's column order; `dtypes`, their dtypes)."""
     at = {name: position for position, name in enumerate(names)}
     inputs = tuple((name, tuple(at[column] for column in fed)) for name, fed in plan.inputs)
     single = [fed[0] for _, fed in inputs if len(fed) == 1] == list(range(len(names))) and all(
         name == names[fed[0]] for name, fed in inputs
     )
+    floats = []
+    for dtype, columns in plan.floats:
+        positions = tuple(at[c] for c in columns)
+        floats.append((dtype, positions, SQUARED_MAX[dtype.char], _span(positions)))
+    # `grouping.signature` of the arrays: each input a [rows, 1] column of its column's dtype, sorted by name.
+    signature = tuple(sorted((name, dtype, (1,)) for name, dtype in zip(names, dtypes, strict=True)))
+    block_names = tuple(tuple(names[at] for at in positions) for _, positions, _, _ in floats)
+    in_blocks = {name for group in block_names for name in group}
     return RowsPlan(
         tuple(names),
-        tuple((dtype, tuple(at[c] for c in columns), SQUARED_MAX[dtype.char]) for dtype, columns in plan.floats),
+        tuple(floats),
         tuple((at[column], dtype, smallest, largest) for column, dtype, smallest, largest in plan.integers),
         tuple(at[column] for column in plan.booleans),
         tuple(at[column] for column in plan.strings),
         single,
         inputs,
+        signature if single else None,
+        block_names,
+        tuple(name for name in names if name not in in_blocks),
     )
 
 
@@ -107,10 +176,12 @@ class SplitReader:
 
     __slots__ = ("_decoder", "_names", "_plan")
 
-    def __init__(self, names: list[str], decoder: msgspec.json.Decoder[Any], plan: ConversionPlan) -> None:
+    def __init__(
+        self, names: list[str], decoder: msgspec.json.Decoder[Any], plan: ConversionPlan, dtypes: list[np.dtype[Any]]
+    ) -> None:
         self._names = names
         self._decoder = decoder
-        self._plan = rows_plan(plan, names)
+        self._plan = rows_plan(plan, names, dtypes)
 
     def arrays(self, body: bytes, max_rows: int) -> Arrays | None:
         """The model's input arrays from a `dataframe_split` body of the common kind; None for any other body."""
@@ -142,4 +213,5 @@ def split_reader(manifest: Manifest, specs: tuple[ColumnSpec, ...]) -> SplitRead
     )
     request = msgspec.defstruct("SplitRequest", [("dataframe_split", split)], forbid_unknown_fields=True, gc=False)
     names = [column.name for column in specs]
-    return SplitReader(names, msgspec.json.Decoder(request), conversion_plan(manifest, specs))
+    dtypes = [numpy_dtype_of(column.dtype) for column in specs]
+    return SplitReader(names, msgspec.json.Decoder(request), conversion_plan(manifest, specs), dtypes)
