@@ -116,8 +116,8 @@ def _columns_to_array(
     # Floats no wider than a float input are read straight into its dtype: the same values as through float64
     # (widening is exact, and float64 -> float32 rounds once either way), and none can overflow it. Anything
     # else goes through float64 first, so that a value too large for the input is named as such.
-    narrow = target.kind == "f" and all(
-        pa.types.is_floating(kind) and kind.bit_width <= 8 * target.itemsize for kind in value_types
+    narrow = target.kind == "f" and all(  # each type once: a file's columns are mostly of one or two types
+        pa.types.is_floating(kind) and kind.bit_width <= 8 * target.itemsize for kind in set(value_types)
     )
     work = target if narrow or target.kind != "f" else np.dtype(np.float64)
     row_sums: np.ndarray | None = None
@@ -129,8 +129,13 @@ def _columns_to_array(
         # column's contiguous values, where summing the rows of `values` afterwards cost ~5x the CPU.
         row_sums = np.zeros(rows, dtype=work) if row_shape and target.kind == "f" else None
         read: list[np.ndarray] = []
+        readable: dict[Any, bool] = {}  # by Arrow type: the checks once per type, not once per column
         for position, column in enumerate(columns):
-            if pa.types.is_nested(column.type) or not _numeric_type(column.type, target.kind):
+            kind = column.type
+            fits = readable.get(kind)
+            if fits is None:
+                fits = readable[kind] = not pa.types.is_nested(kind) and _numeric_type(kind, target.kind)
+            if not fits:
                 error = _type_error(spec, where, column.type, position)
                 return None, dict.fromkeys(range(rows), error)
             filled = column
@@ -144,11 +149,12 @@ def _columns_to_array(
             data = numbers(filled)
             if row_shape:
                 read.append(data)
-                if row_sums is not None:
-                    with np.errstate(over="ignore", invalid="ignore"):  # a sum that is not finite is a suspect
-                        row_sums += data  # cast as `values` casts it: the same kind, or ints to floats
             else:
                 values[:] = data
+        if row_sums is not None:
+            with np.errstate(over="ignore", invalid="ignore"):  # a sum that is not finite is a suspect
+                for data in read:
+                    row_sums += data  # cast as `values` casts it: the same kind, or ints to floats
         _fill_columns(values, read)
     else:
         import pyarrow.compute as pc
